@@ -1,0 +1,43 @@
+# The two commands of the README. Both install what is missing, build, fetch the default model
+# and are quick when everything is already in place.
+#   make run    -> chat with the default model
+#   make test   -> every test
+BUILD_DIR ?= build
+BUILD_TYPE ?= Release
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+MODEL_DIR ?= $(HOME)/.cache/streamd/models
+MODEL ?= $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
+PROMPT ?= Write a haiku about streams of tokens.
+
+.PHONY: all deps configure build model vocab test run clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+$(BUILD_DIR)/CMakeCache.txt: | deps
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS)
+
+configure: deps $(BUILD_DIR)/CMakeCache.txt
+
+build: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+model: deps
+	@STREAMD_MODEL_DIR=$(MODEL_DIR) scripts/fetch-model.sh >/dev/null
+
+# The SentencePiece vocabulary the llama-vocabulary tokenizer tests read.
+vocab: deps
+	@scripts/fetch-test-vocab.sh >/dev/null
+
+test: build model vocab
+	STREAMD_MODEL=$(MODEL) STREAMD_SPM_VOCAB=$$(scripts/fetch-test-vocab.sh) \
+	  ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+
+run: build model
+	$(BUILD_DIR)/tools/streamd generate --model $(MODEL) --chat --prompt "$(PROMPT)" -n 256
+
+clean:
+	rm -rf $(BUILD_DIR)

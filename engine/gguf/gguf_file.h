@@ -1,0 +1,143 @@
+// GGUF reader: a memory-mapped model file, validated before anything reads it.
+//
+// Invariants after Open()/FromBuffer() succeed: magic and version are known; every key is
+// unique; every string and array lies inside the file; every tensor has a known type, a shape
+// whose element count is a multiple of the type's block size, and a data range that is
+// aligned to general.alignment and lies inside the file. Readers may therefore index tensor
+// data without further checks. Nothing in here aborts on bad input: every failure is a Status
+// whose message names the key or tensor and the offending value.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "engine/util/status.h"
+
+namespace streamd::gguf {
+
+enum class ValueType : uint32_t {
+  kUint8 = 0,
+  kInt8 = 1,
+  kUint16 = 2,
+  kInt16 = 3,
+  kUint32 = 4,
+  kInt32 = 5,
+  kFloat32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kUint64 = 10,
+  kInt64 = 11,
+  kFloat64 = 12,
+};
+std::string_view ValueTypeName(ValueType type);
+
+// ggml tensor type ids as stored in the file.
+enum class TensorType : uint32_t {
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ8_0 = 8,
+  kBF16 = 30,
+};
+
+struct TensorTypeTraits {
+  std::string_view name;  // "Q4_1"
+  int64_t block_size;     // values per block
+  int64_t type_size;      // bytes per block
+};
+// Traits of a supported type; nullptr for an id this reader does not support.
+const TensorTypeTraits* FindTensorTypeTraits(uint32_t type_id);
+// Name of any ggml type id (known-but-unsupported ones too, e.g. "Q5_K"), or "type N".
+std::string TensorTypeName(uint32_t type_id);
+
+// One metadata value. Integers keep their stored width in `type`; arrays hold their elements.
+// `data` holds unsigned integers as uint64_t, signed ones as int64_t, f32/f64 as double.
+struct Value {
+  ValueType type = ValueType::kUint8;
+  ValueType array_type = ValueType::kUint8;  // element type when type == kArray
+  std::variant<uint64_t, int64_t, double, bool, std::string, std::vector<Value>> data;
+};
+
+struct TensorInfo {
+  std::string name;
+  TensorType type;
+  std::vector<int64_t> dims;  // dims[0] is the innermost (contiguous) dimension: row length
+  int64_t num_elements;
+  uint64_t offset;      // from the start of the tensor data section
+  uint64_t size_bytes;  // num_elements / block_size * type_size
+  const uint8_t* data;  // inside the mapping
+
+  int64_t rows() const { return num_elements / dims[0]; }
+  uint64_t row_bytes() const { return size_bytes / static_cast<uint64_t>(rows()); }
+};
+
+class GgufFile {
+ public:
+  // Maps `path` read-only and validates it.
+  static StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path);
+  // Parses a caller-owned buffer in place (tests, fuzzing); the buffer must outlive the file.
+  // Tensor data is aligned relative to `data`, so only as aligned in memory as `data` is.
+  static StatusOr<std::unique_ptr<GgufFile>> FromBuffer(const uint8_t* data, size_t size);
+
+  ~GgufFile();
+  GgufFile(const GgufFile&) = delete;
+  GgufFile& operator=(const GgufFile&) = delete;
+
+  uint32_t version() const { return version_; }
+  uint64_t alignment() const { return alignment_; }
+  // File byte where the tensor data section starts (TensorInfo::offset is relative to it);
+  // with no tensors it may lie past the end of the file.
+  uint64_t data_offset() const { return data_offset_; }
+  uint64_t file_size() const { return file_size_; }
+
+  // Metadata, in file order.
+  const std::vector<std::pair<std::string, Value>>& metadata() const { return metadata_; }
+  const Value* Find(std::string_view key) const;
+
+  // Typed getters. Integer getters accept any integer type whose value fits the result;
+  // errors name the key: NOT_FOUND when absent, INVALID_ARGUMENT when of the wrong type/range.
+  StatusOr<uint32_t> GetU32(std::string_view key) const;
+  StatusOr<int64_t> GetI64(std::string_view key) const;
+  StatusOr<float> GetF32(std::string_view key) const;  // float32 or float64
+  StatusOr<bool> GetBool(std::string_view key) const;
+  StatusOr<std::string> GetString(std::string_view key) const;
+  StatusOr<std::vector<std::string>> GetStringArray(std::string_view key) const;
+  StatusOr<std::vector<int32_t>> GetI32Array(std::string_view key) const;  // any int elements
+  StatusOr<std::vector<float>> GetF32Array(std::string_view key) const;
+  // Absent key -> fallback; present but wrong type -> error.
+  StatusOr<uint32_t> GetU32Or(std::string_view key, uint32_t fallback) const;
+  StatusOr<float> GetF32Or(std::string_view key, float fallback) const;
+  StatusOr<bool> GetBoolOr(std::string_view key, bool fallback) const;
+  StatusOr<std::string> GetStringOr(std::string_view key, std::string fallback) const;
+
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const TensorInfo* FindTensor(std::string_view name) const;
+
+ private:
+  GgufFile() = default;
+  Status Parse(const uint8_t* data, size_t size);
+  // The value of `key`, or NOT_FOUND naming it.
+  StatusOr<const Value*> Require(std::string_view key) const;
+
+  void* mapping_ = nullptr;
+  size_t mapping_size_ = 0;
+  uint32_t version_ = 0;
+  uint64_t alignment_ = 32;
+  std::vector<std::pair<std::string, Value>> metadata_;
+  std::vector<TensorInfo> tensors_;
+  uint64_t data_offset_ = 0;
+  uint64_t file_size_ = 0;
+  // Views into the names stored above, which never change after Parse().
+  std::unordered_map<std::string_view, size_t> key_index_;
+  std::unordered_map<std::string_view, size_t> tensor_index_;
+};
+
+}  // namespace streamd::gguf

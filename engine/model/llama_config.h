@@ -1,0 +1,42 @@
+// Hyper-parameters of a Llama-family model, read from GGUF metadata and checked for sanity.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/gguf/gguf_file.h"
+#include "engine/util/status.h"
+
+namespace streamd {
+
+enum class RopeScaling { kNone, kLinear };
+
+struct LlamaConfig {
+  std::string architecture;  // "llama"
+  std::string name;          // general.name, for logs
+  int32_t n_layers = 0;
+  int32_t dim = 0;           // embedding length
+  int32_t n_heads = 0;
+  int32_t n_kv_heads = 0;    // grouped-query attention: n_heads % n_kv_heads == 0
+  int32_t head_dim = 0;
+  int32_t ffn_dim = 0;
+  int32_t vocab_size = 0;
+  int32_t context_length = 0;  // trained context
+  float rms_eps = 1e-5f;
+  float rope_base = 10000.0f;
+  int32_t rope_dim = 0;        // rotated dimensions per head (== head_dim for Llama)
+  RopeScaling rope_scaling = RopeScaling::kNone;
+  float rope_scaling_factor = 1.0f;  // positions are divided by this for kLinear
+  // Per-frequency divisors (Llama 3.x "rope_freqs" tensor); empty when the model has none.
+  std::vector<float> rope_freq_factors;
+  bool tied_output = false;  // output head shares token_embd.weight
+
+  int32_t q_dim() const { return n_heads * head_dim; }
+  int32_t kv_dim() const { return n_kv_heads * head_dim; }
+};
+
+// Reads and validates the config. Unsupported architectures are rejected by name.
+StatusOr<LlamaConfig> ReadLlamaConfig(const gguf::GgufFile& file);
+
+}  // namespace streamd

@@ -1,0 +1,89 @@
+#include "engine/model/llama_weights.h"
+
+#include <string>
+
+namespace streamd {
+namespace {
+
+using kernels::cpu::WeightType;
+
+StatusOr<WeightType> ToWeightType(const gguf::TensorInfo& t) {
+  switch (t.type) {
+    case gguf::TensorType::kF32: return WeightType::kF32;
+    case gguf::TensorType::kF16: return WeightType::kF16;
+    case gguf::TensorType::kBF16: return WeightType::kBF16;
+    case gguf::TensorType::kQ4_0: return WeightType::kQ4_0;
+    case gguf::TensorType::kQ4_1: return WeightType::kQ4_1;
+    case gguf::TensorType::kQ8_0: return WeightType::kQ8_0;
+  }
+  return UnimplementedError("tensor '" + t.name + "' has type " +
+                            gguf::TensorTypeName(static_cast<uint32_t>(t.type)) +
+                            ", which matrix products do not support");
+}
+
+std::string ShapeString(int64_t cols, int64_t rows) {
+  return "[" + std::to_string(cols) + ", " + std::to_string(rows) + "]";
+}
+
+class Binder {
+ public:
+  Binder(const gguf::GgufFile& file, uint64_t& total) : file_(file), total_(total) {}
+
+  StatusOr<WeightMatrix> Matrix(const std::string& name, int64_t cols, int64_t rows) {
+    const gguf::TensorInfo* t = file_.FindTensor(name);
+    if (t == nullptr) return InvalidArgumentError("tensor '" + name + "' is missing");
+    if (t->dims.size() != 2 || t->dims[0] != cols || t->dims[1] != rows) {
+      return InvalidArgumentError("tensor '" + name + "' has the wrong shape (expected " +
+                                  ShapeString(cols, rows) + ")");
+    }
+    STREAMD_ASSIGN_OR_RETURN(WeightType type, ToWeightType(*t));
+    total_ += t->size_bytes;
+    return WeightMatrix{type, t->data, static_cast<size_t>(t->row_bytes()), rows, cols};
+  }
+
+  StatusOr<const float*> Vector(const std::string& name, int64_t n) {
+    const gguf::TensorInfo* t = file_.FindTensor(name);
+    if (t == nullptr) return InvalidArgumentError("tensor '" + name + "' is missing");
+    if (t->type != gguf::TensorType::kF32 || t->num_elements != n) {
+      return InvalidArgumentError("tensor '" + name + "' must be F32 with " + std::to_string(n) +
+                                  " elements");
+    }
+    total_ += t->size_bytes;
+    return reinterpret_cast<const float*>(t->data);
+  }
+
+ private:
+  const gguf::GgufFile& file_;
+  uint64_t& total_;
+};
+
+}  // namespace
+
+StatusOr<LlamaWeights> BindLlamaWeights(const gguf::GgufFile& file, const LlamaConfig& c) {
+  LlamaWeights w;
+  Binder bind(file, w.total_bytes);
+  STREAMD_ASSIGN_OR_RETURN(w.token_embedding, bind.Matrix("token_embd.weight", c.dim, c.vocab_size));
+  STREAMD_ASSIGN_OR_RETURN(w.output_norm, bind.Vector("output_norm.weight", c.dim));
+  if (c.tied_output) {
+    w.output = w.token_embedding;
+  } else {
+    STREAMD_ASSIGN_OR_RETURN(w.output, bind.Matrix("output.weight", c.dim, c.vocab_size));
+  }
+  w.layers.resize(c.n_layers);
+  for (int32_t i = 0; i < c.n_layers; ++i) {
+    const std::string p = "blk." + std::to_string(i) + ".";
+    LlamaLayerWeights& l = w.layers[i];
+    STREAMD_ASSIGN_OR_RETURN(l.attn_norm, bind.Vector(p + "attn_norm.weight", c.dim));
+    STREAMD_ASSIGN_OR_RETURN(l.wq, bind.Matrix(p + "attn_q.weight", c.dim, c.q_dim()));
+    STREAMD_ASSIGN_OR_RETURN(l.wk, bind.Matrix(p + "attn_k.weight", c.dim, c.kv_dim()));
+    STREAMD_ASSIGN_OR_RETURN(l.wv, bind.Matrix(p + "attn_v.weight", c.dim, c.kv_dim()));
+    STREAMD_ASSIGN_OR_RETURN(l.wo, bind.Matrix(p + "attn_output.weight", c.q_dim(), c.dim));
+    STREAMD_ASSIGN_OR_RETURN(l.ffn_norm, bind.Vector(p + "ffn_norm.weight", c.dim));
+    STREAMD_ASSIGN_OR_RETURN(l.w_gate, bind.Matrix(p + "ffn_gate.weight", c.dim, c.ffn_dim));
+    STREAMD_ASSIGN_OR_RETURN(l.w_up, bind.Matrix(p + "ffn_up.weight", c.dim, c.ffn_dim));
+    STREAMD_ASSIGN_OR_RETURN(l.w_down, bind.Matrix(p + "ffn_down.weight", c.ffn_dim, c.dim));
+  }
+  return w;
+}
+
+}  // namespace streamd

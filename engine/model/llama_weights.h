@@ -1,0 +1,47 @@
+// Views of a Llama model's tensors inside the mapped GGUF file, shape- and type-checked once
+// at load so the forward pass never re-validates. Weights are read in place (no copies): the
+// GgufFile must outlive the LlamaWeights.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/gguf/gguf_file.h"
+#include "engine/model/llama_config.h"
+#include "engine/util/status.h"
+#include "kernels/cpu/matmul.h"
+
+namespace streamd {
+
+// A [rows, cols] matrix in GGUF block layout; row r starts at data + r * row_bytes.
+struct WeightMatrix {
+  kernels::cpu::WeightType type = kernels::cpu::WeightType::kF32;
+  const uint8_t* data = nullptr;
+  size_t row_bytes = 0;
+  int64_t rows = 0;  // output features
+  int64_t cols = 0;  // input features (k)
+};
+
+struct LlamaLayerWeights {
+  const float* attn_norm = nullptr;  // [dim]
+  WeightMatrix wq;                   // [q_dim, dim]
+  WeightMatrix wk;                   // [kv_dim, dim]
+  WeightMatrix wv;                   // [kv_dim, dim]
+  WeightMatrix wo;                   // [dim, q_dim]
+  const float* ffn_norm = nullptr;   // [dim]
+  WeightMatrix w_gate;               // [ffn_dim, dim]
+  WeightMatrix w_up;                 // [ffn_dim, dim]
+  WeightMatrix w_down;               // [dim, ffn_dim]
+};
+
+struct LlamaWeights {
+  WeightMatrix token_embedding;  // [vocab, dim]
+  std::vector<LlamaLayerWeights> layers;
+  const float* output_norm = nullptr;  // [dim]
+  WeightMatrix output;                 // [vocab, dim]; token_embedding when tied
+  uint64_t total_bytes = 0;            // bytes of every tensor above (what a decode step reads)
+};
+
+StatusOr<LlamaWeights> BindLlamaWeights(const gguf::GgufFile& file, const LlamaConfig& config);
+
+}  // namespace streamd

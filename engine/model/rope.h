@@ -1,0 +1,31 @@
+// Rotary position embedding, Llama ("normal") layout: dimension pairs (2i, 2i+1) of each head
+// are rotated by angle pos * theta_i, theta_i = base^(-2i/d) / freq_factor_i (Llama 3 factors
+// when the model has them) and pos divided by the linear scaling factor when it asks.
+//
+// Angles are computed in double and reduced modulo 2*pi before the sin/cos, so a position of
+// 10^9 rotates as precisely as position 10: the streaming cache may hand out large positions.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/model/llama_config.h"
+
+namespace streamd {
+
+class RopeTable {
+ public:
+  explicit RopeTable(const LlamaConfig& config);
+
+  int32_t half_dim() const { return static_cast<int32_t>(inv_freq_.size()); }
+  // cos_out, sin_out: [half_dim]
+  void Angles(int64_t position, float* cos_out, float* sin_out) const;
+
+ private:
+  std::vector<double> inv_freq_;  // theta_i, already divided by every scaling factor
+};
+
+// x: [n_heads, head_dim]; cos, sin: [head_dim / 2]. Rotates every head in place.
+void ApplyRope(float* x, int32_t n_heads, int32_t head_dim, const float* cos, const float* sin);
+
+}  // namespace streamd

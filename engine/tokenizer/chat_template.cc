@@ -1,0 +1,199 @@
+#include "engine/tokenizer/chat_template.h"
+
+#include <vector>
+
+#include "engine/tokenizer/utf8.h"
+
+namespace streamd::tokenizer {
+namespace {
+
+constexpr std::string_view kImStart = "<|im_start|>";
+constexpr std::string_view kImEnd = "<|im_end|>";
+
+// Python's str.isspace(), which Jinja's trim filter and str.strip() use.
+bool IsPythonSpace(char32_t c) {
+  return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
+         c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+// Python's str.strip() on UTF-8 text (invalid bytes are never spaces).
+std::string_view PythonStrip(std::string_view s) {
+  std::vector<std::pair<size_t, bool>> chars;  // (offset, is_space) of each code point
+  for (size_t pos = 0; pos < s.size();) {
+    size_t length = 0;
+    char32_t cp = 0;
+    const bool valid = DecodeUtf8(s.substr(pos), &length, &cp) == Utf8Status::kValid;
+    chars.push_back({pos, valid && IsPythonSpace(cp)});
+    pos += length;
+  }
+  size_t first = 0;
+  while (first < chars.size() && chars[first].second) ++first;
+  size_t last = chars.size();
+  while (last > first && chars[last - 1].second) --last;
+  if (first == last) return {};
+  const size_t begin = chars[first].first;
+  const size_t end = last < chars.size() ? chars[last].first : s.size();
+  return s.substr(begin, end - begin);
+}
+
+// The string literals inside the {{ }} and {% %} tags of a Jinja template, unescaped the way
+// Jinja (Python) reads them. Enough to find fixed texts; not a Jinja parser.
+std::vector<std::string> JinjaStringLiterals(std::string_view jinja) {
+  std::vector<std::string> literals;
+  bool in_tag = false;
+  for (size_t i = 0; i < jinja.size(); ++i) {
+    const std::string_view rest = jinja.substr(i);
+    if (!in_tag) {
+      if (rest.starts_with("{{") || rest.starts_with("{%")) {
+        in_tag = true;
+        ++i;
+      }
+      continue;
+    }
+    if (rest.starts_with("}}") || rest.starts_with("%}")) {
+      in_tag = false;
+      ++i;
+      continue;
+    }
+    const char quote = jinja[i];
+    if (quote != '\'' && quote != '"') continue;
+    std::string literal;
+    for (++i; i < jinja.size() && jinja[i] != quote; ++i) {
+      if (jinja[i] != '\\' || i + 1 == jinja.size()) {
+        literal.push_back(jinja[i]);
+        continue;
+      }
+      const char next = jinja[++i];
+      switch (next) {
+        case 'n': literal.push_back('\n'); break;
+        case 't': literal.push_back('\t'); break;
+        case 'r': literal.push_back('\r'); break;
+        case '\\': case '\'': case '"': literal.push_back(next); break;
+        default: literal.push_back('\\'); literal.push_back(next); break;
+      }
+    }
+    literals.push_back(std::move(literal));
+  }
+  return literals;
+}
+
+}  // namespace
+
+StatusOr<ChatTemplate> ChatTemplate::FromGguf(const gguf::GgufFile& file,
+                                              const Tokenizer& tokenizer) {
+  STREAMD_ASSIGN_OR_RETURN(std::string jinja, file.GetStringOr("tokenizer.chat_template", ""));
+  return FromTemplateText(jinja, std::string(tokenizer.TokenText(tokenizer.bos_id())),
+                          std::string(tokenizer.TokenText(tokenizer.eos_id())));
+}
+
+ChatTemplate ChatTemplate::FromTemplateText(std::string_view jinja, std::string bos_text,
+                                            std::string eos_text) {
+  ChatTemplate t;
+  t.bos_text_ = std::move(bos_text);
+  t.eos_text_ = std::move(eos_text);
+  if (jinja.find(kImStart) != std::string_view::npos) {
+    t.kind_ = ChatTemplateKind::kChatMl;
+    const std::string prefix = std::string(kImStart) + "system\n";
+    const std::string suffix = std::string(kImEnd) + "\n";
+    for (std::string& literal : JinjaStringLiterals(jinja)) {
+      if (literal.size() > prefix.size() + suffix.size() && literal.starts_with(prefix) &&
+          literal.ends_with(suffix)) {
+        t.default_system_ = std::move(literal);
+        break;
+      }
+    }
+  } else if (jinja.find("<|start_header_id|>") != std::string_view::npos) {
+    t.kind_ = ChatTemplateKind::kLlama3;
+  } else if (jinja.find("[INST]") != std::string_view::npos &&
+             jinja.find("<<SYS>>") != std::string_view::npos) {
+    t.kind_ = ChatTemplateKind::kLlama2;
+  } else {
+    t.kind_ = ChatTemplateKind::kChatMl;
+    t.fallback_reason_ =
+        jinja.empty() ? "the model has no tokenizer.chat_template; using ChatML"
+                      : "tokenizer.chat_template is not a supported template (ChatML, Llama-2 "
+                        "[INST], Llama-3 headers): '" +
+                            std::string(jinja.substr(0, 60)) + "...'; using ChatML";
+  }
+  return t;
+}
+
+std::string_view ChatTemplate::kind_name() const {
+  switch (kind_) {
+    case ChatTemplateKind::kChatMl: return "chatml";
+    case ChatTemplateKind::kLlama2: return "llama2";
+    case ChatTemplateKind::kLlama3: return "llama3";
+  }
+  return "chatml";
+}
+
+StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> messages,
+                                           bool add_generation_prompt) const {
+  switch (kind_) {
+    case ChatTemplateKind::kChatMl: return RenderChatMl(messages, add_generation_prompt);
+    case ChatTemplateKind::kLlama2: return RenderLlama2(messages);
+    case ChatTemplateKind::kLlama3: return RenderLlama3(messages, add_generation_prompt);
+  }
+  return InternalError("unknown chat template kind");
+}
+
+std::string ChatTemplate::RenderChatMl(std::span<const ChatMessage> messages,
+                                       bool add_generation) const {
+  std::string out;
+  // SmolLM2: {% if loop.first and messages[0]['role'] != 'system' %}{{ default }}{% endif %}
+  // inside the message loop, so an empty conversation gets no system turn.
+  if (default_system_ && !messages.empty() && messages.front().role != "system") {
+    out += *default_system_;
+  }
+  for (const ChatMessage& m : messages) {
+    out.append(kImStart).append(m.role).append("\n").append(m.content).append(kImEnd);
+    out += '\n';
+  }
+  if (add_generation) out.append(kImStart).append("assistant\n");
+  return out;
+}
+
+StatusOr<std::string> ChatTemplate::RenderLlama2(std::span<const ChatMessage> messages) const {
+  std::string_view system;
+  bool has_system = false;
+  if (!messages.empty() && messages.front().role == "system") {
+    system = messages.front().content;
+    has_system = true;
+    messages = messages.subspan(1);
+  }
+  std::string out;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    const bool expect_user = i % 2 == 0;
+    if ((m.role == "user") != expect_user || (!expect_user && m.role != "assistant")) {
+      return InvalidArgumentError("Llama-2 chat: message " + std::to_string(i) + " has role '" +
+                                  m.role + "'; roles must alternate user/assistant after an "
+                                  "optional leading system message");
+    }
+    std::string content = m.content;
+    if (i == 0 && has_system) {
+      content = "<<SYS>>\n" + std::string(system) + "\n<</SYS>>\n\n" + m.content;
+    }
+    if (expect_user) {
+      out.append(bos_text_).append("[INST] ").append(PythonStrip(content)).append(" [/INST]");
+    } else {
+      out.append(" ").append(PythonStrip(content)).append(" ").append(eos_text_);
+    }
+  }
+  return out;
+}
+
+std::string ChatTemplate::RenderLlama3(std::span<const ChatMessage> messages,
+                                       bool add_generation) const {
+  std::string out;
+  if (!messages.empty()) out += bos_text_;
+  for (const ChatMessage& m : messages) {
+    out.append("<|start_header_id|>").append(m.role).append("<|end_header_id|>\n\n");
+    out.append(PythonStrip(m.content)).append("<|eot_id|>");
+  }
+  if (add_generation) out.append("<|start_header_id|>assistant<|end_header_id|>\n\n");
+  return out;
+}
+
+}  // namespace streamd::tokenizer

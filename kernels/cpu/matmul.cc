@@ -1,0 +1,165 @@
+// Public entry points of matmul.h: shape checks, then dispatch on the weight type and the
+// active instruction set (isa.cc). Broken preconditions (k not a multiple of 32 for quantized
+// weights, empty or inverted ranges) are caller bugs and abort.
+#include "kernels/cpu/matmul.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cpu/matmul_internal.h"
+#include "kernels/cpu/quant_blocks.h"
+
+namespace streamd::kernels::cpu {
+namespace {
+
+[[noreturn]] void Fail(const char* what) {
+  std::fprintf(stderr, "streamd kernels/cpu: %s\n", what);
+  std::abort();
+}
+
+bool IsQuantized(WeightType type) {
+  return type == WeightType::kQ4_0 || type == WeightType::kQ4_1 || type == WeightType::kQ8_0;
+}
+
+void CheckK(WeightType type, int64_t k) {
+  if (k <= 0) Fail("k must be positive");
+  if (IsQuantized(type) && k % kQuantBlock != 0) Fail("quantized k must be a multiple of 32");
+}
+
+}  // namespace
+
+size_t WeightRowBytes(WeightType type, int64_t k) {
+  CheckK(type, k);
+  const auto n = static_cast<size_t>(k);
+  switch (type) {
+    case WeightType::kF32:
+      return n * sizeof(float);
+    case WeightType::kF16:
+    case WeightType::kBF16:
+      return n * sizeof(uint16_t);
+    case WeightType::kQ4_0:
+      return n / kQuantBlock * sizeof(BlockQ4_0);
+    case WeightType::kQ4_1:
+      return n / kQuantBlock * sizeof(BlockQ4_1);
+    case WeightType::kQ8_0:
+      return n / kQuantBlock * sizeof(BlockQ8_0);
+  }
+  Fail("unknown weight type");
+}
+
+size_t ActivationBytes(WeightType type, int64_t n_tokens, int64_t k) {
+  CheckK(type, k);
+  if (n_tokens < 0) Fail("negative n_tokens");
+  const auto rows = static_cast<size_t>(n_tokens);
+  if (IsQuantized(type)) return rows * static_cast<size_t>(k / kQuantBlock) * sizeof(BlockQ8_1);
+  return rows * static_cast<size_t>(k) * sizeof(float);
+}
+
+void PrepareActivations(WeightType type, const float* x, int64_t ldx, int64_t k,
+                        int64_t token_begin, int64_t token_end, void* xq) {
+  CheckK(type, k);
+  if (token_begin < 0 || token_end < token_begin || ldx < k) Fail("bad activation range");
+  if (IsQuantized(type)) {
+    const int64_t nb = k / kQuantBlock;
+    auto* blocks = static_cast<BlockQ8_1*>(xq);
+    const bool avx2 = ActiveIsa() != Isa::kPortable;
+    for (int64_t t = token_begin; t < token_end; ++t) {
+      if (avx2) {
+        internal::QuantizeRowQ8_1Avx2(x + t * ldx, k, blocks + t * nb);
+      } else {
+        internal::QuantizeRowQ8_1Portable(x + t * ldx, k, blocks + t * nb);
+      }
+    }
+    return;
+  }
+  auto* rows = static_cast<float*>(xq);
+  for (int64_t t = token_begin; t < token_end; ++t) {
+    std::memcpy(rows + t * k, x + t * ldx, static_cast<size_t>(k) * sizeof(float));
+  }
+}
+
+void MatMulRows(WeightType type, const void* w, size_t w_row_bytes, int64_t k, const void* xq,
+                int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin, int64_t row_end) {
+  CheckK(type, k);
+  if (row_begin < 0 || row_end < row_begin || n_tokens < 0) Fail("bad row or token range");
+  if (n_tokens > 1 && ldo < row_end) Fail("ldo smaller than row_end");
+  if (w_row_bytes < WeightRowBytes(type, k)) Fail("w_row_bytes smaller than one row");
+  if (row_begin == row_end || n_tokens == 0) return;
+  const auto* w_bytes = static_cast<const uint8_t*>(w);
+  const bool avx2 = ActiveIsa() != Isa::kPortable;
+  if (IsQuantized(type)) {
+    const auto* x_blocks = static_cast<const BlockQ8_1*>(xq);
+    if (avx2) {
+      internal::MatMulQuantAvx2(type, w_bytes, w_row_bytes, k, x_blocks, n_tokens, out, ldo,
+                                row_begin, row_end);
+    } else {
+      internal::MatMulQuantPortable(type, w_bytes, w_row_bytes, k, x_blocks, n_tokens, out, ldo,
+                                    row_begin, row_end);
+    }
+    return;
+  }
+  const auto* x_rows = static_cast<const float*>(xq);
+  if (avx2) {
+    internal::MatMulFloatAvx2(type, w_bytes, w_row_bytes, k, x_rows, n_tokens, out, ldo,
+                              row_begin, row_end);
+  } else {
+    internal::MatMulFloatPortable(type, w_bytes, w_row_bytes, k, x_rows, n_tokens, out, ldo,
+                                  row_begin, row_end);
+  }
+}
+
+void DequantizeRow(WeightType type, const void* w_row, int64_t k, float* out) {
+  CheckK(type, k);
+  const auto* bytes = static_cast<const uint8_t*>(w_row);
+  const int64_t nb = k / kQuantBlock;
+  switch (type) {
+    case WeightType::kF32:
+      std::memcpy(out, bytes, static_cast<size_t>(k) * sizeof(float));
+      return;
+    case WeightType::kF16:
+    case WeightType::kBF16: {
+      for (int64_t i = 0; i < k; ++i) {
+        uint16_t h;
+        std::memcpy(&h, bytes + 2 * i, sizeof h);
+        out[i] = type == WeightType::kF16 ? HalfToFloat(h) : Bf16ToFloat(h);
+      }
+      return;
+    }
+    case WeightType::kQ4_0:
+      for (int64_t b = 0; b < nb; ++b) {
+        const auto& blk = reinterpret_cast<const BlockQ4_0*>(bytes)[b];
+        const float d = HalfToFloat(blk.d);
+        float* o = out + b * kQuantBlock;
+        for (int j = 0; j < kQuantBlock / 2; ++j) {
+          o[j] = d * static_cast<float>((blk.qs[j] & 0xf) - 8);
+          o[j + kQuantBlock / 2] = d * static_cast<float>((blk.qs[j] >> 4) - 8);
+        }
+      }
+      return;
+    case WeightType::kQ4_1:
+      for (int64_t b = 0; b < nb; ++b) {
+        const auto& blk = reinterpret_cast<const BlockQ4_1*>(bytes)[b];
+        const float d = HalfToFloat(blk.d);
+        const float m = HalfToFloat(blk.m);
+        float* o = out + b * kQuantBlock;
+        for (int j = 0; j < kQuantBlock / 2; ++j) {
+          o[j] = d * static_cast<float>(blk.qs[j] & 0xf) + m;
+          o[j + kQuantBlock / 2] = d * static_cast<float>(blk.qs[j] >> 4) + m;
+        }
+      }
+      return;
+    case WeightType::kQ8_0:
+      for (int64_t b = 0; b < nb; ++b) {
+        const auto& blk = reinterpret_cast<const BlockQ8_0*>(bytes)[b];
+        const float d = HalfToFloat(blk.d);
+        for (int j = 0; j < kQuantBlock; ++j) {
+          out[b * kQuantBlock + j] = d * static_cast<float>(blk.qs[j]);
+        }
+      }
+      return;
+  }
+  Fail("unknown weight type");
+}
+
+}  // namespace streamd::kernels::cpu

@@ -1,0 +1,197 @@
+// Single-threaded MatMulRows at SmolLM2-135M's shapes: decode (1 token) and prefill (64, 512).
+// Counters: weight GB/s (weight bytes read once per call / time) and GFLOP/s (2 rows k tokens).
+// Run: kernels_cpu_bench [--benchmark_filter=Q4_1]
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quant_blocks.h"
+
+namespace streamd::kernels::cpu {
+namespace {
+
+// Random bytes with every 16-bit scale replaced by a sane half; valid for all block types.
+std::vector<uint8_t> RandomWeights(WeightType type, int64_t rows, int64_t k) {
+  const size_t row_bytes = WeightRowBytes(type, k);
+  std::vector<uint8_t> w(row_bytes * rows);
+  std::mt19937 rng(42);
+  for (auto& b : w) b = static_cast<uint8_t>(rng());
+  auto set_half = [&](size_t offset) {
+    const uint16_t h = FloatToHalf(0.01f + static_cast<float>(rng() % 100) * 1e-4f);
+    std::memcpy(w.data() + offset, &h, 2);
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    const size_t base = r * row_bytes;
+    switch (type) {
+      case WeightType::kQ4_0:
+        for (int64_t b = 0; b < k / 32; ++b) set_half(base + b * sizeof(BlockQ4_0));
+        break;
+      case WeightType::kQ4_1:
+        for (int64_t b = 0; b < k / 32; ++b) {
+          set_half(base + b * sizeof(BlockQ4_1));
+          set_half(base + b * sizeof(BlockQ4_1) + 2);
+        }
+        break;
+      case WeightType::kQ8_0:
+        for (int64_t b = 0; b < k / 32; ++b) set_half(base + b * sizeof(BlockQ8_0));
+        break;
+      case WeightType::kF16:
+        for (int64_t j = 0; j < k; ++j) set_half(base + 2 * j);
+        break;
+      case WeightType::kF32:
+        for (int64_t j = 0; j < k; ++j) {
+          const float v = 0.01f * static_cast<float>(rng() % 100);
+          std::memcpy(w.data() + base + 4 * j, &v, 4);
+        }
+        break;
+      case WeightType::kBF16:
+        for (int64_t j = 0; j < k; ++j) w[base + 2 * j + 1] = 0x3c;  // exponent of ~0.01
+        break;
+    }
+  }
+  return w;
+}
+
+// Args: rows, k, n_tokens, isa.
+void BM_MatMulRows(benchmark::State& state, WeightType type) {
+  const int64_t rows = state.range(0), k = state.range(1), n = state.range(2);
+  ForceIsa(static_cast<Isa>(state.range(3)));
+  state.SetLabel(IsaName(ActiveIsa()));
+  const std::vector<uint8_t> w = RandomWeights(type, rows, k);
+  std::vector<float> x(n * k);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  for (auto& v : x) v = normal(rng);
+  std::vector<uint8_t> xq(ActivationBytes(type, n, k));
+  PrepareActivations(type, x.data(), k, k, 0, n, xq.data());
+  std::vector<float> out(n * rows);
+  const size_t row_bytes = WeightRowBytes(type, k);
+  for (auto _ : state) {
+    MatMulRows(type, w.data(), row_bytes, k, xq.data(), n, out.data(), rows, 0, rows);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(w.size()) * 1e-9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] = benchmark::Counter(2e-9 * static_cast<double>(rows * k * n),
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+  ForceIsa(DetectIsa());
+}
+
+void BM_PrepareActivations(benchmark::State& state) {
+  const int64_t k = state.range(0), n = state.range(1);
+  ForceIsa(static_cast<Isa>(state.range(2)));
+  state.SetLabel(IsaName(ActiveIsa()));
+  std::vector<float> x(n * k, 0.5f);
+  std::vector<uint8_t> xq(ActivationBytes(WeightType::kQ4_1, n, k));
+  for (auto _ : state) {
+    PrepareActivations(WeightType::kQ4_1, x.data(), k, k, 0, n, xq.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["Gfloat/s"] = benchmark::Counter(1e-9 * static_cast<double>(n * k),
+                                                  benchmark::Counter::kIsIterationInvariantRate);
+  ForceIsa(DetectIsa());
+}
+
+void ModelShapes(benchmark::internal::Benchmark* b, bool head) {
+  const int isa = static_cast<int>(DetectIsa());
+  for (int n : {1, 64, 512}) {
+    if (head) {
+      b->Args({49152, 576, n, isa});
+    } else {
+      b->Args({576, 576, n, isa});   // attn q / o
+      b->Args({1536, 576, n, isa});  // ffn gate / up
+      b->Args({576, 1536, n, isa});  // ffn down
+    }
+  }
+  b->Unit(benchmark::kMicrosecond);
+}
+
+// Every projection of SmolLM2-135M (30 layers, Q4_1) plus the Q8_0 output head, each with its
+// own weights, so the working set is the real ~96 MB and weights stream from L3/DRAM as in the
+// engine. Reports model tokens/s of the matmuls alone (single thread). Arg: n_tokens.
+void BM_ModelMatmuls(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  struct Matrix {
+    WeightType type;
+    int64_t rows, k;
+    std::vector<uint8_t> w;
+  };
+  std::vector<Matrix> mats;
+  for (int layer = 0; layer < 30; ++layer) {
+    for (auto [rows, k] : {std::pair<int64_t, int64_t>{576, 576}, {192, 576}, {192, 576},
+                           {576, 576}, {1536, 576}, {1536, 576}, {576, 1536}}) {
+      mats.push_back({WeightType::kQ4_1, rows, k, RandomWeights(WeightType::kQ4_1, rows, k)});
+    }
+  }
+  // The head only runs on the last token of a prompt.
+  if (!getenv("NOHEAD")) mats.push_back({WeightType::kQ8_0, 49152, 576, RandomWeights(WeightType::kQ8_0, 49152, 576)});
+  std::vector<float> x(n * 1536, 0.25f);
+  std::vector<uint8_t> xq(ActivationBytes(WeightType::kQ4_1, n, 1536));
+  std::vector<float> out(n * 49152);
+  double bytes = 0;
+  for (const Matrix& m : mats) bytes += static_cast<double>(m.w.size());
+  for (auto _ : state) {
+    for (const Matrix& m : mats) {
+      const int64_t nt = m.rows == 49152 ? 1 : n;
+      PrepareActivations(m.type, x.data(), m.k, m.k, 0, nt, xq.data());
+      MatMulRows(m.type, m.w.data(), WeightRowBytes(m.type, m.k), m.k, xq.data(), nt, out.data(),
+                 m.rows, 0, m.rows);
+    }
+    benchmark::ClobberMemory();
+  }
+  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(n),
+                                               benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9,
+                                              benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_ModelMatmuls)->Arg(1)->Arg(64)->Unit(benchmark::kMillisecond);
+
+BENCHMARK_CAPTURE(BM_MatMulRows, Q4_1, WeightType::kQ4_1)->Apply([](auto* b) {
+  ModelShapes(b, false);
+});
+BENCHMARK_CAPTURE(BM_MatMulRows, Q8_0_head, WeightType::kQ8_0)->Apply([](auto* b) {
+  ModelShapes(b, true);
+});
+BENCHMARK_CAPTURE(BM_MatMulRows, Q4_0, WeightType::kQ4_0)->Apply([](auto* b) {
+  ModelShapes(b, false);
+});
+BENCHMARK_CAPTURE(BM_MatMulRows, Q8_0, WeightType::kQ8_0)->Apply([](auto* b) {
+  ModelShapes(b, false);
+});
+BENCHMARK_CAPTURE(BM_MatMulRows, F16, WeightType::kF16)->Apply([](auto* b) {
+  ModelShapes(b, false);
+});
+BENCHMARK_CAPTURE(BM_MatMulRows, BF16, WeightType::kBF16)->Apply([](auto* b) {
+  ModelShapes(b, false);
+});
+BENCHMARK_CAPTURE(BM_MatMulRows, F32, WeightType::kF32)->Apply([](auto* b) {
+  ModelShapes(b, false);
+});
+// Weights far beyond L2 (and, at 70 MB, beyond the L3 share): streaming-bound GEMV.
+BENCHMARK_CAPTURE(BM_MatMulRows, Q4_1_stream, WeightType::kQ4_1)
+    ->Args({49152, 576, 1, static_cast<int>(DetectIsa())})
+    ->Args({196608, 576, 1, static_cast<int>(DetectIsa())})
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_MatMulRows, Q8_0_stream, WeightType::kQ8_0)
+    ->Args({196608, 576, 1, static_cast<int>(DetectIsa())})
+    ->Unit(benchmark::kMicrosecond);
+// Portable reference at the decode shapes, for scale.
+BENCHMARK_CAPTURE(BM_MatMulRows, Q4_1_portable, WeightType::kQ4_1)
+    ->Args({1536, 576, 1, static_cast<int>(Isa::kPortable)})
+    ->Args({1536, 576, 64, static_cast<int>(Isa::kPortable)})
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PrepareActivations)
+    ->Args({576, 1, static_cast<int>(DetectIsa())})
+    ->Args({576, 512, static_cast<int>(DetectIsa())})
+    ->Args({576, 512, static_cast<int>(Isa::kPortable)})
+    ->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace streamd::kernels::cpu

@@ -1,0 +1,164 @@
+// Portable C++ reference for the activation quantizer and every matmul.h product. The AVX2
+// kernels must agree with it to float rounding on the same quantized activations; it is also
+// the path for CPUs without AVX2.
+//
+// Per block b of 32 values, with activation block (dx, sx, y[32]) (see matmul_internal.h):
+//   Q4_1: dw * dx * sum_j q_j y_j + mw * sx            (w_j = dw q_j + mw,  q_j in [0,15])
+//   Q4_0: dw * (dx * sum_j q_j y_j - 8 sx)             (w_j = dw (q_j - 8), q_j in [0,15])
+//   Q8_0: dw * dx * sum_j q_j y_j                      (w_j = dw q_j)
+// The integer sums are exact; blocks are accumulated in f32.
+#include <cmath>
+#include <cstring>
+
+#include "kernels/cpu/matmul_internal.h"
+
+namespace streamd::kernels::cpu::internal {
+namespace {
+
+constexpr int kHalf = kQuantBlock / 2;
+
+// sum_j q_j y_j with q_j the 4-bit values of qs (low nibbles first, then high nibbles).
+int32_t DotNibbles(const uint8_t* qs, const int8_t* y) {
+  int32_t sum = 0;
+  for (int j = 0; j < kHalf; ++j) {
+    sum += static_cast<int32_t>(qs[j] & 0xf) * y[j];
+    sum += static_cast<int32_t>(qs[j] >> 4) * y[j + kHalf];
+  }
+  return sum;
+}
+
+float DotRowQ4_1(const BlockQ4_1* w, const BlockQ8_1* x, int64_t nb) {
+  float acc = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    const float sumi = static_cast<float>(DotNibbles(w[b].qs, x[b].qs));
+    acc += HalfToFloat(w[b].d) * x[b].d * sumi + HalfToFloat(w[b].m) * x[b].s;
+  }
+  return acc;
+}
+
+float DotRowQ4_0(const BlockQ4_0* w, const BlockQ8_1* x, int64_t nb) {
+  float acc = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    const float sumi = static_cast<float>(DotNibbles(w[b].qs, x[b].qs));
+    acc += HalfToFloat(w[b].d) * (x[b].d * sumi - 8.0f * x[b].s);
+  }
+  return acc;
+}
+
+float DotRowQ8_0(const BlockQ8_0* w, const BlockQ8_1* x, int64_t nb) {
+  float acc = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    int32_t sumi = 0;
+    for (int j = 0; j < kQuantBlock; ++j) sumi += static_cast<int32_t>(w[b].qs[j]) * x[b].qs[j];
+    acc += HalfToFloat(w[b].d) * x[b].d * static_cast<float>(sumi);
+  }
+  return acc;
+}
+
+template <typename Convert>
+float DotRowFloat(const uint8_t* w, const float* x, int64_t k, Convert convert) {
+  // Eight partial sums: shorter rounding chains, and the compiler can vectorize it.
+  float acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= k; i += 8) {
+    for (int l = 0; l < 8; ++l) acc[l] += convert(w, i + l) * x[i + l];
+  }
+  for (; i < k; ++i) acc[0] += convert(w, i) * x[i];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+uint16_t LoadU16(const uint8_t* p, int64_t i) {
+  uint16_t v;
+  std::memcpy(&v, p + 2 * i, sizeof v);
+  return v;
+}
+
+}  // namespace
+
+void QuantizeRowQ8_1Portable(const float* x, int64_t k, BlockQ8_1* out) {
+  for (int64_t b = 0; b < k / kQuantBlock; ++b) {
+    const float* xb = x + b * kQuantBlock;
+    float amax = 0.0f;
+    bool finite = true;
+    for (int j = 0; j < kQuantBlock; ++j) {
+      finite = finite && std::isfinite(xb[j]);
+      amax = std::fmax(amax, std::fabs(xb[j]));
+    }
+    BlockQ8_1& o = out[b];
+    if (!finite) {
+      o.d = o.s = std::nanf("");
+      std::memset(o.qs, 0, sizeof o.qs);
+      continue;
+    }
+    const float d = amax / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int32_t sum = 0;
+    for (int j = 0; j < kQuantBlock; ++j) {
+      // nearbyint rounds half to even, like the AVX2 quantizer's _mm256_round_ps.
+      const auto q = static_cast<int32_t>(std::nearbyint(xb[j] * id));
+      o.qs[j] = static_cast<int8_t>(q);
+      sum += q;
+    }
+    o.d = d;
+    o.s = d * static_cast<float>(sum);
+  }
+}
+
+void MatMulQuantPortable(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
+                         const BlockQ8_1* xq, int64_t n_tokens, float* out, int64_t ldo,
+                         int64_t row_begin, int64_t row_end) {
+  const int64_t nb = k / kQuantBlock;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const BlockQ8_1* x = xq + t * nb;  // [nb]
+    float* o = out + t * ldo;
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      const uint8_t* row = w + static_cast<size_t>(r) * w_row_bytes;
+      switch (type) {
+        case WeightType::kQ4_0:
+          o[r] = DotRowQ4_0(reinterpret_cast<const BlockQ4_0*>(row), x, nb);
+          break;
+        case WeightType::kQ4_1:
+          o[r] = DotRowQ4_1(reinterpret_cast<const BlockQ4_1*>(row), x, nb);
+          break;
+        case WeightType::kQ8_0:
+          o[r] = DotRowQ8_0(reinterpret_cast<const BlockQ8_0*>(row), x, nb);
+          break;
+        default:
+          return;
+      }
+    }
+  }
+}
+
+void MatMulFloatPortable(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
+                         const float* xq, int64_t n_tokens, float* out, int64_t ldo,
+                         int64_t row_begin, int64_t row_end) {
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const float* x = xq + t * k;  // [k]
+    float* o = out + t * ldo;
+    for (int64_t r = row_begin; r < row_end; ++r) {
+      const uint8_t* row = w + static_cast<size_t>(r) * w_row_bytes;
+      switch (type) {
+        case WeightType::kF32:
+          o[r] = DotRowFloat(row, x, k, [](const uint8_t* p, int64_t i) {
+            float v;
+            std::memcpy(&v, p + 4 * i, sizeof v);
+            return v;
+          });
+          break;
+        case WeightType::kF16:
+          o[r] = DotRowFloat(row, x, k,
+                             [](const uint8_t* p, int64_t i) { return HalfToFloat(LoadU16(p, i)); });
+          break;
+        case WeightType::kBF16:
+          o[r] = DotRowFloat(row, x, k,
+                             [](const uint8_t* p, int64_t i) { return Bf16ToFloat(LoadU16(p, i)); });
+          break;
+        default:
+          return;
+      }
+    }
+  }
+}
+
+}  // namespace streamd::kernels::cpu::internal

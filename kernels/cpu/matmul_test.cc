@@ -1,0 +1,443 @@
+// MatMulRows / PrepareActivations / DequantizeRow against a double-precision reference built from
+// independently decoded weights and the ORIGINAL float activations, for every weight type and
+// every instruction-set level this CPU runs, on fresh random inputs over awkward shapes.
+//
+// Error bounds (per output element, rows r, token t):
+//   Quantized weights (activations go through 8-bit blocks, |x - d*q| <= d/2 = amax_b/254):
+//     |out - ref| <= sum_b (amax_b / 254) * sum_{j in b} |w_j| * 1.001  +  1e-5 * M
+//     with M = sum_b amax_b * sum_{j in b} (|w_j| + 16 |d_b| + |m_b|), the scale of the f32
+//     rounding of the per-block terms. Over a whole product (>= 200 outputs) the RMS of
+//     error / worst-case quantization error must also stay below 4/sqrt(k) (unbiased rounding
+//     gives 1-2/sqrt(k) on these inputs; a bias or truncation gives ~sqrt(k)/2).
+//   Float weights: |out - ref| <= 1e-5 * sum_j |w_j x_j| (f32 accumulation only).
+//   AVX2 vs portable on the same quantized activations: |avx2 - portable| <= 1e-5 * M (same
+//   integer block sums, different f32 summation order).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/quant_blocks.h"
+#include "kernels/cpu/test_util.h"
+
+namespace streamd::kernels::cpu {
+namespace {
+
+using testing::ScopedIsa;
+using testing::SeedTrace;
+using testing::SupportedIsas;
+using testing::TestSeed;
+
+constexpr int kBlock = kQuantBlock;
+
+bool IsQuantized(WeightType t) {
+  return t == WeightType::kQ4_0 || t == WeightType::kQ4_1 || t == WeightType::kQ8_0;
+}
+
+const char* TypeName(WeightType t) {
+  switch (t) {
+    case WeightType::kF32: return "F32";
+    case WeightType::kF16: return "F16";
+    case WeightType::kBF16: return "BF16";
+    case WeightType::kQ4_0: return "Q4_0";
+    case WeightType::kQ4_1: return "Q4_1";
+    case WeightType::kQ8_0: return "Q8_0";
+  }
+  return "?";
+}
+
+// Independent IEEE half decode (no bit tricks), for the reference.
+double RefHalf(uint16_t h) {
+  const int sign = (h >> 15) ? -1 : 1;
+  const int exp = (h >> 10) & 0x1f;
+  const int mant = h & 0x3ff;
+  if (exp == 0) return sign * std::ldexp(static_cast<double>(mant), -24);
+  if (exp == 31) return mant ? std::numeric_limits<double>::quiet_NaN() : sign * INFINITY;
+  return sign * std::ldexp(static_cast<double>(mant + 1024), exp - 25);
+}
+
+double RefBf16(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+struct Weights {
+  WeightType type;
+  int64_t rows = 0, k = 0;
+  size_t row_bytes = 0;
+  std::vector<uint8_t> data;  // [rows, row_bytes]
+  std::vector<double> w;      // [rows, k] decoded
+  std::vector<double> d_abs;  // [rows, k/32] |d| of each block (quantized types)
+  std::vector<double> m_abs;  // [rows, k/32] |m| of each block (Q4_1)
+};
+
+uint16_t RandomHalf(std::mt19937_64& rng, double lo, double hi) {
+  std::uniform_real_distribution<double> mag(lo, hi);
+  const double v = mag(rng) * ((rng() & 1) ? -1.0 : 1.0);
+  return FloatToHalf(static_cast<float>(v));
+}
+
+Weights RandomWeights(WeightType type, int64_t rows, int64_t k, std::mt19937_64& rng) {
+  Weights wt;
+  wt.type = type;
+  wt.rows = rows;
+  wt.k = k;
+  wt.row_bytes = WeightRowBytes(type, k);
+  wt.data.resize(wt.row_bytes * rows);
+  wt.w.resize(rows * k);
+  const int64_t nb = k / kBlock;
+  wt.d_abs.assign(rows * nb, 0.0);
+  wt.m_abs.assign(rows * nb, 0.0);
+  std::normal_distribution<float> normal(0.0f, 0.1f);
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = wt.data.data() + r * wt.row_bytes;
+    double* w = wt.w.data() + r * k;
+    switch (type) {
+      case WeightType::kF32:
+        for (int64_t j = 0; j < k; ++j) {
+          const float v = normal(rng);
+          std::memcpy(row + 4 * j, &v, 4);
+          w[j] = v;
+        }
+        break;
+      case WeightType::kF16:
+      case WeightType::kBF16:
+        for (int64_t j = 0; j < k; ++j) {
+          const float v = normal(rng);
+          uint32_t bits;
+          std::memcpy(&bits, &v, 4);
+          const uint16_t h = type == WeightType::kF16 ? FloatToHalf(v)
+                                                      : static_cast<uint16_t>(bits >> 16);
+          std::memcpy(row + 2 * j, &h, 2);
+          w[j] = type == WeightType::kF16 ? RefHalf(h) : RefBf16(h);
+        }
+        break;
+      case WeightType::kQ4_0:
+        for (int64_t b = 0; b < nb; ++b) {
+          auto* blk = reinterpret_cast<BlockQ4_0*>(row) + b;
+          blk->d = RandomHalf(rng, 1e-3, 5e-2);
+          for (auto& q : blk->qs) q = static_cast<uint8_t>(rng());
+          const double d = RefHalf(blk->d);
+          wt.d_abs[r * nb + b] = std::fabs(d);
+          for (int j = 0; j < kBlock / 2; ++j) {
+            w[b * kBlock + j] = d * ((blk->qs[j] & 0xf) - 8);
+            w[b * kBlock + j + kBlock / 2] = d * ((blk->qs[j] >> 4) - 8);
+          }
+        }
+        break;
+      case WeightType::kQ4_1:
+        for (int64_t b = 0; b < nb; ++b) {
+          auto* blk = reinterpret_cast<BlockQ4_1*>(row) + b;
+          blk->d = RandomHalf(rng, 1e-3, 5e-2);
+          blk->m = RandomHalf(rng, 1e-3, 3e-1);
+          for (auto& q : blk->qs) q = static_cast<uint8_t>(rng());
+          const double d = RefHalf(blk->d), m = RefHalf(blk->m);
+          wt.d_abs[r * nb + b] = std::fabs(d);
+          wt.m_abs[r * nb + b] = std::fabs(m);
+          for (int j = 0; j < kBlock / 2; ++j) {
+            w[b * kBlock + j] = d * (blk->qs[j] & 0xf) + m;
+            w[b * kBlock + j + kBlock / 2] = d * (blk->qs[j] >> 4) + m;
+          }
+        }
+        break;
+      case WeightType::kQ8_0:
+        for (int64_t b = 0; b < nb; ++b) {
+          auto* blk = reinterpret_cast<BlockQ8_0*>(row) + b;
+          blk->d = RandomHalf(rng, 1e-4, 1e-2);
+          for (auto& q : blk->qs) q = static_cast<int8_t>(rng());
+          blk->qs[rng() % kBlock] = -128;  // the asymmetric extreme must work too
+          const double d = RefHalf(blk->d);
+          wt.d_abs[r * nb + b] = std::fabs(d);
+          for (int j = 0; j < kBlock; ++j) w[b * kBlock + j] = d * blk->qs[j];
+        }
+        break;
+    }
+  }
+  return wt;
+}
+
+// x: [n, ldx] with per-token scales spanning 1e-2..1e2, a few outliers, and NaN in the padding.
+std::vector<float> RandomActivations(int64_t n, int64_t k, int64_t ldx, std::mt19937_64& rng) {
+  std::vector<float> x(n * ldx, std::numeric_limits<float>::quiet_NaN());
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> log_scale(-2.0f, 2.0f);
+  for (int64_t t = 0; t < n; ++t) {
+    const float scale = std::pow(10.0f, log_scale(rng));
+    for (int64_t j = 0; j < k; ++j) {
+      float v = normal(rng) * scale;
+      if (rng() % 100 == 0) v *= 20.0f;
+      x[t * ldx + j] = v;
+    }
+  }
+  return x;
+}
+
+struct Reference {
+  std::vector<double> out;    // [n, rows]
+  std::vector<double> bound;  // [n, rows] allowed |error| vs the float activations
+  std::vector<double> scale;  // [n, rows] M: scale of f32 rounding (AVX2 vs portable)
+  std::vector<double> qerr;   // [n, rows] worst-case activation quantization error
+};
+
+Reference ComputeReference(const Weights& wt, const float* x, int64_t ldx, int64_t n) {
+  const int64_t rows = wt.rows, k = wt.k, nb = k / kBlock;
+  Reference ref;
+  ref.out.assign(n * rows, 0.0);
+  ref.bound.assign(n * rows, 0.0);
+  ref.scale.assign(n * rows, 0.0);
+  ref.qerr.assign(n * rows, 0.0);
+  const bool quant = IsQuantized(wt.type);
+  std::vector<double> amax(nb);
+  for (int64_t t = 0; t < n; ++t) {
+    const float* xt = x + t * ldx;
+    for (int64_t b = 0; b < nb; ++b) {
+      double a = 0.0;
+      for (int j = 0; j < kBlock; ++j) a = std::max(a, std::fabs(double{xt[b * kBlock + j]}));
+      amax[b] = a;
+    }
+    for (int64_t r = 0; r < rows; ++r) {
+      const double* w = wt.w.data() + r * k;
+      double dot = 0.0, abs_dot = 0.0, qerr = 0.0, m_scale = 0.0;
+      for (int64_t j = 0; j < k; ++j) {
+        dot += w[j] * xt[j];
+        abs_dot += std::fabs(w[j] * xt[j]);
+      }
+      if (quant) {
+        for (int64_t b = 0; b < nb; ++b) {
+          double abs_w = 0.0;
+          for (int j = 0; j < kBlock; ++j) abs_w += std::fabs(w[b * kBlock + j]);
+          qerr += amax[b] / 254.0 * abs_w;
+          m_scale += amax[b] * (abs_w + kBlock * (16 * wt.d_abs[r * nb + b] + wt.m_abs[r * nb + b]));
+        }
+      }
+      ref.out[t * rows + r] = dot;
+      ref.qerr[t * rows + r] = qerr;
+      ref.scale[t * rows + r] = quant ? m_scale : abs_dot;
+      ref.bound[t * rows + r] = quant ? qerr * 1.001 + 1e-5 * m_scale : 1e-5 * abs_dot;
+    }
+  }
+  return ref;
+}
+
+// Runs the product with the active ISA: tokens prepared in two ranges, rows in two calls, output
+// with a padded stride whose padding must stay untouched.
+std::vector<float> RunProduct(const Weights& wt, const void* xq, int64_t n, int64_t ldo) {
+  constexpr float kSentinel = -12345.0f;
+  std::vector<float> out(n * ldo, kSentinel);
+  const int64_t split = wt.rows / 3;
+  MatMulRows(wt.type, wt.data.data(), wt.row_bytes, wt.k, xq, n, out.data(), ldo, 0, split);
+  MatMulRows(wt.type, wt.data.data(), wt.row_bytes, wt.k, xq, n, out.data(), ldo, split, wt.rows);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t r = wt.rows; r < ldo; ++r) EXPECT_EQ(out[t * ldo + r], kSentinel);
+  }
+  return out;
+}
+
+std::vector<uint8_t> Prepare(WeightType type, const std::vector<float>& x, int64_t ldx,
+                             int64_t k, int64_t n) {
+  std::vector<uint8_t> xq(ActivationBytes(type, n, k));
+  const int64_t split = n / 2;
+  PrepareActivations(type, x.data(), ldx, k, split, n, xq.data());
+  PrepareActivations(type, x.data(), ldx, k, 0, split, xq.data());
+  return xq;
+}
+
+class MatMulTest : public ::testing::TestWithParam<WeightType> {};
+
+TEST_P(MatMulTest, MatchesReferenceOnAwkwardShapes) {
+  const WeightType type = GetParam();
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  for (int64_t k : {32, 64, 576, 1536}) {
+    for (int64_t rows : {1, 3, 7, 83, 769}) {
+      const Weights wt = RandomWeights(type, rows, k, rng);
+      for (int64_t n : {1, 2, 3, 5, 7, 16, 33}) {
+        SCOPED_TRACE(::testing::Message() << TypeName(type) << " k=" << k << " rows=" << rows
+                                          << " n_tokens=" << n);
+        const int64_t ldx = k + 3, ldo = rows + 2;
+        const std::vector<float> x = RandomActivations(n, k, ldx, rng);
+        const Reference ref = ComputeReference(wt, x.data(), ldx, n);
+        std::vector<uint8_t> xq;
+        std::vector<float> portable;
+        for (Isa isa : SupportedIsas()) {
+          SCOPED_TRACE(IsaName(isa));
+          ScopedIsa scoped(isa);
+          const std::vector<uint8_t> xq_isa = Prepare(type, x, ldx, k, n);
+          if (isa == Isa::kPortable) {
+            xq = xq_isa;
+          } else {
+            // The quantizers of every level are bit-identical.
+            ASSERT_EQ(std::memcmp(xq.data(), xq_isa.data(), xq.size()), 0);
+          }
+          const std::vector<float> out = RunProduct(wt, xq.data(), n, ldo);
+          double rel2 = 0.0;  // sum of (error / worst-case quantization error)^2
+          int failures = 0;
+          for (int64_t t = 0; t < n; ++t) {
+            for (int64_t r = 0; r < rows; ++r) {
+              const double got = out[t * ldo + r], want = ref.out[t * rows + r];
+              const double err = std::fabs(got - want);
+              if (ref.qerr[t * rows + r] > 0) {
+                rel2 += (err / ref.qerr[t * rows + r]) * (err / ref.qerr[t * rows + r]);
+              }
+              if (!(err <= ref.bound[t * rows + r]) && ++failures <= 5) {
+                ADD_FAILURE() << "t=" << t << " r=" << r << " got " << got << " want " << want
+                              << " bound " << ref.bound[t * rows + r];
+              }
+              if (isa != Isa::kPortable) {
+                const double diff = std::fabs(got - portable[t * ldo + r]);
+                if (!(diff <= 1e-5 * ref.scale[t * rows + r]) && ++failures <= 5) {
+                  ADD_FAILURE() << "t=" << t << " r=" << r << " " << IsaName(isa) << " " << got
+                                << " vs portable " << portable[t * ldo + r];
+                }
+              }
+            }
+          }
+          EXPECT_EQ(failures, 0);
+          if (IsQuantized(type) && n * rows >= 200) {
+            // Rounding errors are unbiased: the RMS of error / worst-case bound stays near
+            // 1-2 / sqrt(k); a systematic error (bias, truncation) gives ~sqrt(k) / 2.
+            const double rms = std::sqrt(rel2 / static_cast<double>(n * rows));
+            EXPECT_LE(rms * std::sqrt(static_cast<double>(k)), 4.0);
+          }
+          if (isa == Isa::kPortable) portable = out;
+        }
+      }
+    }
+  }
+}
+
+// Prefill-sized products cross the kernels' token chunking; compared to the portable path.
+TEST_P(MatMulTest, LargeTokenCountMatchesPortable) {
+  const WeightType type = GetParam();
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  const int64_t k = 576, rows = 37, n = 300;
+  const Weights wt = RandomWeights(type, rows, k, rng);
+  const std::vector<float> x = RandomActivations(n, k, k, rng);
+  const Reference ref = ComputeReference(wt, x.data(), k, n);
+  std::vector<uint8_t> xq;
+  {
+    ScopedIsa scoped(Isa::kPortable);
+    xq = Prepare(type, x, k, k, n);
+  }
+  std::vector<float> portable;
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(IsaName(isa));
+    ScopedIsa scoped(isa);
+    const std::vector<float> out = RunProduct(wt, xq.data(), n, rows);
+    if (isa == Isa::kPortable) {
+      portable = out;
+      continue;
+    }
+    int failures = 0;
+    for (int64_t i = 0; i < n * rows; ++i) {
+      if (!(std::fabs(out[i] - portable[i]) <= 1e-5 * ref.scale[i]) && ++failures <= 5) {
+        ADD_FAILURE() << "i=" << i << " " << out[i] << " vs portable " << portable[i];
+      }
+    }
+    EXPECT_EQ(failures, 0);
+  }
+}
+
+// A NaN or infinity in one token's activations poisons exactly that token's outputs.
+TEST_P(MatMulTest, NonFiniteActivationsPropagateToTheirTokenOnly) {
+  const WeightType type = GetParam();
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  const int64_t k = 576, rows = 19, n = 9;
+  const Weights wt = RandomWeights(type, rows, k, rng);
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), INFINITY}) {
+    std::vector<float> x = RandomActivations(n, k, k, rng);
+    const int64_t bad_token = static_cast<int64_t>(rng() % n);
+    x[bad_token * k + static_cast<int64_t>(rng() % k)] = bad;
+    for (Isa isa : SupportedIsas()) {
+      SCOPED_TRACE(IsaName(isa));
+      ScopedIsa scoped(isa);
+      const std::vector<uint8_t> xq = Prepare(type, x, k, k, n);
+      const std::vector<float> out = RunProduct(wt, xq.data(), n, rows);
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t r = 0; r < rows; ++r) {
+          const bool finite = std::isfinite(out[t * rows + r]);
+          EXPECT_EQ(finite, t != bad_token) << "t=" << t << " r=" << r;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(MatMulTest, DequantizeRowMatchesIndependentDecode) {
+  const WeightType type = GetParam();
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  const Weights wt = RandomWeights(type, 5, 1536, rng);
+  std::vector<float> row(wt.k);
+  for (int64_t r = 0; r < wt.rows; ++r) {
+    DequantizeRow(type, wt.data.data() + r * wt.row_bytes, wt.k, row.data());
+    for (int64_t j = 0; j < wt.k; ++j) {
+      // Each decoded value is one f32 product (plus one add for Q4_1): within 1 ulp-ish.
+      ASSERT_NEAR(row[j], wt.w[r * wt.k + j], 1e-6 * (std::fabs(wt.w[r * wt.k + j]) + 1e-3))
+          << "r=" << r << " j=" << j;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
+                         ::testing::Values(WeightType::kF32, WeightType::kF16, WeightType::kBF16,
+                                           WeightType::kQ4_0, WeightType::kQ4_1,
+                                           WeightType::kQ8_0),
+                         [](const ::testing::TestParamInfo<WeightType>& param) {
+                           return std::string(TypeName(param.param));
+                         });
+
+TEST(ActivationQuantTest, BlocksRoundTripWithinHalfAStep) {
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  const int64_t k = 1536, n = 7;
+  std::vector<float> x = RandomActivations(n, k, k, rng);
+  std::fill(x.begin() + 64, x.begin() + 96, 0.0f);  // an all-zero block: d = 0, no NaN
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(IsaName(isa));
+    ScopedIsa scoped(isa);
+    const std::vector<uint8_t> xq = Prepare(WeightType::kQ4_1, x, k, k, n);
+    const auto* blocks = reinterpret_cast<const BlockQ8_1*>(xq.data());
+    for (int64_t i = 0; i < n * k / kBlock; ++i) {
+      const BlockQ8_1& b = blocks[i];
+      const float* xb = x.data() + i * kBlock;
+      double amax = 0.0;
+      int sum = 0;
+      for (int j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(double{xb[j]}));
+      ASSERT_NEAR(b.d, amax / 127.0, 1e-6 * amax) << "block " << i;
+      for (int j = 0; j < kBlock; ++j) {
+        ASSERT_LE(std::abs(int{b.qs[j]}), 127);
+        ASSERT_LE(std::fabs(xb[j] - double{b.d} * b.qs[j]), 0.5001 * b.d + 1e-30) << i << "," << j;
+        sum += b.qs[j];
+      }
+      ASSERT_EQ(b.s, b.d * static_cast<float>(sum)) << "block " << i;
+    }
+  }
+}
+
+TEST(IsaTest, ForceClampsToTheDetectedLevel) {
+  ForceIsa(Isa::kPortable);
+  EXPECT_EQ(ActiveIsa(), Isa::kPortable);
+  ForceIsa(Isa::kAvx2);
+  EXPECT_EQ(static_cast<int>(ActiveIsa()),
+            std::min(static_cast<int>(Isa::kAvx2), static_cast<int>(DetectIsa())));
+  ForceIsa(DetectIsa());
+  std::printf("detected ISA: %s\n", IsaName(DetectIsa()));
+}
+
+}  // namespace
+}  // namespace streamd::kernels::cpu

@@ -1,0 +1,103 @@
+// Block layouts of the quantized weight formats streamd reads, bit-identical to GGUF/ggml.
+//
+// A quantized row of K values is K/32 consecutive blocks. Each block holds 32 values:
+//   Q4_0: x = d * (q - 8),        q in [0,15]; d f16.            18 bytes
+//   Q4_1: x = d * q + m,          q in [0,15]; d, m f16.         20 bytes
+//   Q8_0: x = d * q,              q in [-128,127]; d f16.        34 bytes
+//   Q8_1: x = d * q, s = d*sum(q) (activations only; s lets Q4_1 add m*sum(x) in one multiply)
+// 4-bit blocks pack value j in the low nibble of qs[j] and value j+16 in the high nibble.
+// This header has no engine types: kernels/ stays below engine/.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace streamd::kernels {
+
+inline constexpr int kQuantBlock = 32;
+
+struct BlockQ4_0 {
+  uint16_t d;  // f16 scale
+  uint8_t qs[kQuantBlock / 2];
+};
+struct BlockQ4_1 {
+  uint16_t d;  // f16 scale
+  uint16_t m;  // f16 minimum
+  uint8_t qs[kQuantBlock / 2];
+};
+struct BlockQ8_0 {
+  uint16_t d;  // f16 scale
+  int8_t qs[kQuantBlock];
+};
+struct BlockQ8_1 {
+  float d;  // scale (f32: activations are quantized per step, not stored)
+  float s;  // d * sum(qs)
+  int8_t qs[kQuantBlock];
+};
+
+static_assert(sizeof(BlockQ4_0) == 18);
+static_assert(sizeof(BlockQ4_1) == 20);
+static_assert(sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ8_1) == 40);
+
+// IEEE half <-> float, exact for every half value (subnormals, inf, NaN included).
+inline float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      exp = 127 - 15 + 1;
+      while ((mant & 0x400u) == 0) {
+        mant <<= 1;
+        --exp;
+      }
+      mant &= 0x3ffu;
+      bits = sign | (exp << 23) | (mant << 13);
+    }
+  } else if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// Round-to-nearest-even float -> half.
+inline uint16_t FloatToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, sizeof x);
+  const uint32_t sign = (x >> 16) & 0x8000u;
+  x &= 0x7fffffffu;
+  if (x >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (x > 0x7f800000u ? 0x200u : 0));
+  if (x >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
+  if (x < 0x38800000u) {                                                // subnormal or zero
+    if (x < 0x33000000u) return static_cast<uint16_t>(sign);
+    const uint32_t e = x >> 23;
+    uint32_t m = (x & 0x7fffffu) | 0x800000u;
+    const uint32_t shift = 126 - e;  // 14..24
+    uint32_t half = m >> shift;
+    const uint32_t rem = m & ((1u << shift) - 1);
+    const uint32_t mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1u))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t h = ((x >> 13) - ((127 - 15) << 10));
+  const uint32_t rem = x & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
+  return static_cast<uint16_t>(sign | h);
+}
+
+inline float Bf16ToFloat(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+}  // namespace streamd::kernels

@@ -1,0 +1,42 @@
+// Shared helpers of kernels_cpu_test: fresh random seeds (printed on failure so a failing run can
+// be replayed with STREAMD_TEST_SEED=<seed>) and the instruction-set levels this CPU can run.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/matmul.h"
+
+namespace streamd::kernels::cpu::testing {
+
+// STREAMD_TEST_SEED if set, else a fresh seed from std::random_device.
+inline uint64_t TestSeed() {
+  if (const char* env = std::getenv("STREAMD_TEST_SEED")) return std::strtoull(env, nullptr, 10);
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+inline std::string SeedTrace(uint64_t seed) {
+  return "replay with STREAMD_TEST_SEED=" + std::to_string(seed);
+}
+
+// Every level up to DetectIsa(); a level the CPU lacks is not listed (and ForceIsa clamps it).
+inline std::vector<Isa> SupportedIsas() {
+  std::vector<Isa> isas = {Isa::kPortable};
+  if (static_cast<int>(DetectIsa()) >= static_cast<int>(Isa::kAvx2)) isas.push_back(Isa::kAvx2);
+  return isas;
+}
+
+// Restores the detected ISA when a test that forced one ends.
+class ScopedIsa {
+ public:
+  explicit ScopedIsa(Isa isa) { ForceIsa(isa); }
+  ~ScopedIsa() { ForceIsa(DetectIsa()); }
+  ScopedIsa(const ScopedIsa&) = delete;
+  ScopedIsa& operator=(const ScopedIsa&) = delete;
+};
+
+}  // namespace streamd::kernels::cpu::testing

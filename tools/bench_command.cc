@@ -1,0 +1,131 @@
+// `streamd bench`: single-stream prefill and decode throughput of the CPU engine, measured the
+// way llama.cpp's llama-bench measures (so the two can be run side by side): prefill = one
+// batch of P random tokens into an empty cache; decode = G single-token steps from an empty
+// cache. Each figure is the median of --reps repetitions, for each thread count asked.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/model/llama_model.h"
+#include "tools/commands.h"
+#include "tools/flags.h"
+#include "tools/model_path.h"
+
+namespace streamd::tools {
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+StatusOr<std::vector<int64_t>> ParseThreadList(const std::string& text) {
+  std::vector<int64_t> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 1 || v > 256) {
+      return InvalidArgumentError("--threads: \"" + item + "\" is not a thread count in [1, 256]");
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) return InvalidArgumentError("--threads is empty");
+  return out;
+}
+
+}  // namespace
+
+int BenchCommand(int argc, char** argv) {
+  std::string model_path = DefaultModelPath();
+  std::string threads_text = "1,2";
+  int64_t prompt_tokens = 512, gen_tokens = 128, reps = 5;
+  bool json = false;
+  FlagParser flags(
+      "streamd bench [--model PATH] [--threads 1,2] [--prompt-tokens P] [--gen-tokens G] "
+      "[--reps R] [--json]\n"
+      "Single-stream prefill and decode tokens/s (median of R runs) for each thread count.");
+  flags.String("model", &model_path, "GGUF model file");
+  flags.String("threads", &threads_text, "comma-separated thread counts");
+  flags.Int("prompt-tokens", &prompt_tokens, 1, 8192, "prefill batch size (tokens)");
+  flags.Int("gen-tokens", &gen_tokens, 1, 8192, "decode steps");
+  flags.Int("reps", &reps, 1, 100, "repetitions per figure");
+  flags.Bool("json", &json, "print one JSON object as the last line");
+  if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(s);
+  if (flags.help_requested()) return PrintHelp(flags);
+  auto threads = ParseThreadList(threads_text);
+  if (!threads.ok()) return Fail(threads.status());
+
+  auto model_or = LlamaModel::Load(model_path);
+  if (!model_or.ok()) return Fail(model_or.status(), model_path);
+  LlamaModel& model = **model_or;
+  const LlamaConfig& c = model.config();
+  const int64_t capacity = std::max(prompt_tokens, gen_tokens);
+  if (capacity > c.context_length) {
+    return Fail(InvalidArgumentError("--prompt-tokens/--gen-tokens = " + std::to_string(capacity) +
+                                     " exceed the model context " +
+                                     std::to_string(c.context_length)));
+  }
+  DenseKvCache cache(c, static_cast<int32_t>(capacity));
+  std::vector<float> logits(c.vocab_size);
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int32_t> pick(0, c.vocab_size - 1);
+  std::vector<int32_t> prompt(prompt_tokens);
+  for (int32_t& t : prompt) t = pick(rng);
+
+  using Clock = std::chrono::steady_clock;
+  nlohmann::json results = nlohmann::json::array();
+  std::printf("%-8s %-10s %16s %16s\n", "threads", "isa", "prefill tok/s", "decode tok/s");
+  for (int64_t nt : *threads) {
+    model.set_threads(static_cast<int32_t>(nt));
+    std::vector<double> prefill, decode;
+    for (int64_t r = 0; r < reps + 1; ++r) {  // the first repetition warms caches, not counted
+      cache.Clear();
+      const auto t0 = Clock::now();
+      Status s = model.Forward(prompt, cache, LogitsMode::kLast, logits.data());
+      const auto t1 = Clock::now();
+      if (!s.ok()) return Fail(s);
+      cache.Clear();
+      int32_t token = prompt[0];
+      const auto t2 = Clock::now();
+      for (int64_t g = 0; g < gen_tokens; ++g) {
+        s = model.Forward({&token, 1}, cache, LogitsMode::kLast, logits.data());
+        if (!s.ok()) return Fail(s);
+        token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      }
+      const auto t3 = Clock::now();
+      if (r == 0) continue;
+      prefill.push_back(prompt_tokens / std::chrono::duration<double>(t1 - t0).count());
+      decode.push_back(gen_tokens / std::chrono::duration<double>(t3 - t2).count());
+    }
+    const char* isa = kernels::cpu::IsaName(kernels::cpu::ActiveIsa());
+    std::printf("%-8lld %-10s %16.1f %16.1f\n", static_cast<long long>(nt), isa, Median(prefill),
+                Median(decode));
+    results.push_back({{"threads", nt},
+                       {"isa", isa},
+                       {"prefill_tokens_per_s", Median(prefill)},
+                       {"decode_tokens_per_s", Median(decode)},
+                       {"prefill_runs", prefill},
+                       {"decode_runs", decode}});
+  }
+  if (json) {
+    nlohmann::json out = {{"model", c.name},
+                          {"weight_bytes", model.weights().total_bytes},
+                          {"prompt_tokens", prompt_tokens},
+                          {"gen_tokens", gen_tokens},
+                          {"reps", reps},
+                          {"results", results}};
+    std::cout << out.dump() << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace streamd::tools

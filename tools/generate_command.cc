@@ -1,0 +1,203 @@
+// `streamd generate`: one prompt, one completion, streamed to stdout as tokens are sampled.
+// With --json the last line is a JSON object with token counts and prefill/decode speed.
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/model/llama_model.h"
+#include "engine/sampling/sampler.h"
+#include "engine/sampling/stop_string_matcher.h"
+#include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/incremental_detokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "tools/commands.h"
+#include "tools/flags.h"
+#include "tools/model_path.h"
+
+namespace streamd::tools {
+namespace {
+
+using tokenizer::ChatMessage;
+using tokenizer::ChatTemplate;
+using tokenizer::IncrementalDetokenizer;
+using tokenizer::Tokenizer;
+
+// Prompt tokens per forward pass: bounds the workspace, costs nothing in speed.
+constexpr size_t kPrefillChunk = 512;
+
+struct GenerateFlags {
+  std::string model = DefaultModelPath();
+  std::string prompt;
+  std::string system;
+  int64_t n = 128;
+  int64_t threads = 0;
+  double temperature = 0.8, top_p = 0.95, min_p = 0.05, repeat_penalty = 1.0;
+  double presence_penalty = 0.0, frequency_penalty = 0.0;
+  int64_t top_k = 40, repeat_last_n = 64, seed = 0;
+  std::vector<std::string> stops;
+  bool chat = false, special = false, json = false;
+};
+
+StatusOr<SamplingParams> ToSamplingParams(const GenerateFlags& f, int32_t vocab_size) {
+  SamplingParams p;
+  p.temperature = static_cast<float>(f.temperature);
+  p.top_k = static_cast<int32_t>(f.top_k);
+  p.top_p = static_cast<float>(f.top_p);
+  p.min_p = static_cast<float>(f.min_p);
+  p.repetition_penalty = static_cast<float>(f.repeat_penalty);
+  p.presence_penalty = static_cast<float>(f.presence_penalty);
+  p.frequency_penalty = static_cast<float>(f.frequency_penalty);
+  p.penalty_last_n = static_cast<int32_t>(f.repeat_last_n);
+  p.seed = static_cast<uint64_t>(f.seed);
+  STREAMD_RETURN_IF_ERROR(ValidateSamplingParams(p, vocab_size));
+  return p;
+}
+
+}  // namespace
+
+int GenerateCommand(int argc, char** argv) {
+  GenerateFlags f;
+  FlagParser flags(
+      "streamd generate --prompt TEXT [-n N] [--model PATH] [sampling flags] [--chat] [--json]\n"
+      "Completes TEXT with the model, printing tokens as they are sampled.");
+  flags.String("model", &f.model, "GGUF model file");
+  flags.String("prompt", &f.prompt, "text to complete (required, not empty)");
+  flags.Int("n-predict", &f.n, 1, 1 << 20, "tokens to generate at most");
+  flags.Alias("-n", "n-predict");
+  flags.Bool("chat", &f.chat, "wrap the prompt as a user turn in the model's chat template");
+  flags.String("system", &f.system, "system message for --chat");
+  flags.Bool("special", &f.special, "parse special-token texts such as <|im_end|> in the prompt");
+  flags.Float("temperature", &f.temperature, 0.0, 100.0, "sampling temperature; 0 is greedy");
+  flags.Alias("-t", "temperature");
+  flags.Int("top-k", &f.top_k, 0, 1 << 24, "keep the k most likely tokens; 0 disables");
+  flags.Float("top-p", &f.top_p, 1e-9, 1.0, "nucleus mass in (0, 1]; 1 disables");
+  flags.Float("min-p", &f.min_p, 0.0, 1.0, "drop tokens below min-p times the top probability");
+  flags.Float("repeat-penalty", &f.repeat_penalty, 1e-9, 10.0, "repetition penalty; 1 disables");
+  flags.Float("presence-penalty", &f.presence_penalty, -2.0, 2.0, "presence penalty");
+  flags.Float("frequency-penalty", &f.frequency_penalty, -2.0, 2.0, "frequency penalty");
+  flags.Int("repeat-last-n", &f.repeat_last_n, 0, 1 << 20, "tokens the penalties look back on");
+  flags.Int("seed", &f.seed, 0, INT64_MAX, "random seed; 0 picks one");
+  flags.Strings("stop", &f.stops, "stop when the output contains this text");
+  flags.Int("threads", &f.threads, 0, 256, "worker threads; 0 = all cores");
+  flags.Bool("json", &f.json, "print one JSON object with counts and speed as the last line");
+  if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(s);
+  if (flags.help_requested()) return PrintHelp(flags);
+  if (f.prompt.empty()) return Fail(InvalidArgumentError("--prompt is required and must not be empty"));
+
+  auto model_or = LlamaModel::Load(f.model);
+  if (!model_or.ok()) return Fail(model_or.status(), f.model);
+  LlamaModel& model = **model_or;
+  if (f.threads > 0) model.set_threads(static_cast<int32_t>(f.threads));
+  const LlamaConfig& config = model.config();
+  auto vocab_or = Tokenizer::FromGguf(model.file());
+  if (!vocab_or.ok()) return Fail(vocab_or.status(), f.model);
+  const Tokenizer& vocab = **vocab_or;
+  auto params = ToSamplingParams(f, config.vocab_size);
+  if (!params.ok()) return Fail(params.status());
+  auto stops_or = StopStringMatcher::Create(f.stops);
+  if (!stops_or.ok()) return Fail(stops_or.status());
+  StopStringMatcher& stops = *stops_or;
+
+  std::string text = f.prompt;
+  bool parse_special = f.special;
+  bool add_bos = vocab.add_bos();
+  if (f.chat) {
+    auto tmpl = ChatTemplate::FromGguf(model.file(), vocab);
+    if (!tmpl.ok()) return Fail(tmpl.status(), f.model);
+    if (tmpl->is_fallback()) {
+      std::fprintf(stderr, "streamd: warning: %s\n", tmpl->fallback_reason().c_str());
+    }
+    add_bos = add_bos && !tmpl->renders_bos();  // the template writes BOS itself
+    std::vector<ChatMessage> messages;
+    if (!f.system.empty()) messages.push_back({"system", f.system});
+    messages.push_back({"user", f.prompt});
+    auto rendered = tmpl->Render(messages, /*add_generation_prompt=*/true);
+    if (!rendered.ok()) return Fail(rendered.status(), "--chat");
+    text = std::move(rendered).value();
+    parse_special = true;  // the template's own markers are special tokens
+  }
+  auto prompt_or = vocab.Encode(text, add_bos, parse_special);
+  if (!prompt_or.ok()) return Fail(prompt_or.status(), "--prompt");
+  const std::vector<int32_t>& prompt = *prompt_or;
+  if (prompt.empty()) return Fail(InvalidArgumentError("--prompt encodes to no tokens"));
+  const int64_t needed = static_cast<int64_t>(prompt.size()) + f.n;
+  if (needed > config.context_length) {
+    return Fail(InvalidArgumentError(
+        "the prompt (" + std::to_string(prompt.size()) + " tokens) plus -n " +
+        std::to_string(f.n) + " is " + std::to_string(needed) +
+        " tokens, over the model context of " + std::to_string(config.context_length)));
+  }
+
+  DenseKvCache cache(config, static_cast<int32_t>(needed));
+  std::vector<float> logits(config.vocab_size);
+  Sampler sampler(*params, config.vocab_size);
+  for (int32_t t : prompt) sampler.Accept(t);
+
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  for (size_t i = 0; i < prompt.size(); i += kPrefillChunk) {
+    const size_t len = std::min(kPrefillChunk, prompt.size() - i);
+    if (Status s = model.Forward({prompt.data() + i, len}, cache, LogitsMode::kLast, logits.data());
+        !s.ok()) {
+      return Fail(s);
+    }
+  }
+  const auto t1 = Clock::now();
+
+  // SentencePiece drops the space a piece starts with only at the start of a text; after a
+  // prompt that ends in ordinary text, a generated leading space is real.
+  IncrementalDetokenizer detok(vocab, vocab.IsSpecial(prompt.back()));
+  std::string stop_reason = "length";
+  int64_t generated = 0;
+  for (; generated < f.n; ++generated) {
+    const int32_t token = sampler.Sample(logits);
+    if (vocab.IsEndOfGeneration(token)) {
+      stop_reason = "eog";
+      break;
+    }
+    sampler.Accept(token);
+    const StopStringMatcher::FeedResult r = stops.Feed(detok.Push(token));
+    std::fwrite(r.text.data(), 1, r.text.size(), stdout);
+    std::fflush(stdout);
+    if (r.stopped) {
+      stop_reason = "stop";
+      ++generated;
+      break;
+    }
+    if (generated + 1 == f.n) {
+      ++generated;
+      break;
+    }
+    if (Status s = model.Forward({&token, 1}, cache, LogitsMode::kLast, logits.data()); !s.ok()) {
+      return Fail(s);
+    }
+  }
+  if (stop_reason != "stop") {
+    const std::string rest = stops.Feed(detok.Flush()).text + stops.Flush();
+    std::fwrite(rest.data(), 1, rest.size(), stdout);
+  }
+  std::fputc('\n', stdout);
+  const auto t2 = Clock::now();
+
+  if (f.json) {
+    const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
+    const double decode_s = std::chrono::duration<double>(t2 - t1).count();
+    nlohmann::json out = {
+        {"prompt_tokens", prompt.size()},
+        {"generated_tokens", generated},
+        {"stop_reason", stop_reason},
+        {"prefill_seconds", prefill_s},
+        {"decode_seconds", decode_s},
+        {"prefill_tokens_per_s", prompt.size() / prefill_s},
+        {"decode_tokens_per_s", generated > 0 ? generated / decode_s : 0.0},
+        {"threads", model.threads()},
+    };
+    std::cout << out.dump() << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace streamd::tools
