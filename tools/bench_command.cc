@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/cache/block_pool.h"
+#include "engine/cache/session_cache.h"
 #include "engine/model/llama_model.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
@@ -19,6 +21,8 @@
 
 namespace streamd::tools {
 namespace {
+
+constexpr int32_t kBlockSize = 16;
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -74,7 +78,12 @@ int BenchCommand(int argc, char** argv) {
                                      " exceed the model context " +
                                      std::to_string(c.context_length)));
   }
-  DenseKvCache cache(c, static_cast<int32_t>(capacity));
+  const CacheSpec dense{CacheMode::kDense, 0, 0, static_cast<int32_t>(prompt_tokens)};
+  const KvShape shape{c.n_layers, c.n_kv_heads, c.head_dim};
+  const int32_t blocks =
+      SessionCache::MaxBlocks(SessionCache::Effective(dense, c.context_length), kBlockSize);
+  auto pool = BlockPool::Create(shape, kBlockSize, blocks * BlockPool::BlockBytes(shape, kBlockSize));
+  if (!pool.ok()) return Fail(pool.status());
   std::vector<float> logits(c.vocab_size);
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> pick(0, c.vocab_size - 1);
@@ -88,16 +97,19 @@ int BenchCommand(int argc, char** argv) {
     model.set_threads(static_cast<int32_t>(nt));
     std::vector<double> prefill, decode;
     for (int64_t r = 0; r < reps + 1; ++r) {  // the first repetition warms caches, not counted
-      cache.Clear();
+      auto cache = SessionCache::Create(pool->get(), dense, c.context_length);
+      if (!cache.ok()) return Fail(cache.status());
       const auto t0 = Clock::now();
-      Status s = model.Forward(prompt, cache, LogitsMode::kLast, logits.data());
+      Status s = model.Forward(prompt, **cache, LogitsMode::kLast, logits.data());
       const auto t1 = Clock::now();
       if (!s.ok()) return Fail(s);
-      cache.Clear();
+      cache->reset();
+      cache = SessionCache::Create(pool->get(), dense, c.context_length);
+      if (!cache.ok()) return Fail(cache.status());
       int32_t token = prompt[0];
       const auto t2 = Clock::now();
       for (int64_t g = 0; g < gen_tokens; ++g) {
-        s = model.Forward({&token, 1}, cache, LogitsMode::kLast, logits.data());
+        s = model.Forward({&token, 1}, **cache, LogitsMode::kLast, logits.data());
         if (!s.ok()) return Fail(s);
         token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       }

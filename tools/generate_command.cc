@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/cache/block_pool.h"
+#include "engine/cache/session_cache.h"
 #include "engine/model/llama_model.h"
 #include "engine/sampling/sampler.h"
 #include "engine/sampling/stop_string_matcher.h"
@@ -38,6 +40,8 @@ struct GenerateFlags {
   double presence_penalty = 0.0, frequency_penalty = 0.0;
   int64_t top_k = 40, repeat_last_n = 64, seed = 0;
   std::vector<std::string> stops;
+  std::string cache = "dense";
+  int64_t sinks = 4, window = 1020, block_size = 16;
   bool chat = false, special = false, json = false;
 };
 
@@ -81,6 +85,12 @@ int GenerateCommand(int argc, char** argv) {
   flags.Int("repeat-last-n", &f.repeat_last_n, 0, 1 << 20, "tokens the penalties look back on");
   flags.Int("seed", &f.seed, 0, INT64_MAX, "random seed; 0 picks one");
   flags.Strings("stop", &f.stops, "stop when the output contains this text");
+  flags.String("cache", &f.cache,
+               "KV cache: dense (bounded by the model context), sink (sinks + window, runs "
+               "forever) or window (no sinks)");
+  flags.Int("sinks", &f.sinks, 0, 1 << 20, "attention sinks kept forever (--cache sink)");
+  flags.Int("window", &f.window, 1, 1 << 24, "most recent tokens kept (--cache sink|window)");
+  flags.Int("block-size", &f.block_size, 1, kMaxBlockSize, "tokens per KV block");
   flags.Int("threads", &f.threads, 0, 256, "worker threads; 0 = all cores");
   flags.Bool("json", &f.json, "print one JSON object with counts and speed as the last line");
   if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(s);
@@ -123,15 +133,29 @@ int GenerateCommand(int argc, char** argv) {
   if (!prompt_or.ok()) return Fail(prompt_or.status(), "--prompt");
   const std::vector<int32_t>& prompt = *prompt_or;
   if (prompt.empty()) return Fail(InvalidArgumentError("--prompt encodes to no tokens"));
+  auto mode = ParseCacheMode(f.cache);
+  if (!mode.ok()) return Fail(mode.status(), "--cache");
   const int64_t needed = static_cast<int64_t>(prompt.size()) + f.n;
-  if (needed > config.context_length) {
+  if (*mode == CacheMode::kDense && needed > config.context_length) {
     return Fail(InvalidArgumentError(
         "the prompt (" + std::to_string(prompt.size()) + " tokens) plus -n " +
         std::to_string(f.n) + " is " + std::to_string(needed) +
         " tokens, over the model context of " + std::to_string(config.context_length)));
   }
 
-  DenseKvCache cache(config, static_cast<int32_t>(needed));
+  const CacheSpec spec{*mode, static_cast<int32_t>(f.sinks), static_cast<int32_t>(f.window),
+                       static_cast<int32_t>(kPrefillChunk)};
+  const KvShape shape{config.n_layers, config.n_kv_heads, config.head_dim};
+  const int32_t block = static_cast<int32_t>(f.block_size);
+  // One session: the pool holds exactly its worst case.
+  auto pool = BlockPool::Create(
+      shape, block,
+      SessionCache::MaxBlocks(SessionCache::Effective(spec, config.context_length), block) *
+          BlockPool::BlockBytes(shape, block));
+  if (!pool.ok()) return Fail(pool.status());
+  auto cache_or = SessionCache::Create(pool->get(), spec, config.context_length);
+  if (!cache_or.ok()) return Fail(cache_or.status(), "--cache");
+  SessionCache& cache = **cache_or;
   std::vector<float> logits(config.vocab_size);
   Sampler sampler(*params, config.vocab_size);
   for (int32_t t : prompt) sampler.Accept(t);

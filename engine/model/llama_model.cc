@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "engine/model/cpu_ops.h"
+#include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/vec_ops.h"
 
 namespace streamd {
@@ -82,21 +83,30 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::FromFile(std::unique_ptr<gguf:
   return model;
 }
 
-void LlamaModel::ReserveWorkspace(int64_t n, int32_t cache_capacity) {
+StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::FromBytes(std::vector<uint8_t> bytes) {
+  STREAMD_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> file,
+                           gguf::GgufFile::FromBuffer(bytes.data(), bytes.size()));
+  STREAMD_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, FromFile(std::move(file)));
+  model->owned_bytes_ = std::move(bytes);  // a moved vector keeps its buffer: views stay valid
+  return model;
+}
+
+void LlamaModel::ReserveWorkspace(int64_t n, int64_t max_keys) {
   const LlamaConfig& c = config_;
   if (n > ws_.n_tokens) {
+    const int64_t half = rope_->half_dim();
     ws_.n_tokens = n;
     ws_.x.resize(n * c.dim);
     ws_.xb.resize(n * std::max(c.dim, c.ffn_dim));
     ws_.q.resize(n * c.q_dim());
+    ws_.q_sink.resize(n * c.q_dim());
     ws_.k.resize(n * c.kv_dim());
     ws_.v.resize(n * c.kv_dim());
     ws_.attn.resize(n * c.q_dim());
     ws_.proj.resize(n * c.dim);
     ws_.gate.resize(n * c.ffn_dim);
     ws_.up.resize(n * c.ffn_dim);
-    ws_.rope_cos.resize(n * rope_->half_dim());
-    ws_.rope_sin.resize(n * rope_->half_dim());
+    for (auto* v : {&ws_.rope_cos, &ws_.rope_sin, &ws_.sink_cos, &ws_.sink_sin}) v->resize(n * half);
   }
   size_t xq = 0;
   for (WeightType t : {WeightType::kF32, WeightType::kF16, WeightType::kBF16, WeightType::kQ4_0,
@@ -105,38 +115,102 @@ void LlamaModel::ReserveWorkspace(int64_t n, int32_t cache_capacity) {
   }
   xq = (xq + 63) / 64 * 64;
   if (ws_.xq.size() < 3 * xq) ws_.xq.resize(3 * xq);
-  const size_t scores = static_cast<size_t>(threads_) * cache_capacity;
+  const size_t scores = static_cast<size_t>(threads_) * max_keys;
   if (ws_.scores.size() < scores) ws_.scores.resize(scores);
 }
 
-Status LlamaModel::Forward(std::span<const int32_t> tokens, DenseKvCache& cache, LogitsMode mode,
-                           float* logits) {
-  const LlamaConfig& c = config_;
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  if (n == 0) return InvalidArgumentError("forward: the batch has no tokens");
-  for (int64_t i = 0; i < n; ++i) {
-    if (tokens[i] < 0 || tokens[i] >= c.vocab_size) {
+Status LlamaModel::ValidateBatch(std::span<const int32_t> tokens,
+                                 std::span<const SequenceInput> seqs) const {
+  if (tokens.empty() || seqs.empty()) return InvalidArgumentError("forward: the batch is empty");
+  int64_t total = 0;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    if (seqs[s].cache == nullptr || seqs[s].n_tokens < 1) {
+      return InvalidArgumentError("forward: sequence " + std::to_string(s) +
+                                  " has no cache or no tokens");
+    }
+    if (seqs[s].cache->pool() != seqs[0].cache->pool()) {
+      return InvalidArgumentError("forward: sequences from different KV pools in one batch");
+    }
+    if (seqs[s].n_tokens > seqs[s].cache->spec().max_chunk) {
+      return InvalidArgumentError("forward: sequence " + std::to_string(s) + " appends " +
+                                  std::to_string(seqs[s].n_tokens) +
+                                  " tokens, over its cache's chunk limit of " +
+                                  std::to_string(seqs[s].cache->spec().max_chunk));
+    }
+    total += seqs[s].n_tokens;
+  }
+  if (total != static_cast<int64_t>(tokens.size())) {
+    return InvalidArgumentError("forward: sequences hold " + std::to_string(total) +
+                                " tokens, the batch " + std::to_string(tokens.size()));
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {
       return InvalidArgumentError("token id " + std::to_string(tokens[i]) + " at index " +
                                   std::to_string(i) + " is outside the vocabulary [0, " +
-                                  std::to_string(c.vocab_size) + ")");
+                                  std::to_string(config_.vocab_size) + ")");
     }
   }
-  const int32_t start = cache.length();
-  if (n > cache.capacity() - start) {
-    return OutOfRangeError("forward: " + std::to_string(n) + " tokens do not fit in the cache (" +
-                           std::to_string(start) + " of " + std::to_string(cache.capacity()) +
-                           " positions used)");
-  }
-  ReserveWorkspace(n, cache.capacity());
+  return OkStatus();
+}
 
+// Fills the per-token plan: sequence, text position, RoPE angles (window and, after
+// eviction, sink), and which logits row each token writes.
+void LlamaModel::PlanTokens(std::span<const SequenceInput> seqs) {
+  const int32_t half = rope_->half_dim();
+  ws_.seq_of.clear();
+  ws_.position.clear();
+  ws_.has_sink_rope.clear();
+  ws_.out_row.clear();
+  ws_.tables.clear();
+  int64_t row = 0;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const SessionCache& cache = *seqs[s].cache;
+    ws_.tables.push_back(cache.table());
+    const kernels::SinkWindowTable& table = ws_.tables.back();
+    for (int32_t i = 0; i < seqs[s].n_tokens; ++i) {
+      const int64_t t = static_cast<int64_t>(ws_.position.size());
+      const int64_t p = cache.tokens_seen() + i;
+      const int64_t cp = table.CachePosition(p);
+      ws_.seq_of.push_back(static_cast<int32_t>(s));
+      ws_.position.push_back(p);
+      rope_->Angles(p, &ws_.rope_cos[t * half], &ws_.rope_sin[t * half]);
+      ws_.has_sink_rope.push_back(cp != p && table.VisibleSinks(p) > 0);
+      if (ws_.has_sink_rope.back()) rope_->Angles(cp, &ws_.sink_cos[t * half], &ws_.sink_sin[t * half]);
+      const bool wants = seqs[s].logits == LogitsMode::kAll || i + 1 == seqs[s].n_tokens;
+      ws_.out_row.push_back(wants ? row++ : -1);
+    }
+  }
+}
+
+Status LlamaModel::Forward(std::span<const int32_t> tokens, SessionCache& cache,
+                           LogitsMode mode, float* logits) {
+  const SequenceInput seq{&cache, static_cast<int32_t>(tokens.size()), mode};
+  return Forward(tokens, std::span<const SequenceInput>(&seq, 1), logits);
+}
+
+Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const SequenceInput> seqs,
+                           float* logits) {
+  STREAMD_RETURN_IF_ERROR(ValidateBatch(tokens, seqs));
+  int64_t max_keys = 0;
+  for (const SequenceInput& s : seqs) {
+    STREAMD_RETURN_IF_ERROR(s.cache->Reserve(s.n_tokens));
+    max_keys = std::max<int64_t>(max_keys, s.cache->spec().sinks + s.cache->spec().window);
+  }
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  ReserveWorkspace(n, max_keys);
+  PlanTokens(seqs);
+
+  const LlamaConfig& c = config_;
+  BlockPool& pool = *seqs[0].cache->pool();
+  const kernels::KvPoolLayout& layout = pool.layout();
   Workspace& ws = ws_;
   const int32_t dim = c.dim, hd = c.head_dim, half = rope_->half_dim();
   const int32_t q_dim = c.q_dim(), kv_dim = c.kv_dim(), ffn = c.ffn_dim;
   const int32_t group = c.n_heads / c.n_kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const size_t xq_stride = ws.xq.size() / 3;
-  const int64_t out_first = mode == LogitsMode::kAll ? 0 : n - 1;
-  const int64_t n_out = n - out_first;
+  int64_t n_out = 0;
+  for (int64_t r : ws.out_row) n_out += r >= 0;
 
 #pragma omp parallel num_threads(threads_)
   {
@@ -144,43 +218,46 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, DenseKvCache& cache,
     for (int64_t t = 0; t < n; ++t) {
       const WeightMatrix& e = weights_.token_embedding;
       kernels::cpu::DequantizeRow(e.type, e.data + tokens[t] * e.row_bytes, dim, &ws.x[t * dim]);
-      rope_->Angles(start + t, &ws.rope_cos[t * half], &ws.rope_sin[t * half]);
     }
 
     for (int32_t l = 0; l < c.n_layers; ++l) {
       const LlamaLayerWeights& w = weights_.layers[l];
+      uint16_t* layer_kv = pool.layer_data(l);
       // --- attention block ---
 #pragma omp for schedule(static)
-      for (int64_t t = 0; t < n; ++t) RmsNorm(&ws.x[t * dim], w.attn_norm, c.rms_eps, dim, &ws.xb[t * dim]);
+      for (int64_t t = 0; t < n; ++t) {
+        RmsNorm(&ws.x[t * dim], w.attn_norm, c.rms_eps, dim, &ws.xb[t * dim]);
+      }
       const Product qkv[] = {{&w.wq, ws.q.data(), q_dim},
                              {&w.wk, ws.k.data(), kv_dim},
                              {&w.wv, ws.v.data(), kv_dim}};
       FusedMatMul(qkv, ws.xb.data(), n, ws.xq.data(), xq_stride);
+      // Keys are rotated by their text position and written once; queries are rotated by
+      // their text position and, once eviction has begun, by their cache position for sinks.
 #pragma omp for schedule(static)
       for (int64_t t = 0; t < n; ++t) {
         const float* cs = &ws.rope_cos[t * half];
         const float* sn = &ws.rope_sin[t * half];
-        ApplyRope(&ws.q[t * q_dim], c.n_heads, hd, cs, sn);
+        float* q = &ws.q[t * q_dim];
+        if (ws.has_sink_rope[t]) {
+          std::copy(q, q + q_dim, &ws.q_sink[t * q_dim]);
+          ApplyRope(&ws.q_sink[t * q_dim], c.n_heads, hd, &ws.sink_cos[t * half],
+                    &ws.sink_sin[t * half]);
+        }
+        ApplyRope(q, c.n_heads, hd, cs, sn);
         ApplyRope(&ws.k[t * kv_dim], c.n_kv_heads, hd, cs, sn);
-        kernels::cpu::FloatToHalfRow(&ws.k[t * kv_dim], cache.key(l, start + t), kv_dim);
-        kernels::cpu::FloatToHalfRow(&ws.v[t * kv_dim], cache.value(l, start + t), kv_dim);
+        kernels::cpu::WriteKv(layout, layer_kv, ws.tables[ws.seq_of[t]], ws.position[t],
+                              &ws.k[t * kv_dim], &ws.v[t * kv_dim]);
       }
 #pragma omp for schedule(dynamic, 1) collapse(2)
       for (int64_t t = 0; t < n; ++t) {
         for (int32_t h = 0; h < c.n_heads; ++h) {
-          const int32_t ctx = start + static_cast<int32_t>(t) + 1;  // causal: keys 0..pos
-          const int32_t kv_off = (h / group) * hd;
           const float* q = &ws.q[t * q_dim + h * hd];
-          float* scores = &ws.scores[static_cast<size_t>(omp_get_thread_num()) * cache.capacity()];
-          for (int32_t j = 0; j < ctx; ++j) {
-            scores[j] = kernels::cpu::DotF32F16(q, cache.key(l, j) + kv_off, hd) * scale;
-          }
-          SoftmaxInPlace(scores, ctx);
-          float* out = &ws.attn[t * q_dim + h * hd];
-          std::fill(out, out + hd, 0.0f);
-          for (int32_t j = 0; j < ctx; ++j) {
-            kernels::cpu::AxpyF16(scores[j], cache.value(l, j) + kv_off, out, hd);
-          }
+          const float* q_sink = ws.has_sink_rope[t] ? &ws.q_sink[t * q_dim + h * hd] : q;
+          float* scores = &ws.scores[static_cast<size_t>(omp_get_thread_num()) * max_keys];
+          kernels::cpu::PagedAttentionHead(layout, layer_kv, ws.tables[ws.seq_of[t]],
+                                           ws.position[t], h / group, q, q_sink, scale, scores,
+                                           &ws.attn[t * q_dim + h * hd]);
         }
       }
       const Product wo[] = {{&w.wo, ws.proj.data(), dim}};
@@ -203,13 +280,15 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, DenseKvCache& cache,
 
     // --- output head, only for the tokens whose logits were asked for ---
 #pragma omp for schedule(static)
-    for (int64_t t = out_first; t < n; ++t) {
-      RmsNorm(&ws.x[t * dim], weights_.output_norm, c.rms_eps, dim, &ws.xb[(t - out_first) * dim]);
+    for (int64_t t = 0; t < n; ++t) {
+      if (ws.out_row[t] >= 0) {
+        RmsNorm(&ws.x[t * dim], weights_.output_norm, c.rms_eps, dim, &ws.xb[ws.out_row[t] * dim]);
+      }
     }
     const Product head[] = {{&weights_.output, logits, c.vocab_size}};
     FusedMatMul(head, ws.xb.data(), n_out, ws.xq.data(), xq_stride);
   }
-  cache.set_length(start + static_cast<int32_t>(n));
+  for (const SequenceInput& s : seqs) s.cache->Commit(s.n_tokens);
   return OkStatus();
 }
 

@@ -3,7 +3,8 @@
 //
 // Data path per layer, for all tokens of the batch at once:
 //   x -> RMSNorm -> [Wq|Wk|Wv] (one activation quantization, one parallel product) -> RoPE
-//     -> K,V appended to the cache (f16) -> attention per (token, head) -> Wo -> x += .
+//     -> K,V written into each session's paged cache (f16) -> attention per (token, head)
+//     over that session's sinks and window -> Wo -> x += .
 //   x -> RMSNorm -> [Wgate|Wup] -> silu(gate) * up -> Wdown -> x += .
 // Every product reads each weight block once per step for the whole batch.
 #pragma once
@@ -15,7 +16,7 @@
 #include <vector>
 
 #include "engine/gguf/gguf_file.h"
-#include "engine/model/dense_kv_cache.h"
+#include "engine/cache/session_cache.h"
 #include "engine/model/llama_config.h"
 #include "engine/model/llama_weights.h"
 #include "engine/model/rope.h"
@@ -24,8 +25,15 @@
 namespace streamd {
 
 enum class LogitsMode {
-  kLast,  // logits of the batch's last token: [vocab]
+  kLast,  // logits of the sequence's last token: [vocab]
   kAll,   // logits of every token: [n_tokens, vocab]
+};
+
+// One session's part of a batch: its next n_tokens tokens, appended to its cache.
+struct SequenceInput {
+  SessionCache* cache = nullptr;
+  int32_t n_tokens = 0;
+  LogitsMode logits = LogitsMode::kLast;
 };
 
 class LlamaModel {
@@ -33,6 +41,8 @@ class LlamaModel {
   static StatusOr<std::unique_ptr<LlamaModel>> Load(const std::string& path);
   // Takes ownership of an already opened file (tests build synthetic models in memory).
   static StatusOr<std::unique_ptr<LlamaModel>> FromFile(std::unique_ptr<gguf::GgufFile> file);
+  // Parses GGUF bytes held in memory; the model keeps them.
+  static StatusOr<std::unique_ptr<LlamaModel>> FromBytes(std::vector<uint8_t> bytes);
 
   const LlamaConfig& config() const { return config_; }
   const gguf::GgufFile& file() const { return *file_; }
@@ -42,16 +52,27 @@ class LlamaModel {
   void set_threads(int32_t n) { threads_ = n > 0 ? n : 1; }
   int32_t threads() const { return threads_; }
 
-  // Appends `tokens` to `cache` at positions cache.length().. and computes their logits.
-  // Errors: empty batch, a token id outside the vocabulary, or a batch that does not fit in
-  // the cache's capacity (INVALID_ARGUMENT / OUT_OF_RANGE naming the value and the limit).
-  Status Forward(std::span<const int32_t> tokens, DenseKvCache& cache, LogitsMode mode,
+  // Runs one batch: sequence k's tokens are the next seqs[k].n_tokens entries of `tokens`,
+  // appended to its cache at positions cache->tokens_seen() ... Every cache must live in the
+  // same pool. Logits rows are written in batch order: for each sequence, its last token's
+  // row (kLast) or one row per token (kAll), [rows, vocab].
+  // Errors (nothing is appended then): an empty batch or sequence, counts that do not add up,
+  // a token id outside the vocabulary, a chunk over a cache's max_chunk, a dense cache past
+  // the context, or a pool out of blocks.
+  Status Forward(std::span<const int32_t> tokens, std::span<const SequenceInput> seqs,
+                 float* logits);
+  // One sequence.
+  Status Forward(std::span<const int32_t> tokens, SessionCache& cache, LogitsMode mode,
                  float* logits);
 
  private:
   LlamaModel() = default;
-  void ReserveWorkspace(int64_t n_tokens, int32_t cache_capacity);
+  Status ValidateBatch(std::span<const int32_t> tokens,
+                       std::span<const SequenceInput> seqs) const;
+  void PlanTokens(std::span<const SequenceInput> seqs);
+  void ReserveWorkspace(int64_t n_tokens, int64_t max_keys);
 
+  std::vector<uint8_t> owned_bytes_;  // FromBytes: the file's storage (moved, never copied)
   std::unique_ptr<gguf::GgufFile> file_;
   LlamaConfig config_;
   LlamaWeights weights_;
@@ -61,9 +82,17 @@ class LlamaModel {
   // Scratch reused across calls; sized for the largest batch seen so far.
   struct Workspace {
     int64_t n_tokens = 0;
-    std::vector<float> x, xb, q, k, v, attn, proj, gate, up, rope_cos, rope_sin;
+    std::vector<float> x, xb, q, q_sink, k, v, attn, proj, gate, up;
+    std::vector<float> rope_cos, rope_sin, sink_cos, sink_sin;  // [n_tokens, head_dim / 2]
     std::vector<uint8_t> xq;
-    std::vector<float> scores;  // [threads, cache capacity]
+    std::vector<float> scores;  // [threads, max keys one query sees]
+    // Per token of the batch: its sequence, text position, and whether its sink rotation
+    // differs from its window rotation (only after eviction starts).
+    std::vector<int32_t> seq_of;
+    std::vector<int64_t> position;
+    std::vector<uint8_t> has_sink_rope;
+    std::vector<kernels::SinkWindowTable> tables;  // per sequence
+    std::vector<int64_t> out_row;                  // per token: logits row, or -1
   } ws_;
 };
 

@@ -28,6 +28,10 @@ It writes (all ids only, kept small):
   smollm2_greedy.json       pure-argmax continuations of a few prompts
 
 Run time: well under a minute on 2 CPU cores (threads default to 2).
+
+smollm2_pride_2048_f32.json (the same pass on an exact F32 dequantization of
+the weights, no activation quantization) is written by make_exact_fixture.py,
+which imports dense_scores() and PPL_DEFINITION from here.
 """
 
 import argparse
@@ -108,6 +112,19 @@ GREEDY_PROMPTS = [
 GREEDY_STEPS = 32
 
 PPL_TOKENS = 2048
+PPL_DEFINITION = (
+    "tokens = first 2048 ids of llama_tokenize(whole book file bytes as on disk, "
+    "BOM and CRLF kept, add_special=false, parse_special=false). One sequence, "
+    "positions 0..2047, evaluated in a single dense forward pass with full causal "
+    "attention over all previous tokens (no sliding window, no chunking, no BOS "
+    "prepended). Every token after the first is scored: for i in 0..2046, "
+    "logits[i] are the output logits at position i (predicting token i+1); "
+    "log-softmax computed in float64 from the float32 logits; "
+    "nll[i] = logsumexp(logits[i]) - logits[i][tokens[i+1]]; "
+    "argmax[i] = index of the largest logits[i] (lowest index on ties); "
+    "argmax_gap[i] = top1 - top2 logit (4 significant digits), useful for "
+    "skipping near-ties when comparing; ppl = exp(mean(nll)) over the 2047 values "
+    "(computed from unrounded nll). nll values rounded to 6 significant digits.")
 
 
 def disable_extra_buffer_types():
@@ -226,6 +243,24 @@ def log_softmax_rows(logits32):
     return x, lse
 
 
+def dense_scores(llm, tokens):
+    """One dense forward pass over `tokens` from an empty KV cache, scored as in
+    PPL_DEFINITION.  Returns float64 arrays nll, argmax, gap (len(tokens)-1 each)
+    and ppl (from the unrounded nll)."""
+    n = len(tokens)
+    llm.reset()
+    llm.eval(tokens)
+    logits = np.array(llm.scores[:n - 1, :], dtype=np.float32)  # rows 0..n-2
+    x, lse = log_softmax_rows(logits)
+    nxt = np.array(tokens[1:], dtype=np.int64)
+    nll = lse - x[np.arange(n - 1), nxt]
+    argmax = x.argmax(axis=1)
+    srt = np.sort(x, axis=1)
+    gap = srt[:, -1] - srt[:, -2]
+    ppl = math.exp(float(nll.mean()))
+    return nll, argmax, gap, ppl
+
+
 def sig6(x):
     return float(f"{x:.6g}")
 
@@ -275,35 +310,14 @@ def main():
     all_ids = tok(llm, book, False, False)
     tokens = all_ids[:PPL_TOKENS]
     assert len(tokens) == PPL_TOKENS
-    llm.reset()
-    llm.eval(tokens)
-    logits = np.array(llm.scores[:PPL_TOKENS - 1, :], dtype=np.float32)  # rows 0..2046
-    x, lse = log_softmax_rows(logits)
-    nxt = np.array(tokens[1:], dtype=np.int64)
-    nll = lse - x[np.arange(PPL_TOKENS - 1), nxt]
-    argmax = x.argmax(axis=1)
-    srt = np.sort(x, axis=1)
-    gap = srt[:, -1] - srt[:, -2]
-    ppl = math.exp(float(nll.mean()))
+    nll, argmax, gap, ppl = dense_scores(llm, tokens)
     write_json(os.path.join(args.out, "smollm2_pride_2048.json"), {
         "model": model_name,
         "model_sha256": model_sha,
         "reference": ref,
         "source": "pride-and-prejudice.txt",
         "source_sha256": hashlib.sha256(book).hexdigest(),
-        "definition": (
-            "tokens = first 2048 ids of llama_tokenize(whole book file bytes as on disk, "
-            "BOM and CRLF kept, add_special=false, parse_special=false). One sequence, "
-            "positions 0..2047, evaluated in a single dense forward pass with full causal "
-            "attention over all previous tokens (no sliding window, no chunking, no BOS "
-            "prepended). Every token after the first is scored: for i in 0..2046, "
-            "logits[i] are the output logits at position i (predicting token i+1); "
-            "log-softmax computed in float64 from the float32 logits; "
-            "nll[i] = logsumexp(logits[i]) - logits[i][tokens[i+1]]; "
-            "argmax[i] = index of the largest logits[i] (lowest index on ties); "
-            "argmax_gap[i] = top1 - top2 logit (4 significant digits), useful for "
-            "skipping near-ties when comparing; ppl = exp(mean(nll)) over the 2047 values "
-            "(computed from unrounded nll). nll values rounded to 6 significant digits."),
+        "definition": PPL_DEFINITION,
         "llama_cpp_settings": {
             "n_ctx": PPL_TOKENS, "n_batch": PPL_TOKENS, "n_ubatch": 512,
             "logits_all": True, "kv_cache_type": "f16", "flash_attn": False,

@@ -1,0 +1,88 @@
+#include "engine/cache/block_pool.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+namespace streamd {
+
+void BlockPool::FreeDeleter::operator()(uint16_t* p) const { std::free(p); }
+
+StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(const KvShape& shape, int32_t block_size,
+                                                       int64_t budget_bytes) {
+  if (block_size < 1 || block_size > kMaxBlockSize) {
+    return InvalidArgumentError("block_size = " + std::to_string(block_size) +
+                                " is outside [1, " + std::to_string(kMaxBlockSize) + "]");
+  }
+  if (shape.n_layers < 1 || shape.n_kv_heads < 1 || shape.head_dim < 1) {
+    return InvalidArgumentError("KV shape must have at least one layer, head and dimension");
+  }
+  std::unique_ptr<BlockPool> pool(new BlockPool());
+  kernels::KvPoolLayout& l = pool->layout_;
+  l.n_layers = shape.n_layers;
+  l.n_kv_heads = shape.n_kv_heads;
+  l.head_dim = shape.head_dim;
+  l.block_size = block_size;
+  const int64_t per_block = pool->bytes_per_block();
+  const int64_t blocks = budget_bytes / per_block;
+  if (blocks < 1) {
+    return ResourceExhaustedError("KV pool budget of " + std::to_string(budget_bytes) +
+                                  " bytes holds no block of " + std::to_string(per_block) +
+                                  " bytes (" + std::to_string(block_size) + " tokens)");
+  }
+  if (blocks > INT32_MAX / 2) {
+    return InvalidArgumentError("KV pool budget of " + std::to_string(budget_bytes) +
+                                " bytes is over the limit of " +
+                                std::to_string(INT32_MAX / 2) + " blocks");
+  }
+  l.num_blocks = static_cast<int32_t>(blocks);
+  const size_t bytes = static_cast<size_t>(pool->total_bytes());
+  // 64-byte alignment: SIMD loads of a head's keys never straddle cache lines needlessly.
+  void* raw = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (raw == nullptr) {
+    return ResourceExhaustedError("cannot allocate a KV pool of " + std::to_string(bytes) +
+                                  " bytes");
+  }
+  std::memset(raw, 0, bytes);  // touch every page now: resident size is flat from here on
+  pool->data_.reset(static_cast<uint16_t*>(raw));
+  pool->free_.reserve(blocks);
+  for (int32_t b = static_cast<int32_t>(blocks) - 1; b >= 0; --b) pool->free_.push_back(b);
+  pool->allocated_.assign(blocks, 0);
+  return pool;
+}
+
+StatusOr<int64_t> BlockPool::BudgetFromFraction(double fraction) {
+  if (!(fraction > 0.0 && fraction <= 1.0)) {
+    return InvalidArgumentError("KV pool fraction = " + std::to_string(fraction) +
+                                " is outside (0, 1]");
+  }
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return static_cast<int64_t>(fraction * kib * 1024.0);
+  }
+  return UnavailableError("cannot read MemAvailable from /proc/meminfo");
+}
+
+int32_t BlockPool::Allocate() {
+  if (free_.empty()) return -1;
+  const int32_t b = free_.back();
+  free_.pop_back();
+  allocated_[b] = 1;
+  return b;
+}
+
+void BlockPool::Free(int32_t block) {
+  if (block < 0 || block >= total_blocks() || !allocated_[block]) {
+    std::fprintf(stderr, "BlockPool::Free: block %d is not allocated\n", block);
+    std::abort();
+  }
+  allocated_[block] = 0;
+  free_.push_back(block);
+}
+
+}  // namespace streamd

@@ -1,0 +1,76 @@
+// BlockPool: every session's K and V live in fixed-size blocks of one pool, allocated once at
+// start-up from a memory budget. Allocate/Free are O(1) (a free stack); accounting is exact.
+//
+// Layout (kernels/common/paged_kv.h): per layer [num_blocks][2][n_kv_heads][block_size][head_dim],
+// f16. A block id names the same block in every layer, so a session's block table is shared
+// by all layers. The memory is touched once at creation, so the process's resident size does
+// not creep as sessions come and go.
+//
+// Not thread-safe: the scheduler thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/util/status.h"
+#include "kernels/common/paged_kv.h"
+
+namespace streamd {
+
+struct KvShape {
+  int32_t n_layers = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+};
+
+inline constexpr int32_t kMaxBlockSize = 256;
+
+class BlockPool {
+ public:
+  // Blocks of `block_size` tokens, as many as fit in `budget_bytes`. Errors name the value and
+  // the limit: block_size outside [1, 256], or a budget smaller than one block.
+  static StatusOr<std::unique_ptr<BlockPool>> Create(const KvShape& shape, int32_t block_size,
+                                                     int64_t budget_bytes);
+  // Bytes of one block of `block_size` tokens, every layer's K and V.
+  static int64_t BlockBytes(const KvShape& shape, int32_t block_size) {
+    return 2LL * shape.n_layers * shape.n_kv_heads * shape.head_dim * block_size *
+           static_cast<int64_t>(sizeof(uint16_t));
+  }
+  // A budget of `fraction` (0, 1] of the memory available now (/proc/meminfo MemAvailable).
+  static StatusOr<int64_t> BudgetFromFraction(double fraction);
+
+  // A free block id, or -1 when none is left.
+  int32_t Allocate();
+  // Returns a block; freeing a block that is not allocated is a bug (aborts).
+  void Free(int32_t block);
+
+  int32_t total_blocks() const { return layout_.num_blocks; }
+  int32_t free_blocks() const { return static_cast<int32_t>(free_.size()); }
+  int32_t used_blocks() const { return total_blocks() - free_blocks(); }
+  int32_t block_size() const { return layout_.block_size; }
+  int64_t bytes_per_token() const { return bytes_per_block() / layout_.block_size; }
+  int64_t bytes_per_block() const {
+    return layout_.block_elems() * layout_.n_layers * static_cast<int64_t>(sizeof(uint16_t));
+  }
+  int64_t total_bytes() const { return bytes_per_block() * total_blocks(); }
+
+  const kernels::KvPoolLayout& layout() const { return layout_; }
+  uint16_t* layer_data(int32_t layer) { return data_.get() + layer * layout_.layer_elems(); }
+  const uint16_t* layer_data(int32_t layer) const {
+    return data_.get() + layer * layout_.layer_elems();
+  }
+
+ private:
+  struct FreeDeleter {
+    void operator()(uint16_t* p) const;
+  };
+  BlockPool() = default;
+
+  kernels::KvPoolLayout layout_;
+  std::unique_ptr<uint16_t[], FreeDeleter> data_;
+  std::vector<int32_t> free_;       // stack of free ids
+  std::vector<uint8_t> allocated_;  // per block: 1 when handed out (catches double frees)
+};
+
+}  // namespace streamd

@@ -1,0 +1,70 @@
+#include "engine/cache/block_pool.h"
+
+#include <set>
+
+#include <gtest/gtest.h>
+
+namespace streamd {
+namespace {
+
+constexpr KvShape kShape{30, 3, 64};  // SmolLM2-135M
+
+TEST(BlockPoolTest, SizesFollowTheLayout) {
+  auto pool = BlockPool::Create(kShape, 16, 64 << 20);
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  // bytes per token = layers * 2 (K, V) * kv heads * head_dim * 2 bytes (f16)
+  EXPECT_EQ((*pool)->bytes_per_token(), 30 * 2 * 3 * 64 * 2);
+  EXPECT_EQ((*pool)->bytes_per_block(), 16 * 30 * 2 * 3 * 64 * 2);
+  EXPECT_EQ((*pool)->total_blocks(), (64 << 20) / (*pool)->bytes_per_block());
+  EXPECT_EQ((*pool)->total_bytes(), (*pool)->total_blocks() * (*pool)->bytes_per_block());
+  const kernels::KvPoolLayout& l = (*pool)->layout();
+  EXPECT_EQ(l.Offset(1, 0, 0, 0), l.block_elems());
+  EXPECT_EQ(l.Offset(0, 1, 0, 0), 3 * 16 * 64);  // V after the K of every head
+  EXPECT_EQ(l.Offset(0, 0, 2, 5), 2 * 16 * 64 + 5 * 64);
+}
+
+TEST(BlockPoolTest, AllocatesEveryBlockOnceAndAccountsExactly) {
+  auto pool_or = BlockPool::Create({2, 1, 8}, 3, 10 * 2 * 2 * 1 * 3 * 8 * 2);
+  ASSERT_TRUE(pool_or.ok());
+  BlockPool& pool = **pool_or;
+  ASSERT_EQ(pool.total_blocks(), 10);
+  std::set<int32_t> seen;
+  for (int i = 0; i < 10; ++i) {
+    const int32_t b = pool.Allocate();
+    ASSERT_GE(b, 0);
+    EXPECT_TRUE(seen.insert(b).second) << "block " << b << " handed out twice";
+    EXPECT_EQ(pool.used_blocks(), i + 1);
+    EXPECT_EQ(pool.free_blocks(), 10 - i - 1);
+  }
+  EXPECT_EQ(pool.Allocate(), -1);
+  for (int32_t b : seen) pool.Free(b);
+  EXPECT_EQ(pool.free_blocks(), 10);
+  EXPECT_EQ(pool.used_blocks(), 0);
+}
+
+TEST(BlockPoolTest, RejectsBadSizesNamingTheLimit) {
+  auto a = BlockPool::Create(kShape, 0, 1 << 20);
+  EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(a.status().message().find("block_size = 0 is outside [1, 256]"), std::string::npos);
+  auto b = BlockPool::Create(kShape, 300, 1 << 20);
+  EXPECT_EQ(b.status().code(), StatusCode::kInvalidArgument);
+  auto c = BlockPool::Create(kShape, 16, 1000);
+  EXPECT_EQ(c.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(c.status().message().find("1000 bytes"), std::string::npos);
+  EXPECT_FALSE(BlockPool::BudgetFromFraction(0.0).ok());
+  EXPECT_FALSE(BlockPool::BudgetFromFraction(1.5).ok());
+  auto f = BlockPool::BudgetFromFraction(0.01);
+  ASSERT_TRUE(f.ok());
+  EXPECT_GT(*f, 0);
+}
+
+TEST(BlockPoolDeathTest, DoubleFreeAborts) {
+  auto pool = BlockPool::Create({1, 1, 8}, 4, 1 << 16);
+  ASSERT_TRUE(pool.ok());
+  const int32_t b = (*pool)->Allocate();
+  (*pool)->Free(b);
+  EXPECT_DEATH((*pool)->Free(b), "not allocated");
+}
+
+}  // namespace
+}  // namespace streamd

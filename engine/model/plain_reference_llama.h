@@ -1,0 +1,45 @@
+// A deliberately plain Llama forward pass for tests: one token at a time, weights dequantized
+// to double, no SIMD, no threads, no paging. Its attention rebuilds each query's cache
+// explicitly as StreamingLLM defines it: the visible sinks, then the query's window, laid out
+// at positions 0 .. len - 1, keys rotated by those positions and the query by len - 1.
+// Un-rotated keys and values are kept per text position (rounded to f16 as the real cache
+// stores them), each computed once, when its token was processed.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/model/llama_model.h"
+
+namespace streamd {
+
+class PlainReferenceLlama {
+ public:
+  // sinks = 0, window >= every length: dense attention.
+  PlainReferenceLlama(const LlamaModel& model, int64_t sinks, int64_t window);
+
+  // Appends `token` and returns its logits [vocab].
+  std::vector<double> Step(int32_t token);
+
+ private:
+  using Matrix = std::vector<double>;  // [rows, cols] row-major
+  Matrix Dequantize(const WeightMatrix& w) const;
+  std::vector<double> MatVec(const Matrix& w, int64_t rows, const std::vector<double>& x) const;
+  std::vector<double> RmsNorm(const std::vector<double>& x, const float* weight) const;
+  void Rope(double* v, int64_t position) const;  // one head, in place
+
+  const LlamaConfig& c_;
+  int64_t sinks_, window_;
+  struct Layer {
+    Matrix wq, wk, wv, wo, gate, up, down;
+    const float* attn_norm;
+    const float* ffn_norm;
+    std::vector<std::vector<double>> keys, values;  // per text position: [kv_dim]
+  };
+  std::vector<Layer> layers_;
+  Matrix embedding_, output_;
+  const float* output_norm_;
+  int64_t position_ = 0;
+};
+
+}  // namespace streamd

@@ -1,0 +1,103 @@
+// Engine: many long-lived sessions over one model and one KV pool, advanced by a scheduler
+// thread that runs one batched forward pass per step (continuous batching).
+//
+// Thread-safety: every public method may be called from any thread. Session state lives
+// under one mutex that the scheduler holds only to plan a step and to apply its results,
+// never during the forward pass. Events go to each generation's EventSink after the lock is
+// released.
+//
+// Context rules:
+//  - Append adds tokens to the session's context; nothing is generated. A session that is
+//    generating rejects Append (FAILED_PRECONDITION): cancel first (the server does this for
+//    barge-in).
+//  - Generate continues the context. Every sampled token that was delivered stays in the
+//    context, including the end-of-generation token that closed a turn and the tokens before
+//    a cancel; a later Append or Generate continues after them.
+//  - The last token of an idle session's context is held back from the cache until the next
+//    Generate needs its logits: no logits are stored between generations.
+// Admission: Open reserves the session's worst-case block bound (SessionCache::MaxBlocks).
+// When the pool cannot hold it, Open waits up to admission_timeout, then fails with
+// RESOURCE_EXHAUSTED naming the numbers. An admitted session can never run out of blocks.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "engine/cache/block_pool.h"
+#include "engine/model/llama_model.h"
+#include "engine/serving/engine_types.h"
+#include "engine/serving/step_planner.h"
+#include "engine/tokenizer/tokenizer.h"
+
+namespace streamd {
+
+class Engine {
+ public:
+  static StatusOr<std::unique_ptr<Engine>> Create(std::unique_ptr<LlamaModel> model,
+                                                  std::unique_ptr<tokenizer::Tokenizer> tokenizer,
+                                                  EngineConfig config);
+  ~Engine();  // stops the scheduler; running generations end without a Done event
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  StatusOr<SessionId> Open(const SessionOptions& options);
+  Status Append(SessionId id, std::span<const int32_t> tokens);
+  Status Generate(SessionId id, GenerateOptions options, EventSink sink);
+  // Ends the running generation with FinishReason::kCancelled (OK if none is running).
+  Status Cancel(SessionId id);
+  // Frees the session's blocks at once (after the step in flight, if it is in one).
+  Status Close(SessionId id);
+
+  StatusOr<SessionInfo> Get(SessionId id) const;
+  std::vector<SessionInfo> List() const;
+  EngineStats Stats() const;
+
+  const LlamaModel& model() const { return *model_; }
+  const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
+  const EngineConfig& config() const { return config_; }
+
+ private:
+  struct Generation;
+  struct Session;
+  struct StepChunk;
+
+  Engine(std::unique_ptr<LlamaModel> model, std::unique_ptr<tokenizer::Tokenizer> tokenizer,
+         EngineConfig config, std::unique_ptr<BlockPool> pool);
+  Status ValidateOptions(const SessionOptions& options) const;
+  StatusOr<Session*> Find(SessionId id) const;  // requires mu_
+  SessionInfo InfoOf(const Session& s) const;   // requires mu_
+  bool HasWork() const;                          // requires mu_
+  void Loop();
+  void RunStep(std::unique_lock<std::mutex>& lock);
+  // Applies one chunk's logits to its session; appends events to deliver.
+  void ApplyChunk(Session& s, float* logits,
+                  std::vector<std::pair<EventSink, GenerationEvent>>& out);
+  void Finish(Session& s, FinishReason reason, Status status,
+              std::vector<std::pair<EventSink, GenerationEvent>>& out);
+  void DestroyClosed();  // requires mu_
+
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
+  EngineConfig config_;
+  std::unique_ptr<BlockPool> pool_;
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_;       // the scheduler waits for work
+  std::condition_variable admission_cv_;  // Open waits for blocks
+  std::map<SessionId, std::unique_ptr<Session>> sessions_;
+  SessionId next_id_ = 1;
+  int32_t reserved_blocks_ = 0;
+  StepPlanner planner_;
+  EngineStats stats_;
+  bool stopping_ = false;
+  std::vector<float> logits_;
+  std::thread thread_;
+};
+
+}  // namespace streamd

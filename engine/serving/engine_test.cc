@@ -1,0 +1,264 @@
+// The engine end to end on a synthetic model with a byte vocabulary (no model file needed):
+// the API's contract, batch invariance, admission from the block bound, and bad input.
+#include "engine/serving/engine.h"
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "engine/model/synthetic_model.h"
+
+namespace streamd {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Collects events from the scheduler thread; tests wait on it.
+class Collector {
+ public:
+  EventSink Sink() {
+    return [this](GenerationEvent&& e) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (e.kind == GenerationEvent::Kind::kToken) {
+        tokens_[e.session].push_back(e.token);
+        text_[e.session] += e.text;
+      } else {
+        text_[e.session] += e.tail_text;
+        done_[e.session] = e;
+      }
+      cv_.notify_all();
+    };
+  }
+  GenerationEvent WaitDone(SessionId id) {
+    std::unique_lock<std::mutex> lock(mu_);
+    EXPECT_TRUE(cv_.wait_for(lock, 120s, [&] { return done_.count(id) > 0; }))
+        << "session " << id << " never finished";
+    GenerationEvent e = done_[id];
+    done_.erase(id);
+    return e;
+  }
+  std::vector<int32_t> Tokens(SessionId id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return tokens_[id];
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<SessionId, std::vector<int32_t>> tokens_;
+  std::map<SessionId, std::string> text_;
+  std::map<SessionId, GenerationEvent> done_;
+};
+
+std::unique_ptr<Engine> MakeEngine(int64_t pool_bytes = 64 << 20, int32_t max_chunk = 64) {
+  SyntheticModelSpec spec;
+  spec.with_vocab = true;
+  spec.vocab_size = 300;
+  auto model = MakeSyntheticModel(spec);
+  EXPECT_TRUE(model.ok()) << model.status().ToString();
+  auto vocab = tokenizer::Tokenizer::FromGguf((*model)->file());
+  EXPECT_TRUE(vocab.ok()) << vocab.status().ToString();
+  EngineConfig config;
+  config.pool_bytes = pool_bytes;
+  config.max_chunk = max_chunk;
+  config.threads = 2;
+  config.planner = {128, 64};
+  auto engine = Engine::Create(std::move(model).value(), std::move(vocab).value(), config);
+  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+  return std::move(engine).value();
+}
+
+SessionOptions Greedy(int32_t window = 40) {
+  SessionOptions o;
+  o.sinks = 4;
+  o.window = window;
+  o.sampling.temperature = 0.0f;
+  return o;
+}
+
+std::vector<int32_t> RandomTokens(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> t(n);
+  for (int32_t& x : t) x = static_cast<int32_t>(rng() % 256);  // bytes: never special
+  return t;
+}
+
+GenerateOptions UpTo(int32_t n) {
+  GenerateOptions g;
+  g.max_tokens = n;
+  g.ignore_end_of_generation = true;
+  return g;
+}
+
+TEST(EngineTest, GeneratesStreamsAndKeepsDeliveredTokensInContext) {
+  auto engine = MakeEngine();
+  Collector events;
+  auto id = engine->Open(Greedy());
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(engine->Append(*id, RandomTokens(30, 1)).ok());
+  GenerateOptions g = UpTo(12);
+  g.request_id = "r1";
+  ASSERT_TRUE(engine->Generate(*id, g, events.Sink()).ok());
+  const GenerationEvent done = events.WaitDone(*id);
+  EXPECT_EQ(done.reason, FinishReason::kLength);
+  EXPECT_EQ(done.request_id, "r1");
+  EXPECT_EQ(done.output_tokens, 12);
+  EXPECT_EQ(done.prompt_tokens, 30);
+  EXPECT_EQ(events.Tokens(*id).size(), 12u);
+  auto info = engine->Get(*id);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->tokens_seen, 42);  // the prompt and every delivered token
+  EXPECT_FALSE(info->generating);
+  // A second generation continues after the first.
+  ASSERT_TRUE(engine->Generate(*id, UpTo(5), events.Sink()).ok());
+  EXPECT_EQ(events.WaitDone(*id).output_tokens, 5);
+  EXPECT_EQ(engine->Get(*id)->tokens_seen, 47);
+  EXPECT_GT(engine->Get(*id)->tokens_evicted, 0);  // window 40 + 4 sinks < 47
+}
+
+// Greedy output of 16 sessions of different lengths and phases, run together, equals each
+// run alone.
+TEST(EngineTest, SessionOutputDoesNotDependOnTheBatch) {
+  constexpr int kSessions = 16;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < kSessions; ++i) prompts.push_back(RandomTokens(5 + 23 * i, 100 + i));
+  std::vector<std::vector<int32_t>> alone(kSessions);
+  {
+    auto engine = MakeEngine();
+    Collector events;
+    for (int i = 0; i < kSessions; ++i) {
+      auto id = engine->Open(Greedy());
+      ASSERT_TRUE(engine->Append(*id, prompts[i]).ok());
+      ASSERT_TRUE(engine->Generate(*id, UpTo(20), events.Sink()).ok());
+      events.WaitDone(*id);
+      alone[i] = events.Tokens(*id);
+    }
+  }
+  auto engine = MakeEngine();
+  Collector events;
+  std::vector<SessionId> ids;
+  for (int i = 0; i < kSessions; ++i) {
+    auto id = engine->Open(Greedy());
+    ASSERT_TRUE(id.ok());
+    ids.push_back(*id);
+    ASSERT_TRUE(engine->Append(*id, prompts[i]).ok());
+    ASSERT_TRUE(engine->Generate(*id, UpTo(20), events.Sink()).ok());
+    if (i % 3 == 0) std::this_thread::sleep_for(2ms);  // stagger: mixed phases per step
+  }
+  for (int i = 0; i < kSessions; ++i) {
+    events.WaitDone(ids[i]);
+    EXPECT_EQ(events.Tokens(ids[i]), alone[i]) << "session " << i;
+  }
+  EXPECT_GT(engine->Stats().steps, 0);
+}
+
+TEST(EngineTest, CancelStopsTheGenerationAndKeepsItsTokens) {
+  auto engine = MakeEngine();
+  Collector events;
+  auto id = engine->Open(Greedy());
+  ASSERT_TRUE(engine->Append(*id, RandomTokens(10, 3)).ok());
+  ASSERT_TRUE(engine->Generate(*id, UpTo(100000), events.Sink()).ok());
+  std::this_thread::sleep_for(50ms);
+  ASSERT_TRUE(engine->Cancel(*id).ok());
+  const GenerationEvent done = events.WaitDone(*id);
+  EXPECT_EQ(done.reason, FinishReason::kCancelled);
+  EXPECT_LT(done.output_tokens, 100000);
+  std::this_thread::sleep_for(20ms);  // a step in flight may still finish after the cancel
+  const size_t delivered = events.Tokens(*id).size();
+  EXPECT_EQ(engine->Get(*id)->tokens_seen, 10 + static_cast<int64_t>(delivered));
+  EXPECT_TRUE(engine->Append(*id, RandomTokens(3, 4)).ok());  // idle again
+}
+
+TEST(EngineTest, BadRequestsGetStableCodesAndDisturbNothing) {
+  auto engine = MakeEngine();
+  Collector events;
+  auto other = engine->Open(Greedy());
+  ASSERT_TRUE(engine->Append(*other, RandomTokens(20, 5)).ok());
+  ASSERT_TRUE(engine->Generate(*other, UpTo(30), events.Sink()).ok());
+
+  EXPECT_EQ(engine->Append(999, RandomTokens(3, 1)).code(), StatusCode::kNotFound);
+  EXPECT_EQ(engine->Generate(999, UpTo(3), events.Sink()).code(), StatusCode::kNotFound);
+  EXPECT_EQ(engine->Close(999).code(), StatusCode::kNotFound);
+  auto id = engine->Open(Greedy());
+  ASSERT_TRUE(id.ok());
+  Status s = engine->Append(*id, std::vector<int32_t>{1, 2, 300});
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("token id 300 at index 2 is outside the vocabulary [0, 300)"),
+            std::string::npos) << s.message();
+  EXPECT_EQ(engine->Append(*id, std::vector<int32_t>{}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine->Generate(*id, UpTo(3), events.Sink()).code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(engine->Append(*id, RandomTokens(5, 2)).ok());
+  GenerateOptions zero = UpTo(0);
+  s = engine->Generate(*id, zero, events.Sink());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("max_tokens = 0"), std::string::npos);
+  GenerateOptions bad_p = UpTo(3);
+  bad_p.sampling = SamplingParams{};
+  bad_p.sampling->top_p = 1.5f;
+  EXPECT_EQ(engine->Generate(*id, bad_p, events.Sink()).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(engine->Generate(*id, UpTo(1000), events.Sink()).ok());
+  EXPECT_EQ(engine->Generate(*id, UpTo(3), events.Sink()).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(engine->Append(*id, RandomTokens(2, 9)).code(), StatusCode::kFailedPrecondition);
+  SessionOptions bad = Greedy();
+  bad.sinks = -1;
+  EXPECT_EQ(engine->Open(bad).status().code(), StatusCode::kInvalidArgument);
+  bad = Greedy(0);
+  EXPECT_EQ(engine->Open(bad).status().code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(engine->Close(*id).ok());
+  EXPECT_EQ(engine->Append(*id, RandomTokens(2, 9)).code(), StatusCode::kNotFound);
+
+  const GenerationEvent done = events.WaitDone(*other);
+  EXPECT_EQ(done.reason, FinishReason::kLength);
+  EXPECT_EQ(done.output_tokens, 30);
+}
+
+// Sessions are admitted only while their worst-case bound fits; admitted sessions then run to
+// the end with the pool completely reserved, and closing frees every block.
+TEST(EngineTest, AdmissionFromTheBoundAndNoMidStreamFailure) {
+  // SessionCache bound: ceil(4/16) + ceil((40 + 64 - 1)/16) + 1 = 1 + 7 + 1 = 9 blocks.
+  SyntheticModelSpec spec;  // 2 layers, 2 kv heads, head_dim 16
+  const int64_t block_bytes = BlockPool::BlockBytes({2, 2, 16}, 16);
+  auto engine = MakeEngine(/*pool_bytes=*/block_bytes * 30, /*max_chunk=*/64);
+  Collector events;
+  std::vector<SessionId> ids;
+  for (int i = 0; i < 3; ++i) {
+    auto id = engine->Open(Greedy());
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    ids.push_back(*id);
+  }
+  auto refused = engine->Open(Greedy());
+  ASSERT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(refused.status().message().find("needs up to 9 blocks"), std::string::npos)
+      << refused.status().message();
+  EXPECT_NE(refused.status().message().find("27 of 30"), std::string::npos);
+  for (SessionId id : ids) {
+    ASSERT_TRUE(engine->Append(id, RandomTokens(150, id)).ok());
+    ASSERT_TRUE(engine->Generate(id, UpTo(200), events.Sink()).ok());
+  }
+  // A queued Open is admitted when a session closes.
+  std::thread closer([&] {
+    events.WaitDone(ids[0]);
+    EXPECT_TRUE(engine->Close(ids[0]).ok());
+  });
+  SessionOptions patient = Greedy();
+  patient.admission_timeout = 60s;
+  auto late = engine->Open(patient);
+  closer.join();
+  ASSERT_TRUE(late.ok()) << late.status().ToString();
+  for (size_t i = 1; i < ids.size(); ++i) {
+    const GenerationEvent done = events.WaitDone(ids[i]);
+    EXPECT_EQ(done.reason, FinishReason::kLength) << done.status.ToString();
+    EXPECT_EQ(done.output_tokens, 200);
+  }
+  for (size_t i = 1; i < ids.size(); ++i) ASSERT_TRUE(engine->Close(ids[i]).ok());
+  ASSERT_TRUE(engine->Close(*late).ok());
+  EXPECT_EQ(engine->Stats().blocks_used, 0);
+  EXPECT_EQ(engine->Stats().blocks_reserved, 0);
+}
+
+}  // namespace
+}  // namespace streamd

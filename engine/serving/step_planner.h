@@ -1,0 +1,59 @@
+// StepPlanner: decides what one forward pass runs. Plain logic over small value types, so the
+// policy is unit-tested without a model.
+//
+// Policy, per step, under a token budget (max_batch_tokens) and a session cap
+// (max_batch_sessions):
+//  1. Decode first: every session whose next work is one token of a running generation gets
+//     that token (inter-token latency stays one step). While appends wait, decoders use at
+//     most 7/8 of the budget and all but one session slot, so prefill always progresses. If
+//     decoders outnumber what they may use, the ones skipped longest go first (rotation).
+//  2. Prefill with what is left: sessions with pending input get chunks of at most their
+//     cache's max_chunk, in rotating order starting after the last one served, so one huge
+//     append shares the budget with later ones and never stalls decoders by more than the
+//     one step it shares with them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace streamd {
+
+struct PlannerConfig {
+  int32_t max_batch_tokens = 512;
+  int32_t max_batch_sessions = 256;
+};
+
+struct SessionWork {
+  uint64_t id = 0;
+  int64_t pending = 0;     // tokens waiting to enter the cache
+  bool decoding = false;   // pending == 1 and it is the last sampled token of a generation
+  int32_t max_chunk = 1;   // the session cache's chunk limit
+};
+
+struct PlannedChunk {
+  uint64_t id = 0;
+  int32_t n_tokens = 0;
+};
+
+class StepPlanner {
+ public:
+  explicit StepPlanner(PlannerConfig config) : config_(config) {}
+
+  // `work`: every session with pending > 0, in a stable order (e.g. by id).
+  std::vector<PlannedChunk> Plan(const std::vector<SessionWork>& work);
+
+  const PlannerConfig& config() const { return config_; }
+
+  // Session slots and tokens decoders may take this step.
+  static std::pair<size_t, int64_t> DecodeLimits(size_t cap, int64_t budget,
+                                                 bool prefill_waiting);
+
+ private:
+  PlannerConfig config_;
+  uint64_t decode_cursor_ = 0;   // id after which the next decode rotation starts
+  uint64_t prefill_cursor_ = 0;  // id after which the next prefill rotation starts
+};
+
+}  // namespace streamd

@@ -1,0 +1,89 @@
+// The paged KV cache as kernels see it: the pool layout and one session's sink + window block
+// table. Plain structs passed by value; every helper is usable from host and device code, so
+// the CPU backend and the CUDA kernels index blocks through the same arithmetic.
+//
+// Pool layout, one array per layer (layer base = pool + layer * layer_elems()):
+//   [num_blocks][2 (0 = K, 1 = V)][n_kv_heads][block_size][head_dim]
+// A block holds block_size consecutive tokens of one session for every kv head; one head's
+// keys of a block are block_size * head_dim contiguous elements, so decode attention streams
+// them with unit stride. Elements are f16 (or f32 on the CPU).
+//
+// Sink + window addressing (StreamingLLM). Text positions t = 0, 1, 2, ... of a session:
+//   t <  S: sink token, pinned: block sink_blocks[t / B], slot t % B;
+//   t >= S: window index i = t - S, block ring_blocks[(i / B) % R], slot i % B.
+// A query at text position p sees the sinks 0..min(S, p + 1) - 1 and the window
+// [WindowStart(p), p] (its own last W tokens, itself included). The ring has R blocks,
+// R >= ceil((W + C - 1) / B) + 1 for chunks of at most C tokens, so a block is recycled only
+// when no query of the current chunk can see any token in it: eviction never copies K/V.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define STREAMD_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define STREAMD_HOST_DEVICE inline
+#endif
+
+namespace streamd::kernels {
+
+struct KvPoolLayout {
+  int32_t num_blocks = 0;
+  int32_t n_layers = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t block_size = 0;
+
+  // Elements of one head's keys (or values) in one block: [block_size, head_dim].
+  STREAMD_HOST_DEVICE int64_t head_elems() const {
+    return static_cast<int64_t>(block_size) * head_dim;
+  }
+  // Elements of one block in one layer: K and V of every kv head.
+  STREAMD_HOST_DEVICE int64_t block_elems() const { return 2 * n_kv_heads * head_elems(); }
+  STREAMD_HOST_DEVICE int64_t layer_elems() const { return num_blocks * block_elems(); }
+  // Offset, from a layer's base, of the head_dim vector of (block, K or V, head, slot).
+  STREAMD_HOST_DEVICE int64_t Offset(int32_t block, int32_t kv, int32_t head,
+                                     int32_t slot) const {
+    return block * block_elems() + (kv * n_kv_heads + head) * head_elems() +
+           static_cast<int64_t>(slot) * head_dim;
+  }
+};
+
+struct SinkWindowTable {
+  const int32_t* sink_blocks = nullptr;  // [ceil(sinks / block_size)]
+  const int32_t* ring_blocks = nullptr;  // [ring_size]
+  int32_t sinks = 0;                     // S
+  int32_t window = 0;                    // W >= 1
+  int32_t ring_size = 0;                 // R
+  int32_t block_size = 0;                // B
+
+  // Block id and slot of text position t (t must be visible to some query of the chunk).
+  STREAMD_HOST_DEVICE void Locate(int64_t t, int32_t* block, int32_t* slot) const {
+    if (t < sinks) {
+      *block = sink_blocks[t / block_size];
+      *slot = static_cast<int32_t>(t % block_size);
+      return;
+    }
+    const int64_t i = t - sinks;
+    *block = ring_blocks[(i / block_size) % ring_size];
+    *slot = static_cast<int32_t>(i % block_size);
+  }
+  // Sinks a query at text position p sees: min(S, p + 1).
+  STREAMD_HOST_DEVICE int64_t VisibleSinks(int64_t p) const {
+    return p + 1 < sinks ? p + 1 : sinks;
+  }
+  // First text position of p's window (the window is empty when p < S: then it returns p+1).
+  STREAMD_HOST_DEVICE int64_t WindowStart(int64_t p) const {
+    if (p < sinks) return p + 1;
+    const int64_t start = p - window + 1;
+    return start > sinks ? start : sinks;
+  }
+  // Position of the query inside its rebuilt cache (sinks 0..S-1, then the window): the
+  // position its RoPE rotation must use against sink keys. Equals p until eviction starts.
+  STREAMD_HOST_DEVICE int64_t CachePosition(int64_t p) const {
+    if (p < sinks) return p;
+    return sinks + (p - WindowStart(p));
+  }
+};
+
+}  // namespace streamd::kernels

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Measures streamd and llama.cpp side by side, in one run, on the same model and thread counts:
+# prefill (P tokens in one batch) and decode (G single-token steps), median of R repetitions.
+# The two are interleaved (streamd, llama.cpp, streamd, ...) so that a noisy neighbour hurts
+# both alike. llama.cpp is not part of streamd: point LLAMA_BENCH at a llama-bench binary you
+# built yourself (see docs/PERFORMANCE.md for the version and options used).
+#
+# Usage: LLAMA_BENCH=/path/to/llama-bench scripts/bench-vs-llamacpp.sh [MODEL] [THREADS...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+model="${1:-}"
+[ -n "$model" ] || model="$(scripts/fetch-model.sh)"
+[ $# -gt 0 ] && shift
+if [ $# -gt 0 ]; then threads=("$@"); else threads=(1 2); fi
+P="${P:-512}" G="${G:-128}" R="${R:-5}" ROUNDS="${ROUNDS:-3}"
+streamd="${STREAMD:-build/tools/streamd}"
+: "${LLAMA_BENCH:?set LLAMA_BENCH to a llama-bench binary}"
+
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+for round in $(seq "$ROUNDS"); do
+  for t in "${threads[@]}"; do
+    "$streamd" bench --model "$model" --threads "$t" --prompt-tokens "$P" --gen-tokens "$G" \
+      --reps "$R" --json | tail -n 1 >>"$out/streamd-$t.jsonl"
+    # --repack 0: llama.cpp's AMX repacking crashes in this build (see docs/PERFORMANCE.md).
+    "$LLAMA_BENCH" -m "$model" -t "$t" -p "$P" -n "$G" -r "$R" --repack 0 -o jsonl \
+      2>/dev/null >>"$out/llama-$t.jsonl"
+  done
+done
+
+python3 - "$out" "${threads[@]}" <<'PY'
+import json, statistics, sys, glob
+out, threads = sys.argv[1], sys.argv[2:]
+print(f"{'threads':>7} {'':>10} {'streamd tok/s':>14} {'llama.cpp tok/s':>16} {'ratio':>7}")
+for t in threads:
+    s = [json.loads(l) for l in open(f"{out}/streamd-{t}.jsonl")]
+    sp = statistics.median(r["results"][0]["prefill_tokens_per_s"] for r in s)
+    sd = statistics.median(r["results"][0]["decode_tokens_per_s"] for r in s)
+    l = [json.loads(x) for x in open(f"{out}/llama-{t}.jsonl")]
+    lp = statistics.median(r["avg_ts"] for r in l if r["n_prompt"] > 0)
+    ld = statistics.median(r["avg_ts"] for r in l if r["n_gen"] > 0)
+    print(f"{t:>7} {'prefill':>10} {sp:>14.1f} {lp:>16.1f} {sp/lp:>7.2f}")
+    print(f"{t:>7} {'decode':>10} {sd:>14.1f} {ld:>16.1f} {sd/ld:>7.2f}")
+PY
