@@ -1,6 +1,6 @@
 # The two commands of the README. Both install what is missing, build, fetch the default model
 # and are quick when everything is already in place.
-#   make run    -> chat with the default model
+#   make run    -> the daemon (streamd serve) with the default model, on localhost
 #   make test   -> every test
 BUILD_DIR ?= build
 BUILD_TYPE ?= Release
@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 MODEL_DIR ?= $(HOME)/.cache/streamd/models
 MODEL ?= $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
-PROMPT ?= Write a haiku about streams of tokens.
+CONFIG ?= config/streamd.yaml
 
 .PHONY: all deps configure build model vocab test run clean
 
@@ -37,7 +37,7 @@ test: build model vocab
 	  ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
 
 run: build model
-	$(BUILD_DIR)/tools/streamd generate --model $(MODEL) --chat --prompt "$(PROMPT)" -n 256
+	$(BUILD_DIR)/tools/streamd serve --config $(CONFIG) --model.path=$(MODEL)
 
 clean:
 	rm -rf $(BUILD_DIR)

@@ -12,6 +12,7 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # daemon
   libspdlog-dev libyaml-cpp-dev                # daemon logs and config
   gnuplot-nox                                  # streamd eval --plot
+  libcpp-httplib-dev prometheus                # /metrics endpoint; promtool checks its output
 )
 
 missing=()

@@ -8,7 +8,8 @@
 //  - llama.cpp on the Q4_1 file itself, whose CPU path rounds activations to 8 bits (it agrees
 //    with the exact function at only 97.1% of positions): perplexity within 1%, argmax
 //    agreement reported and held above 95%.
-//  - Greedy continuations of llama.cpp (Q4_1) equal ours wherever its top-2 logit gap is wide.
+//  - Greedy continuations of the exact-weights reference, teacher-forced: our argmax equals
+//    its argmax at every step whose top-2 gap is not a near-tie.
 #include <cmath>
 #include <fstream>
 #include <memory>
@@ -124,12 +125,12 @@ TEST_F(ModelGoldenTest, TeacherForcedMatchesLlamaCppOnQ4_1) {
   EXPECT_NEAR(r.ppl / ref_ppl, 1.0, 0.01);
 }
 
-// llama.cpp's greedy continuations, teacher-forced: at every step whose reference top-2
-// logit gap is clear (>= 0.25; below that either choice is within rounding noise) our argmax is
-// llama.cpp's, and the whole continuation stays on llama.cpp's path.
-TEST_F(ModelGoldenTest, GreedyContinuationsMatchLlamaCpp) {
+// The exact-weights reference's greedy continuations, teacher-forced: at every step whose
+// reference top-2 logit gap is >= 0.05 (below that, f16 K/V rounding alone may decide) our
+// argmax is the reference's.
+TEST_F(ModelGoldenTest, GreedyContinuationsMatchExactWeightsReference) {
   ASSERT_NE(model_, nullptr);
-  const nlohmann::json fx = ReadFixture("smollm2_greedy.json");
+  const nlohmann::json fx = ReadFixture("smollm2_greedy_f32.json");
   const int32_t vocab = model_->config().vocab_size;
   std::vector<float> logits(vocab);
   int checked = 0;
@@ -142,7 +143,7 @@ TEST_F(ModelGoldenTest, GreedyContinuationsMatchLlamaCpp) {
     for (size_t i = 0; i < expected.size(); ++i) {
       const int32_t ours = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) -
                                                 logits.begin());
-      if (gap[i] >= 0.25) {
+      if (gap[i] >= 0.05) {
         EXPECT_EQ(ours, expected[i]) << "case " << c.value("name", "?") << " step " << i;
         ++checked;
       }
@@ -150,7 +151,7 @@ TEST_F(ModelGoldenTest, GreedyContinuationsMatchLlamaCpp) {
       ASSERT_TRUE(model_->Forward({&next, 1}, *cache, LogitsMode::kLast, logits.data()).ok());
     }
   }
-  EXPECT_GE(checked, 60);
+  EXPECT_GE(checked, 80);
 }
 
 // Prefill in chunks of any size computes the same logits as token-by-token decode.
@@ -175,11 +176,16 @@ TEST_F(ModelGoldenTest, ChunkedPrefillEqualsTokenByToken) {
       ASSERT_TRUE(
           model_->Forward({&tokens[i], len}, *b, LogitsMode::kAll, &chunked[i * vocab]).ok());
     }
-    double max_err = 0.0;
+    double max_err = 0.0, scale = 0.0;
     for (size_t i = 0; i < chunked.size(); ++i) {
       max_err = std::max(max_err, static_cast<double>(std::fabs(chunked[i] - one_by_one[i])));
+      scale = std::max(scale, static_cast<double>(std::fabs(one_by_one[i])));
     }
-    EXPECT_LT(max_err, 1e-3) << "chunk " << chunk;
+    // Not bit-identical: the tiled and one-token kernels sum in different orders, and such
+    // last-bit differences can flip an f16 rounding of a cached K/V value (2^-11 relative)
+    // that 30 layers then carry; a wrong position or mask would be O(1).
+    std::printf("chunk %zu: max logit difference %.3g of max |logit| %.3g\n", chunk, max_err, scale);
+    EXPECT_LT(max_err / scale, 1e-2) << "chunk " << chunk;
   }
 }
 

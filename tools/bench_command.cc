@@ -2,6 +2,7 @@
 // way llama.cpp's llama-bench measures (so the two can be run side by side): prefill = one
 // batch of P random tokens into an empty cache; decode = G single-token steps from an empty
 // cache. Each figure is the median of --reps repetitions, for each thread count asked.
+// With --sessions N it runs the engine's closed-loop load benchmark instead (bench_sessions.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
 #include "engine/model/llama_model.h"
+#include "tools/bench_sessions.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
 #include "tools/model_path.h"
@@ -30,19 +32,22 @@ double Median(std::vector<double> v) {
   return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
-StatusOr<std::vector<int64_t>> ParseThreadList(const std::string& text) {
+// "1,4,16" -> {1, 4, 16}; every item in [1, max].
+StatusOr<std::vector<int64_t>> ParseCountList(const std::string& flag, const std::string& text,
+                                              int64_t max) {
   std::vector<int64_t> out;
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
     char* end = nullptr;
-    const long v = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < 1 || v > 256) {
-      return InvalidArgumentError("--threads: \"" + item + "\" is not a thread count in [1, 256]");
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 1 || v > max) {
+      return InvalidArgumentError("--" + flag + ": \"" + item + "\" is not a count in [1, " +
+                                  std::to_string(max) + "]");
     }
     out.push_back(v);
   }
-  if (out.empty()) return InvalidArgumentError("--threads is empty");
+  if (out.empty()) return InvalidArgumentError("--" + flag + " is empty");
   return out;
 }
 
@@ -52,21 +57,58 @@ int BenchCommand(int argc, char** argv) {
   std::string model_path = DefaultModelPath();
   std::string threads_text = "1,2";
   int64_t prompt_tokens = 512, gen_tokens = 128, reps = 5;
+  std::string sessions_text;
+  int64_t sinks = 4, window = 0, max_batch_tokens = 512;
   bool json = false;
   FlagParser flags(
       "streamd bench [--model PATH] [--threads 1,2] [--prompt-tokens P] [--gen-tokens G] "
       "[--reps R] [--json]\n"
-      "Single-stream prefill and decode tokens/s (median of R runs) for each thread count.");
+      "streamd bench --sessions N[,N...] [--threads T] [--prompt-tokens P] [--gen-tokens G]\n"
+      "              [--sinks S] [--window W] [--max-batch-tokens B] [--reps R] [--json]\n"
+      "  (with --sessions the defaults are P 128, G 64, R 1 and T = all cores)\n"
+      "Single-stream prefill and decode tokens/s (median of R runs) for each thread count.\n" +
+      std::string(kSessionsBenchDefinitions));
   flags.String("model", &model_path, "GGUF model file");
   flags.String("threads", &threads_text, "comma-separated thread counts");
   flags.Int("prompt-tokens", &prompt_tokens, 1, 8192, "prefill batch size (tokens)");
   flags.Int("gen-tokens", &gen_tokens, 1, 8192, "decode steps");
   flags.Int("reps", &reps, 1, 100, "repetitions per figure");
   flags.Bool("json", &json, "print one JSON object as the last line");
+  flags.String("sessions", &sessions_text,
+               "concurrent sessions, or a comma-separated list: run the engine benchmark");
+  flags.Int("sinks", &sinks, 0, 1 << 20, "--sessions: attention sinks per session");
+  flags.Int("window", &window, 0, 1 << 24,
+            "--sessions: window per session; 0 = prompt + gen tokens (no eviction)");
+  flags.Int("max-batch-tokens", &max_batch_tokens, 1, 1 << 20,
+            "--sessions: the scheduler's token budget per step");
   if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(s);
   if (flags.help_requested()) return PrintHelp(flags);
-  auto threads = ParseThreadList(threads_text);
+  auto threads = ParseCountList("threads", threads_text, 256);
   if (!threads.ok()) return Fail(threads.status());
+  if (flags.was_set("sessions")) {
+    if (flags.was_set("threads") && threads->size() != 1) {
+      return Fail(InvalidArgumentError("--threads takes one thread count with --sessions"));
+    }
+    auto sessions = ParseCountList("sessions", sessions_text, 4096);
+    if (!sessions.ok()) return Fail(sessions.status());
+    SessionsBenchOptions o;
+    o.model_path = model_path;
+    o.sessions = *sessions;
+    o.prompt_tokens = flags.was_set("prompt-tokens") ? prompt_tokens : o.prompt_tokens;
+    o.gen_tokens = flags.was_set("gen-tokens") ? gen_tokens : o.gen_tokens;
+    o.threads = flags.was_set("threads") ? threads->front() : 0;
+    o.sinks = sinks;
+    o.window = window;
+    o.max_batch_tokens = max_batch_tokens;
+    o.reps = flags.was_set("reps") ? reps : 1;
+    o.json = json;
+    return RunSessionsBench(o);
+  }
+  for (const char* name : {"sinks", "window", "max-batch-tokens"}) {
+    if (flags.was_set(name)) {
+      return Fail(InvalidArgumentError(std::string("--") + name + " needs --sessions"));
+    }
+  }
 
   auto model_or = LlamaModel::Load(model_path);
   if (!model_or.ok()) return Fail(model_or.status(), model_path);

@@ -10,16 +10,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
@@ -103,8 +103,9 @@ int BenchMemoryCommand(int argc, char** argv) {
   flags.Int("block-size", &block_size, 1, kMaxBlockSize, "tokens per KV block");
   flags.Int("threads", &threads, 0, 256, "worker threads; 0 = all cores");
   flags.Int("seed", &seed, 0, INT64_MAX, "seed of the random token ids");
-  flags.String("csv", &csv_path,
-               "write rows: tokens,rss_bytes,rss_mib,blocks_held,cache_bytes,tokens_cached,seconds");
+  flags.String(
+      "csv", &csv_path,
+      "write rows: tokens,rss_bytes,rss_mib,blocks_held,cache_bytes,tokens_cached,seconds");
   flags.String("plot", &plot_path, "write a PNG of RSS and cache MiB vs tokens (needs gnuplot)");
   flags.Float("max-growth-mib", &max_growth_mib, 0, 1e9,
               "fail (exit 1) when RSS grows by more than M MiB between the first sample with a "
@@ -115,13 +116,18 @@ int BenchMemoryCommand(int argc, char** argv) {
   if (synthetic && (flags.was_set("model") || flags.was_set("text"))) {
     return Fail(InvalidArgumentError("--synthetic takes no --model or --text"));
   }
+  if (!plot_path.empty()) {
+    if (Status s = CheckGnuplot(plot_path); !s.ok()) return Fail(s, "--plot");
+  }
   std::ofstream csv;
   if (!csv_path.empty()) {
     csv.open(csv_path);
-    if (!csv) return Fail(InvalidArgumentError("cannot write " + csv_path + ": " + std::strerror(errno)));
+    if (!csv)
+      return Fail(InvalidArgumentError("cannot write " + csv_path + ": " + std::strerror(errno)));
   }
 
-  auto model_or = synthetic ? MakeSyntheticModel(TinySmolLm2CacheShape()) : LlamaModel::Load(model_path);
+  auto model_or =
+      synthetic ? MakeSyntheticModel(TinySmolLm2CacheShape()) : LlamaModel::Load(model_path);
   if (!model_or.ok()) return Fail(model_or.status(), synthetic ? "--synthetic" : model_path);
   LlamaModel& model = **model_or;
   if (threads > 0) model.set_threads(static_cast<int32_t>(threads));
@@ -136,7 +142,8 @@ int BenchMemoryCommand(int argc, char** argv) {
   std::vector<int32_t> source;
   if (!text_path.empty()) {
     std::ifstream in(text_path, std::ios::binary);
-    if (!in) return Fail(NotFoundError("cannot read --text " + text_path + ": " + std::strerror(errno)));
+    if (!in)
+      return Fail(NotFoundError("cannot read --text " + text_path + ": " + std::strerror(errno)));
     std::ostringstream buf;
     buf << in.rdbuf();
     auto vocab = tokenizer::Tokenizer::FromGguf(model.file());
@@ -164,12 +171,12 @@ int BenchMemoryCommand(int argc, char** argv) {
   SessionCache& cache = **cache_or;
   const int64_t block_bytes = BlockPool::BlockBytes(shape, b);
 
-  std::printf("model %s, sink cache S %lld + W %lld, chunks of %lld, blocks of %d: bound %d "
-              "blocks = %.2f MiB; pool %.2f MiB; %d thread(s)\n",
-              synthetic ? "synthetic (30 layers, 3 kv heads, head_dim 64)" : c.name.c_str(),
-              static_cast<long long>(sinks), static_cast<long long>(window),
-              static_cast<long long>(chunk), b, bound, MiB(bound * block_bytes),
-              MiB((*pool)->total_bytes()), model.threads());
+  std::printf(
+      "model %s, sink cache S %lld + W %lld, chunks of %lld, blocks of %d: bound %d "
+      "blocks = %.2f MiB; pool %.2f MiB; %d thread(s)\n",
+      synthetic ? "synthetic (30 layers, 3 kv heads, head_dim 64)" : c.name.c_str(),
+      static_cast<long long>(sinks), static_cast<long long>(window), static_cast<long long>(chunk),
+      b, bound, MiB(bound * block_bytes), MiB((*pool)->total_bytes()), model.threads());
   std::printf("%12s %12s %12s %12s %10s\n", "tokens", "rss MiB", "blocks", "cached", "seconds");
   if (csv.is_open()) {
     csv << "tokens,rss_bytes,rss_mib,blocks_held,cache_bytes,tokens_cached,seconds\n";
@@ -236,11 +243,11 @@ int BenchMemoryCommand(int argc, char** argv) {
               static_cast<long long>(n_tokens), seconds, n_tokens / seconds, max_blocks, bound,
               MiB(static_cast<int64_t>(max_blocks) * block_bytes));
   if (first_full != nullptr) {
-    std::printf("RSS %.2f MiB at %lld tokens, %.2f MiB at %lld tokens: growth %+.2f MiB; "
-                "peak RSS %.2f MiB\n",
-                MiB(first_full->rss_bytes), static_cast<long long>(first_full->tokens),
-                MiB(last.rss_bytes), static_cast<long long>(last.tokens), growth,
-                MiB(PeakResidentBytes()));
+    std::printf(
+        "RSS %.2f MiB at %lld tokens, %.2f MiB at %lld tokens: growth %+.2f MiB; "
+        "peak RSS %.2f MiB\n",
+        MiB(first_full->rss_bytes), static_cast<long long>(first_full->tokens), MiB(last.rss_bytes),
+        static_cast<long long>(last.tokens), growth, MiB(PeakResidentBytes()));
   }
 
   if (!plot_path.empty()) {

@@ -14,6 +14,7 @@
 // Without --cache-size, L = --sinks + --window, so `--mode sink,window --sinks 4 --window 252`
 // compares sink 4+252 with window 256 at the same memory, as the paper does.
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -21,11 +22,11 @@
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <optional>
-#include <sstream>
-#include <vector>
-
 #include <nlohmann/json.hpp>
+#include <span>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
 
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
@@ -77,7 +78,8 @@ StatusOr<std::vector<std::string>> SplitList(const std::vector<std::string>& val
     bool any = false;
     while (std::getline(ss, item, ',')) {
       any = true;
-      if (item.empty()) return InvalidArgumentError("--" + flag + " \"" + v + "\" has an empty item");
+      if (item.empty())
+        return InvalidArgumentError("--" + flag + " \"" + v + "\" has an empty item");
       out.push_back(item);
     }
     if (!any) return InvalidArgumentError("--" + flag + " is empty");
@@ -95,8 +97,7 @@ struct RunSpec {
   std::string Label() const {
     switch (mode) {
       case EvalMode::kDense: return "dense";
-      case EvalMode::kSink:
-        return "sink " + std::to_string(sinks) + "+" + std::to_string(window);
+      case EvalMode::kSink: return "sink " + std::to_string(sinks) + "+" + std::to_string(window);
       default: return std::string(ModeName(mode)) + " " + std::to_string(window);
     }
   }
@@ -109,9 +110,9 @@ struct RunResult {
   NllAccumulator nll;
   int32_t peak_blocks = 0;
   int64_t peak_cache_bytes = 0;
-  int64_t forward_tokens = 0;   // tokens run through the model (recompute: many times N)
-  double forward_seconds = 0;   // time inside Forward
-  double seconds = 0;           // wall time of the run, scoring included
+  int64_t forward_tokens = 0;  // tokens run through the model (recompute: many times N)
+  double forward_seconds = 0;  // time inside Forward
+  double seconds = 0;          // wall time of the run, scoring included
   explicit RunResult(int64_t segment) : nll(segment) {}
 };
 
@@ -124,8 +125,8 @@ struct EvalOptions {
 // Tracks the peak number of blocks a session holds.
 void NotePeak(const SessionCache& cache, const KvShape& shape, RunResult* r) {
   r->peak_blocks = std::max(r->peak_blocks, cache.blocks_held());
-  r->peak_cache_bytes =
-      static_cast<int64_t>(r->peak_blocks) * BlockPool::BlockBytes(shape, cache.pool()->block_size());
+  r->peak_cache_bytes = static_cast<int64_t>(r->peak_blocks) *
+                        BlockPool::BlockBytes(shape, cache.pool()->block_size());
 }
 
 void MaybeProgress(const EvalOptions& opt, const RunResult& r, int64_t done, int64_t total,
@@ -148,8 +149,8 @@ Status StreamAndScore(LlamaModel& model, SessionCache& cache, std::span<const in
   for (int64_t i = 0; i < n_stream; i += opt.chunk) {
     const int64_t len = std::min<int64_t>(opt.chunk, n_stream - i);
     const auto t0 = Clock::now();
-    STREAMD_RETURN_IF_ERROR(model.Forward(tokens.subspan(i, len), cache, LogitsMode::kAll,
-                                          logits.data()));
+    STREAMD_RETURN_IF_ERROR(
+        model.Forward(tokens.subspan(i, len), cache, LogitsMode::kAll, logits.data()));
     r->forward_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
     r->forward_tokens += len;
     NotePeak(cache, shape, r);
@@ -186,9 +187,8 @@ StatusOr<RunResult> RunStreaming(LlamaModel& model, std::span<const int32_t> tok
   r.spec = run;
   std::vector<float> logits(static_cast<size_t>(opt.chunk) * c.vocab_size);
   const auto t0 = Clock::now();
-  STREAMD_RETURN_IF_ERROR(StreamAndScore(model, *cache, tokens,
-                                         static_cast<int64_t>(tokens.size()), shape, opt, logits,
-                                         &r));
+  STREAMD_RETURN_IF_ERROR(StreamAndScore(model, *cache, tokens, static_cast<int64_t>(tokens.size()),
+                                         shape, opt, logits, &r));
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return r;
 }
@@ -239,7 +239,9 @@ std::string Fmt(const char* format, double v) {
   return buf;
 }
 
-nlohmann::json JsonNumber(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
+nlohmann::json JsonNumber(double v) {
+  return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json();
+}
 
 // Series read back from an earlier run's --segment-csv, for --plot-with.
 StatusOr<std::vector<PlotSeries>> ReadSegmentCsv(const std::string& path) {
@@ -370,6 +372,9 @@ int EvalCommand(int argc, char** argv) {
   }
   std::ofstream* csv = csv_path.empty() ? nullptr : &outputs.front();
   std::ofstream* segment_csv = segment_csv_path.empty() ? nullptr : &outputs.back();
+  if (!plot_path.empty()) {
+    if (Status s = CheckGnuplot(plot_path); !s.ok()) return Fail(s, "--plot");
+  }
   std::vector<PlotSeries> extra_series;
   for (const std::string& path : plot_with) {
     auto series = ReadSegmentCsv(path);
@@ -384,11 +389,10 @@ int EvalCommand(int argc, char** argv) {
   const LlamaConfig& config = model.config();
   const int64_t context = config.context_length;
   if (sinks + window > context) {
-    return Fail(InvalidArgumentError("--sinks + --window = " + std::to_string(sinks) + " + " +
-                                     std::to_string(window) + " = " +
-                                     std::to_string(sinks + window) +
-                                     " is over the model context of " + std::to_string(context) +
-                                     " tokens"));
+    return Fail(InvalidArgumentError(
+        "--sinks + --window = " + std::to_string(sinks) + " + " + std::to_string(window) + " = " +
+        std::to_string(sinks + window) + " is over the model context of " +
+        std::to_string(context) + " tokens"));
   }
   if (chunk > context) {
     return Fail(InvalidArgumentError("--chunk = " + std::to_string(chunk) +
@@ -407,10 +411,9 @@ int EvalCommand(int argc, char** argv) {
                                          std::to_string(context) + " tokens"));
       }
       if (m == EvalMode::kSink && l <= sinks) {
-        return Fail(InvalidArgumentError("--cache-size = " + std::to_string(l) +
-                                         " leaves no window after --sinks " +
-                                         std::to_string(sinks) +
-                                         " (the sink mode needs a cache size over S)"));
+        return Fail(InvalidArgumentError(
+            "--cache-size = " + std::to_string(l) + " leaves no window after --sinks " +
+            std::to_string(sinks) + " (the sink mode needs a cache size over S)"));
       }
       const int32_t s = m == EvalMode::kSink ? static_cast<int32_t>(sinks) : 0;
       runs.push_back({m, s, static_cast<int32_t>(l - s)});
@@ -438,10 +441,12 @@ int EvalCommand(int argc, char** argv) {
   }
   if (!flags.was_set("tokens")) n_tokens = text_tokens;
   if (n_tokens > text_tokens) {
-    return Fail(InvalidArgumentError("--tokens = " + std::to_string(n_tokens) + " is more than the " +
-                                     std::to_string(text_tokens) + " tokens of " + text_path));
+    return Fail(InvalidArgumentError("--tokens = " + std::to_string(n_tokens) +
+                                     " is more than the " + std::to_string(text_tokens) +
+                                     " tokens of " + text_path));
   }
-  if (std::find(modes.begin(), modes.end(), EvalMode::kDense) != modes.end() && n_tokens > context) {
+  if (std::find(modes.begin(), modes.end(), EvalMode::kDense) != modes.end() &&
+      n_tokens > context) {
     return Fail(InvalidArgumentError(
         "dense mode keeps every token: N = " + std::to_string(n_tokens) +
         " tokens is over the model context of " + std::to_string(context) +
@@ -455,18 +460,18 @@ int EvalCommand(int argc, char** argv) {
                    "streamd: warning: %s re-encodes %d tokens for each of %lld tokens: N*W = %lld "
                    "forward tokens, slow (use a smaller --tokens)\n",
                    run.Label().c_str(), run.window,
-                   static_cast<long long>(n_tokens - run.window - 1),
-                   static_cast<long long>(work));
+                   static_cast<long long>(n_tokens - run.window - 1), static_cast<long long>(work));
     }
   }
   const std::span<const int32_t> tokens(all_tokens.data(), static_cast<size_t>(n_tokens));
   const EvalOptions opt{static_cast<int32_t>(chunk), static_cast<int32_t>(block_size), progress};
 
-  std::printf("model %s, text %s: %lld tokens (BOS %s), scoring the first %lld; chunks of %lld, "
-              "%d thread(s)\n",
-              config.name.c_str(), text_path.c_str(), static_cast<long long>(text_tokens),
-              (*vocab)->add_bos() ? "added" : "not added", static_cast<long long>(n_tokens),
-              static_cast<long long>(chunk), model.threads());
+  std::printf(
+      "model %s, text %s: %lld tokens (BOS %s), scoring the first %lld; chunks of %lld, "
+      "%d thread(s)\n",
+      config.name.c_str(), text_path.c_str(), static_cast<long long>(text_tokens),
+      (*vocab)->add_bos() ? "added" : "not added", static_cast<long long>(n_tokens),
+      static_cast<long long>(chunk), model.threads());
   if (csv != nullptr) *csv << "mode,sinks,window,token,nll,running_ppl\n";
   if (segment_csv != nullptr) {
     *segment_csv << "mode,sinks,window,segment_begin,segment_end,tokens,mean_nll,ppl\n";
@@ -491,9 +496,9 @@ int EvalCommand(int argc, char** argv) {
     if (segment_csv != nullptr) {
       for (const auto& seg : res.nll.segments()) {
         *segment_csv << ModeName(run.mode) << ',' << run.sinks << ',' << run.window << ','
-                     << seg.begin << ',' << std::min<int64_t>(seg.end, n_tokens) << ','
-                     << seg.count << ',' << Fmt("%.6f", seg.MeanNll()) << ','
-                     << Fmt("%.6f", seg.Perplexity()) << '\n';
+                     << seg.begin << ',' << std::min<int64_t>(seg.end, n_tokens) << ',' << seg.count
+                     << ',' << Fmt("%.6f", seg.MeanNll()) << ',' << Fmt("%.6f", seg.Perplexity())
+                     << '\n';
       }
       segment_csv->flush();
     }
@@ -511,13 +516,11 @@ int EvalCommand(int argc, char** argv) {
   std::printf("\n%-16s %5s %6s %6s %10s %13s %12s %10s %9s\n", "mode", "S", "W", "cache", "ppl",
               "ppl(evicted)", "peak cache", "tok/s", "seconds");
   for (const RunResult& r : results) {
-    const double ppl_cut = r.spec.mode == EvalMode::kDense
-                               ? NAN
-                               : r.nll.PerplexityFrom(r.spec.first_truncated());
-    std::printf("%-16s %5d %6d %6lld %10.4f %13s %9.2f MiB %10.1f %9.1f\n",
-                r.spec.Label().c_str(), r.spec.sinks, r.spec.window,
-                static_cast<long long>(r.spec.cache_tokens()), r.nll.Perplexity(),
-                std::isfinite(ppl_cut) ? Fmt("%.4f", ppl_cut).c_str() : "-",
+    const double ppl_cut =
+        r.spec.mode == EvalMode::kDense ? NAN : r.nll.PerplexityFrom(r.spec.first_truncated());
+    std::printf("%-16s %5d %6d %6lld %10.4f %13s %9.2f MiB %10.1f %9.1f\n", r.spec.Label().c_str(),
+                r.spec.sinks, r.spec.window, static_cast<long long>(r.spec.cache_tokens()),
+                r.nll.Perplexity(), std::isfinite(ppl_cut) ? Fmt("%.4f", ppl_cut).c_str() : "-",
                 r.peak_cache_bytes / 1048576.0, r.forward_tokens / r.forward_seconds, r.seconds);
   }
   std::printf("\n%-14s", "tokens");
@@ -538,8 +541,9 @@ int EvalCommand(int argc, char** argv) {
 
   if (!plot_path.empty()) {
     LinePlot plot;
-    plot.title = "Log-perplexity per " + std::to_string(segment) + "-token segment: " +
-                 config.name + ", " + text_path.substr(text_path.find_last_of('/') + 1);
+    plot.title = "Log-perplexity per " + std::to_string(segment) +
+                 "-token segment: " + config.name + ", " +
+                 text_path.substr(text_path.find_last_of('/') + 1);
     plot.x_label = "tokens streamed";
     plot.y_label = "log perplexity (mean NLL, nats)";
     for (const RunResult& r : results) {

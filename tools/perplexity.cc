@@ -20,7 +20,8 @@ double NllAccumulator::Segment::Perplexity() const {
   return count > 0 ? std::exp(sum / count) : std::numeric_limits<double>::quiet_NaN();
 }
 
-NllAccumulator::NllAccumulator(int64_t segment_len) : segment_len_(std::max<int64_t>(1, segment_len)) {}
+NllAccumulator::NllAccumulator(int64_t segment_len)
+    : segment_len_(std::max<int64_t>(1, segment_len)) {}
 
 void NllAccumulator::Add(int64_t index, double nll) {
   assert(indices_.empty() || index > indices_.back());

@@ -85,15 +85,18 @@ std::string GnuplotScript(const LinePlot& plot, const std::string& png_path) {
   return s.str();
 }
 
+Status CheckGnuplot(const std::string& png_path) {
+  if (!FindOnPath("gnuplot").empty()) return OkStatus();
+  return FailedPreconditionError("gnuplot is not on PATH, cannot write " + png_path +
+                                 " (Debian: apt-get install gnuplot-nox)");
+}
+
 Status WritePng(const LinePlot& plot, const std::string& png_path) {
   bool any_point = false;
   for (const PlotSeries& series : plot.series) any_point |= !series.x.empty();
   if (!any_point) return InvalidArgumentError("nothing to plot into " + png_path);
+  STREAMD_RETURN_IF_ERROR(CheckGnuplot(png_path));
   const std::string gnuplot = FindOnPath("gnuplot");
-  if (gnuplot.empty()) {
-    return FailedPreconditionError("gnuplot is not on PATH, cannot write " + png_path +
-                                   " (Debian: apt-get install gnuplot-nox)");
-  }
   char err_path[] = "/tmp/streamd-gnuplot-XXXXXX";
   const int err_fd = mkstemp(err_path);
   if (err_fd < 0) return InternalError("cannot create a temporary file for gnuplot's errors");

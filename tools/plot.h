@@ -31,6 +31,10 @@ struct LinePlot {
 // The gnuplot script that draws `plot` into `png_path` (exposed for tests).
 std::string GnuplotScript(const LinePlot& plot, const std::string& png_path);
 
+// OK when gnuplot is on PATH, else FAILED_PRECONDITION naming `png_path`: lets a tool refuse
+// --plot before a long run rather than after it.
+Status CheckGnuplot(const std::string& png_path);
+
 // Draws `plot` into `png_path`. Errors: FAILED_PRECONDITION when gnuplot is not on PATH,
 // INVALID_ARGUMENT for a plot without data, INTERNAL when gnuplot fails (its stderr is
 // passed through) or leaves no file behind.

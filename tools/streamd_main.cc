@@ -4,6 +4,9 @@
 #include <iostream>
 
 #include "tools/commands.h"
+#ifdef STREAMD_WITH_SERVER
+#include "server/serve_command.h"
+#endif
 
 namespace streamd::tools {
 
@@ -24,9 +27,14 @@ constexpr const char* kUsage =
     "usage: streamd <command> [flags]\n"
     "\n"
     "commands:\n"
-    "  generate   complete a prompt, streaming tokens as they are sampled\n"
-    "  tokenize   print the token ids of a text\n"
-    "  bench      measure prefill and decode throughput\n"
+#ifdef STREAMD_WITH_SERVER
+    "  serve         run the gRPC daemon (streamctl is its client)\n"
+#endif
+    "  generate      complete a prompt, streaming tokens as they are sampled\n"
+    "  tokenize      print the token ids of a text\n"
+    "  bench         measure prefill and decode throughput\n"
+    "  eval          streaming perplexity of a text per KV-cache mode (dense/window/sink/recompute)\n"
+    "  bench-memory  stream many tokens through one sink session; record RSS and blocks held\n"
     "\n"
     "`streamd <command> --help` lists a command's flags.\n";
 
@@ -40,11 +48,17 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string command = argv[1];
+#ifdef STREAMD_WITH_SERVER
+  if (command == "serve") return streamd::server::ServeCommand(argc, argv);
+#endif
   if (command == "generate") return GenerateCommand(argc, argv);
   if (command == "tokenize") return TokenizeCommand(argc, argv);
   if (command == "bench") return BenchCommand(argc, argv);
+  if (command == "eval") return EvalCommand(argc, argv);
+  if (command == "bench-memory") return BenchMemoryCommand(argc, argv);
   std::fprintf(stderr,
-               "streamd: error: unknown command \"%s\" (commands: generate, tokenize, bench; "
+               "streamd: error: unknown command \"%s\" (commands: generate, tokenize, bench, eval, "
+               "bench-memory; "
                "see streamd --help)\n",
                command.c_str());
   return 2;

@@ -141,39 +141,61 @@ INSTANTIATE_TEST_SUITE_P(WeightTypes, ChunkedPrefillTest,
                                            gguf::TensorType::kQ8_0, gguf::TensorType::kQ4_0,
                                            gguf::TensorType::kQ4_1));
 
+// 16 sessions of different lengths and phases in one batch per step (some prefilling in
+// chunks, some decoding, some idle) compute the same logits as each session alone.
 TEST(StreamingTest, SessionsInOneBatchAreIndependent) {
+  constexpr int kSessions = 16;
   Fixture f = MakeFixture(gguf::TensorType::kF32, 16, 4);
   const int32_t vocab = f.model->config().vocab_size;
   const int ctx = f.model->config().context_length;
-  const std::vector<int32_t> a = RandomTokens(120, vocab, 1);
-  const std::vector<int32_t> b = RandomTokens(45, vocab, 2);
-  const CacheSpec spec{CacheMode::kSink, 4, 30, 64};
-  // Alone.
-  const std::vector<float> a_alone = Stream(f, {CacheMode::kSink, 4, 30, 1}, a, 0);
-  const std::vector<float> b_alone = Stream(f, {CacheMode::kSink, 4, 30, 1}, b, 0);
-  // Together: a runs token by token while b is prefilled in one chunk, then both decode.
-  auto ca = SessionCache::Create(f.pool.get(), spec, ctx);
-  auto cb = SessionCache::Create(f.pool.get(), spec, ctx);
-  ASSERT_TRUE(ca.ok() && cb.ok());
-  std::vector<float> logits(46 * vocab);
-  size_t ia = 0, ib = 0;
+  const CacheSpec spec{CacheMode::kSink, 4, 30, 32};
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::vector<float>> alone;
+  for (int i = 0; i < kSessions; ++i) {
+    tokens.push_back(RandomTokens(10 + 13 * i, vocab, 50 + i));
+    alone.push_back(Stream(f, {CacheMode::kSink, 4, 30, 1}, tokens.back(), 0));
+  }
+  std::vector<std::unique_ptr<SessionCache>> caches;
+  for (int i = 0; i < kSessions; ++i) {
+    auto c = SessionCache::Create(f.pool.get(), spec, ctx);
+    ASSERT_TRUE(c.ok());
+    caches.push_back(std::move(c).value());
+  }
+  std::vector<size_t> next(kSessions, 0);
+  std::mt19937 rng(8);
+  std::vector<float> logits(kSessions * 32 * vocab);
   double worst = 0.0;
-  while (ia < a.size()) {
+  for (int step = 0; step < 1000; ++step) {
     std::vector<int32_t> batch;
     std::vector<SequenceInput> seqs;
-    batch.push_back(a[ia]);
-    seqs.push_back({ca->get(), 1, LogitsMode::kLast});
-    const size_t nb = ib == 0 ? 40 : (ib < b.size() ? 1 : 0);
-    for (size_t j = 0; j < nb; ++j) batch.push_back(b[ib + j]);
-    if (nb > 0) seqs.push_back({cb->get(), static_cast<int32_t>(nb), LogitsMode::kLast});
-    ASSERT_TRUE(f.model->Forward(batch, seqs, logits.data()).ok());
-    worst = std::max(worst, RelativeError(&logits[0], &a_alone[ia * vocab], vocab));
-    if (nb > 0) {
-      worst = std::max(worst, RelativeError(&logits[vocab], &b_alone[(ib + nb - 1) * vocab], vocab));
+    std::vector<int> who;
+    for (int i = 0; i < kSessions; ++i) {
+      if (next[i] == tokens[i].size() || rng() % 4 == 0) continue;  // done, or idle this step
+      // Session i starts after step i (phases differ); then chunks of 1 (decode) to 32.
+      if (step < i) continue;
+      const size_t n = std::min<size_t>(1 + rng() % (i % 2 ? 1 : 32), tokens[i].size() - next[i]);
+      batch.insert(batch.end(), tokens[i].begin() + next[i], tokens[i].begin() + next[i] + n);
+      seqs.push_back({caches[i].get(), static_cast<int32_t>(n), LogitsMode::kAll});
+      who.push_back(i);
     }
-    ++ia;
-    ib += nb;
+    if (seqs.empty()) {
+      bool all_done = true;
+      for (int i = 0; i < kSessions; ++i) all_done = all_done && next[i] == tokens[i].size();
+      if (all_done) break;
+      continue;
+    }
+    ASSERT_TRUE(f.model->Forward(batch, seqs, logits.data()).ok());
+    size_t row = 0;
+    for (size_t k = 0; k < seqs.size(); ++k) {
+      const int i = who[k];
+      for (int32_t j = 0; j < seqs[k].n_tokens; ++j, ++row) {
+        worst = std::max(worst, RelativeError(&logits[row * vocab],
+                                              &alone[i][(next[i] + j) * vocab], vocab));
+      }
+      next[i] += seqs[k].n_tokens;
+    }
   }
+  for (int i = 0; i < kSessions; ++i) EXPECT_EQ(next[i], tokens[i].size());
   EXPECT_LT(worst, 1e-4);
 }
 

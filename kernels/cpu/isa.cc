@@ -21,7 +21,7 @@ Isa DetectIsa() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
       __builtin_cpu_supports("f16c")) {
-    return Isa::kAvx2;
+    return __builtin_cpu_supports("avxvnni") ? Isa::kAvxVnni : Isa::kAvx2;
   }
 #endif
   return Isa::kPortable;
@@ -42,6 +42,8 @@ const char* IsaName(Isa isa) {
       return "portable";
     case Isa::kAvx2:
       return "avx2";
+    case Isa::kAvxVnni:
+      return "avx-vnni";
   }
   return "unknown";
 }

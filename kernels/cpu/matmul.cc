@@ -52,7 +52,7 @@ size_t ActivationBytes(WeightType type, int64_t n_tokens, int64_t k) {
   CheckK(type, k);
   if (n_tokens < 0) Fail("negative n_tokens");
   const auto rows = static_cast<size_t>(n_tokens);
-  if (IsQuantized(type)) return rows * static_cast<size_t>(k / kQuantBlock) * sizeof(BlockQ8_1);
+  if (IsQuantized(type)) return rows * static_cast<size_t>(k / kQuantBlock) * sizeof(BlockQ16_1);
   return rows * static_cast<size_t>(k) * sizeof(float);
 }
 
@@ -62,13 +62,13 @@ void PrepareActivations(WeightType type, const float* x, int64_t ldx, int64_t k,
   if (token_begin < 0 || token_end < token_begin || ldx < k) Fail("bad activation range");
   if (IsQuantized(type)) {
     const int64_t nb = k / kQuantBlock;
-    auto* blocks = static_cast<BlockQ8_1*>(xq);
+    auto* blocks = static_cast<BlockQ16_1*>(xq);
     const bool avx2 = ActiveIsa() != Isa::kPortable;
     for (int64_t t = token_begin; t < token_end; ++t) {
       if (avx2) {
-        internal::QuantizeRowQ8_1Avx2(x + t * ldx, k, blocks + t * nb);
+        internal::QuantizeRowQ16_1Avx2(x + t * ldx, k, blocks + t * nb);
       } else {
-        internal::QuantizeRowQ8_1Portable(x + t * ldx, k, blocks + t * nb);
+        internal::QuantizeRowQ16_1Portable(x + t * ldx, k, blocks + t * nb);
       }
     }
     return;
@@ -89,8 +89,11 @@ void MatMulRows(WeightType type, const void* w, size_t w_row_bytes, int64_t k, c
   const auto* w_bytes = static_cast<const uint8_t*>(w);
   const bool avx2 = ActiveIsa() != Isa::kPortable;
   if (IsQuantized(type)) {
-    const auto* x_blocks = static_cast<const BlockQ8_1*>(xq);
-    if (avx2) {
+    const auto* x_blocks = static_cast<const BlockQ16_1*>(xq);
+    if (ActiveIsa() == Isa::kAvxVnni) {
+      internal::MatMulQuantAvxVnni(type, w_bytes, w_row_bytes, k, x_blocks, n_tokens, out, ldo,
+                                   row_begin, row_end);
+    } else if (avx2) {
       internal::MatMulQuantAvx2(type, w_bytes, w_row_bytes, k, x_blocks, n_tokens, out, ldo,
                                 row_begin, row_end);
     } else {
@@ -101,8 +104,8 @@ void MatMulRows(WeightType type, const void* w, size_t w_row_bytes, int64_t k, c
   }
   const auto* x_rows = static_cast<const float*>(xq);
   if (avx2) {
-    internal::MatMulFloatAvx2(type, w_bytes, w_row_bytes, k, x_rows, n_tokens, out, ldo,
-                              row_begin, row_end);
+    internal::MatMulFloatAvx2(type, w_bytes, w_row_bytes, k, x_rows, n_tokens, out, ldo, row_begin,
+                              row_end);
   } else {
     internal::MatMulFloatPortable(type, w_bytes, w_row_bytes, k, x_rows, n_tokens, out, ldo,
                                   row_begin, row_end);

@@ -3,14 +3,21 @@
 //   out[t][r] = sum_k W[r][k] * x[t][k]      t in [0, n_tokens), r in [row_begin, row_end)
 //
 // W is stored row-major in its GGUF block layout (see quant_blocks.h): row r starts at
-// w + r * w_row_bytes. Activations are first quantized once per product (PrepareActivations)
-// into the format the weight type's integer dot product wants (Q8_1 for Q4_1, Q8_0 for Q4_0
-// and Q8_0, f32 copies for float weights); MatMulRows then reads each weight block once per
-// group of tokens. Row ranges let the caller split the work across threads: MatMulRows is
+// w + r * w_row_bytes. Activations are first converted once per product (PrepareActivations):
+// for quantized weights (Q4_0, Q4_1, Q8_0) into 16-bit blocks (Q16_1, quant_blocks.h: per 32
+// values an f32 scale amax/32767, int16 values, and d*sum(q)) so the dot products run on exact
+// integer sums; for float weights into an f32 copy. MatMulRows then reads each weight block once
+// per group of tokens. Row ranges let the caller split the work across threads: MatMulRows is
 // thread-safe for disjoint ranges. No allocation happens in MatMulRows.
 //
-// The instruction set is picked once at run time (AVX2+FMA+F16C when the CPU has them,
-// portable C++ otherwise); tests can force the portable path to compare the two.
+// Precision: the 16-bit step (|x - d*q| <= amax/65534 per value) keeps products close to exact
+// arithmetic on the stored weights. 8-bit activations (llama.cpp's Q8_1) changed the argmax of
+// SmolLM2-135M Q4_1 at ~2.7% of positions versus the exact-weights reference; 16-bit ones at 0.1%
+// (tests/model_golden_test.cc, 2047 positions).
+//
+// The instruction set is picked once at run time (AVX2+FMA+F16C when the CPU has them, plus
+// AVX-VNNI for the quantized products where available, portable C++ otherwise); tests can force
+// a lower level to compare them.
 #pragma once
 
 #include <cstddef>
@@ -20,7 +27,9 @@ namespace streamd::kernels::cpu {
 
 enum class WeightType { kF32, kF16, kBF16, kQ4_0, kQ4_1, kQ8_0 };
 
-enum class Isa { kPortable, kAvx2 };
+// Ordered levels, each a superset of the one before: kAvxVnni runs the kAvx2 code except for the
+// quantized products, whose i16 multiply-accumulates use AVX-VNNI (vpdpwssd).
+enum class Isa { kPortable, kAvx2, kAvxVnni };
 // Best ISA this CPU supports.
 Isa DetectIsa();
 // ISA used by the functions below (defaults to DetectIsa(); tests may force kPortable).

@@ -115,9 +115,11 @@ void ModelShapes(benchmark::internal::Benchmark* b, bool head) {
 
 // Every projection of SmolLM2-135M (30 layers, Q4_1) plus the Q8_0 output head, each with its
 // own weights, so the working set is the real ~96 MB and weights stream from L3/DRAM as in the
-// engine. Reports model tokens/s of the matmuls alone (single thread). Arg: n_tokens.
+// engine. Reports model tokens/s of the matmuls alone (single thread). Args: n_tokens, isa.
 void BM_ModelMatmuls(benchmark::State& state) {
   const int64_t n = state.range(0);
+  ForceIsa(static_cast<Isa>(state.range(1)));
+  state.SetLabel(IsaName(ActiveIsa()));
   struct Matrix {
     WeightType type;
     int64_t rows, k;
@@ -125,13 +127,18 @@ void BM_ModelMatmuls(benchmark::State& state) {
   };
   std::vector<Matrix> mats;
   for (int layer = 0; layer < 30; ++layer) {
-    for (auto [rows, k] : {std::pair<int64_t, int64_t>{576, 576}, {192, 576}, {192, 576},
-                           {576, 576}, {1536, 576}, {1536, 576}, {576, 1536}}) {
+    for (auto [rows, k] : {std::pair<int64_t, int64_t>{576, 576},
+                           {192, 576},
+                           {192, 576},
+                           {576, 576},
+                           {1536, 576},
+                           {1536, 576},
+                           {576, 1536}}) {
       mats.push_back({WeightType::kQ4_1, rows, k, RandomWeights(WeightType::kQ4_1, rows, k)});
     }
   }
   // The head only runs on the last token of a prompt.
-  if (!getenv("NOHEAD")) mats.push_back({WeightType::kQ8_0, 49152, 576, RandomWeights(WeightType::kQ8_0, 49152, 576)});
+  mats.push_back({WeightType::kQ8_0, 49152, 576, RandomWeights(WeightType::kQ8_0, 49152, 576)});
   std::vector<float> x(n * 1536, 0.25f);
   std::vector<uint8_t> xq(ActivationBytes(WeightType::kQ4_1, n, 1536));
   std::vector<float> out(n * 49152);
@@ -146,12 +153,20 @@ void BM_ModelMatmuls(benchmark::State& state) {
     }
     benchmark::ClobberMemory();
   }
-  state.counters["tok/s"] = benchmark::Counter(static_cast<double>(n),
-                                               benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["GB/s"] = benchmark::Counter(bytes * 1e-9,
-                                              benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["tok/s"] =
+      benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  ForceIsa(DetectIsa());
 }
-BENCHMARK(BM_ModelMatmuls)->Arg(1)->Arg(64)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ModelMatmuls)->Apply([](auto* b) {
+  // The detected level, and AVX2 too where that is not it (for CPUs without AVX-VNNI).
+  for (int n : {1, 64}) {
+    b->Args({n, static_cast<int>(DetectIsa())});
+    if (DetectIsa() > Isa::kAvx2) b->Args({n, static_cast<int>(Isa::kAvx2)});
+  }
+  b->Unit(benchmark::kMillisecond);
+});
 
 BENCHMARK_CAPTURE(BM_MatMulRows, Q4_1, WeightType::kQ4_1)->Apply([](auto* b) {
   ModelShapes(b, false);
@@ -178,10 +193,23 @@ BENCHMARK_CAPTURE(BM_MatMulRows, F32, WeightType::kF32)->Apply([](auto* b) {
 BENCHMARK_CAPTURE(BM_MatMulRows, Q4_1_stream, WeightType::kQ4_1)
     ->Args({49152, 576, 1, static_cast<int>(DetectIsa())})
     ->Args({196608, 576, 1, static_cast<int>(DetectIsa())})
+    ->Args({589824, 576, 1, static_cast<int>(DetectIsa())})
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(BM_MatMulRows, Q8_0_stream, WeightType::kQ8_0)
     ->Args({196608, 576, 1, static_cast<int>(DetectIsa())})
     ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_MatMulRows, F16_stream, WeightType::kF16)
+    ->Args({65536, 576, 1, static_cast<int>(DetectIsa())})
+    ->Unit(benchmark::kMicrosecond);
+// The AVX2 level at the Q4_1 shapes, where the detected level is higher (AVX-VNNI).
+BENCHMARK_CAPTURE(BM_MatMulRows, Q4_1_avx2, WeightType::kQ4_1)->Apply([](auto* b) {
+  if (DetectIsa() <= Isa::kAvx2) return;
+  for (int n : {1, 64}) {
+    b->Args({1536, 576, n, static_cast<int>(Isa::kAvx2)});
+    b->Args({576, 1536, n, static_cast<int>(Isa::kAvx2)});
+  }
+  b->Unit(benchmark::kMicrosecond);
+});
 // Portable reference at the decode shapes, for scale.
 BENCHMARK_CAPTURE(BM_MatMulRows, Q4_1_portable, WeightType::kQ4_1)
     ->Args({1536, 576, 1, static_cast<int>(Isa::kPortable)})

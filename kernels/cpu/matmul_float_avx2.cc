@@ -8,23 +8,20 @@
 #include <cstring>
 #include <utility>
 
+#include "kernels/cpu/avx2_util.h"
 #include "kernels/cpu/matmul_internal.h"
 
 namespace streamd::kernels::cpu::internal {
 namespace {
 
 constexpr int64_t kTokenChunk = 64;
-
-inline float HorizontalSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+constexpr int64_t kPrefetchBytes = 8192;
 
 struct F32Format {
   static constexpr size_t kBytes = 4;
-  static __m256 Load8(const uint8_t* p) { return _mm256_loadu_ps(reinterpret_cast<const float*>(p)); }
+  static __m256 Load8(const uint8_t* p) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  }
 };
 struct F16Format {
   static constexpr size_t kBytes = 2;
@@ -35,7 +32,8 @@ struct F16Format {
 struct Bf16Format {
   static constexpr size_t kBytes = 2;
   static __m256 Load8(const uint8_t* p) {
-    const __m256i wide = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m256i wide =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(wide, 16));
   }
 };
@@ -50,6 +48,15 @@ void Tile(const uint8_t* w, size_t w_stride, const float* x, int64_t k, float* o
   }
   const int64_t k8 = k & ~int64_t{7};
   for (int64_t i = 0; i < k8; i += 8) {
+    if constexpr (kT == 1) {
+      // One token streams the weights once: prefetch the bytes this step consumes, a few tiles
+      // ahead (rows are contiguous), as the quantized kernels do.
+      constexpr int kStep = kR * 8 * static_cast<int>(F::kBytes);
+      const uint8_t* p = w + kPrefetchBytes + i / 8 * kStep;
+      for (int l = 0; l < (kStep + 63) / 64 + 1; ++l) {
+        _mm_prefetch(reinterpret_cast<const char*>(p + 64 * l), _MM_HINT_T0);
+      }
+    }
     __m256 wv[kR];
     for (int r = 0; r < kR; ++r) wv[r] = F::Load8(w + r * w_stride + i * F::kBytes);
     for (int t = 0; t < kT; ++t) {
@@ -114,8 +121,8 @@ void MatMul(const uint8_t* w, size_t w_row_bytes, int64_t k, const float* xq, in
 }  // namespace
 
 void MatMulFloatAvx2(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
-                     const float* xq, int64_t n_tokens, float* out, int64_t ldo,
-                     int64_t row_begin, int64_t row_end) {
+                     const float* xq, int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin,
+                     int64_t row_end) {
   switch (type) {
     case WeightType::kF32:
       return MatMul<F32Format>(w, w_row_bytes, k, xq, n_tokens, out, ldo, row_begin, row_end);

@@ -2,14 +2,17 @@
 // dispatch to them. Not part of the public API.
 //
 // Activation buffer layout (opaque to callers, see matmul.h):
-//   quantized weights (Q4_0, Q4_1, Q8_0): [n_tokens, k/32] BlockQ8_1, token-major; d = amax/127,
-//     qs = round-half-even(x/d) in [-127, 127], s = d * sum(qs). Non-finite input in a block
-//     makes d = s = NaN and qs = 0, so the NaN reaches every output that reads the block.
+//   quantized weights (Q4_0, Q4_1, Q8_0): [n_tokens, k/32] BlockQ16_1, token-major, per block
+//     d = amax / 32767, qs = round-half-even(x * (1/d)) in [-32767, 32767] (all in f32: the
+//     reciprocal once per block, one product per value), s = d * sum(qs) (|sum| < 2^20, exact in
+//     f32). Every ISA computes these bit-identically. Non-finite input in a block makes
+//     d = s = NaN and qs = 0, so the NaN reaches every output that reads the block.
 //   float weights (F32, F16, BF16): [n_tokens, k] f32, a dense copy of x.
 //
-// The AVX2 translation units are compiled with -mavx2 -mfma -mf16c; they must not call inline
-// functions from shared headers (HalfToFloat, std:: templates...) that could be emitted there
-// and then picked by the linker for portable callers.
+// The AVX2 translation units are compiled with -mavx2 -mfma -mf16c (matmul_quant_vnni.cc also
+// with -mavxvnni); they must not call inline functions from shared headers (HalfToFloat, std::
+// templates...) that could be emitted there and then picked by the linker for callers of a lower
+// level.
 #pragma once
 
 #include <cstddef>
@@ -21,24 +24,27 @@
 namespace streamd::kernels::cpu::internal {
 
 // Quantizes one row x: [k] (k % 32 == 0) into out: [k/32].
-void QuantizeRowQ8_1Portable(const float* x, int64_t k, BlockQ8_1* out);
-void QuantizeRowQ8_1Avx2(const float* x, int64_t k, BlockQ8_1* out);
+void QuantizeRowQ16_1Portable(const float* x, int64_t k, BlockQ16_1* out);
+void QuantizeRowQ16_1Avx2(const float* x, int64_t k, BlockQ16_1* out);
 
-// Quantized weights (Q4_0, Q4_1, Q8_0) times xq: [n_tokens, k/32] BlockQ8_1.
+// Quantized weights (Q4_0, Q4_1, Q8_0) times xq: [n_tokens, k/32] BlockQ16_1.
 void MatMulQuantPortable(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
-                         const BlockQ8_1* xq, int64_t n_tokens, float* out, int64_t ldo,
+                         const BlockQ16_1* xq, int64_t n_tokens, float* out, int64_t ldo,
                          int64_t row_begin, int64_t row_end);
 void MatMulQuantAvx2(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
-                     const BlockQ8_1* xq, int64_t n_tokens, float* out, int64_t ldo,
+                     const BlockQ16_1* xq, int64_t n_tokens, float* out, int64_t ldo,
                      int64_t row_begin, int64_t row_end);
+void MatMulQuantAvxVnni(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
+                        const BlockQ16_1* xq, int64_t n_tokens, float* out, int64_t ldo,
+                        int64_t row_begin, int64_t row_end);
 
 // Float weights (F32, F16, BF16) times xq: [n_tokens, k] f32.
 void MatMulFloatPortable(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
                          const float* xq, int64_t n_tokens, float* out, int64_t ldo,
                          int64_t row_begin, int64_t row_end);
 void MatMulFloatAvx2(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
-                     const float* xq, int64_t n_tokens, float* out, int64_t ldo,
-                     int64_t row_begin, int64_t row_end);
+                     const float* xq, int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin,
+                     int64_t row_end);
 
 // vec_ops.h, AVX2 versions (vec_ops_avx2.cc); the portable ones live in vec_ops.cc.
 float DotF32Avx2(const float* a, const float* b, int64_t n);

@@ -6,7 +6,10 @@
 //   Q4_1: dw * dx * sum_j q_j y_j + mw * sx            (w_j = dw q_j + mw,  q_j in [0,15])
 //   Q4_0: dw * (dx * sum_j q_j y_j - 8 sx)             (w_j = dw (q_j - 8), q_j in [0,15])
 //   Q8_0: dw * dx * sum_j q_j y_j                      (w_j = dw q_j)
-// The integer sums are exact; blocks are accumulated in f32.
+// with |y_j| <= 32767. The integer sums are exact in i32: |sum| <= 32 * 15 * 32767 < 2^24 for the
+// 4-bit formats, <= 32 * 128 * 32767 < 2^27 for Q8_0 (whose i32 -> f32 conversion may then round,
+// identically on every ISA). Blocks are accumulated in f32.
+#include <cfloat>
 #include <cmath>
 #include <cstring>
 
@@ -18,7 +21,7 @@ namespace {
 constexpr int kHalf = kQuantBlock / 2;
 
 // sum_j q_j y_j with q_j the 4-bit values of qs (low nibbles first, then high nibbles).
-int32_t DotNibbles(const uint8_t* qs, const int8_t* y) {
+int32_t DotNibbles(const uint8_t* qs, const int16_t* y) {
   int32_t sum = 0;
   for (int j = 0; j < kHalf; ++j) {
     sum += static_cast<int32_t>(qs[j] & 0xf) * y[j];
@@ -27,7 +30,7 @@ int32_t DotNibbles(const uint8_t* qs, const int8_t* y) {
   return sum;
 }
 
-float DotRowQ4_1(const BlockQ4_1* w, const BlockQ8_1* x, int64_t nb) {
+float DotRowQ4_1(const BlockQ4_1* w, const BlockQ16_1* x, int64_t nb) {
   float acc = 0.0f;
   for (int64_t b = 0; b < nb; ++b) {
     const float sumi = static_cast<float>(DotNibbles(w[b].qs, x[b].qs));
@@ -36,7 +39,7 @@ float DotRowQ4_1(const BlockQ4_1* w, const BlockQ8_1* x, int64_t nb) {
   return acc;
 }
 
-float DotRowQ4_0(const BlockQ4_0* w, const BlockQ8_1* x, int64_t nb) {
+float DotRowQ4_0(const BlockQ4_0* w, const BlockQ16_1* x, int64_t nb) {
   float acc = 0.0f;
   for (int64_t b = 0; b < nb; ++b) {
     const float sumi = static_cast<float>(DotNibbles(w[b].qs, x[b].qs));
@@ -45,7 +48,7 @@ float DotRowQ4_0(const BlockQ4_0* w, const BlockQ8_1* x, int64_t nb) {
   return acc;
 }
 
-float DotRowQ8_0(const BlockQ8_0* w, const BlockQ8_1* x, int64_t nb) {
+float DotRowQ8_0(const BlockQ8_0* w, const BlockQ16_1* x, int64_t nb) {
   float acc = 0.0f;
   for (int64_t b = 0; b < nb; ++b) {
     int32_t sumi = 0;
@@ -75,7 +78,7 @@ uint16_t LoadU16(const uint8_t* p, int64_t i) {
 
 }  // namespace
 
-void QuantizeRowQ8_1Portable(const float* x, int64_t k, BlockQ8_1* out) {
+void QuantizeRowQ16_1Portable(const float* x, int64_t k, BlockQ16_1* out) {
   for (int64_t b = 0; b < k / kQuantBlock; ++b) {
     const float* xb = x + b * kQuantBlock;
     float amax = 0.0f;
@@ -84,19 +87,24 @@ void QuantizeRowQ8_1Portable(const float* x, int64_t k, BlockQ8_1* out) {
       finite = finite && std::isfinite(xb[j]);
       amax = std::fmax(amax, std::fabs(xb[j]));
     }
-    BlockQ8_1& o = out[b];
+    BlockQ16_1& o = out[b];
     if (!finite) {
       o.d = o.s = std::nanf("");
       std::memset(o.qs, 0, sizeof o.qs);
       continue;
     }
-    const float d = amax / 127.0f;
+    // A scale below FLT_MIN (amax < 3.9e-34, or 0) would be subnormal, too inexact to keep q
+    // within 16 bits, and its reciprocal may overflow: such a block quantizes to zero.
+    float d = amax / 32767.0f;
+    if (!(d >= FLT_MIN)) d = 0.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     int32_t sum = 0;
     for (int j = 0; j < kQuantBlock; ++j) {
-      // nearbyint rounds half to even, like the AVX2 quantizer's _mm256_round_ps.
+      // nearbyint rounds half to even, like the AVX2 quantizer's _mm256_round_ps. |xb[j] * id|
+      // exceeds 32767 by at most 32767 * 3 * 2^-24 < 0.01 (three f32 roundings), so q stays in
+      // [-32767, 32767].
       const auto q = static_cast<int32_t>(std::nearbyint(xb[j] * id));
-      o.qs[j] = static_cast<int8_t>(q);
+      o.qs[j] = static_cast<int16_t>(q);
       sum += q;
     }
     o.d = d;
@@ -105,11 +113,11 @@ void QuantizeRowQ8_1Portable(const float* x, int64_t k, BlockQ8_1* out) {
 }
 
 void MatMulQuantPortable(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
-                         const BlockQ8_1* xq, int64_t n_tokens, float* out, int64_t ldo,
+                         const BlockQ16_1* xq, int64_t n_tokens, float* out, int64_t ldo,
                          int64_t row_begin, int64_t row_end) {
   const int64_t nb = k / kQuantBlock;
   for (int64_t t = 0; t < n_tokens; ++t) {
-    const BlockQ8_1* x = xq + t * nb;  // [nb]
+    const BlockQ16_1* x = xq + t * nb;  // [nb]
     float* o = out + t * ldo;
     for (int64_t r = row_begin; r < row_end; ++r) {
       const uint8_t* row = w + static_cast<size_t>(r) * w_row_bytes;
@@ -147,12 +155,12 @@ void MatMulFloatPortable(WeightType type, const uint8_t* w, size_t w_row_bytes, 
           });
           break;
         case WeightType::kF16:
-          o[r] = DotRowFloat(row, x, k,
-                             [](const uint8_t* p, int64_t i) { return HalfToFloat(LoadU16(p, i)); });
+          o[r] = DotRowFloat(
+              row, x, k, [](const uint8_t* p, int64_t i) { return HalfToFloat(LoadU16(p, i)); });
           break;
         case WeightType::kBF16:
-          o[r] = DotRowFloat(row, x, k,
-                             [](const uint8_t* p, int64_t i) { return Bf16ToFloat(LoadU16(p, i)); });
+          o[r] = DotRowFloat(
+              row, x, k, [](const uint8_t* p, int64_t i) { return Bf16ToFloat(LoadU16(p, i)); });
           break;
         default:
           return;

@@ -2,26 +2,32 @@
 // independently decoded weights and the ORIGINAL float activations, for every weight type and
 // every instruction-set level this CPU runs, on fresh random inputs over awkward shapes.
 //
-// Error bounds (per output element, rows r, token t):
-//   Quantized weights (activations go through 8-bit blocks, |x - d*q| <= d/2 = amax_b/254):
-//     |out - ref| <= sum_b (amax_b / 254) * sum_{j in b} |w_j| * 1.001  +  1e-5 * M
-//     with M = sum_b amax_b * sum_{j in b} (|w_j| + 16 |d_b| + |m_b|), the scale of the f32
-//     rounding of the per-block terms. Over a whole product (>= 200 outputs) the RMS of
-//     error / worst-case quantization error must also stay below 4/sqrt(k) (unbiased rounding
-//     gives 1-2/sqrt(k) on these inputs; a bias or truncation gives ~sqrt(k)/2).
+// Error bounds (per output element, rows r, token t; u = 2^-24, nb = k / 32 blocks):
+//   Quantized weights (activations go through 16-bit blocks: |x - d*q| <= d/2 = amax_b/65534,
+//   widened by 1% for the f32 reciprocal and product that compute x/d, see matmul_internal.h):
+//     |out - ref| <= sum_b (amax_b / 65534) * sum_{j in b} |w_j| * 1.01  +  F
+//     F = (2 nb + 8) u M,  M = sum_b amax_b * sum_{j in b} (|w_j| + 24 |d_b| + |m_b|)
+//     M bounds the sum of |per-block terms| the kernels add in f32 (|q| <= 15 plus Q4_0's -8),
+//     F the rounding of at most 2 nb such additions plus a few products per term. Over a whole
+//     product (>= 200 outputs) the RMS of error / worst-case quantization error must also stay
+//     below 4/sqrt(k) (unbiased rounding gives 1-2/sqrt(k) on these inputs; a bias or truncation
+//     gives ~sqrt(k)/2).
 //   Float weights: |out - ref| <= 1e-5 * sum_j |w_j x_j| (f32 accumulation only).
-//   AVX2 vs portable on the same quantized activations: |avx2 - portable| <= 1e-5 * M (same
-//   integer block sums, different f32 summation order).
+//   AVX2 vs portable on the same quantized activations: |avx2 - portable| <= 2 F (same integer
+//   block sums, different f32 summation order). The quantizers must agree bit for bit, and so
+//   must the AVX2 and AVX-VNNI products.
+#include "kernels/cpu/matmul.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
 
-#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/test_util.h"
 
@@ -41,12 +47,18 @@ bool IsQuantized(WeightType t) {
 
 const char* TypeName(WeightType t) {
   switch (t) {
-    case WeightType::kF32: return "F32";
-    case WeightType::kF16: return "F16";
-    case WeightType::kBF16: return "BF16";
-    case WeightType::kQ4_0: return "Q4_0";
-    case WeightType::kQ4_1: return "Q4_1";
-    case WeightType::kQ8_0: return "Q8_0";
+    case WeightType::kF32:
+      return "F32";
+    case WeightType::kF16:
+      return "F16";
+    case WeightType::kBF16:
+      return "BF16";
+    case WeightType::kQ4_0:
+      return "Q4_0";
+    case WeightType::kQ4_1:
+      return "Q4_1";
+    case WeightType::kQ8_0:
+      return "Q8_0";
   }
   return "?";
 }
@@ -113,8 +125,8 @@ Weights RandomWeights(WeightType type, int64_t rows, int64_t k, std::mt19937_64&
           const float v = normal(rng);
           uint32_t bits;
           std::memcpy(&bits, &v, 4);
-          const uint16_t h = type == WeightType::kF16 ? FloatToHalf(v)
-                                                      : static_cast<uint16_t>(bits >> 16);
+          const uint16_t h =
+              type == WeightType::kF16 ? FloatToHalf(v) : static_cast<uint16_t>(bits >> 16);
           std::memcpy(row + 2 * j, &h, 2);
           w[j] = type == WeightType::kF16 ? RefHalf(h) : RefBf16(h);
         }
@@ -182,7 +194,7 @@ std::vector<float> RandomActivations(int64_t n, int64_t k, int64_t ldx, std::mt1
 struct Reference {
   std::vector<double> out;    // [n, rows]
   std::vector<double> bound;  // [n, rows] allowed |error| vs the float activations
-  std::vector<double> scale;  // [n, rows] M: scale of f32 rounding (AVX2 vs portable)
+  std::vector<double> agree;  // [n, rows] allowed |AVX2 - portable|: 2 F, or 1e-5 sum|w x|
   std::vector<double> qerr;   // [n, rows] worst-case activation quantization error
 };
 
@@ -191,7 +203,7 @@ Reference ComputeReference(const Weights& wt, const float* x, int64_t ldx, int64
   Reference ref;
   ref.out.assign(n * rows, 0.0);
   ref.bound.assign(n * rows, 0.0);
-  ref.scale.assign(n * rows, 0.0);
+  ref.agree.assign(n * rows, 0.0);
   ref.qerr.assign(n * rows, 0.0);
   const bool quant = IsQuantized(wt.type);
   std::vector<double> amax(nb);
@@ -213,14 +225,16 @@ Reference ComputeReference(const Weights& wt, const float* x, int64_t ldx, int64
         for (int64_t b = 0; b < nb; ++b) {
           double abs_w = 0.0;
           for (int j = 0; j < kBlock; ++j) abs_w += std::fabs(w[b * kBlock + j]);
-          qerr += amax[b] / 254.0 * abs_w;
-          m_scale += amax[b] * (abs_w + kBlock * (16 * wt.d_abs[r * nb + b] + wt.m_abs[r * nb + b]));
+          qerr += amax[b] / 65534.0 * abs_w;
+          m_scale +=
+              amax[b] * (abs_w + kBlock * (24 * wt.d_abs[r * nb + b] + wt.m_abs[r * nb + b]));
         }
       }
+      const double f32err = quant ? (2.0 * nb + 8.0) * 0x1p-24 * m_scale : 1e-5 * abs_dot;
       ref.out[t * rows + r] = dot;
       ref.qerr[t * rows + r] = qerr;
-      ref.scale[t * rows + r] = quant ? m_scale : abs_dot;
-      ref.bound[t * rows + r] = quant ? qerr * 1.001 + 1e-5 * m_scale : 1e-5 * abs_dot;
+      ref.agree[t * rows + r] = quant ? 2 * f32err : f32err;
+      ref.bound[t * rows + r] = qerr * 1.01 + f32err;
     }
   }
   return ref;
@@ -240,8 +254,8 @@ std::vector<float> RunProduct(const Weights& wt, const void* xq, int64_t n, int6
   return out;
 }
 
-std::vector<uint8_t> Prepare(WeightType type, const std::vector<float>& x, int64_t ldx,
-                             int64_t k, int64_t n) {
+std::vector<uint8_t> Prepare(WeightType type, const std::vector<float>& x, int64_t ldx, int64_t k,
+                             int64_t n) {
   std::vector<uint8_t> xq(ActivationBytes(type, n, k));
   const int64_t split = n / 2;
   PrepareActivations(type, x.data(), ldx, k, split, n, xq.data());
@@ -259,14 +273,16 @@ TEST_P(MatMulTest, MatchesReferenceOnAwkwardShapes) {
   for (int64_t k : {32, 64, 576, 1536}) {
     for (int64_t rows : {1, 3, 7, 83, 769}) {
       const Weights wt = RandomWeights(type, rows, k, rng);
-      for (int64_t n : {1, 2, 3, 5, 7, 16, 33}) {
-        SCOPED_TRACE(::testing::Message() << TypeName(type) << " k=" << k << " rows=" << rows
-                                          << " n_tokens=" << n);
+      // 16+ tokens go through the tokens-in-lanes kernel in chunks of 16 (12-15 padded), the rest
+      // through the 4-token and small tiles: 13, 27 = 16 + 8 + 3 and 33 = 32 + 1 mix them.
+      for (int64_t n : {1, 2, 3, 5, 7, 13, 16, 27, 33}) {
+        SCOPED_TRACE(::testing::Message()
+                     << TypeName(type) << " k=" << k << " rows=" << rows << " n_tokens=" << n);
         const int64_t ldx = k + 3, ldo = rows + 2;
         const std::vector<float> x = RandomActivations(n, k, ldx, rng);
         const Reference ref = ComputeReference(wt, x.data(), ldx, n);
         std::vector<uint8_t> xq;
-        std::vector<float> portable;
+        std::vector<float> portable, avx2;
         for (Isa isa : SupportedIsas()) {
           SCOPED_TRACE(IsaName(isa));
           ScopedIsa scoped(isa);
@@ -293,7 +309,7 @@ TEST_P(MatMulTest, MatchesReferenceOnAwkwardShapes) {
               }
               if (isa != Isa::kPortable) {
                 const double diff = std::fabs(got - portable[t * ldo + r]);
-                if (!(diff <= 1e-5 * ref.scale[t * rows + r]) && ++failures <= 5) {
+                if (!(diff <= ref.agree[t * rows + r]) && ++failures <= 5) {
                   ADD_FAILURE() << "t=" << t << " r=" << r << " " << IsaName(isa) << " " << got
                                 << " vs portable " << portable[t * ldo + r];
                 }
@@ -308,6 +324,11 @@ TEST_P(MatMulTest, MatchesReferenceOnAwkwardShapes) {
             EXPECT_LE(rms * std::sqrt(static_cast<double>(k)), 4.0);
           }
           if (isa == Isa::kPortable) portable = out;
+          if (isa == Isa::kAvx2) avx2 = out;
+          if (isa == Isa::kAvxVnni) {
+            // Same integer sums and the same f32 operations in the same order as AVX2.
+            EXPECT_EQ(std::memcmp(out.data(), avx2.data(), out.size() * sizeof(float)), 0);
+          }
         }
       }
     }
@@ -340,7 +361,7 @@ TEST_P(MatMulTest, LargeTokenCountMatchesPortable) {
     }
     int failures = 0;
     for (int64_t i = 0; i < n * rows; ++i) {
-      if (!(std::fabs(out[i] - portable[i]) <= 1e-5 * ref.scale[i]) && ++failures <= 5) {
+      if (!(std::fabs(out[i] - portable[i]) <= ref.agree[i]) && ++failures <= 5) {
         ADD_FAILURE() << "i=" << i << " " << out[i] << " vs portable " << portable[i];
       }
     }
@@ -354,21 +375,23 @@ TEST_P(MatMulTest, NonFiniteActivationsPropagateToTheirTokenOnly) {
   const uint64_t seed = TestSeed();
   SCOPED_TRACE(SeedTrace(seed));
   std::mt19937_64 rng(seed);
-  const int64_t k = 576, rows = 19, n = 9;
+  const int64_t k = 576, rows = 19;
   const Weights wt = RandomWeights(type, rows, k, rng);
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), INFINITY}) {
-    std::vector<float> x = RandomActivations(n, k, k, rng);
-    const int64_t bad_token = static_cast<int64_t>(rng() % n);
-    x[bad_token * k + static_cast<int64_t>(rng() % k)] = bad;
-    for (Isa isa : SupportedIsas()) {
-      SCOPED_TRACE(IsaName(isa));
-      ScopedIsa scoped(isa);
-      const std::vector<uint8_t> xq = Prepare(type, x, k, k, n);
-      const std::vector<float> out = RunProduct(wt, xq.data(), n, rows);
-      for (int64_t t = 0; t < n; ++t) {
-        for (int64_t r = 0; r < rows; ++r) {
-          const bool finite = std::isfinite(out[t * rows + r]);
-          EXPECT_EQ(finite, t != bad_token) << "t=" << t << " r=" << r;
+    for (int64_t n : {9, 21}) {
+      std::vector<float> x = RandomActivations(n, k, k, rng);
+      const int64_t bad_token = static_cast<int64_t>(rng() % n);
+      x[bad_token * k + static_cast<int64_t>(rng() % k)] = bad;
+      for (Isa isa : SupportedIsas()) {
+        SCOPED_TRACE(IsaName(isa));
+        ScopedIsa scoped(isa);
+        const std::vector<uint8_t> xq = Prepare(type, x, k, k, n);
+        const std::vector<float> out = RunProduct(wt, xq.data(), n, rows);
+        for (int64_t t = 0; t < n; ++t) {
+          for (int64_t r = 0; r < rows; ++r) {
+            const bool finite = std::isfinite(out[t * rows + r]);
+            EXPECT_EQ(finite, t != bad_token) << "n=" << n << " t=" << t << " r=" << r;
+          }
         }
       }
     }
@@ -394,8 +417,7 @@ TEST_P(MatMulTest, DequantizeRowMatchesIndependentDecode) {
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
                          ::testing::Values(WeightType::kF32, WeightType::kF16, WeightType::kBF16,
-                                           WeightType::kQ4_0, WeightType::kQ4_1,
-                                           WeightType::kQ8_0),
+                                           WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ8_0),
                          [](const ::testing::TestParamInfo<WeightType>& param) {
                            return std::string(TypeName(param.param));
                          });
@@ -411,20 +433,53 @@ TEST(ActivationQuantTest, BlocksRoundTripWithinHalfAStep) {
     SCOPED_TRACE(IsaName(isa));
     ScopedIsa scoped(isa);
     const std::vector<uint8_t> xq = Prepare(WeightType::kQ4_1, x, k, k, n);
-    const auto* blocks = reinterpret_cast<const BlockQ8_1*>(xq.data());
+    const auto* blocks = reinterpret_cast<const BlockQ16_1*>(xq.data());
     for (int64_t i = 0; i < n * k / kBlock; ++i) {
-      const BlockQ8_1& b = blocks[i];
+      const BlockQ16_1& b = blocks[i];
       const float* xb = x.data() + i * kBlock;
-      double amax = 0.0;
-      int sum = 0;
-      for (int j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(double{xb[j]}));
-      ASSERT_NEAR(b.d, amax / 127.0, 1e-6 * amax) << "block " << i;
+      float amax = 0.0f;
+      int32_t sum = 0;
+      for (int j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
+      // The documented rule, exactly: d = amax / 32767, q = nearbyint(x * (1 / d)) in f32.
+      ASSERT_EQ(b.d, amax / 32767.0f) << "block " << i;
+      const float id = b.d != 0.0f ? 1.0f / b.d : 0.0f;
       for (int j = 0; j < kBlock; ++j) {
-        ASSERT_LE(std::abs(int{b.qs[j]}), 127);
-        ASSERT_LE(std::fabs(xb[j] - double{b.d} * b.qs[j]), 0.5001 * b.d + 1e-30) << i << "," << j;
+        ASSERT_EQ(b.qs[j], static_cast<int>(std::nearbyint(xb[j] * id))) << i << "," << j;
+        ASSERT_LE(std::abs(int{b.qs[j]}), 32767);
+        // Half a step, plus the f32 rounding of 1 / d and x * (1 / d) (< 32767 * 3u steps).
+        ASSERT_LE(std::fabs(xb[j] - double{b.d} * b.qs[j]), (0.5 + 0.006) * b.d + 1e-30)
+            << i << "," << j;
         sum += b.qs[j];
       }
       ASSERT_EQ(b.s, b.d * static_cast<float>(sum)) << "block " << i;
+    }
+  }
+}
+
+// Exact ties round half to even on every ISA; the extremes map to +-32767; blocks whose scale
+// would be subnormal quantize to zero instead of overflowing i16.
+TEST(ActivationQuantTest, TiesExtremesAndTinyBlocks) {
+  std::vector<float> x(3 * kBlock, 0.0f);
+  // Block 0: amax = 32767, so d = 1 and x * (1 / d) = x exactly.
+  const float ties[] = {32767.0f, -32767.0f, 2.5f, 3.5f, -2.5f, -3.5f, 0.5f, -0.5f, 1.5f, 32766.5f};
+  const int16_t want[] = {32767, -32767, 2, 4, -2, -4, 0, 0, 2, 32766};
+  std::copy(std::begin(ties), std::end(ties), x.begin());
+  for (int j = 10; j < kBlock; ++j) x[j] = static_cast<float>(j * 1000 - 7);
+  x[kBlock + 3] = 1e-35f;       // d = amax / 32767 < FLT_MIN
+  x[2 * kBlock + 5] = -1e-41f;  // subnormal input
+  x[2 * kBlock + 6] = 2e-41f;
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(IsaName(isa));
+    ScopedIsa scoped(isa);
+    const std::vector<uint8_t> xq = Prepare(WeightType::kQ8_0, x, 3 * kBlock, 3 * kBlock, 1);
+    const auto* blocks = reinterpret_cast<const BlockQ16_1*>(xq.data());
+    EXPECT_EQ(blocks[0].d, 1.0f);
+    for (int j = 0; j < 10; ++j) EXPECT_EQ(blocks[0].qs[j], want[j]) << "j=" << j;
+    for (int j = 10; j < kBlock; ++j) EXPECT_EQ(blocks[0].qs[j], j * 1000 - 7) << "j=" << j;
+    for (int b = 1; b < 3; ++b) {
+      EXPECT_EQ(blocks[b].d, 0.0f) << "block " << b;
+      EXPECT_EQ(blocks[b].s, 0.0f) << "block " << b;
+      for (int j = 0; j < kBlock; ++j) EXPECT_EQ(blocks[b].qs[j], 0) << b << "," << j;
     }
   }
 }

@@ -25,8 +25,10 @@ inline std::string SeedTrace(uint64_t seed) {
 
 // Every level up to DetectIsa(); a level the CPU lacks is not listed (and ForceIsa clamps it).
 inline std::vector<Isa> SupportedIsas() {
-  std::vector<Isa> isas = {Isa::kPortable};
-  if (static_cast<int>(DetectIsa()) >= static_cast<int>(Isa::kAvx2)) isas.push_back(Isa::kAvx2);
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvxVnni}) {
+    if (static_cast<int>(isa) <= static_cast<int>(DetectIsa())) isas.push_back(isa);
+  }
   return isas;
 }
 

@@ -181,7 +181,8 @@ TEST(VecOpsTest, AxpyMatchesDoubleLoops) {
         const double want_h = y0[i] + alpha * HalfValue(h[i]);
         // One product and one add in f32 (or one fused op): two roundings at most.
         EXPECT_NEAR(y[i], want, 2.4e-7 * (std::fabs(y0[i]) + std::fabs(alpha * x[i])));
-        EXPECT_NEAR(yh[i], want_h, 2.4e-7 * (std::fabs(y0[i]) + std::fabs(alpha * HalfValue(h[i]))));
+        EXPECT_NEAR(yh[i], want_h,
+                    2.4e-7 * (std::fabs(y0[i]) + std::fabs(alpha * HalfValue(h[i]))));
       }
       EXPECT_EQ(y[n], y0[n]);  // untouched past n
       EXPECT_EQ(yh[n], y0[n]);

@@ -46,6 +46,7 @@ import llama_cpp  # noqa: E402
 from llama_cpp import Llama  # noqa: E402
 
 GGML_TYPE_F32 = 0
+GREEDY_OUT_NAME = "smollm2_greedy_f32.json"
 OUT_NAME = "smollm2_pride_2048_f32.json"
 Q_FIXTURE = "smollm2_pride_2048.json"
 
@@ -137,6 +138,13 @@ def main():
         print(f"argmax agreement with {Q_FIXTURE}: {agree}/{n - 1} "
               f"({agree / (n - 1):.4%}); its ppl {q_fx['ppl']:.6f}", file=sys.stderr)
     mf.write_json(os.path.join(args.out, OUT_NAME), obj)
+    # Greedy continuations of the same prompts as smollm2_greedy.json, on the exact weights.
+    greedy = {k: obj[k] for k in ("model", "model_sha256", "weights", "f32_model",
+                                   "f32_model_sha256", "reference", "llama_cpp_settings")}
+    greedy["definition"] = ("as in smollm2_greedy.json, on the F32 dequantization with an "
+                            "F32 K/V cache")
+    greedy["cases"] = mf.greedy_cases(llm)
+    mf.write_json(os.path.join(args.out, GREEDY_OUT_NAME), greedy)
     print(f"ppl = {ppl:.6f} (mean nll {math.log(ppl):.6f}); "
           f"{time.time() - t0:.1f} s", file=sys.stderr)
 

@@ -269,6 +269,35 @@ def sig4(x):
     return float(f"{x:.4g}")
 
 
+def greedy_cases(llm):
+    """Pure-argmax continuations of GREEDY_PROMPTS (see the greedy fixture's definition)."""
+    eog = set()
+    for t in range(llm.n_vocab()):
+        if llama_cpp.llama_vocab_is_eog(llm._model.vocab, t):
+            eog.add(t)
+    cases = []
+    for name, text, special in GREEDY_PROMPTS:
+        prompt_ids = tok(llm, text.encode("utf-8"), False, special)
+        llm.reset()
+        llm.eval(prompt_ids)
+        gen, gaps = [], []
+        for _ in range(GREEDY_STEPS):
+            row = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+            t = int(row.argmax())
+            s = np.sort(row.astype(np.float64))
+            gaps.append(sig4(s[-1] - s[-2]))
+            gen.append(t)
+            llm.eval([t])
+        cases.append({
+            "name": name, "prompt": text, "parse_special": special,
+            "prompt_ids": prompt_ids, "generated_ids": gen,
+            "argmax_gap": gaps,
+            "generated_text": llm.detokenize(gen, special=True).decode("utf-8", "replace"),
+            "hit_eog_at": next((i for i, t in enumerate(gen) if t in eog), None),
+        })
+    return cases
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -335,30 +364,7 @@ def main():
     print(f"ppl = {ppl:.6f}", file=sys.stderr)
 
     # --- d: greedy continuations -------------------------------------------
-    eog = set()
-    for t in range(llm.n_vocab()):
-        if llama_cpp.llama_vocab_is_eog(llm._model.vocab, t):
-            eog.add(t)
-    cases = []
-    for name, text, special in GREEDY_PROMPTS:
-        prompt_ids = tok(llm, text.encode("utf-8"), False, special)
-        llm.reset()
-        llm.eval(prompt_ids)
-        gen, gaps = [], []
-        for _ in range(GREEDY_STEPS):
-            row = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float32)
-            t = int(row.argmax())
-            s = np.sort(row.astype(np.float64))
-            gaps.append(sig4(s[-1] - s[-2]))
-            gen.append(t)
-            llm.eval([t])
-        cases.append({
-            "name": name, "prompt": text, "parse_special": special,
-            "prompt_ids": prompt_ids, "generated_ids": gen,
-            "argmax_gap": gaps,
-            "generated_text": llm.detokenize(gen, special=True).decode("utf-8", "replace"),
-            "hit_eog_at": next((i for i, t in enumerate(gen) if t in eog), None),
-        })
+    cases = greedy_cases(llm)
     write_json(os.path.join(args.out, "smollm2_greedy.json"), {
         "model": model_name,
         "model_sha256": model_sha,

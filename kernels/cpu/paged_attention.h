@@ -1,0 +1,33 @@
+// Attention of one query head over its session's paged sink + window cache, on the CPU.
+// This is the reference the CUDA decode and prefill kernels are tested against, and the CPU
+// backend's fast path (its dot products and axpys are the SIMD ones of vec_ops.h).
+//
+//   s_j = scale * q_sink . K_j     for the visible sinks j  (0 .. VisibleSinks(p) - 1)
+//   s_j = scale * q_window . K_j   for the window j        (WindowStart(p) .. p)
+//   out = sum_j softmax(s)_j V_j
+//
+// Keys are stored rotated by their text position. q_window is the query rotated by its text
+// position p, so window scores see the true distance p - j, which is also the distance in
+// the rebuilt cache; q_sink is the query rotated by CachePosition(p), the query's place in
+// the rebuilt cache, so sink scores see the distance the model would see had the cache been
+// rebuilt with positions 0 .. S + W - 1. No query ever sees a distance over S + W - 1.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/common/paged_kv.h"
+
+namespace streamd::kernels::cpu {
+
+// layer_kv: the layer's base in the pool (f16). q_window, q_sink, out: [head_dim].
+// scratch: at least S + W floats. q_sink may equal q_window (no eviction yet).
+void PagedAttentionHead(const KvPoolLayout& layout, const uint16_t* layer_kv,
+                        const SinkWindowTable& table, int64_t p, int32_t kv_head,
+                        const float* q_window, const float* q_sink, float scale, float* scratch,
+                        float* out);
+
+// Writes one token's K and V ([n_kv_heads, head_dim] each, f32) at text position t as f16.
+void WriteKv(const KvPoolLayout& layout, uint16_t* layer_kv, const SinkWindowTable& table,
+             int64_t t, const float* k, const float* v);
+
+}  // namespace streamd::kernels::cpu

@@ -1,0 +1,188 @@
+#include "server/serve_command.h"
+
+#include <pthread.h>
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/model/llama_model.h"
+#include "engine/serving/engine.h"
+#include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "server/config/logging.h"
+#include "server/config/server_config.h"
+#include "server/grpc_server.h"
+#include "server/metrics/http_exporter.h"
+#include "server/metrics/streamd_metrics.h"
+#include "server/serve_options.h"
+
+namespace streamd::server {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: streamd serve [--config PATH] [--port-file PATH] [--section.key=value ...]\n"
+    "Runs the gRPC daemon until SIGTERM or SIGINT, then shuts down gracefully (exit 0).\n"
+    "\n"
+    "  --config PATH      YAML config (config/streamd.yaml documents every key); without it the\n"
+    "                     built-in defaults apply\n"
+    "  --port-file PATH   write the bound gRPC port there once listening (for port 0)\n"
+    "  --section.key=V    override one config key, e.g. --server.listen_address=127.0.0.1:0\n"
+    "                     --model.path=M.gguf --sessions.idle_timeout=1m\n"
+    "The model is model.path, or $STREAMD_MODEL when neither the file nor a flag sets it.\n";
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "streamd: error: %s\n", message.c_str());
+  return 1;
+}
+
+// "host:port" or "[v6]:port" -> host, port.
+bool SplitHostPort(const std::string& address, std::string* host, int* port) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos || colon + 1 == address.size()) return false;
+  *host = address.substr(0, colon);
+  if (host->size() >= 2 && host->front() == '[' && host->back() == ']') {
+    *host = host->substr(1, host->size() - 2);
+  }
+  char* end = nullptr;
+  const long p = std::strtol(address.c_str() + colon + 1, &end, 10);
+  if (*end != '\0' || p < 0 || p > 65535) return false;
+  *port = static_cast<int>(p);
+  return true;
+}
+
+bool WritePortFile(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << port << "\n";
+    if (!out) return false;
+  }
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+// Copies one engine snapshot into the metrics at every scrape.
+void AddEngineHook(metrics::StreamdMetrics& m, const Engine& engine) {
+  auto last = std::make_shared<std::pair<std::mutex, EngineStats>>();
+  m.registry.AddCollectHook([&m, &engine, last] {
+    const EngineStats st = engine.Stats();
+    m.SetSessions(st.generating, st.sessions - st.generating, 0);
+    m.SetKvBlocks(st.blocks_used, st.blocks_total - st.blocks_used,
+                  st.bytes_per_token * engine.config().block_size);
+    std::lock_guard<std::mutex> lock(last->first);
+    m.prompt_tokens.Inc(static_cast<double>(st.tokens_in - last->second.tokens_in));
+    m.generation_tokens.Inc(static_cast<double>(st.tokens_out - last->second.tokens_out));
+    last->second = st;
+  });
+}
+
+}  // namespace
+
+int ServeCommand(int argc, char** argv) {
+  std::string config_path, port_file;
+  std::vector<std::string> overrides;
+  for (int i = 2; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    std::string* dest = arg.rfind("--config", 0) == 0      ? &config_path
+                        : arg.rfind("--port-file", 0) == 0 ? &port_file
+                                                           : nullptr;
+    const std::string name = arg.substr(0, arg.find('='));
+    if (dest != nullptr && (name == "--config" || name == "--port-file")) {
+      if (arg.find('=') != std::string::npos) {
+        *dest = arg.substr(arg.find('=') + 1);
+      } else if (i + 1 < argc) {
+        *dest = argv[++i];
+      } else {
+        std::fprintf(stderr, "streamd: error: %s needs a value\n", arg.c_str());
+        return 2;
+      }
+    } else if (LooksLikeConfigOverride(arg)) {
+      overrides.push_back(arg);
+    } else {
+      std::fprintf(stderr, "streamd: error: unknown flag \"%s\" (see streamd serve --help)\n",
+                   arg.c_str());
+      return 2;
+    }
+  }
+
+  // Signals are taken synchronously by this thread (sigwait); every thread started from here
+  // on inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  auto config = LoadServerConfig(config_path, overrides);
+  if (!config.ok()) return Fail(config.status().message());
+  if (const char* env = std::getenv("STREAMD_MODEL");
+      env != nullptr && *env != '\0' && config->model.path == DefaultServerConfig().model.path) {
+    config->model.path = env;
+  }
+  if (Status s = SetupLogging(config->logging.level, config->logging.format); !s.ok()) {
+    return Fail(s.message());
+  }
+  auto engine_config = ToEngineConfig(*config);
+  if (!engine_config.ok()) return Fail(engine_config.status().message());
+  auto options = ToServerOptions(*config);
+  if (!options.ok()) return Fail(options.status().message());
+  std::string metrics_host;
+  int metrics_port = 0;
+  if (!SplitHostPort(config->server.metrics_address, &metrics_host, &metrics_port)) {
+    return Fail("config: server.metrics_address = \"" + config->server.metrics_address +
+                "\" is not host:port");
+  }
+  spdlog::info("effective config:\n{}", EffectiveConfigYaml(*config));
+
+  auto model = LlamaModel::Load(config->model.path);
+  if (!model.ok()) return Fail(config->model.path + ": " + model.status().message());
+  auto tokenizer = tokenizer::Tokenizer::FromGguf((*model)->file());
+  if (!tokenizer.ok()) return Fail(config->model.path + ": " + tokenizer.status().message());
+  auto chat = tokenizer::ChatTemplate::FromGguf((*model)->file(), **tokenizer);
+  if (!chat.ok()) return Fail(config->model.path + ": " + chat.status().message());
+  if (chat->is_fallback()) spdlog::warn("chat template: {}", chat->fallback_reason());
+  auto engine =
+      Engine::Create(std::move(model).value(), std::move(tokenizer).value(), *engine_config);
+  if (!engine.ok()) return Fail(engine.status().message());
+
+  metrics::StreamdMetrics metrics;
+  AddEngineHook(metrics, **engine);
+  metrics::MetricsHttpServer metrics_http(metrics.registry);
+  std::string error;
+  if (!metrics_http.Start(metrics_host, metrics_port, &error)) return Fail(error);
+
+  auto server = GrpcServer::Start(**engine, *chat, *options, &metrics);
+  if (!server.ok()) return Fail(server.status().message());
+  const std::string host = options->listen_address.substr(0, options->listen_address.rfind(':'));
+  std::printf("streamd: listening on %s:%d (metrics http://%s:%d/metrics)\n", host.c_str(),
+              (*server)->port(), metrics_host.c_str(), metrics_http.port());
+  std::fflush(stdout);
+  spdlog::info("serving {} on {}:{}; metrics on {}:{}", (*engine)->model().config().name, host,
+               (*server)->port(), metrics_host, metrics_http.port());
+  if (!port_file.empty() && !WritePortFile(port_file, (*server)->port())) {
+    return Fail("--port-file: cannot write \"" + port_file + "\"");
+  }
+
+  int signal = 0;
+  sigwait(&signals, &signal);
+  spdlog::info("{}: shutting down (grace period {} ms)", signal == SIGTERM ? "SIGTERM" : "SIGINT",
+               options->grace_period.count());
+  (*server)->Shutdown();
+  server->reset();
+  metrics_http.Stop();
+  spdlog::info("stopped");
+  return 0;
+}
+
+}  // namespace streamd::server

@@ -1,0 +1,66 @@
+#include "server/serve_options.h"
+
+#include "engine/cache/block_pool.h"
+#include "engine/cache/session_cache.h"
+
+namespace streamd::server {
+
+StatusOr<EngineConfig> ToEngineConfig(const ServerConfig& config) {
+  const auto& e = config.engine;
+  const auto& s = config.sessions;
+  if (e.backend == Backend::kCuda) {
+    return UnimplementedError("config: engine.backend = cuda: this build serves on the CPU only");
+  }
+  EngineConfig out;
+  out.block_size = e.block_size;
+  if (e.kv_pool.fraction > 0.0) {
+    STREAMD_ASSIGN_OR_RETURN(out.pool_bytes, BlockPool::BudgetFromFraction(e.kv_pool.fraction));
+  } else {
+    out.pool_bytes = e.kv_pool.bytes;
+  }
+  out.planner.max_batch_tokens = e.max_batch_tokens;
+  out.planner.max_batch_sessions = e.max_batch_sessions;
+  out.threads = e.threads;
+  out.max_chunk = e.max_chunk;
+  out.max_sessions = s.max_sessions;
+  out.max_sinks = s.max_sinks;
+  out.max_window = s.max_window;
+  out.max_pending_tokens = s.max_pending_tokens;
+  return out;
+}
+
+StatusOr<ServerOptions> ToServerOptions(const ServerConfig& config) {
+  const auto& s = config.sessions;
+  ServerOptions o;
+  o.listen_address = config.server.listen_address;
+  o.grace_period = config.server.shutdown_grace;
+  o.limits.max_message_bytes = static_cast<int32_t>(config.server.max_receive_message_bytes);
+  o.max_send_message_bytes = static_cast<int32_t>(config.server.max_send_message_bytes);
+  o.limits.max_tokens = s.max_tokens;
+  o.limits.default_max_tokens = s.default_max_tokens;
+  o.limits.max_append_bytes = static_cast<int32_t>(s.max_append_bytes);
+  o.limits.max_append_tokens = s.max_append_tokens;
+  o.limits.max_request_id_bytes = s.max_request_id_bytes;
+  o.limits.max_queued_tokens = s.max_queued_tokens;
+  o.limits.idle_timeout = s.idle_timeout;
+  auto mode = ParseCacheMode(s.default_mode);
+  if (!mode.ok())
+    return InvalidArgumentError("config: sessions.default_mode: " + mode.status().message());
+  o.session_defaults.mode = *mode;
+  o.session_defaults.sinks = s.default_sinks;
+  o.session_defaults.window = s.default_window;
+  o.session_defaults.admission_timeout = s.admission_timeout;
+  SamplingParams& p = o.session_defaults.sampling;
+  const SamplingDefaults& d = s.default_sampling;
+  p.temperature = d.temperature;
+  p.top_k = d.top_k;
+  p.top_p = d.top_p;
+  p.min_p = d.min_p;
+  p.repetition_penalty = d.repetition_penalty;
+  p.presence_penalty = d.presence_penalty;
+  p.frequency_penalty = d.frequency_penalty;
+  p.penalty_last_n = d.penalty_last_n;
+  return o;
+}
+
+}  // namespace streamd::server

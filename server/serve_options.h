@@ -1,0 +1,17 @@
+// The daemon's config (server/config, config/streamd.yaml) translated into what the engine and
+// the gRPC service take.
+#pragma once
+
+#include "engine/serving/engine_types.h"
+#include "server/config/server_config.h"
+#include "server/server_options.h"
+
+namespace streamd::server {
+
+// EngineConfig of `config.engine` and the session limits; a KV budget given as a fraction is
+// resolved against the memory available now.
+StatusOr<EngineConfig> ToEngineConfig(const ServerConfig& config);
+// The gRPC service's options: addresses, limits, session defaults, grace period.
+StatusOr<ServerOptions> ToServerOptions(const ServerConfig& config);
+
+}  // namespace streamd::server

@@ -1,0 +1,38 @@
+// ServerOptions: what `streamd serve` needs to run the gRPC service, independent of where the
+// values come from (config/streamd.yaml through server/config, flags, tests). Defaults here are
+// the documented defaults of the config keys of the same names.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "engine/serving/engine_types.h"
+
+namespace streamd::server {
+
+// Per-request limits; every violation is answered with an Error naming the field and limit.
+struct ServerLimits {
+  int32_t max_tokens = 4096;            // Generate.max_tokens upper bound
+  int32_t default_max_tokens = 256;     // Generate.max_tokens when absent
+  int32_t max_append_bytes = 1 << 20;   // Append.text
+  int32_t max_append_tokens = 1 << 16;  // Append.tokens
+  int32_t max_message_bytes = 4 << 20;  // any received message (gRPC enforces it)
+  int32_t max_request_id_bytes = 128;   // Generate.request_id, Cancel.request_id
+  // Undelivered tokens per stream before its generation is cancelled as too slow.
+  int32_t max_queued_tokens = 1024;
+  // A session with no stream attached is closed after this long; 0 = never.
+  std::chrono::milliseconds idle_timeout{std::chrono::minutes(10)};
+};
+
+struct ServerOptions {
+  std::string listen_address = "127.0.0.1:50051";  // host:port; port 0 picks a free port
+  std::string port_file;  // when set, the bound port is written there (tests use port 0)
+  ServerLimits limits;
+  int32_t max_send_message_bytes = 4 << 20;
+  SessionOptions session_defaults;  // Open without fields: mode, sinks, window, sampling
+  // Shutdown: how long running generations may continue before they are cancelled.
+  std::chrono::milliseconds grace_period{std::chrono::seconds(30)};
+};
+
+}  // namespace streamd::server

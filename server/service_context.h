@@ -1,0 +1,31 @@
+// What every part of the gRPC service shares: the engine, the session registry, the chat
+// formatter, the task thread, the options and the model's facts. Owned by GrpcServer; outlives
+// every stream.
+#pragma once
+
+#include <atomic>
+
+#include "engine/serving/engine.h"
+#include "server/chat_formatter.h"
+#include "server/metrics/streamd_metrics.h"
+#include "server/proto_convert.h"
+#include "server/server_options.h"
+#include "server/session_registry.h"
+#include "server/task_runner.h"
+#include "streamd/v1/streamd.pb.h"
+
+namespace streamd::server {
+
+struct ServiceContext {
+  Engine& engine;
+  SessionRegistry& registry;
+  const ChatFormatter& chat;
+  TaskRunner& tasks;
+  const ServerOptions& options;
+  ModelLimits model;
+  v1::ModelInfo model_info;
+  std::atomic<bool> draining{false};           // shutdown began: no new sessions or generations
+  metrics::StreamdMetrics* metrics = nullptr;  // optional: request-path metrics
+};
+
+}  // namespace streamd::server

@@ -1,0 +1,441 @@
+#include "server/session_stream.h"
+
+#include <chrono>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/sampling/stop_string_matcher.h"
+#include "server/grpc_status.h"
+
+namespace streamd::server {
+namespace {
+
+// How long a cancelled generation may take to report its end (one forward pass at most).
+constexpr std::chrono::seconds kCancelWait{10};
+
+v1::ServerMessage ErrorMessage(const Status& status, std::string_view request_id) {
+  v1::ServerMessage m;
+  *m.mutable_error() = ToProtoError(status, request_id);
+  return m;
+}
+
+}  // namespace
+
+SessionStream::SessionStream(ServiceContext& ctx, StreamOutbox::Writer* writer)
+    : ctx_(ctx), outbox_(writer, ctx.options.limits.max_queued_tokens) {}
+
+std::shared_ptr<ServerSession> SessionStream::session() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return session_;
+}
+
+bool SessionStream::OnMessage(const v1::ClientMessage& m) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (released_) return false;
+  }
+  switch (m.kind_case()) {
+    case v1::ClientMessage::kOpen:
+      HandleOpen(m.open());
+      break;
+    case v1::ClientMessage::kResume:
+      HandleResume(m.resume());
+      break;
+    case v1::ClientMessage::kAppend:
+      HandleAppend(m.append());
+      break;
+    case v1::ClientMessage::kGenerate:
+      HandleGenerate(m.generate());
+      break;
+    case v1::ClientMessage::kCancel:
+      HandleCancel(m.cancel());
+      break;
+    case v1::ClientMessage::kClose:
+      HandleClose();
+      return false;
+    case v1::ClientMessage::KIND_NOT_SET:
+      SendError(InvalidArgumentError(
+          "message.kind: the client message is empty (set open, resume, append, generate, "
+          "cancel or close)"));
+      break;
+  }
+  return !outbox_.closed();
+}
+
+void SessionStream::SendError(const Status& status, std::string_view request_id) {
+  if (ctx_.metrics != nullptr) ctx_.metrics->RecordError(static_cast<int>(status.code()));
+  outbox_.Push(ErrorMessage(status, request_id));
+}
+
+void SessionStream::SendCacheState(SessionId id) {
+  auto info = ctx_.engine.Get(id);
+  if (!info.ok()) return;  // closed meanwhile
+  v1::ServerMessage m;
+  *m.mutable_cache_state() = ToCacheState(*info);
+  outbox_.Push(std::move(m));
+}
+
+void SessionStream::Bind(const std::shared_ptr<ServerSession>& s, bool resumed) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!released_) session_ = s;
+  }
+  if (session() != s) {  // the stream ended while the session was being attached
+    ctx_.registry.Detach(s);
+    return;
+  }
+  const ServerOptions& o = ctx_.options;
+  const EngineConfig& e = ctx_.engine.config();
+  v1::ServerMessage m;
+  v1::Opened* opened = m.mutable_opened();
+  opened->set_session_id(s->id);
+  opened->set_resumed(resumed);
+  *opened->mutable_settings() = ToSettings(s->spec, s->options.sampling, s->max_blocks);
+  v1::Limits* limits = opened->mutable_limits();
+  limits->set_max_sinks(e.max_sinks);
+  limits->set_max_window(MaxWindow(e, ctx_.model, s->spec.sinks));
+  limits->set_max_tokens(o.limits.max_tokens);
+  limits->set_default_max_tokens(o.limits.default_max_tokens);
+  limits->set_max_append_bytes(o.limits.max_append_bytes);
+  limits->set_max_append_tokens(o.limits.max_append_tokens);
+  limits->set_max_message_bytes(o.limits.max_message_bytes);
+  limits->set_max_stop_strings(static_cast<int32_t>(StopStringMatcher::kMaxStops));
+  limits->set_max_stop_bytes(static_cast<int32_t>(StopStringMatcher::kMaxStopBytes));
+  limits->set_max_queued_tokens(o.limits.max_queued_tokens);
+  limits->set_idle_timeout_s(
+      std::chrono::duration_cast<std::chrono::seconds>(o.limits.idle_timeout).count());
+  *opened->mutable_model() = ctx_.model_info;
+  if (auto info = ctx_.engine.Get(s->id); info.ok()) {
+    *opened->mutable_cache() = ToCacheState(*info);
+  }
+  outbox_.Push(std::move(m));
+}
+
+void SessionStream::HandleOpen(const v1::Open& open) {
+  if (auto s = session()) {
+    SendError(FailedPreconditionError("open: this stream already drives session " +
+                                      std::to_string(s->id) +
+                                      "; a stream drives one session (open another stream)"));
+    return;
+  }
+  if (ctx_.draining) {
+    SendError(UnavailableError("open: streamd is shutting down and accepts no new sessions"));
+    return;
+  }
+  auto options =
+      ToSessionOptions(open, ctx_.options.session_defaults, ctx_.engine.config(), ctx_.model);
+  const Clock::time_point start = Clock::now();
+  auto s = options.ok() ? ctx_.registry.Open(*options, weak_from_this())
+                        : StatusOr<std::shared_ptr<ServerSession>>(options.status());
+  if (ctx_.metrics != nullptr) {
+    (s.ok() ? ctx_.metrics->sessions_opened : ctx_.metrics->sessions_rejected).Inc();
+    if (s.ok()) {
+      ctx_.metrics->queue_time.Observe(std::chrono::duration<double>(Clock::now() - start).count());
+    }
+  }
+  if (!s.ok()) return SendError(s.status());
+  Bind(*s, /*resumed=*/false);
+}
+
+void SessionStream::HandleResume(const v1::Resume& resume) {
+  if (auto s = session()) {
+    SendError(FailedPreconditionError("resume: this stream already drives session " +
+                                      std::to_string(s->id) +
+                                      "; a stream drives one session (open another stream)"));
+    return;
+  }
+  if (ctx_.draining) {
+    SendError(UnavailableError("resume: streamd is shutting down"));
+    return;
+  }
+  auto s = ctx_.registry.Attach(resume.session_id(), weak_from_this());
+  if (!s.ok()) {
+    const Status& st = s.status();
+    // "resume.session_id: session 7 does not exist (...)"
+    const bool named = st.message().rfind("resume.", 0) == 0;
+    return SendError(named ? st : Status(st.code(), "resume.session_id: " + st.message()));
+  }
+  Bind(*s, /*resumed=*/true);
+}
+
+void SessionStream::StopGeneration(ServerSession& s, const Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (!s.generating) return;
+    if (!why.ok() && s.cancel_reason.ok()) s.cancel_reason = why;
+  }
+  // The GenerationDone arrives inside Cancel, or from the scheduler thread right after the
+  // step that finished the generation first.
+  (void)ctx_.engine.Cancel(s.id);
+  std::unique_lock<std::mutex> lock(s.mu);
+  s.generation_ended.wait_for(lock, kCancelWait, [&] { return !s.generating; });
+}
+
+void SessionStream::HandleAppend(const v1::Append& a) {
+  std::shared_ptr<ServerSession> s = session();
+  if (s == nullptr) {
+    return SendError(FailedPreconditionError("append: open or resume a session first"));
+  }
+  const Status valid = ValidateAppend(a, ctx_.options.limits, ctx_.model.vocab_size);
+  if (!valid.ok()) return SendError(valid);
+  StopGeneration(*s, OkStatus());  // barge-in: the client's new input wins
+  ChatState chat;
+  bool first_input;
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    chat = s->chat;
+    first_input = !s->has_input;
+  }
+  StatusOr<std::vector<int32_t>> tokens =
+      std::vector<int32_t>(a.tokens().begin(), a.tokens().end());
+  if (a.tokens_size() > 0) {
+    chat = ChatState::kNone;
+  } else if (a.role() == v1::CHAT_ROLE_UNSPECIFIED) {
+    tokens = ctx_.chat.Raw(a.text(), a.parse_special(), first_input, &chat);
+  } else {
+    const ChatRoleKind role = a.role() == v1::CHAT_ROLE_SYSTEM ? ChatRoleKind::kSystem
+                              : a.role() == v1::CHAT_ROLE_USER ? ChatRoleKind::kUser
+                                                               : ChatRoleKind::kAssistant;
+    tokens = ctx_.chat.Turn(role, a.text(), first_input, &chat);
+  }
+  if (!tokens.ok()) return SendError(tokens.status());
+  if (tokens->empty()) return SendError(InvalidArgumentError("append.text encodes to no tokens"));
+  const Status appended = ctx_.engine.Append(s->id, *tokens);
+  if (!appended.ok()) return SendError(appended);
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    s->chat = chat;
+    s->has_input = true;
+  }
+  SendCacheState(s->id);
+}
+
+void SessionStream::HandleGenerate(const v1::Generate& g) {
+  std::shared_ptr<ServerSession> s = session();
+  if (s == nullptr) {
+    return SendError(FailedPreconditionError("generate: open or resume a session first"),
+                     g.request_id());
+  }
+  if (ctx_.draining) {
+    return SendError(UnavailableError("generate: streamd is shutting down"), g.request_id());
+  }
+  auto options =
+      ToGenerateOptions(g, s->options.sampling, ctx_.options.limits, ctx_.model.vocab_size);
+  if (!options.ok()) return SendError(options.status(), g.request_id());
+  ChatState chat;
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    if (s->generating) {
+      return SendError(
+          FailedPreconditionError("generate: session " + std::to_string(s->id) +
+                                  " is already generating (request_id \"" + s->request_id +
+                                  "\"); send Cancel or wait for its GenerationDone"),
+          g.request_id());
+    }
+    chat = s->chat;
+  }
+  // After a system/user turn the answer starts with the template's assistant header.
+  const std::vector<int32_t> prompt = ctx_.chat.GenerationPrompt(&chat);
+  if (!prompt.empty()) {
+    const Status appended = ctx_.engine.Append(s->id, prompt);
+    if (!appended.ok()) return SendError(appended, g.request_id());
+  }
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    s->chat = chat;
+    s->has_input = s->has_input || !prompt.empty();
+    s->generating = true;
+    ++s->generation;
+    s->request_id = options->request_id;
+    s->cancel_reason = OkStatus();
+  }
+  auto self = shared_from_this();
+  const Status started = ctx_.engine.Generate(
+      s->id, *std::move(options),
+      [self, s](GenerationEvent&& event) { self->OnEvent(s, std::move(event)); });
+  if (!started.ok()) {
+    {
+      std::lock_guard<std::mutex> lock(s->mu);
+      s->generating = false;
+    }
+    s->generation_ended.notify_all();
+    SendError(started, g.request_id());
+  }
+}
+
+void SessionStream::HandleCancel(const v1::Cancel& c) {
+  std::shared_ptr<ServerSession> s = session();
+  if (s == nullptr) {
+    return SendError(FailedPreconditionError("cancel: open or resume a session first"));
+  }
+  const Status valid = ValidateRequestId(c.request_id(), ctx_.options.limits, "cancel.request_id");
+  if (!valid.ok()) return SendError(valid, c.request_id());
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    if (!s->generating) return;  // nothing runs: cancelling is a no-op
+    if (!c.request_id().empty() && c.request_id() != s->request_id) {
+      return SendError(
+          FailedPreconditionError("cancel.request_id \"" + c.request_id() +
+                                  "\" is not the running generation (\"" + s->request_id + "\")"),
+          c.request_id());
+    }
+  }
+  (void)ctx_.engine.Cancel(s->id);
+}
+
+void SessionStream::HandleClose() {
+  std::shared_ptr<ServerSession> s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    s = std::move(session_);
+    released_ = true;
+  }
+  // A running generation's GenerationDone (CANCELLED) is queued before the stream ends.
+  if (s != nullptr) (void)ctx_.registry.Close(s->id, CancelledError("closed by its stream"), this);
+  outbox_.Finish(grpc::Status::OK);
+}
+
+void SessionStream::OnEvent(const std::shared_ptr<ServerSession>& s, GenerationEvent&& e) {
+  if (e.kind == GenerationEvent::Kind::kToken) {
+    if (ctx_.metrics != nullptr) {
+      const Clock::time_point now = Clock::now();
+      std::lock_guard<std::mutex> lock(s->mu);
+      if (e.index > 0) {
+        ctx_.metrics->inter_token_latency.Observe(
+            std::chrono::duration<double>(now - s->last_token).count());
+      }
+      s->last_token = now;
+    }
+    if (outbox_.PushToken(e.request_id, e.token, e.text, e.index) !=
+        StreamOutbox::PushResult::kFull) {
+      return;
+    }
+    uint64_t generation = 0;
+    {
+      std::lock_guard<std::mutex> lock(s->mu);
+      if (!s->generating || !s->cancel_reason.ok()) return;  // already being cancelled
+      s->cancel_reason = ResourceExhaustedError(
+          "client too slow: " + std::to_string(ctx_.options.limits.max_queued_tokens) +
+          " tokens were queued unread (limits.max_queued_tokens); the generation was cancelled");
+      generation = s->generation;
+    }
+    // The sink must not call into the engine: the task thread cancels.
+    Engine& engine = ctx_.engine;
+    ctx_.tasks.Post([&engine, s, generation] {
+      {
+        std::lock_guard<std::mutex> lock(s->mu);
+        if (!s->generating || s->generation != generation) return;
+      }
+      (void)engine.Cancel(s->id);
+    });
+    return;
+  }
+  Status note;
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    s->generating = false;
+    s->request_id.clear();
+    note = std::exchange(s->cancel_reason, OkStatus());
+    ChatFormatter::OnGenerationEnd(e.reason == FinishReason::kEndOfGeneration, &s->chat);
+  }
+  s->generation_ended.notify_all();
+  v1::ServerMessage m;
+  v1::GenerationDone* done = m.mutable_generation_done();
+  done->set_request_id(e.request_id);
+  done->set_reason(ToProto(e.reason));
+  done->set_tail_text(e.tail_text);
+  v1::Usage* usage = done->mutable_usage();
+  usage->set_input_tokens(e.prompt_tokens);
+  usage->set_output_tokens(e.output_tokens);
+  usage->set_time_to_first_token_s(e.time_to_first_token_s);
+  usage->set_total_s(e.total_s);
+  if (ctx_.metrics != nullptr) {
+    if (e.output_tokens > 0) ctx_.metrics->time_to_first_token.Observe(e.time_to_first_token_s);
+    ctx_.metrics->e2e_generation_latency.Observe(e.total_s);
+  }
+  if (!e.status.ok()) {
+    *done->mutable_error() = ToProtoError(e.status, e.request_id);
+  } else if (!note.ok()) {
+    *done->mutable_error() = ToProtoError(note, e.request_id);
+  }
+  outbox_.Push(std::move(m));
+  ctx_.tasks.Post([self = shared_from_this(), id = s->id] { self->AfterGeneration(id); });
+}
+
+void SessionStream::AfterGeneration(SessionId id) {
+  SendCacheState(id);
+  std::optional<grpc::Status> end;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    end = std::exchange(end_after_generation_, std::nullopt);
+  }
+  if (end) End(*end);
+}
+
+void SessionStream::EndWhenIdle(const grpc::Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (session_ != nullptr) {
+      std::lock_guard<std::mutex> session_lock(session_->mu);
+      if (session_->generating) {
+        // AfterGeneration ends the stream; the Done that triggers it takes session->mu after us.
+        if (!end_after_generation_) end_after_generation_ = status;
+        return;
+      }
+    }
+  }
+  End(status);
+}
+
+void SessionStream::OnHalfClose() { EndWhenIdle(grpc::Status::OK); }
+
+void SessionStream::Drain() {
+  EndWhenIdle(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                           "streamd is shutting down; its sessions end with it"));
+}
+
+void SessionStream::CancelGeneration(const Status& why) {
+  if (std::shared_ptr<ServerSession> s = session()) StopGeneration(*s, why);
+}
+
+void SessionStream::OnSessionClosed(SessionId id, const Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (session_ == nullptr || session_->id != id) return;
+    session_.reset();
+    released_ = true;
+  }
+  outbox_.Finish(grpc::Status(grpc::StatusCode::ABORTED,
+                              "session " + std::to_string(id) + " was closed: " + why.message()));
+}
+
+void SessionStream::Release() {
+  std::shared_ptr<ServerSession> s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+    s = std::move(session_);
+  }
+  if (s == nullptr) return;
+  StopGeneration(*s, CancelledError("the stream ended"));
+  ctx_.registry.Detach(s);
+}
+
+void SessionStream::End(const grpc::Status& status) {
+  Release();
+  outbox_.Finish(status);
+}
+
+void SessionStream::OnCancel() {
+  Release();
+  outbox_.Abort(grpc::Status(grpc::StatusCode::CANCELLED,
+                             "the client cancelled the call or its deadline passed"));
+}
+
+void SessionStream::OnDone() {
+  Release();
+  outbox_.Detach();
+}
+
+}  // namespace streamd::server

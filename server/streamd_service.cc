@@ -1,0 +1,123 @@
+#include "server/streamd_service.h"
+
+#include <utility>
+
+#include "server/grpc_status.h"
+#include "server/session_reactor.h"
+
+namespace streamd::server {
+namespace {
+
+// A unary call answered at once.
+grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, const Status& status,
+                                 metrics::StreamdMetrics* metrics) {
+  if (metrics != nullptr && !status.ok()) metrics->RecordError(static_cast<int>(status.code()));
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpcStatus(status));
+  return reactor;
+}
+
+}  // namespace
+
+grpc::ServerBidiReactor<v1::ClientMessage, v1::ServerMessage>* StreamdService::Session(
+    grpc::CallbackServerContext* /*context*/) {
+  auto* reactor = new SessionReactor(ctx_, [this](SessionStream* stream) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      streams_.erase(stream);
+    }
+    streams_cv_.notify_all();
+  });
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    streams_.emplace(reactor->stream().get(), reactor->stream());
+  }
+  reactor->Start();
+  // A stream that arrives while draining is told at once (it can still be served: the server
+  // stops accepting calls only after the drain).
+  if (ctx_.draining) reactor->stream()->Drain();
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* StreamdService::GetModelInfo(grpc::CallbackServerContext* context,
+                                                       const v1::GetModelInfoRequest*,
+                                                       v1::ModelInfo* response) {
+  *response = ctx_.model_info;
+  return Answer(context, OkStatus(), ctx_.metrics);
+}
+
+Status StreamdService::FillSessionInfo(SessionId id, v1::SessionInfo* out) const {
+  std::shared_ptr<ServerSession> s = ctx_.registry.Find(id);
+  if (s == nullptr) return SessionNotFound(id, ctx_.registry.idle_timeout());
+  STREAMD_ASSIGN_OR_RETURN(const SessionInfo info, ctx_.engine.Get(id));
+  out->set_session_id(id);
+  *out->mutable_settings() = ToSettings(s->spec, s->options.sampling, s->max_blocks);
+  *out->mutable_cache() = ToCacheState(info);
+  out->set_generating(info.generating);
+  std::lock_guard<std::mutex> lock(s->mu);
+  out->set_attached(s->attached);
+  out->set_idle_s(
+      s->attached ? 0.0 : std::chrono::duration<double>(Clock::now() - s->detached_at).count());
+  return OkStatus();
+}
+
+grpc::ServerUnaryReactor* StreamdService::ListSessions(grpc::CallbackServerContext* context,
+                                                       const v1::ListSessionsRequest*,
+                                                       v1::ListSessionsResponse* response) {
+  for (const std::shared_ptr<ServerSession>& s : ctx_.registry.All()) {
+    v1::SessionInfo info;
+    if (FillSessionInfo(s->id, &info).ok()) *response->add_sessions() = std::move(info);
+  }
+  return Answer(context, OkStatus(), ctx_.metrics);
+}
+
+grpc::ServerUnaryReactor* StreamdService::GetSession(grpc::CallbackServerContext* context,
+                                                     const v1::GetSessionRequest* request,
+                                                     v1::SessionInfo* response) {
+  const Status status = FillSessionInfo(request->session_id(), response);
+  if (!status.ok()) {
+    return Answer(context, Status(status.code(), "session_id: " + status.message()), ctx_.metrics);
+  }
+  return Answer(context, status, ctx_.metrics);
+}
+
+grpc::ServerUnaryReactor* StreamdService::CloseSession(grpc::CallbackServerContext* context,
+                                                       const v1::CloseSessionRequest* request,
+                                                       v1::CloseSessionResponse*) {
+  const Status status =
+      ctx_.registry.Close(request->session_id(), CancelledError("closed by CloseSession"));
+  if (!status.ok()) {
+    return Answer(context, Status(status.code(), "session_id: " + status.message()), ctx_.metrics);
+  }
+  return Answer(context, status, ctx_.metrics);
+}
+
+std::vector<std::shared_ptr<SessionStream>> StreamdService::Streams() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::shared_ptr<SessionStream>> out;
+  for (const auto& [raw, weak] : streams_) {
+    if (auto s = weak.lock()) out.push_back(std::move(s));
+  }
+  return out;
+}
+
+void StreamdService::Drain() {
+  ctx_.draining = true;
+  for (const auto& stream : Streams()) stream->Drain();
+}
+
+void StreamdService::CancelGenerations(const Status& why) {
+  for (const auto& stream : Streams()) stream->CancelGeneration(why);
+}
+
+bool StreamdService::WaitForStreams(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return streams_cv_.wait_until(lock, deadline, [&] { return streams_.empty(); });
+}
+
+size_t StreamdService::live_streams() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return streams_.size();
+}
+
+}  // namespace streamd::server

@@ -1,0 +1,189 @@
+// End-to-end: bad input is answered with the right status code and a message naming the field
+// and the limit, the offending stream stays usable where the error is recoverable, and another
+// session keeps streaming throughout.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "tests/e2e/daemon_process.h"
+#include "tests/e2e/e2e_util.h"
+
+namespace streamd::e2e {
+namespace {
+
+class BadInputE2eTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { daemon_ = DaemonProcess::Start(kSharedServerFlags).release(); }
+  static void TearDownTestSuite() {
+    if (daemon_ != nullptr) {
+      daemon_->Terminate();
+      EXPECT_EQ(daemon_->Wait(std::chrono::seconds(60)), 0) << daemon_->Stderr();
+    }
+    delete daemon_;
+    daemon_ = nullptr;
+  }
+
+  // A session generating in the background for the whole test: it must not notice.
+  void SetUp() override {
+    ASSERT_NE(daemon_, nullptr) << "the daemon did not start";
+    bystander_ = std::thread([this] {
+      RawStream s(daemon_->Channel());
+      if (!s.Open() || s.Append(TextMsg("Once upon a time").append())) return;
+      while (!stop_) {
+        s.Write(GenerateMsg(8));
+        const Generation g = ReadGeneration(s);
+        if (!g.ended || g.done.reason() != v1::FINISH_REASON_LENGTH || g.ids.size() != 8) {
+          bystander_failed_ = true;
+          return;
+        }
+        ++bystander_generations_;
+      }
+      s.Write(CloseMsg());
+      if (!s.Finish().ok()) bystander_failed_ = true;
+    });
+  }
+  void TearDown() override {
+    // At least one full generation ran beside the bad requests.
+    for (int i = 0; i < 600 && bystander_generations_ == 0 && !bystander_failed_; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    stop_ = true;
+    if (bystander_.joinable()) bystander_.join();
+    EXPECT_FALSE(bystander_failed_) << "the bystander session was disturbed";
+    EXPECT_GT(bystander_generations_.load(), 0);
+  }
+
+  // The next message is an Error with `code` naming `field`.
+  static void ExpectError(RawStream& s, grpc::StatusCode code, const std::string& field,
+                          const std::string& text) {
+    const v1::Error e = s.ExpectError();
+    EXPECT_EQ(e.code(), code) << e.message();
+    EXPECT_EQ(e.field(), field) << e.message();
+    EXPECT_NE(e.message().find(text), std::string::npos) << e.message();
+  }
+  // The stream still works: a short generation succeeds.
+  static void ExpectUsable(RawStream& s) {
+    ASSERT_FALSE(s.Append(TextMsg("Hello").append()));
+    ASSERT_TRUE(s.Write(GenerateMsg(2)));
+    EXPECT_EQ(ReadGeneration(s).ids.size(), 2u);
+  }
+
+  static DaemonProcess* daemon_;
+  std::thread bystander_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> bystander_failed_{false};
+  std::atomic<int> bystander_generations_{0};
+};
+DaemonProcess* BadInputE2eTest::daemon_ = nullptr;
+
+TEST_F(BadInputE2eTest, UnknownSessionIsNotFound) {
+  RawStream s(daemon_->Channel());
+  ASSERT_TRUE(s.Write(ResumeMsg(987654321)));
+  ExpectError(s, grpc::StatusCode::NOT_FOUND, "resume.session_id", "987654321 does not exist");
+  ASSERT_TRUE(s.Write(TextMsg("no session yet")));
+  ExpectError(s, grpc::StatusCode::FAILED_PRECONDITION, "append", "open or resume");
+  ASSERT_TRUE(s.Open());
+  ExpectUsable(s);
+  ASSERT_TRUE(s.Write(CloseMsg()));
+  EXPECT_TRUE(s.Finish().ok());
+
+  auto stub = v1::Streamd::NewStub(daemon_->Channel());
+  grpc::ClientContext ctx;
+  v1::CloseSessionRequest req;
+  req.set_session_id(987654321);
+  v1::CloseSessionResponse resp;
+  EXPECT_EQ(stub->CloseSession(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(BadInputE2eTest, TokensAndTextAreChecked) {
+  RawStream s(daemon_->Channel());
+  ASSERT_TRUE(s.Open());
+  ASSERT_TRUE(s.Write(TokensMsg({1, 2, 49152})));
+  ExpectError(s, grpc::StatusCode::INVALID_ARGUMENT, "append.tokens[2]", "[0, 49152)");
+  ASSERT_TRUE(s.Write(TokensMsg({-5})));
+  ExpectError(s, grpc::StatusCode::INVALID_ARGUMENT, "append.tokens[0]", "-5");
+  ASSERT_TRUE(s.Write(TextMsg("caf\xc3(\xa9")));
+  ExpectError(s, grpc::StatusCode::INVALID_ARGUMENT, "append.text", "not valid UTF-8");
+  ASSERT_TRUE(s.Write(TextMsg("")));
+  ExpectError(s, grpc::StatusCode::INVALID_ARGUMENT, "append", "both empty");
+  // Over max_append_bytes (1 MiB) but under the 4 MiB message limit: recoverable.
+  ASSERT_TRUE(s.Write(TextMsg(std::string((1 << 20) + 1, 'a'))));
+  ExpectError(s, grpc::StatusCode::INVALID_ARGUMENT, "append.text", "over the limit of 1048576");
+  ExpectUsable(s);
+  ASSERT_TRUE(s.Write(CloseMsg()));
+  EXPECT_TRUE(s.Finish().ok());
+}
+
+TEST_F(BadInputE2eTest, GenerateAndSamplingRangesAreChecked) {
+  RawStream s(daemon_->Channel());
+  ASSERT_TRUE(s.Open());
+  ASSERT_FALSE(s.Append(TextMsg("Hello").append()));
+  ASSERT_TRUE(s.Write(GenerateMsg(0)));
+  ExpectError(s, grpc::StatusCode::INVALID_ARGUMENT, "generate.max_tokens", "[1, 4096]");
+  ASSERT_TRUE(s.Write(GenerateMsg(5000)));
+  ExpectError(s, grpc::StatusCode::INVALID_ARGUMENT, "generate.max_tokens", "[1, 4096]");
+  v1::ClientMessage bad = GenerateMsg(4, false, "r9");
+  bad.mutable_generate()->mutable_sampling()->set_temperature(-1.0f);
+  ASSERT_TRUE(s.Write(bad));
+  const v1::Error e = s.ExpectError();
+  EXPECT_EQ(e.field(), "generate.sampling.temperature");
+  EXPECT_EQ(e.request_id(), "r9");
+  bad.mutable_generate()->mutable_sampling()->set_temperature(0.5f);
+  bad.mutable_generate()->mutable_sampling()->set_top_p(0.0f);
+  ASSERT_TRUE(s.Write(bad));
+  ExpectError(s, grpc::StatusCode::INVALID_ARGUMENT, "generate.sampling.top_p", "(0, 1]");
+  bad.mutable_generate()->mutable_sampling()->set_top_p(0.9f);
+  bad.mutable_generate()->mutable_sampling()->set_top_k(100000);
+  ASSERT_TRUE(s.Write(bad));
+  ExpectError(s, grpc::StatusCode::INVALID_ARGUMENT, "generate.sampling.top_k", "49152");
+  ExpectUsable(s);
+  ASSERT_TRUE(s.Write(CloseMsg()));
+  EXPECT_TRUE(s.Finish().ok());
+}
+
+TEST_F(BadInputE2eTest, SinksAndWindowOverTheLimits) {
+  RawStream s(daemon_->Channel());
+  v1::ClientMessage open;
+  open.mutable_open()->set_cache_mode(v1::CACHE_MODE_SINK);
+  open.mutable_open()->set_sinks(65);
+  ASSERT_TRUE(s.Write(open));
+  ExpectError(s, grpc::StatusCode::INVALID_ARGUMENT, "open.sinks", "[0, 64]");
+  open.mutable_open()->set_sinks(4);
+  open.mutable_open()->set_window(1 << 20);
+  ASSERT_TRUE(s.Write(open));
+  ExpectError(s, grpc::StatusCode::INVALID_ARGUMENT, "open.window", "is outside [1, ");
+  open.mutable_open()->set_window(0);
+  ASSERT_TRUE(s.Write(open));
+  ExpectError(s, grpc::StatusCode::INVALID_ARGUMENT, "open.window", "is outside [1, ");
+  open.mutable_open()->set_window(64);
+  open.mutable_open()->mutable_sampling()->set_min_p(2.0f);
+  ASSERT_TRUE(s.Write(open));
+  ExpectError(s, grpc::StatusCode::INVALID_ARGUMENT, "open.sampling.min_p", "[0, 1]");
+  open.mutable_open()->clear_sampling();
+  auto opened = s.Open(open.open());
+  ASSERT_TRUE(opened);
+  EXPECT_EQ(opened->settings().window(), 64);
+  ASSERT_TRUE(s.Write(OpenMsg()));
+  ExpectError(s, grpc::StatusCode::FAILED_PRECONDITION, "open", "already drives session");
+  ExpectUsable(s);
+  ASSERT_TRUE(s.Write(CloseMsg()));
+  EXPECT_TRUE(s.Finish().ok());
+}
+
+TEST_F(BadInputE2eTest, OversizedMessageEndsOnlyItsStream) {
+  RawStream s(daemon_->Channel());
+  ASSERT_TRUE(s.Open());
+  s.Write(TextMsg(std::string(5 << 20, 'a')));  // over the 4 MiB message limit
+  const grpc::Status end = s.Finish();
+  EXPECT_EQ(end.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << end.error_message();
+  // A new stream works.
+  RawStream t(daemon_->Channel());
+  ASSERT_TRUE(t.Open());
+  ExpectUsable(t);
+  ASSERT_TRUE(t.Write(CloseMsg()));
+  EXPECT_TRUE(t.Finish().ok());
+}
+
+}  // namespace
+}  // namespace streamd::e2e

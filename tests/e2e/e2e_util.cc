@@ -1,0 +1,135 @@
+#include "tests/e2e/e2e_util.h"
+
+#include <gtest/gtest.h>
+
+namespace streamd::e2e {
+
+RawStream::RawStream(const std::shared_ptr<grpc::Channel>& channel, std::chrono::seconds deadline)
+    : stub_(v1::Streamd::NewStub(channel)) {
+  context_.set_deadline(std::chrono::system_clock::now() + deadline);
+  rw_ = stub_->Session(&context_);
+}
+
+std::optional<v1::ServerMessage> RawStream::Read() {
+  v1::ServerMessage m;
+  if (!rw_->Read(&m)) return std::nullopt;
+  return m;
+}
+
+grpc::Status RawStream::Finish() {
+  while (Read()) {
+  }
+  return rw_->Finish();
+}
+
+std::optional<v1::Opened> RawStream::Open(const v1::Open& open) {
+  v1::ClientMessage m;
+  *m.mutable_open() = open;
+  EXPECT_TRUE(Write(m));
+  auto reply = Read();
+  if (!reply || !reply->has_opened()) {
+    ADD_FAILURE() << "expected Opened, got "
+                  << (reply ? reply->ShortDebugString() : std::string("end of stream"));
+    return std::nullopt;
+  }
+  return reply->opened();
+}
+
+std::optional<v1::Error> RawStream::Append(const v1::Append& append, v1::CacheState* state) {
+  v1::ClientMessage m;
+  *m.mutable_append() = append;
+  EXPECT_TRUE(Write(m));
+  while (auto reply = Read()) {
+    if (reply->has_error()) return reply->error();
+    if (reply->has_cache_state()) {
+      if (state != nullptr) *state = reply->cache_state();
+      return std::nullopt;
+    }
+  }
+  ADD_FAILURE() << "the stream ended before the append's CacheState";
+  return std::nullopt;
+}
+
+v1::Error RawStream::ExpectError() {
+  auto reply = Read();
+  if (!reply || !reply->has_error()) {
+    ADD_FAILURE() << "expected Error, got "
+                  << (reply ? reply->ShortDebugString() : std::string("end of stream"));
+    return {};
+  }
+  return reply->error();
+}
+
+Generation ReadGeneration(RawStream& s, const std::function<void()>& on_first_delta) {
+  Generation g;
+  bool first = true;
+  while (auto m = s.Read()) {
+    if (m->has_token_delta()) {
+      const v1::TokenDelta& d = m->token_delta();
+      EXPECT_EQ(d.index(), static_cast<int64_t>(g.ids.size())) << "token indices skip";
+      g.ids.insert(g.ids.end(), d.token_ids().begin(), d.token_ids().end());
+      g.text += d.text();
+      if (first && on_first_delta) on_first_delta();
+      first = false;
+    } else if (m->has_generation_done()) {
+      g.done = m->generation_done();
+      g.text += g.done.tail_text();
+      g.ended = true;
+      auto state = s.Read();
+      EXPECT_TRUE(state && state->has_cache_state()) << "no CacheState after GenerationDone";
+      return g;
+    } else if (m->has_error()) {
+      ADD_FAILURE() << "error during generation: " << m->error().ShortDebugString();
+    }
+  }
+  ADD_FAILURE() << "the stream ended before GenerationDone";
+  return g;
+}
+
+v1::ClientMessage OpenMsg(int32_t window) {
+  v1::ClientMessage m;
+  m.mutable_open();
+  if (window > 0) m.mutable_open()->set_window(window);
+  return m;
+}
+
+v1::ClientMessage TextMsg(const std::string& text, v1::ChatRole role) {
+  v1::ClientMessage m;
+  m.mutable_append()->set_text(text);
+  m.mutable_append()->set_role(role);
+  return m;
+}
+
+v1::ClientMessage TokensMsg(const std::vector<int32_t>& ids) {
+  v1::ClientMessage m;
+  for (int32_t id : ids) m.mutable_append()->add_tokens(id);
+  return m;
+}
+
+v1::ClientMessage GenerateMsg(int32_t max_tokens, bool greedy, const std::string& request_id) {
+  v1::ClientMessage m;
+  m.mutable_generate()->set_max_tokens(max_tokens);
+  if (greedy) m.mutable_generate()->mutable_sampling()->set_temperature(0.0f);
+  m.mutable_generate()->set_request_id(request_id);
+  return m;
+}
+
+v1::ClientMessage CancelMsg() {
+  v1::ClientMessage m;
+  m.mutable_cancel();
+  return m;
+}
+
+v1::ClientMessage CloseMsg() {
+  v1::ClientMessage m;
+  m.mutable_close();
+  return m;
+}
+
+v1::ClientMessage ResumeMsg(uint64_t id) {
+  v1::ClientMessage m;
+  m.mutable_resume()->set_session_id(id);
+  return m;
+}
+
+}  // namespace streamd::e2e

@@ -1,0 +1,182 @@
+// End-to-end: the daemon's life cycle, each test with its own `streamd serve`: graceful
+// shutdown (SIGTERM: health NOT_SERVING, running generations finish or are cancelled after the
+// grace period, exit 0), a malformed config, the idle timeout, a client too slow to read.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <thread>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "tests/e2e/daemon_process.h"
+#include "tests/e2e/e2e_util.h"
+
+namespace streamd::e2e {
+namespace {
+
+using grpc::health::v1::HealthCheckRequest;
+using grpc::health::v1::HealthCheckResponse;
+
+std::vector<std::string> With(std::vector<std::string> extra) {
+  std::vector<std::string> flags = kSharedServerFlags;
+  flags.insert(flags.end(), extra.begin(), extra.end());
+  return flags;
+}
+
+// The health status, or UNKNOWN when the call fails.
+HealthCheckResponse::ServingStatus Health(DaemonProcess& d) {
+  auto stub = grpc::health::v1::Health::NewStub(d.Channel());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  HealthCheckResponse response;
+  if (!stub->Check(&ctx, HealthCheckRequest(), &response).ok()) return HealthCheckResponse::UNKNOWN;
+  return response.status();
+}
+
+TEST(LifecycleE2eTest, SigtermLetsTheRunningGenerationFinish) {
+  auto d = DaemonProcess::Start(With({"--server.shutdown_grace=60s"}));
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(Health(*d), HealthCheckResponse::SERVING);
+  RawStream s(d->Channel());
+  ASSERT_TRUE(s.Open());
+  ASSERT_FALSE(s.Append(TextMsg("Once upon a time").append()));
+  ASSERT_TRUE(s.Write(GenerateMsg(24)));
+  HealthCheckResponse::ServingStatus during = HealthCheckResponse::UNKNOWN;
+  const Generation g = ReadGeneration(s, [&] {
+    d->Terminate();
+    // Draining: health says NOT_SERVING; a new session is refused.
+    for (int i = 0; i < 100 && during != HealthCheckResponse::NOT_SERVING; ++i) {
+      during = Health(*d);
+      if (during != HealthCheckResponse::NOT_SERVING) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+  });
+  EXPECT_EQ(during, HealthCheckResponse::NOT_SERVING);
+  ASSERT_TRUE(g.ended);
+  EXPECT_EQ(g.done.reason(), v1::FINISH_REASON_LENGTH);  // finished within the grace period
+  EXPECT_EQ(g.ids.size(), 24u);
+  const grpc::Status end = s.Finish();
+  EXPECT_EQ(end.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(end.error_message().find("shutting down"), std::string::npos);
+  EXPECT_EQ(d->Wait(std::chrono::seconds(60)), 0) << d->Stderr();
+}
+
+TEST(LifecycleE2eTest, SigtermCancelsGenerationsAfterTheGracePeriod) {
+  auto d = DaemonProcess::Start(With({"--server.shutdown_grace=1s"}));
+  ASSERT_NE(d, nullptr);
+  RawStream s(d->Channel());
+  ASSERT_TRUE(s.Open());
+  ASSERT_FALSE(s.Append(TextMsg("Once upon a time").append()));
+  ASSERT_TRUE(s.Write(GenerateMsg(4000)));
+  const Generation g = ReadGeneration(s, [&] { d->Terminate(); });
+  ASSERT_TRUE(g.ended);
+  EXPECT_EQ(g.done.reason(), v1::FINISH_REASON_CANCELLED);
+  EXPECT_EQ(g.done.error().code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_NE(g.done.error().message().find("grace period of 1.0 s"), std::string::npos)
+      << g.done.error().message();
+  EXPECT_EQ(s.Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(d->Wait(std::chrono::seconds(60)), 0) << d->Stderr();
+}
+
+TEST(LifecycleE2eTest, MalformedConfigIsRejectedWithTheKey) {
+  const std::string path = ::testing::TempDir() + "/streamd_bad.yaml";
+  {
+    std::ofstream out(path);
+    out << "server:\n  listen_address: [unclosed\n";
+  }
+  RunResult r = RunStreamd({"serve", "--config", path});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("config"), std::string::npos) << r.err;
+  {
+    std::ofstream out(path);
+    out << "sessions:\n  default_window: 0\n";
+  }
+  r = RunStreamd({"serve", "--config", path});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("sessions.default_window"), std::string::npos) << r.err;
+  r = RunStreamd({"serve", "--engine.thread=4"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("engine.thread"), std::string::npos) << r.err;
+  r = RunStreamd({"serve", "--config", "/nonexistent/streamd.yaml"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("/nonexistent/streamd.yaml"), std::string::npos) << r.err;
+  std::remove(path.c_str());
+}
+
+TEST(LifecycleE2eTest, DetachedSessionsAreClosedAfterTheIdleTimeout) {
+  auto d = DaemonProcess::Start(With({"--sessions.idle_timeout=1s"}));
+  ASSERT_NE(d, nullptr);
+  uint64_t id = 0;
+  {
+    RawStream s(d->Channel());
+    auto opened = s.Open();
+    ASSERT_TRUE(opened);
+    id = opened->session_id();
+    s.WritesDone();  // half-close: the stream ends, the session is detached
+    EXPECT_TRUE(s.Finish().ok());
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  RawStream r(d->Channel());
+  ASSERT_TRUE(r.Write(ResumeMsg(id)));
+  const v1::Error e = r.ExpectError();
+  EXPECT_EQ(e.code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(e.message().find("idle timeout of 1 s"), std::string::npos) << e.message();
+  r.WritesDone();
+  EXPECT_TRUE(r.Finish().ok());
+  d->Terminate();
+  EXPECT_EQ(d->Wait(std::chrono::seconds(60)), 0);
+}
+
+TEST(LifecycleE2eTest, AClientThatStopsReadingIsCutOffAlone) {
+  auto d = DaemonProcess::Start(With({"--sessions.max_queued_tokens=8"}));
+  ASSERT_NE(d, nullptr);
+  // A tiny HTTP/2 window, so the server's writes stall as soon as this client stops reading.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 1024);
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  RawStream slow(d->Channel(args));
+  auto opened = slow.Open();
+  ASSERT_TRUE(opened);
+  ASSERT_FALSE(slow.Append(TextMsg("Once upon a time").append()));
+  v1::ClientMessage generate = GenerateMsg(4000);
+  ASSERT_TRUE(slow.Write(generate));
+  // Meanwhile a normal session keeps pace.
+  RawStream fast(d->Channel());
+  ASSERT_TRUE(fast.Open());
+  ASSERT_FALSE(fast.Append(TextMsg("Hello").append()));
+  ASSERT_TRUE(fast.Write(GenerateMsg(16)));
+  const Generation f = ReadGeneration(fast);
+  EXPECT_EQ(f.ids.size(), 16u);
+  // The slow generation can only end by being cut off (4000 tokens take minutes here).
+  auto stub = v1::Streamd::NewStub(d->Channel());
+  bool generating = true;
+  for (int i = 0; i < 1200 && generating; ++i) {
+    grpc::ClientContext ctx;
+    v1::GetSessionRequest req;
+    req.set_session_id(opened->session_id());
+    v1::SessionInfo info;
+    ASSERT_TRUE(stub->GetSession(&ctx, req, &info).ok());
+    generating = info.generating();
+    if (generating) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_FALSE(generating) << "the slow client was never cut off";
+  // Now read the slow stream: what was queued, then the end of the generation.
+  const Generation g = ReadGeneration(slow);
+  ASSERT_TRUE(g.ended);
+  EXPECT_EQ(g.done.reason(), v1::FINISH_REASON_CANCELLED);
+  EXPECT_EQ(g.done.error().code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(g.done.error().message().find("client too slow"), std::string::npos);
+  EXPECT_LT(g.done.usage().output_tokens(), 4000);
+  // The session itself is fine.
+  ASSERT_TRUE(slow.Write(GenerateMsg(2)));
+  EXPECT_EQ(ReadGeneration(slow).ids.size(), 2u);
+  slow.Write(CloseMsg());
+  fast.Write(CloseMsg());
+  EXPECT_TRUE(slow.Finish().ok());
+  EXPECT_TRUE(fast.Finish().ok());
+  d->Terminate();
+  EXPECT_EQ(d->Wait(std::chrono::seconds(60)), 0);
+}
+
+}  // namespace
+}  // namespace streamd::e2e

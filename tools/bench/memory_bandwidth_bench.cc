@@ -1,0 +1,76 @@
+// Machine ceilings for docs/PERFORMANCE.md: how fast can one or two threads stream bytes?
+// Decode reads every weight once per step, so (weight bytes per step) / (read bandwidth at the
+// weights' size) bounds decode steps per second.
+//
+// BM_Read sums 64-bit words of a buffer (SSE2 loads, four accumulators: far from compute-bound);
+// BM_Copy is memcpy and counts bytes read + written. Each thread takes its own contiguous
+// slice of one shared buffer; GB/s is the total over all threads per wall-clock second.
+// Sizes: 1 MiB (per-core L2), 96 MiB (SmolLM2-135M Q4_1's weights; inside this machine's L3
+// share, if the neighbours leave it), 2 GiB (beyond any L3: DRAM).
+// Run: memory_bandwidth_bench [--benchmark_filter=Read] [--benchmark_repetitions=5]
+#include <benchmark/benchmark.h>
+#include <emmintrin.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+namespace {
+
+constexpr int64_t kMiB = 1 << 20;
+constexpr int64_t kMaxBytes = 2048 * kMiB;
+
+// One buffer for all benchmarks, touched once so page faults are not measured. Copy uses the
+// first half as source and the second as destination.
+uint8_t* Buffer() {
+  static uint8_t* buffer = [] {
+    auto* b = static_cast<uint8_t*>(std::aligned_alloc(64, 2 * kMaxBytes));
+    std::memset(b, 1, 2 * kMaxBytes);
+    return b;
+  }();
+  return buffer;
+}
+
+// [bytes] -> sum of its 64-bit words; bytes is a multiple of 64.
+uint64_t SumWords(const uint8_t* p, int64_t bytes) {
+  __m128i a0 = _mm_setzero_si128(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t i = 0; i < bytes; i += 64) {
+    a0 = _mm_add_epi64(a0, _mm_load_si128(reinterpret_cast<const __m128i*>(p + i)));
+    a1 = _mm_add_epi64(a1, _mm_load_si128(reinterpret_cast<const __m128i*>(p + i + 16)));
+    a2 = _mm_add_epi64(a2, _mm_load_si128(reinterpret_cast<const __m128i*>(p + i + 32)));
+    a3 = _mm_add_epi64(a3, _mm_load_si128(reinterpret_cast<const __m128i*>(p + i + 48)));
+  }
+  const __m128i s = _mm_add_epi64(_mm_add_epi64(a0, a1), _mm_add_epi64(a2, a3));
+  return static_cast<uint64_t>(_mm_cvtsi128_si64(s)) +
+         static_cast<uint64_t>(_mm_cvtsi128_si64(_mm_unpackhi_epi64(s, s)));
+}
+
+// Arg: total bytes over all threads.
+void BM_Read(benchmark::State& state) {
+  const int64_t slice = state.range(0) / state.threads() / 64 * 64;
+  const uint8_t* p = Buffer() + slice * state.thread_index();
+  for (auto _ : state) benchmark::DoNotOptimize(SumWords(p, slice));
+  state.SetBytesProcessed(state.iterations() * slice);
+}
+
+void BM_Copy(benchmark::State& state) {
+  const int64_t slice = state.range(0) / state.threads() / 64 * 64;
+  const uint8_t* src = Buffer() + slice * state.thread_index();
+  uint8_t* dst = Buffer() + kMaxBytes + slice * state.thread_index();
+  for (auto _ : state) {
+    std::memcpy(dst, src, static_cast<size_t>(slice));
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(2 * state.iterations() * slice);
+}
+
+void Sizes(benchmark::internal::Benchmark* b) {
+  for (int64_t bytes : {1 * kMiB, 96 * kMiB, kMaxBytes}) b->Arg(bytes);
+  b->ThreadRange(1, 2)->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+BENCHMARK(BM_Read)->Apply(Sizes);
+BENCHMARK(BM_Copy)->Apply(Sizes);
+
+}  // namespace
