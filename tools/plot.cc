@@ -66,7 +66,11 @@ std::string GnuplotScript(const LinePlot& plot, const std::string& png_path) {
     << "set ylabel " << Quote(plot.y_label) << " noenhanced\n"
     << "set grid\n"
     << "set key outside right top noenhanced\n";
-  if (plot.log_x) s << "set logscale x\n";
+  if (plot.log_x) {
+    s << "set logscale x\n";
+  } else {
+    s << "set format x '%.0f'\n";  // 1000000, not 1x10^6
+  }
   for (size_t i = 0; i < plot.series.size(); ++i) {
     const PlotSeries& series = plot.series[i];
     s << "$d" << i << " << EOD\n";

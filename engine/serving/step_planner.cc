@@ -1,21 +1,9 @@
 #include "engine/serving/step_planner.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 namespace streamd {
-namespace {
-
-// Indices of `items` (sorted by id) starting at the first id > cursor, wrapping around.
-template <typename T>
-std::vector<size_t> RotatedOrder(const std::vector<T>& items, uint64_t cursor) {
-  std::vector<size_t> order(items.size());
-  size_t start = 0;
-  while (start < items.size() && items[start].id <= cursor) ++start;
-  for (size_t i = 0; i < items.size(); ++i) order[i] = (start + i) % items.size();
-  return order;
-}
-
-}  // namespace
 
 std::pair<size_t, int64_t> StepPlanner::DecodeLimits(size_t cap, int64_t budget,
                                                      bool prefill_waiting) {
@@ -24,14 +12,25 @@ std::pair<size_t, int64_t> StepPlanner::DecodeLimits(size_t cap, int64_t budget,
 }
 
 std::vector<PlannedChunk> StepPlanner::Plan(const std::vector<SessionWork>& work) {
+  ++step_;
+  // Least recently served first; a session seen for the first time queues as served now, so
+  // later arrivals never overtake it and a waiting session is passed over at most once by
+  // each session that was waiting before it.
+  std::unordered_map<uint64_t, uint64_t> seen;
   std::vector<SessionWork> decoders, prefills;
   for (const SessionWork& w : work) {
     if (w.pending <= 0) continue;
+    auto it = last_served_.find(w.id);
+    seen[w.id] = it == last_served_.end() ? step_ : it->second;
     (w.decoding ? decoders : prefills).push_back(w);
   }
-  const auto by_id = [](const SessionWork& a, const SessionWork& b) { return a.id < b.id; };
-  std::sort(decoders.begin(), decoders.end(), by_id);
-  std::sort(prefills.begin(), prefills.end(), by_id);
+  last_served_ = std::move(seen);  // forget sessions without work
+  const auto longest_waiting = [&](const SessionWork& a, const SessionWork& b) {
+    const uint64_t sa = last_served_.at(a.id), sb = last_served_.at(b.id);
+    return sa != sb ? sa < sb : a.id < b.id;
+  };
+  std::sort(decoders.begin(), decoders.end(), longest_waiting);
+  std::sort(prefills.begin(), prefills.end(), longest_waiting);
 
   std::vector<PlannedChunk> plan;
   int64_t budget = config_.max_batch_tokens;
@@ -39,26 +38,29 @@ std::vector<PlannedChunk> StepPlanner::Plan(const std::vector<SessionWork>& work
   // When appends wait, decoders leave them a share (1/8 of the budget, one session slot), so
   // prefill progresses even when decoders alone would fill every step.
   const auto [decode_cap, decode_budget] = DecodeLimits(cap, budget, !prefills.empty());
-
-  for (size_t i : RotatedOrder(decoders, decode_cursor_)) {
+  if (!prefills.empty() && !decoders.empty() &&
+      (decode_cap >= cap || decode_budget >= budget)) {
+    // No room to share (one session slot or one token per step): the longest-waiting session
+    // of either lane takes the step.
+    const SessionWork& w =
+        longest_waiting(prefills[0], decoders[0]) ? prefills[0] : decoders[0];
+    const int64_t n = std::min<int64_t>({w.pending, w.max_chunk, budget});
+    plan.push_back({w.id, static_cast<int32_t>(n)});
+    last_served_[w.id] = step_ + 1;
+    return plan;
+  }
+  for (const SessionWork& w : decoders) {
     if (plan.size() >= decode_cap || static_cast<int64_t>(plan.size()) >= decode_budget) break;
-    plan.push_back({decoders[i].id, 1});
+    plan.push_back({w.id, 1});
   }
   budget -= static_cast<int64_t>(plan.size());
-  // Next step's rotation starts after the last decoder served; all of them were served when
-  // they fit, and then the cursor does not matter.
-  if (!plan.empty()) decode_cursor_ = plan.back().id;
-
-  uint64_t last_prefill = prefill_cursor_;
-  for (size_t i : RotatedOrder(prefills, prefill_cursor_)) {
+  for (const SessionWork& w : prefills) {
     if (plan.size() >= cap || budget < 1) break;
-    const SessionWork& w = prefills[i];
     const int64_t n = std::min<int64_t>({w.pending, w.max_chunk, budget});
     plan.push_back({w.id, static_cast<int32_t>(n)});
     budget -= n;
-    last_prefill = w.id;
   }
-  prefill_cursor_ = last_prefill;
+  for (const PlannedChunk& c : plan) last_served_[c.id] = step_ + 1;  // after every waiter
   return plan;
 }
 

@@ -6,15 +6,17 @@
 //  1. Decode first: every session whose next work is one token of a running generation gets
 //     that token (inter-token latency stays one step). While appends wait, decoders use at
 //     most 7/8 of the budget and all but one session slot, so prefill always progresses. If
-//     decoders outnumber what they may use, the ones skipped longest go first (rotation).
+//     decoders outnumber what they may use, the ones skipped longest go first.
 //  2. Prefill with what is left: sessions with pending input get chunks of at most their
-//     cache's max_chunk, in rotating order starting after the last one served, so one huge
-//     append shares the budget with later ones and never stalls decoders by more than the
-//     one step it shares with them.
+//     cache's max_chunk, least recently served first, so one huge append shares the budget
+//     with later ones and never stalls decoders by more than the one step it shares with them.
+// Fairness: within each lane, order is by the step a session was last served (a new session
+// counts as served when it first shows up), so no later arrival overtakes a waiting session.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -52,8 +54,8 @@ class StepPlanner {
 
  private:
   PlannerConfig config_;
-  uint64_t decode_cursor_ = 0;   // id after which the next decode rotation starts
-  uint64_t prefill_cursor_ = 0;  // id after which the next prefill rotation starts
+  uint64_t step_ = 0;
+  std::unordered_map<uint64_t, uint64_t> last_served_;  // session id -> step last served
 };
 
 }  // namespace streamd
