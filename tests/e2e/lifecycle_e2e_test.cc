@@ -33,13 +33,14 @@ HealthCheckResponse::ServingStatus Health(DaemonProcess& d) {
 }
 
 TEST(LifecycleE2eTest, SigtermLetsTheRunningGenerationFinish) {
-  auto d = DaemonProcess::Start(With({"--server.shutdown_grace=60s"}));
+  // A grace period far beyond what 8 tokens need, even on a loaded 2-core machine.
+  auto d = DaemonProcess::Start(With({"--server.shutdown_grace=300s"}));
   ASSERT_NE(d, nullptr);
   EXPECT_EQ(Health(*d), HealthCheckResponse::SERVING);
   RawStream s(d->Channel());
   ASSERT_TRUE(s.Open());
   ASSERT_FALSE(s.Append(TextMsg("Once upon a time").append()));
-  ASSERT_TRUE(s.Write(GenerateMsg(24)));
+  ASSERT_TRUE(s.Write(GenerateMsg(8)));
   HealthCheckResponse::ServingStatus during = HealthCheckResponse::UNKNOWN;
   const Generation g = ReadGeneration(s, [&] {
     d->Terminate();
@@ -54,11 +55,11 @@ TEST(LifecycleE2eTest, SigtermLetsTheRunningGenerationFinish) {
   EXPECT_EQ(during, HealthCheckResponse::NOT_SERVING);
   ASSERT_TRUE(g.ended);
   EXPECT_EQ(g.done.reason(), v1::FINISH_REASON_LENGTH);  // finished within the grace period
-  EXPECT_EQ(g.ids.size(), 24u);
+  EXPECT_EQ(g.ids.size(), 8u);
   const grpc::Status end = s.Finish();
   EXPECT_EQ(end.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_NE(end.error_message().find("shutting down"), std::string::npos);
-  EXPECT_EQ(d->Wait(std::chrono::seconds(60)), 0) << d->Stderr();
+  EXPECT_EQ(d->Wait(std::chrono::seconds(360)), 0) << d->Stderr();
 }
 
 TEST(LifecycleE2eTest, SigtermCancelsGenerationsAfterTheGracePeriod) {
