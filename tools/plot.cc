@@ -65,6 +65,12 @@ std::string GnuplotScript(const LinePlot& plot, const std::string& png_path) {
     << "set xlabel " << Quote(plot.x_label) << " noenhanced\n"
     << "set ylabel " << Quote(plot.y_label) << " noenhanced\n"
     << "set grid\n"
+    // A palette that stays legible side by side (matplotlib's tab10), cycled.
+    << "set linetype 1 lc rgb '#1f77b4'\nset linetype 2 lc rgb '#d62728'\n"
+    << "set linetype 3 lc rgb '#2ca02c'\nset linetype 4 lc rgb '#ff7f0e'\n"
+    << "set linetype 5 lc rgb '#000000'\nset linetype 6 lc rgb '#9467bd'\n"
+    << "set linetype 7 lc rgb '#8c564b'\nset linetype 8 lc rgb '#e377c2'\n"
+    << "set linetype cycle 8\n"
     << "set key outside right top noenhanced\n";
   if (plot.log_x) {
     s << "set logscale x\n";

@@ -40,6 +40,12 @@ struct Engine::Session {
   SessionOptions options;
   std::unique_ptr<SessionCache> cache;
   std::vector<int32_t> pending;  // context not yet in the cache
+  // An idle session keeps its last context token back in `pending`, so that a generation can
+  // start from its logits. When a generation is cancelled while its last token is in flight,
+  // that token reaches the cache anyway; its logits are kept here instead, and the next
+  // generation samples from them. Appending input makes them stale.
+  std::vector<float> held_logits;
+  int32_t last_cached_token = -1;  // the newest token in the cache (-1 while empty)
   std::unique_ptr<Generation> gen;
   bool in_flight = false;  // part of the step being computed
   bool closing = false;
@@ -187,6 +193,7 @@ Status Engine::Append(SessionId id, std::span<const int32_t> tokens) {
                              std::to_string(s->cache->tokens_seen() + pending));
     }
     s->pending.insert(s->pending.end(), tokens.begin(), tokens.end());
+    s->held_logits.clear();
   }
   work_cv_.notify_one();
   return OkStatus();
@@ -207,14 +214,14 @@ Status Engine::Generate(SessionId id, GenerateOptions options, EventSink sink) {
       return FailedPreconditionError("session " + std::to_string(id) +
                                      " is already generating; cancel it or wait for it to end");
     }
-    if (s->pending.empty()) {
+    if (s->pending.empty() && s->held_logits.empty()) {
       return FailedPreconditionError("session " + std::to_string(id) +
                                      " has no context to continue; append input first");
     }
+    const int32_t last = s->pending.empty() ? s->last_cached_token : s->pending.back();
     auto gen = std::unique_ptr<Generation>(new Generation{
         std::move(options), std::move(sink), Sampler(params, model_->config().vocab_size),
-        tokenizer::IncrementalDetokenizer(*tokenizer_,
-                                          tokenizer_->IsSpecial(s->pending.back())),
+        tokenizer::IncrementalDetokenizer(*tokenizer_, tokenizer_->IsSpecial(last)),
         StopStringMatcher({}), 0, 0, Clock::now(), {}});
     gen->stops = StopStringMatcher(gen->options.stop);
     gen->prompt_tokens = static_cast<int64_t>(s->pending.size());
@@ -308,7 +315,9 @@ EngineStats Engine::Stats() const {
 bool Engine::HasWork() const {
   for (const auto& [id, s] : sessions_) {
     if (s->closing) continue;
-    if (s->gen ? !s->pending.empty() : s->pending.size() > 1) return true;
+    if (s->gen ? !s->pending.empty() || !s->held_logits.empty() : s->pending.size() > 1) {
+      return true;
+    }
   }
   return false;
 }
@@ -323,6 +332,13 @@ void Engine::Loop() {
 }
 
 void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
+  std::vector<std::pair<EventSink, GenerationEvent>> events;
+  // Generations that start from held logits draw their first token without a forward pass.
+  for (const auto& [id, s] : sessions_) {
+    if (s->closing || !s->gen || !s->pending.empty() || s->held_logits.empty()) continue;
+    ApplyChunk(*s, s->held_logits.data(), events);
+    s->held_logits.clear();
+  }
   // Plan under the lock.
   std::vector<SessionWork> work;
   for (const auto& [id, s] : sessions_) {
@@ -344,7 +360,12 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
     tokens.insert(tokens.end(), s.pending.begin(), s.pending.begin() + p.n_tokens);
     seqs.push_back({s.cache.get(), p.n_tokens, LogitsMode::kLast});
   }
-  if (chunks.empty()) return;
+  if (chunks.empty()) {
+    lock.unlock();
+    for (auto& [sink, event] : events) sink(std::move(event));
+    lock.lock();
+    return;
+  }
   logits_.resize(chunks.size() * static_cast<size_t>(model_->config().vocab_size));
 
   // The forward pass runs without the lock: API calls proceed meanwhile. Sessions in flight
@@ -353,7 +374,6 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
   const Status status = model_->Forward(tokens, seqs, logits_.data());
   lock.lock();
 
-  std::vector<std::pair<EventSink, GenerationEvent>> events;
   ++stats_.steps;
   for (size_t i = 0; i < chunks.size(); ++i) {
     Session& s = *chunks[i].session;
@@ -366,9 +386,14 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
       continue;
     }
     stats_.tokens_in += chunks[i].n_tokens;
+    s.last_cached_token = s.pending[chunks[i].n_tokens - 1];
     s.pending.erase(s.pending.begin(), s.pending.begin() + chunks[i].n_tokens);
-    if (!s.closing) {
-      ApplyChunk(s, &logits_[i * static_cast<size_t>(model_->config().vocab_size)], events);
+    if (s.closing) continue;
+    float* row = &logits_[i * static_cast<size_t>(model_->config().vocab_size)];
+    if (s.gen) {
+      ApplyChunk(s, row, events);
+    } else if (s.pending.empty()) {  // its generation was cancelled while this step ran
+      s.held_logits.assign(row, row + model_->config().vocab_size);
     }
   }
   DestroyClosed();

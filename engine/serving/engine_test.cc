@@ -54,10 +54,15 @@ class Collector {
   std::map<SessionId, GenerationEvent> done_;
 };
 
-std::unique_ptr<Engine> MakeEngine(int64_t pool_bytes = 64 << 20, int32_t max_chunk = 64) {
+SyntheticModelSpec TinyModel() {
   SyntheticModelSpec spec;
   spec.with_vocab = true;
   spec.vocab_size = 300;
+  return spec;
+}
+
+std::unique_ptr<Engine> MakeEngine(int64_t pool_bytes = 64 << 20, int32_t max_chunk = 64,
+                                   const SyntheticModelSpec& spec = TinyModel()) {
   auto model = MakeSyntheticModel(spec);
   EXPECT_TRUE(model.ok()) << model.status().ToString();
   auto vocab = tokenizer::Tokenizer::FromGguf((*model)->file());
@@ -171,6 +176,44 @@ TEST(EngineTest, CancelStopsTheGenerationAndKeepsItsTokens) {
   const size_t delivered = events.Tokens(*id).size();
   EXPECT_EQ(engine->Get(*id)->tokens_seen, 10 + static_cast<int64_t>(delivered));
   EXPECT_TRUE(engine->Append(*id, RandomTokens(3, 4)).ok());  // idle again
+}
+
+// A cancel lands at any moment, often while the generation's last token is in the forward pass.
+// The session must stay continuable, and continuing must give exactly the tokens one
+// uninterrupted greedy generation gives.
+TEST(EngineTest, CancelAtAnyMomentLeavesTheSessionContinuable) {
+  // Wide enough that a step takes about a millisecond: most cancels land mid-step.
+  SyntheticModelSpec spec = TinyModel();
+  spec.dim = 512;
+  spec.ffn_dim = 1536;
+  spec.n_layers = 4;
+  auto engine = MakeEngine(64 << 20, 64, spec);
+  std::mt19937_64 rng(7);
+  for (int round = 0; round < 20; ++round) {
+    Collector events;
+    auto id = engine->Open(Greedy());
+    ASSERT_TRUE(id.ok());
+    const std::vector<int32_t> prompt = RandomTokens(12, 50 + round);
+    ASSERT_TRUE(engine->Append(*id, prompt).ok());
+    ASSERT_TRUE(engine->Generate(*id, UpTo(100000), events.Sink()).ok());
+    std::this_thread::sleep_for(std::chrono::microseconds(200 + rng() % 3000));
+    ASSERT_TRUE(engine->Cancel(*id).ok());
+    events.WaitDone(*id);
+    std::this_thread::sleep_for(20ms);  // the step in flight at the cancel (if any) ends
+    const Status continued = engine->Generate(*id, UpTo(3), events.Sink());
+    ASSERT_TRUE(continued.ok()) << "round " << round << ": " << continued.ToString();
+    EXPECT_EQ(events.WaitDone(*id).output_tokens, 3);
+    const std::vector<int32_t> interrupted = events.Tokens(*id);
+    ASSERT_TRUE(engine->Close(*id).ok());
+
+    auto ref = engine->Open(Greedy());
+    ASSERT_TRUE(engine->Append(*ref, prompt).ok());
+    ASSERT_TRUE(engine->Generate(*ref, UpTo(static_cast<int32_t>(interrupted.size())),
+                                 events.Sink()).ok());
+    events.WaitDone(*ref);
+    EXPECT_EQ(events.Tokens(*ref), interrupted) << "round " << round;
+    ASSERT_TRUE(engine->Close(*ref).ok());
+  }
 }
 
 TEST(EngineTest, BadRequestsGetStableCodesAndDisturbNothing) {

@@ -10,11 +10,14 @@
 # Usage: LLAMA_SERVER=/path/to/llama-server tools/bench/sessions_vs_llama_server.sh [MODEL]
 # Env: SESSIONS (16) P (128) G (64) T (2) B (512: streamd --max-batch-tokens = llama -b/-ub)
 #      ROUNDS (3) STREAMD (build/tools/streamd) OUT (a directory to keep the raw JSON in)
+#      SPIN (on): "off" makes idle worker threads sleep instead of spinning in both engines
+#      (OMP_WAIT_POLICY=passive for streamd, --poll 0 for llama-server). Spinning threads
+#      collapse when any other process competes for the cores (docs/PERFORMANCE.md).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 model="${1:-${STREAMD_MODEL:-$HOME/.cache/streamd/models/SmolLM2-135M-Instruct.Q4_1.gguf}}"
 SESSIONS="${SESSIONS:-16}" P="${P:-128}" G="${G:-64}" T="${T:-2}" B="${B:-512}"
-ROUNDS="${ROUNDS:-3}"
+ROUNDS="${ROUNDS:-3}" SPIN="${SPIN:-on}"
 streamd="${STREAMD:-build/tools/streamd}"
 : "${LLAMA_SERVER:?set LLAMA_SERVER to a llama-server binary}"
 # Every slot holds P + G tokens; the context is rounded up to a power of two.
@@ -36,13 +39,18 @@ trap stop_server EXIT
 # --no-repack: llama.cpp's AMX repacking crashes in this build. -cram 0: no prompt cache in RAM.
 server_flags=(-m "$model" -t "$T" -tb "$T" -np "$SESSIONS" -c "$ctx" -b "$B" -ub "$B" -fa auto
   --no-repack --no-webui --no-slots -cram 0)
+streamd_env=()
+if [ "$SPIN" = off ]; then
+  server_flags+=(--poll 0)
+  streamd_env=(OMP_WAIT_POLICY=passive)
+fi
 echo "llama-server flags: ${server_flags[*]}" | tee "$out/commands.txt"
-echo "streamd: $streamd bench --sessions $SESSIONS --prompt-tokens $P --gen-tokens $G" \
+echo "streamd: ${streamd_env[*]} $streamd bench --sessions $SESSIONS --prompt-tokens $P --gen-tokens $G" \
   "--threads $T --max-batch-tokens $B --json" | tee -a "$out/commands.txt"
 
 for round in $(seq "$ROUNDS"); do
-  "$streamd" bench --model "$model" --sessions "$SESSIONS" --prompt-tokens "$P" --gen-tokens "$G" \
-    --threads "$T" --max-batch-tokens "$B" --json | tail -n 1 >>"$out/streamd.jsonl"
+  env "${streamd_env[@]}" "$streamd" bench --model "$model" --sessions "$SESSIONS" \
+    --prompt-tokens "$P" --gen-tokens "$G" --threads "$T" --max-batch-tokens "$B" --json | tail -n 1 >>"$out/streamd.jsonl"
 
   port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
   "$LLAMA_SERVER" "${server_flags[@]}" --host 127.0.0.1 --port "$port" >"$out/server-$round.log" 2>&1 &
