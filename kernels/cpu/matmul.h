@@ -16,8 +16,8 @@
 // (tests/model_golden_test.cc, 2047 positions).
 //
 // The instruction set is picked once at run time (AVX2+FMA+F16C when the CPU has them, plus
-// AVX-VNNI for the quantized products where available, portable C++ otherwise); tests can force
-// a lower level to compare them.
+// AVX-512 VNNI or AVX-VNNI for the quantized products where available, portable C++ otherwise);
+// tests can force a lower level to compare them.
 #pragma once
 
 #include <cstddef>
@@ -27,14 +27,20 @@ namespace streamd::kernels::cpu {
 
 enum class WeightType { kF32, kF16, kBF16, kQ4_0, kQ4_1, kQ8_0 };
 
-// Ordered levels, each a superset of the one before: kAvxVnni runs the kAvx2 code except for the
-// quantized products, whose i16 multiply-accumulates use AVX-VNNI (vpdpwssd).
-enum class Isa { kPortable, kAvx2, kAvxVnni };
+// Levels, ordered by preference. Each runs the kAvx2 code except for the quantized products:
+// kAvxVnni does their i16 multiply-accumulates with AVX-VNNI (vpdpwssd, VEX), kAvx512Vnni with
+// AVX-512 VNNI (EVEX; 16 tokens per zmm register for batches). A CPU may have AVX-512 VNNI
+// without AVX-VNNI (Cascade Lake, Ice Lake), so a level does not imply the one below it.
+enum class Isa { kPortable, kAvx2, kAvxVnni, kAvx512Vnni };
+// Whether this CPU (and OS) can run a level.
+bool IsaSupported(Isa isa);
 // Best ISA this CPU supports.
 Isa DetectIsa();
 // ISA used by the functions below (defaults to DetectIsa(); tests may force kPortable).
 Isa ActiveIsa();
-void ForceIsa(Isa isa);  // not thread-safe; call before any product runs
+// Not thread-safe; call before any product runs. A level the CPU lacks falls back to the best
+// supported level below it.
+void ForceIsa(Isa isa);
 const char* IsaName(Isa isa);
 
 // Bytes of one weight row of k values (k must be a multiple of 32 for quantized types).

@@ -160,10 +160,12 @@ void BM_ModelMatmuls(benchmark::State& state) {
   ForceIsa(DetectIsa());
 }
 BENCHMARK(BM_ModelMatmuls)->Apply([](auto* b) {
-  // The detected level, and AVX2 too where that is not it (for CPUs without AVX-VNNI).
-  for (int n : {1, 64}) {
-    b->Args({n, static_cast<int>(DetectIsa())});
-    if (DetectIsa() > Isa::kAvx2) b->Args({n, static_cast<int>(Isa::kAvx2)});
+  // Every supported level above portable, side by side: 1 token (decode of one session), 16
+  // (a decode step of 16 sessions) and 64 (prefill-sized).
+  for (int n : {1, 16, 64}) {
+    for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512Vnni}) {
+      if (IsaSupported(isa)) b->Args({n, static_cast<int>(isa)});
+    }
   }
   b->Unit(benchmark::kMillisecond);
 });

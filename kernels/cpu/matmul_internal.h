@@ -37,6 +37,9 @@ void MatMulQuantAvx2(WeightType type, const uint8_t* w, size_t w_row_bytes, int6
 void MatMulQuantAvxVnni(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
                         const BlockQ16_1* xq, int64_t n_tokens, float* out, int64_t ldo,
                         int64_t row_begin, int64_t row_end);
+void MatMulQuantAvx512Vnni(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
+                           const BlockQ16_1* xq, int64_t n_tokens, float* out, int64_t ldo,
+                           int64_t row_begin, int64_t row_end);
 
 // Float weights (F32, F16, BF16) times xq: [n_tokens, k] f32.
 void MatMulFloatPortable(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,

@@ -329,6 +329,11 @@ TEST_P(MatMulTest, MatchesReferenceOnAwkwardShapes) {
             // Same integer sums and the same f32 operations in the same order as AVX2.
             EXPECT_EQ(std::memcmp(out.data(), avx2.data(), out.size() * sizeof(float)), 0);
           }
+          if (isa == Isa::kAvx512Vnni && !avx2.empty() && (n == 1 || n % 16 == 0)) {
+            // One token, and whole chunks of 16 tokens: the AVX2 level's f32 operations, in
+            // its order (partial chunks are padded here, tiled there).
+            EXPECT_EQ(std::memcmp(out.data(), avx2.data(), out.size() * sizeof(float)), 0);
+          }
         }
       }
     }
@@ -484,13 +489,19 @@ TEST(ActivationQuantTest, TiesExtremesAndTinyBlocks) {
   }
 }
 
-TEST(IsaTest, ForceClampsToTheDetectedLevel) {
+TEST(IsaTest, ForceStepsDownToASupportedLevel) {
   ForceIsa(Isa::kPortable);
   EXPECT_EQ(ActiveIsa(), Isa::kPortable);
-  ForceIsa(Isa::kAvx2);
-  EXPECT_EQ(static_cast<int>(ActiveIsa()),
-            std::min(static_cast<int>(Isa::kAvx2), static_cast<int>(DetectIsa())));
+  for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512Vnni}) {
+    ForceIsa(isa);
+    EXPECT_TRUE(IsaSupported(ActiveIsa())) << IsaName(isa);
+    EXPECT_LE(static_cast<int>(ActiveIsa()), static_cast<int>(isa)) << IsaName(isa);
+    if (IsaSupported(isa)) {
+      EXPECT_EQ(ActiveIsa(), isa);
+    }
+  }
   ForceIsa(DetectIsa());
+  EXPECT_TRUE(IsaSupported(DetectIsa()));
   std::printf("detected ISA: %s\n", IsaName(DetectIsa()));
 }
 

@@ -23,11 +23,12 @@ inline std::string SeedTrace(uint64_t seed) {
   return "replay with STREAMD_TEST_SEED=" + std::to_string(seed);
 }
 
-// Every level up to DetectIsa(); a level the CPU lacks is not listed (and ForceIsa clamps it).
+// Every level this CPU can run, portable first; a level it lacks is not listed (and ForceIsa
+// steps down from it).
 inline std::vector<Isa> SupportedIsas() {
   std::vector<Isa> isas;
-  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvxVnni}) {
-    if (static_cast<int>(isa) <= static_cast<int>(DetectIsa())) isas.push_back(isa);
+  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512Vnni}) {
+    if (IsaSupported(isa)) isas.push_back(isa);
   }
   return isas;
 }
