@@ -6,13 +6,22 @@
 # built yourself (see docs/PERFORMANCE.md for the version and options used).
 #
 # Usage: LLAMA_BENCH=/path/to/llama-bench scripts/bench-vs-llamacpp.sh [MODEL] [THREADS...]
+# Env: P (512) G (128) R (5) ROUNDS (3) STREAMD (build/tools/streamd)
+#      SPIN (on): "off" makes llama.cpp's idle threads sleep instead of spin (OMP_WAIT_POLICY=
+#      passive, --poll 0), which is what streamd's own thread pool does after a short spin; on
+#      a machine shared with other work spinning threads collapse (docs/PERFORMANCE.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model="${1:-}"
 [ -n "$model" ] || model="$(scripts/fetch-model.sh)"
 [ $# -gt 0 ] && shift
 if [ $# -gt 0 ]; then threads=("$@"); else threads=(1 2); fi
-P="${P:-512}" G="${G:-128}" R="${R:-5}" ROUNDS="${ROUNDS:-3}"
+P="${P:-512}" G="${G:-128}" R="${R:-5}" ROUNDS="${ROUNDS:-3}" SPIN="${SPIN:-on}"
+llama_env=() llama_flags=()
+if [ "$SPIN" = off ]; then
+  llama_env=(OMP_WAIT_POLICY=passive)
+  llama_flags=(--poll 0)
+fi
 streamd="${STREAMD:-build/tools/streamd}"
 : "${LLAMA_BENCH:?set LLAMA_BENCH to a llama-bench binary}"
 
@@ -23,7 +32,8 @@ for round in $(seq "$ROUNDS"); do
     "$streamd" bench --model "$model" --threads "$t" --prompt-tokens "$P" --gen-tokens "$G" \
       --reps "$R" --json | tail -n 1 >>"$out/streamd-$t.jsonl"
     # --repack 0: llama.cpp's AMX repacking crashes in this build (see docs/PERFORMANCE.md).
-    "$LLAMA_BENCH" -m "$model" -t "$t" -p "$P" -n "$G" -r "$R" --repack 0 -o jsonl \
+    env "${llama_env[@]}" "$LLAMA_BENCH" -m "$model" -t "$t" -p "$P" -n "$G" -r "$R" --repack 0 \
+      "${llama_flags[@]}" -o jsonl \
       2>/dev/null >>"$out/llama-$t.jsonl"
   done
 done

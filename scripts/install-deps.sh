@@ -13,6 +13,7 @@ packages=(
   libspdlog-dev libyaml-cpp-dev                # daemon logs and config
   gnuplot-nox                                  # streamd eval --plot
   libcpp-httplib-dev prometheus                # /metrics endpoint; promtool checks its output
+  python3-yaml                                 # deploy/check.py reads the deployment manifests
 )
 
 missing=()

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backend/backend.h"
 #include "engine/model/llama_model.h"
 #include "engine/serving/engine.h"
 #include "engine/tokenizer/chat_template.h"
@@ -152,8 +153,25 @@ int ServeCommand(int argc, char** argv) {
   auto chat = tokenizer::ChatTemplate::FromGguf((*model)->file(), **tokenizer);
   if (!chat.ok()) return Fail(config->model.path + ": " + chat.status().message());
   if (chat->is_fallback()) spdlog::warn("chat template: {}", chat->fallback_reason());
+  // The backend: auto takes a GPU when this build has CUDA and one is visible; cuda without a
+  // usable GPU, or a model that does not fit, fails here naming the device and the numbers.
+  std::string why;
+  const BackendKind kind = ResolveBackend(
+      config->engine.backend == Backend::kCuda ? BackendKind::kCuda
+      : config->engine.backend == Backend::kCpu ? BackendKind::kCpu
+                                                : BackendKind::kAuto,
+      &why);
+  if (!why.empty()) spdlog::info("engine.backend {}", why);
+  auto backend = MakeBackend(kind, std::move(model).value());
+  if (!backend.ok()) return Fail("engine.backend: " + backend.status().message());
+  spdlog::info("model runs on {}", (*backend)->device_description());
+  if (config->engine.kv_pool.fraction > 0.0) {
+    auto budget = (*backend)->PoolBudgetFromFraction(config->engine.kv_pool.fraction);
+    if (!budget.ok()) return Fail("engine.kv_pool: " + budget.status().message());
+    engine_config->pool_bytes = *budget;
+  }
   auto engine =
-      Engine::Create(std::move(model).value(), std::move(tokenizer).value(), *engine_config);
+      Engine::Create(std::move(backend).value(), std::move(tokenizer).value(), *engine_config);
   if (!engine.ok()) return Fail(engine.status().message());
 
   metrics::StreamdMetrics metrics;

@@ -8,9 +8,8 @@ namespace streamd::server {
 StatusOr<EngineConfig> ToEngineConfig(const ServerConfig& config) {
   const auto& e = config.engine;
   const auto& s = config.sessions;
-  if (e.backend == Backend::kCuda) {
-    return UnimplementedError("config: engine.backend = cuda: this build serves on the CPU only");
-  }
+  // engine.backend is resolved in serve_command.cc (engine/backend), which also turns a
+  // kv_pool fraction into bytes of the backend's own memory (device memory for cuda).
   EngineConfig out;
   out.block_size = e.block_size;
   if (e.kv_pool.fraction > 0.0) {

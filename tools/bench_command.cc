@@ -2,10 +2,14 @@
 // way llama.cpp's llama-bench measures (so the two can be run side by side): prefill = one
 // batch of P random tokens into an empty cache; decode = G single-token steps from an empty
 // cache. Each figure is the median of --reps repetitions, for each thread count asked.
-// With --sessions N it runs the engine's closed-loop load benchmark instead (bench_sessions.h).
+// With --sessions N it runs the engine's closed-loop load benchmark instead (bench_sessions.h);
+// with --sessions N --decode-steps K the decode-step benchmark (bench_decode.h).
+// --backend cpu|cuda|auto picks the backend (default cpu); --synthetic smollm2|llama3-8b runs
+// a random-weight model of that shape instead of --model (on cuda, generated on the device).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <random>
 #include <sstream>
@@ -15,7 +19,8 @@
 
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
-#include "engine/model/llama_model.h"
+#include "kernels/cpu/matmul.h"
+#include "tools/bench_decode.h"
 #include "tools/bench_sessions.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
@@ -58,7 +63,9 @@ int BenchCommand(int argc, char** argv) {
   std::string threads_text = "1,2";
   int64_t prompt_tokens = 512, gen_tokens = 128, reps = 5;
   std::string sessions_text;
-  int64_t sinks = 4, window = 0, max_batch_tokens = 512;
+  int64_t sinks = 4, window = 0, max_batch_tokens = 512, decode_steps = 0;
+  std::string backend = "cpu", synthetic;
+  std::string reference_gbps_text;
   bool json = false;
   FlagParser flags(
       "streamd bench [--model PATH] [--threads 1,2] [--prompt-tokens P] [--gen-tokens G] "
@@ -66,6 +73,11 @@ int BenchCommand(int argc, char** argv) {
       "streamd bench --sessions N[,N...] [--threads T] [--prompt-tokens P] [--gen-tokens G]\n"
       "              [--sinks S] [--window W] [--max-batch-tokens B] [--reps R] [--json]\n"
       "  (with --sessions the defaults are P 128, G 64, R 1 and T = all cores)\n"
+      "streamd bench --sessions N[,N...] --decode-steps K [--sinks S] [--window W]\n"
+      "              [--reference-gbps G] [--json]\n"
+      "  (one batched decode step of N sessions with full windows, median of K; no prefill)\n"
+      "Every form takes --backend cpu|cuda|auto (default cpu) and --synthetic smollm2|llama3-8b\n"
+      "(random weights of that shape instead of --model; made on the device for cuda).\n"
       "Single-stream prefill and decode tokens/s (median of R runs) for each thread count.\n" +
       std::string(kSessionsBenchDefinitions));
   flags.String("model", &model_path, "GGUF model file");
@@ -81,8 +93,25 @@ int BenchCommand(int argc, char** argv) {
             "--sessions: window per session; 0 = prompt + gen tokens (no eviction)");
   flags.Int("max-batch-tokens", &max_batch_tokens, 1, 1 << 20,
             "--sessions: the scheduler's token budget per step");
+  flags.String("backend", &backend, "cpu, cuda or auto (cuda when built with it and a GPU is seen)");
+  flags.String("synthetic", &synthetic,
+               std::string("random-weight model of a known shape instead of --model: ") +
+                   kSyntheticShapes);
+  flags.Int("decode-steps", &decode_steps, 1, 100000,
+            "--sessions: time K decode steps of full-window sessions (no prefill)");
+  flags.String("reference-gbps", &reference_gbps_text,
+               "--decode-steps: bandwidth (GB/s) the step's bytes are compared with");
   if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(s);
   if (flags.help_requested()) return PrintHelp(flags);
+  double reference_gbps = 0.0;
+  if (!reference_gbps_text.empty()) {
+    char* end = nullptr;
+    reference_gbps = std::strtod(reference_gbps_text.c_str(), &end);
+    if (*end != '\0' || !(reference_gbps > 0.0 && reference_gbps < 1e7)) {
+      return Fail(InvalidArgumentError("--reference-gbps: \"" + reference_gbps_text +
+                                       "\" is not a bandwidth in GB/s"));
+    }
+  }
   auto threads = ParseCountList("threads", threads_text, 256);
   if (!threads.ok()) return Fail(threads.status());
   if (flags.was_set("sessions")) {
@@ -91,8 +120,21 @@ int BenchCommand(int argc, char** argv) {
     }
     auto sessions = ParseCountList("sessions", sessions_text, 4096);
     if (!sessions.ok()) return Fail(sessions.status());
+    const BenchModelSource source{model_path, synthetic, backend};
+    if (flags.was_set("decode-steps")) {
+      DecodeStepBenchOptions d;
+      d.source = source;
+      d.sessions = *sessions;
+      d.sinks = sinks;
+      d.window = flags.was_set("window") ? window : d.window;
+      d.steps = decode_steps;
+      d.threads = flags.was_set("threads") ? threads->front() : 0;
+      d.reference_gbps = reference_gbps;
+      d.json = json;
+      return RunDecodeStepBench(d);
+    }
     SessionsBenchOptions o;
-    o.model_path = model_path;
+    o.source = source;
     o.sessions = *sessions;
     o.prompt_tokens = flags.was_set("prompt-tokens") ? prompt_tokens : o.prompt_tokens;
     o.gen_tokens = flags.was_set("gen-tokens") ? gen_tokens : o.gen_tokens;
@@ -104,15 +146,15 @@ int BenchCommand(int argc, char** argv) {
     o.json = json;
     return RunSessionsBench(o);
   }
-  for (const char* name : {"sinks", "window", "max-batch-tokens"}) {
+  for (const char* name : {"sinks", "window", "max-batch-tokens", "decode-steps"}) {
     if (flags.was_set(name)) {
       return Fail(InvalidArgumentError(std::string("--") + name + " needs --sessions"));
     }
   }
 
-  auto model_or = LlamaModel::Load(model_path);
-  if (!model_or.ok()) return Fail(model_or.status(), model_path);
-  LlamaModel& model = **model_or;
+  auto loaded = LoadBenchModel({model_path, synthetic, backend}, /*with_tokenizer=*/false);
+  if (!loaded.ok()) return Fail(loaded.status(), synthetic.empty() ? model_path : "");
+  ModelBackend& model = *loaded->model;
   const LlamaConfig& c = model.config();
   const int64_t capacity = std::max(prompt_tokens, gen_tokens);
   if (capacity > c.context_length) {
@@ -124,7 +166,7 @@ int BenchCommand(int argc, char** argv) {
   const KvShape shape{c.n_layers, c.n_kv_heads, c.head_dim};
   const int32_t blocks =
       SessionCache::MaxBlocks(SessionCache::Effective(dense, c.context_length), kBlockSize);
-  auto pool = BlockPool::Create(shape, kBlockSize, blocks * BlockPool::BlockBytes(shape, kBlockSize));
+  auto pool = model.CreatePool(shape, kBlockSize, blocks * BlockPool::BlockBytes(shape, kBlockSize));
   if (!pool.ok()) return Fail(pool.status());
   std::vector<float> logits(c.vocab_size);
   std::mt19937 rng(1234);
@@ -160,8 +202,10 @@ int BenchCommand(int argc, char** argv) {
       prefill.push_back(prompt_tokens / std::chrono::duration<double>(t1 - t0).count());
       decode.push_back(gen_tokens / std::chrono::duration<double>(t3 - t2).count());
     }
-    const char* isa = kernels::cpu::IsaName(kernels::cpu::ActiveIsa());
-    std::printf("%-8lld %-10s %16.1f %16.1f\n", static_cast<long long>(nt), isa, Median(prefill),
+    const std::string isa = model.backend_name() == "cpu"
+                                ? kernels::cpu::IsaName(kernels::cpu::ActiveIsa())
+                                : std::string(model.backend_name());
+    std::printf("%-8lld %-10s %16.1f %16.1f\n", static_cast<long long>(nt), isa.c_str(), Median(prefill),
                 Median(decode));
     results.push_back({{"threads", nt},
                        {"isa", isa},
@@ -171,8 +215,10 @@ int BenchCommand(int argc, char** argv) {
                        {"decode_runs", decode}});
   }
   if (json) {
-    nlohmann::json out = {{"model", c.name},
-                          {"weight_bytes", model.weights().total_bytes},
+    nlohmann::json out = {{"model", loaded->name},
+                          {"backend", std::string(model.backend_name())},
+                          {"device", model.device_description()},
+                          {"weight_bytes", model.weight_bytes()},
                           {"prompt_tokens", prompt_tokens},
                           {"gen_tokens", gen_tokens},
                           {"reps", reps},

@@ -14,6 +14,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/backend/backend.h"
+#include "engine/gguf/gguf_file.h"
+#include "engine/model/llama_model.h"
+#include "engine/model/synthetic_model.h"
 #include "engine/serving/engine.h"
 #include "tools/bench/load_metrics.h"
 #include "tools/commands.h"
@@ -27,6 +31,9 @@ const char* const kSessionsBenchDefinitions =
     "and last_i are the times its first and last token events reach the sink.\n"
     "  decode tok/s   = sum_i (G - 1) / (max_i last_i - min_i first_i): every token after\n"
     "                   each session's first one, over the decode phase's wall time\n"
+    "  steady tok/s   = tokens in (max_i first_i, min_i last_i], over that window: every\n"
+    "                   session decoding, no prompt being prefilled (0: no such window)\n"
+    "  x1             = steady tok/s over the first row's\n"
     "  tok/s/sess     = median_i (G - 1) / (last_i - first_i)\n"
     "  ttft           = first_i - t0, p50/p90/p99 over sessions\n"
     "  itl            = gaps between consecutive token events of a session, p50/p90/p99\n"
@@ -88,13 +95,14 @@ struct RunResult {
   double steps = 0;            // scheduler steps (forward passes) in the run
   double step_ms = 0;          // total_wall_s / steps
   double tokens_per_step = 0;  // tokens run through the model (prompt + fed back) per step
-  double cpu_s = 0;            // process CPU time over the run (T > 1: includes OpenMP spinning)
+  double cpu_s = 0;            // process CPU time over the run (T > 1: includes the workers' brief spinning)
 };
 
 // Every figure of a run by name, in the order of the JSON; the medians walk this list.
 std::vector<std::pair<const char*, double*>> Fields(RunResult& r) {
   LoadMetrics& m = r.load;
   return {{"decode_tokens_per_s", &m.decode_tokens_per_s},
+          {"steady_decode_tokens_per_s", &m.steady_decode_tokens_per_s},
           {"decode_tokens", &m.decode_tokens},
           {"decode_wall_s", &m.decode_wall_s},
           {"session_decode_tokens_per_s_p50", &m.session_decode_tokens_per_s_p50},
@@ -191,6 +199,47 @@ StatusOr<RunResult> RunOnce(Engine& engine, const SessionOptions& session_option
 
 }  // namespace
 
+StatusOr<BenchModel> LoadBenchModel(const BenchModelSource& source, bool with_tokenizer) {
+  STREAMD_ASSIGN_OR_RETURN(const BackendKind kind, ParseBackendKind(source.backend));
+  BenchModel out;
+  if (!source.synthetic.empty()) {
+    SyntheticModelSpec spec;
+    if (source.synthetic == "smollm2") {
+      spec = SmolLm2Shape();
+    } else if (source.synthetic == "llama3-8b") {
+      spec = Llama3_8BShape();
+    } else {
+      return InvalidArgumentError("--synthetic: \"" + source.synthetic + "\" is not one of " +
+                                  kSyntheticShapes);
+    }
+    STREAMD_ASSIGN_OR_RETURN(out.model, MakeSyntheticBackend(kind, spec));
+    if (with_tokenizer) {
+      // The byte vocabulary of synthetic models, from a one-layer stand-in of the same vocab.
+      SyntheticModelSpec v;
+      v.n_layers = 1;
+      v.dim = 32;
+      v.n_heads = 1;
+      v.n_kv_heads = 1;
+      v.ffn_dim = 32;
+      v.vocab_size = spec.vocab_size;
+      v.with_vocab = true;
+      STREAMD_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, BuildSyntheticModel(v));
+      STREAMD_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> file,
+                               gguf::GgufFile::FromBuffer(bytes.data(), bytes.size()));
+      STREAMD_ASSIGN_OR_RETURN(out.tokenizer, tokenizer::Tokenizer::FromGguf(*file));
+    }
+    out.name = "synthetic-" + source.synthetic;
+    return out;
+  }
+  STREAMD_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> cpu, LlamaModel::Load(source.model_path));
+  if (with_tokenizer) {
+    STREAMD_ASSIGN_OR_RETURN(out.tokenizer, tokenizer::Tokenizer::FromGguf(cpu->file()));
+  }
+  out.name = cpu->config().name;
+  STREAMD_ASSIGN_OR_RETURN(out.model, MakeBackend(kind, std::move(cpu)));
+  return out;
+}
+
 int RunSessionsBench(const SessionsBenchOptions& o) {
   if (o.sessions.empty()) return Fail(InvalidArgumentError("--sessions is empty"));
   for (int64_t n : o.sessions) {
@@ -205,18 +254,22 @@ int RunSessionsBench(const SessionsBenchOptions& o) {
   if (o.reps < 1) return Fail(InvalidArgumentError("--reps must be >= 1"));
   const int64_t max_sessions = *std::max_element(o.sessions.begin(), o.sessions.end());
 
-  auto model_or = LlamaModel::Load(o.model_path);
-  if (!model_or.ok()) return Fail(model_or.status(), o.model_path);
-  auto vocab_or = tokenizer::Tokenizer::FromGguf((*model_or)->file());
-  if (!vocab_or.ok()) return Fail(vocab_or.status(), o.model_path);
-  const LlamaConfig c = (*model_or)->config();
-  const int64_t weight_bytes = (*model_or)->weights().total_bytes;
+  auto loaded = LoadBenchModel(o.source, /*with_tokenizer=*/true);
+  if (!loaded.ok()) {
+    return Fail(loaded.status(), o.source.synthetic.empty() ? o.source.model_path : "");
+  }
+  std::unique_ptr<ModelBackend> model = std::move(loaded->model);
+  std::unique_ptr<tokenizer::Tokenizer> vocab = std::move(loaded->tokenizer);
+  const LlamaConfig c = model->config();
+  const int64_t weight_bytes = static_cast<int64_t>(model->weight_bytes());
+  const std::string backend_name(model->backend_name());
+  const std::string device = model->device_description();
 
   // Prompts: ordinary (non-special) token ids drawn with a fixed seed, one prompt per session;
   // a run with n sessions uses the first n.
   std::vector<int32_t> ordinary;
-  for (int32_t id = 0; id < (*vocab_or)->vocab_size(); ++id) {
-    if ((*vocab_or)->token_type(id) == tokenizer::TokenType::kNormal) ordinary.push_back(id);
+  for (int32_t id = 0; id < vocab->vocab_size(); ++id) {
+    if (vocab->token_type(id) == tokenizer::TokenType::kNormal) ordinary.push_back(id);
   }
   if (ordinary.empty()) return Fail(InvalidArgumentError("the vocabulary has no ordinary tokens"));
   std::mt19937 rng(1234);
@@ -248,7 +301,7 @@ int RunSessionsBench(const SessionsBenchOptions& o) {
   config.pool_bytes = max_sessions * SessionCache::MaxBlocks(spec, config.block_size) *
                       BlockPool::BlockBytes(shape, config.block_size);
 
-  auto engine_or = Engine::Create(std::move(*model_or), std::move(*vocab_or), config);
+  auto engine_or = Engine::Create(std::move(model), std::move(vocab), config);
   if (!engine_or.ok()) return Fail(engine_or.status());
   Engine& engine = **engine_or;
 
@@ -267,24 +320,26 @@ int RunSessionsBench(const SessionsBenchOptions& o) {
   }
 
   const char* isa = kernels::cpu::IsaName(kernels::cpu::ActiveIsa());
+  std::printf("model %s on %s\n", loaded->name.c_str(), device.c_str());
   std::printf("prompt %lld  gen %lld  threads %d  sinks %d  window %d  max-batch-tokens %lld  "
-              "isa %s  medians of %lld runs; x1 = decode tok/s over the first row's\n",
+              "isa %s  medians of %lld runs; x1 = steady tok/s over the first row's\n",
               static_cast<long long>(o.prompt_tokens), static_cast<long long>(o.gen_tokens),
               config.threads, spec.sinks, spec.window, static_cast<long long>(o.max_batch_tokens),
               isa, static_cast<long long>(o.reps));
-  std::printf("%8s %12s %6s %10s %26s %26s %8s %8s %10s %10s %7s\n", "sessions", "decode tok/s",
-              "x1", "tok/s/sess", "ttft p50/p90/p99 (ms)", "itl p50/p90/p99 (ms)", "step ms",
+  std::printf("%8s %12s %12s %6s %10s %26s %26s %8s %8s %10s %10s %7s\n", "sessions",
+              "decode tok/s", "steady tok/s", "x1", "tok/s/sess", "ttft p50/p90/p99 (ms)", "itl p50/p90/p99 (ms)", "step ms",
               "tok/step", "out tok/s", "prompt t/s", "cpu s");
   nlohmann::json results = nlohmann::json::array();
   double first_decode = 0;
   for (size_t k = 0; k < o.sessions.size(); ++k) {
     const RunResult m = MedianRun(runs[k]);
     const LoadMetrics& l = m.load;
-    if (k == 0) first_decode = l.decode_tokens_per_s;
-    std::printf("%8lld %12.1f %6.2f %10.1f %8.1f %8.1f %8.1f %8.2f %8.2f %8.2f %8.2f %8.1f "
+    if (k == 0) first_decode = l.steady_decode_tokens_per_s;
+    std::printf("%8lld %12.1f %12.1f %6.2f %10.1f %8.1f %8.1f %8.1f %8.2f %8.2f %8.2f %8.2f %8.1f "
                 "%10.1f %10.1f %7.2f\n",
                 static_cast<long long>(o.sessions[k]), l.decode_tokens_per_s,
-                l.decode_tokens_per_s / first_decode, l.session_decode_tokens_per_s_p50,
+                l.steady_decode_tokens_per_s, l.steady_decode_tokens_per_s / first_decode,
+                l.session_decode_tokens_per_s_p50,
                 l.ttft_ms.p50, l.ttft_ms.p90, l.ttft_ms.p99, l.itl_ms.p50, l.itl_ms.p90,
                 l.itl_ms.p99, m.step_ms, m.tokens_per_step, l.output_tokens_per_s,
                 l.prompt_tokens_per_s, m.cpu_s);
@@ -296,7 +351,9 @@ int RunSessionsBench(const SessionsBenchOptions& o) {
     results.push_back(row);
   }
   if (o.json) {
-    const nlohmann::json out = {{"model", c.name},
+    const nlohmann::json out = {{"model", loaded->name},
+                                {"backend", backend_name},
+                                {"device", device},
                                 {"weight_bytes", weight_bytes},
                                 {"isa", isa},
                                 {"prompt_tokens", o.prompt_tokens},

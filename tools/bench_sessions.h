@@ -7,13 +7,34 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/model/model_backend.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/util/status.h"
+
 namespace streamd::tools {
 
-struct SessionsBenchOptions {
+// Where `streamd bench` gets its model: a GGUF file, or a synthetic random-weight model of a
+// known shape (--synthetic smollm2 | llama3-8b; on cuda the weights are generated on the
+// device), run on --backend auto | cpu | cuda.
+struct BenchModelSource {
   std::string model_path;
+  std::string synthetic;        // "" = the file
+  std::string backend = "cpu";  // the bench measures the CPU unless asked otherwise
+};
+struct BenchModel {
+  std::unique_ptr<ModelBackend> model;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;  // only when asked for
+  std::string name;                                 // for the report
+};
+inline constexpr const char* kSyntheticShapes = "smollm2, llama3-8b";
+StatusOr<BenchModel> LoadBenchModel(const BenchModelSource& source, bool with_tokenizer);
+
+struct SessionsBenchOptions {
+  BenchModelSource source;
   std::vector<int64_t> sessions = {1};  // session counts, measured in turn within each rep
   int64_t prompt_tokens = 128;
   int64_t gen_tokens = 64;         // >= 2: the decode phase needs a token after the first

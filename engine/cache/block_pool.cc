@@ -8,10 +8,37 @@
 
 namespace streamd {
 
-void BlockPool::FreeDeleter::operator()(uint16_t* p) const { std::free(p); }
+namespace {
+
+class HostPoolStorage final : public PoolStorage {
+ public:
+  explicit HostPoolStorage(uint16_t* p) : p_(p) {}
+  ~HostPoolStorage() override { std::free(p_); }
+  HostPoolStorage(const HostPoolStorage&) = delete;
+  HostPoolStorage& operator=(const HostPoolStorage&) = delete;
+  uint16_t* data() override { return p_; }
+  bool host_accessible() const override { return true; }
+
+ private:
+  uint16_t* p_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<PoolStorage>> MakeHostPoolStorage(int64_t bytes) {
+  // 64-byte alignment: SIMD loads of a head's keys never straddle cache lines needlessly.
+  void* raw = std::aligned_alloc(64, (static_cast<size_t>(bytes) + 63) / 64 * 64);
+  if (raw == nullptr) {
+    return ResourceExhaustedError("cannot allocate a KV pool of " + std::to_string(bytes) +
+                                  " bytes");
+  }
+  std::memset(raw, 0, static_cast<size_t>(bytes));  // touch every page: resident size is flat
+  return std::unique_ptr<PoolStorage>(new HostPoolStorage(static_cast<uint16_t*>(raw)));
+}
 
 StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(const KvShape& shape, int32_t block_size,
-                                                       int64_t budget_bytes) {
+                                                       int64_t budget_bytes,
+                                                       const PoolStorageFactory& storage) {
   if (block_size < 1 || block_size > kMaxBlockSize) {
     return InvalidArgumentError("block_size = " + std::to_string(block_size) +
                                 " is outside [1, " + std::to_string(kMaxBlockSize) + "]");
@@ -38,15 +65,10 @@ StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(const KvShape& shape, int
                                 std::to_string(INT32_MAX / 2) + " blocks");
   }
   l.num_blocks = static_cast<int32_t>(blocks);
-  const size_t bytes = static_cast<size_t>(pool->total_bytes());
-  // 64-byte alignment: SIMD loads of a head's keys never straddle cache lines needlessly.
-  void* raw = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-  if (raw == nullptr) {
-    return ResourceExhaustedError("cannot allocate a KV pool of " + std::to_string(bytes) +
-                                  " bytes");
-  }
-  std::memset(raw, 0, bytes);  // touch every page now: resident size is flat from here on
-  pool->data_.reset(static_cast<uint16_t*>(raw));
+  const int64_t bytes = pool->total_bytes();
+  STREAMD_ASSIGN_OR_RETURN(pool->storage_,
+                           storage ? storage(bytes) : MakeHostPoolStorage(bytes));
+  pool->data_ = pool->storage_->data();
   pool->free_.reserve(blocks);
   for (int32_t b = static_cast<int32_t>(blocks) - 1; b >= 0; --b) pool->free_.push_back(b);
   pool->allocated_.assign(blocks, 0);

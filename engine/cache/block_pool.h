@@ -6,10 +6,15 @@
 // by all layers. The memory is touched once at creation, so the process's resident size does
 // not creep as sessions come and go.
 //
+// Storage is pluggable: host memory by default, or memory a backend supplies (the CUDA backend
+// hands in device memory). The bookkeeping (free stack, block tables, eviction) is always on
+// the host; only the K/V bytes live wherever the storage says.
+//
 // Not thread-safe: the scheduler thread owns it.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -26,12 +31,28 @@ struct KvShape {
 
 inline constexpr int32_t kMaxBlockSize = 256;
 
+// The bytes behind a pool: zero-filled, at least the size asked for, 64-byte aligned, owned
+// until destruction.
+class PoolStorage {
+ public:
+  virtual ~PoolStorage() = default;
+  virtual uint16_t* data() = 0;
+  // False for device memory: then only the backend that made it may read or write it.
+  virtual bool host_accessible() const = 0;
+};
+// Makes storage of `bytes` bytes; errors name the amount and what is available.
+using PoolStorageFactory = std::function<StatusOr<std::unique_ptr<PoolStorage>>(int64_t bytes)>;
+// Host memory, touched once (the default storage).
+StatusOr<std::unique_ptr<PoolStorage>> MakeHostPoolStorage(int64_t bytes);
+
 class BlockPool {
  public:
   // Blocks of `block_size` tokens, as many as fit in `budget_bytes`. Errors name the value and
   // the limit: block_size outside [1, 256], or a budget smaller than one block.
+  // `storage` makes the memory (default: host memory).
   static StatusOr<std::unique_ptr<BlockPool>> Create(const KvShape& shape, int32_t block_size,
-                                                     int64_t budget_bytes);
+                                                     int64_t budget_bytes,
+                                                     const PoolStorageFactory& storage = {});
   // Bytes of one block of `block_size` tokens, every layer's K and V.
   static int64_t BlockBytes(const KvShape& shape, int32_t block_size) {
     return 2LL * shape.n_layers * shape.n_kv_heads * shape.head_dim * block_size *
@@ -56,19 +77,19 @@ class BlockPool {
   int64_t total_bytes() const { return bytes_per_block() * total_blocks(); }
 
   const kernels::KvPoolLayout& layout() const { return layout_; }
-  uint16_t* layer_data(int32_t layer) { return data_.get() + layer * layout_.layer_elems(); }
+  // Whether layer_data may be dereferenced on the host (false for a device pool).
+  bool host_accessible() const { return storage_->host_accessible(); }
+  uint16_t* layer_data(int32_t layer) { return data_ + layer * layout_.layer_elems(); }
   const uint16_t* layer_data(int32_t layer) const {
-    return data_.get() + layer * layout_.layer_elems();
+    return data_ + layer * layout_.layer_elems();
   }
 
  private:
-  struct FreeDeleter {
-    void operator()(uint16_t* p) const;
-  };
   BlockPool() = default;
 
   kernels::KvPoolLayout layout_;
-  std::unique_ptr<uint16_t[], FreeDeleter> data_;
+  std::unique_ptr<PoolStorage> storage_;
+  uint16_t* data_ = nullptr;  // storage_->data()
   std::vector<int32_t> free_;       // stack of free ids
   std::vector<uint8_t> allocated_;  // per block: 1 when handed out (catches double frees)
 };

@@ -1,6 +1,9 @@
 #include "engine/cache/block_pool.h"
 
+#include <memory>
 #include <set>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -56,6 +59,44 @@ TEST(BlockPoolTest, RejectsBadSizesNamingTheLimit) {
   auto f = BlockPool::BudgetFromFraction(0.01);
   ASSERT_TRUE(f.ok());
   EXPECT_GT(*f, 0);
+}
+
+// Storage a backend supplies (the CUDA backend's is device memory): asked for exactly the
+// pool's bytes, its errors passed through, its kind reported.
+class FakeDeviceStorage final : public PoolStorage {
+ public:
+  explicit FakeDeviceStorage(int64_t bytes) : bytes_(static_cast<size_t>(bytes) / 2) {}
+  uint16_t* data() override { return bytes_.data(); }
+  bool host_accessible() const override { return false; }
+
+ private:
+  std::vector<uint16_t> bytes_;
+};
+
+TEST(BlockPoolTest, StorageIsPluggable) {
+  int64_t asked = 0;
+  const PoolStorageFactory fake = [&](int64_t bytes) -> StatusOr<std::unique_ptr<PoolStorage>> {
+    asked = bytes;
+    return std::unique_ptr<PoolStorage>(new FakeDeviceStorage(bytes));
+  };
+  auto pool = BlockPool::Create(kShape, 16, 10 * BlockPool::BlockBytes(kShape, 16), fake);
+  ASSERT_TRUE(pool.ok()) << pool.status().ToString();
+  EXPECT_EQ(asked, (*pool)->total_bytes());
+  EXPECT_FALSE((*pool)->host_accessible());
+  EXPECT_EQ((*pool)->total_blocks(), 10);
+  EXPECT_NE((*pool)->Allocate(), -1);
+
+  auto host = BlockPool::Create(kShape, 16, 1 << 20);
+  ASSERT_TRUE(host.ok());
+  EXPECT_TRUE((*host)->host_accessible());
+
+  const PoolStorageFactory full = [](int64_t bytes) -> StatusOr<std::unique_ptr<PoolStorage>> {
+    return ResourceExhaustedError("device 0 (fake): " + std::to_string(bytes) + " bytes do not fit");
+  };
+  auto failed = BlockPool::Create(kShape, 16, 1 << 20, full);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(failed.status().message().find("device 0 (fake)"), std::string::npos);
 }
 
 TEST(BlockPoolDeathTest, DoubleFreeAborts) {

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -60,6 +61,9 @@ class SessionCache {
 
   // The block table the kernels read; valid until the next Reserve.
   kernels::SinkWindowTable table() const;
+  // The block ids behind table(), as held now (the CUDA backend copies them to the device).
+  std::span<const int32_t> sink_block_ids() const { return sink_blocks_; }
+  std::span<const int32_t> ring_block_ids() const { return ring_blocks_; }
 
   const CacheSpec& spec() const { return spec_; }
   BlockPool* pool() const { return pool_; }

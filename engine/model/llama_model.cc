@@ -1,7 +1,5 @@
 #include "engine/model/llama_model.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <thread>
@@ -28,11 +26,11 @@ struct Product {
 
 int64_t Chunks(const WeightMatrix& w) { return (w.rows + kRowChunk - 1) / kRowChunk; }
 
-// Must be called by every thread of a parallel region. Quantizes x once per weight type and
-// runs the products of `group` (which share the input x: [n, k]) as one pool of row chunks.
+// Quantizes x once per weight type and runs the products of `group` (which share the input
+// x: [n, k]) as one pool of row chunks.
 template <size_t N>
-void FusedMatMul(const Product (&group)[N], const float* x, int64_t n, uint8_t* xq_base,
-                 size_t xq_stride) {
+void FusedMatMul(ThreadPool& pool, const Product (&group)[N], const float* x, int64_t n,
+                 uint8_t* xq_base, size_t xq_stride) {
   const int64_t k = group[0].w->cols;
   // Distinct weight types get their own activation buffer; the usual case is one.
   WeightType types[N];
@@ -44,16 +42,13 @@ void FusedMatMul(const Product (&group)[N], const float* x, int64_t n, uint8_t* 
     if (s == n_types) types[n_types++] = group[i].w->type;
     slot_of[i] = s;
   }
-#pragma omp for schedule(static) collapse(2)
-  for (int s = 0; s < n_types; ++s) {
-    for (int64_t t = 0; t < n; ++t) {
-      kernels::cpu::PrepareActivations(types[s], x, k, k, t, t + 1, xq_base + s * xq_stride);
-    }
-  }
+  pool.ParallelFor(n_types * n, [&](int64_t task, int) {
+    const int64_t s = task / n, t = task % n;
+    kernels::cpu::PrepareActivations(types[s], x, k, k, t, t + 1, xq_base + s * xq_stride);
+  });
   int64_t total = 0;
   for (size_t i = 0; i < N; ++i) total += Chunks(*group[i].w);
-#pragma omp for schedule(dynamic, 1)
-  for (int64_t c = 0; c < total; ++c) {
+  pool.ParallelFor(total, [&](int64_t c, int) {
     size_t i = 0;
     int64_t first = c;
     while (first >= Chunks(*group[i].w)) first -= Chunks(*group[i++].w);
@@ -63,7 +58,7 @@ void FusedMatMul(const Product (&group)[N], const float* x, int64_t n, uint8_t* 
     kernels::cpu::MatMulRows(w.type, w.data, w.row_bytes, w.cols,
                              xq_base + slot_of[i] * xq_stride, n, group[i].out, group[i].ldo, r0,
                              r1);
-  }
+  });
 }
 
 }  // namespace
@@ -131,6 +126,9 @@ Status LlamaModel::ValidateBatch(std::span<const int32_t> tokens,
     if (seqs[s].cache->pool() != seqs[0].cache->pool()) {
       return InvalidArgumentError("forward: sequences from different KV pools in one batch");
     }
+    if (!seqs[s].cache->pool()->host_accessible()) {
+      return InvalidArgumentError("forward: the CPU backend cannot use a KV pool in device memory");
+    }
     if (seqs[s].n_tokens > seqs[s].cache->spec().max_chunk) {
       return InvalidArgumentError("forward: sequence " + std::to_string(s) + " appends " +
                                   std::to_string(seqs[s].n_tokens) +
@@ -182,10 +180,20 @@ void LlamaModel::PlanTokens(std::span<const SequenceInput> seqs) {
   }
 }
 
-Status LlamaModel::Forward(std::span<const int32_t> tokens, SessionCache& cache,
-                           LogitsMode mode, float* logits) {
-  const SequenceInput seq{&cache, static_cast<int32_t>(tokens.size()), mode};
-  return Forward(tokens, std::span<const SequenceInput>(&seq, 1), logits);
+void LlamaModel::set_threads(int32_t n) {
+  threads_ = n > 0 ? n : 1;
+  thread_pool_ = std::make_unique<ThreadPool>(threads_);
+}
+
+std::string LlamaModel::device_description() const {
+  return std::string("cpu (") + kernels::cpu::IsaName(kernels::cpu::ActiveIsa()) + ", " +
+         std::to_string(threads_) + " threads)";
+}
+
+StatusOr<std::unique_ptr<BlockPool>> LlamaModel::CreatePool(const KvShape& shape,
+                                                            int32_t block_size,
+                                                            int64_t budget_bytes) {
+  return BlockPool::Create(shape, block_size, budget_bytes);
 }
 
 Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const SequenceInput> seqs,
@@ -212,82 +220,72 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const Sequ
   int64_t n_out = 0;
   for (int64_t r : ws.out_row) n_out += r >= 0;
 
-#pragma omp parallel num_threads(threads_)
-  {
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < n; ++t) {
-      const WeightMatrix& e = weights_.token_embedding;
-      kernels::cpu::DequantizeRow(e.type, e.data + tokens[t] * e.row_bytes, dim, &ws.x[t * dim]);
-    }
+  ThreadPool& tp = *thread_pool_;
+  tp.ParallelFor(n, [&](int64_t t, int) {
+    const WeightMatrix& e = weights_.token_embedding;
+    kernels::cpu::DequantizeRow(e.type, e.data + tokens[t] * e.row_bytes, dim, &ws.x[t * dim]);
+  });
 
-    for (int32_t l = 0; l < c.n_layers; ++l) {
-      const LlamaLayerWeights& w = weights_.layers[l];
-      uint16_t* layer_kv = pool.layer_data(l);
-      // --- attention block ---
-#pragma omp for schedule(static)
-      for (int64_t t = 0; t < n; ++t) {
-        RmsNorm(&ws.x[t * dim], w.attn_norm, c.rms_eps, dim, &ws.xb[t * dim]);
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    const LlamaLayerWeights& w = weights_.layers[l];
+    uint16_t* layer_kv = pool.layer_data(l);
+    // --- attention block ---
+    tp.ParallelFor(n, [&](int64_t t, int) {
+      RmsNorm(&ws.x[t * dim], w.attn_norm, c.rms_eps, dim, &ws.xb[t * dim]);
+    });
+    const Product qkv[] = {{&w.wq, ws.q.data(), q_dim},
+                           {&w.wk, ws.k.data(), kv_dim},
+                           {&w.wv, ws.v.data(), kv_dim}};
+    FusedMatMul(tp, qkv, ws.xb.data(), n, ws.xq.data(), xq_stride);
+    // Keys are rotated by their text position and written once; queries are rotated by
+    // their text position and, once eviction has begun, by their cache position for sinks.
+    tp.ParallelFor(n, [&](int64_t t, int) {
+      const float* cs = &ws.rope_cos[t * half];
+      const float* sn = &ws.rope_sin[t * half];
+      float* q = &ws.q[t * q_dim];
+      if (ws.has_sink_rope[t]) {
+        std::copy(q, q + q_dim, &ws.q_sink[t * q_dim]);
+        ApplyRope(&ws.q_sink[t * q_dim], c.n_heads, hd, &ws.sink_cos[t * half],
+                  &ws.sink_sin[t * half]);
       }
-      const Product qkv[] = {{&w.wq, ws.q.data(), q_dim},
-                             {&w.wk, ws.k.data(), kv_dim},
-                             {&w.wv, ws.v.data(), kv_dim}};
-      FusedMatMul(qkv, ws.xb.data(), n, ws.xq.data(), xq_stride);
-      // Keys are rotated by their text position and written once; queries are rotated by
-      // their text position and, once eviction has begun, by their cache position for sinks.
-#pragma omp for schedule(static)
-      for (int64_t t = 0; t < n; ++t) {
-        const float* cs = &ws.rope_cos[t * half];
-        const float* sn = &ws.rope_sin[t * half];
-        float* q = &ws.q[t * q_dim];
-        if (ws.has_sink_rope[t]) {
-          std::copy(q, q + q_dim, &ws.q_sink[t * q_dim]);
-          ApplyRope(&ws.q_sink[t * q_dim], c.n_heads, hd, &ws.sink_cos[t * half],
-                    &ws.sink_sin[t * half]);
-        }
-        ApplyRope(q, c.n_heads, hd, cs, sn);
-        ApplyRope(&ws.k[t * kv_dim], c.n_kv_heads, hd, cs, sn);
-        kernels::cpu::WriteKv(layout, layer_kv, ws.tables[ws.seq_of[t]], ws.position[t],
-                              &ws.k[t * kv_dim], &ws.v[t * kv_dim]);
-      }
-#pragma omp for schedule(dynamic, 1) collapse(2)
-      for (int64_t t = 0; t < n; ++t) {
-        for (int32_t h = 0; h < c.n_heads; ++h) {
-          const float* q = &ws.q[t * q_dim + h * hd];
-          const float* q_sink = ws.has_sink_rope[t] ? &ws.q_sink[t * q_dim + h * hd] : q;
-          float* scores = &ws.scores[static_cast<size_t>(omp_get_thread_num()) * max_keys];
-          kernels::cpu::PagedAttentionHead(layout, layer_kv, ws.tables[ws.seq_of[t]],
-                                           ws.position[t], h / group, q, q_sink, scale, scores,
-                                           &ws.attn[t * q_dim + h * hd]);
-        }
-      }
-      const Product wo[] = {{&w.wo, ws.proj.data(), dim}};
-      FusedMatMul(wo, ws.attn.data(), n, ws.xq.data(), xq_stride);
-      // --- feed-forward block ---
-#pragma omp for schedule(static)
-      for (int64_t t = 0; t < n; ++t) {
-        AddInPlace(&ws.x[t * dim], &ws.proj[t * dim], dim);
-        RmsNorm(&ws.x[t * dim], w.ffn_norm, c.rms_eps, dim, &ws.xb[t * dim]);
-      }
-      const Product gate_up[] = {{&w.w_gate, ws.gate.data(), ffn}, {&w.w_up, ws.up.data(), ffn}};
-      FusedMatMul(gate_up, ws.xb.data(), n, ws.xq.data(), xq_stride);
-#pragma omp for schedule(static)
-      for (int64_t t = 0; t < n; ++t) SiluMulInPlace(&ws.gate[t * ffn], &ws.up[t * ffn], ffn);
-      const Product down[] = {{&w.w_down, ws.proj.data(), dim}};
-      FusedMatMul(down, ws.gate.data(), n, ws.xq.data(), xq_stride);
-#pragma omp for schedule(static)
-      for (int64_t t = 0; t < n; ++t) AddInPlace(&ws.x[t * dim], &ws.proj[t * dim], dim);
-    }
-
-    // --- output head, only for the tokens whose logits were asked for ---
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < n; ++t) {
-      if (ws.out_row[t] >= 0) {
-        RmsNorm(&ws.x[t * dim], weights_.output_norm, c.rms_eps, dim, &ws.xb[ws.out_row[t] * dim]);
-      }
-    }
-    const Product head[] = {{&weights_.output, logits, c.vocab_size}};
-    FusedMatMul(head, ws.xb.data(), n_out, ws.xq.data(), xq_stride);
+      ApplyRope(q, c.n_heads, hd, cs, sn);
+      ApplyRope(&ws.k[t * kv_dim], c.n_kv_heads, hd, cs, sn);
+      kernels::cpu::WriteKv(layout, layer_kv, ws.tables[ws.seq_of[t]], ws.position[t],
+                            &ws.k[t * kv_dim], &ws.v[t * kv_dim]);
+    });
+    tp.ParallelFor(n * c.n_heads, [&](int64_t task, int thread) {
+      const int64_t t = task / c.n_heads;
+      const int32_t h = static_cast<int32_t>(task % c.n_heads);
+      const float* q = &ws.q[t * q_dim + h * hd];
+      const float* q_sink = ws.has_sink_rope[t] ? &ws.q_sink[t * q_dim + h * hd] : q;
+      float* scores = &ws.scores[static_cast<size_t>(thread) * max_keys];
+      kernels::cpu::PagedAttentionHead(layout, layer_kv, ws.tables[ws.seq_of[t]], ws.position[t],
+                                       h / group, q, q_sink, scale, scores,
+                                       &ws.attn[t * q_dim + h * hd]);
+    });
+    const Product wo[] = {{&w.wo, ws.proj.data(), dim}};
+    FusedMatMul(tp, wo, ws.attn.data(), n, ws.xq.data(), xq_stride);
+    // --- feed-forward block ---
+    tp.ParallelFor(n, [&](int64_t t, int) {
+      AddInPlace(&ws.x[t * dim], &ws.proj[t * dim], dim);
+      RmsNorm(&ws.x[t * dim], w.ffn_norm, c.rms_eps, dim, &ws.xb[t * dim]);
+    });
+    const Product gate_up[] = {{&w.w_gate, ws.gate.data(), ffn}, {&w.w_up, ws.up.data(), ffn}};
+    FusedMatMul(tp, gate_up, ws.xb.data(), n, ws.xq.data(), xq_stride);
+    tp.ParallelFor(n, [&](int64_t t, int) { SiluMulInPlace(&ws.gate[t * ffn], &ws.up[t * ffn], ffn); });
+    const Product down[] = {{&w.w_down, ws.proj.data(), dim}};
+    FusedMatMul(tp, down, ws.gate.data(), n, ws.xq.data(), xq_stride);
+    tp.ParallelFor(n, [&](int64_t t, int) { AddInPlace(&ws.x[t * dim], &ws.proj[t * dim], dim); });
   }
+
+  // --- output head, only for the tokens whose logits were asked for ---
+  tp.ParallelFor(n, [&](int64_t t, int) {
+    if (ws.out_row[t] >= 0) {
+      RmsNorm(&ws.x[t * dim], weights_.output_norm, c.rms_eps, dim, &ws.xb[ws.out_row[t] * dim]);
+    }
+  });
+  const Product head[] = {{&weights_.output, logits, c.vocab_size}};
+  FusedMatMul(tp, head, ws.xb.data(), n_out, ws.xq.data(), xq_stride);
   for (const SequenceInput& s : seqs) s.cache->Commit(s.n_tokens);
   return OkStatus();
 }

@@ -19,24 +19,15 @@
 #include "engine/cache/session_cache.h"
 #include "engine/model/llama_config.h"
 #include "engine/model/llama_weights.h"
+#include "engine/model/model_backend.h"
 #include "engine/model/rope.h"
 #include "engine/util/status.h"
+#include "engine/util/thread_pool.h"
 
 namespace streamd {
 
-enum class LogitsMode {
-  kLast,  // logits of the sequence's last token: [vocab]
-  kAll,   // logits of every token: [n_tokens, vocab]
-};
-
-// One session's part of a batch: its next n_tokens tokens, appended to its cache.
-struct SequenceInput {
-  SessionCache* cache = nullptr;
-  int32_t n_tokens = 0;
-  LogitsMode logits = LogitsMode::kLast;
-};
-
-class LlamaModel {
+// The CPU backend (ModelBackend); also the reference the CUDA backend is tested against.
+class LlamaModel : public ModelBackend {
  public:
   static StatusOr<std::unique_ptr<LlamaModel>> Load(const std::string& path);
   // Takes ownership of an already opened file (tests build synthetic models in memory).
@@ -44,12 +35,21 @@ class LlamaModel {
   // Parses GGUF bytes held in memory; the model keeps them.
   static StatusOr<std::unique_ptr<LlamaModel>> FromBytes(std::vector<uint8_t> bytes);
 
-  const LlamaConfig& config() const { return config_; }
+  const LlamaConfig& config() const override { return config_; }
+  std::string_view backend_name() const override { return "cpu"; }
+  std::string device_description() const override;
+  uint64_t weight_bytes() const override { return weights_.total_bytes; }
+  // A host-memory pool (BlockPool::Create).
+  StatusOr<std::unique_ptr<BlockPool>> CreatePool(const KvShape& shape, int32_t block_size,
+                                                  int64_t budget_bytes) override;
+  StatusOr<int64_t> PoolBudgetFromFraction(double fraction) const override {
+    return BlockPool::BudgetFromFraction(fraction);
+  }
   const gguf::GgufFile& file() const { return *file_; }
   const LlamaWeights& weights() const { return weights_; }
 
   // Worker threads used by Forward (default: hardware concurrency).
-  void set_threads(int32_t n) { threads_ = n > 0 ? n : 1; }
+  void set_threads(int32_t n) override;
   int32_t threads() const { return threads_; }
 
   // Runs one batch: sequence k's tokens are the next seqs[k].n_tokens entries of `tokens`,
@@ -58,12 +58,10 @@ class LlamaModel {
   // row (kLast) or one row per token (kAll), [rows, vocab].
   // Errors (nothing is appended then): an empty batch or sequence, counts that do not add up,
   // a token id outside the vocabulary, a chunk over a cache's max_chunk, a dense cache past
-  // the context, or a pool out of blocks.
+  // the context, a pool out of blocks, or a pool in device memory.
   Status Forward(std::span<const int32_t> tokens, std::span<const SequenceInput> seqs,
-                 float* logits);
-  // One sequence.
-  Status Forward(std::span<const int32_t> tokens, SessionCache& cache, LogitsMode mode,
-                 float* logits);
+                 float* logits) override;
+  using ModelBackend::Forward;  // one sequence
 
  private:
   LlamaModel() = default;
@@ -78,6 +76,7 @@ class LlamaModel {
   LlamaWeights weights_;
   std::unique_ptr<RopeTable> rope_;
   int32_t threads_ = 1;
+  std::unique_ptr<ThreadPool> thread_pool_;  // threads_ threads (the caller included)
 
   // Scratch reused across calls; sized for the largest batch seen so far.
   struct Workspace {

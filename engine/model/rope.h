@@ -18,6 +18,8 @@ class RopeTable {
   explicit RopeTable(const LlamaConfig& config);
 
   int32_t half_dim() const { return static_cast<int32_t>(inv_freq_.size()); }
+  // theta_i with every scaling applied (the CUDA backend computes the same angles on device).
+  const std::vector<double>& inv_freq() const { return inv_freq_; }
   // cos_out, sin_out: [half_dim]
   void Angles(int64_t position, float* cos_out, float* sin_out) const;
 

@@ -56,7 +56,7 @@ struct Engine::StepChunk {
   int32_t n_tokens;
 };
 
-StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<LlamaModel> model,
+StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<ModelBackend> model,
                                                  std::unique_ptr<tokenizer::Tokenizer> tokenizer,
                                                  EngineConfig config) {
   const LlamaConfig& c = model->config();
@@ -73,14 +73,14 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<LlamaModel> mod
   }
   STREAMD_ASSIGN_OR_RETURN(
       std::unique_ptr<BlockPool> pool,
-      BlockPool::Create({c.n_layers, c.n_kv_heads, c.head_dim}, config.block_size,
+      model->CreatePool({c.n_layers, c.n_kv_heads, c.head_dim}, config.block_size,
                         config.pool_bytes));
   if (config.threads > 0) model->set_threads(config.threads);
   return std::unique_ptr<Engine>(
       new Engine(std::move(model), std::move(tokenizer), config, std::move(pool)));
 }
 
-Engine::Engine(std::unique_ptr<LlamaModel> model, std::unique_ptr<tokenizer::Tokenizer> tokenizer,
+Engine::Engine(std::unique_ptr<ModelBackend> model, std::unique_ptr<tokenizer::Tokenizer> tokenizer,
                EngineConfig config, std::unique_ptr<BlockPool> pool)
     : model_(std::move(model)),
       tokenizer_(std::move(tokenizer)),

@@ -18,6 +18,9 @@
 // Admission: Open reserves the session's worst-case block bound (SessionCache::MaxBlocks).
 // When the pool cannot hold it, Open waits up to admission_timeout, then fails with
 // RESOURCE_EXHAUSTED naming the numbers. An admitted session can never run out of blocks.
+// Backend: any ModelBackend (CPU or CUDA); the pool is made by the backend, so it lives where
+// that backend's Forward reads it. A failed forward pass (bad input, or a device fault) ends
+// the generations of every session in that step with FinishReason::kError and its status.
 #pragma once
 
 #include <condition_variable>
@@ -30,7 +33,7 @@
 #include <vector>
 
 #include "engine/cache/block_pool.h"
-#include "engine/model/llama_model.h"
+#include "engine/model/model_backend.h"
 #include "engine/serving/engine_types.h"
 #include "engine/serving/step_planner.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -39,7 +42,7 @@ namespace streamd {
 
 class Engine {
  public:
-  static StatusOr<std::unique_ptr<Engine>> Create(std::unique_ptr<LlamaModel> model,
+  static StatusOr<std::unique_ptr<Engine>> Create(std::unique_ptr<ModelBackend> model,
                                                   std::unique_ptr<tokenizer::Tokenizer> tokenizer,
                                                   EngineConfig config);
   ~Engine();  // stops the scheduler; running generations end without a Done event
@@ -58,7 +61,7 @@ class Engine {
   std::vector<SessionInfo> List() const;
   EngineStats Stats() const;
 
-  const LlamaModel& model() const { return *model_; }
+  const ModelBackend& model() const { return *model_; }
   const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
   const EngineConfig& config() const { return config_; }
 
@@ -67,7 +70,7 @@ class Engine {
   struct Session;
   struct StepChunk;
 
-  Engine(std::unique_ptr<LlamaModel> model, std::unique_ptr<tokenizer::Tokenizer> tokenizer,
+  Engine(std::unique_ptr<ModelBackend> model, std::unique_ptr<tokenizer::Tokenizer> tokenizer,
          EngineConfig config, std::unique_ptr<BlockPool> pool);
   Status ValidateOptions(const SessionOptions& options) const;
   StatusOr<Session*> Find(SessionId id) const;  // requires mu_
@@ -82,7 +85,7 @@ class Engine {
               std::vector<std::pair<EventSink, GenerationEvent>>& out);
   void DestroyClosed();  // requires mu_
 
-  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<ModelBackend> model_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   EngineConfig config_;
   std::unique_ptr<BlockPool> pool_;

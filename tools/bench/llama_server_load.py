@@ -9,6 +9,9 @@ Figures use the definitions of `streamd bench --sessions` (see its --help):
   first_i = t_recv_i - timings.predicted_ms_i   (the server's first sampled token)
   last_i  = t_recv_i                            (the response arrives after the last token)
   aggregate decode tok/s = sum_i (predicted_n_i - 1) / (max_i last_i - min_i first_i)
+  steady decode tok/s    = tokens in (max_i first_i, min_i last_i] / that window's length
+                           (every request decoding; without --stream a request's tokens are
+                           taken as evenly spaced between its first and last)
   time to first token    = first_i - t0, p50/p90/p99 over requests (nearest rank)
 
 llama-server's predicted_ms runs from the first sampled token to the last one, and
@@ -147,7 +150,20 @@ def run(port, prompts, gen_tokens, stream):
             itl.append(tm["predicted_ms"] / (tm["predicted_n"] - 1))
     decode_wall = max(lasts) - min(firsts)
     total_wall = max(lasts) - t0
+    # Steady decode: the window (max first, min last] in which every request is decoding.
+    # With --stream the tokens in it are counted; without, each request's tokens are taken as
+    # evenly spaced between its first and last.
+    w0, w1 = max(firsts), min(lasts)
+    steady_tokens = 0.0
+    if w1 > w0:
+        for o, first, last in zip(outs, firsts, lasts):
+            tt = o["token_times"]
+            if stream and len(tt) > 1:
+                steady_tokens += sum(1 for x in tt if w0 < x <= w1)
+            else:
+                steady_tokens += (o["timings"]["predicted_n"] - 1) * (w1 - w0) / (last - first)
     return {
+        "steady_decode_tokens_per_s": steady_tokens / (w1 - w0) if w1 > w0 else 0.0,
         "decode_tokens_per_s": decode_tokens / decode_wall,
         "decode_tokens": decode_tokens,
         "decode_wall_s": decode_wall,
@@ -201,6 +217,7 @@ def main():
           " ".join(f"{m[f'itl_ms_p{p}']:>10.2f}" for p in (50, 90, 99)))
     print(f"{'aggregate decode tok/s':<34} {m['decode_tokens_per_s']:>10.1f}   "
           f"({m['decode_tokens']} tokens in {m['decode_wall_s']:.3f} s)")
+    print(f"{'steady decode tok/s':<34} {m['steady_decode_tokens_per_s']:>10.1f}")
     print(f"{'per-session decode tok/s':<34} {m['session_decode_tokens_per_s_p50']:>10.1f}")
     print(f"{'output tok/s':<34} {m['output_tokens_per_s']:>10.1f}")
     print(f"{'prompt tok/s':<34} {m['prompt_tokens_per_s']:>10.1f}")

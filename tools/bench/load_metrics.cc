@@ -52,6 +52,17 @@ StatusOr<LoadMetrics> ComputeLoadMetrics(const std::vector<std::vector<double>>&
   m.prompt_tokens_per_s =
       first_max > 0 ? static_cast<double>(prompt_tokens_total) / first_max : 0.0;
   m.session_decode_tokens_per_s_p50 = Median(session_rate);
+  double last_min = token_s[0].back();
+  for (const std::vector<double>& t : token_s) last_min = std::min(last_min, t.back());
+  if (last_min > first_max) {
+    m.steady_decode_wall_s = last_min - first_max;
+    for (const std::vector<double>& t : token_s) {
+      m.steady_decode_tokens += static_cast<double>(
+          std::upper_bound(t.begin(), t.end(), last_min) -
+          std::upper_bound(t.begin(), t.end(), first_max));
+    }
+    m.steady_decode_tokens_per_s = m.steady_decode_tokens / m.steady_decode_wall_s;
+  }
   m.ttft_ms = {Percentile(ttft, 50), Percentile(ttft, 90), Percentile(ttft, 99)};
   m.itl_ms = {Percentile(itl, 50), Percentile(itl, 90), Percentile(itl, 99)};
   return m;

@@ -8,6 +8,10 @@
 //   time to first token    = first_i, p50/p90/p99 over sessions
 //   inter-token latency    = gaps between consecutive tokens of a session, over all gaps
 //   per-session decode     = median_i (tokens_i - 1) / (last_i - first_i)
+//   steady decode tok/s    = tokens with time in (max_i first_i, min_i last_i], over that
+//                            window: every session is decoding, no prompt is being prefilled
+//                            (0 when the window is empty). The aggregate figure above also
+//                            spans the prefill of sessions that start decoding later.
 // Percentiles are nearest-rank: the ceil(p/100 * n)-th smallest value.
 #pragma once
 
@@ -30,6 +34,9 @@ struct LoadMetrics {
   double output_tokens_per_s = 0;  // sum_i tokens_i / total_wall_s
   double prompt_tokens_per_s = 0;  // prompt tokens / max_i first_i
   double session_decode_tokens_per_s_p50 = 0;
+  double steady_decode_tokens = 0;
+  double steady_decode_wall_s = 0;
+  double steady_decode_tokens_per_s = 0;  // 0 when no window has every session decoding
   Percentiles ttft_ms, itl_ms;
 };
 

@@ -46,6 +46,27 @@ std::vector<double> Stalled(int stalls) {
   return t;
 }
 
+// The steady window starts when the last session gets its first token and ends when the first
+// session is done: tokens inside it, over its length.
+TEST(LoadMetricsTest, SteadyDecodeCountsOnlyTheWindowWhereEverySessionDecodes) {
+  // Session 0's tokens come every 0.1 s from t=1 to t=3; session 1's (prefilled later) from
+  // t=2 to t=4. Window (2, 3]: each session has its tokens at 2.1, ..., 3.0 in it, 10 each.
+  std::vector<double> s0, s1;
+  for (int k = 0; k <= 20; ++k) s0.push_back(1.0 + 0.1 * k);
+  for (int k = 0; k <= 20; ++k) s1.push_back(2.0 + 0.1 * k);
+  auto m = ComputeLoadMetrics({s0, s1}, 100);
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_NEAR(m->steady_decode_wall_s, 1.0, 1e-9);
+  EXPECT_NEAR(m->steady_decode_tokens, 20.0, 1e-9);
+  EXPECT_NEAR(m->steady_decode_tokens_per_s, 20.0, 1e-9);
+  // The whole-phase figure also spans session 1's prefill: 40 tokens over 3 s.
+  EXPECT_NEAR(m->decode_tokens_per_s, 40.0 / 3.0, 1e-9);
+  // Sessions that never decode together: no steady window.
+  auto apart = ComputeLoadMetrics({{0.0, 1.0}, {2.0, 3.0}}, 10);
+  ASSERT_TRUE(apart.ok());
+  EXPECT_EQ(apart->steady_decode_tokens_per_s, 0.0);
+}
+
 TEST(LoadMetricsTest, InterTokenTailNeedsMoreThanOnePercentOfGapsToMoveP99) {
   auto one = ComputeLoadMetrics({Stalled(1)}, 1);  // 1 slow gap of 100
   ASSERT_TRUE(one.ok());

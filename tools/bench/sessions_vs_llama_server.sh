@@ -10,9 +10,10 @@
 # Usage: LLAMA_SERVER=/path/to/llama-server tools/bench/sessions_vs_llama_server.sh [MODEL]
 # Env: SESSIONS (16) P (128) G (64) T (2) B (512: streamd --max-batch-tokens = llama -b/-ub)
 #      ROUNDS (3) STREAMD (build/tools/streamd) OUT (a directory to keep the raw JSON in)
-#      SPIN (on): "off" makes idle worker threads sleep instead of spinning in both engines
-#      (OMP_WAIT_POLICY=passive for streamd, --poll 0 for llama-server). Spinning threads
-#      collapse when any other process competes for the cores (docs/PERFORMANCE.md).
+#      SPIN (on): "off" makes llama-server's idle worker threads sleep instead of spinning
+#      (OMP_WAIT_POLICY=passive for its OpenMP threads, --poll 0 for its own pool): spinning
+#      threads collapse when any other process competes for the cores (docs/PERFORMANCE.md).
+#      streamd's thread pool always spins briefly, then sleeps (engine/util/thread_pool.h).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 model="${1:-${STREAMD_MODEL:-$HOME/.cache/streamd/models/SmolLM2-135M-Instruct.Q4_1.gguf}}"
@@ -39,21 +40,21 @@ trap stop_server EXIT
 # --no-repack: llama.cpp's AMX repacking crashes in this build. -cram 0: no prompt cache in RAM.
 server_flags=(-m "$model" -t "$T" -tb "$T" -np "$SESSIONS" -c "$ctx" -b "$B" -ub "$B" -fa auto
   --no-repack --no-webui --no-slots -cram 0)
-streamd_env=()
+server_env=()
 if [ "$SPIN" = off ]; then
   server_flags+=(--poll 0)
-  streamd_env=(OMP_WAIT_POLICY=passive)
+  server_env=(OMP_WAIT_POLICY=passive)
 fi
-echo "llama-server flags: ${server_flags[*]}" | tee "$out/commands.txt"
-echo "streamd: ${streamd_env[*]} $streamd bench --sessions $SESSIONS --prompt-tokens $P --gen-tokens $G" \
+echo "llama-server: ${server_env[*]} llama-server ${server_flags[*]}" | tee "$out/commands.txt"
+echo "streamd: $streamd bench --sessions $SESSIONS --prompt-tokens $P --gen-tokens $G" \
   "--threads $T --max-batch-tokens $B --json" | tee -a "$out/commands.txt"
 
 for round in $(seq "$ROUNDS"); do
-  env "${streamd_env[@]}" "$streamd" bench --model "$model" --sessions "$SESSIONS" \
+  "$streamd" bench --model "$model" --sessions "$SESSIONS" \
     --prompt-tokens "$P" --gen-tokens "$G" --threads "$T" --max-batch-tokens "$B" --json | tail -n 1 >>"$out/streamd.jsonl"
 
   port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
-  "$LLAMA_SERVER" "${server_flags[@]}" --host 127.0.0.1 --port "$port" >"$out/server-$round.log" 2>&1 &
+  env "${server_env[@]}" "$LLAMA_SERVER" "${server_flags[@]}" --host 127.0.0.1 --port "$port" >"$out/server-$round.log" 2>&1 &
   server_pid=$!
   python3 tools/bench/llama_server_load.py --port "$port" --sessions "$SESSIONS" \
     --prompt-tokens "$P" --gen-tokens "$G" --json | tail -n 1 >>"$out/llama.jsonl"
@@ -69,6 +70,7 @@ l = [json.loads(x) for x in open(f"{out}/llama.jsonl")]
 def med(rows, f): return statistics.median(f(r) for r in rows)
 print(f"{'':<32} {'streamd':>12} {'llama-server':>13} {'ratio':>7}")
 for name, f in [("aggregate decode tok/s", lambda r: r["decode_tokens_per_s"]),
+                ("steady decode tok/s", lambda r: r["steady_decode_tokens_per_s"]),
                 ("output tok/s", lambda r: r["output_tokens_per_s"]),
                 ("prompt tok/s", lambda r: r["prompt_tokens_per_s"]),
                 ("per-session decode tok/s", lambda r: r["session_decode_tokens_per_s_p50"]),

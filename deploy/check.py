@@ -1,0 +1,352 @@
+#!/usr/bin/env python3
+"""Checks deploy/ without a cluster, a container engine or systemd running: every file parses,
+and the numbers that must agree across files do (ports, the drain grace against the stop
+timeouts, the user id, the config path, the model path, the run-time packages against the
+binaries' shared libraries). Run by ctest (deploy_check) and by hand:
+
+    deploy/check.py [--streamd build/tools/streamd] [--streamctl build/tools/streamctl/streamctl]
+
+With the binaries, the systemd unit is also run through `systemd-analyze verify` (ExecStart
+pointed at the built binary) and the image's package list is checked against `ldd`. Checks whose
+tool is missing (systemd-analyze, apt-cache, dpkg) are reported as skipped. Exit 0 when all
+checks that ran passed, 1 on any failure, 77 (ctest's skip) when PyYAML is missing.
+"""
+import argparse
+import pathlib
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+
+try:
+    import yaml
+except ImportError:
+    print("SKIP: PyYAML is missing (apt-get install python3-yaml)")
+    sys.exit(77)
+
+DEPLOY = pathlib.Path(__file__).resolve().parent
+ROOT = DEPLOY.parent
+# What the drain takes beyond server.shutdown_grace: the cancelled generations get 5 s to
+# report (kCancelGrace) and the server 1 s to stop (server/grpc_server.cc).
+SHUTDOWN_SLACK_S = 6
+
+failures = []
+skips = []
+
+
+def check(ok, message):
+    if not ok:
+        failures.append(message)
+    return ok
+
+
+def duration_s(text):
+    """A streamd or systemd duration ("30s", "1m30s", "250ms", "45") in seconds."""
+    text = str(text).strip()
+    if re.fullmatch(r"\d+", text):
+        return float(text)  # systemd: bare seconds (streamd rejects these; only "0")
+    total, pos = 0.0, 0
+    units = {"ms": 1e-3, "s": 1, "m": 60, "h": 3600, "d": 86400, "min": 60}
+    for m in re.finditer(r"(\d+(?:\.\d+)?)\s*(ms|min|s|m|h|d)", text):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * units[m.group(2)]
+        pos = m.end()
+    if pos != len(text):
+        raise ValueError(f"not a duration: {text!r}")
+    return total
+
+
+def size_bytes(text):
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(KiB|MiB|GiB|TiB|Ki|Mi|Gi|Ti|KB|MB|GB|TB)?", str(text))
+    if not m:
+        raise ValueError(f"not a size: {text!r}")
+    scale = {None: 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "Ki": 2**10,
+             "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "KB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}
+    return float(m.group(1)) * scale[m.group(2)]
+
+
+def port_of(address):
+    return int(str(address).rsplit(":", 1)[1])
+
+
+def load_yaml(path):
+    with open(path, encoding="utf-8") as f:
+        docs = [d for d in yaml.safe_load_all(f) if d is not None]
+    check(len(docs) == 1, f"{path}: expected one YAML document, found {len(docs)}")
+    check(isinstance(docs[0], dict), f"{path}: not a mapping")
+    return docs[0]
+
+
+def subset(labels, of):
+    return all(of.get(k) == v for k, v in labels.items())
+
+
+def check_systemd(streamd_binary):
+    unit = DEPLOY / "systemd" / "streamd.service"
+    text = unit.read_text(encoding="utf-8")
+    values = {}
+    for line in text.splitlines():
+        if "=" in line and not line.lstrip().startswith(("#", ";", "[")):
+            key, value = line.split("=", 1)
+            values.setdefault(key.strip(), []).append(value.strip())
+    config = load_yaml(DEPLOY / "streamd.yaml")
+    grace = duration_s(config["server"]["shutdown_grace"])
+    stop = duration_s(values["TimeoutStopSec"][0])
+    check(stop > grace + SHUTDOWN_SLACK_S,
+          f"{unit.name}: TimeoutStopSec={stop:g}s does not exceed server.shutdown_grace "
+          f"({grace:g}s in deploy/streamd.yaml) + {SHUTDOWN_SLACK_S}s")
+    exec_start = shlex.split(values["ExecStart"][0])
+    check(exec_start[1:] == ["serve", "--config", "/etc/streamd/streamd.yaml"],
+          f"{unit.name}: ExecStart is {exec_start}, not streamd serve --config "
+          "/etc/streamd/streamd.yaml")
+    for key, want in [("KillSignal", "SIGTERM"), ("Restart", "on-failure"),
+                      ("ProtectSystem", "strict"), ("NoNewPrivileges", "yes"),
+                      ("DynamicUser", "yes")]:
+        check(values.get(key) == [want], f"{unit.name}: {key} is {values.get(key)}, not {want}")
+    if streamd_binary is None or shutil.which("systemd-analyze") is None:
+        skips.append("systemd-analyze verify (needs systemd-analyze and --streamd)")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = pathlib.Path(tmp) / "streamd.service"
+        built = str(pathlib.Path(streamd_binary).resolve())
+        copy.write_text(text.replace("ExecStart=" + exec_start[0], "ExecStart=" + built),
+                        encoding="utf-8")
+        r = subprocess.run(["systemd-analyze", "verify", str(copy)], capture_output=True,
+                           text=True, check=False)
+        # verify exits 0 on unknown keys and bad values; they only show as warnings.
+        out = (r.stdout + r.stderr).strip()
+        check(r.returncode == 0 and not out, f"systemd-analyze verify {unit.name}: {out}")
+
+
+def containerfile():
+    path = DEPLOY / "container" / "Containerfile"
+    lines, current = [], ""
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        if raw.lstrip().startswith("#") and not current:
+            continue
+        if raw.rstrip().endswith("\\"):
+            current += raw.rstrip()[:-1] + " "
+            continue
+        current += raw
+        if current.strip():
+            lines.append(current.strip())
+        current = ""
+    return path, lines
+
+
+def runtime_packages(lines):
+    """The packages the final stage installs (the apt-get install after the last FROM)."""
+    last_from = max(i for i, l in enumerate(lines) if l.startswith("FROM "))
+    packages = []
+    for l in lines[last_from:]:
+        if l.startswith("RUN ") and "apt-get install" in l:
+            words = l.split("apt-get install", 1)[1].split("&&")[0].split()
+            packages += [w for w in words if not w.startswith("-")]
+    return packages
+
+
+def check_container(streamd_binary, streamctl_binary):
+    path, lines = containerfile()
+    name = "Containerfile"
+    cmd = next(l for l in lines if l.startswith("CMD "))
+    import json
+    cmd_args = json.loads(cmd[4:])
+    listen = [a.split("=", 1)[1] for a in cmd_args if a.startswith("--server.listen_address=")]
+    metrics = [a.split("=", 1)[1] for a in cmd_args if a.startswith("--server.metrics_address=")]
+    expose = sorted(int(p) for l in lines if l.startswith("EXPOSE ") for p in l.split()[1:])
+    if check(len(listen) == 1 and len(metrics) == 1, f"{name}: CMD sets no addresses"):
+        check(expose == sorted([port_of(listen[0]), port_of(metrics[0])]),
+              f"{name}: EXPOSE {expose} is not the CMD's ports {listen + metrics}")
+    check("/etc/streamd/streamd.yaml" in cmd_args, f"{name}: CMD does not read "
+          "/etc/streamd/streamd.yaml")
+    user = [l.split()[1] for l in lines if l.startswith("USER ")]
+    check(len(user) == 1 and re.fullmatch(r"[1-9]\d*:\d+", user[0]),
+          f"{name}: USER {user} is not one numeric, non-root uid:gid")
+    health = next((l for l in lines if l.startswith("HEALTHCHECK ")), "")
+    check("streamctl" in health and "health" in health and listen and
+          f"127.0.0.1:{port_of(listen[0])}" in health,
+          f"{name}: HEALTHCHECK does not run streamctl health against the gRPC port")
+    check(any(l.startswith("STOPSIGNAL SIGTERM") for l in lines), f"{name}: no STOPSIGNAL SIGTERM")
+    # The model path of the config the image runs with lies where the image puts the models.
+    config = load_yaml(DEPLOY / "streamd.yaml")
+    model = pathlib.PurePosixPath(config["model"]["path"])
+    copies = [l.split()[-1] for l in lines if l.startswith("COPY --from=build /models/")]
+    check(copies == [str(model.parent) + "/"],
+          f"{name}: models are copied to {copies}, deploy/streamd.yaml reads {model}")
+    check(model.name in (ROOT / "scripts" / "fetch-model.sh").read_text(encoding="utf-8"),
+          f"deploy/streamd.yaml: {model.name} is not the file scripts/fetch-model.sh fetches")
+    # Every COPY source exists and is let through by the ignore file.
+    ignore = (DEPLOY / "container" / "Containerfile.dockerignore").read_text(encoding="utf-8")
+    allowed = [l[1:].rstrip("/") for l in ignore.splitlines() if l.startswith("!")]
+    for l in lines:
+        if l.startswith("COPY ") and "--from=" not in l:
+            for src in l.split()[1:-1]:
+                src = src.rstrip("/")
+                check((ROOT / src).exists(), f"{name}: COPY {src}: no such file")
+                check(any(src == a or src.startswith(a + "/") for a in allowed),
+                      f"{name}: COPY {src} is excluded by Containerfile.dockerignore")
+    # The run-time packages provide every shared library of the two binaries.
+    packages = runtime_packages(lines)
+    check(packages, f"{name}: the final stage installs no packages")
+    if not (streamd_binary and streamctl_binary and shutil.which("ldd") and
+            shutil.which("dpkg") and shutil.which("apt-cache")):
+        skips.append("run-time packages vs ldd (needs ldd, dpkg, apt-cache and the binaries)")
+        return
+    for p in packages:
+        r = subprocess.run(["apt-cache", "show", "--no-all-versions", p], capture_output=True,
+                           text=True, check=False)
+        check(r.returncode == 0 and "Package: " + p in r.stdout,
+              f"{name}: package {p} is unknown to apt-cache")
+    r = subprocess.run(["apt-cache", "depends", "--recurse", "--no-recommends", "--no-suggests",
+                        "--no-conflicts", "--no-breaks", "--no-replaces", "--no-enhances"] +
+                       packages, capture_output=True, text=True, check=False)
+    closure = set(packages) | {l.strip() for l in r.stdout.splitlines()
+                               if l and not l.startswith(" ")}
+    closure |= {l.split(":", 1)[1].strip().strip("<>") for l in r.stdout.splitlines()
+                if "Depends:" in l}
+    for binary in (streamd_binary, streamctl_binary):
+        out = subprocess.run(["ldd", binary], capture_output=True, text=True, check=True).stdout
+        check("not found" not in out, f"ldd {binary}: a library is not found:\n{out}")
+        for lib in re.findall(r"=> (/\S+)", out):
+            real = str(pathlib.Path(lib).resolve())
+            owner = None
+            for candidate in (real, lib, real.replace("/usr/lib/", "/lib/"),
+                              real.replace("/lib/", "/usr/lib/", 1)):
+                r = subprocess.run(["dpkg", "-S", candidate], capture_output=True, text=True,
+                                   check=False)
+                if r.returncode == 0:
+                    owner = r.stdout.split(":", 1)[0].split(",")[0].strip()
+                    break
+            if check(owner is not None, f"{binary}: {lib} belongs to no Debian package"):
+                check(owner in closure,
+                      f"{name}: {pathlib.Path(binary).name} needs {lib} from {owner}, which the "
+                      f"run-time stage does not install ({' '.join(packages)})")
+
+
+def check_kubernetes():
+    k8s = DEPLOY / "kubernetes"
+    docs = {}
+    for path in sorted(k8s.glob("*.yaml")):
+        doc = load_yaml(path)
+        if path.name not in ("streamd.yaml", "kustomization.yaml"):
+            check("apiVersion" in doc and "kind" in doc and "name" in doc.get("metadata", {}),
+                  f"{path.name}: no apiVersion, kind or metadata.name")
+        docs[path.name] = doc
+    kust, config = docs["kustomization.yaml"], docs["streamd.yaml"]
+    for r in kust["resources"]:
+        check((k8s / r).exists(), f"kustomization.yaml: resource {r} does not exist")
+    generated = {g["name"]: g for g in kust.get("configMapGenerator", [])}
+    dep = docs["deployment.yaml"]
+    svc = docs["service.yaml"]
+    check(dep["kind"] == "Deployment" and svc["kind"] == "Service", "unexpected kinds")
+    pod = dep["spec"]["template"]
+    pod_labels = pod["metadata"]["labels"]
+    check(subset(dep["spec"]["selector"]["matchLabels"], pod_labels),
+          "deployment.yaml: the selector does not match the pod labels")
+    check(subset(svc["spec"]["selector"], pod_labels),
+          "service.yaml: the selector does not match the pod labels")
+    check(subset(docs["pdb.yaml"]["spec"]["selector"]["matchLabels"], pod_labels),
+          "pdb.yaml: the selector does not match the pod labels")
+    mon = docs["servicemonitor.yaml"]
+    check(subset(mon["spec"]["selector"]["matchLabels"], svc["metadata"]["labels"]),
+          "servicemonitor.yaml: the selector does not match the Service's labels")
+    check("servicemonitor.yaml" not in kust["resources"],
+          "kustomization.yaml: servicemonitor.yaml needs the Prometheus Operator's CRD; keep it "
+          "out of the default resources")
+    (container,) = pod["spec"]["containers"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    check(ports.get("grpc") == port_of(config["server"]["listen_address"]),
+          "deployment.yaml: containerPort grpc is not streamd.yaml's server.listen_address port")
+    check(ports.get("metrics") == port_of(config["server"]["metrics_address"]),
+          "deployment.yaml: containerPort metrics is not streamd.yaml's metrics_address port")
+    check(config["server"]["listen_address"].startswith(("0.0.0.0:", "[::]:")),
+          "kubernetes/streamd.yaml: a pod must listen on every interface, not loopback")
+    svc_ports = {p["name"]: p for p in svc["spec"]["ports"]}
+    for p in svc_ports.values():
+        check(p["targetPort"] in ports, f"service.yaml: targetPort {p['targetPort']} is no "
+              "container port")
+    for e in mon["spec"]["endpoints"]:
+        check(e["port"] in svc_ports, f"servicemonitor.yaml: port {e['port']} is no Service port")
+    ann = pod["metadata"].get("annotations", {})
+    check(ann.get("prometheus.io/scrape") == "true" and
+          int(ann.get("prometheus.io/port", 0)) == ports.get("metrics"),
+          "deployment.yaml: prometheus.io annotations do not point at the metrics port")
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        p = container.get(probe, {})
+        check(p.get("grpc", {}).get("port") == ports.get("grpc"),
+              f"deployment.yaml: {probe} is not a gRPC probe on the grpc port")
+        check(p.get("grpc", {}).get("service", "") in ("", "streamd.v1.Streamd"),
+              f"deployment.yaml: {probe} names a service streamd does not report")
+    # The drain fits in the termination grace period.
+    grace = duration_s(config["server"]["shutdown_grace"])
+    pre_stop = container.get("lifecycle", {}).get("preStop", {})
+    sleep = pre_stop.get("exec", {}).get("command", [])
+    pre_stop_s = float(sleep[1]) if sleep[:1] == ["sleep"] else \
+        float(pre_stop.get("sleep", {}).get("seconds", 0))
+    tgps = pod["spec"]["terminationGracePeriodSeconds"]
+    check(tgps > pre_stop_s + grace + SHUTDOWN_SLACK_S,
+          f"deployment.yaml: terminationGracePeriodSeconds {tgps} does not exceed preStop "
+          f"{pre_stop_s:g}s + shutdown_grace {grace:g}s + {SHUTDOWN_SLACK_S}s")
+    # Config: mounted where --config reads it, from the generated ConfigMap.
+    args = container.get("args", [])
+    check(args[:2] == ["--config", "/etc/streamd/streamd.yaml"],
+          f"deployment.yaml: args {args} do not read /etc/streamd/streamd.yaml")
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    config_volumes = [n for n, m in mounts.items() if m == "/etc/streamd"]
+    if check(len(config_volumes) == 1, "deployment.yaml: nothing is mounted at /etc/streamd"):
+        cm = volumes[config_volumes[0]].get("configMap", {}).get("name")
+        if check(cm in generated, f"deployment.yaml: ConfigMap {cm} is not generated by "
+                 "kustomization.yaml"):
+            check(generated[cm]["files"] == ["streamd.yaml"],
+                  "kustomization.yaml: the ConfigMap must hold exactly streamd.yaml")
+    # Identity and resources.
+    _, lines = containerfile()
+    uid, gid = next(l.split()[1] for l in lines if l.startswith("USER ")).split(":")
+    sc = pod["spec"].get("securityContext", {})
+    check(sc.get("runAsNonRoot") is True and str(sc.get("runAsUser")) == uid and
+          str(sc.get("runAsGroup")) == gid,
+          f"deployment.yaml: securityContext does not run as the image's user {uid}:{gid}")
+    csc = container.get("securityContext", {})
+    check(csc.get("allowPrivilegeEscalation") is False and csc.get("readOnlyRootFilesystem") is True,
+          "deployment.yaml: the container may escalate privileges or write its root filesystem")
+    res = container["resources"]
+    threads = config["engine"]["threads"]
+    check(threads > 0 and str(res["limits"]["cpu"]) == str(threads),
+          f"deployment.yaml: cpu limit {res['limits']['cpu']} is not engine.threads {threads}")
+    check(size_bytes(config["engine"]["kv_pool"]) < size_bytes(res["limits"]["memory"]),
+          "deployment.yaml: the memory limit does not hold engine.kv_pool")
+    # The model path is the image's.
+    check(config["model"]["path"] == load_yaml(DEPLOY / "streamd.yaml")["model"]["path"],
+          "kubernetes/streamd.yaml: model.path is not the image's (deploy/streamd.yaml)")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--streamd", help="the built streamd binary")
+    parser.add_argument("--streamctl", help="the built streamctl binary")
+    a = parser.parse_args()
+    for f in (check_systemd, check_container, check_kubernetes):
+        try:
+            if f is check_systemd:
+                f(a.streamd)
+            elif f is check_container:
+                f(a.streamd, a.streamctl)
+            else:
+                f()
+        except (KeyError, IndexError, StopIteration, ValueError, TypeError) as e:
+            failures.append(f"{f.__name__}: missing or malformed field: {e!r}")
+    for s in skips:
+        print(f"skipped: {s}")
+    for m in failures:
+        print(f"FAIL: {m}")
+    if not failures:
+        print("deploy/ checks passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

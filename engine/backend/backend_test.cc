@@ -1,0 +1,126 @@
+// Backend selection on any machine: names, auto's resolution, and `cuda` failing clearly
+// where it cannot run (a build without CUDA, or no usable device) instead of falling back.
+#include "engine/backend/backend.h"
+
+#include <algorithm>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace streamd {
+namespace {
+
+TEST(BackendTest, NamesRoundTrip) {
+  for (BackendKind k : {BackendKind::kAuto, BackendKind::kCpu, BackendKind::kCuda}) {
+    auto parsed = ParseBackendKind(BackendKindName(k));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, k);
+  }
+  auto bad = ParseBackendKind("gpu");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().message(), "backend \"gpu\" is not one of auto, cpu, cuda");
+}
+
+TEST(BackendTest, CpuStaysCpuAndAutoExplainsItself) {
+  EXPECT_EQ(ResolveBackend(BackendKind::kCpu), BackendKind::kCpu);
+  EXPECT_EQ(ResolveBackend(BackendKind::kCuda), BackendKind::kCuda);
+  std::string why;
+  const BackendKind k = ResolveBackend(BackendKind::kAuto, &why);
+  EXPECT_FALSE(why.empty());
+  if (!CudaBackendBuilt()) {
+    EXPECT_EQ(k, BackendKind::kCpu);
+  }
+}
+
+SyntheticModelSpec Tiny() {
+  SyntheticModelSpec spec;
+  spec.dim = 128;
+  spec.n_heads = 2;
+  spec.n_kv_heads = 1;
+  return spec;
+}
+
+TEST(BackendTest, CpuBackendRunsTheModel) {
+  auto backend = MakeSyntheticBackend(BackendKind::kCpu, Tiny());
+  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  EXPECT_EQ((*backend)->backend_name(), "cpu");
+  const LlamaConfig& c = (*backend)->config();
+  auto pool = (*backend)->CreatePool({c.n_layers, c.n_kv_heads, c.head_dim}, 16, 4 << 20);
+  ASSERT_TRUE(pool.ok());
+  EXPECT_TRUE((*pool)->host_accessible());
+  auto cache = SessionCache::Create(pool->get(), {}, c.context_length);
+  ASSERT_TRUE(cache.ok());
+  std::vector<float> logits(c.vocab_size);
+  const std::vector<int32_t> tokens = {1, 2, 3};
+  EXPECT_TRUE((*backend)->Forward(tokens, **cache, LogitsMode::kLast, logits.data()).ok());
+}
+
+TEST(BackendTest, CpuBackendRefusesAPoolItCannotRead) {
+  auto backend = MakeSyntheticBackend(BackendKind::kCpu, Tiny());
+  ASSERT_TRUE(backend.ok());
+  const LlamaConfig& c = (*backend)->config();
+  // Storage that claims to be device memory (what the CUDA backend's pools are).
+  class NotHost final : public PoolStorage {
+   public:
+    explicit NotHost(int64_t bytes) : v_(static_cast<size_t>(bytes) / 2) {}
+    uint16_t* data() override { return v_.data(); }
+    bool host_accessible() const override { return false; }
+
+   private:
+    std::vector<uint16_t> v_;
+  };
+  auto pool = BlockPool::Create({c.n_layers, c.n_kv_heads, c.head_dim}, 16, 4 << 20,
+                                [](int64_t bytes) -> StatusOr<std::unique_ptr<PoolStorage>> {
+                                  return std::unique_ptr<PoolStorage>(new NotHost(bytes));
+                                });
+  ASSERT_TRUE(pool.ok());
+  auto cache = SessionCache::Create(pool->get(), {}, c.context_length);
+  ASSERT_TRUE(cache.ok());
+  std::vector<float> logits(c.vocab_size);
+  const std::vector<int32_t> tokens = {1};
+  const Status s = (*backend)->Forward(tokens, **cache, LogitsMode::kLast, logits.data());
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
+  EXPECT_EQ((*cache)->tokens_seen(), 0);
+}
+
+TEST(BackendTest, GreedyForwardIsTheArgmaxOfForward) {
+  auto a = MakeSyntheticBackend(BackendKind::kCpu, Tiny());
+  auto b = MakeSyntheticBackend(BackendKind::kCpu, Tiny());
+  ASSERT_TRUE(a.ok() && b.ok());
+  const LlamaConfig& c = (*a)->config();
+  const KvShape shape{c.n_layers, c.n_kv_heads, c.head_dim};
+  auto pa = (*a)->CreatePool(shape, 16, 4 << 20);
+  auto pb = (*b)->CreatePool(shape, 16, 4 << 20);
+  ASSERT_TRUE(pa.ok() && pb.ok());
+  auto ca = SessionCache::Create(pa->get(), {}, c.context_length);
+  auto cb = SessionCache::Create(pb->get(), {}, c.context_length);
+  ASSERT_TRUE(ca.ok() && cb.ok());
+  std::vector<float> logits(c.vocab_size);
+  std::vector<int32_t> ids(1, -1);
+  const std::vector<int32_t> tokens = {5, 6, 7};
+  const SequenceInput sa{ca->get(), 3, LogitsMode::kLast}, sb{cb->get(), 3, LogitsMode::kLast};
+  ASSERT_TRUE((*a)->Forward(tokens, std::span<const SequenceInput>(&sa, 1), logits.data()).ok());
+  ASSERT_TRUE((*b)->ForwardGreedy(tokens, std::span<const SequenceInput>(&sb, 1), ids.data()).ok());
+  EXPECT_EQ(ids[0], std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+TEST(BackendTest, CudaWithoutAUsableGpuIsAClearStartUpError) {
+  if (CudaBackendBuilt() && ResolveBackend(BackendKind::kAuto) == BackendKind::kCuda) {
+    GTEST_SKIP() << "a CUDA device is present: the GPU tests cover the cuda backend";
+  }
+  auto model = MakeSyntheticModel(Tiny());
+  ASSERT_TRUE(model.ok());
+  auto backend = MakeBackend(BackendKind::kCuda, std::move(model).value());
+  ASSERT_FALSE(backend.ok());
+  EXPECT_NE(backend.status().message().find("backend cuda"), std::string::npos)
+      << backend.status().message();
+  EXPECT_EQ(backend.status().code(), CudaBackendBuilt() ? StatusCode::kUnavailable
+                                                        : StatusCode::kFailedPrecondition);
+  auto synthetic = MakeSyntheticBackend(BackendKind::kCuda, Tiny());
+  EXPECT_FALSE(synthetic.ok());
+}
+
+}  // namespace
+}  // namespace streamd

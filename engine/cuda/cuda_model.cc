@@ -1,0 +1,458 @@
+#include "engine/cuda/cuda_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "engine/model/rope.h"
+
+namespace streamd::cuda {
+namespace {
+
+namespace kc = kernels::cuda;
+
+constexpr size_t kMaxGraphs = 32;
+constexpr size_t kCublasWorkspaceBytes = 32 << 20;
+
+size_t Align256(size_t x) { return (x + 255) / 256 * 256; }
+
+int64_t Grow(int64_t need, int64_t have, int64_t minimum) {
+  if (need <= have) return have;
+  int64_t c = std::max(minimum, have);
+  while (c < need) c *= 2;
+  return c;
+}
+
+// KV pool storage in device memory (the bookkeeping stays in BlockPool on the host).
+class DevicePoolStorage final : public PoolStorage {
+ public:
+  explicit DevicePoolStorage(DeviceBuffer buffer) : buffer_(std::move(buffer)) {}
+  uint16_t* data() override { return buffer_.get<uint16_t>(); }
+  bool host_accessible() const override { return false; }
+
+ private:
+  DeviceBuffer buffer_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<CudaModel>> CudaModel::FromCpuModel(const LlamaModel& model,
+                                                             const CudaModelOptions& options) {
+  std::unique_ptr<CudaModel> m(new CudaModel());
+  STREAMD_RETURN_IF_ERROR(m->Init(model.config(), options));
+  STREAMD_ASSIGN_OR_RETURN(m->weights_, UploadWeights(m->config_, model.weights(), m->stream_));
+  return m;
+}
+
+StatusOr<std::unique_ptr<CudaModel>> CudaModel::Random(const LlamaConfig& config, uint64_t seed,
+                                                       const CudaModelOptions& options) {
+  std::unique_ptr<CudaModel> m(new CudaModel());
+  STREAMD_RETURN_IF_ERROR(m->Init(config, options));
+  STREAMD_ASSIGN_OR_RETURN(m->weights_, RandomWeights(m->config_, seed, m->stream_));
+  return m;
+}
+
+Status CudaModel::Init(const LlamaConfig& config, const CudaModelOptions& options) {
+  config_ = config;
+  options_ = options;
+  STREAMD_ASSIGN_OR_RETURN(device_, QueryCudaDevice(options.device));
+  if (device_.cc_major < 8) {
+    return FailedPreconditionError("CUDA " + device_.Describe() +
+                                   ": streamd's kernels are built for sm_80 and newer");
+  }
+  const kernels::KvPoolLayout layout{1, config.n_layers, config.n_kv_heads, config.head_dim, 16};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
+  if (const char* why = kc::AttentionCanImplement(layout, {config.n_heads, config.head_dim, scale})) {
+    return UnimplementedError("the CUDA backend cannot run " + config.name + ": " + why);
+  }
+  if (config.dim > 8192 || config.head_dim % 8 != 0 || config.rope_dim != config.head_dim) {
+    return UnimplementedError("the CUDA backend cannot run " + config.name +
+                              ": needs dim <= 8192 and full rotary head_dim");
+  }
+  const uint64_t need = CudaWeightBytes(config);
+  if (static_cast<int64_t>(need) > device_.free_bytes) {
+    return ResourceExhaustedError("model " + config.name + " needs " +
+                                  FormatBytes(static_cast<int64_t>(need)) +
+                                  " of device memory for its f16 weights; CUDA " +
+                                  device_.Describe());
+  }
+  STREAMD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  STREAMD_CUBLAS_CHECK(cublasCreate(&cublas_));
+  STREAMD_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  // A fixed workspace: cuBLAS then never allocates, which graph capture requires.
+  STREAMD_RETURN_IF_ERROR(cublas_workspace_.Allocate(kCublasWorkspaceBytes, "cuBLAS workspace"));
+  STREAMD_CUBLAS_CHECK(
+      cublasSetWorkspace(cublas_, cublas_workspace_.get(), cublas_workspace_.bytes()));
+  const RopeTable rope(config);
+  STREAMD_RETURN_IF_ERROR(inv_freq_.Allocate(rope.inv_freq().size() * sizeof(double), "RoPE"));
+  STREAMD_CUDA_CHECK(cudaMemcpy(inv_freq_.get(), rope.inv_freq().data(), inv_freq_.bytes(),
+                                cudaMemcpyHostToDevice));
+  STREAMD_CUDA_CHECK(cudaDeviceSynchronize());
+  return OkStatus();
+}
+
+CudaModel::~CudaModel() {
+  (void)cudaSetDevice(options_.device);
+  if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
+  DropGraphs();
+  if (step_host_ != nullptr) (void)cudaFreeHost(step_host_);
+  if (cublas_ != nullptr) (void)cublasDestroy(cublas_);
+  if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+}
+
+void CudaModel::DropGraphs() {
+  for (auto& [key, exec] : graphs_) (void)cudaGraphExecDestroy(exec);
+  graphs_.clear();
+}
+
+std::string CudaModel::device_description() const {
+  return "cuda " + device_.Describe() + ", f16 weights " +
+         FormatBytes(static_cast<int64_t>(weights_.bytes));
+}
+
+StatusOr<int64_t> CudaModel::PoolBudgetFromFraction(double fraction) const {
+  if (!(fraction > 0.0 && fraction <= 1.0)) {
+    return InvalidArgumentError("KV pool fraction = " + std::to_string(fraction) +
+                                " is outside (0, 1]");
+  }
+  STREAMD_CUDA_CHECK(cudaSetDevice(options_.device));
+  size_t free_b = 0, total_b = 0;
+  STREAMD_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return static_cast<int64_t>(fraction * 0.95 * static_cast<double>(free_b));
+}
+
+StatusOr<std::unique_ptr<BlockPool>> CudaModel::CreatePool(const KvShape& shape,
+                                                           int32_t block_size,
+                                                           int64_t budget_bytes) {
+  if (shape.n_layers != config_.n_layers || shape.n_kv_heads != config_.n_kv_heads ||
+      shape.head_dim != config_.head_dim) {
+    return InvalidArgumentError("KV pool shape does not match the model " + config_.name);
+  }
+  STREAMD_CUDA_CHECK(cudaSetDevice(options_.device));
+  const PoolStorageFactory device_memory =
+      [this](int64_t bytes) -> StatusOr<std::unique_ptr<PoolStorage>> {
+    size_t free_b = 0, total_b = 0;
+    STREAMD_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    // Keep 5% of what is free for the step workspaces and cuBLAS.
+    const int64_t usable = static_cast<int64_t>(0.95 * static_cast<double>(free_b));
+    if (bytes > usable) {
+      return ResourceExhaustedError(
+          "KV pool of " + FormatBytes(bytes) + " does not fit on CUDA device " +
+          std::to_string(options_.device) + " (" + device_.name + "): " +
+          FormatBytes(static_cast<int64_t>(free_b)) + " free of " +
+          FormatBytes(static_cast<int64_t>(total_b)) + " after " +
+          FormatBytes(static_cast<int64_t>(weights_.bytes)) +
+          " of weights, at most " + FormatBytes(usable) + " usable; lower engine.kv_pool");
+    }
+    DeviceBuffer buffer;
+    STREAMD_RETURN_IF_ERROR(buffer.Allocate(static_cast<size_t>(bytes), "KV pool"));
+    STREAMD_CUDA_CHECK(cudaMemset(buffer.get(), 0, static_cast<size_t>(bytes)));
+    // The memset runs on the legacy stream, which our non-blocking stream does not wait for.
+    STREAMD_CUDA_CHECK(cudaDeviceSynchronize());
+    return std::unique_ptr<PoolStorage>(new DevicePoolStorage(std::move(buffer)));
+  };
+  return BlockPool::Create(shape, block_size, budget_bytes, device_memory);
+}
+
+Status CudaModel::ValidateBatch(std::span<const int32_t> tokens,
+                                std::span<const SequenceInput> seqs) const {
+  if (tokens.empty() || seqs.empty()) return InvalidArgumentError("forward: the batch is empty");
+  int64_t total = 0;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    if (seqs[s].cache == nullptr || seqs[s].n_tokens < 1) {
+      return InvalidArgumentError("forward: sequence " + std::to_string(s) +
+                                  " has no cache or no tokens");
+    }
+    const BlockPool* pool = seqs[s].cache->pool();
+    if (pool != seqs[0].cache->pool()) {
+      return InvalidArgumentError("forward: sequences from different KV pools in one batch");
+    }
+    if (pool->host_accessible() || pool->layout().n_layers != config_.n_layers ||
+        pool->layout().n_kv_heads != config_.n_kv_heads ||
+        pool->layout().head_dim != config_.head_dim) {
+      return InvalidArgumentError("forward: the CUDA backend needs a pool made by its CreatePool");
+    }
+    if (seqs[s].n_tokens > seqs[s].cache->spec().max_chunk) {
+      return InvalidArgumentError("forward: sequence " + std::to_string(s) + " appends " +
+                                  std::to_string(seqs[s].n_tokens) +
+                                  " tokens, over its cache's chunk limit of " +
+                                  std::to_string(seqs[s].cache->spec().max_chunk));
+    }
+    total += seqs[s].n_tokens;
+  }
+  if (total != static_cast<int64_t>(tokens.size())) {
+    return InvalidArgumentError("forward: sequences hold " + std::to_string(total) +
+                                " tokens, the batch " + std::to_string(tokens.size()));
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {
+      return InvalidArgumentError("token id " + std::to_string(tokens[i]) + " at index " +
+                                  std::to_string(i) + " is outside the vocabulary [0, " +
+                                  std::to_string(config_.vocab_size) + ")");
+    }
+  }
+  return OkStatus();
+}
+
+Status CudaModel::Reserve(int32_t n_tokens, int32_t n_seqs, int64_t n_ids, int32_t n_splits) {
+  if (n_tokens <= cap_tokens_ && n_seqs <= cap_seqs_ && n_ids <= cap_ids_ &&
+      n_splits <= cap_splits_) {
+    return OkStatus();
+  }
+  // Everything captured refers to the old buffers.
+  STREAMD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  DropGraphs();
+  cap_tokens_ = static_cast<int32_t>(Grow(n_tokens, cap_tokens_, 16));
+  cap_seqs_ = static_cast<int32_t>(Grow(n_seqs, cap_seqs_, 16));
+  cap_ids_ = Grow(n_ids, cap_ids_, 1024);
+  cap_splits_ = std::max(cap_splits_, n_splits);
+  const LlamaConfig& c = config_;
+  const size_t T = static_cast<size_t>(cap_tokens_);
+  const size_t qkv = static_cast<size_t>(c.q_dim() + 2 * c.kv_dim());
+  STREAMD_RETURN_IF_ERROR(x_.Allocate(T * c.dim * 4, "activations"));
+  STREAMD_RETURN_IF_ERROR(xb_.Allocate(T * c.dim * 2, "activations"));
+  STREAMD_RETURN_IF_ERROR(qkv_.Allocate(T * qkv * 4, "activations"));
+  STREAMD_RETURN_IF_ERROR(q_sink_.Allocate(T * c.q_dim() * 4, "activations"));
+  STREAMD_RETURN_IF_ERROR(attn_.Allocate(T * c.q_dim() * 2, "activations"));
+  STREAMD_RETURN_IF_ERROR(proj_.Allocate(T * c.dim * 4, "activations"));
+  STREAMD_RETURN_IF_ERROR(gate_up_.Allocate(T * 2 * c.ffn_dim * 4, "activations"));
+  STREAMD_RETURN_IF_ERROR(h_.Allocate(T * c.ffn_dim * 2, "activations"));
+  STREAMD_RETURN_IF_ERROR(logits_.Allocate(T * c.vocab_size * 4, "logits"));
+  STREAMD_RETURN_IF_ERROR(ids_.Allocate(T * 4, "sampled ids"));
+  STREAMD_RETURN_IF_ERROR(attn_ws_.Allocate(
+      kc::DecodeAttentionWorkspaceBytes(cap_tokens_, c.n_heads, c.head_dim, cap_splits_),
+      "attention workspace"));
+
+  StepLayout& L = step_layout_;
+  size_t at = 0;
+  auto take = [&](size_t bytes) {
+    const size_t off = at;
+    at += Align256(bytes);
+    return off;
+  };
+  L.tokens = take(T * 4);
+  L.seq_of = take(T * 4);
+  L.positions = take(T * 8);
+  L.cache_positions = take(T * 8);
+  L.out_rows = take(T * 4);
+  L.tables = take(static_cast<size_t>(cap_seqs_) * sizeof(kernels::SinkWindowTable));
+  L.tiles = take(T * sizeof(kc::PrefillTile));
+  L.ids = take(static_cast<size_t>(cap_ids_) * 4);
+  L.total = at;
+  if (step_host_ != nullptr) STREAMD_CUDA_CHECK(cudaFreeHost(step_host_));
+  step_host_ = nullptr;
+  STREAMD_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&step_host_), L.total));
+  STREAMD_RETURN_IF_ERROR(step_dev_.Allocate(L.total, "step data"));
+  return OkStatus();
+}
+
+Status CudaModel::Gemm(const uint16_t* w, int64_t rows, int64_t k, const uint16_t* x, int64_t n,
+                       float* y) {
+  // Row-major y[n, rows] = x[n, k] W[rows, k]^T, i.e. column-major y^T = W^T(op) x^T:
+  // W is column-major [k, rows] (ld k), transposed; x is column-major [k, n] (ld k).
+  const float alpha = 1.0f, beta = 0.0f;
+  STREAMD_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows),
+                                    static_cast<int>(n), static_cast<int>(k), &alpha, w,
+                                    CUDA_R_16F, static_cast<int>(k), x, CUDA_R_16F,
+                                    static_cast<int>(k), &beta, y, CUDA_R_32F,
+                                    static_cast<int>(rows), CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT));
+  return OkStatus();
+}
+
+Status CudaModel::Enqueue(int32_t n, int32_t n_out, bool decode, int32_t n_tiles,
+                          int32_t n_splits, int32_t keys_per_split, BlockPool& pool) {
+  const LlamaConfig& c = config_;
+  const StepLayout& L = step_layout_;
+  uint8_t* dev = step_dev_.get<uint8_t>();
+  const auto* tokens = reinterpret_cast<const int32_t*>(dev + L.tokens);
+  const auto* seq_of = reinterpret_cast<const int32_t*>(dev + L.seq_of);
+  const auto* positions = reinterpret_cast<const int64_t*>(dev + L.positions);
+  const auto* cache_positions = reinterpret_cast<const int64_t*>(dev + L.cache_positions);
+  const auto* out_rows = reinterpret_cast<const int32_t*>(dev + L.out_rows);
+  const auto* tables = reinterpret_cast<const kernels::SinkWindowTable*>(dev + L.tables);
+  const auto* tiles = reinterpret_cast<const kc::PrefillTile*>(dev + L.tiles);
+  const int32_t dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), ffn = c.ffn_dim;
+  const int64_t ld = q_dim + 2 * kv_dim;
+  float* x = x_.get<float>();
+  uint16_t* xb = xb_.get<uint16_t>();
+  float* qkv = qkv_.get<float>();
+  float* q_sink = q_sink_.get<float>();
+  uint16_t* attn = attn_.get<uint16_t>();
+  float* proj = proj_.get<float>();
+  float* gate_up = gate_up_.get<float>();
+  uint16_t* h = h_.get<uint16_t>();
+  const kc::AttentionBatch batch{tables, seq_of, positions, n};
+  const kc::AttentionShape shape{c.n_heads, c.head_dim,
+                                 1.0f / std::sqrt(static_cast<float>(c.head_dim))};
+  const kernels::KvPoolLayout layout = pool.layout();
+
+  STREAMD_CUDA_CHECK(kc::EmbeddingLookup(weights_.embedding, tokens, n, dim, x, stream_));
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    const CudaLayerWeights& w = weights_.layers[l];
+    uint16_t* kv = pool.layer_data(l);
+    STREAMD_CUDA_CHECK(kc::AddRmsNorm(x, l == 0 ? nullptr : proj, w.attn_norm, c.rms_eps, n,
+                                      dim, nullptr, xb, stream_));
+    STREAMD_RETURN_IF_ERROR(Gemm(w.wqkv, ld, dim, xb, n, qkv));
+    STREAMD_CUDA_CHECK(kc::Rope(qkv, ld, n, c.n_heads, c.n_kv_heads, c.head_dim, positions,
+                                cache_positions, inv_freq_.get<double>(), q_sink, stream_));
+    STREAMD_CUDA_CHECK(kc::WriteKv(layout, kv, tables, seq_of, positions, qkv + q_dim,
+                                   qkv + q_dim + kv_dim, ld, n, stream_));
+    if (decode) {
+      STREAMD_CUDA_CHECK(kc::DecodeAttention(layout, kv, batch, qkv, ld, q_sink, shape, n_splits,
+                                             keys_per_split, attn_ws_.get(), attn, stream_));
+    } else {
+      STREAMD_CUDA_CHECK(kc::PrefillAttention(layout, kv, batch, tiles, n_tiles, qkv, ld, q_sink,
+                                              shape, attn, stream_));
+    }
+    STREAMD_RETURN_IF_ERROR(Gemm(w.wo, dim, q_dim, attn, n, proj));
+    STREAMD_CUDA_CHECK(
+        kc::AddRmsNorm(x, proj, w.ffn_norm, c.rms_eps, n, dim, nullptr, xb, stream_));
+    STREAMD_RETURN_IF_ERROR(Gemm(w.w_gate_up, 2LL * ffn, dim, xb, n, gate_up));
+    STREAMD_CUDA_CHECK(kc::SwiGlu(gate_up, n, ffn, h, stream_));
+    STREAMD_RETURN_IF_ERROR(Gemm(w.w_down, dim, ffn, h, n, proj));
+  }
+  STREAMD_CUDA_CHECK(kc::AddRmsNorm(x, proj, weights_.output_norm, c.rms_eps, n, dim, out_rows,
+                                    xb, stream_));
+  return Gemm(weights_.output, c.vocab_size, dim, xb, n_out, logits_.get<float>());
+}
+
+Status CudaModel::Fail(Status s) {
+  const cudaError_t e = cudaPeekAtLastError();
+  if (IsStickyCudaError(e) && broken_.ok()) {
+    broken_ = InternalError("CUDA " + device_.Describe() +
+                            " is unusable after an earlier error (restart the process): " +
+                            s.message());
+  }
+  return s;
+}
+
+Status CudaModel::Forward(std::span<const int32_t> tokens, std::span<const SequenceInput> seqs,
+                          float* logits) {
+  return Run(tokens, seqs, logits, nullptr);
+}
+
+Status CudaModel::ForwardGreedy(std::span<const int32_t> tokens,
+                                std::span<const SequenceInput> seqs, int32_t* next_tokens) {
+  return Run(tokens, seqs, nullptr, next_tokens);
+}
+
+Status CudaModel::Run(std::span<const int32_t> tokens, std::span<const SequenceInput> seqs,
+                      float* logits, int32_t* next_tokens) {
+  if (!broken_.ok()) return broken_;
+  STREAMD_RETURN_IF_ERROR(ValidateBatch(tokens, seqs));
+  STREAMD_CUDA_CHECK(cudaSetDevice(options_.device));
+  const int32_t n = static_cast<int32_t>(tokens.size());
+  const int32_t n_seqs = static_cast<int32_t>(seqs.size());
+  bool decode = true;
+  int32_t max_keys = 1;
+  int64_t n_ids = 0;
+  for (const SequenceInput& s : seqs) {
+    STREAMD_RETURN_IF_ERROR(s.cache->Reserve(s.n_tokens));
+    decode = decode && s.n_tokens == 1;
+    max_keys = std::max(max_keys, s.cache->spec().sinks + s.cache->spec().window);
+    n_ids += static_cast<int64_t>(s.cache->sink_block_ids().size() +
+                                  s.cache->ring_block_ids().size());
+  }
+  // Splits depend on the sessions' bounds (S + W), not on how full they are, so a decode
+  // batch keeps the same graph as its sessions grow.
+  int32_t keys_per_split = max_keys, n_splits = 1;
+  if (decode) {
+    n_splits = kc::ChooseDecodeSplits(n, config_.n_kv_heads, max_keys, device_.sm_count,
+                                      &keys_per_split);
+  }
+  if (Status s = Reserve(n, n_seqs, n_ids, n_splits); !s.ok()) return Fail(s);
+
+  // The step's plan, written into the pinned staging block at the layout's fixed offsets.
+  const StepLayout& L = step_layout_;
+  auto* tok = reinterpret_cast<int32_t*>(step_host_ + L.tokens);
+  auto* seq_of = reinterpret_cast<int32_t*>(step_host_ + L.seq_of);
+  auto* pos = reinterpret_cast<int64_t*>(step_host_ + L.positions);
+  auto* cache_pos = reinterpret_cast<int64_t*>(step_host_ + L.cache_positions);
+  auto* out_rows = reinterpret_cast<int32_t*>(step_host_ + L.out_rows);
+  auto* tables = reinterpret_cast<kernels::SinkWindowTable*>(step_host_ + L.tables);
+  auto* tiles = reinterpret_cast<kc::PrefillTile*>(step_host_ + L.tiles);
+  auto* ids = reinterpret_cast<int32_t*>(step_host_ + L.ids);
+  const int32_t* dev_ids = reinterpret_cast<const int32_t*>(step_dev_.get<uint8_t>() + L.ids);
+  const int32_t tile_queries = kc::PrefillTileQueries(config_.n_heads / config_.n_kv_heads);
+  int32_t t = 0, row = 0, n_tiles = 0;
+  int64_t id_at = 0;
+  for (int32_t s = 0; s < n_seqs; ++s) {
+    const SessionCache& cache = *seqs[s].cache;
+    kernels::SinkWindowTable table = cache.table();
+    const auto sink_ids = cache.sink_block_ids();
+    const auto ring_ids = cache.ring_block_ids();
+    std::copy(sink_ids.begin(), sink_ids.end(), ids + id_at);
+    table.sink_blocks = dev_ids + id_at;
+    id_at += static_cast<int64_t>(sink_ids.size());
+    std::copy(ring_ids.begin(), ring_ids.end(), ids + id_at);
+    table.ring_blocks = dev_ids + id_at;
+    id_at += static_cast<int64_t>(ring_ids.size());
+    tables[s] = table;
+    for (int32_t i = 0; i < seqs[s].n_tokens; ++i, ++t) {
+      const int64_t p = cache.tokens_seen() + i;
+      tok[t] = tokens[t];
+      seq_of[t] = s;
+      pos[t] = p;
+      cache_pos[t] = table.CachePosition(p);
+      const bool wants = seqs[s].logits == LogitsMode::kAll || i + 1 == seqs[s].n_tokens;
+      out_rows[t] = wants ? row++ : -1;
+      if (!decode && i % tile_queries == 0) {
+        tiles[n_tiles++] = {t, std::min(tile_queries, seqs[s].n_tokens - i)};
+      }
+    }
+  }
+  const int32_t n_out = row;
+
+  auto run = [&]() -> Status {
+    STREAMD_CUDA_CHECK(cudaMemcpyAsync(step_dev_.get(), step_host_, L.total,
+                                       cudaMemcpyHostToDevice, stream_));
+    BlockPool& pool = *seqs[0].cache->pool();
+    if (decode && options_.use_graphs) {
+      const GraphKey key{pool.layer_data(0), pool.layout().num_blocks, pool.layout().block_size,
+                         n, n_splits, keys_per_split};
+      auto it = graphs_.find(key);
+      if (it == graphs_.end()) {
+        STREAMD_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+        const Status enqueued = Enqueue(n, n_out, true, 0, n_splits, keys_per_split, pool);
+        cudaGraph_t graph = nullptr;
+        const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+        if (!enqueued.ok() || ended != cudaSuccess) {
+          if (graph != nullptr) (void)cudaGraphDestroy(graph);
+          STREAMD_RETURN_IF_ERROR(enqueued);
+          STREAMD_CUDA_CHECK(ended);
+        }
+        cudaGraphExec_t exec = nullptr;
+        const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+        (void)cudaGraphDestroy(graph);
+        STREAMD_CUDA_CHECK(made);
+        if (graphs_.size() >= kMaxGraphs) DropGraphs();
+        it = graphs_.emplace(key, exec).first;
+        ++graphs_captured_;
+      }
+      STREAMD_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+    } else {
+      STREAMD_RETURN_IF_ERROR(Enqueue(n, n_out, decode, n_tiles, n_splits, keys_per_split, pool));
+    }
+    if (next_tokens != nullptr) {
+      STREAMD_CUDA_CHECK(kc::ArgmaxRows(logits_.get<float>(), n_out, config_.vocab_size,
+                                        ids_.get<int32_t>(), stream_));
+      STREAMD_CUDA_CHECK(cudaMemcpyAsync(next_tokens, ids_.get(), static_cast<size_t>(n_out) * 4,
+                                         cudaMemcpyDeviceToHost, stream_));
+    } else {
+      STREAMD_CUDA_CHECK(cudaMemcpyAsync(logits, logits_.get(),
+                                         static_cast<size_t>(n_out) * config_.vocab_size * 4,
+                                         cudaMemcpyDeviceToHost, stream_));
+    }
+    STREAMD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return OkStatus();
+  };
+  if (Status s = run(); !s.ok()) {
+    (void)cudaStreamSynchronize(stream_);  // nothing of this step may still be running
+    return Fail(s);
+  }
+  for (const SequenceInput& s : seqs) s.cache->Commit(s.n_tokens);
+  return OkStatus();
+}
+
+}  // namespace streamd::cuda

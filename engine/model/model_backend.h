@@ -1,0 +1,93 @@
+// ModelBackend: what the engine needs from a model, whatever runs it. The CPU backend
+// (LlamaModel) and the CUDA backend (engine/cuda/CudaModel) implement it; the Engine, the
+// bench and the server see only this interface (engine/backend/backend.h picks one).
+//
+// Contract of Forward, shared by every backend: sequence k's tokens are the next
+// seqs[k].n_tokens entries of `tokens`, appended to its cache at positions
+// cache->tokens_seen() ...; every cache lives in the same pool, made by CreatePool of this
+// backend; logits rows (host memory, f32) are written in batch order: for each sequence its
+// last token's row (kLast) or one row per token (kAll), [rows, vocab]. On error nothing is
+// committed to any cache and the status says why (bad input, or a device fault).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/cache/block_pool.h"
+#include "engine/cache/session_cache.h"
+#include "engine/model/llama_config.h"
+#include "engine/util/status.h"
+
+namespace streamd {
+
+enum class LogitsMode {
+  kLast,  // logits of the sequence's last token: [vocab]
+  kAll,   // logits of every token: [n_tokens, vocab]
+};
+
+// One session's part of a batch: its next n_tokens tokens, appended to its cache.
+struct SequenceInput {
+  SessionCache* cache = nullptr;
+  int32_t n_tokens = 0;
+  LogitsMode logits = LogitsMode::kLast;
+};
+
+class ModelBackend {
+ public:
+  virtual ~ModelBackend() = default;
+
+  virtual const LlamaConfig& config() const = 0;
+  // "cpu" or "cuda", for logs and bench output.
+  virtual std::string_view backend_name() const = 0;
+  // A one-line description of where the model runs (CPU ISA, or GPU name and memory).
+  virtual std::string device_description() const = 0;
+  // Bytes of weights one decode step reads (as stored by this backend).
+  virtual uint64_t weight_bytes() const = 0;
+  // CPU worker threads; backends that do not use them ignore it.
+  virtual void set_threads(int32_t n) = 0;
+
+  // The KV pool this backend's Forward reads and writes: host memory for the CPU, device
+  // memory for CUDA. Errors name the budget and the memory available.
+  virtual StatusOr<std::unique_ptr<BlockPool>> CreatePool(const KvShape& shape,
+                                                          int32_t block_size,
+                                                          int64_t budget_bytes) = 0;
+  // A pool budget of `fraction` (0, 1] of the memory available now where the pool would live
+  // (host MemAvailable for the CPU, free device memory for CUDA).
+  virtual StatusOr<int64_t> PoolBudgetFromFraction(double fraction) const = 0;
+
+  // Runs one batch (see the contract above).
+  virtual Status Forward(std::span<const int32_t> tokens, std::span<const SequenceInput> seqs,
+                         float* logits) = 0;
+  // Runs one batch like Forward but returns, for each logits row, the first index of its
+  // largest logit ([rows] ids) instead of the row: a greedy decode step. Backends that can
+  // pick on the device copy back ids instead of rows of vocab floats (64 sessions x 128256
+  // logits are 33 MB per step).
+  virtual Status ForwardGreedy(std::span<const int32_t> tokens,
+                               std::span<const SequenceInput> seqs, int32_t* next_tokens) {
+    size_t rows = 0;
+    for (const SequenceInput& s : seqs) {
+      rows += s.logits == LogitsMode::kAll ? static_cast<size_t>(s.n_tokens) : 1;
+    }
+    const size_t vocab = static_cast<size_t>(config().vocab_size);
+    std::vector<float> logits(rows * vocab);
+    if (Status s = Forward(tokens, seqs, logits.data()); !s.ok()) return s;
+    for (size_t r = 0; r < rows; ++r) {
+      const float* row = &logits[r * vocab];
+      next_tokens[r] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+    }
+    return OkStatus();
+  }
+  // One sequence.
+  Status Forward(std::span<const int32_t> tokens, SessionCache& cache, LogitsMode mode,
+                 float* logits) {
+    const SequenceInput seq{&cache, static_cast<int32_t>(tokens.size()), mode};
+    return Forward(tokens, std::span<const SequenceInput>(&seq, 1), logits);
+  }
+};
+
+}  // namespace streamd

@@ -1,0 +1,52 @@
+// Small device helpers shared by the .cu files of kernels/cuda (not part of the API).
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace streamd::kernels::cuda {
+
+inline constexpr unsigned kFullMask = 0xffffffffu;
+
+__device__ __forceinline__ float WarpSum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float WarpMax(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
+// Sum over the `kWidth` lanes (a power of two <= 32) of each aligned lane group.
+template <int kWidth>
+__device__ __forceinline__ float GroupSum(float v) {
+#pragma unroll
+  for (int o = kWidth / 2; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+
+__host__ __device__ __forceinline__ const __half* AsHalf(const uint16_t* p) {
+  return reinterpret_cast<const __half*>(p);
+}
+__host__ __device__ __forceinline__ __half* AsHalf(uint16_t* p) { return reinterpret_cast<__half*>(p); }
+
+// Eight f16 values (16 bytes, one vector load) to floats.
+__device__ __forceinline__ void LoadHalf8(const __half* p, float* out) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const __half2* h = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(h[i]);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+
+inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace streamd::kernels::cuda
