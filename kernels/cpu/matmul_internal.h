@@ -54,6 +54,9 @@ float DotF32Avx2(const float* a, const float* b, int64_t n);
 float DotF32F16Avx2(const float* a, const uint16_t* b, int64_t n);
 void AxpyF32Avx2(float alpha, const float* x, float* y, int64_t n);
 void AxpyF16Avx2(float alpha, const uint16_t* x, float* y, int64_t n);
+void DotRowsF16Avx2(const float* q, const uint16_t* k, int64_t n_rows, int64_t hd, float scale,
+                    float* out);
+void AxpyRowsF16Avx2(const float* w, const uint16_t* v, int64_t n_rows, int64_t hd, float* y);
 void FloatToHalfRowAvx2(const float* x, uint16_t* out, int64_t n);
 void HalfToFloatRowAvx2(const uint16_t* x, float* out, int64_t n);
 

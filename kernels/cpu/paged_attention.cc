@@ -43,7 +43,8 @@ void PagedAttentionHead(const KvPoolLayout& layout, const uint16_t* layer_kv,
   float* s = scratch;
   auto score = [&](const float* q) {
     return [&, q](const uint16_t* k, const uint16_t*, int64_t run) {
-      for (int64_t i = 0; i < run; ++i) *s++ = DotF32F16(q, k + i * hd, hd) * scale;
+      DotRowsF16(q, k, run, hd, scale, s);  // a run's keys are contiguous rows of a block
+      s += run;
     };
   };
   if (n_sinks > 0) ForEachRun(layout, layer_kv, table, kv_head, 0, n_sinks - 1, score(q_sink));
@@ -58,11 +59,13 @@ void PagedAttentionHead(const KvPoolLayout& layout, const uint16_t* layer_kv,
   }
   const float inv = static_cast<float>(1.0 / sum);
 
-  // Pass 2: out = sum_j p_j V_j, in the same key order.
+  // Pass 2: out = sum_j p_j V_j, in the same key order (probabilities normalised first).
+  for (int64_t i = 0; i < n_keys; ++i) scratch[i] *= inv;
   std::fill(out, out + hd, 0.0f);
   const float* w = scratch;
   auto accumulate = [&](const uint16_t*, const uint16_t* v, int64_t run) {
-    for (int64_t i = 0; i < run; ++i) AxpyF16(*w++ * inv, v + i * hd, out, hd);
+    AxpyRowsF16(w, v, run, hd, out);
+    w += run;
   };
   if (n_sinks > 0) ForEachRun(layout, layer_kv, table, kv_head, 0, n_sinks - 1, accumulate);
   if (w_start <= p) ForEachRun(layout, layer_kv, table, kv_head, w_start, p, accumulate);

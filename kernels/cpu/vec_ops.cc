@@ -45,6 +45,17 @@ void AxpyF16(float alpha, const uint16_t* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * HalfToFloat(x[i]);
 }
 
+void DotRowsF16(const float* q, const uint16_t* k, int64_t n_rows, int64_t hd, float scale,
+                float* out) {
+  if (UseAvx2()) return internal::DotRowsF16Avx2(q, k, n_rows, hd, scale, out);
+  for (int64_t r = 0; r < n_rows; ++r) out[r] = DotF32F16(q, k + r * hd, hd) * scale;
+}
+
+void AxpyRowsF16(const float* w, const uint16_t* v, int64_t n_rows, int64_t hd, float* y) {
+  if (UseAvx2()) return internal::AxpyRowsF16Avx2(w, v, n_rows, hd, y);
+  for (int64_t r = 0; r < n_rows; ++r) AxpyF16(w[r], v + r * hd, y, hd);
+}
+
 void FloatToHalfRow(const float* x, uint16_t* out, int64_t n) {
   if (UseAvx2()) return internal::FloatToHalfRowAvx2(x, out, n);
   for (int64_t i = 0; i < n; ++i) out[i] = FloatToHalf(x[i]);

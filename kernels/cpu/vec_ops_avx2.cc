@@ -106,6 +106,59 @@ void AxpyF16Avx2(float alpha, const uint16_t* x, float* y, int64_t n) {
   }
 }
 
+void DotRowsF16Avx2(const float* q, const uint16_t* k, int64_t n_rows, int64_t hd, float scale,
+                    float* out) {
+  if (hd % 8 != 0) {
+    for (int64_t r = 0; r < n_rows; ++r) out[r] = DotF32F16Avx2(q, k + r * hd, hd) * scale;
+    return;
+  }
+  // Four rows at a time: four independent accumulators, each query vector loaded once.
+  int64_t r = 0;
+  for (; r + 4 <= n_rows; r += 4) {
+    const uint16_t* k0 = k + r * hd;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    for (int64_t i = 0; i < hd; i += 8) {
+      const __m256 qv = _mm256_loadu_ps(q + i);
+      for (int j = 0; j < 4; ++j) acc[j] = _mm256_fmadd_ps(qv, LoadHalf8(k0 + j * hd + i), acc[j]);
+    }
+    for (int j = 0; j < 4; ++j) out[r + j] = HorizontalSum(acc[j]) * scale;
+  }
+  for (; r < n_rows; ++r) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < hd; i += 8) {
+      acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), LoadHalf8(k + r * hd + i), acc);
+    }
+    out[r] = HorizontalSum(acc) * scale;
+  }
+}
+
+void AxpyRowsF16Avx2(const float* w, const uint16_t* v, int64_t n_rows, int64_t hd, float* y) {
+  if (hd % 8 != 0) {
+    for (int64_t r = 0; r < n_rows; ++r) AxpyF16Avx2(w[r], v + r * hd, y, hd);
+    return;
+  }
+  // 32 outputs at a time stay in registers over all rows (then 8 at a time for the rest).
+  int64_t c = 0;
+  for (; c + 32 <= hd; c += 32) {
+    __m256 acc[4];
+    for (int j = 0; j < 4; ++j) acc[j] = _mm256_loadu_ps(y + c + 8 * j);
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const __m256 wv = _mm256_set1_ps(w[r]);
+      const uint16_t* vr = v + r * hd + c;
+      for (int j = 0; j < 4; ++j) acc[j] = _mm256_fmadd_ps(wv, LoadHalf8(vr + 8 * j), acc[j]);
+    }
+    for (int j = 0; j < 4; ++j) _mm256_storeu_ps(y + c + 8 * j, acc[j]);
+  }
+  for (; c < hd; c += 8) {
+    __m256 acc = _mm256_loadu_ps(y + c);
+    for (int64_t r = 0; r < n_rows; ++r) {
+      acc = _mm256_fmadd_ps(_mm256_set1_ps(w[r]), LoadHalf8(v + r * hd + c), acc);
+    }
+    _mm256_storeu_ps(y + c, acc);
+  }
+}
+
 void FloatToHalfRowAvx2(const float* x, uint16_t* out, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {

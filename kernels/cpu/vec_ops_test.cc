@@ -190,6 +190,49 @@ TEST(VecOpsTest, AxpyMatchesDoubleLoops) {
   }
 }
 
+// The row forms attention uses on a run of keys: every row count (the 4-row groups and the
+// rest) and head sizes with and without a 32-wide part and with a non-multiple-of-8 size.
+TEST(VecOpsTest, RowFormsMatchDoubleLoops) {
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(IsaName(isa));
+    ScopedIsa scoped(isa);
+    for (int64_t hd : {8, 40, 64, 128, 12}) {
+      for (int64_t rows : {1, 3, 4, 7, 16}) {
+        SCOPED_TRACE(::testing::Message() << "hd " << hd << " rows " << rows);
+        const std::vector<float> q = RandomFloats(hd, rng), w = RandomFloats(rows, rng);
+        const std::vector<uint16_t> kv = RandomHalves(rows * hd, rng);
+        const float scale = 0.125f;
+        std::vector<float> dots(rows + 1, 7.0f);
+        DotRowsF16(q.data(), kv.data(), rows, hd, scale, dots.data());
+        EXPECT_EQ(dots[rows], 7.0f);  // untouched past n_rows
+        for (int64_t r = 0; r < rows; ++r) {
+          double want = 0, want_abs = 0;
+          for (int64_t i = 0; i < hd; ++i) {
+            want += double{q[i]} * HalfValue(kv[r * hd + i]);
+            want_abs += std::fabs(double{q[i]} * HalfValue(kv[r * hd + i]));
+          }
+          EXPECT_NEAR(dots[r], scale * want, 1e-5 * scale * want_abs + 1e-30) << "row " << r;
+        }
+        const std::vector<float> y0 = RandomFloats(hd + 1, rng);
+        std::vector<float> y = y0;
+        AxpyRowsF16(w.data(), kv.data(), rows, hd, y.data());
+        EXPECT_EQ(y[hd], y0[hd]);
+        for (int64_t i = 0; i < hd; ++i) {
+          double want = y0[i], want_abs = std::fabs(y0[i]);
+          for (int64_t r = 0; r < rows; ++r) {
+            want += double{w[r]} * HalfValue(kv[r * hd + i]);
+            want_abs += std::fabs(double{w[r]} * HalfValue(kv[r * hd + i]));
+          }
+          EXPECT_NEAR(y[i], want, 1e-5 * want_abs + 1e-30) << "element " << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(VecOpsTest, NanPropagates) {
   for (Isa isa : SupportedIsas()) {
     SCOPED_TRACE(IsaName(isa));
