@@ -99,26 +99,13 @@ struct RunResult {
 };
 
 // Every figure of a run by name, in the order of the JSON; the medians walk this list.
-std::vector<std::pair<const char*, double*>> Fields(RunResult& r) {
-  LoadMetrics& m = r.load;
-  return {{"decode_tokens_per_s", &m.decode_tokens_per_s},
-          {"steady_decode_tokens_per_s", &m.steady_decode_tokens_per_s},
-          {"decode_tokens", &m.decode_tokens},
-          {"decode_wall_s", &m.decode_wall_s},
-          {"session_decode_tokens_per_s_p50", &m.session_decode_tokens_per_s_p50},
-          {"output_tokens_per_s", &m.output_tokens_per_s},
-          {"prompt_tokens_per_s", &m.prompt_tokens_per_s},
-          {"total_wall_s", &m.total_wall_s},
-          {"ttft_ms_p50", &m.ttft_ms.p50},
-          {"ttft_ms_p90", &m.ttft_ms.p90},
-          {"ttft_ms_p99", &m.ttft_ms.p99},
-          {"itl_ms_p50", &m.itl_ms.p50},
-          {"itl_ms_p90", &m.itl_ms.p90},
-          {"itl_ms_p99", &m.itl_ms.p99},
-          {"steps", &r.steps},
-          {"step_ms", &r.step_ms},
-          {"tokens_per_step", &r.tokens_per_step},
-          {"cpu_s", &r.cpu_s}};
+std::vector<NamedFigure> Fields(RunResult& r) {
+  std::vector<NamedFigure> fields = Figures(r.load);
+  fields.insert(fields.end(), {{"steps", &r.steps},
+                                 {"step_ms", &r.step_ms},
+                                 {"tokens_per_step", &r.tokens_per_step},
+                                 {"cpu_s", &r.cpu_s}});
+  return fields;
 }
 
 nlohmann::json ToJson(RunResult r) {
@@ -128,14 +115,7 @@ nlohmann::json ToJson(RunResult r) {
 }
 
 RunResult MedianRun(std::vector<RunResult> runs) {
-  RunResult m;
-  auto fields = Fields(m);
-  for (size_t k = 0; k < fields.size(); ++k) {
-    std::vector<double> values;
-    for (RunResult& r : runs) values.push_back(*Fields(r)[k].second);
-    *fields[k].second = Median(values);
-  }
-  return m;
+  return MedianOfRuns(std::move(runs), [](RunResult& r) { return Fields(r); });
 }
 
 // One closed-loop run: opens `prompts.size()` sessions, starts them together, waits for all.

@@ -120,37 +120,9 @@ void LlamaModel::ReserveWorkspace(int64_t n, int64_t max_keys) {
 
 Status LlamaModel::ValidateBatch(std::span<const int32_t> tokens,
                                  std::span<const SequenceInput> seqs) const {
-  if (tokens.empty() || seqs.empty()) return InvalidArgumentError("forward: the batch is empty");
-  int64_t total = 0;
-  for (size_t s = 0; s < seqs.size(); ++s) {
-    if (seqs[s].cache == nullptr || seqs[s].n_tokens < 1) {
-      return InvalidArgumentError("forward: sequence " + std::to_string(s) +
-                                  " has no cache or no tokens");
-    }
-    if (seqs[s].cache->pool() != seqs[0].cache->pool()) {
-      return InvalidArgumentError("forward: sequences from different KV pools in one batch");
-    }
-    if (!seqs[s].cache->pool()->host_accessible()) {
-      return InvalidArgumentError("forward: the CPU backend cannot use a KV pool in device memory");
-    }
-    if (seqs[s].n_tokens > seqs[s].cache->spec().max_chunk) {
-      return InvalidArgumentError("forward: sequence " + std::to_string(s) + " appends " +
-                                  std::to_string(seqs[s].n_tokens) +
-                                  " tokens, over its cache's chunk limit of " +
-                                  std::to_string(seqs[s].cache->spec().max_chunk));
-    }
-    total += seqs[s].n_tokens;
-  }
-  if (total != static_cast<int64_t>(tokens.size())) {
-    return InvalidArgumentError("forward: sequences hold " + std::to_string(total) +
-                                " tokens, the batch " + std::to_string(tokens.size()));
-  }
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {
-      return InvalidArgumentError("token id " + std::to_string(tokens[i]) + " at index " +
-                                  std::to_string(i) + " is outside the vocabulary [0, " +
-                                  std::to_string(config_.vocab_size) + ")");
-    }
+  STREAMD_RETURN_IF_ERROR(streamd::ValidateBatch(tokens, seqs, config_.vocab_size));
+  if (!seqs[0].cache->pool()->host_accessible()) {
+    return InvalidArgumentError("forward: the CPU backend cannot use a KV pool in device memory");
   }
   return OkStatus();
 }

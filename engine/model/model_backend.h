@@ -37,6 +37,12 @@ struct SequenceInput {
   LogitsMode logits = LogitsMode::kLast;
 };
 
+// The checks of the Forward contract every backend shares: a non-empty batch, every sequence
+// with a cache and >= 1 token within its cache's chunk limit, one pool for all, counts that add
+// up, token ids inside [0, vocab_size). Backends then check that the pool is one of theirs.
+Status ValidateBatch(std::span<const int32_t> tokens, std::span<const SequenceInput> seqs,
+                     int32_t vocab_size);
+
 class ModelBackend {
  public:
   virtual ~ModelBackend() = default;

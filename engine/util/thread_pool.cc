@@ -45,15 +45,16 @@ ThreadPool::~ThreadPool() {
   for (std::thread& w : workers_) w.join();
 }
 
-void ThreadPool::ParallelFor(int64_t n_tasks, const TaskFn& fn) {
+void ThreadPool::Run(int64_t n_tasks, void* fn, Trampoline call) {
   if (n_tasks <= 0) return;
   if (n_tasks == 1 || workers_.empty()) {
-    for (int64_t t = 0; t < n_tasks; ++t) fn(t, 0);
+    for (int64_t t = 0; t < n_tasks; ++t) call(fn, t, 0);
     return;
   }
   if (static_cast<uint64_t>(n_tasks) > kFieldMask) std::abort();  // far beyond any forward pass
   Job job;
-  job.fn = &fn;
+  job.fn = fn;
+  job.call = call;
   job_.store(&job, std::memory_order_relaxed);
   const uint64_t gen = (GenOf(state_.load(std::memory_order_relaxed)) + 1) & 0xffff;
   state_.store(Pack(gen, static_cast<uint64_t>(n_tasks), 0), std::memory_order_seq_cst);
@@ -78,7 +79,7 @@ void ThreadPool::RunTasks(int thread) {
       continue;  // s was reloaded
     }
     Job* job = job_.load(std::memory_order_relaxed);  // ordered by the acquire above
-    (*job->fn)(NextOf(s), thread);
+    job->call(job->fn, NextOf(s), thread);
     job->done.fetch_add(1, std::memory_order_acq_rel);  // the last access to *job
     s = state_.load(std::memory_order_acquire);
   }

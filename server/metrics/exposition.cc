@@ -29,44 +29,32 @@ std::string FormatValue(double value) {
   return std::string(buf, r.ptr);
 }
 
-std::string EscapeLabelValue(std::string_view value) {
+namespace {
+
+// The text format escapes backslash and newline in HELP text, and also the double quote in
+// label values.
+std::string Escape(std::string_view text, bool quotes) {
   std::string out;
-  out.reserve(value.size());
-  for (const char c : value) {
-    switch (c) {
-      case '\\':
-        out += "\\\\";
-        break;
-      case '"':
-        out += "\\\"";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      default:
-        out += c;
+  out.reserve(text.size());
+  for (const char c : text) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '"' && quotes) {
+      out += "\\\"";
+    } else {
+      out += c;
     }
   }
   return out;
 }
 
-std::string EscapeHelp(std::string_view help) {
-  std::string out;
-  out.reserve(help.size());
-  for (const char c : help) {
-    switch (c) {
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
+}  // namespace
+
+std::string EscapeLabelValue(std::string_view value) { return Escape(value, /*quotes=*/true); }
+
+std::string EscapeHelp(std::string_view help) { return Escape(help, /*quotes=*/false); }
 
 void AppendTextFormat(const FamilySnapshot& family, std::string* out) {
   *out += "# HELP ";

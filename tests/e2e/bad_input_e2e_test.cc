@@ -6,27 +6,19 @@
 #include <atomic>
 #include <thread>
 
-#include "tests/e2e/daemon_process.h"
 #include "tests/e2e/e2e_util.h"
+#include "tests/e2e/shared_daemon_test.h"
 
 namespace streamd::e2e {
 namespace {
 
-class BadInputE2eTest : public ::testing::Test {
+class BadInputE2eTest : public SharedDaemonTest {
  protected:
-  static void SetUpTestSuite() { daemon_ = DaemonProcess::Start(kSharedServerFlags).release(); }
-  static void TearDownTestSuite() {
-    if (daemon_ != nullptr) {
-      daemon_->Terminate();
-      EXPECT_EQ(daemon_->Wait(std::chrono::seconds(60)), 0) << daemon_->Stderr();
-    }
-    delete daemon_;
-    daemon_ = nullptr;
-  }
 
   // A session generating in the background for the whole test: it must not notice.
   void SetUp() override {
-    ASSERT_NE(daemon_, nullptr) << "the daemon did not start";
+    SharedDaemonTest::SetUp();
+    if (HasFatalFailure()) return;
     bystander_ = std::thread([this] {
       RawStream s(daemon_->Channel());
       if (!s.Open() || s.Append(TextMsg("Once upon a time").append())) return;
@@ -69,13 +61,11 @@ class BadInputE2eTest : public ::testing::Test {
     EXPECT_EQ(ReadGeneration(s).ids.size(), 2u);
   }
 
-  static DaemonProcess* daemon_;
   std::thread bystander_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> bystander_failed_{false};
   std::atomic<int> bystander_generations_{0};
 };
-DaemonProcess* BadInputE2eTest::daemon_ = nullptr;
 
 TEST_F(BadInputE2eTest, UnknownSessionIsNotFound) {
   RawStream s(daemon_->Channel());

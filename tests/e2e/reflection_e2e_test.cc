@@ -13,6 +13,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "reflection_client.grpc.pb.h"
 #include "tests/e2e/daemon_process.h"
+#include "tests/e2e/shared_daemon_test.h"
 #include "tests/e2e/e2e_util.h"
 
 namespace streamd::e2e {
@@ -79,17 +80,7 @@ HealthAnswer CheckHealth(DaemonProcess& d, const std::string& service) {
 }
 
 // One daemon for the read-only checks.
-class ReflectionE2eTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { daemon_ = DaemonProcess::Start(kSharedServerFlags).release(); }
-  static void TearDownTestSuite() {
-    delete daemon_;
-    daemon_ = nullptr;
-  }
-  void SetUp() override { ASSERT_NE(daemon_, nullptr); }
-  static DaemonProcess* daemon_;
-};
-DaemonProcess* ReflectionE2eTest::daemon_ = nullptr;
+class ReflectionE2eTest : public SharedDaemonTest {};
 
 TEST_F(ReflectionE2eTest, ListsStreamdHealthAndReflection) {
   const std::vector<std::string> names = ListServices(*daemon_);

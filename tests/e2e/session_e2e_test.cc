@@ -5,29 +5,16 @@
 
 #include <thread>
 
-#include "tests/e2e/daemon_process.h"
 #include "tests/e2e/e2e_util.h"
+#include "tests/e2e/shared_daemon_test.h"
 
 namespace streamd::e2e {
 namespace {
 
-class SessionE2eTest : public ::testing::Test {
+class SessionE2eTest : public SharedDaemonTest {
  protected:
-  static void SetUpTestSuite() { daemon_ = DaemonProcess::Start(kSharedServerFlags).release(); }
-  static void TearDownTestSuite() {
-    if (daemon_ != nullptr) {
-      daemon_->Terminate();
-      EXPECT_EQ(daemon_->Wait(std::chrono::seconds(60)), 0) << daemon_->Stderr();
-    }
-    delete daemon_;
-    daemon_ = nullptr;
-  }
-  void SetUp() override { ASSERT_NE(daemon_, nullptr) << "the daemon did not start"; }
   static std::shared_ptr<grpc::Channel> Channel() { return daemon_->Channel(); }
-
-  static DaemonProcess* daemon_;
 };
-DaemonProcess* SessionE2eTest::daemon_ = nullptr;
 
 constexpr char kQuestion[] = "What is the capital of France?";
 

@@ -226,23 +226,10 @@ StatusOr<RunFigures> RunOnce(const Options& o, const std::vector<int32_t>& promp
   return figures;
 }
 
-std::vector<std::pair<const char*, double*>> Fields(RunFigures& r) {
-  LoadMetrics& m = r.load;
-  return {{"decode_tokens_per_s", &m.decode_tokens_per_s},
-          {"decode_tokens", &m.decode_tokens},
-          {"decode_wall_s", &m.decode_wall_s},
-          {"session_decode_tokens_per_s_p50", &m.session_decode_tokens_per_s_p50},
-          {"output_tokens_per_s", &m.output_tokens_per_s},
-          {"prompt_tokens_per_s", &m.prompt_tokens_per_s},
-          {"total_wall_s", &m.total_wall_s},
-          {"ttft_ms_p50", &m.ttft_ms.p50},
-          {"ttft_ms_p90", &m.ttft_ms.p90},
-          {"ttft_ms_p99", &m.ttft_ms.p99},
-          {"itl_ms_p50", &m.itl_ms.p50},
-          {"itl_ms_p90", &m.itl_ms.p90},
-          {"itl_ms_p99", &m.itl_ms.p99},
-          {"client_cpu_s", &r.client_cpu_s},
-          {"server_cpu_s", &r.server_cpu_s}};
+std::vector<NamedFigure> Fields(RunFigures& r) {
+  std::vector<NamedFigure> fields = Figures(r.load);
+  fields.insert(fields.end(), {{"client_cpu_s", &r.client_cpu_s}, {"server_cpu_s", &r.server_cpu_s}});
+  return fields;
 }
 
 nlohmann::json ToJson(RunFigures m) {
@@ -252,14 +239,7 @@ nlohmann::json ToJson(RunFigures m) {
 }
 
 RunFigures MedianOf(std::vector<RunFigures> runs) {
-  RunFigures m;
-  auto fields = Fields(m);
-  for (size_t k = 0; k < fields.size(); ++k) {
-    std::vector<double> values;
-    for (RunFigures& r : runs) values.push_back(*Fields(r)[k].second);
-    *fields[k].second = Median(values);
-  }
-  return m;
+  return MedianOfRuns(std::move(runs), [](RunFigures& r) { return Fields(r); });
 }
 
 StatusOr<std::vector<int32_t>> ReadPrompt(const std::string& path, int64_t count) {

@@ -19,6 +19,23 @@ double Median(std::vector<double> values) {
   return values.size() % 2 ? values[m] : 0.5 * (values[m - 1] + values[m]);
 }
 
+std::vector<NamedFigure> Figures(LoadMetrics& m) {
+  return {{"decode_tokens_per_s", &m.decode_tokens_per_s},
+          {"steady_decode_tokens_per_s", &m.steady_decode_tokens_per_s},
+          {"decode_tokens", &m.decode_tokens},
+          {"decode_wall_s", &m.decode_wall_s},
+          {"session_decode_tokens_per_s_p50", &m.session_decode_tokens_per_s_p50},
+          {"output_tokens_per_s", &m.output_tokens_per_s},
+          {"prompt_tokens_per_s", &m.prompt_tokens_per_s},
+          {"total_wall_s", &m.total_wall_s},
+          {"ttft_ms_p50", &m.ttft_ms.p50},
+          {"ttft_ms_p90", &m.ttft_ms.p90},
+          {"ttft_ms_p99", &m.ttft_ms.p99},
+          {"itl_ms_p50", &m.itl_ms.p50},
+          {"itl_ms_p90", &m.itl_ms.p90},
+          {"itl_ms_p99", &m.itl_ms.p99}};
+}
+
 StatusOr<LoadMetrics> ComputeLoadMetrics(const std::vector<std::vector<double>>& token_s,
                                          int64_t prompt_tokens_total) {
   if (token_s.empty()) return InvalidArgumentError("load metrics: no sessions");

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "engine/util/status.h"
@@ -46,8 +47,26 @@ struct LoadMetrics {
 StatusOr<LoadMetrics> ComputeLoadMetrics(const std::vector<std::vector<double>>& token_s,
                                          int64_t prompt_tokens_total);
 
+// Every figure of m by its JSON name, in a fixed order (the benches add their own after these).
+using NamedFigure = std::pair<const char*, double*>;
+std::vector<NamedFigure> Figures(LoadMetrics& m);
+
 // Nearest-rank percentile of a non-empty vector (any order).
 double Percentile(std::vector<double> values, double p);
 double Median(std::vector<double> values);  // 0 for an empty vector
+
+// A run whose every figure is the median of that figure over runs; figures(run) lists a run's
+// figures (std::vector<NamedFigure>) in the same order for every run.
+template <class Run, class FiguresFn>
+Run MedianOfRuns(std::vector<Run> runs, FiguresFn figures) {
+  Run m{};
+  auto out = figures(m);
+  for (size_t k = 0; k < out.size(); ++k) {
+    std::vector<double> values;
+    for (Run& r : runs) values.push_back(*figures(r)[k].second);
+    *out[k].second = Median(values);
+  }
+  return m;
+}
 
 }  // namespace streamd::tools
