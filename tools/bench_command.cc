@@ -56,6 +56,21 @@ StatusOr<std::vector<int64_t>> ParseCountList(const std::string& flag, const std
   return out;
 }
 
+// --isa: a level this CPU has, by its IsaName.
+Status ForceIsaByName(const std::string& name) {
+  using kernels::cpu::Isa;
+  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512Vnni, Isa::kAmx}) {
+    if (name != kernels::cpu::IsaName(isa)) continue;
+    if (!kernels::cpu::IsaSupported(isa)) {
+      return FailedPreconditionError("--isa: this CPU (or OS) cannot run " + name);
+    }
+    kernels::cpu::ForceIsa(isa);
+    return OkStatus();
+  }
+  return InvalidArgumentError("--isa: \"" + name +
+                              "\" is not one of portable, avx2, avx-vnni, avx512-vnni, amx-int8");
+}
+
 }  // namespace
 
 int BenchCommand(int argc, char** argv) {
@@ -65,7 +80,7 @@ int BenchCommand(int argc, char** argv) {
   std::string sessions_text;
   int64_t sinks = 4, window = 0, max_batch_tokens = 512, decode_steps = 0;
   std::string backend = "cpu", synthetic;
-  std::string reference_gbps_text;
+  std::string reference_gbps_text, isa_name;
   bool json = false;
   FlagParser flags(
       "streamd bench [--model PATH] [--threads 1,2] [--prompt-tokens P] [--gen-tokens G] "
@@ -77,7 +92,8 @@ int BenchCommand(int argc, char** argv) {
       "              [--reference-gbps G] [--json]\n"
       "  (one batched decode step of N sessions with full windows, median of K; no prefill)\n"
       "Every form takes --backend cpu|cuda|auto (default cpu) and --synthetic smollm2|llama3-8b\n"
-      "(random weights of that shape instead of --model; made on the device for cuda).\n"
+      "(random weights of that shape instead of --model; made on the device for cuda), and\n"
+      "--isa to run the CPU backend at a lower instruction-set level (side-by-side comparisons).\n"
       "Single-stream prefill and decode tokens/s (median of R runs) for each thread count.\n" +
       std::string(kSessionsBenchDefinitions));
   flags.String("model", &model_path, "GGUF model file");
@@ -101,8 +117,14 @@ int BenchCommand(int argc, char** argv) {
             "--sessions: time K decode steps of full-window sessions (no prefill)");
   flags.String("reference-gbps", &reference_gbps_text,
                "--decode-steps: bandwidth (GB/s) the step's bytes are compared with");
+  flags.String("isa", &isa_name,
+               "CPU instruction-set level: portable, avx2, avx-vnni, avx512-vnni or amx-int8 "
+               "(default: the best this CPU has)");
   if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(s);
   if (flags.help_requested()) return PrintHelp(flags);
+  if (!isa_name.empty()) {
+    if (Status s = ForceIsaByName(isa_name); !s.ok()) return Fail(s);
+  }
   double reference_gbps = 0.0;
   if (!reference_gbps_text.empty()) {
     char* end = nullptr;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/vec_ops.h"
+
 namespace streamd {
 
 void RmsNorm(const float* x, const float* weight, float eps, int64_t n, float* out) {
@@ -12,12 +14,7 @@ void RmsNorm(const float* x, const float* weight, float eps, int64_t n, float* o
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
 }
 
-void SiluMulInPlace(float* gate, const float* up, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
-}
+void SiluMulInPlace(float* gate, const float* up, int64_t n) { kernels::cpu::SiluMul(gate, up, n); }
 
 void AddInPlace(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];

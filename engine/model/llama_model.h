@@ -84,7 +84,7 @@ class LlamaModel : public ModelBackend {
     std::vector<float> x, xb, q, q_sink, k, v, attn, proj, gate, up;
     std::vector<float> rope_cos, rope_sin, sink_cos, sink_sin;  // [n_tokens, head_dim / 2]
     std::vector<uint8_t> xq;
-    std::vector<float> scores;  // [threads, max keys one query sees]
+    std::vector<float> scores;  // [threads, query heads per KV head, max keys one query sees]
     // Per token of the batch: its sequence, text position, and whether its sink rotation
     // differs from its window rotation (only after eviction starts).
     std::vector<int32_t> seq_of;

@@ -5,10 +5,35 @@
 // ZMM state too.
 #include <atomic>
 
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "kernels/cpu/matmul.h"
 
 namespace streamd::kernels::cpu {
 namespace {
+
+bool Avx512Vnni(bool avx2) {
+  return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+}
+
+// Linux hands out the 8 KiB tile data state only to processes that ask for it (5.16+); without
+// it the first tile instruction faults. Asked once; the answer holds for every thread.
+bool AmxPermitted() {
+#if defined(__linux__) && defined(__x86_64__)
+  static const bool permitted = [] {
+    constexpr int kArchReqXcompPerm = 0x1023;
+    constexpr int kXfeatureXtileData = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtileData) == 0;
+  }();
+  return permitted;
+#else
+  return false;
+#endif
+}
 
 std::atomic<Isa>& ActiveIsaSlot() {
   static std::atomic<Isa> isa{DetectIsa()};
@@ -31,15 +56,17 @@ bool IsaSupported(Isa isa) {
     case Isa::kAvxVnni:
       return avx2 && __builtin_cpu_supports("avxvnni");
     case Isa::kAvx512Vnni:
-      return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+      return Avx512Vnni(avx2);
+    case Isa::kAmx:
+      return Avx512Vnni(avx2) && __builtin_cpu_supports("amx-tile") &&
+             __builtin_cpu_supports("amx-int8") && AmxPermitted();
   }
 #endif
   return false;
 }
 
 Isa DetectIsa() {
-  for (Isa isa : {Isa::kAvx512Vnni, Isa::kAvxVnni, Isa::kAvx2}) {
+  for (Isa isa : {Isa::kAmx, Isa::kAvx512Vnni, Isa::kAvxVnni, Isa::kAvx2}) {
     if (IsaSupported(isa)) return isa;
   }
   return Isa::kPortable;
@@ -63,6 +90,8 @@ const char* IsaName(Isa isa) {
       return "avx-vnni";
     case Isa::kAvx512Vnni:
       return "avx512-vnni";
+    case Isa::kAmx:
+      return "amx-int8";
   }
   return "unknown";
 }

@@ -29,9 +29,10 @@ enum class WeightType { kF32, kF16, kBF16, kQ4_0, kQ4_1, kQ8_0 };
 
 // Levels, ordered by preference. Each runs the kAvx2 code except for the quantized products:
 // kAvxVnni does their i16 multiply-accumulates with AVX-VNNI (vpdpwssd, VEX), kAvx512Vnni with
-// AVX-512 VNNI (EVEX; 16 tokens per zmm register for batches). A CPU may have AVX-512 VNNI
+// AVX-512 VNNI (EVEX; 16 tokens per zmm register for batches), kAmx batches of 6+ tokens on AMX
+// tile multiplies (bit-identical to kAvx512Vnni, which it includes). A CPU may have AVX-512 VNNI
 // without AVX-VNNI (Cascade Lake, Ice Lake), so a level does not imply the one below it.
-enum class Isa { kPortable, kAvx2, kAvxVnni, kAvx512Vnni };
+enum class Isa { kPortable, kAvx2, kAvxVnni, kAvx512Vnni, kAmx };
 // Whether this CPU (and OS) can run a level.
 bool IsaSupported(Isa isa);
 // Best ISA this CPU supports.

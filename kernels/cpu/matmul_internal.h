@@ -23,6 +23,11 @@
 
 namespace streamd::kernels::cpu::internal {
 
+// Blocks per pass of the multi-token kernels: bounds their stack tables (GroupFactors: 16 KiB).
+// Their f32 sums restart at each chunk and are then added to the output, so every level that
+// is to give the same bits (AVX2 and AVX-512 for whole chunks of 16 tokens, AMX) uses this one.
+inline constexpr int64_t kBlockChunk = 32;
+
 // Quantizes one row x: [k] (k % 32 == 0) into out: [k/32].
 void QuantizeRowQ16_1Portable(const float* x, int64_t k, BlockQ16_1* out);
 void QuantizeRowQ16_1Avx2(const float* x, int64_t k, BlockQ16_1* out);
@@ -40,6 +45,9 @@ void MatMulQuantAvxVnni(WeightType type, const uint8_t* w, size_t w_row_bytes, i
 void MatMulQuantAvx512Vnni(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
                            const BlockQ16_1* xq, int64_t n_tokens, float* out, int64_t ldo,
                            int64_t row_begin, int64_t row_end);
+void MatMulQuantAmx(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
+                    const BlockQ16_1* xq, int64_t n_tokens, float* out, int64_t ldo,
+                    int64_t row_begin, int64_t row_end);
 
 // Float weights (F32, F16, BF16) times xq: [n_tokens, k] f32.
 void MatMulFloatPortable(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
@@ -54,10 +62,22 @@ float DotF32Avx2(const float* a, const float* b, int64_t n);
 float DotF32F16Avx2(const float* a, const uint16_t* b, int64_t n);
 void AxpyF32Avx2(float alpha, const float* x, float* y, int64_t n);
 void AxpyF16Avx2(float alpha, const uint16_t* x, float* y, int64_t n);
-void DotRowsF16Avx2(const float* q, const uint16_t* k, int64_t n_rows, int64_t hd, float scale,
-                    float* out);
-void AxpyRowsF16Avx2(const float* w, const uint16_t* v, int64_t n_rows, int64_t hd, float* y);
+void DotRowsF16Avx2(const float* q, int64_t n_q, const uint16_t* k, int64_t n_rows, int64_t hd,
+                    float scale, float* out, int64_t ldo);
+void AxpyRowsF16Avx2(const float* w, int64_t ldw, int64_t n_q, const uint16_t* v, int64_t n_rows,
+                     int64_t hd, float* y);
+float MaxF32Avx2(const float* x, int64_t n);
+float ExpShiftedSumAvx2(float* x, int64_t n, float shift);
+void SiluMulAvx2(float* gate, const float* up, int64_t n);
 void FloatToHalfRowAvx2(const float* x, uint16_t* out, int64_t n);
 void HalfToFloatRowAvx2(const uint16_t* x, float* out, int64_t n);
+// vec_ops.h, AVX-512 versions of the attention rows and softmax helpers (vec_ops_avx512.cc).
+void DotRowsF16Avx512(const float* q, int64_t n_q, const uint16_t* k, int64_t n_rows, int64_t hd,
+                      float scale, float* out, int64_t ldo);
+void AxpyRowsF16Avx512(const float* w, int64_t ldw, int64_t n_q, const uint16_t* v,
+                       int64_t n_rows, int64_t hd, float* y);
+float MaxF32Avx512(const float* x, int64_t n);
+float ExpShiftedSumAvx512(float* x, int64_t n, float shift);
+void SiluMulAvx512(float* gate, const float* up, int64_t n);
 
 }  // namespace streamd::kernels::cpu::internal

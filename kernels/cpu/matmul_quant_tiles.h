@@ -18,8 +18,6 @@ namespace {
 
 // Tokens per pass over the rows, so a chunk of activations stays in L1/L2.
 constexpr int64_t kTokenChunk = 64;
-// Blocks per pass of the multi-token tiles: bounds their stack tables (GroupFactors: 16 KiB).
-constexpr int64_t kBlockChunk = 32;
 // TileQuad: rows x groups of 4 tokens per tile (measured: 3 x 2 best of 7 shapes, 1x4 to 4x1).
 constexpr int kQuadRows = 3;
 constexpr int kQuadGroups = 2;

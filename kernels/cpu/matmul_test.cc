@@ -282,7 +282,7 @@ TEST_P(MatMulTest, MatchesReferenceOnAwkwardShapes) {
         const std::vector<float> x = RandomActivations(n, k, ldx, rng);
         const Reference ref = ComputeReference(wt, x.data(), ldx, n);
         std::vector<uint8_t> xq;
-        std::vector<float> portable, avx2;
+        std::vector<float> portable, avx2, avx512;
         for (Isa isa : SupportedIsas()) {
           SCOPED_TRACE(IsaName(isa));
           ScopedIsa scoped(isa);
@@ -333,6 +333,12 @@ TEST_P(MatMulTest, MatchesReferenceOnAwkwardShapes) {
             // One token, and whole chunks of 16 tokens: the AVX2 level's f32 operations, in
             // its order (partial chunks are padded here, tiled there).
             EXPECT_EQ(std::memcmp(out.data(), avx2.data(), out.size() * sizeof(float)), 0);
+          }
+          if (isa == Isa::kAvx512Vnni) avx512 = out;
+          if (isa == Isa::kAmx) {
+            // Same integer block sums, same f32 operations and order, same token split.
+            ASSERT_FALSE(avx512.empty());
+            EXPECT_EQ(std::memcmp(out.data(), avx512.data(), out.size() * sizeof(float)), 0);
           }
         }
       }
@@ -427,6 +433,64 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
                            return std::string(TypeName(param.param));
                          });
 
+// AMX rebuilds each 16-bit activation from a signed high and an unsigned low byte: the values
+// where that split carries or borrows (+-255, +-256, -1, the extremes) with the largest weights,
+// so the block sums reach their bounds. Bit-identical to the AVX-512 VNNI level, and within the
+// error bound of the exact product.
+TEST(AmxTest, ByteSplitIsExactAtTheExtremes) {
+  if (!IsaSupported(Isa::kAmx)) GTEST_SKIP() << "this CPU (or OS) has no AMX-INT8";
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  for (WeightType type : {WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ8_0}) {
+    SCOPED_TRACE(TypeName(type));
+    const int64_t k = 1536, rows = 48, n = 29;  // two block chunks; 16 + 13 tokens
+    Weights wt = RandomWeights(type, rows, k, rng);
+    // Every quant at its largest magnitude in half the rows (4-bit 15; Q8_0 127 or -128).
+    const size_t block_bytes = wt.row_bytes / (k / kQuantBlock);
+    const size_t header = type == WeightType::kQ4_1 ? 4 : 2;
+    const size_t quants = type == WeightType::kQ8_0 ? kQuantBlock : kQuantBlock / 2;
+    std::vector<float> decoded(k);
+    for (int64_t r = 0; r < rows; r += 2) {
+      uint8_t* row = wt.data.data() + r * wt.row_bytes;
+      for (int64_t b = 0; b < k / kQuantBlock; ++b) {
+        const int fill = type == WeightType::kQ8_0 ? (r % 4 ? 0x7f : 0x80) : 0xff;
+        std::memset(row + b * block_bytes + header, fill, quants);
+      }
+      DequantizeRow(type, row, k, decoded.data());
+      std::copy(decoded.begin(), decoded.end(), wt.w.begin() + r * k);
+    }
+    // One value per block at the block's maximum sets the scale to 1 (q = +-32767); the others
+    // hit the byte boundaries.
+    const float edges[] = {-32767, -256, -255, -129, -128, -1, 0, 1, 127, 128, 255, 256, 32767};
+    std::uniform_int_distribution<size_t> pick(0, std::size(edges) - 1);
+    std::vector<float> x(n * k);
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t i = 0; i < k; ++i) {
+        x[t * k + i] = i % kQuantBlock == 0 ? (t % 2 ? -32767.0f : 32767.0f) : edges[pick(rng)];
+      }
+    }
+    std::vector<float> want, got;
+    {
+      ScopedIsa scoped(Isa::kAvx512Vnni);
+      want = RunProduct(wt, Prepare(type, x, k, k, n).data(), n, rows);
+    }
+    {
+      ScopedIsa scoped(Isa::kAmx);
+      ASSERT_EQ(ActiveIsa(), Isa::kAmx);
+      got = RunProduct(wt, Prepare(type, x, k, k, n).data(), n, rows);
+    }
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+    const Reference ref = ComputeReference(wt, x.data(), k, n);
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t r = 0; r < rows; ++r) {
+        ASSERT_LE(std::fabs(got[t * rows + r] - ref.out[t * rows + r]), ref.bound[t * rows + r])
+            << "t=" << t << " r=" << r;
+      }
+    }
+  }
+}
+
 TEST(ActivationQuantTest, BlocksRoundTripWithinHalfAStep) {
   const uint64_t seed = TestSeed();
   SCOPED_TRACE(SeedTrace(seed));
@@ -492,7 +556,7 @@ TEST(ActivationQuantTest, TiesExtremesAndTinyBlocks) {
 TEST(IsaTest, ForceStepsDownToASupportedLevel) {
   ForceIsa(Isa::kPortable);
   EXPECT_EQ(ActiveIsa(), Isa::kPortable);
-  for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512Vnni}) {
+  for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512Vnni, Isa::kAmx}) {
     ForceIsa(isa);
     EXPECT_TRUE(IsaSupported(ActiveIsa())) << IsaName(isa);
     EXPECT_LE(static_cast<int>(ActiveIsa()), static_cast<int>(isa)) << IsaName(isa);

@@ -1,74 +1,124 @@
 #include "kernels/cpu/paged_attention.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "kernels/cpu/vec_ops.h"
 
 namespace streamd::kernels::cpu {
 namespace {
 
-// Calls fn(key_ptr, value_ptr, n) for runs of consecutive slots covering text positions
-// [first, last], one run per block touched.
-template <typename Fn>
-void ForEachRun(const KvPoolLayout& layout, const uint16_t* layer_kv,
-                const SinkWindowTable& table, int32_t kv_head, int64_t first, int64_t last,
-                Fn&& fn) {
-  int64_t t = first;
-  while (t <= last) {
+// One run of consecutive slots of a block: `n` keys' K and V rows ([n, head_dim] each).
+struct Run {
+  const uint16_t* k;
+  const uint16_t* v;
+  int64_t n;
+  bool sink;  // scored with q_sink
+};
+
+// The visible keys of the query at position p in score order (the sinks 0 .. VisibleSinks(p) - 1,
+// then the window WindowStart(p) .. p), as runs: one per block touched, a run also stopping at
+// the sink/window boundary (a different table).
+class KeyRuns {
+ public:
+  KeyRuns(const KvPoolLayout& layout, const uint16_t* layer_kv, const SinkWindowTable& table,
+          int32_t kv_head, int64_t p)
+      : layout_(layout),
+        layer_kv_(layer_kv),
+        table_(table),
+        kv_head_(kv_head),
+        n_sinks_(table.VisibleSinks(p)),
+        w_start_(table.WindowStart(p)),
+        p_(p),
+        t_(n_sinks_ > 0 ? 0 : w_start_) {}
+
+  bool Next(Run* run) {
+    if (t_ > p_) return false;
     int32_t block, slot;
-    table.Locate(t, &block, &slot);
-    // A run stops at the block's end, and at the sink/window boundary (a different table).
-    int64_t run = std::min<int64_t>(layout.block_size - slot, last - t + 1);
-    if (t < table.sinks) run = std::min<int64_t>(run, table.sinks - t);
-    const uint16_t* k = layer_kv + layout.Offset(block, 0, kv_head, slot);
-    const uint16_t* v = layer_kv + layout.Offset(block, 1, kv_head, slot);
-    fn(k, v, run);
-    t += run;
+    table_.Locate(t_, &block, &slot);
+    const bool sink = t_ < n_sinks_;
+    const int64_t last = sink ? n_sinks_ - 1 : p_;
+    const int64_t n = std::min<int64_t>(layout_.block_size - slot, last - t_ + 1);
+    *run = {layer_kv_ + layout_.Offset(block, 0, kv_head_, slot),
+            layer_kv_ + layout_.Offset(block, 1, kv_head_, slot), n, sink};
+    t_ += n;
+    if (t_ == n_sinks_) t_ = w_start_;
+    return true;
   }
+
+ private:
+  const KvPoolLayout& layout_;
+  const uint16_t* layer_kv_;
+  const SinkWindowTable& table_;
+  int32_t kv_head_;
+  int64_t n_sinks_, w_start_, p_;
+  int64_t t_;  // next text position
+};
+
+// Asks for the cache lines of `n` contiguous halves.
+void Prefetch(const uint16_t* rows, int64_t n) {
+  const char* begin = reinterpret_cast<const char*>(rows);
+  const char* end = reinterpret_cast<const char*>(rows + n);
+  for (const char* c = begin; c < end; c += 64) __builtin_prefetch(c, 0, 3);
 }
 
+// Runs of keys the score pass asks for ahead of the one it scores. Measured on the decode
+// bench's attention alone (16 sessions x 30 layers of SmolLM2, window 192, one thread, 72 MB of
+// K and V per step, 4 KiB pages): 7.3 ms per step without prefetches, 6.0 with 2 runs ahead and
+// this run's V; 1 or 4 runs ahead, V further ahead, or only the first 4 lines of each run (for
+// the hardware prefetcher to follow) were no better.
+constexpr int kPrefetchRuns = 2;
+
 }  // namespace
+
+void PagedAttentionGroup(const KvPoolLayout& layout, const uint16_t* layer_kv,
+                         const SinkWindowTable& table, int64_t p, int32_t kv_head, int32_t n_q,
+                         const float* q_window, const float* q_sink, float scale, float* scratch,
+                         float* out) {
+  const int32_t hd = layout.head_dim;
+  const int64_t n_keys = table.VisibleSinks(p) + (p - table.WindowStart(p) + 1);
+
+  // Pass 1: scores, scratch [n_q, n_keys]: per query the sinks first, then the window. A run's
+  // keys are contiguous rows of a block; each block is a separate stretch of memory (2 KiB of K
+  // for one head at B = 16, hd = 64) too short for the hardware prefetcher to pick up, so the K
+  // rows kPrefetchRuns runs ahead and this run's V rows (for pass 2) are asked for explicitly.
+  KeyRuns ahead(layout, layer_kv, table, kv_head, p);
+  Run a;
+  for (int i = 0; i < kPrefetchRuns && ahead.Next(&a); ++i) Prefetch(a.k, a.n * hd);
+  KeyRuns runs(layout, layer_kv, table, kv_head, p);
+  Run r;
+  int64_t col = 0;
+  while (runs.Next(&r)) {
+    if (ahead.Next(&a)) Prefetch(a.k, a.n * hd);
+    Prefetch(r.v, r.n * hd);
+    DotRowsF16(r.sink ? q_sink : q_window, n_q, r.k, r.n, hd, scale, scratch + col, n_keys);
+    col += r.n;
+  }
+
+  // Softmax of each query's row in place: max-subtracted, then normalised (the sum's precision
+  // is documented at ExpShiftedSum).
+  for (int32_t i = 0; i < n_q; ++i) {
+    float* s = scratch + i * n_keys;
+    const float sum = ExpShiftedSum(s, n_keys, MaxF32(s, n_keys));
+    const float inv = 1.0f / sum;
+    for (int64_t j = 0; j < n_keys; ++j) s[j] *= inv;
+  }
+
+  // Pass 2: out = sum_j p_j V_j, in the same key order.
+  std::fill(out, out + static_cast<int64_t>(n_q) * hd, 0.0f);
+  KeyRuns values(layout, layer_kv, table, kv_head, p);
+  col = 0;
+  while (values.Next(&r)) {
+    AxpyRowsF16(scratch + col, n_keys, n_q, r.v, r.n, hd, out);
+    col += r.n;
+  }
+}
 
 void PagedAttentionHead(const KvPoolLayout& layout, const uint16_t* layer_kv,
                         const SinkWindowTable& table, int64_t p, int32_t kv_head,
                         const float* q_window, const float* q_sink, float scale, float* scratch,
                         float* out) {
-  const int32_t hd = layout.head_dim;
-  const int64_t n_sinks = table.VisibleSinks(p);
-  const int64_t w_start = table.WindowStart(p);
-  const int64_t n_keys = n_sinks + (p - w_start + 1);
-
-  // Pass 1: scores, sinks first then the window, in scratch[0 .. n_keys).
-  float* s = scratch;
-  auto score = [&](const float* q) {
-    return [&, q](const uint16_t* k, const uint16_t*, int64_t run) {
-      DotRowsF16(q, k, run, hd, scale, s);  // a run's keys are contiguous rows of a block
-      s += run;
-    };
-  };
-  if (n_sinks > 0) ForEachRun(layout, layer_kv, table, kv_head, 0, n_sinks - 1, score(q_sink));
-  if (w_start <= p) ForEachRun(layout, layer_kv, table, kv_head, w_start, p, score(q_window));
-
-  // Softmax in place (max-subtracted, f64 normaliser).
-  const float max = *std::max_element(scratch, scratch + n_keys);
-  double sum = 0.0;
-  for (int64_t i = 0; i < n_keys; ++i) {
-    scratch[i] = std::exp(scratch[i] - max);
-    sum += scratch[i];
-  }
-  const float inv = static_cast<float>(1.0 / sum);
-
-  // Pass 2: out = sum_j p_j V_j, in the same key order (probabilities normalised first).
-  for (int64_t i = 0; i < n_keys; ++i) scratch[i] *= inv;
-  std::fill(out, out + hd, 0.0f);
-  const float* w = scratch;
-  auto accumulate = [&](const uint16_t*, const uint16_t* v, int64_t run) {
-    AxpyRowsF16(w, v, run, hd, out);
-    w += run;
-  };
-  if (n_sinks > 0) ForEachRun(layout, layer_kv, table, kv_head, 0, n_sinks - 1, accumulate);
-  if (w_start <= p) ForEachRun(layout, layer_kv, table, kv_head, w_start, p, accumulate);
+  PagedAttentionGroup(layout, layer_kv, table, p, kv_head, 1, q_window, q_sink, scale, scratch,
+                      out);
 }
 
 void WriteKv(const KvPoolLayout& layout, uint16_t* layer_kv, const SinkWindowTable& table,

@@ -1,6 +1,8 @@
-// vec_ops.h: portable versions and the dispatch to vec_ops_avx2.cc (same ISA choice as
-// matmul.h, see isa.cc).
+// vec_ops.h: portable versions and the dispatch to vec_ops_avx2.cc and vec_ops_avx512.cc (same
+// ISA choice as matmul.h, see isa.cc).
 #include "kernels/cpu/vec_ops.h"
+
+#include <cmath>
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_internal.h"
@@ -10,6 +12,8 @@ namespace streamd::kernels::cpu {
 namespace {
 
 bool UseAvx2() { return ActiveIsa() != Isa::kPortable; }
+// kAvx512Vnni and every level above it (kAmx) include AVX-512 F/BW/VL.
+bool UseAvx512() { return ActiveIsa() >= Isa::kAvx512Vnni; }
 
 }  // namespace
 
@@ -45,15 +49,49 @@ void AxpyF16(float alpha, const uint16_t* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * HalfToFloat(x[i]);
 }
 
-void DotRowsF16(const float* q, const uint16_t* k, int64_t n_rows, int64_t hd, float scale,
-                float* out) {
-  if (UseAvx2()) return internal::DotRowsF16Avx2(q, k, n_rows, hd, scale, out);
-  for (int64_t r = 0; r < n_rows; ++r) out[r] = DotF32F16(q, k + r * hd, hd) * scale;
+void DotRowsF16(const float* q, int64_t n_q, const uint16_t* k, int64_t n_rows, int64_t hd,
+                float scale, float* out, int64_t ldo) {
+  if (UseAvx512()) return internal::DotRowsF16Avx512(q, n_q, k, n_rows, hd, scale, out, ldo);
+  if (UseAvx2()) return internal::DotRowsF16Avx2(q, n_q, k, n_rows, hd, scale, out, ldo);
+  for (int64_t i = 0; i < n_q; ++i) {
+    for (int64_t r = 0; r < n_rows; ++r) {
+      out[i * ldo + r] = DotF32F16(q + i * hd, k + r * hd, hd) * scale;
+    }
+  }
 }
 
-void AxpyRowsF16(const float* w, const uint16_t* v, int64_t n_rows, int64_t hd, float* y) {
-  if (UseAvx2()) return internal::AxpyRowsF16Avx2(w, v, n_rows, hd, y);
-  for (int64_t r = 0; r < n_rows; ++r) AxpyF16(w[r], v + r * hd, y, hd);
+void AxpyRowsF16(const float* w, int64_t ldw, int64_t n_q, const uint16_t* v, int64_t n_rows,
+                 int64_t hd, float* y) {
+  if (UseAvx512()) return internal::AxpyRowsF16Avx512(w, ldw, n_q, v, n_rows, hd, y);
+  if (UseAvx2()) return internal::AxpyRowsF16Avx2(w, ldw, n_q, v, n_rows, hd, y);
+  for (int64_t i = 0; i < n_q; ++i) {
+    for (int64_t r = 0; r < n_rows; ++r) AxpyF16(w[i * ldw + r], v + r * hd, y + i * hd, hd);
+  }
+}
+
+float MaxF32(const float* x, int64_t n) {
+  if (UseAvx512()) return internal::MaxF32Avx512(x, n);
+  if (UseAvx2()) return internal::MaxF32Avx2(x, n);
+  float m = x[0];
+  for (int64_t i = 1; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+float ExpShiftedSum(float* x, int64_t n, float shift) {
+  if (UseAvx512()) return internal::ExpShiftedSumAvx512(x, n, shift);
+  if (UseAvx2()) return internal::ExpShiftedSumAvx2(x, n, shift);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - shift);
+    sum += x[i];
+  }
+  return static_cast<float>(sum);
+}
+
+void SiluMul(float* gate, const float* up, int64_t n) {
+  if (UseAvx512()) return internal::SiluMulAvx512(gate, up, n);
+  if (UseAvx2()) return internal::SiluMulAvx2(gate, up, n);
+  for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
 void FloatToHalfRow(const float* x, uint16_t* out, int64_t n) {

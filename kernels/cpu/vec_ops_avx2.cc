@@ -3,6 +3,7 @@
 // stack buffer so the vector code handles them too.
 #include <immintrin.h>
 
+#include <cmath>
 #include <cstring>
 
 #include "kernels/cpu/matmul_internal.h"
@@ -15,6 +16,13 @@ float HorizontalSum(__m256 v) {
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
+}
+
+float HorizontalMax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
 }
 
 __m256 LoadHalf8(const uint16_t* p) {
@@ -106,57 +114,263 @@ void AxpyF16Avx2(float alpha, const uint16_t* x, float* y, int64_t n) {
   }
 }
 
-void DotRowsF16Avx2(const float* q, const uint16_t* k, int64_t n_rows, int64_t hd, float scale,
-                    float* out) {
-  if (hd % 8 != 0) {
-    for (int64_t r = 0; r < n_rows; ++r) out[r] = DotF32F16Avx2(q, k + r * hd, hd) * scale;
-    return;
+// ---- Attention rows (vec_ops.h: DotRowsF16, AxpyRowsF16) ----
+//
+// Scores: a tile of KR keys x QG queries keeps QG * KR <= 8 accumulators of 8 lanes; each key
+// chunk is converted once and multiplied into the QG queries' accumulators. The tile's dot
+// products are then finished together by LaneSums8 (one vector of 8 sums) instead of one
+// horizontal sum per (query, key). The tile sizes keep accumulators + QG query vectors + one key
+// in the 16 ymm registers. Runs of keys that are not a multiple of KR finish with KR/2, KR/4,
+// ... tiles.
+//
+// Accumulation: QG queries x DC chunks of 8 outputs stay in registers over all the rows; each
+// row chunk is converted once for the QG queries.
+
+namespace {
+
+template <int QG>
+constexpr int kScoreKeys = QG == 1   ? 8
+                           : QG == 2 ? 4
+                                     : 2;
+template <int QG>
+constexpr int kAccumulateChunks = QG == 1   ? 8
+                                  : QG == 2 ? 4
+                                            : 2;
+
+// Lane L of the result = the sum of the 8 lanes of acc[L % N] (lanes >= N repeat earlier ones).
+// A transposing tree: the 128-bit halves of pairs, then pairs of lanes, then single lanes, each
+// level one add per output vector on two shuffles. Feeding v[2m + k] = acc[4k + m] puts acc[L]
+// in lane L. When N < 8 the repeated inputs make whole subtrees identical and GCC keeps one copy
+// of each: N = 1, 2, 8 compile to 9, 12, 21 shuffles and adds.
+template <int N>
+[[gnu::always_inline]] inline __m256 LaneSums8(const __m256* acc) {
+  __m256 v[8];
+  for (int i = 0; i < 8; ++i) v[i] = acc[(4 * (i % 2) + i / 2) % N];
+  __m256 x[4];
+  for (int j = 0; j < 4; ++j) {
+    x[j] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * j], v[2 * j + 1], 0x20),
+                         _mm256_permute2f128_ps(v[2 * j], v[2 * j + 1], 0x31));
   }
-  // Four rows at a time: four independent accumulators, each query vector loaded once.
-  int64_t r = 0;
-  for (; r + 4 <= n_rows; r += 4) {
-    const uint16_t* k0 = k + r * hd;
-    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-                     _mm256_setzero_ps()};
-    for (int64_t i = 0; i < hd; i += 8) {
-      const __m256 qv = _mm256_loadu_ps(q + i);
-      for (int j = 0; j < 4; ++j) acc[j] = _mm256_fmadd_ps(qv, LoadHalf8(k0 + j * hd + i), acc[j]);
-    }
-    for (int j = 0; j < 4; ++j) out[r + j] = HorizontalSum(acc[j]) * scale;
+  __m256 y[2];
+  for (int j = 0; j < 2; ++j) {
+    y[j] = _mm256_add_ps(_mm256_unpacklo_ps(x[2 * j], x[2 * j + 1]),
+                         _mm256_unpackhi_ps(x[2 * j], x[2 * j + 1]));
   }
-  for (; r < n_rows; ++r) {
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < hd; i += 8) {
-      acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), LoadHalf8(k + r * hd + i), acc);
+  const __m256d a = _mm256_castps_pd(y[0]), b = _mm256_castps_pd(y[1]);
+  return _mm256_add_ps(_mm256_castpd_ps(_mm256_unpacklo_pd(a, b)),
+                       _mm256_castpd_ps(_mm256_unpackhi_pd(a, b)));
+}
+
+// out[i * ldo + r] for QG queries x KR keys (hd % 8 == 0).
+template <int QG, int KR>
+[[gnu::always_inline]] inline void ScoreTile(const float* q, const uint16_t* k, int64_t hd,
+                                             float scale, float* out, int64_t ldo) {
+  __m256 acc[QG * KR];
+  for (auto& a : acc) a = _mm256_setzero_ps();
+  for (int64_t d = 0; d < hd; d += 8) {
+    __m256 qv[QG];
+    for (int i = 0; i < QG; ++i) qv[i] = _mm256_loadu_ps(q + i * hd + d);
+    for (int r = 0; r < KR; ++r) {
+      const __m256 kv = LoadHalf8(k + r * hd + d);
+      for (int i = 0; i < QG; ++i) acc[i * KR + r] = _mm256_fmadd_ps(qv[i], kv, acc[i * KR + r]);
     }
-    out[r] = HorizontalSum(acc) * scale;
+  }
+  const __m256 sums = _mm256_mul_ps(LaneSums8<QG * KR>(acc), _mm256_set1_ps(scale));
+  if constexpr (QG * KR == 8 && QG == 1) {
+    _mm256_storeu_ps(out, sums);
+  } else {
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, sums);
+    for (int i = 0; i < QG; ++i) {
+      for (int r = 0; r < KR; ++r) out[i * ldo + r] = lanes[i * KR + r];
+    }
   }
 }
 
-void AxpyRowsF16Avx2(const float* w, const uint16_t* v, int64_t n_rows, int64_t hd, float* y) {
+template <int QG, int KR>
+void ScoreRows(const float* q, const uint16_t* k, int64_t n_rows, int64_t hd, float scale,
+               float* out, int64_t ldo) {
+  int64_t r = 0;
+  for (; r + KR <= n_rows; r += KR) ScoreTile<QG, KR>(q, k + r * hd, hd, scale, out + r, ldo);
+  if constexpr (KR > 1) {
+    if (r < n_rows) ScoreRows<QG, KR / 2>(q, k + r * hd, n_rows - r, hd, scale, out + r, ldo);
+  }
+}
+
+// y[i * hd + c] += sum_r w[i * ldw + r] * v[r * hd + c] for c < 8 * DC (v, y at the chunk).
+template <int QG, int DC>
+[[gnu::always_inline]] inline void AccumulateTile(const float* w, int64_t ldw, const uint16_t* v,
+                                                  int64_t n_rows, int64_t hd, float* y) {
+  __m256 acc[QG][DC];
+  for (int i = 0; i < QG; ++i) {
+    for (int j = 0; j < DC; ++j) acc[i][j] = _mm256_loadu_ps(y + i * hd + 8 * j);
+  }
+  for (int64_t r = 0; r < n_rows; ++r) {
+    __m256 wv[QG];
+    for (int i = 0; i < QG; ++i) wv[i] = _mm256_broadcast_ss(w + i * ldw + r);
+    for (int j = 0; j < DC; ++j) {
+      const __m256 vv = LoadHalf8(v + r * hd + 8 * j);
+      for (int i = 0; i < QG; ++i) acc[i][j] = _mm256_fmadd_ps(wv[i], vv, acc[i][j]);
+    }
+  }
+  for (int i = 0; i < QG; ++i) {
+    for (int j = 0; j < DC; ++j) _mm256_storeu_ps(y + i * hd + 8 * j, acc[i][j]);
+  }
+}
+
+// Columns [0, cols) of the rows (cols % 8 == 0), DC chunks at a time, then DC/2, ...
+template <int QG, int DC>
+void AccumulateCols(const float* w, int64_t ldw, const uint16_t* v, int64_t n_rows, int64_t hd,
+                    int64_t cols, float* y) {
+  int64_t c = 0;
+  for (; c + 8 * DC <= cols; c += 8 * DC) AccumulateTile<QG, DC>(w, ldw, v + c, n_rows, hd, y + c);
+  if constexpr (DC > 1) {
+    if (c < cols) AccumulateCols<QG, DC / 2>(w, ldw, v + c, n_rows, hd, cols - c, y + c);
+  }
+}
+
+}  // namespace
+
+void DotRowsF16Avx2(const float* q, int64_t n_q, const uint16_t* k, int64_t n_rows, int64_t hd,
+                    float scale, float* out, int64_t ldo) {
   if (hd % 8 != 0) {
-    for (int64_t r = 0; r < n_rows; ++r) AxpyF16Avx2(w[r], v + r * hd, y, hd);
+    for (int64_t i = 0; i < n_q; ++i) {
+      for (int64_t r = 0; r < n_rows; ++r) {
+        out[i * ldo + r] = DotF32F16Avx2(q + i * hd, k + r * hd, hd) * scale;
+      }
+    }
     return;
   }
-  // 32 outputs at a time stay in registers over all rows (then 8 at a time for the rest).
-  int64_t c = 0;
-  for (; c + 32 <= hd; c += 32) {
-    __m256 acc[4];
-    for (int j = 0; j < 4; ++j) acc[j] = _mm256_loadu_ps(y + c + 8 * j);
-    for (int64_t r = 0; r < n_rows; ++r) {
-      const __m256 wv = _mm256_set1_ps(w[r]);
-      const uint16_t* vr = v + r * hd + c;
-      for (int j = 0; j < 4; ++j) acc[j] = _mm256_fmadd_ps(wv, LoadHalf8(vr + 8 * j), acc[j]);
+  for (int64_t i = 0; i < n_q; i += 4) {
+    const float* qi = q + i * hd;
+    float* oi = out + i * ldo;
+    switch (n_q - i) {
+      case 1:
+        ScoreRows<1, kScoreKeys<1>>(qi, k, n_rows, hd, scale, oi, ldo);
+        break;
+      case 2:
+        ScoreRows<2, kScoreKeys<2>>(qi, k, n_rows, hd, scale, oi, ldo);
+        break;
+      case 3:
+        ScoreRows<3, kScoreKeys<3>>(qi, k, n_rows, hd, scale, oi, ldo);
+        break;
+      default:
+        ScoreRows<4, kScoreKeys<4>>(qi, k, n_rows, hd, scale, oi, ldo);
+        break;
     }
-    for (int j = 0; j < 4; ++j) _mm256_storeu_ps(y + c + 8 * j, acc[j]);
   }
-  for (; c < hd; c += 8) {
-    __m256 acc = _mm256_loadu_ps(y + c);
-    for (int64_t r = 0; r < n_rows; ++r) {
-      acc = _mm256_fmadd_ps(_mm256_set1_ps(w[r]), LoadHalf8(v + r * hd + c), acc);
+}
+
+void AxpyRowsF16Avx2(const float* w, int64_t ldw, int64_t n_q, const uint16_t* v, int64_t n_rows,
+                     int64_t hd, float* y) {
+  if (hd % 8 != 0) {
+    for (int64_t i = 0; i < n_q; ++i) {
+      for (int64_t r = 0; r < n_rows; ++r) AxpyF16Avx2(w[i * ldw + r], v + r * hd, y + i * hd, hd);
     }
-    _mm256_storeu_ps(y + c, acc);
+    return;
   }
+  for (int64_t i = 0; i < n_q; i += 4) {
+    const float* wi = w + i * ldw;
+    float* yi = y + i * hd;
+    switch (n_q - i) {
+      case 1:
+        AccumulateCols<1, kAccumulateChunks<1>>(wi, ldw, v, n_rows, hd, hd, yi);
+        break;
+      case 2:
+        AccumulateCols<2, kAccumulateChunks<2>>(wi, ldw, v, n_rows, hd, hd, yi);
+        break;
+      case 3:
+        AccumulateCols<3, kAccumulateChunks<3>>(wi, ldw, v, n_rows, hd, hd, yi);
+        break;
+      default:
+        AccumulateCols<4, kAccumulateChunks<4>>(wi, ldw, v, n_rows, hd, hd, yi);
+        break;
+    }
+  }
+}
+
+// ---- Softmax helpers ----
+
+namespace {
+
+// exp(x) for x in [kExpLow, kExpHigh] (clamped to that range, below kExpLow 0; NaN stays NaN):
+// x = n ln2 + r with n = round(x / ln2), |r| <= ln2 / 2, then 2^n (exponent bits; n in
+// [-126, 127]) times the degree-7 Taylor polynomial of exp(r), whose truncation error
+// (ln2/2)^8 / 8! = 5e-9 is far under float rounding. ln2 is split in two (the float nearest it
+// and the rest) so n * ln2 loses nothing to rounding.
+constexpr float kExpLow = -87.33654475f;  // ln(2^-126): smaller x would need n < -126
+constexpr float kExpHigh = 88.37626f;     // x / ln2 stays under 127.5, so n <= 127
+constexpr float kLog2e = 1.44269504088896341f;
+constexpr float kLn2Hi = 0.693147182464599609375f;  // float(ln2)
+constexpr float kLn2Lo = -1.904654299957768e-9f;    // ln2 - kLn2Hi
+
+__m256 Exp8(__m256 x) {
+  // Constant first: vmaxps/vminps return the second operand when one is NaN.
+  const __m256 xc =
+      _mm256_min_ps(_mm256_set1_ps(kExpHigh), _mm256_max_ps(_mm256_set1_ps(kExpLow), x));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(kLog2e)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), xc);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(1.0f / 5040);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i bits =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+  // Ordered compare: false for NaN, which keeps its NaN.
+  return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(kExpLow), _CMP_LT_OQ), e);
+}
+
+}  // namespace
+
+float MaxF32Avx2(const float* x, int64_t n) {
+  __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    m0 = _mm256_max_ps(m0, _mm256_loadu_ps(x + i));
+    m1 = _mm256_max_ps(m1, _mm256_loadu_ps(x + i + 8));
+  }
+  for (; i + 8 <= n; i += 8) m0 = _mm256_max_ps(m0, _mm256_loadu_ps(x + i));
+  float m = HorizontalMax(_mm256_max_ps(m0, m1));
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  return m;
+}
+
+float ExpShiftedSumAvx2(float* x, int64_t n, float shift) {
+  const __m256 s = _mm256_set1_ps(shift);
+  __m256 sum0 = _mm256_setzero_ps(), sum1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 e0 = Exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), s));
+    const __m256 e1 = Exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), s));
+    _mm256_storeu_ps(x + i, e0);
+    _mm256_storeu_ps(x + i + 8, e1);
+    sum0 = _mm256_add_ps(sum0, e0);
+    sum1 = _mm256_add_ps(sum1, e1);
+  }
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = Exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), s));
+    _mm256_storeu_ps(x + i, e);
+    sum0 = _mm256_add_ps(sum0, e);
+  }
+  if (i < n) {
+    float t[8];
+    LoadTail(x + i, n - i, t);
+    // Lanes past the end hold exp(0 - shift): keep them out of the sum.
+    const __m256 live = _mm256_cmp_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7),
+                                      _mm256_set1_ps(static_cast<float>(n - i)), _CMP_LT_OQ);
+    const __m256 e = _mm256_and_ps(live, Exp8(_mm256_sub_ps(_mm256_loadu_ps(t), s)));
+    _mm256_storeu_ps(t, e);
+    std::memcpy(x + i, t, static_cast<size_t>(n - i) * sizeof(float));
+    sum1 = _mm256_add_ps(sum1, e);
+  }
+  return HorizontalSum(_mm256_add_ps(sum0, sum1));
 }
 
 void FloatToHalfRowAvx2(const float* x, uint16_t* out, int64_t n) {
@@ -184,6 +398,24 @@ void HalfToFloatRowAvx2(const uint16_t* x, float* out, int64_t n) {
     LoadTail(x + i, n - i, tx);
     _mm256_storeu_ps(to, LoadHalf8(tx));
     std::memcpy(out + i, to, static_cast<size_t>(n - i) * sizeof(float));
+  }
+}
+
+void SiluMulAvx2(float* gate, const float* up, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 e = Exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    const __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, e));
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+  }
+  if (i < n) {
+    float tg[8], tu[8];
+    LoadTail(gate + i, n - i, tg);
+    LoadTail(up + i, n - i, tu);
+    SiluMulAvx2(tg, tu, 8);
+    std::memcpy(gate + i, tg, static_cast<size_t>(n - i) * sizeof(float));
   }
 }
 

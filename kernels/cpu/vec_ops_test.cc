@@ -1,11 +1,15 @@
-// vec_ops.h and the half conversions against plain double loops, per instruction-set level.
+// vec_ops.h and the half conversions against plain double loops, per instruction-set level; the
+// softmax exp against the correctly rounded exp (double, rounded once), in ulp.
 // Half conversions are checked exhaustively: all 65536 halves, and every midpoint between two
 // adjacent halves (the round-to-nearest-even cases) with its two float neighbours.
 #include "kernels/cpu/vec_ops.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -190,46 +194,185 @@ TEST(VecOpsTest, AxpyMatchesDoubleLoops) {
   }
 }
 
-// The row forms attention uses on a run of keys: every row count (the 4-row groups and the
-// rest) and head sizes with and without a 32-wide part and with a non-multiple-of-8 size.
+// The row forms attention uses on a run of keys, for a group of n_q queries sharing the rows:
+// group sizes that fill a sub-group of 4 or not (and two sub-groups), head sizes with a partial
+// 16-wide chunk (40, 24), not a multiple of 8 (12, 5), every row count up to 33 (whole key tiles
+// of 16, 8, 4, 2 and every remainder), and leading dimensions wider than the rows. Elements
+// around the outputs are checked untouched.
 TEST(VecOpsTest, RowFormsMatchDoubleLoops) {
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  constexpr float kPoison = 7.0f;
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(IsaName(isa));
+    ScopedIsa scoped(isa);
+    for (int64_t n_q : {1, 2, 3, 4, 5, 7, 8}) {
+      for (int64_t hd : {64, 128, 40, 24, 8, 12, 5}) {
+        for (int64_t rows = 1; rows <= 33; ++rows) {
+          SCOPED_TRACE(::testing::Message() << "n_q " << n_q << " hd " << hd << " rows " << rows);
+          const int64_t ld = rows + 3;
+          const std::vector<float> q = RandomFloats(n_q * hd, rng);
+          const std::vector<float> w = RandomFloats(n_q * ld, rng);
+          const std::vector<uint16_t> kv = RandomHalves(rows * hd, rng);
+          const float scale = 0.125f;
+          std::vector<float> dots(n_q * ld, kPoison);
+          DotRowsF16(q.data(), n_q, kv.data(), rows, hd, scale, dots.data(), ld);
+          for (int64_t i = 0; i < n_q; ++i) {
+            for (int64_t r = 0; r < rows; ++r) {
+              double want = 0, want_abs = 0;
+              for (int64_t d = 0; d < hd; ++d) {
+                const double t = double{q[i * hd + d]} * HalfValue(kv[r * hd + d]);
+                want += t;
+                want_abs += std::fabs(t);
+              }
+              ASSERT_NEAR(dots[i * ld + r], scale * want, 1e-5 * scale * want_abs + 1e-30)
+                  << "query " << i << " row " << r;
+            }
+            for (int64_t r = rows; r < ld; ++r) ASSERT_EQ(dots[i * ld + r], kPoison);
+          }
+
+          const std::vector<float> y0 = RandomFloats(n_q * hd + 1, rng);
+          std::vector<float> y = y0;
+          AxpyRowsF16(w.data(), ld, n_q, kv.data(), rows, hd, y.data());
+          ASSERT_EQ(y[n_q * hd], y0[n_q * hd]);
+          for (int64_t i = 0; i < n_q; ++i) {
+            for (int64_t d = 0; d < hd; ++d) {
+              double want = y0[i * hd + d], want_abs = std::fabs(want);
+              for (int64_t r = 0; r < rows; ++r) {
+                const double t = double{w[i * ld + r]} * HalfValue(kv[r * hd + d]);
+                want += t;
+                want_abs += std::fabs(t);
+              }
+              ASSERT_NEAR(y[i * hd + d], want, 1e-5 * want_abs + 1e-30)
+                  << "query " << i << " element " << d;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Distance in units in the last place between two finite floats of one sign.
+int64_t UlpDistance(float a, float b) {
+  return std::abs(static_cast<int64_t>(Bits(a)) - static_cast<int64_t>(Bits(b)));
+}
+
+// The exp of ExpShiftedSum against the correctly rounded one (double exp, rounded once), where
+// the softmax uses it (x - shift <= 0) and above.
+TEST(SoftmaxTest, ExpShiftedSumWithinTwoUlp) {
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  // Random points over the whole range, dense near 0 where softmax weights are large, and the
+  // ends of the range and of the flush to zero.
+  std::vector<float> x;
+  std::uniform_real_distribution<float> wide(-87.33f, 88.37f), near(-10.0f, 0.0f);
+  for (int i = 0; i < 100000; ++i) x.push_back(wide(rng));
+  for (int i = 0; i < 100000; ++i) x.push_back(near(rng));
+  for (float v : {0.0f, -0.0f, -1e-30f, -1e-7f, 1e-7f, -0.34657359f, 0.34657359f, -1.0f, -87.33f,
+                  -87.336f, 88.37f, std::log(2.0f) * 64}) {
+    x.push_back(v);
+  }
+  for (float v = -87.3365f; v > -87.3366f; v = std::nextafter(v, -INFINITY)) x.push_back(v);
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(IsaName(isa));
+    ScopedIsa scoped(isa);
+    std::vector<float> e = x;
+    ExpShiftedSum(e.data(), static_cast<int64_t>(e.size()), 0.0f);  // the sum overflows here
+    int64_t worst = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float want = static_cast<float>(std::exp(static_cast<double>(x[i])));
+      if (x[i] < -87.3365448f) {
+        // Under ln(2^-126): 0 on the SIMD levels, std::exp's subnormal on the portable one.
+        ASSERT_LE(e[i], 1.2e-38f) << x[i];
+        continue;
+      }
+      worst = std::max(worst, UlpDistance(e[i], want));
+      ASSERT_LE(UlpDistance(e[i], want), 2)
+          << "exp(" << x[i] << ") = " << e[i] << ", want " << want;
+    }
+    std::printf("%s: worst exp error %lld ulp\n", IsaName(isa), static_cast<long long>(worst));
+  }
+}
+
+// SwiGLU's gate against a double computation: every length (tails), gates over the whole range
+// activations reach and past where exp(-g) saturates or flushes, and NaN.
+TEST(VecOpsTest, SiluMulMatchesDouble) {
   const uint64_t seed = TestSeed();
   SCOPED_TRACE(SeedTrace(seed));
   std::mt19937_64 rng(seed);
   for (Isa isa : SupportedIsas()) {
     SCOPED_TRACE(IsaName(isa));
     ScopedIsa scoped(isa);
-    for (int64_t hd : {8, 40, 64, 128, 12}) {
-      for (int64_t rows : {1, 3, 4, 7, 16}) {
-        SCOPED_TRACE(::testing::Message() << "hd " << hd << " rows " << rows);
-        const std::vector<float> q = RandomFloats(hd, rng), w = RandomFloats(rows, rng);
-        const std::vector<uint16_t> kv = RandomHalves(rows * hd, rng);
-        const float scale = 0.125f;
-        std::vector<float> dots(rows + 1, 7.0f);
-        DotRowsF16(q.data(), kv.data(), rows, hd, scale, dots.data());
-        EXPECT_EQ(dots[rows], 7.0f);  // untouched past n_rows
-        for (int64_t r = 0; r < rows; ++r) {
-          double want = 0, want_abs = 0;
-          for (int64_t i = 0; i < hd; ++i) {
-            want += double{q[i]} * HalfValue(kv[r * hd + i]);
-            want_abs += std::fabs(double{q[i]} * HalfValue(kv[r * hd + i]));
-          }
-          EXPECT_NEAR(dots[r], scale * want, 1e-5 * scale * want_abs + 1e-30) << "row " << r;
-        }
-        const std::vector<float> y0 = RandomFloats(hd + 1, rng);
-        std::vector<float> y = y0;
-        AxpyRowsF16(w.data(), kv.data(), rows, hd, y.data());
-        EXPECT_EQ(y[hd], y0[hd]);
-        for (int64_t i = 0; i < hd; ++i) {
-          double want = y0[i], want_abs = std::fabs(y0[i]);
-          for (int64_t r = 0; r < rows; ++r) {
-            want += double{w[r]} * HalfValue(kv[r * hd + i]);
-            want_abs += std::fabs(double{w[r]} * HalfValue(kv[r * hd + i]));
-          }
-          EXPECT_NEAR(y[i], want, 1e-5 * want_abs + 1e-30) << "element " << i;
-        }
+    for (int64_t n : {1, 7, 8, 9, 15, 16, 17, 33, 576, 1536}) {
+      SCOPED_TRACE(n);
+      std::vector<float> gate = RandomFloats(n + 1, rng), up = RandomFloats(n, rng);
+      for (float& g : gate) g *= 12.0f;
+      if (n > 8) {
+        gate[0] = 90.0f;    // exp(-g) flushes to 0: silu(g) = g
+        gate[1] = -100.0f;  // exp(-g) saturates: silu(g) ~ 0
+        gate[2] = 0.0f;
+      }
+      gate[n] = 7.0f;
+      const std::vector<float> g0 = gate;
+      SiluMul(gate.data(), up.data(), n);
+      ASSERT_EQ(gate[n], 7.0f);  // past n: untouched
+      for (int64_t i = 0; i < n; ++i) {
+        const double g = g0[i];
+        const double want = g / (1.0 + std::exp(-g)) * up[i];
+        // exp within 2 ulp, then a division and a product: a few f32 roundings. Below
+        // g = -88.37 exp(-g) saturates at exp(88.37): |silu| < |g| / 2.4e38 instead of ~0.
+        ASSERT_NEAR(gate[i], want, 6e-7 * std::fabs(want) + 1e-33) << "g=" << g << " up=" << up[i];
       }
     }
+    std::vector<float> gate(20, 1.0f), up(20, 1.0f);
+    gate[13] = std::numeric_limits<float>::quiet_NaN();
+    SiluMul(gate.data(), up.data(), 20);
+    EXPECT_TRUE(std::isnan(gate[13]));
+    EXPECT_FALSE(std::isnan(gate[12]));
+  }
+}
+
+// Softmax shapes: every length with a shift (the max), against std::exp and a double sum; the
+// tails leave the elements past n alone; NaN and -inf inputs.
+TEST(SoftmaxTest, MaxAndExpShiftedSumOverLengths) {
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(IsaName(isa));
+    ScopedIsa scoped(isa);
+    for (int64_t n : {1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 64, 100, 197, 1000}) {
+      SCOPED_TRACE(n);
+      std::vector<float> s = RandomFloats(n + 1, rng);
+      for (float& v : s) v *= 8.0f;  // spread like attention scores
+      s[n] = 7.0f;
+      const float max = MaxF32(s.data(), n);
+      ASSERT_EQ(max, *std::max_element(s.begin(), s.begin() + n));
+      const std::vector<float> before = s;
+      const float sum = ExpShiftedSum(s.data(), n, max);
+      ASSERT_EQ(s[n], 7.0f);
+      double want_sum = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double want = std::exp(static_cast<double>(before[i] - max));
+        want_sum += want;
+        ASSERT_NEAR(s[i], want, 2.4e-7 * want + 1e-38) << i;
+      }
+      EXPECT_NEAR(sum, want_sum, (n / 8.0 + 4) * 0x1p-24 * want_sum);
+    }
+    std::vector<float> s(37, -1.0f);
+    s[20] = -INFINITY;
+    float sum = ExpShiftedSum(s.data(), 37, 0.0f);
+    EXPECT_EQ(s[20], 0.0f);
+    EXPECT_NEAR(sum, 36 * std::exp(-1.0), 1e-5);
+    s.assign(37, -1.0f);
+    s[35] = std::numeric_limits<float>::quiet_NaN();
+    sum = ExpShiftedSum(s.data(), 37, 0.0f);
+    EXPECT_TRUE(std::isnan(s[35]));
+    EXPECT_FALSE(std::isnan(s[34]));
+    EXPECT_TRUE(std::isnan(sum));
   }
 }
 
