@@ -22,7 +22,7 @@ bool Avx512Vnni(bool avx2) {
 
 // Linux hands out the 8 KiB tile data state only to processes that ask for it (5.16+); without
 // it the first tile instruction faults. Asked once; the answer holds for every thread.
-bool AmxPermitted() {
+[[maybe_unused]] bool AmxPermitted() {
 #if defined(__linux__) && defined(__x86_64__)
   static const bool permitted = [] {
     constexpr int kArchReqXcompPerm = 0x1023;
@@ -58,8 +58,12 @@ bool IsaSupported(Isa isa) {
     case Isa::kAvx512Vnni:
       return Avx512Vnni(avx2);
     case Isa::kAmx:
+#if defined(STREAMD_NO_AMX)
+      return false;  // built by a compiler without AMX intrinsics (CMakeLists.txt)
+#else
       return Avx512Vnni(avx2) && __builtin_cpu_supports("amx-tile") &&
              __builtin_cpu_supports("amx-int8") && AmxPermitted();
+#endif
   }
 #endif
   return false;

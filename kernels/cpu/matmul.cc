@@ -90,10 +90,14 @@ void MatMulRows(WeightType type, const void* w, size_t w_row_bytes, int64_t k, c
   const bool avx2 = ActiveIsa() != Isa::kPortable;
   if (IsQuantized(type)) {
     const auto* x_blocks = static_cast<const BlockQ16_1*>(xq);
+#if !defined(STREAMD_NO_AMX)
     if (ActiveIsa() == Isa::kAmx) {
       internal::MatMulQuantAmx(type, w_bytes, w_row_bytes, k, x_blocks, n_tokens, out, ldo,
                                row_begin, row_end);
-    } else if (ActiveIsa() == Isa::kAvx512Vnni) {
+      return;
+    }
+#endif
+    if (ActiveIsa() == Isa::kAvx512Vnni) {
       internal::MatMulQuantAvx512Vnni(type, w_bytes, w_row_bytes, k, x_blocks, n_tokens, out, ldo,
                                       row_begin, row_end);
     } else if (ActiveIsa() == Isa::kAvxVnni) {
