@@ -25,8 +25,6 @@
 // after the run-time check in isa.cc.
 #include <immintrin.h>
 
-#include <type_traits>
-
 #include "kernels/cpu/matmul_quant_kernels.h"
 
 namespace streamd::kernels::cpu::internal {
@@ -92,7 +90,7 @@ inline void RowScales(const uint8_t* block, float* dw, float* ow) {
   std::memcpy(&d, block, sizeof d);
   std::memcpy(&m, block + 2, sizeof m);
   *dw = _cvtsh_ss(d);
-  if constexpr (std::is_same_v<F, Q4_1Format>) {
+  if constexpr (F::kOffsetIsMin) {
     *ow = _cvtsh_ss(m);
   } else {
     *ow = *dw;  // Q4_0: dw * (-8 sx); Q8_0: no offset term

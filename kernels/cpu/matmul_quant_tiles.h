@@ -40,11 +40,12 @@ inline __m256i Fold4(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
 
 // ---- Weight formats ---------------------------------------------------------------------------
 // Widen: the block's quants as WeightI16. Scales: LoadScalePairs lanes -> [dw, ow] per row.
-// TokenFactors: [dx, sx] -> [dx, os]; Os: sx -> os. kOffset: whether the ow * os term exists.
+// TokenFactors: [dx, sx] -> [dx, os]; Os: sx -> os. kOffset: whether the ow * os term exists;
+// kOffsetIsMin: whether ow is the block's second f16 (m), else dw.
 
 struct Q4_1Format {
   using Block = BlockQ4_1;
-  static constexpr bool kOffset = true;
+  static constexpr bool kOffset = true, kOffsetIsMin = true;
   static WeightI16 Widen(const Block* b) { return UnpackNibbles(b->qs); }
   static __m256 Scales(__m256 pairs) { return pairs; }  // [dw, mw]
   static __m256 TokenFactors(__m256 ds) { return ds; }  // [dx, sx]
@@ -53,7 +54,7 @@ struct Q4_1Format {
 
 struct Q4_0Format {
   using Block = BlockQ4_0;
-  static constexpr bool kOffset = true;
+  static constexpr bool kOffset = true, kOffsetIsMin = false;
   static WeightI16 Widen(const Block* b) { return UnpackNibbles(b->qs); }
   static __m256 Scales(__m256 pairs) { return _mm256_moveldup_ps(pairs); }  // [dw, dw]
   static __m256 TokenFactors(__m256 ds) {                                   // [dx, -8 sx]
@@ -64,7 +65,7 @@ struct Q4_0Format {
 
 struct Q8_0Format {
   using Block = BlockQ8_0;
-  static constexpr bool kOffset = false;
+  static constexpr bool kOffset = false, kOffsetIsMin = false;
   static WeightI16 Widen(const Block* b) { return WidenBytes(b->qs); }
   static __m256 Scales(__m256 pairs) { return _mm256_moveldup_ps(pairs); }  // [dw, dw]
   static __m256 TokenFactors(__m256 ds) {                                   // [dx, 0]
