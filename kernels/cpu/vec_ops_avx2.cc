@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu/exp_poly.h"
 #include "kernels/cpu/matmul_internal.h"
 
 namespace streamd::kernels::cpu::internal {
@@ -293,38 +294,22 @@ void AxpyRowsF16Avx2(const float* w, int64_t ldw, int64_t n_q, const uint16_t* v
 
 namespace {
 
-// exp(x) for x in [kExpLow, kExpHigh] (clamped to that range, below kExpLow 0; NaN stays NaN):
-// x = n ln2 + r with n = round(x / ln2), |r| <= ln2 / 2, then 2^n (exponent bits; n in
-// [-126, 127]) times the degree-7 Taylor polynomial of exp(r), whose truncation error
-// (ln2/2)^8 / 8! = 5e-9 is far under float rounding. ln2 is split in two (the float nearest it
-// and the rest) so n * ln2 loses nothing to rounding.
-constexpr float kExpLow = -87.33654475f;  // ln(2^-126): smaller x would need n < -126
-constexpr float kExpHigh = 88.37626f;     // x / ln2 stays under 127.5, so n <= 127
-constexpr float kLog2e = 1.44269504088896341f;
-constexpr float kLn2Hi = 0.693147182464599609375f;  // float(ln2)
-constexpr float kLn2Lo = -1.904654299957768e-9f;    // ln2 - kLn2Hi
-
+// exp of 8 lanes (exp_poly.h); 2^n through the exponent bits.
 __m256 Exp8(__m256 x) {
+  using namespace exp_poly;
   // Constant first: vmaxps/vminps return the second operand when one is NaN.
-  const __m256 xc =
-      _mm256_min_ps(_mm256_set1_ps(kExpHigh), _mm256_max_ps(_mm256_set1_ps(kExpLow), x));
+  const __m256 xc = _mm256_min_ps(_mm256_set1_ps(kHigh), _mm256_max_ps(_mm256_set1_ps(kLow), x));
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(kLog2e)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), xc);
   r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
-  __m256 p = _mm256_set1_ps(1.0f / 5040);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  __m256 p = _mm256_set1_ps(kTaylor[0]);
+  for (int i = 1; i < 8; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kTaylor[i]));
   const __m256i bits =
       _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   const __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
   // Ordered compare: false for NaN, which keeps its NaN.
-  return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(kExpLow), _CMP_LT_OQ), e);
+  return _mm256_andnot_ps(_mm256_cmp_ps(x, _mm256_set1_ps(kLow), _CMP_LT_OQ), e);
 }
 
 }  // namespace

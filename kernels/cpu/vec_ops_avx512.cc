@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cpu/exp_poly.h"
 #include "kernels/cpu/matmul_internal.h"
 
 namespace streamd::kernels::cpu::internal {
@@ -187,33 +188,21 @@ void AccumulateCols(const float* w, int64_t ldw, const uint16_t* v, int64_t n_ro
   }
 }
 
-// ---- Softmax helpers: the exp of vec_ops_avx2.cc (same constants, same bits), 16 lanes ----
-
-constexpr float kExpLow = -87.33654475f;  // ln(2^-126): smaller x would need n < -126
-constexpr float kExpHigh = 88.37626f;     // x / ln2 stays under 127.5, so n <= 127
-constexpr float kLog2e = 1.44269504088896341f;
-constexpr float kLn2Hi = 0.693147182464599609375f;  // float(ln2)
-constexpr float kLn2Lo = -1.904654299957768e-9f;    // ln2 - kLn2Hi
+// ---- Softmax helpers: the exp of vec_ops_avx2.cc (exp_poly.h: same constants, same bits) ----
 
 __m512 Exp16(__m512 x) {
+  using namespace exp_poly;
   // Constant first: vmaxps/vminps return the second operand when one is NaN.
-  const __m512 xc =
-      _mm512_min_ps(_mm512_set1_ps(kExpHigh), _mm512_max_ps(_mm512_set1_ps(kExpLow), x));
+  const __m512 xc = _mm512_min_ps(_mm512_set1_ps(kHigh), _mm512_max_ps(_mm512_set1_ps(kLow), x));
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(kLog2e)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), xc);
   r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
-  __m512 p = _mm512_set1_ps(1.0f / 5040);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  __m512 p = _mm512_set1_ps(kTaylor[0]);
+  for (int i = 1; i < 8; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kTaylor[i]));
   // p * 2^n in one instruction (n in [-126, 127]: the same single rounding as the AVX2 file's
-  // multiply by 2^n), zero where x < kExpLow (an ordered compare: false for NaN).
-  const __mmask16 low = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kExpLow), _CMP_LT_OQ);
+  // multiply by 2^n), zero where x < kLow (an ordered compare: false for NaN).
+  const __mmask16 low = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kLow), _CMP_LT_OQ);
   return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~low), p, n);
 }
 
