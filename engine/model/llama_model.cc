@@ -13,13 +13,20 @@ namespace {
 
 using kernels::cpu::WeightType;
 
-// Rows per work item of a parallel product. A multiple of every kernel's row tile (6 rows at
-// the AVX-512 level, 3 and 4 at AVX2), so no work item ends in a slow single-row tail; large
-// enough that a batched kernel packs its activations once per 96 rows. Measured with
-// `streamd bench --sessions 1,16 --threads 2` (decode tok/s): 32 rows 210 / 509, 48 rows
-// 235 / 592, 96 rows 279 / 659, 144 rows 289 / 711: fewer, longer tasks also mean fewer claims
-// and longer prefetch streams. 96 keeps six or more tasks per matrix for load balance.
-constexpr int64_t kRowChunk = 96;
+// Rows per work item of a parallel product: about a matrix's rows / (2 threads), so every
+// thread gets two items of it, in multiples of kRowQuantum (a multiple of every kernel's row
+// tile: 16 at the AMX level, 6 at AVX-512, 3 and 4 at AVX2, so no item ends in a slow tail),
+// between kMinRowChunk and kMaxRowChunk (the head's 49152 rows still make 64 items, so a thread
+// the OS takes away holds up little). Long items are long prefetch streams: each kernel fetches
+// the rows after the ones it computes, and a thread's next item used to start cold. Measured
+// with `streamd bench --sessions 1,16 --decode-steps 30 --threads 2 --window 192` (step ms,
+// three alternations): fixed 96 rows 4.1-4.4 / 24.0-25.9, fixed 384 3.7-6.0 / 21.8-23.9, this
+// with a cap of 768 3.56-3.8 / 20.7-21.5 (1536: the same; 4096: 1 session 3.86-3.97); one thread
+// unchanged. (Earlier, fixed sizes of 32, 48, 96 and 144 rows gave 210, 235, 279 and 289 tok/s
+// for one session.)
+constexpr int64_t kRowQuantum = 48;
+constexpr int64_t kMinRowChunk = 96;
+constexpr int64_t kMaxRowChunk = 768;
 
 // One matrix product of a fused group: out[t * ldo + r] = W[r] . x[t].
 struct Product {
@@ -28,7 +35,16 @@ struct Product {
   int64_t ldo;
 };
 
-int64_t Chunks(const WeightMatrix& w) { return (w.rows + kRowChunk - 1) / kRowChunk; }
+int64_t RowChunk(const WeightMatrix& w, int threads) {
+  // E.g. at 2 threads: SmolLM2's 576-row matrices 144 rows, 192-row ones 96, 1536-row ones 384.
+  const int64_t per = (w.rows + 2 * threads - 1) / (2 * threads);
+  const int64_t rounded = (per + kRowQuantum - 1) / kRowQuantum * kRowQuantum;
+  return std::clamp(rounded, kMinRowChunk, kMaxRowChunk);
+}
+int64_t Chunks(const WeightMatrix& w, int threads) {
+  const int64_t c = RowChunk(w, threads);
+  return (w.rows + c - 1) / c;
+}
 
 // Quantizes x once per weight type and runs the products of `group` (which share the input
 // x: [n, k]) as one pool of row chunks. produce(t) runs first for each token t, in the task
@@ -56,14 +72,16 @@ void FusedMatMul(ThreadPool& pool, const Product (&group)[N], const float* x, in
     }
   });
   int64_t total = 0;
-  for (size_t i = 0; i < N; ++i) total += Chunks(*group[i].w);
+  const int threads = pool.threads();
+  for (size_t i = 0; i < N; ++i) total += Chunks(*group[i].w, threads);
   pool.ParallelFor(total, [&](int64_t c, int) {
     size_t i = 0;
     int64_t first = c;
-    while (first >= Chunks(*group[i].w)) first -= Chunks(*group[i++].w);
+    while (first >= Chunks(*group[i].w, threads)) first -= Chunks(*group[i++].w, threads);
     const WeightMatrix& w = *group[i].w;
-    const int64_t r0 = first * kRowChunk;
-    const int64_t r1 = std::min(w.rows, r0 + kRowChunk);
+    const int64_t rows = RowChunk(w, threads);
+    const int64_t r0 = first * rows;
+    const int64_t r1 = std::min(w.rows, r0 + rows);
     kernels::cpu::MatMulRows(w.type, w.data, w.row_bytes, w.cols,
                              xq_base + slot_of[i] * xq_stride, n, group[i].out, group[i].ldo, r0,
                              r1);
