@@ -56,10 +56,19 @@ StatusOr<std::vector<int64_t>> ParseCountList(const std::string& flag, const std
   return out;
 }
 
+// "portable, avx2, ...": every level's IsaName.
+std::string IsaNames() {
+  std::string names;
+  for (kernels::cpu::Isa isa : kernels::cpu::kAllIsas) {
+    names += (names.empty() ? "" : ", ") + std::string(kernels::cpu::IsaName(isa));
+  }
+  return names;
+}
+
 // --isa: a level this CPU has, by its IsaName.
 Status ForceIsaByName(const std::string& name) {
   using kernels::cpu::Isa;
-  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512Vnni, Isa::kAmx}) {
+  for (Isa isa : kernels::cpu::kAllIsas) {
     if (name != kernels::cpu::IsaName(isa)) continue;
     if (!kernels::cpu::IsaSupported(isa)) {
       return FailedPreconditionError("--isa: this CPU (or OS) cannot run " + name);
@@ -67,8 +76,7 @@ Status ForceIsaByName(const std::string& name) {
     kernels::cpu::ForceIsa(isa);
     return OkStatus();
   }
-  return InvalidArgumentError("--isa: \"" + name +
-                              "\" is not one of portable, avx2, avx-vnni, avx512-vnni, amx-int8");
+  return InvalidArgumentError("--isa: \"" + name + "\" is not one of " + IsaNames());
 }
 
 }  // namespace
@@ -118,8 +126,8 @@ int BenchCommand(int argc, char** argv) {
   flags.String("reference-gbps", &reference_gbps_text,
                "--decode-steps: bandwidth (GB/s) the step's bytes are compared with");
   flags.String("isa", &isa_name,
-               "CPU instruction-set level: portable, avx2, avx-vnni, avx512-vnni or amx-int8 "
-               "(default: the best this CPU has)");
+               "CPU instruction-set level, one of " + IsaNames() +
+                   " (default: the best this CPU has)");
   if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(s);
   if (flags.help_requested()) return PrintHelp(flags);
   if (!isa_name.empty()) {

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/cpu/vec_ops.h"
-
 namespace streamd {
 
 void RmsNorm(const float* x, const float* weight, float eps, int64_t n, float* out) {
@@ -13,8 +11,6 @@ void RmsNorm(const float* x, const float* weight, float eps, int64_t n, float* o
   const float scale = static_cast<float>(1.0 / std::sqrt(sum / static_cast<double>(n) + eps));
   for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
 }
-
-void SiluMulInPlace(float* gate, const float* up, int64_t n) { kernels::cpu::SiluMul(gate, up, n); }
 
 void AddInPlace(float* y, const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];

@@ -41,16 +41,12 @@ int64_t RowChunk(const WeightMatrix& w, int threads) {
   const int64_t rounded = (per + kRowQuantum - 1) / kRowQuantum * kRowQuantum;
   return std::clamp(rounded, kMinRowChunk, kMaxRowChunk);
 }
-int64_t Chunks(const WeightMatrix& w, int threads) {
-  const int64_t c = RowChunk(w, threads);
-  return (w.rows + c - 1) / c;
-}
 
 // Quantizes x once per weight type and runs the products of `group` (which share the input
 // x: [n, k]) as one pool of row chunks. produce(t) runs first for each token t, in the task
 // that then quantizes its row: the elementwise step that makes x (residual add, norm, SwiGLU)
-// needs no loop of its own. Every ParallelFor is a fork and a join of the pool; at 16 tokens
-// these steps are ~1 us of work each, and the joins were ~9% of a 2-thread decode step.
+// needs no loop of its own (each ParallelFor is a fork and a join of the pool; these steps are
+// ~1 us of work per token).
 template <size_t N, class Produce>
 void FusedMatMul(ThreadPool& pool, const Product (&group)[N], const float* x, int64_t n,
                  uint8_t* xq_base, size_t xq_stride, Produce&& produce) {
@@ -71,17 +67,19 @@ void FusedMatMul(ThreadPool& pool, const Product (&group)[N], const float* x, in
       kernels::cpu::PrepareActivations(types[s], x, k, k, t, t + 1, xq_base + s * xq_stride);
     }
   });
-  int64_t total = 0;
-  const int threads = pool.threads();
-  for (size_t i = 0; i < N; ++i) total += Chunks(*group[i].w, threads);
+  int64_t rows[N], chunks[N], total = 0;  // per product: rows per work item, work items
+  for (size_t i = 0; i < N; ++i) {
+    rows[i] = RowChunk(*group[i].w, pool.threads());
+    chunks[i] = (group[i].w->rows + rows[i] - 1) / rows[i];
+    total += chunks[i];
+  }
   pool.ParallelFor(total, [&](int64_t c, int) {
     size_t i = 0;
     int64_t first = c;
-    while (first >= Chunks(*group[i].w, threads)) first -= Chunks(*group[i++].w, threads);
+    while (first >= chunks[i]) first -= chunks[i++];
     const WeightMatrix& w = *group[i].w;
-    const int64_t rows = RowChunk(w, threads);
-    const int64_t r0 = first * rows;
-    const int64_t r1 = std::min(w.rows, r0 + rows);
+    const int64_t r0 = first * rows[i];
+    const int64_t r1 = std::min(w.rows, r0 + rows[i]);
     kernels::cpu::MatMulRows(w.type, w.data, w.row_bytes, w.cols,
                              xq_base + slot_of[i] * xq_stride, n, group[i].out, group[i].ldo, r0,
                              r1);
@@ -283,7 +281,7 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const Sequ
     });
     const Product down[] = {{&w.w_down, ws.proj.data(), dim}};
     FusedMatMul(tp, down, ws.gate.data(), n, ws.xq.data(), xq_stride, [&](int64_t t) {
-      SiluMulInPlace(&ws.gate[t * ffn], &ws.up[t * ffn], ffn);
+      kernels::cpu::SiluMul(&ws.gate[t * ffn], &ws.up[t * ffn], ffn);
     });
     // The FFN output is added to x by the next layer's first step (or just below).
   }

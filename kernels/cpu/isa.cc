@@ -4,6 +4,7 @@
 // only ever reached on a CPU that can run it. __builtin_cpu_supports checks the OS-enabled YMM and
 // ZMM state too.
 #include <atomic>
+#include <iterator>
 
 #if defined(__linux__)
 #include <sys/syscall.h>
@@ -70,8 +71,8 @@ bool IsaSupported(Isa isa) {
 }
 
 Isa DetectIsa() {
-  for (Isa isa : {Isa::kAmx, Isa::kAvx512Vnni, Isa::kAvxVnni, Isa::kAvx2}) {
-    if (IsaSupported(isa)) return isa;
+  for (auto it = std::rbegin(kAllIsas); it != std::rend(kAllIsas); ++it) {
+    if (IsaSupported(*it)) return *it;  // the best first; kPortable always is
   }
   return Isa::kPortable;
 }

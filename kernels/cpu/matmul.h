@@ -33,6 +33,9 @@ enum class WeightType { kF32, kF16, kBF16, kQ4_0, kQ4_1, kQ8_0 };
 // tile multiplies (bit-identical to kAvx512Vnni, which it includes). A CPU may have AVX-512 VNNI
 // without AVX-VNNI (Cascade Lake, Ice Lake), so a level does not imply the one below it.
 enum class Isa { kPortable, kAvx2, kAvxVnni, kAvx512Vnni, kAmx };
+// Every level, lowest first (for tests, benchmarks and flags that go through them all).
+inline constexpr Isa kAllIsas[] = {Isa::kPortable, Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512Vnni,
+                                   Isa::kAmx};
 // Whether this CPU (and OS) can run a level.
 bool IsaSupported(Isa isa);
 // Best ISA this CPU supports.

@@ -163,8 +163,8 @@ BENCHMARK(BM_ModelMatmuls)->Apply([](auto* b) {
   // Every supported level above portable, side by side: 1 token (decode of one session), 16
   // (a decode step of 16 sessions) and 64 (prefill-sized).
   for (int n : {1, 16, 64}) {
-    for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512Vnni, Isa::kAmx}) {
-      if (IsaSupported(isa)) b->Args({n, static_cast<int>(isa)});
+    for (Isa isa : kAllIsas) {
+      if (isa != Isa::kPortable && IsaSupported(isa)) b->Args({n, static_cast<int>(isa)});
     }
   }
   b->Unit(benchmark::kMillisecond);

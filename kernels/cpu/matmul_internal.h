@@ -28,6 +28,18 @@ namespace streamd::kernels::cpu::internal {
 // is to give the same bits (AVX2 and AVX-512 for whole chunks of 16 tokens, AMX) uses this one.
 inline constexpr int64_t kBlockChunk = 32;
 
+// The AVX-512 VNNI and AMX levels run chunks of 16 tokens; a last partial chunk of at least this
+// many tokens is padded to 16, fewer go to the AVX2 tiles. One constant for both, so they split a
+// product the same way and give the same bits (measured with batch_scan: the zmm kernel wins
+// from 6 tokens on).
+inline constexpr int kMinPaddedChunk = 6;
+// Of n_tokens, how many those levels run in chunks of 16 (the rest go to the AVX2 tiles).
+// static: each file's copy is compiled with its own flags (see the note on inline functions).
+static constexpr int64_t TokensInChunksOf16(int64_t n_tokens) {
+  const int64_t whole = n_tokens / 16 * 16;
+  return n_tokens - whole >= kMinPaddedChunk ? n_tokens : whole;
+}
+
 // Quantizes one row x: [k] (k % 32 == 0) into out: [k/32].
 void QuantizeRowQ16_1Portable(const float* x, int64_t k, BlockQ16_1* out);
 void QuantizeRowQ16_1Avx2(const float* x, int64_t k, BlockQ16_1* out);

@@ -16,7 +16,7 @@
 // acc = fma(f32(sum), dw * dx, acc), then acc = fma(ow, os, acc); blocks in chunks of
 // kBlockChunk whose partial sums are added to out): its output is bit-identical to the AVX-512
 // VNNI level's for every token count (tested in matmul_test.cc). Parts of a product this level
-// does not take (fewer than kMinPartial16 tokens, rows not in a whole tile of 16) are handed to
+// does not take (fewer than kMinPaddedChunk tokens, rows not in a whole tile of 16) are handed to
 // that level, which splits the same way.
 //
 // Tiles (C[token][row] += A[token][k] * B[k][row], one quant block per multiply):
@@ -40,8 +40,6 @@ namespace {
 
 constexpr int kTileTokens = 16;
 constexpr int kTileRows = 16;
-// Same split as MatMulFormat16 (matmul_quant_avx512.cc), so both levels give the same bits.
-constexpr int kMinPartial16 = 6;
 
 // Tile register numbers. Macros, not constants: the intrinsics paste them into the assembly
 // text (tmm##n), after macro expansion. Two row tiles (0 and 1) share the activation tiles.
@@ -344,8 +342,7 @@ void MatMulFormatAmx(WeightType type, const uint8_t* w, size_t w_row_bytes, int6
                      const BlockQ16_1* xq, int64_t n_tokens, float* out, int64_t ldo,
                      int64_t row_begin, int64_t row_end) {
   const int64_t nb = k / kQuantBlock;
-  int64_t n16 = n_tokens / kTileTokens * kTileTokens;
-  if (n_tokens - n16 >= kMinPartial16) n16 = n_tokens;
+  const int64_t n16 = TokensInChunksOf16(n_tokens);  // the AVX-512 level's split: same bits
   const int64_t tile_end = row_begin + (row_end - row_begin) / kTileRows * kTileRows;
   if (n16 == 0 || tile_end == row_begin) {
     return MatMulQuantAvx512Vnni(type, w, w_row_bytes, k, xq, n_tokens, out, ldo, row_begin,

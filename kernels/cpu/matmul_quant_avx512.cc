@@ -40,9 +40,6 @@ constexpr int kLanes16 = 16;
 // Rows per tile: 2 * kRows16 i32 chains + kRows16 f32 accumulators + 2 activation vectors fit in
 // the 32 registers (measured: 6 best of 4, 6 and 8 rows).
 constexpr int kRows16 = 6;
-// A last partial chunk of at least this many tokens is padded to 16 and run here; fewer go to
-// the AVX2 tiles (measured with batch_scan: the zmm kernel wins from 6 tokens on).
-constexpr int kMinPartial16 = 6;
 
 // Activations of 16 tokens over up to kBlockChunk blocks, tokens in lanes.
 struct PackedChunk16 {
@@ -191,12 +188,11 @@ void MatMulFormat16(const uint8_t* w, size_t w_row_bytes, int64_t k, const Block
                     int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin,
                     int64_t row_end) {
   const int64_t nb = k / kQuantBlock;
-  if (n_tokens < kMinPartial16) {
+  const int64_t n16 = TokensInChunksOf16(n_tokens);
+  if (n16 == 0) {
     return MatMulFormat<DpwssdEvex, F>(w, w_row_bytes, k, xq, n_tokens, out, ldo, row_begin,
                                        row_end);
   }
-  int64_t n16 = n_tokens / kLanes16 * kLanes16;
-  if (n_tokens - n16 >= kMinPartial16) n16 = n_tokens;
   MatMulOuter16<F>(w, w_row_bytes, nb, xq, n16, out, ldo, row_begin, row_end);
   if (n16 < n_tokens) {
     MatMulFormat<DpwssdEvex, F>(w, w_row_bytes, k, xq + n16 * nb, n_tokens - n16,

@@ -556,7 +556,7 @@ TEST(ActivationQuantTest, TiesExtremesAndTinyBlocks) {
 TEST(IsaTest, ForceStepsDownToASupportedLevel) {
   ForceIsa(Isa::kPortable);
   EXPECT_EQ(ActiveIsa(), Isa::kPortable);
-  for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512Vnni, Isa::kAmx}) {
+  for (Isa isa : kAllIsas) {
     ForceIsa(isa);
     EXPECT_TRUE(IsaSupported(ActiveIsa())) << IsaName(isa);
     EXPECT_LE(static_cast<int>(ActiveIsa()), static_cast<int>(isa)) << IsaName(isa);

@@ -27,7 +27,7 @@ inline std::string SeedTrace(uint64_t seed) {
 // steps down from it).
 inline std::vector<Isa> SupportedIsas() {
   std::vector<Isa> isas;
-  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512Vnni, Isa::kAmx}) {
+  for (Isa isa : kAllIsas) {
     if (IsaSupported(isa)) isas.push_back(isa);
   }
   return isas;

@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/exp_poly.h"
 #include "kernels/cpu/matmul_internal.h"
+#include "kernels/cpu/query_groups.h"
 
 namespace streamd::kernels::cpu::internal {
 namespace {
@@ -242,24 +243,9 @@ void DotRowsF16Avx2(const float* q, int64_t n_q, const uint16_t* k, int64_t n_ro
     }
     return;
   }
-  for (int64_t i = 0; i < n_q; i += 4) {
-    const float* qi = q + i * hd;
-    float* oi = out + i * ldo;
-    switch (n_q - i) {
-      case 1:
-        ScoreRows<1, kScoreKeys<1>>(qi, k, n_rows, hd, scale, oi, ldo);
-        break;
-      case 2:
-        ScoreRows<2, kScoreKeys<2>>(qi, k, n_rows, hd, scale, oi, ldo);
-        break;
-      case 3:
-        ScoreRows<3, kScoreKeys<3>>(qi, k, n_rows, hd, scale, oi, ldo);
-        break;
-      default:
-        ScoreRows<4, kScoreKeys<4>>(qi, k, n_rows, hd, scale, oi, ldo);
-        break;
-    }
-  }
+  ForEachQuerySubGroup(n_q, [&]<int QG>(int64_t i) {
+    ScoreRows<QG, kScoreKeys<QG>>(q + i * hd, k, n_rows, hd, scale, out + i * ldo, ldo);
+  });
 }
 
 void AxpyRowsF16Avx2(const float* w, int64_t ldw, int64_t n_q, const uint16_t* v, int64_t n_rows,
@@ -270,24 +256,9 @@ void AxpyRowsF16Avx2(const float* w, int64_t ldw, int64_t n_q, const uint16_t* v
     }
     return;
   }
-  for (int64_t i = 0; i < n_q; i += 4) {
-    const float* wi = w + i * ldw;
-    float* yi = y + i * hd;
-    switch (n_q - i) {
-      case 1:
-        AccumulateCols<1, kAccumulateChunks<1>>(wi, ldw, v, n_rows, hd, hd, yi);
-        break;
-      case 2:
-        AccumulateCols<2, kAccumulateChunks<2>>(wi, ldw, v, n_rows, hd, hd, yi);
-        break;
-      case 3:
-        AccumulateCols<3, kAccumulateChunks<3>>(wi, ldw, v, n_rows, hd, hd, yi);
-        break;
-      default:
-        AccumulateCols<4, kAccumulateChunks<4>>(wi, ldw, v, n_rows, hd, hd, yi);
-        break;
-    }
-  }
+  ForEachQuerySubGroup(n_q, [&]<int QG>(int64_t i) {
+    AccumulateCols<QG, kAccumulateChunks<QG>>(w + i * ldw, ldw, v, n_rows, hd, hd, y + i * hd);
+  });
 }
 
 // ---- Softmax helpers ----

@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/exp_poly.h"
 #include "kernels/cpu/matmul_internal.h"
+#include "kernels/cpu/query_groups.h"
 
 namespace streamd::kernels::cpu::internal {
 namespace {
@@ -210,46 +211,16 @@ __m512 Exp16(__m512 x) {
 
 void DotRowsF16Avx512(const float* q, int64_t n_q, const uint16_t* k, int64_t n_rows, int64_t hd,
                       float scale, float* out, int64_t ldo) {
-  for (int64_t i = 0; i < n_q; i += 4) {
-    const float* qi = q + i * hd;
-    float* oi = out + i * ldo;
-    switch (n_q - i) {
-      case 1:
-        ScoreRowsAnyHd<1>(qi, k, n_rows, hd, scale, oi, ldo);
-        break;
-      case 2:
-        ScoreRowsAnyHd<2>(qi, k, n_rows, hd, scale, oi, ldo);
-        break;
-      case 3:
-        ScoreRowsAnyHd<3>(qi, k, n_rows, hd, scale, oi, ldo);
-        break;
-      default:
-        ScoreRowsAnyHd<4>(qi, k, n_rows, hd, scale, oi, ldo);
-        break;
-    }
-  }
+  ForEachQuerySubGroup(n_q, [&]<int QG>(int64_t i) {
+    ScoreRowsAnyHd<QG>(q + i * hd, k, n_rows, hd, scale, out + i * ldo, ldo);
+  });
 }
 
 void AxpyRowsF16Avx512(const float* w, int64_t ldw, int64_t n_q, const uint16_t* v, int64_t n_rows,
                        int64_t hd, float* y) {
-  for (int64_t i = 0; i < n_q; i += 4) {
-    const float* wi = w + i * ldw;
-    float* yi = y + i * hd;
-    switch (n_q - i) {
-      case 1:
-        AccumulateCols<1, kAccumulateChunks<1>>(wi, ldw, v, n_rows, hd, hd, yi);
-        break;
-      case 2:
-        AccumulateCols<2, kAccumulateChunks<2>>(wi, ldw, v, n_rows, hd, hd, yi);
-        break;
-      case 3:
-        AccumulateCols<3, kAccumulateChunks<3>>(wi, ldw, v, n_rows, hd, hd, yi);
-        break;
-      default:
-        AccumulateCols<4, kAccumulateChunks<4>>(wi, ldw, v, n_rows, hd, hd, yi);
-        break;
-    }
-  }
+  ForEachQuerySubGroup(n_q, [&]<int QG>(int64_t i) {
+    AccumulateCols<QG, kAccumulateChunks<QG>>(w + i * ldw, ldw, v, n_rows, hd, hd, y + i * hd);
+  });
 }
 
 float MaxF32Avx512(const float* x, int64_t n) {
