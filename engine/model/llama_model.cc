@@ -82,7 +82,7 @@ void FusedMatMul(ThreadPool& pool, const Product (&group)[N], const float* x, in
     const int64_t r1 = std::min(w.rows, r0 + rows[i]);
     kernels::cpu::MatMulRows(w.type, w.data, w.row_bytes, w.cols,
                              xq_base + slot_of[i] * xq_stride, n, group[i].out, group[i].ldo, r0,
-                             r1);
+                             r1, w.amx_packed);
   });
 }
 
@@ -97,6 +97,7 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::FromFile(std::unique_ptr<gguf:
   std::unique_ptr<LlamaModel> model(new LlamaModel());
   STREAMD_ASSIGN_OR_RETURN(model->config_, ReadLlamaConfig(*file));
   STREAMD_ASSIGN_OR_RETURN(model->weights_, BindLlamaWeights(*file, model->config_));
+  if (kernels::cpu::IsaSupported(kernels::cpu::Isa::kAmx)) AddAmxPackedCopies(model->weights_);
   model->rope_ = std::make_unique<RopeTable>(model->config_);
   model->file_ = std::move(file);
   model->set_threads(static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency())));

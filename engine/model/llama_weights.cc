@@ -59,6 +59,30 @@ class Binder {
 
 }  // namespace
 
+void AddAmxPackedCopies(LlamaWeights& w) {
+  std::vector<WeightMatrix*> matrices{&w.output};
+  for (LlamaLayerWeights& l : w.layers) {
+    for (WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      matrices.push_back(m);
+    }
+  }
+  size_t total = 0;
+  for (const WeightMatrix* m : matrices) total += kernels::cpu::AmxPackedBytes(m->type, m->rows, m->cols);
+  if (total == 0) return;
+  // Every copy is a whole number of 320-byte records, so each starts 64-byte aligned.
+  w.amx_storage.reset(static_cast<uint8_t*>(std::aligned_alloc(64, (total + 63) / 64 * 64)));
+  if (!w.amx_storage) return;  // no copies: the GGUF rows serve every batch
+  w.amx_packed_bytes = total;
+  uint8_t* at = w.amx_storage.get();
+  for (WeightMatrix* m : matrices) {
+    const size_t bytes = kernels::cpu::AmxPackedBytes(m->type, m->rows, m->cols);
+    if (bytes == 0) continue;
+    kernels::cpu::PackForAmx(m->type, m->data, m->row_bytes, m->rows, m->cols, at);
+    m->amx_packed = at;
+    at += bytes;
+  }
+}
+
 StatusOr<LlamaWeights> BindLlamaWeights(const gguf::GgufFile& file, const LlamaConfig& c) {
   LlamaWeights w;
   Binder bind(file, w.total_bytes);

@@ -1,9 +1,12 @@
 // Views of a Llama model's tensors inside the mapped GGUF file, shape- and type-checked once
-// at load so the forward pass never re-validates. Weights are read in place (no copies): the
-// GgufFile must outlive the LlamaWeights.
+// at load so the forward pass never re-validates. Weights are read in place: the GgufFile must
+// outlive the LlamaWeights. The one copy: on CPUs with AMX, the 4-bit matrices' AMX-packed
+// copies (AddAmxPackedCopies).
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <vector>
 
 #include "engine/gguf/gguf_file.h"
@@ -20,6 +23,8 @@ struct WeightMatrix {
   size_t row_bytes = 0;
   int64_t rows = 0;  // output features
   int64_t cols = 0;  // input features (k)
+  // The matrix in the order the AMX level reads it (kernels::cpu::PackForAmx), or null.
+  const uint8_t* amx_packed = nullptr;
 };
 
 struct LlamaLayerWeights {
@@ -40,8 +45,21 @@ struct LlamaWeights {
   const float* output_norm = nullptr;  // [dim]
   WeightMatrix output;                 // [vocab, dim]; token_embedding when tied
   uint64_t total_bytes = 0;            // bytes of every tensor above (what a decode step reads)
+
+  struct FreeDeleter {
+    void operator()(uint8_t* p) const { std::free(p); }
+  };
+  std::unique_ptr<uint8_t, FreeDeleter> amx_storage;  // every amx_packed copy
+  uint64_t amx_packed_bytes = 0;
 };
 
 StatusOr<LlamaWeights> BindLlamaWeights(const gguf::GgufFile& file, const LlamaConfig& config);
+
+// Gives every matrix that kernels::cpu::AmxPackable accepts (the projections and the output head
+// of 4-bit models) its AMX-packed copy, in one allocation. Worth it only where the AMX level runs:
+// it reads the copies for batches of 6+ tokens (a decode step of many sessions, prefill) instead
+// of the GGUF rows, which one-token steps still read. Memory: the 4-bit tensors once more (66 MB
+// for SmolLM2-135M Q4_1). Measured in docs/PERFORMANCE.md.
+void AddAmxPackedCopies(LlamaWeights& weights);
 
 }  // namespace streamd

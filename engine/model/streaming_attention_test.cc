@@ -131,7 +131,16 @@ TEST_P(ChunkedPrefillTest, EqualsTokenByTokenAcrossEviction) {
   for (int32_t max_chunk : {7, 64, 300}) {
     const CacheSpec spec{CacheMode::kSink, 4, 50, max_chunk};
     const std::vector<float> chunked = Stream(f, spec, tokens, /*chunk_seed=*/max_chunk);
-    EXPECT_LT(RelativeError(chunked.data(), reference.data(), chunked.size()), 1e-4)
+    // Chunks and single tokens take different kernels (f32 sums in another order). Float weights
+    // differ by that rounding (and the f16 K/V roundings it flips). Quantized weights also
+    // quantize activations to 12 bits, and a rounding-level change in a layer's input can move a
+    // value by one step (2^-12 of its block's maximum) in the next: measured ~5e-4 here, where a
+    // wrong position or cache entry gives errors of order 1e-1.
+    const bool quantized = GetParam() != gguf::TensorType::kF32 &&
+                           GetParam() != gguf::TensorType::kF16 &&
+                           GetParam() != gguf::TensorType::kBF16;
+    EXPECT_LT(RelativeError(chunked.data(), reference.data(), chunked.size()),
+              quantized ? 2e-3 : 1e-4)
         << "max chunk " << max_chunk;
   }
 }

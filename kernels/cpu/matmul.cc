@@ -80,7 +80,9 @@ void PrepareActivations(WeightType type, const float* x, int64_t ldx, int64_t k,
 }
 
 void MatMulRows(WeightType type, const void* w, size_t w_row_bytes, int64_t k, const void* xq,
-                int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin, int64_t row_end) {
+                int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin, int64_t row_end,
+                const void* amx_packed) {
+  static_cast<void>(amx_packed);  // read only at the AMX level, which a build may lack
   CheckK(type, k);
   if (row_begin < 0 || row_end < row_begin || n_tokens < 0) Fail("bad row or token range");
   if (n_tokens > 1 && ldo < row_end) Fail("ldo smaller than row_end");
@@ -92,8 +94,9 @@ void MatMulRows(WeightType type, const void* w, size_t w_row_bytes, int64_t k, c
     const auto* x_blocks = static_cast<const BlockQ16_1*>(xq);
 #if !defined(STREAMD_NO_AMX)
     if (ActiveIsa() == Isa::kAmx) {
-      internal::MatMulQuantAmx(type, w_bytes, w_row_bytes, k, x_blocks, n_tokens, out, ldo,
-                               row_begin, row_end);
+      internal::MatMulQuantAmx(type, w_bytes, w_row_bytes,
+                               static_cast<const uint8_t*>(amx_packed), k, x_blocks, n_tokens,
+                               out, ldo, row_begin, row_end);
       return;
     }
 #endif

@@ -4,16 +4,19 @@
 //
 // W is stored row-major in its GGUF block layout (see quant_blocks.h): row r starts at
 // w + r * w_row_bytes. Activations are first converted once per product (PrepareActivations):
-// for quantized weights (Q4_0, Q4_1, Q8_0) into 16-bit blocks (Q16_1, quant_blocks.h: per 32
-// values an f32 scale amax/32767, int16 values, and d*sum(q)) so the dot products run on exact
+// for quantized weights (Q4_0, Q4_1, Q8_0) into 12-bit blocks (Q16_1, quant_blocks.h: per 32
+// values an f32 scale amax/2047, int16 values, and d*sum(q)) so the dot products run on exact
 // integer sums; for float weights into an f32 copy. MatMulRows then reads each weight block once
 // per group of tokens. Row ranges let the caller split the work across threads: MatMulRows is
 // thread-safe for disjoint ranges. No allocation happens in MatMulRows.
 //
-// Precision: the 16-bit step (|x - d*q| <= amax/65534 per value) keeps products close to exact
+// Precision: the 12-bit step (|x - d*q| <= amax/4094 per value) keeps products close to exact
 // arithmetic on the stored weights. 8-bit activations (llama.cpp's Q8_1) changed the argmax of
-// SmolLM2-135M Q4_1 at ~2.7% of positions versus the exact-weights reference; 16-bit ones at 0.1%
-// (tests/model_golden_test.cc, 2047 positions).
+// SmolLM2-135M Q4_1 at ~2.7% of positions versus the exact-weights reference; 12-bit ones at 0.1%,
+// as 16-bit ones did (tests/model_golden_test.cc, 2047 positions: perplexity 16.3197 against the
+// reference's 16.3177, 16-bit 16.3170). 12 bits, not 16, because a 12-bit value splits into a
+// signed byte and a 4-bit one whose products with a 4-bit weight w and with 16 w fit the 8-bit
+// multiplies of AMX (matmul_quant_amx.cc): one tile multiply per block instead of two.
 //
 // The instruction set is picked once at run time (AVX2+FMA+F16C when the CPU has them, plus
 // AVX-512 VNNI or AVX-VNNI for the quantized products where available, portable C++ otherwise);
@@ -59,8 +62,26 @@ void PrepareActivations(WeightType type, const float* x, int64_t ldx, int64_t k,
                         int64_t token_begin, int64_t token_end, void* xq);
 
 // out: [n_tokens, ldo] f32; writes out[t * ldo + r] for r in [row_begin, row_end).
+// amx_packed: null, or w's PackForAmx copy, which the AMX level then reads instead of w for the
+// batches it takes (the result is the same, bit for bit).
 void MatMulRows(WeightType type, const void* w, size_t w_row_bytes, int64_t k, const void* xq,
-                int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin, int64_t row_end);
+                int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin, int64_t row_end,
+                const void* amx_packed = nullptr);
+
+// A copy of a quantized weight matrix in the order the AMX level reads it. The GGUF layout keeps
+// each row's blocks together; the AMX kernel reads block b of 16 rows at a time, scattered over
+// 16 rows: it transposes them and gathers their scales for every block, and its 16 short strided
+// streams defeat the hardware prefetcher. The packed copy holds, per tile of 16 rows and block,
+// the rows' scales and quants ready for the tile multiplies (Q8_0's as the tile itself), tiles
+// one after another, read front to back: 320 bytes per 16 rows and block for the 4-bit formats
+// (Q4_1's own size), 576 for Q8_0 (544).
+// Whether a matrix can have one: Q4_0, Q4_1 or Q8_0, rows a multiple of 16, k of 32.
+bool AmxPackable(WeightType type, int64_t rows, int64_t k);
+size_t AmxPackedBytes(WeightType type, int64_t rows, int64_t k);
+// Writes the packed copy of w ([rows, k], AmxPackable) to out: AmxPackedBytes bytes, 64-byte
+// aligned. Portable code: a copy can be made on any CPU, and is read only at the AMX level.
+void PackForAmx(WeightType type, const void* w, size_t w_row_bytes, int64_t rows, int64_t k,
+                void* out);
 
 // Dequantizes one weight row (reference path; also used for embedding lookups).
 void DequantizeRow(WeightType type, const void* w_row, int64_t k, float* out);

@@ -115,7 +115,8 @@ void ModelShapes(benchmark::internal::Benchmark* b, bool head) {
 
 // Every projection of SmolLM2-135M (30 layers, Q4_1) plus the Q8_0 output head, each with its
 // own weights, so the working set is the real ~96 MB and weights stream from L3/DRAM as in the
-// engine. Reports model tokens/s of the matmuls alone (single thread). Args: n_tokens, isa.
+// engine. Reports model tokens/s of the matmuls alone (single thread). Args: n_tokens, isa,
+// whether the 4-bit matrices also get their AMX-packed copies (read at the AMX level).
 void BM_ModelMatmuls(benchmark::State& state) {
   const int64_t n = state.range(0);
   ForceIsa(static_cast<Isa>(state.range(1)));
@@ -124,6 +125,8 @@ void BM_ModelMatmuls(benchmark::State& state) {
     WeightType type;
     int64_t rows, k;
     std::vector<uint8_t> w;
+    std::vector<uint8_t> packed;  // 64 bytes of slack for alignment
+    const uint8_t* packed_at = nullptr;
   };
   std::vector<Matrix> mats;
   for (int layer = 0; layer < 30; ++layer) {
@@ -139,6 +142,16 @@ void BM_ModelMatmuls(benchmark::State& state) {
   }
   // The head only runs on the last token of a prompt.
   mats.push_back({WeightType::kQ8_0, 49152, 576, RandomWeights(WeightType::kQ8_0, 49152, 576)});
+  if (state.range(2) != 0) {
+    for (Matrix& m : mats) {
+      if (!AmxPackable(m.type, m.rows, m.k)) continue;
+      m.packed.resize(AmxPackedBytes(m.type, m.rows, m.k) + 64);
+      const uintptr_t at = reinterpret_cast<uintptr_t>(m.packed.data());
+      m.packed_at = m.packed.data() + (64 - at % 64) % 64;
+      PackForAmx(m.type, m.w.data(), WeightRowBytes(m.type, m.k), m.rows, m.k,
+                 const_cast<uint8_t*>(m.packed_at));
+    }
+  }
   std::vector<float> x(n * 1536, 0.25f);
   std::vector<uint8_t> xq(ActivationBytes(WeightType::kQ4_1, n, 1536));
   std::vector<float> out(n * 49152);
@@ -149,7 +162,7 @@ void BM_ModelMatmuls(benchmark::State& state) {
       const int64_t nt = m.rows == 49152 ? 1 : n;
       PrepareActivations(m.type, x.data(), m.k, m.k, 0, nt, xq.data());
       MatMulRows(m.type, m.w.data(), WeightRowBytes(m.type, m.k), m.k, xq.data(), nt, out.data(),
-                 m.rows, 0, m.rows);
+                 m.rows, 0, m.rows, m.packed_at);
     }
     benchmark::ClobberMemory();
   }
@@ -164,7 +177,8 @@ BENCHMARK(BM_ModelMatmuls)->Apply([](auto* b) {
   // (a decode step of 16 sessions) and 64 (prefill-sized).
   for (int n : {1, 16, 64}) {
     for (Isa isa : kAllIsas) {
-      if (isa != Isa::kPortable && IsaSupported(isa)) b->Args({n, static_cast<int>(isa)});
+      if (isa != Isa::kPortable && IsaSupported(isa)) b->Args({n, static_cast<int>(isa), 0});
+      if (isa == Isa::kAmx && IsaSupported(isa)) b->Args({n, static_cast<int>(isa), 1});
     }
   }
   b->Unit(benchmark::kMillisecond);

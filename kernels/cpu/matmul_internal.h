@@ -3,7 +3,7 @@
 //
 // Activation buffer layout (opaque to callers, see matmul.h):
 //   quantized weights (Q4_0, Q4_1, Q8_0): [n_tokens, k/32] BlockQ16_1, token-major, per block
-//     d = amax / 32767, qs = round-half-even(x * (1/d)) in [-32767, 32767] (all in f32: the
+//     d = amax / kQ16Max, qs = round-half-even(x * (1/d)) in [-2047, 2047] (all in f32: the
 //     reciprocal once per block, one product per value), s = d * sum(qs) (|sum| < 2^20, exact in
 //     f32). Every ISA computes these bit-identically. Non-finite input in a block makes
 //     d = s = NaN and qs = 0, so the NaN reaches every output that reads the block.
@@ -57,9 +57,29 @@ void MatMulQuantAvxVnni(WeightType type, const uint8_t* w, size_t w_row_bytes, i
 void MatMulQuantAvx512Vnni(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
                            const BlockQ16_1* xq, int64_t n_tokens, float* out, int64_t ldo,
                            int64_t row_begin, int64_t row_end);
-void MatMulQuantAmx(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
-                    const BlockQ16_1* xq, int64_t n_tokens, float* out, int64_t ldo,
+// packed: the PackForAmx copy of w, or null.
+void MatMulQuantAmx(WeightType type, const uint8_t* w, size_t w_row_bytes, const uint8_t* packed,
+                    int64_t k, const BlockQ16_1* xq, int64_t n_tokens, float* out, int64_t ldo,
                     int64_t row_begin, int64_t row_end);
+
+// The AMX-packed copy of a matrix (PackForAmx): one record of AmxPackedRecordBytes(type) per
+// (tile of 16 rows, block), tile-major: record (T, b) at (T * nb + b) * AmxPackedRecordBytes.
+// With w(n, v) the value v of row 16 T + n in block b:
+//   bytes 0-31: the rows' f16 scales d; bytes 32-63: their f16 minimums m (Q4_1; zero otherwise);
+//   Q8_0, bytes 64-575: the tile multiply's B operand: 8 rows of 64 bytes, row kk holding
+//     w(n, 4kk .. 4kk + 3) in bytes 4n .. 4n + 3;
+//   4-bit formats, bytes 64-319: four 64-byte vectors S_j (j = 0..3). In 128-bit lane L (rows
+//     4L..4L+3), for
+//     i = 0..3 and e = 0, 1, byte 16 L + 2 i + e holds w(4L + i, 8j + e) in its low nibble and
+//     w(4L + i, 8j + 4 + e) in its high nibble; byte 16 L + 8 + 2 i + e holds w(4L + i, 8j + 2
+//     + e) and w(4L + i, 8j + 6 + e).
+// So the byte interleaves (vpunpck{l,h}bw) of S_j's low nibbles with 16 times themselves, and of
+// its high nibbles likewise, are rows 4j .. 4j + 3 of the tile multiply's B operand of pairs
+// (w, 16 w) (matmul_quant_amx.cc), with no transpose and no gather of the scales.
+inline constexpr size_t kAmxPackedScaleBytes = 64;
+static constexpr size_t AmxPackedRecordBytes(WeightType type) {
+  return kAmxPackedScaleBytes + 16 * (type == WeightType::kQ8_0 ? kQuantBlock : kQuantBlock / 2);
+}
 
 // Float weights (F32, F16, BF16) times xq: [n_tokens, k] f32.
 void MatMulFloatPortable(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,

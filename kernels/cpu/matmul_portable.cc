@@ -6,9 +6,9 @@
 //   Q4_1: dw * dx * sum_j q_j y_j + mw * sx            (w_j = dw q_j + mw,  q_j in [0,15])
 //   Q4_0: dw * (dx * sum_j q_j y_j - 8 sx)             (w_j = dw (q_j - 8), q_j in [0,15])
 //   Q8_0: dw * dx * sum_j q_j y_j                      (w_j = dw q_j)
-// with |y_j| <= 32767. The integer sums are exact in i32: |sum| <= 32 * 15 * 32767 < 2^24 for the
-// 4-bit formats, <= 32 * 128 * 32767 < 2^27 for Q8_0 (whose i32 -> f32 conversion may then round,
-// identically on every ISA). Blocks are accumulated in f32.
+// with |y_j| <= kQ16Max = 2047. The integer sums are exact in i32, and in f32 too: |sum| <= 32 * 15
+// * 2047 < 2^20 for the 4-bit formats, <= 32 * 128 * 2047 < 2^23 for Q8_0. Blocks are accumulated
+// in f32.
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -94,15 +94,15 @@ void QuantizeRowQ16_1Portable(const float* x, int64_t k, BlockQ16_1* out) {
       continue;
     }
     // A scale below FLT_MIN (amax < 3.9e-34, or 0) would be subnormal, too inexact to keep q
-    // within 16 bits, and its reciprocal may overflow: such a block quantizes to zero.
-    float d = amax / 32767.0f;
+    // within 12 bits, and its reciprocal may overflow: such a block quantizes to zero.
+    float d = amax / static_cast<float>(kQ16Max);
     if (!(d >= FLT_MIN)) d = 0.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     int32_t sum = 0;
     for (int j = 0; j < kQuantBlock; ++j) {
       // nearbyint rounds half to even, like the AVX2 quantizer's _mm256_round_ps. |xb[j] * id|
-      // exceeds 32767 by at most 32767 * 3 * 2^-24 < 0.01 (three f32 roundings), so q stays in
-      // [-32767, 32767].
+      // exceeds 2047 by at most 2047 * 3 * 2^-24 < 0.001 (three f32 roundings), so q stays in
+      // [-2047, 2047].
       const auto q = static_cast<int32_t>(std::nearbyint(xb[j] * id));
       o.qs[j] = static_cast<int16_t>(q);
       sum += q;

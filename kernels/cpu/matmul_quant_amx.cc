@@ -3,16 +3,19 @@
 // A batched decode step (one token per session) is bound by the integer multiply-accumulates:
 // at the AVX-512 VNNI level (matmul_quant_avx512.cc) vpdpwssd retires 64 i16 products per cycle
 // and the per-block weight widening and scaling roughly halve that. An AMX TMUL instruction
-// multiplies a 16x32 byte tile by a 32x16 one (K = 32: exactly one quant block) in ~16 cycles;
-// the vector units keep the weight transpose and the per-block scaling. Measured (matmul_bench
-// BM_ModelMatmuls, all 30 layers' products from DRAM, one thread): 16 tokens 17.1 ms against
-// 23.0 at the AVX-512 level, 64 tokens 58.5 against 80.2.
+// multiplies a 16x64 byte tile by a 64x16 one in ~16 cycles; the vector units keep the weight
+// transpose and the per-block scaling.
 //
-// The 16-bit activations are split exactly into bytes, q = 256 * hi + lo with hi = q >> 8
-// (signed) and lo = q & 255 (unsigned), and the block's integer sum is rebuilt exactly as
-// (sum w hi << 8) + sum w lo (|sum| <= 32 * 128 * 32767 < 2^31, the bound of
-// matmul_quant_kernels.h). So this level computes the same i32 block sums as every other level
-// and then the same f32 operations in the same order as OuterTile16 (per block
+// AMX multiplies bytes; the activations are 12-bit (|q| <= kQ16Max = 2047), split exactly:
+//   4-bit weights (w in [0, 15]): q = 16 * hi + lo with hi = q >> 4 in [-128, 127] (signed) and
+//     lo = q & 15. The activation tile holds each value as the byte pair (lo, hi) and the weight
+//     tile as (w, 16 w), both bytes (16 w <= 240 unsigned): one TDPBSUD over K = 64 bytes sums
+//     w lo + 16 w hi = w q over the whole block. Measured (matmul_bench, 1536 x 576 Q4_1 in L2,
+//     64 tokens): 347 us against 449 with the byte split below.
+//   Q8_0 (w in [-128, 127], 16 w does not fit a byte): q = 256 * hi + lo with hi = q >> 8 and
+//     lo = q & 255 (unsigned), two multiplies over K = 32 bytes, summed as (hi sum << 8) + lo sum.
+// |sum| <= 32 * 128 * 2047 < 2^23 either way. So this level computes the same i32 block sums as
+// every other level and then the same f32 operations in the same order as OuterTile16 (per block
 // acc = fma(f32(sum), dw * dx, acc), then acc = fma(ow, os, acc); blocks in chunks of
 // kBlockChunk whose partial sums are added to out): its output is bit-identical to the AVX-512
 // VNNI level's for every token count (tested in matmul_test.cc). Parts of a product this level
@@ -20,12 +23,14 @@
 // that level, which splits the same way.
 //
 // Tiles (C[token][row] += A[token][k] * B[k][row], one quant block per multiply):
-//   A: 16 tokens x 32 bytes: the hi (tile 2) or lo (tile 3) bytes of the tokens' block, packed
-//      once per chunk of tokens and blocks (PackTokens), reused by every row tile;
-//   B: 8 x 64 bytes: 16 weight rows x 32 values in the VNNI order (4 consecutive values of a row
-//      per 32-bit lane; tile 4), transposed from the rows' blocks for each (row tile, block);
-//   C: 16 tokens x 16 rows of i32 (tiles 0 and 1 for hi and lo), stored to memory and scaled
-//      with AVX-512, with the 16 rows of one token in one zmm, so results go straight to out.
+//   A: 16 tokens x 64 bytes (the pairs; Q8_0: 32 bytes, the hi (tile 2) or lo (tile 3) bytes) of
+//      the tokens' block, packed once per chunk of tokens and blocks (PackTokens), reused by every
+//      row tile;
+//   B: 16 (Q8_0: 8) x 64 bytes: 16 weight rows in the VNNI order (4 consecutive bytes of a row per
+//      32-bit lane; tile 4), transposed from the rows' blocks for each (row tile, block);
+//   C: 16 tokens x 16 rows of i32 (tile 0; Q8_0 tiles 0 and 1 for hi and lo), stored to memory
+//      and scaled with AVX-512, with the 16 rows of one token in one zmm, so results go straight
+//      to out.
 //
 // Compiled with the AVX-512 flags plus -mamx-tile -mamx-int8; reached only after the run-time
 // check in isa.cc (CPUID, XCR0 and the Linux permission to use tile data).
@@ -61,6 +66,7 @@ struct alignas(64) TileConfig {
   uint8_t rows[16] = {};
 };
 
+template <class F>
 TileConfig MakeTileConfig() {
   TileConfig c;
   const int sums[] = {STREAMD_TILE_SUM_HI_0, STREAMD_TILE_SUM_LO_0, STREAMD_TILE_SUM_HI_1,
@@ -72,11 +78,11 @@ TileConfig MakeTileConfig() {
   const int acts[] = {STREAMD_TILE_ACT_HI, STREAMD_TILE_ACT_LO};
   for (int t : acts) {
     c.rows[t] = kTileTokens;
-    c.bytes_per_row[t] = kQuantBlock;
+    c.bytes_per_row[t] = F::kPairs ? 2 * kQuantBlock : kQuantBlock;
   }
   const int weights[] = {STREAMD_TILE_WEIGHTS_0, STREAMD_TILE_WEIGHTS_1};
   for (int t : weights) {
-    c.rows[t] = kQuantBlock / 4;
+    c.rows[t] = F::kPairs ? kQuantBlock / 2 : kQuantBlock / 4;
     c.bytes_per_row[t] = kTileRows * 4;
   }
   return c;
@@ -86,24 +92,28 @@ TileConfig MakeTileConfig() {
 // term's factors (ow, os) of matmul_quant_kernels.h.
 struct AmxQ4_1 {
   using Block = BlockQ4_1;
-  static constexpr bool kSigned = false, kOffset = true, kOffsetIsMin = true;
+  static constexpr WeightType kType = WeightType::kQ4_1;
+  static constexpr bool kSigned = false, kOffset = true, kOffsetIsMin = true, kPairs = true;
   static float Os(float sx) { return sx; }
 };
 struct AmxQ4_0 {
   using Block = BlockQ4_0;
-  static constexpr bool kSigned = false, kOffset = true, kOffsetIsMin = false;
+  static constexpr WeightType kType = WeightType::kQ4_0;
+  static constexpr bool kSigned = false, kOffset = true, kOffsetIsMin = false, kPairs = true;
   static float Os(float sx) { return -8.0f * sx; }
 };
 struct AmxQ8_0 {
   using Block = BlockQ8_0;
-  static constexpr bool kSigned = true, kOffset = false, kOffsetIsMin = false;
+  static constexpr WeightType kType = WeightType::kQ8_0;
+  static constexpr bool kSigned = true, kOffset = false, kOffsetIsMin = false, kPairs = false;
   static float Os(float) { return 0.0f; }
 };
 
-// Activations of 16 tokens over up to kBlockChunk blocks, as the A tiles want them.
+// Activations of 16 tokens over up to kBlockChunk blocks, as the A tiles want them: per block,
+// for the 4-bit formats one tile of 16 tokens x 64 bytes (value i's pair (lo, hi) at bytes
+// 2i, 2i + 1), for Q8_0 the hi tile (16 x 32 bytes) followed by the lo tile.
 struct PackedTokens {
-  alignas(64) int8_t hi[kBlockChunk][kTileTokens][kQuantBlock];
-  alignas(64) uint8_t lo[kBlockChunk][kTileTokens][kQuantBlock];
+  alignas(64) int8_t a[kBlockChunk][kTileTokens * 2 * kQuantBlock];
   alignas(64) float dx[kBlockChunk][kTileTokens];
   alignas(64) float os[kBlockChunk][kTileTokens];
 };
@@ -113,18 +123,28 @@ template <class F>
 void PackTokens(const BlockQ16_1* x, int64_t nb, int n_valid, int64_t nbc, PackedTokens& p) {
   for (int64_t b = 0; b < nbc; ++b) {
     for (int t = 0; t < kTileTokens; ++t) {
-      __m256i hi = _mm256_setzero_si256(), lo = _mm256_setzero_si256();
+      __m512i q = _mm512_setzero_si512();
       float dx = 0.0f, os = 0.0f;
       if (t < n_valid) {
         const BlockQ16_1& xb = x[t * nb + b];
-        const __m512i q = _mm512_loadu_si512(xb.qs);
-        lo = _mm512_cvtepi16_epi8(q);  // truncation keeps the low byte
-        hi = _mm512_cvtepi16_epi8(_mm512_srai_epi16(q, 8));
+        q = _mm512_loadu_si512(xb.qs);
         dx = xb.d;
         os = F::Os(xb.s);
       }
-      _mm256_store_si256(reinterpret_cast<__m256i*>(p.hi[b][t]), hi);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(p.lo[b][t]), lo);
+      if constexpr (F::kPairs) {
+        // q = 16 * hi + lo with lo = q & 15 and hi = q >> 4 in [-128, 127] (|q| <= kQ16Max <
+        // 2048): the i16 word lo | hi << 8.
+        const __m512i pair =
+            _mm512_ternarylogic_epi32(q, _mm512_slli_epi16(_mm512_srai_epi16(q, 4), 8),
+                                      _mm512_set1_epi16(0x000f), 0xe4);  // c ? a : b
+        _mm512_store_si512(p.a[b] + t * 2 * kQuantBlock, pair);
+      } else {
+        const __m256i lo = _mm512_cvtepi16_epi8(q);  // truncation keeps the low byte
+        const __m256i hi = _mm512_cvtepi16_epi8(_mm512_srai_epi16(q, 8));
+        _mm256_store_si256(reinterpret_cast<__m256i*>(p.a[b] + t * kQuantBlock), hi);
+        _mm256_store_si256(
+            reinterpret_cast<__m256i*>(p.a[b] + (kTileTokens + t) * kQuantBlock), lo);
+      }
       p.dx[b][t] = dx;
       p.os[b][t] = os;
     }
@@ -159,7 +179,12 @@ inline void Transpose16x4(const uint8_t* rows, size_t stride, __m512i out[4]) {
   out[3] = _mm512_shuffle_i64x2(a23, b23, 0xee);
 }
 
-// One block of 16 rows as the B tile: row kk holds values 4kk .. 4kk+3 of every row.
+// (w, 16 w) as the bytes of an i16 word, from words holding w <= 15.
+inline __m512i WeightPairs(__m512i w) { return _mm512_or_si512(w, _mm512_slli_epi16(w, 12)); }
+
+// One block of 16 rows as the B tile. Q8_0: row kk holds values 4kk .. 4kk+3 of every row.
+// 4-bit formats: row kk holds the pairs (w, 16 w) of values 2kk and 2kk + 1 of every row, which
+// the pairs (lo, hi) of the activations meet: w * lo + 16 w * hi = w * q.
 template <class F>
 inline void PackWeights(const uint8_t* block, size_t stride, uint8_t (*b)[kTileRows * 4]) {
   __m512i v[4];
@@ -171,9 +196,18 @@ inline void PackWeights(const uint8_t* block, size_t stride, uint8_t (*b)[kTileR
   } else {  // 4-bit: byte j holds value j (low nibble) and value j + 16 (high nibble)
     Transpose16x4(block + sizeof(typename F::Block) - kQuantBlock / 2, stride, v);
     const __m512i mask = _mm512_set1_epi8(0x0f);
-    for (int j = 0; j < 4; ++j) {
-      _mm512_store_si512(b[j], _mm512_and_si512(v[j], mask));
-      _mm512_store_si512(b[4 + j], _mm512_and_si512(_mm512_srli_epi16(v[j], 4), mask));
+    // Bytes 0, 1 (or 2, 3) of each 32-bit lane, zero-extended to i16.
+    const __m512i first = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(0, -1, 1, -1, 4, -1, 5, -1, 8, -1, 9, -1, 12, -1, 13, -1));
+    const __m512i second = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(2, -1, 3, -1, 6, -1, 7, -1, 10, -1, 11, -1, 14, -1, 15, -1));
+    for (int j = 0; j < 4; ++j) {  // v[j], lane n: values 4j .. 4j+3 and 16+4j .. of row n
+      const __m512i lo = _mm512_and_si512(v[j], mask);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v[j], 4), mask);
+      _mm512_store_si512(b[2 * j], WeightPairs(_mm512_shuffle_epi8(lo, first)));
+      _mm512_store_si512(b[2 * j + 1], WeightPairs(_mm512_shuffle_epi8(lo, second)));
+      _mm512_store_si512(b[8 + 2 * j], WeightPairs(_mm512_shuffle_epi8(hi, first)));
+      _mm512_store_si512(b[9 + 2 * j], WeightPairs(_mm512_shuffle_epi8(hi, second)));
     }
   }
 }
@@ -195,42 +229,48 @@ struct BlockSums {
 // One quant block's weights for kTiles row tiles, as B tiles.
 template <int kTiles>
 struct WeightTiles {
-  alignas(64) uint8_t b[kTiles][kQuantBlock / 4][kTileRows * 4];
+  alignas(64) uint8_t b[kTiles][kQuantBlock / 2][kTileRows * 4];
 };
 
 // Tile multiplies of one block for kTiles (1 or 2) row tiles: s[i] = block sums of row tile i.
+// wt[i]: the B tile of row tile i.
 template <class F, int kTiles>
-inline void MultiplyBlock(const PackedTokens& p, int64_t b, const WeightTiles<kTiles>& wt,
+inline void MultiplyBlock(const PackedTokens& p, int64_t b, const uint8_t* const* wt,
                           BlockSums* s) {
   // The tile loads' asm statements do not tell the compiler they read memory: make the stores
-  // to wt happen first.
+  // to the B tiles happen first.
   asm volatile("" ::: "memory");
-  _tile_loadd(STREAMD_TILE_ACT_HI, p.hi[b], kQuantBlock);
-  _tile_loadd(STREAMD_TILE_ACT_LO, p.lo[b], kQuantBlock);
-  _tile_loadd(STREAMD_TILE_WEIGHTS_0, wt.b[0], kTileRows * 4);
+  constexpr int kStride = kTileRows * sizeof(int32_t);
+  if constexpr (F::kPairs) {
+    _tile_loadd(STREAMD_TILE_ACT_HI, p.a[b], 2 * kQuantBlock);
+    _tile_loadd(STREAMD_TILE_WEIGHTS_0, wt[0], kTileRows * 4);
+    _tile_zero(STREAMD_TILE_SUM_HI_0);
+    _tile_dpbsud(STREAMD_TILE_SUM_HI_0, STREAMD_TILE_ACT_HI, STREAMD_TILE_WEIGHTS_0);
+    if constexpr (kTiles == 2) {
+      _tile_loadd(STREAMD_TILE_WEIGHTS_1, wt[kTiles - 1], kTileRows * 4);
+      _tile_zero(STREAMD_TILE_SUM_HI_1);
+      _tile_dpbsud(STREAMD_TILE_SUM_HI_1, STREAMD_TILE_ACT_HI, STREAMD_TILE_WEIGHTS_1);
+    }
+    _tile_stored(STREAMD_TILE_SUM_HI_0, s[0].hi, kStride);
+    if constexpr (kTiles == 2) _tile_stored(STREAMD_TILE_SUM_HI_1, s[kTiles - 1].hi, kStride);
+    return;
+  }
+  _tile_loadd(STREAMD_TILE_ACT_HI, p.a[b], kQuantBlock);
+  _tile_loadd(STREAMD_TILE_ACT_LO, p.a[b] + kTileTokens * kQuantBlock, kQuantBlock);
+  _tile_loadd(STREAMD_TILE_WEIGHTS_0, wt[0], kTileRows * 4);
   _tile_zero(STREAMD_TILE_SUM_HI_0);
   _tile_zero(STREAMD_TILE_SUM_LO_0);
   if constexpr (kTiles == 2) {
-    _tile_loadd(STREAMD_TILE_WEIGHTS_1, wt.b[kTiles - 1], kTileRows * 4);
+    _tile_loadd(STREAMD_TILE_WEIGHTS_1, wt[kTiles - 1], kTileRows * 4);
     _tile_zero(STREAMD_TILE_SUM_HI_1);
     _tile_zero(STREAMD_TILE_SUM_LO_1);
   }
-  if constexpr (F::kSigned) {
-    _tile_dpbssd(STREAMD_TILE_SUM_HI_0, STREAMD_TILE_ACT_HI, STREAMD_TILE_WEIGHTS_0);
-    _tile_dpbusd(STREAMD_TILE_SUM_LO_0, STREAMD_TILE_ACT_LO, STREAMD_TILE_WEIGHTS_0);
-    if constexpr (kTiles == 2) {
-      _tile_dpbssd(STREAMD_TILE_SUM_HI_1, STREAMD_TILE_ACT_HI, STREAMD_TILE_WEIGHTS_1);
-      _tile_dpbusd(STREAMD_TILE_SUM_LO_1, STREAMD_TILE_ACT_LO, STREAMD_TILE_WEIGHTS_1);
-    }
-  } else {
-    _tile_dpbsud(STREAMD_TILE_SUM_HI_0, STREAMD_TILE_ACT_HI, STREAMD_TILE_WEIGHTS_0);
-    _tile_dpbuud(STREAMD_TILE_SUM_LO_0, STREAMD_TILE_ACT_LO, STREAMD_TILE_WEIGHTS_0);
-    if constexpr (kTiles == 2) {
-      _tile_dpbsud(STREAMD_TILE_SUM_HI_1, STREAMD_TILE_ACT_HI, STREAMD_TILE_WEIGHTS_1);
-      _tile_dpbuud(STREAMD_TILE_SUM_LO_1, STREAMD_TILE_ACT_LO, STREAMD_TILE_WEIGHTS_1);
-    }
+  _tile_dpbssd(STREAMD_TILE_SUM_HI_0, STREAMD_TILE_ACT_HI, STREAMD_TILE_WEIGHTS_0);
+  _tile_dpbusd(STREAMD_TILE_SUM_LO_0, STREAMD_TILE_ACT_LO, STREAMD_TILE_WEIGHTS_0);
+  if constexpr (kTiles == 2) {
+    _tile_dpbssd(STREAMD_TILE_SUM_HI_1, STREAMD_TILE_ACT_HI, STREAMD_TILE_WEIGHTS_1);
+    _tile_dpbusd(STREAMD_TILE_SUM_LO_1, STREAMD_TILE_ACT_LO, STREAMD_TILE_WEIGHTS_1);
   }
-  constexpr int kStride = kTileRows * sizeof(int32_t);
   _tile_stored(STREAMD_TILE_SUM_HI_0, s[0].hi, kStride);
   _tile_stored(STREAMD_TILE_SUM_LO_0, s[0].lo, kStride);
   if constexpr (kTiles == 2) {
@@ -239,65 +279,129 @@ inline void MultiplyBlock(const PackedTokens& p, int64_t b, const WeightTiles<kT
   }
 }
 
-// acc[t] (16 rows of token t) += the scaled block sums of tokens [0, n_valid).
+// acc[t] (16 rows of token t) += the scaled block sums of tokens [0, n_valid), with the block's
+// row factors dw and ow.
 template <class F>
-inline void ScaleBlock(const BlockSums& s, const PackedTokens& p, int64_t b, const uint8_t* block,
-                       __m512i row_offsets, int n_valid, __m512* acc) {
-  __m512 dw, ow;
-  RowScales<F>(block, row_offsets, &dw, &ow);
+inline void ScaleBlock(const BlockSums& s, const PackedTokens& p, int64_t b, __m512 dw, __m512 ow,
+                       int n_valid, __m512* acc) {
   for (int t = 0; t < n_valid; ++t) {
-    const __m512i sum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(s.hi[t]), 8),
-                                         _mm512_load_si512(s.lo[t]));
+    const __m512i sum =
+        F::kPairs ? _mm512_load_si512(s.hi[t])
+                  : _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(s.hi[t]), 8),
+                                     _mm512_load_si512(s.lo[t]));
     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(p.dx[b][t])),
                              acc[t]);
     if constexpr (F::kOffset) acc[t] = _mm512_fmadd_ps(ow, _mm512_set1_ps(p.os[b][t]), acc[t]);
   }
 }
 
-// kTiles x 16 rows x tokens [0, n_valid) of the packed chunk over nbc blocks: out[t * ldo + r]
-// is written (first block chunk) or added to.
-//
-// Costs per 16 rows x 16 tokens x one block, measured on this project's Sapphire Rapids machine
-// (one 1536 x 576 Q4_1 matrix in L2, each part left out in turn): weight transpose 14 ns, tile
-// loads + multiplies + stores 21 ns, scaling 23 ns; 54 ns together against 83 ns for the AVX-512
-// VNNI kernel. The parts add up: the vector code did not run while the tile unit worked, even
-// with the loop software-pipelined by one block as here (the multiplies of block b issued before
-// block b - 1 is scaled) and with two row tiles sharing the activation tiles.
+// Where RowTiles reads kTiles row tiles' weights, block by block: the GGUF rows themselves
+// (GgufRows) or their AMX-packed copy (PackedRows). Each gives block b of row tile i as the B
+// tile (Weights), its row factors (Scales), and asks for the lines it will read next (Prefetch,
+// called once per block with b in [0, nbc]).
 template <class F, int kTiles>
-void RowTiles(const uint8_t* w, size_t w_stride, const PackedTokens& p, int64_t nbc, int n_valid,
-              bool first, float* out, int64_t ldo) {
-  using Block = typename F::Block;
-  WeightTiles<kTiles> wt[2];
-  BlockSums sums[2][kTiles];
-  const __m512i row_offsets =
-      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                         _mm512_set1_epi32(static_cast<int32_t>(w_stride)));
-  const size_t tile_stride = kTileRows * w_stride;
-  __m512 acc[kTiles][kTileTokens];
-  for (int i = 0; i < kTiles; ++i) {
-    for (int t = 0; t < kTileTokens; ++t) acc[i][t] = _mm512_setzero_ps();
+struct GgufRows {
+  const uint8_t* w;  // row 0 of tile 0, block 0 of the chunk
+  size_t stride;     // bytes per row
+  int64_t nbc;       // blocks in the chunk
+  __m512i row_offsets = _mm512_mullo_epi32(
+      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+      _mm512_set1_epi32(static_cast<int32_t>(stride)));
+
+  const uint8_t* Block(int i, int64_t b) const {
+    return w + i * kTileRows * stride + b * sizeof(typename F::Block);
+  }
+  const uint8_t* Weights(int i, int64_t b, uint8_t (*scratch)[kTileRows * 4]) const {
+    PackWeights<F>(Block(i, b), stride, scratch);
+    return scratch[0];
+  }
+  void Scales(int i, int64_t b, __m512* dw, __m512* ow) const {
+    RowScales<F>(Block(i, b), row_offsets, dw, ow);
   }
   // The next row tiles follow these in memory: stream them into L2 while these compute (a
   // decode step reads every weight from DRAM once). Measured on the 30-layer matmul benchmark
   // at 16 tokens: no prefetch 22.0 ms, into L1 20.3, into L2 17.1, L2 two tiles ahead 19.7.
-  const uint8_t* next = w + kTiles * tile_stride;
-  const int64_t lines_per_step =
-      (static_cast<int64_t>(kTiles * tile_stride) / 64 + nbc - 1) / nbc;
-  for (int64_t b = 0; b <= nbc; ++b) {
-    for (int64_t l = 0; l < lines_per_step; ++l) {
-      _mm_prefetch(reinterpret_cast<const char*>(next + 64 * (b * lines_per_step + l)),
-                   _MM_HINT_T1);
+  void Prefetch(int64_t b) const {
+    const int64_t tile_bytes = static_cast<int64_t>(kTiles * kTileRows * stride);
+    const int64_t lines = (tile_bytes / 64 + nbc - 1) / nbc;
+    const uint8_t* next = w + tile_bytes;
+    for (int64_t l = 0; l < lines; ++l) {
+      _mm_prefetch(reinterpret_cast<const char*>(next + 64 * (b * lines + l)), _MM_HINT_T1);
     }
-    if (b < nbc) {
-      for (int i = 0; i < kTiles; ++i) {
-        PackWeights<F>(w + i * tile_stride + b * sizeof(Block), w_stride, wt[b & 1].b[i]);
+  }
+};
+
+template <class F, int kTiles>
+struct PackedRows {
+  const uint8_t* tile;  // the record of tile 0, block 0 of the chunk
+  size_t tile_bytes;    // bytes per row tile (all its blocks)
+
+  const uint8_t* Record(int i, int64_t b) const {
+    return tile + i * tile_bytes + b * AmxPackedRecordBytes(F::kType);
+  }
+  // The B tile (layout: matmul_internal.h): Q8_0's is in the record; the 4-bit formats' pairs
+  // (w, 16 w) are the byte interleaves of the record's nibbles with 16 times themselves.
+  const uint8_t* Weights(int i, int64_t b, uint8_t (*scratch)[kTileRows * 4]) const {
+    const uint8_t* q = Record(i, b) + kAmxPackedScaleBytes;
+    if constexpr (!F::kPairs) {
+      return q;
+    } else {
+      const __m512i mask = _mm512_set1_epi8(0x0f);
+      for (int j = 0; j < 4; ++j) {
+        const __m512i v = _mm512_load_si512(q + 64 * j);
+        const __m512i lo = _mm512_and_si512(v, mask);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
+        // Bytes <= 15: the 16-bit shift moves no bits across bytes.
+        const __m512i lo16 = _mm512_slli_epi16(lo, 4), hi16 = _mm512_slli_epi16(hi, 4);
+        _mm512_store_si512(scratch[4 * j], _mm512_unpacklo_epi8(lo, lo16));
+        _mm512_store_si512(scratch[4 * j + 1], _mm512_unpackhi_epi8(lo, lo16));
+        _mm512_store_si512(scratch[4 * j + 2], _mm512_unpacklo_epi8(hi, hi16));
+        _mm512_store_si512(scratch[4 * j + 3], _mm512_unpackhi_epi8(hi, hi16));
       }
-      MultiplyBlock<F, kTiles>(p, b, wt[b & 1], sums[b & 1]);
+      return scratch[0];
+    }
+  }
+  void Scales(int i, int64_t b, __m512* dw, __m512* ow) const {
+    const uint8_t* r = Record(i, b);
+    *dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(r)));
+    *ow = F::kOffsetIsMin
+              ? _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(r + 32)))
+              : *dw;
+  }
+  // Block b of the next kTiles row tiles, into L2: it is read one row-tile pass later (a decode
+  // step reads every weight from DRAM once; without this the tile loads wait for it).
+  void Prefetch(int64_t b) const {
+    constexpr size_t kRecord = AmxPackedRecordBytes(F::kType);
+    for (int i = 0; i < kTiles; ++i) {
+      const uint8_t* next = Record(kTiles + i, b);
+      for (size_t l = 0; l < kRecord; l += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(next + l), _MM_HINT_T1);
+      }
+    }
+  }
+};
+
+template <class F, int kTiles, class Source>
+void RowTiles(const Source& src, const PackedTokens& p, int64_t nbc, int n_valid, bool first,
+              float* out, int64_t ldo) {
+  WeightTiles<kTiles> wt[2];
+  BlockSums sums[2][kTiles];
+  __m512 acc[kTiles][kTileTokens];
+  for (int i = 0; i < kTiles; ++i) {
+    for (int t = 0; t < kTileTokens; ++t) acc[i][t] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b <= nbc; ++b) {
+    src.Prefetch(b);
+    if (b < nbc) {
+      const uint8_t* tiles[kTiles];
+      for (int i = 0; i < kTiles; ++i) tiles[i] = src.Weights(i, b, wt[b & 1].b[i]);
+      MultiplyBlock<F, kTiles>(p, b, tiles, sums[b & 1]);
     }
     if (b == 0) continue;
     for (int i = 0; i < kTiles; ++i) {
-      ScaleBlock<F>(sums[(b - 1) & 1][i], p, b - 1, w + i * tile_stride + (b - 1) * sizeof(Block),
-                    row_offsets, n_valid, acc[i]);
+      __m512 dw, ow;
+      src.Scales(i, b - 1, &dw, &ow);
+      ScaleBlock<F>(sums[(b - 1) & 1][i], p, b - 1, dw, ow, n_valid, acc[i]);
     }
   }
   for (int i = 0; i < kTiles; ++i) {
@@ -308,12 +412,33 @@ void RowTiles(const uint8_t* w, size_t w_stride, const PackedTokens& p, int64_t 
   }
 }
 
+// kTiles row tiles from row r0, blocks [kb0, kb0 + nbc), from the packed copy when there is one.
+template <class F, int kTiles>
+void RowTilesFrom(const uint8_t* w, size_t w_row_bytes, const uint8_t* packed, int64_t nb,
+                  int64_t r0, int64_t kb0, const PackedTokens& p, int64_t nbc, int nt, float* out,
+                  int64_t ldo) {
+  if (packed != nullptr) {
+    constexpr size_t kRecord = AmxPackedRecordBytes(F::kType);
+    const size_t tile_bytes = static_cast<size_t>(nb) * kRecord;
+    const PackedRows<F, kTiles> src{packed + (r0 / kTileRows) * tile_bytes + kb0 * kRecord,
+                                    tile_bytes};
+    RowTiles<F, kTiles>(src, p, nbc, nt, kb0 == 0, out, ldo);
+  } else {
+    const GgufRows<F, kTiles> src{
+        w + static_cast<size_t>(r0) * w_row_bytes + kb0 * sizeof(typename F::Block), w_row_bytes,
+        nbc};
+    RowTiles<F, kTiles>(src, p, nbc, nt, kb0 == 0, out, ldo);
+  }
+}
+
 // Tokens [0, n_tokens) in chunks of 16 (the last may be partial), blocks in chunks of
-// kBlockChunk, rows [row_begin, row_end) in tiles of 16 (a multiple of 16 rows).
+// kBlockChunk, rows [row_begin, row_end) in tiles of 16 (a multiple of 16 rows), from the GGUF
+// rows w or, when packed is not null, from their AMX-packed copy (row_begin a multiple of 16).
 template <class F>
-void MatMulTiles(const uint8_t* w, size_t w_row_bytes, int64_t nb, const BlockQ16_1* xq,
-                 int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin, int64_t row_end) {
-  static const TileConfig config = MakeTileConfig();
+void MatMulTiles(const uint8_t* w, size_t w_row_bytes, const uint8_t* packed, int64_t nb,
+                 const BlockQ16_1* xq, int64_t n_tokens, float* out, int64_t ldo,
+                 int64_t row_begin, int64_t row_end) {
+  static const TileConfig config = MakeTileConfig<F>();
   _tile_loadconfig(&config);
   PackedTokens p;
   for (int64_t t0 = 0; t0 < n_tokens; t0 += kTileTokens) {
@@ -321,15 +446,15 @@ void MatMulTiles(const uint8_t* w, size_t w_row_bytes, int64_t nb, const BlockQ1
     for (int64_t kb0 = 0; kb0 < nb; kb0 += kBlockChunk) {
       const int64_t nbc = nb - kb0 < kBlockChunk ? nb - kb0 : kBlockChunk;
       PackTokens<F>(xq + t0 * nb + kb0, nb, nt, nbc, p);
-      const uint8_t* wb = w + static_cast<size_t>(kb0) * sizeof(typename F::Block);
+      // Two row tiles (sharing the activation tiles) at a time, then the odd one.
       int64_t r0 = row_begin;
       for (; r0 + 2 * kTileRows <= row_end; r0 += 2 * kTileRows) {
-        RowTiles<F, 2>(wb + static_cast<size_t>(r0) * w_row_bytes, w_row_bytes, p, nbc, nt,
-                       kb0 == 0, out + t0 * ldo + r0, ldo);
+        RowTilesFrom<F, 2>(w, w_row_bytes, packed, nb, r0, kb0, p, nbc, nt, out + t0 * ldo + r0,
+                           ldo);
       }
       if (r0 < row_end) {
-        RowTiles<F, 1>(wb + static_cast<size_t>(r0) * w_row_bytes, w_row_bytes, p, nbc, nt,
-                       kb0 == 0, out + t0 * ldo + r0, ldo);
+        RowTilesFrom<F, 1>(w, w_row_bytes, packed, nb, r0, kb0, p, nbc, nt, out + t0 * ldo + r0,
+                           ldo);
       }
     }
   }
@@ -338,8 +463,8 @@ void MatMulTiles(const uint8_t* w, size_t w_row_bytes, int64_t nb, const BlockQ1
 }
 
 template <class F>
-void MatMulFormatAmx(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
-                     const BlockQ16_1* xq, int64_t n_tokens, float* out, int64_t ldo,
+void MatMulFormatAmx(WeightType type, const uint8_t* w, size_t w_row_bytes, const uint8_t* packed,
+                     int64_t k, const BlockQ16_1* xq, int64_t n_tokens, float* out, int64_t ldo,
                      int64_t row_begin, int64_t row_end) {
   const int64_t nb = k / kQuantBlock;
   const int64_t n16 = TokensInChunksOf16(n_tokens);  // the AVX-512 level's split: same bits
@@ -348,7 +473,8 @@ void MatMulFormatAmx(WeightType type, const uint8_t* w, size_t w_row_bytes, int6
     return MatMulQuantAvx512Vnni(type, w, w_row_bytes, k, xq, n_tokens, out, ldo, row_begin,
                                  row_end);
   }
-  MatMulTiles<F>(w, w_row_bytes, nb, xq, n16, out, ldo, row_begin, tile_end);
+  if (row_begin % kTileRows != 0) packed = nullptr;
+  MatMulTiles<F>(w, w_row_bytes, packed, nb, xq, n16, out, ldo, row_begin, tile_end);
   if (tile_end < row_end) {
     MatMulQuantAvx512Vnni(type, w, w_row_bytes, k, xq, n16, out, ldo, tile_end, row_end);
   }
@@ -360,19 +486,19 @@ void MatMulFormatAmx(WeightType type, const uint8_t* w, size_t w_row_bytes, int6
 
 }  // namespace
 
-void MatMulQuantAmx(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
-                    const BlockQ16_1* xq, int64_t n_tokens, float* out, int64_t ldo,
+void MatMulQuantAmx(WeightType type, const uint8_t* w, size_t w_row_bytes, const uint8_t* packed,
+                    int64_t k, const BlockQ16_1* xq, int64_t n_tokens, float* out, int64_t ldo,
                     int64_t row_begin, int64_t row_end) {
   switch (type) {
     case WeightType::kQ4_0:
-      return MatMulFormatAmx<AmxQ4_0>(type, w, w_row_bytes, k, xq, n_tokens, out, ldo, row_begin,
-                                      row_end);
+      return MatMulFormatAmx<AmxQ4_0>(type, w, w_row_bytes, packed, k, xq, n_tokens, out, ldo,
+                                      row_begin, row_end);
     case WeightType::kQ4_1:
-      return MatMulFormatAmx<AmxQ4_1>(type, w, w_row_bytes, k, xq, n_tokens, out, ldo, row_begin,
-                                      row_end);
+      return MatMulFormatAmx<AmxQ4_1>(type, w, w_row_bytes, packed, k, xq, n_tokens, out, ldo,
+                                      row_begin, row_end);
     case WeightType::kQ8_0:
-      return MatMulFormatAmx<AmxQ8_0>(type, w, w_row_bytes, k, xq, n_tokens, out, ldo, row_begin,
-                                      row_end);
+      return MatMulFormatAmx<AmxQ8_0>(type, w, w_row_bytes, packed, k, xq, n_tokens, out, ldo,
+                                      row_begin, row_end);
     default:
       return;
   }

@@ -12,9 +12,9 @@
 // with (ow, os) = (mw, sx) for Q4_1, (dw, -8 sx) for Q4_0 and no offset term for Q8_0.
 // Weights are widened to i16 (WeightI16: values 0-15 and 16-31 in two vectors) and multiplied
 // with the i16 activations, products summed in pairs into i32 lanes.
-// Overflow: |y| <= 32767, so one product is <= 15 * 32767 (4-bit) or 128 * 32767 (Q8_0) in
+// Overflow: |y| <= kQ16Max = 2047, so one product is <= 15 * 2047 (4-bit) or 128 * 2047 (Q8_0) in
 // magnitude. Every i32 value below sums the products of ONE block (32 of them at most): <= 32 * 15
-// * 32767 = 15.7M (4-bit) or 32 * 128 * 32767 = 134M < 2^31 (Q8_0), so neither the lanes, nor the
+// * 2047 < 2^20 (4-bit) or 32 * 128 * 2047 < 2^23 (Q8_0), so neither the lanes, nor the
 // hadds that fold a block's lanes (Fold4), nor OuterTile's per-token block sums overflow.
 // Products of different blocks are never added in i32: each block has its own scale, applied in
 // f32.

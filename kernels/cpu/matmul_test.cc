@@ -3,9 +3,9 @@
 // every instruction-set level this CPU runs, on fresh random inputs over awkward shapes.
 //
 // Error bounds (per output element, rows r, token t; u = 2^-24, nb = k / 32 blocks):
-//   Quantized weights (activations go through 16-bit blocks: |x - d*q| <= d/2 = amax_b/65534,
+//   Quantized weights (activations go through 12-bit blocks: |x - d*q| <= d/2 = amax_b/4094,
 //   widened by 1% for the f32 reciprocal and product that compute x/d, see matmul_internal.h):
-//     |out - ref| <= sum_b (amax_b / 65534) * sum_{j in b} |w_j| * 1.01  +  F
+//     |out - ref| <= sum_b (amax_b / 4094) * sum_{j in b} |w_j| * 1.01  +  F
 //     F = (2 nb + 8) u M,  M = sum_b amax_b * sum_{j in b} (|w_j| + 24 |d_b| + |m_b|)
 //     M bounds the sum of |per-block terms| the kernels add in f32 (|q| <= 15 plus Q4_0's -8),
 //     F the rounding of at most 2 nb such additions plus a few products per term. Over a whole
@@ -225,7 +225,7 @@ Reference ComputeReference(const Weights& wt, const float* x, int64_t ldx, int64
         for (int64_t b = 0; b < nb; ++b) {
           double abs_w = 0.0;
           for (int j = 0; j < kBlock; ++j) abs_w += std::fabs(w[b * kBlock + j]);
-          qerr += amax[b] / 65534.0 * abs_w;
+          qerr += amax[b] / (2.0 * kQ16Max) * abs_w;
           m_scale +=
               amax[b] * (abs_w + kBlock * (24 * wt.d_abs[r * nb + b] + wt.m_abs[r * nb + b]));
         }
@@ -433,11 +433,12 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
                            return std::string(TypeName(param.param));
                          });
 
-// AMX rebuilds each 16-bit activation from a signed high and an unsigned low byte: the values
-// where that split carries or borrows (+-255, +-256, -1, the extremes) with the largest weights,
-// so the block sums reach their bounds. Bit-identical to the AVX-512 VNNI level, and within the
-// error bound of the exact product.
-TEST(AmxTest, ByteSplitIsExactAtTheExtremes) {
+// AMX splits each activation q into a signed and an unsigned part: q = 16 * hi + (q & 15) against
+// 4-bit weights, q = 256 * hi + (q & 255) against Q8_0. The values where the splits carry or
+// borrow (+-15, +-16, +-17, +-255, +-256, -1, the extremes) with the largest weights, so the block
+// sums reach their bounds. Bit-identical to the AVX-512 VNNI level, and within the error bound of
+// the exact product.
+TEST(AmxTest, ActivationSplitIsExactAtTheExtremes) {
   if (!IsaSupported(Isa::kAmx)) GTEST_SKIP() << "this CPU (or OS) has no AMX-INT8";
   const uint64_t seed = TestSeed();
   SCOPED_TRACE(SeedTrace(seed));
@@ -460,14 +461,15 @@ TEST(AmxTest, ByteSplitIsExactAtTheExtremes) {
       DequantizeRow(type, row, k, decoded.data());
       std::copy(decoded.begin(), decoded.end(), wt.w.begin() + r * k);
     }
-    // One value per block at the block's maximum sets the scale to 1 (q = +-32767); the others
-    // hit the byte boundaries.
-    const float edges[] = {-32767, -256, -255, -129, -128, -1, 0, 1, 127, 128, 255, 256, 32767};
+    // One value per block at the block's maximum sets the scale to 1 (q = +-2047); the others
+    // hit the split boundaries.
+    const float edges[] = {-2047, -256, -255, -129, -128, -17, -16, -15, -1, 0,
+                           1,     15,   16,   17,   127,  128,  255, 256, 2047};
     std::uniform_int_distribution<size_t> pick(0, std::size(edges) - 1);
     std::vector<float> x(n * k);
     for (int64_t t = 0; t < n; ++t) {
       for (int64_t i = 0; i < k; ++i) {
-        x[t * k + i] = i % kQuantBlock == 0 ? (t % 2 ? -32767.0f : 32767.0f) : edges[pick(rng)];
+        x[t * k + i] = i % kQuantBlock == 0 ? (t % 2 ? -2047.0f : 2047.0f) : edges[pick(rng)];
       }
     }
     std::vector<float> want, got;
@@ -491,6 +493,97 @@ TEST(AmxTest, ByteSplitIsExactAtTheExtremes) {
   }
 }
 
+// The packed copy's records hold every scale, minimum and 4-bit value where matmul_internal.h
+// says (checked here on any CPU; the AMX test below checks that the kernel reads them so).
+TEST(AmxPackingTest, RecordsHoldEveryValueWhereTheLayoutSays) {
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  EXPECT_FALSE(AmxPackable(WeightType::kQ4_1, 40, 64));  // not whole tiles of 16 rows
+  EXPECT_FALSE(AmxPackable(WeightType::kF16, 32, 64));
+  EXPECT_EQ(AmxPackedBytes(WeightType::kQ4_1, 40, 64), 0u);
+  for (WeightType type : {WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ8_0}) {
+    SCOPED_TRACE(TypeName(type));
+    const int64_t rows = 48, k = 576, nb = k / kQuantBlock;
+    const Weights wt = RandomWeights(type, rows, k, rng);
+    const bool q8 = type == WeightType::kQ8_0;
+    const size_t record = q8 ? 576 : 320;
+    ASSERT_TRUE(AmxPackable(type, rows, k));
+    ASSERT_EQ(AmxPackedBytes(type, rows, k), rows / 16 * nb * record);
+    std::vector<uint8_t> packed(AmxPackedBytes(type, rows, k) + 64);
+    uint8_t* rec0 = packed.data() + (64 - reinterpret_cast<uintptr_t>(packed.data()) % 64) % 64;
+    PackForAmx(type, wt.data.data(), wt.row_bytes, rows, k, rec0);
+    const size_t block_bytes = wt.row_bytes / nb;
+    const bool q4_1 = type == WeightType::kQ4_1;
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* block = wt.data.data() + r * wt.row_bytes + b * block_bytes;
+        const uint8_t* rec = rec0 + ((r / 16) * nb + b) * record;
+        const int n = static_cast<int>(r % 16), lane = n / 4, i = n % 4;
+        ASSERT_EQ(std::memcmp(rec + 2 * n, block, 2), 0) << "d of row " << r << " block " << b;
+        const uint8_t zero[2] = {0, 0};
+        ASSERT_EQ(std::memcmp(rec + 32 + 2 * n, q4_1 ? block + 2 : zero, 2), 0) << "m " << r;
+        if (q8) {  // value v of row n: B-tile row v / 4, byte 4n + v % 4
+          for (int v = 0; v < 32; ++v) {
+            ASSERT_EQ(rec[64 + 64 * (v / 4) + 4 * n + v % 4], block[2 + v]) << r << "," << v;
+          }
+          continue;
+        }
+        const uint8_t* qs = block + block_bytes - 16;
+        for (int v = 0; v < 32; ++v) {
+          const int want = v < 16 ? qs[v] & 15 : qs[v - 16] >> 4;
+          // v = 8j + 2h + 4g + e: byte 16 lane + 8h + 2i + e of S_j, nibble g.
+          const int j = v / 8, g = (v % 8) / 4, h = (v % 4) / 2, e = v % 2;
+          const uint8_t byte = rec[64 + 64 * j + 16 * lane + 8 * h + 2 * i + e];
+          ASSERT_EQ(g ? byte >> 4 : byte & 15, want) << "row " << r << " block " << b << " v " << v;
+        }
+      }
+    }
+  }
+}
+
+// The AMX level reads the packed copy instead of the rows and gets the same bits, for every token
+// count (chunks of 16, padded and AVX2-tiled remainders), one and two block chunks, row ranges
+// on and off the tiles of 16 (off: the rows are read instead).
+TEST(AmxTest, PackedWeightsGiveTheSameBits) {
+  if (!IsaSupported(Isa::kAmx)) GTEST_SKIP() << "this CPU (or OS) has no AMX-INT8";
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  ScopedIsa scoped(Isa::kAmx);
+  ASSERT_EQ(ActiveIsa(), Isa::kAmx);
+  for (WeightType type : {WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ8_0}) {
+    for (int64_t k : {32, 576, 1536}) {
+      for (int64_t rows : {16, 48, 784}) {
+        const Weights wt = RandomWeights(type, rows, k, rng);
+        std::vector<uint8_t> buffer(AmxPackedBytes(type, rows, k) + 64);
+        uint8_t* packed =
+            buffer.data() + (64 - reinterpret_cast<uintptr_t>(buffer.data()) % 64) % 64;
+        PackForAmx(type, wt.data.data(), wt.row_bytes, rows, k, packed);
+        for (int64_t n : {1, 5, 6, 16, 27, 33, 64}) {
+          SCOPED_TRACE(::testing::Message()
+                       << TypeName(type) << " k=" << k << " rows=" << rows << " n=" << n);
+          const std::vector<float> x = RandomActivations(n, k, k, rng);
+          const std::vector<uint8_t> xq = Prepare(type, x, k, k, n);
+          const int64_t on_tiles = rows / 32 * 16, off_tiles = rows / 3;
+          for (int64_t split : {on_tiles, off_tiles}) {
+            std::vector<float> plain(n * rows), from_packed(n * rows, -1.0f);
+            for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, split}, {split, rows}}) {
+              MatMulRows(type, wt.data.data(), wt.row_bytes, k, xq.data(), n, plain.data(), rows,
+                         r0, r1);
+              MatMulRows(type, wt.data.data(), wt.row_bytes, k, xq.data(), n, from_packed.data(),
+                         rows, r0, r1, packed);
+            }
+            ASSERT_EQ(std::memcmp(plain.data(), from_packed.data(), plain.size() * sizeof(float)),
+                      0)
+                << "split at row " << split;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(ActivationQuantTest, BlocksRoundTripWithinHalfAStep) {
   const uint64_t seed = TestSeed();
   SCOPED_TRACE(SeedTrace(seed));
@@ -509,13 +602,13 @@ TEST(ActivationQuantTest, BlocksRoundTripWithinHalfAStep) {
       float amax = 0.0f;
       int32_t sum = 0;
       for (int j = 0; j < kBlock; ++j) amax = std::max(amax, std::fabs(xb[j]));
-      // The documented rule, exactly: d = amax / 32767, q = nearbyint(x * (1 / d)) in f32.
-      ASSERT_EQ(b.d, amax / 32767.0f) << "block " << i;
+      // The documented rule, exactly: d = amax / 2047, q = nearbyint(x * (1 / d)) in f32.
+      ASSERT_EQ(b.d, amax / 2047.0f) << "block " << i;
       const float id = b.d != 0.0f ? 1.0f / b.d : 0.0f;
       for (int j = 0; j < kBlock; ++j) {
         ASSERT_EQ(b.qs[j], static_cast<int>(std::nearbyint(xb[j] * id))) << i << "," << j;
-        ASSERT_LE(std::abs(int{b.qs[j]}), 32767);
-        // Half a step, plus the f32 rounding of 1 / d and x * (1 / d) (< 32767 * 3u steps).
+        ASSERT_LE(std::abs(int{b.qs[j]}), 2047);
+        // Half a step, plus the f32 rounding of 1 / d and x * (1 / d) (< 2047 * 3u steps).
         ASSERT_LE(std::fabs(xb[j] - double{b.d} * b.qs[j]), (0.5 + 0.006) * b.d + 1e-30)
             << i << "," << j;
         sum += b.qs[j];
@@ -525,16 +618,16 @@ TEST(ActivationQuantTest, BlocksRoundTripWithinHalfAStep) {
   }
 }
 
-// Exact ties round half to even on every ISA; the extremes map to +-32767; blocks whose scale
-// would be subnormal quantize to zero instead of overflowing i16.
+// Exact ties round half to even on every ISA; the extremes map to +-2047; blocks whose scale
+// would be subnormal quantize to zero instead of overflowing 12 bits.
 TEST(ActivationQuantTest, TiesExtremesAndTinyBlocks) {
   std::vector<float> x(3 * kBlock, 0.0f);
-  // Block 0: amax = 32767, so d = 1 and x * (1 / d) = x exactly.
-  const float ties[] = {32767.0f, -32767.0f, 2.5f, 3.5f, -2.5f, -3.5f, 0.5f, -0.5f, 1.5f, 32766.5f};
-  const int16_t want[] = {32767, -32767, 2, 4, -2, -4, 0, 0, 2, 32766};
+  // Block 0: amax = 2047, so d = 1 and x * (1 / d) = x exactly.
+  const float ties[] = {2047.0f, -2047.0f, 2.5f, 3.5f, -2.5f, -3.5f, 0.5f, -0.5f, 1.5f, 2046.5f};
+  const int16_t want[] = {2047, -2047, 2, 4, -2, -4, 0, 0, 2, 2046};
   std::copy(std::begin(ties), std::end(ties), x.begin());
-  for (int j = 10; j < kBlock; ++j) x[j] = static_cast<float>(j * 1000 - 7);
-  x[kBlock + 3] = 1e-35f;       // d = amax / 32767 < FLT_MIN
+  for (int j = 10; j < kBlock; ++j) x[j] = static_cast<float>(j * 60 - 7);
+  x[kBlock + 3] = 1e-35f;       // d = amax / 2047 < FLT_MIN
   x[2 * kBlock + 5] = -1e-41f;  // subnormal input
   x[2 * kBlock + 6] = 2e-41f;
   for (Isa isa : SupportedIsas()) {
@@ -544,7 +637,7 @@ TEST(ActivationQuantTest, TiesExtremesAndTinyBlocks) {
     const auto* blocks = reinterpret_cast<const BlockQ16_1*>(xq.data());
     EXPECT_EQ(blocks[0].d, 1.0f);
     for (int j = 0; j < 10; ++j) EXPECT_EQ(blocks[0].qs[j], want[j]) << "j=" << j;
-    for (int j = 10; j < kBlock; ++j) EXPECT_EQ(blocks[0].qs[j], j * 1000 - 7) << "j=" << j;
+    for (int j = 10; j < kBlock; ++j) EXPECT_EQ(blocks[0].qs[j], j * 60 - 7) << "j=" << j;
     for (int b = 1; b < 3; ++b) {
       EXPECT_EQ(blocks[b].d, 0.0f) << "block " << b;
       EXPECT_EQ(blocks[b].s, 0.0f) << "block " << b;

@@ -4,8 +4,9 @@
 //   Q4_0: x = d * (q - 8),        q in [0,15]; d f16.            18 bytes
 //   Q4_1: x = d * q + m,          q in [0,15]; d, m f16.         20 bytes
 //   Q8_0: x = d * q,              q in [-128,127]; d f16.        34 bytes
-//   Q16_1: x = d * q, s = d*sum(q), q in [-32767,32767]; d, s f32.  72 bytes (activations only;
-//          not a GGUF type: s lets Q4_1 add m*sum(x) and Q4_0 subtract 8*sum(x) in one multiply)
+//   Q16_1: x = d * q, s = d*sum(q), q in [-2047,2047] stored as i16; d, s f32.  72 bytes
+//          (activations only; not a GGUF type: s lets Q4_1 add m*sum(x) and Q4_0 subtract
+//          8*sum(x) in one multiply; 12-bit values, see matmul.h on precision)
 // 4-bit blocks pack value j in the low nibble of qs[j] and value j+16 in the high nibble.
 // This header has no engine types: kernels/ stays below engine/.
 #pragma once
@@ -30,10 +31,11 @@ struct BlockQ8_0 {
   uint16_t d;  // f16 scale
   int8_t qs[kQuantBlock];
 };
-// 16-bit activations: 8-bit ones (ggml's Q8_1) flipped the argmax of SmolLM2-135M Q4_1 at ~2.7%
-// of positions versus exact arithmetic on the same weights; 16 bits at 0.1% (see matmul.h).
+// 12-bit activations in i16: 8-bit ones (ggml's Q8_1) flipped the argmax of SmolLM2-135M Q4_1 at
+// ~2.7% of positions versus exact arithmetic on the same weights; 12 bits at 0.1% (see matmul.h).
+inline constexpr int kQ16Max = 2047;
 struct BlockQ16_1 {
-  float d;  // scale amax / 32767 (f32: activations are quantized per step, not stored)
+  float d;  // scale amax / kQ16Max (f32: activations are quantized per step, not stored)
   float s;  // d * sum(qs)
   int16_t qs[kQuantBlock];
 };

@@ -1,8 +1,8 @@
-// AVX2 activation quantizer: f32 rows -> BlockQ16_1 (d = amax / 32767, qs = round-half-even(
+// AVX2 activation quantizer: f32 rows -> BlockQ16_1 (d = amax / 2047, qs = round-half-even(
 // x * (1/d)), s = d * sum(qs)). Bit-identical to QuantizeRowQ16_1Portable: same f32 division,
 // reciprocal and products, the same flush of blocks whose d would be subnormal, and
-// _mm256_round_ps rounds half to even like std::nearbyint. |x * (1/d)| <= 32767 + 0.01, so the
-// rounded values fit i16 and the saturating pack never clips.
+// _mm256_round_ps rounds half to even like std::nearbyint. |x * (1/d)| <= 2047 + 0.001, so the
+// rounded values fit 12 bits and the saturating pack never clips.
 #include <immintrin.h>
 
 #include <cfloat>
@@ -35,7 +35,7 @@ void QuantizeRowQ16_1Avx2(const float* x, int64_t k, BlockQ16_1* out) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
     m = _mm_max_ss(m, _mm_movehdup_ps(m));
-    float d = _mm_cvtss_f32(m) / 32767.0f;
+    float d = _mm_cvtss_f32(m) / static_cast<float>(kQ16Max);
     if (!(d >= FLT_MIN)) d = 0.0f;
     const __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
     __m256i q[4];
