@@ -159,11 +159,13 @@ void LlamaModel::PlanTokens(std::span<const SequenceInput> seqs) {
   ws_.has_sink_rope.clear();
   ws_.out_row.clear();
   ws_.tables.clear();
+  ws_.one_token_per_sequence = true;
   int64_t row = 0;
   for (size_t s = 0; s < seqs.size(); ++s) {
     const SessionCache& cache = *seqs[s].cache;
     ws_.tables.push_back(cache.table());
     const kernels::SinkWindowTable& table = ws_.tables.back();
+    ws_.one_token_per_sequence = ws_.one_token_per_sequence && seqs[s].n_tokens == 1;
     for (int32_t i = 0; i < seqs[s].n_tokens; ++i) {
       const int64_t t = static_cast<int64_t>(ws_.position.size());
       const int64_t p = cache.tokens_seen() + i;
@@ -241,7 +243,7 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const Sequ
     FusedMatMul(tp, qkv, ws.xb.data(), n, ws.xq.data(), xq_stride, residual_and_norm);
     // Keys are rotated by their text position and written once; queries are rotated by
     // their text position and, once eviction has begun, by their cache position for sinks.
-    tp.ParallelFor(n, [&](int64_t t, int) {
+    const auto rope_and_write = [&](int64_t t) {
       const float* cs = &ws.rope_cos[t * half];
       const float* sn = &ws.rope_sin[t * half];
       float* q = &ws.q[t * q_dim];
@@ -254,14 +256,20 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const Sequ
       ApplyRope(&ws.k[t * kv_dim], c.n_kv_heads, hd, cs, sn);
       kernels::cpu::WriteKv(layout, layer_kv, ws.tables[ws.seq_of[t]], ws.position[t],
                             &ws.k[t * kv_dim], &ws.v[t * kv_dim]);
-    });
+    };
     // One task per (token, KV head): the group's query heads g * group .. (g + 1) * group - 1
     // are contiguous in q ([n_heads, hd]) and read each K/V row once between them.
     const int32_t heads_per_task = n >= 4 * tp.threads() ? c.n_kv_heads : 1;
     const int32_t tasks_per_token = c.n_kv_heads / heads_per_task;
+    // A token attends to its own sequence's keys only. In a decode step (one token per
+    // sequence) with one task per token, the task writes the only new key its attention reads:
+    // rotation and the K/V write need no loop (and join) of their own.
+    const bool rope_in_task = tasks_per_token == 1 && ws.one_token_per_sequence;
+    if (!rope_in_task) tp.ParallelFor(n, [&](int64_t t, int) { rope_and_write(t); });
     tp.ParallelFor(n * tasks_per_token, [&](int64_t task, int thread) {
       const int64_t t = task / tasks_per_token;
       const int32_t g0 = static_cast<int32_t>(task % tasks_per_token) * heads_per_task;
+      if (rope_in_task) rope_and_write(t);
       for (int32_t g = g0; g < g0 + heads_per_task; ++g) {
         const int64_t first = t * q_dim + static_cast<int64_t>(g) * group * hd;
         const float* q = &ws.q[first];

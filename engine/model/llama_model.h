@@ -92,6 +92,7 @@ class LlamaModel : public ModelBackend {
     std::vector<uint8_t> has_sink_rope;
     std::vector<kernels::SinkWindowTable> tables;  // per sequence
     std::vector<int64_t> out_row;                  // per token: logits row, or -1
+    bool one_token_per_sequence = false;           // a pure decode step
   } ws_;
 };
 
