@@ -1,5 +1,7 @@
 #include "engine/cache/block_pool.h"
 
+#include "engine/util/huge_pages.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -26,8 +28,8 @@ class HostPoolStorage final : public PoolStorage {
 }  // namespace
 
 StatusOr<std::unique_ptr<PoolStorage>> MakeHostPoolStorage(int64_t bytes) {
-  // 64-byte alignment: SIMD loads of a head's keys never straddle cache lines needlessly.
-  void* raw = std::aligned_alloc(64, (static_cast<size_t>(bytes) + 63) / 64 * 64);
+  // Huge pages: attention reads each session's blocks, scattered over the pool, every step.
+  void* raw = AllocateHugePageBacked(static_cast<size_t>(bytes));
   if (raw == nullptr) {
     return ResourceExhaustedError("cannot allocate a KV pool of " + std::to_string(bytes) +
                                   " bytes");

@@ -69,8 +69,8 @@ void AddAmxPackedCopies(LlamaWeights& w) {
   size_t total = 0;
   for (const WeightMatrix* m : matrices) total += kernels::cpu::AmxPackedBytes(m->type, m->rows, m->cols);
   if (total == 0) return;
-  // Every copy is a whole number of 320-byte records, so each starts 64-byte aligned.
-  w.amx_storage.reset(static_cast<uint8_t*>(std::aligned_alloc(64, (total + 63) / 64 * 64)));
+  // Every copy is a whole number of 64-byte-multiple records, so each starts 64-byte aligned.
+  w.amx_storage.reset(static_cast<uint8_t*>(AllocateHugePageBacked(total)));
   if (!w.amx_storage) return;  // no copies: the GGUF rows serve every batch
   w.amx_packed_bytes = total;
   uint8_t* at = w.amx_storage.get();

@@ -5,12 +5,12 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <vector>
 
 #include "engine/gguf/gguf_file.h"
 #include "engine/model/llama_config.h"
+#include "engine/util/huge_pages.h"
 #include "engine/util/status.h"
 #include "kernels/cpu/matmul.h"
 
@@ -46,9 +46,6 @@ struct LlamaWeights {
   WeightMatrix output;                 // [vocab, dim]; token_embedding when tied
   uint64_t total_bytes = 0;            // bytes of every tensor above (what a decode step reads)
 
-  struct FreeDeleter {
-    void operator()(uint8_t* p) const { std::free(p); }
-  };
   std::unique_ptr<uint8_t, FreeDeleter> amx_storage;  // every amx_packed copy
   uint64_t amx_packed_bytes = 0;
 };
