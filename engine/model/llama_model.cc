@@ -186,6 +186,10 @@ void LlamaModel::set_threads(int32_t n) {
   thread_pool_ = std::make_unique<ThreadPool>(threads_);
 }
 
+void LlamaModel::RunOnHostThreads(int64_t n, const std::function<void(int64_t)>& fn) {
+  thread_pool_->ParallelFor(n, [&](int64_t i, int) { fn(i); });
+}
+
 std::string LlamaModel::device_description() const {
   return std::string("cpu (") + kernels::cpu::IsaName(kernels::cpu::ActiveIsa()) + ", " +
          std::to_string(threads_) + " threads)";

@@ -50,6 +50,7 @@ class LlamaModel : public ModelBackend {
 
   // Worker threads used by Forward (default: hardware concurrency).
   void set_threads(int32_t n) override;
+  void RunOnHostThreads(int64_t n, const std::function<void(int64_t)>& fn) override;
   int32_t threads() const { return threads_; }
 
   // Runs one batch: sequence k's tokens are the next seqs[k].n_tokens entries of `tokens`,

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -56,6 +57,12 @@ class ModelBackend {
   virtual uint64_t weight_bytes() const = 0;
   // CPU worker threads; backends that do not use them ignore it.
   virtual void set_threads(int32_t n) = 0;
+  // Runs fn(i) for i in [0, n) on the backend's CPU threads, if it has any (the CPU backend's
+  // forward-pass pool, idle between steps), else in turn on the caller. For per-sequence work
+  // between steps, such as sampling: fn must be safe to run concurrently for distinct i.
+  virtual void RunOnHostThreads(int64_t n, const std::function<void(int64_t)>& fn) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+  }
 
   // The KV pool this backend's Forward reads and writes: host memory for the CPU, device
   // memory for CUDA. Errors name the budget and the memory available.

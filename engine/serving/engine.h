@@ -78,8 +78,9 @@ class Engine {
   bool HasWork() const;                          // requires mu_
   void Loop();
   void RunStep(std::unique_lock<std::mutex>& lock);
-  // Applies one chunk's logits to its session; appends events to deliver.
-  void ApplyChunk(Session& s, float* logits,
+  // Applies a token sampled for a generating session (delivered, and now in its context);
+  // appends the events to deliver.
+  void ApplyToken(Session& s, int32_t token,
                   std::vector<std::pair<EventSink, GenerationEvent>>& out);
   void Finish(Session& s, FinishReason reason, Status status,
               std::vector<std::pair<EventSink, GenerationEvent>>& out);
