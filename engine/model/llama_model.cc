@@ -191,8 +191,13 @@ void LlamaModel::RunOnHostThreads(int64_t n, const std::function<void(int64_t)>&
 }
 
 std::string LlamaModel::device_description() const {
+  std::string amx;
+  if (weights_.amx_packed_bytes > 0) {
+    amx = ", AMX-packed weights " +
+          std::to_string((weights_.amx_packed_bytes + (1 << 19)) >> 20) + " MiB";
+  }
   return std::string("cpu (") + kernels::cpu::IsaName(kernels::cpu::ActiveIsa()) + ", " +
-         std::to_string(threads_) + " threads)";
+         std::to_string(threads_) + " threads" + amx + ")";
 }
 
 StatusOr<std::unique_ptr<BlockPool>> LlamaModel::CreatePool(const KvShape& shape,

@@ -67,7 +67,9 @@ void AddAmxPackedCopies(LlamaWeights& w) {
     }
   }
   size_t total = 0;
-  for (const WeightMatrix* m : matrices) total += kernels::cpu::AmxPackedBytes(m->type, m->rows, m->cols);
+  for (const WeightMatrix* m : matrices) {
+    total += kernels::cpu::AmxPackedBytes(m->type, m->rows, m->cols);
+  }
   if (total == 0) return;
   // Every copy is a whole number of 64-byte-multiple records, so each starts 64-byte aligned.
   w.amx_storage.reset(static_cast<uint8_t*>(AllocateHugePageBacked(total)));

@@ -1,6 +1,6 @@
 // Views of a Llama model's tensors inside the mapped GGUF file, shape- and type-checked once
 // at load so the forward pass never re-validates. Weights are read in place: the GgufFile must
-// outlive the LlamaWeights. The one copy: on CPUs with AMX, the 4-bit matrices' AMX-packed
+// outlive the LlamaWeights. The one copy: on CPUs with AMX, the quantized matrices' AMX-packed
 // copies (AddAmxPackedCopies).
 #pragma once
 
@@ -52,11 +52,12 @@ struct LlamaWeights {
 
 StatusOr<LlamaWeights> BindLlamaWeights(const gguf::GgufFile& file, const LlamaConfig& config);
 
-// Gives every matrix that kernels::cpu::AmxPackable accepts (the projections and the output head
-// of 4-bit models) its AMX-packed copy, in one allocation. Worth it only where the AMX level runs:
-// it reads the copies for batches of 6+ tokens (a decode step of many sessions, prefill) instead
-// of the GGUF rows, which one-token steps still read. Memory: the 4-bit tensors once more (66 MB
-// for SmolLM2-135M Q4_1). Measured in docs/PERFORMANCE.md.
+// Gives every matrix that kernels::cpu::AmxPackable accepts (the quantized projections and output
+// head) its AMX-packed copy, in one allocation on huge pages. Worth it only where the AMX level
+// runs: it reads the copies for batches of 6+ tokens (a decode step of many sessions, prefill)
+// instead of the GGUF rows, which one-token steps still read. Memory: those tensors once more
+// (98 MB = 94 MiB for SmolLM2-135M Q4_1: 66 MB of projections, 32 MB of Q8_0 head). Without
+// memory for them the model runs as before, on the GGUF rows. Measured in docs/PERFORMANCE.md.
 void AddAmxPackedCopies(LlamaWeights& weights);
 
 }  // namespace streamd
