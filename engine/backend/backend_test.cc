@@ -3,8 +3,11 @@
 #include "engine/backend/backend.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <span>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -104,6 +107,30 @@ TEST(BackendTest, GreedyForwardIsTheArgmaxOfForward) {
   ASSERT_TRUE((*a)->Forward(tokens, std::span<const SequenceInput>(&sa, 1), logits.data()).ok());
   ASSERT_TRUE((*b)->ForwardGreedy(tokens, std::span<const SequenceInput>(&sb, 1), ids.data()).ok());
   EXPECT_EQ(ids[0], std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+// The CPU backend spreads per-sequence work over its threads: every index runs exactly once, and
+// two indices run at the same time (each waits, up to 10 s, for the other to have started).
+TEST(BackendTest, CpuRunsHostWorkOnItsThreadsOncePerIndex) {
+  auto b = MakeSyntheticBackend(BackendKind::kCpu, Tiny());
+  ASSERT_TRUE(b.ok());
+  (*b)->set_threads(2);
+  std::vector<std::atomic<int>> runs(1000);
+  (*b)->RunOnHostThreads(static_cast<int64_t>(runs.size()), [&](int64_t i) {
+    runs[static_cast<size_t>(i)].fetch_add(1);
+  });
+  for (size_t i = 0; i < runs.size(); ++i) ASSERT_EQ(runs[i].load(), 1) << "index " << i;
+  std::atomic<int> started{0};
+  std::atomic<int> met{0};
+  (*b)->RunOnHostThreads(2, [&](int64_t) {
+    started.fetch_add(1);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (started.load() < 2 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::yield();
+    }
+    if (started.load() == 2) met.fetch_add(1);
+  });
+  EXPECT_EQ(met.load(), 2) << "the two indices did not run concurrently";
 }
 
 TEST(BackendTest, CudaWithoutAUsableGpuIsAClearStartUpError) {
