@@ -126,7 +126,7 @@ void BM_ModelMatmuls(benchmark::State& state) {
     int64_t rows, k;
     std::vector<uint8_t> w;
     std::vector<uint8_t> packed;  // 64 bytes of slack for alignment
-    const uint8_t* packed_at = nullptr;
+    uint8_t* packed_at = nullptr;
   };
   std::vector<Matrix> mats;
   for (int layer = 0; layer < 30; ++layer) {
@@ -148,8 +148,7 @@ void BM_ModelMatmuls(benchmark::State& state) {
       m.packed.resize(AmxPackedBytes(m.type, m.rows, m.k) + 64);
       const uintptr_t at = reinterpret_cast<uintptr_t>(m.packed.data());
       m.packed_at = m.packed.data() + (64 - at % 64) % 64;
-      PackForAmx(m.type, m.w.data(), WeightRowBytes(m.type, m.k), m.rows, m.k,
-                 const_cast<uint8_t*>(m.packed_at));
+      PackForAmx(m.type, m.w.data(), WeightRowBytes(m.type, m.k), m.rows, m.k, m.packed_at);
     }
   }
   std::vector<float> x(n * 1536, 0.25f);

@@ -307,6 +307,10 @@ struct GgufRows {
   __m512i row_offsets = _mm512_mullo_epi32(
       _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
       _mm512_set1_epi32(static_cast<int32_t>(stride)));
+  // The next row tiles (they follow these in memory), and how many of their lines each block
+  // step asks for: computed once, not in every step of the block loop.
+  const uint8_t* next = w + kTiles * kTileRows * stride;
+  int64_t prefetch_lines = (static_cast<int64_t>(kTiles * kTileRows * stride) / 64 + nbc - 1) / nbc;
 
   const uint8_t* Block(int i, int64_t b) const {
     return w + i * kTileRows * stride + b * sizeof(typename F::Block);
@@ -322,11 +326,9 @@ struct GgufRows {
   // decode step reads every weight from DRAM once). Measured on the 30-layer matmul benchmark
   // at 16 tokens: no prefetch 22.0 ms, into L1 20.3, into L2 17.1, L2 two tiles ahead 19.7.
   void Prefetch(int64_t b) const {
-    const int64_t tile_bytes = static_cast<int64_t>(kTiles * kTileRows * stride);
-    const int64_t lines = (tile_bytes / 64 + nbc - 1) / nbc;
-    const uint8_t* next = w + tile_bytes;
-    for (int64_t l = 0; l < lines; ++l) {
-      _mm_prefetch(reinterpret_cast<const char*>(next + 64 * (b * lines + l)), _MM_HINT_T1);
+    for (int64_t l = 0; l < prefetch_lines; ++l) {
+      _mm_prefetch(reinterpret_cast<const char*>(next + 64 * (b * prefetch_lines + l)),
+                   _MM_HINT_T1);
     }
   }
 };
