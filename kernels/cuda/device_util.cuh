@@ -36,8 +36,8 @@ __host__ __device__ __forceinline__ const __half* AsHalf(const uint16_t* p) {
 __host__ __device__ __forceinline__ __half* AsHalf(uint16_t* p) { return reinterpret_cast<__half*>(p); }
 
 // Eight f16 values (16 bytes, one vector load) to floats.
-__device__ __forceinline__ void LoadHalf8(const __half* p, float* out) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+// Eight halves, held as 16 raw bytes, as floats.
+__device__ __forceinline__ void HalvesToFloat8(const uint4& raw, float* out) {
   const __half2* h = reinterpret_cast<const __half2*>(&raw);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -45,6 +45,10 @@ __device__ __forceinline__ void LoadHalf8(const __half* p, float* out) {
     out[2 * i] = f.x;
     out[2 * i + 1] = f.y;
   }
+}
+
+__device__ __forceinline__ void LoadHalf8(const __half* p, float* out) {
+  HalvesToFloat8(*reinterpret_cast<const uint4*>(p), out);
 }
 
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
