@@ -266,10 +266,9 @@ Status CudaModel::Enqueue(int32_t n, int32_t n_out, bool decode, int32_t n_tiles
     STREAMD_CUDA_CHECK(kc::AddRmsNorm(x, l == 0 ? nullptr : proj, w.attn_norm, c.rms_eps, n,
                                       dim, nullptr, xb, stream_));
     STREAMD_RETURN_IF_ERROR(Gemm(w.wqkv, ld, dim, xb, n, qkv));
-    STREAMD_CUDA_CHECK(kc::Rope(qkv, ld, n, c.n_heads, c.n_kv_heads, c.head_dim, positions,
-                                cache_positions, inv_freq_.get<double>(), q_sink, stream_));
-    STREAMD_CUDA_CHECK(kc::WriteKv(layout, kv, tables, seq_of, positions, qkv + q_dim,
-                                   qkv + q_dim + kv_dim, ld, n, stream_));
+    STREAMD_CUDA_CHECK(kc::RopeAndWriteKv(qkv, ld, n, c.n_heads, c.head_dim, positions,
+                                          cache_positions, inv_freq_.get<double>(), q_sink,
+                                          {layout, kv, tables, seq_of}, stream_));
     if (decode) {
       STREAMD_CUDA_CHECK(kc::DecodeAttention(layout, kv, batch, qkv, ld, q_sink, shape, n_splits,
                                              keys_per_split, attn_ws_.get(), attn, stream_));

@@ -7,7 +7,8 @@
 //   embed -> for each layer:
 //     AddRmsNorm (adds the previous layer's output)  -> f16
 //     GEMM [Wq;Wk;Wv] (cuBLAS, f16 in, f32 accumulate and out)
-//     RoPE (q by text position, q_sink by cache position, k) -> WriteKv into paged blocks
+//     RoPE (q by text position, q_sink by cache position) and the K/V append: k by text
+//       position and v, f16, into the paged blocks (one kernel)
 //     attention: DecodeAttention (every session appends one token) or PrefillAttention
 //     GEMM Wo -> AddRmsNorm -> GEMM [Wgate;Wup] -> SwiGLU -> GEMM Wdown
 //   AddRmsNorm into the rows whose logits are wanted -> GEMM output head -> logits to the host

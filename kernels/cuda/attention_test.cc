@@ -1,6 +1,6 @@
 // Decode and prefill attention kernels against two references on fresh random inputs: a plain
 // float64 recomputation of the sink + window attention, and the CPU backend's
-// PagedAttentionHead. Cases: ragged batches, GQA groups 1/3/4/8, head_dim 64 and 128, block
+// PagedAttentionHead. Cases: ragged batches, GQA groups 1/3/4/8/32, head_dim 64 and 128, block
 // sizes 1, 7 and 16, windows that are not a multiple of the block size, sessions many times
 // longer than the window (ring wrap-around), S = 0, queries before eviction starts, and
 // chunks that cross the window boundary. Outputs are poisoned (NaN) before each launch.
@@ -250,9 +250,15 @@ TEST(DecodeAttentionTest, Llama3ShapeGroup4HeadDim128BlockNotDividingWindow) {
   Check({32, 8, 128, 7, DecodeSessions(4, 100), 1, 2}, {0, 1, 5});
 }
 
-TEST(DecodeAttentionTest, Group8TakesTwoBlocksPerKvHead) {
+TEST(DecodeAttentionTest, Group8BlockSizeThree) {
   STREAMD_SKIP_WITHOUT_CUDA_DEVICE();
   Check({16, 2, 64, 3, DecodeSessions(5, 61), 1, 3}, {0, 2});
+}
+
+// A block serves at most 16 query heads (one tensor-core tile of rows): 32 take two.
+TEST(DecodeAttentionTest, Group32TakesTwoBlocksPerKvHead) {
+  STREAMD_SKIP_WITHOUT_CUDA_DEVICE();
+  Check({32, 1, 128, 5, DecodeSessions(4, 45), 1, 6}, {0, 3});
 }
 
 TEST(DecodeAttentionTest, MultiHeadBlockSizeOne) {

@@ -1,19 +1,38 @@
-// Decode attention over the paged sink + window cache: one query per token (session), GQA-aware
-// (a thread block serves up to four query heads of one kv head, so each K/V vector is loaded
-// once for all of them), and the keys split across thread blocks so that even one session
-// fills the GPU. This kernel's job is to stream K/V at memory bandwidth (DESIGN.md fact 6).
+// Decode attention over the paged sink + window cache: one query per token (session),
+// GQA-aware, keys split across thread blocks so that even one session fills the GPU. Its job is
+// to stream K/V at memory bandwidth (DESIGN.md fact 6), so the work is laid out for bytes in
+// flight and few instructions per byte:
+//
+// - A thread block serves one (token, kv head, split) and up to 16 query heads of that kv head
+//   (the M = 16 rows of a tensor-core tile; GQA groups are 3-8 heads, the rest are zero rows),
+//   so each K/V byte is read once for the whole group.
+// - Keys go in tiles of 16. Each warp owns every kWarps-th tile of the block's key range and
+//   streams its tiles' K and V rows into shared memory with cp.async, kStages - 1 tiles ahead
+//   of the one it computes: the bytes in flight cost no registers. Rows past the range are
+//   zero-filled (a zero V row times p = 0 stays 0; garbage could be NaN).
+// - Scores S = Q K^T and the update O += P V are mma.m16n8k16 (f16 in, f32 accumulate); K and V
+//   tiles reach the fragments through ldmatrix (V transposed by ldmatrix.trans). Rows of 16-byte
+//   chunks are XOR-swizzled in shared memory so the eight rows an ldmatrix reads sit in eight
+//   different bank groups.
+// - Online softmax per query head, once per tile: m = running max, l = sum exp(s - m),
+//   acc = sum exp(s - m) V, in base 2 (scale * log2(e) is folded into q). The warps' states are
+//   merged in shared memory, and the splits' states by MergeSplitsKernel, with the
+//   log-sum-exp rule M = max m_k, L = sum l_k 2^(m_k - M), A = sum acc_k 2^(m_k - M),
+//   out = A / L; an empty state (m = -inf, l = 0, acc = 0) drops out.
 //
 // Keys of token t (text position p), in order: index i < n_sinks is sink i (scored with the
 // query rotated by its cache position), index i >= n_sinks is window position
 // WindowStart(p) + (i - n_sinks) (scored with the query rotated by p). Split j owns indices
-// [j * keys_per_split, (j + 1) * keys_per_split).
+// [j * keys_per_split, (j + 1) * keys_per_split); tiles start at the split's first index of
+// each kind, so a tile never mixes sinks and window keys.
 //
-// Inside a block, lanes form groups of head_dim / 8 lanes; each group owns two keys per round
-// (16-byte loads of K and V per lane) and keeps an online softmax state per head:
-//   m = running max of scores, l = sum_j exp(s_j - m), acc = sum_j exp(s_j - m) V_j.
-// States are merged (block end, then across splits) with the log-sum-exp rule:
-//   M = max_k m_k,  L = sum_k l_k exp(m_k - M),  A = sum_k acc_k exp(m_k - M),  out = A / L.
-// An empty state has m = -inf, l = 0, acc = 0 and drops out of the merge.
+// Fragment layouts (PTX ISA, mma.m16n8k16 with f16 inputs; g = lane / 4, c = lane % 4):
+//   A (16 x 16, rows = query heads): a0 = (g, 2c..2c+1), a1 = (g+8, 2c..), a2 = (g, 2c+8..),
+//     a3 = (g+8, 2c+8..), each register two halves;
+//   B (16 x 8, k x n): b0 = (k 2c..2c+1, n g), b1 = (k 2c+8.., n g);
+//   C (16 x 8, f32): c0, c1 = (g, 2c), (g, 2c+1); c2, c3 = (g+8, 2c), (g+8, 2c+1).
+// The C tile of two score mmas (keys 0-7 and 8-15) is, converted to f16, exactly the A tile of
+// the P V mma.
 #include <cmath>
 
 #include "kernels/cuda/device_util.cuh"
@@ -22,32 +41,101 @@
 namespace streamd::kernels::cuda {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kHeadsPerBlock = 4;  // query heads per block; larger groups take more blocks
-// Resident blocks per SM the registers are budgeted for (128 registers a thread, no spills).
-// The kernel is bound by memory latency times bytes in flight, so occupancy moves it. Measured
-// on an H200 (kernels_cuda_bench, Llama-3-8B shape, 64-256 sessions, W 1020-4092, share of
-// device-to-device copy bandwidth): 3 blocks (157 registers) 23-26%; 4 blocks 31-36%; 5 or 6
-// blocks (spills) 26-30%; K and V rescaled once per round of 4 keys at 2 blocks 20-23%; the
-// queries in shared memory instead of registers 24-30%.
-constexpr int kBlocksPerSm = 4;
+constexpr int kTileKeys = 16;  // keys per tile: the k of the P V mma
+constexpr int kTileRows = 16;  // query heads per block: the M of both mmas
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Shapes per head_dim. Static shared memory stays within the 48 KB that needs no opt-in (an
+// attribute call would have to happen outside graph capture): 4 blocks per SM.
+template <int kHeadDim>
+struct DecodeConfig {
+  static constexpr int kWarps = kHeadDim == 128 ? 2 : 4;
+  static constexpr int kStages = 3;                       // tiles in flight + the one computed
+  static constexpr int kRowBytes = kHeadDim * 2;          // one key's K (or V), f16
+  static constexpr int kChunks = kHeadDim / 8;            // 16-byte chunks per row
+  static constexpr int kTileBytes = kTileKeys * kRowBytes;  // K (or V) of one tile
+  static constexpr int kStageBytes = 2 * kTileBytes;        // K then V
+  static constexpr int kWarpBytes = kStages * kStageBytes;
+  static constexpr int kSmemBytes = kWarps * kWarpBytes;
+  static constexpr int kDimSteps = kHeadDim / 16;  // k-steps of the score mma, n-pairs of P V
+  // The block-level merge reuses the same bytes: per warp 16 rows of acc, then m and l.
+  static_assert(kWarps * kTileRows * (kHeadDim + 2) * 4 <= kSmemBytes, "merge buffer");
+  static_assert(kSmemBytes <= 48 * 1024, "static shared memory limit");
+};
+
+__device__ __forceinline__ uint32_t SharedAddress(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, asynchronously; with valid = false the destination is zero-filled
+// and nothing is read.
+__device__ __forceinline__ void CopyAsync16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void CopyAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+// Waits until at most kPending of this thread's committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void CopyAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+__device__ __forceinline__ void LoadMatrixX4(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+__device__ __forceinline__ void LoadMatrixX4Transposed(uint32_t addr, uint32_t (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// d += a b for one m16n8k16 tile (f16 inputs, f32 accumulators).
+__device__ __forceinline__ void Mma16x8x16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                           uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats as one register of halves, the first in the low 16 bits (the lower column).
+__device__ __forceinline__ uint32_t PackHalves(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// Byte offset, inside a tile's K or V rows, of 16-byte chunk `chunk` of row `row`.
+template <int kHeadDim>
+__device__ __forceinline__ uint32_t SwizzledOffset(int row, int chunk) {
+  return row * DecodeConfig<kHeadDim>::kRowBytes + ((chunk ^ (row & 7)) << 4);
+}
 
 template <int kHeadDim>
-__global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
+__global__ void __launch_bounds__(DecodeConfig<kHeadDim>::kWarps * 32, 4)
     DecodeAttentionKernel(KvPoolLayout layout, const __half* layer_kv, AttentionBatch batch,
                           const float* q, int64_t q_ld, const float* q_sink, int32_t n_heads,
                           float scale, int32_t keys_per_split, int32_t n_splits,
                           float* part_acc,  // [n_tokens, n_heads, n_splits, head_dim]
                           float* part_ml,   // [n_tokens, n_heads, n_splits, 2]: M, L
                           __half* out) {    // [n_tokens, n_heads, head_dim]
-  constexpr int kLanesPerKey = kHeadDim / 8;
-  constexpr int kKeysPerWarp = 32 / kLanesPerKey;
-  constexpr int kSlots = kWarps * kKeysPerWarp;
+  using Config = DecodeConfig<kHeadDim>;
+  constexpr int kWarps = Config::kWarps, kStages = Config::kStages;
+  constexpr int kDimSteps = Config::kDimSteps;
+  __shared__ __align__(128) unsigned char smem[Config::kSmemBytes];
+
   const int32_t group = n_heads / layout.n_kv_heads;
-  const int32_t chunks = (group + kHeadsPerBlock - 1) / kHeadsPerBlock;
+  const int32_t chunks = (group + kTileRows - 1) / kTileRows;
   const int32_t kv_head = blockIdx.x / chunks;
-  const int32_t head0 = kv_head * group + (blockIdx.x % chunks) * kHeadsPerBlock;
-  const int32_t n_local = min(kHeadsPerBlock, kv_head * group + group - head0);
+  const int32_t head0 = kv_head * group + (blockIdx.x % chunks) * kTileRows;
+  const int32_t n_local = min(kTileRows, kv_head * group + group - head0);
   const int32_t split = blockIdx.y;
   const int64_t t = blockIdx.z;
 
@@ -59,111 +147,213 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
   const int64_t k_begin = static_cast<int64_t>(split) * keys_per_split;
   const int64_t k_end = min(k_begin + keys_per_split, n_keys);
 
+  // Tiles: first the split's sinks [lo0, hi0), then its window keys [lo1, hi1).
+  const int64_t lo0 = k_begin, hi0 = min(k_end, n_sinks);
+  const int64_t lo1 = max(k_begin, n_sinks), hi1 = k_end;
+  const int32_t tiles0 = lo0 < hi0 ? static_cast<int32_t>((hi0 - lo0 + kTileKeys - 1) / kTileKeys) : 0;
+  const int32_t tiles1 = lo1 < hi1 ? static_cast<int32_t>((hi1 - lo1 + kTileKeys - 1) / kTileKeys) : 0;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int key_in_warp = lane / kLanesPerKey;
-  const int d0 = (lane % kLanesPerKey) * 8;
-  const int slot = warp * kKeysPerWarp + key_in_warp;
+  const int g = lane / 4, c = lane % 4;
+  // This warp's tiles are block tiles warp, warp + kWarps, ...
+  const int32_t n_tiles = tiles0 + tiles1;
+  const int32_t my_tiles = n_tiles > warp ? (n_tiles - warp + kWarps - 1) / kWarps : 0;
+  // First key index and end of the kind of block tile j.
+  auto tile_range = [&](int32_t j, int64_t* first, int64_t* end) {
+    if (j < tiles0) {
+      *first = lo0 + static_cast<int64_t>(j) * kTileKeys;
+      *end = hi0;
+    } else {
+      *first = lo1 + static_cast<int64_t>(j - tiles0) * kTileKeys;
+      *end = hi1;
+    }
+  };
 
-  float m[kHeadsPerBlock], l[kHeadsPerBlock], acc[kHeadsPerBlock][8];
-#pragma unroll
-  for (int g = 0; g < kHeadsPerBlock; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) acc[g][j] = 0.0f;
-  }
+  const int64_t v_minus_k = layout.n_kv_heads * layout.head_elems();  // elements
+  const uint32_t warp_smem = SharedAddress(smem) + warp * Config::kWarpBytes;
 
-  // Phase 0: the sink keys in this split, phase 1: the window keys. Bounds are block-uniform.
-  for (int phase = 0; phase < 2; ++phase) {
-    const int64_t lo = phase == 0 ? k_begin : max(k_begin, n_sinks);
-    const int64_t hi = phase == 0 ? min(k_end, n_sinks) : k_end;
-    if (lo >= hi) continue;
-    const float* q_row = phase == 0 ? q_sink + t * n_heads * kHeadDim : q + t * q_ld;
-    const int64_t to_text = phase == 0 ? 0 : w_start - n_sinks;  // key index -> position
-    float qr[kHeadsPerBlock][8];
+  // Starts the copies of this warp's tile i (or nothing past the last) and commits a group, so
+  // that group n always belongs to tile n.
+  auto issue = [&](int32_t i) {
+    if (i < my_tiles) {
+      int64_t first, end;
+      const int32_t j = warp + kWarps * i;
+      tile_range(j, &first, &end);
+      const int64_t to_text = j < tiles0 ? 0 : w_start - n_sinks;  // key index -> position
+      // Lane r < 16 locates row r once; the copies fetch the row offsets by shuffle.
+      long long row_offset = -1;
+      if (lane < kTileKeys && first + lane < end) {
+        int32_t block, slot;
+        table.Locate(first + lane + to_text, &block, &slot);
+        row_offset = layout.Offset(block, 0, kv_head, slot);
+      }
+      const uint32_t stage = warp_smem + (i % kStages) * Config::kStageBytes;
 #pragma unroll
-    for (int g = 0; g < kHeadsPerBlock; ++g) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        qr[g][j] = g < n_local ? q_row[(head0 + g) * kHeadDim + d0 + j] * scale : 0.0f;
+      for (int k = 0; k < Config::kChunks / 2; ++k) {  // 16 rows x kChunks chunks / 32 lanes
+        const int e = k * 32 + lane;
+        const int row = e / Config::kChunks, chunk = e % Config::kChunks;
+        const long long offset = __shfl_sync(kFullMask, row_offset, row);
+        const bool valid = offset >= 0;
+        const __half* src = layer_kv + (valid ? offset : 0) + chunk * 8;
+        const uint32_t dst = stage + SwizzledOffset<kHeadDim>(row, chunk);
+        CopyAsync16(dst, src, valid);
+        CopyAsync16(dst + Config::kTileBytes, src + v_minus_k, valid);
       }
     }
-    // Two keys per lane group per round, both loaded before either is used, so each warp has
-    // 2 * kKeysPerWarp K/V vectors in flight (decode is bound by memory latency x bytes in
-    // flight). The loop runs the same number of times in every lane of a warp (shuffles need
-    // that); lanes past the end carry valid = false.
-    for (int64_t base = lo + warp * kKeysPerWarp; base < hi; base += 2 * kSlots) {
-      // Kept as raw halves until used: 8 registers per K/V pair instead of 16, which is what
-      // lets four blocks share an SM without spills (see kBlocksPerSm).
-      uint4 k_raw[2], v_raw[2];
-      bool valid[2];
+    CopyAsyncCommit();
+  };
+
+  // Query fragments (A tiles, one per 16 dims) of the kind of key being scored, scaled by
+  // scale * log2(e) and rounded to f16. Rows past the block's heads are zero.
+  uint32_t qa[kDimSteps][4];
+  int q_kind = -1;
+  auto load_queries = [&](int kind) {
+    const float* q_row = kind == 0 ? q_sink + t * n_heads * kHeadDim : q + t * q_ld;
+    const float qs = scale * kLog2e;
 #pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        const int64_t i = base + u * kSlots + key_in_warp;
-        valid[u] = i < hi;
-        k_raw[u] = v_raw[u] = make_uint4(0, 0, 0, 0);
-        if (valid[u]) {
-          int32_t block, bslot;
-          table.Locate(i + to_text, &block, &bslot);
-          k_raw[u] = *reinterpret_cast<const uint4*>(
-              layer_kv + layout.Offset(block, 0, kv_head, bslot) + d0);
-          v_raw[u] = *reinterpret_cast<const uint4*>(
-              layer_kv + layout.Offset(block, 1, kv_head, bslot) + d0);
+    for (int s = 0; s < kDimSteps; ++s) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int row = g + (r % 2) * 8, d = s * 16 + (r / 2) * 8 + 2 * c;
+        float2 v = make_float2(0.0f, 0.0f);
+        if (row < n_local) {
+          v = *reinterpret_cast<const float2*>(q_row + (head0 + row) * kHeadDim + d);
         }
-      }
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-        float kf[8], vf[8];
-        HalvesToFloat8(k_raw[u], kf);
-        HalvesToFloat8(v_raw[u], vf);
-#pragma unroll
-        for (int g = 0; g < kHeadsPerBlock; ++g) {
-          float s = 0.0f;
-#pragma unroll
-          for (int j = 0; j < 8; ++j) s += qr[g][j] * kf[j];
-          s = GroupSum<kLanesPerKey>(s);
-          if (valid[u] && g < n_local) {
-            const float m_new = fmaxf(m[g], s);
-            const float corr = __expf(m[g] - m_new);
-            const float pr = __expf(s - m_new);
-            l[g] = l[g] * corr + pr;
-#pragma unroll
-            for (int j = 0; j < 8; ++j) acc[g][j] = acc[g][j] * corr + pr * vf[j];
-            m[g] = m_new;
-          }
-        }
+        qa[s][r] = PackHalves(v.x * qs, v.y * qs);
       }
     }
+    q_kind = kind;
+  };
+
+  // Per-thread softmax state of rows g (index 0) and g + 8 (index 1); l is this thread's
+  // partial sum (its columns), summed over the four lanes of a row at the end.
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  float acc[2 * kDimSteps][4];
+#pragma unroll
+  for (int n = 0; n < 2 * kDimSteps; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
   }
 
-  // Merge the block's kSlots states per head (log-sum-exp), then write the split's state, or
-  // the final output when there is one split.
-  __shared__ float sh_acc[kSlots][kHeadsPerBlock][kHeadDim];
-  __shared__ float sh_m[kSlots][kHeadsPerBlock];
-  __shared__ float sh_l[kSlots][kHeadsPerBlock];
 #pragma unroll
-  for (int g = 0; g < kHeadsPerBlock; ++g) {
+  for (int s = 0; s < kStages - 1; ++s) issue(s);
+  for (int32_t i = 0; i < my_tiles; ++i) {
+    issue(i + kStages - 1);
+    CopyAsyncWait<kStages - 1>();  // tile i's group has landed (this lane's copies)
+    __syncwarp();                  // ... and every lane's
+    const int32_t j = warp + kWarps * i;
+    int64_t first, end;
+    tile_range(j, &first, &end);
+    const int kind = j < tiles0 ? 0 : 1;
+    if (kind != q_kind) load_queries(kind);
+    const int valid_keys = static_cast<int>(min(static_cast<int64_t>(kTileKeys), end - first));
+    const uint32_t k_tile = warp_smem + (i % kStages) * Config::kStageBytes;
+    const uint32_t v_tile = k_tile + Config::kTileBytes;
+    const int mat = lane / 8, mat_row = lane % 8;  // the 8x8 matrix this lane addresses
+
+    // Scores of keys 0-7 (s[0]) and 8-15 (s[1]). ldmatrix matrices: keys (mat / 2) * 8 + row,
+    // dims 16 step + 8 (mat % 2): b0, b1 of keys 0-7, then b0, b1 of keys 8-15.
+    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
 #pragma unroll
-    for (int j = 0; j < 8; ++j) sh_acc[slot][g][d0 + j] = acc[g][j];
-    if (lane % kLanesPerKey == 0) {
-      sh_m[slot][g] = m[g];
-      sh_l[slot][g] = l[g];
+    for (int step = 0; step < kDimSteps; ++step) {
+      uint32_t b[4];
+      LoadMatrixX4(k_tile + SwizzledOffset<kHeadDim>((mat / 2) * 8 + mat_row, 2 * step + mat % 2), b);
+      Mma16x8x16(s[0], qa[step], b[0], b[1]);
+      Mma16x8x16(s[1], qa[step], b[2], b[3]);
+    }
+
+    // Online softmax over this tile, per row; columns past the tile's keys are -inf.
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (n * 8 + 2 * c + (e % 2) >= valid_keys) s[n][e] = -INFINITY;
+        tile_max[e / 2] = fmaxf(tile_max[e / 2], s[n][e]);
+      }
+    }
+    float corr[2], base[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(kFullMask, tile_max[h], 1));
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(kFullMask, tile_max[h], 2));
+      const float m_new = fmaxf(m[h], tile_max[h]);
+      base[h] = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet stays empty
+      corr[h] = exp2f(m[h] - base[h]);
+      m[h] = m_new;
+      l[h] *= corr[h];
+    }
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[n][e] = exp2f(s[n][e] - base[e / 2]);
+        l[e / 2] += s[n][e];
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < 2 * kDimSteps; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[n][e] *= corr[e / 2];
+    }
+
+    // acc += P V. P's A tile: keys 0-7 from s[0], keys 8-15 from s[1]. ldmatrix.trans matrices:
+    // keys (mat % 2) * 8 + row, dims 16 step + 8 (mat / 2): b0, b1 of dims 16 step .. + 7,
+    // then of dims 16 step + 8 .. + 15.
+    const uint32_t pa[4] = {PackHalves(s[0][0], s[0][1]), PackHalves(s[0][2], s[0][3]),
+                            PackHalves(s[1][0], s[1][1]), PackHalves(s[1][2], s[1][3])};
+#pragma unroll
+    for (int step = 0; step < kDimSteps; ++step) {
+      uint32_t b[4];
+      LoadMatrixX4Transposed(
+          v_tile + SwizzledOffset<kHeadDim>((mat % 2) * 8 + mat_row, 2 * step + mat / 2), b);
+      Mma16x8x16(acc[2 * step], pa, b[0], b[1]);
+      Mma16x8x16(acc[2 * step + 1], pa, b[2], b[3]);
+    }
+    __syncwarp();  // every lane has read this stage before a later issue() refills it
+  }
+  CopyAsyncWait<0>();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(kFullMask, l[h], 1);
+    l[h] += __shfl_xor_sync(kFullMask, l[h], 2);
+  }
+
+  // Merge the warps' states per head (log-sum-exp), then write the split's state, or the final
+  // output when there is one split. The stages' bytes are reused once every warp is done.
+  __syncthreads();
+  float* sh_acc = reinterpret_cast<float*>(smem);         // [kWarps][16][kHeadDim]
+  float* sh_m = sh_acc + kWarps * kTileRows * kHeadDim;   // [kWarps][16]
+  float* sh_l = sh_m + kWarps * kTileRows;                // [kWarps][16]
+#pragma unroll
+  for (int n = 0; n < 2 * kDimSteps; ++n) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float* dst = sh_acc + (warp * kTileRows + g + 8 * h) * kHeadDim + n * 8 + 2 * c;
+      dst[0] = acc[n][2 * h];
+      dst[1] = acc[n][2 * h + 1];
+    }
+  }
+  if (c == 0) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      sh_m[warp * kTileRows + g + 8 * h] = m[h];
+      sh_l[warp * kTileRows + g + 8 * h] = l[h];
     }
   }
   __syncthreads();
   for (int e = threadIdx.x; e < n_local * kHeadDim; e += blockDim.x) {
-    const int g = e / kHeadDim, d = e % kHeadDim;
+    const int row = e / kHeadDim, d = e % kHeadDim;
     float big = -INFINITY;
-    for (int s = 0; s < kSlots; ++s) big = fmaxf(big, sh_m[s][g]);
+    for (int w = 0; w < kWarps; ++w) big = fmaxf(big, sh_m[w * kTileRows + row]);
     float sum_l = 0.0f, sum_a = 0.0f;
     if (big != -INFINITY) {
-      for (int s = 0; s < kSlots; ++s) {
-        const float w = __expf(sh_m[s][g] - big);
-        sum_l += sh_l[s][g] * w;
-        sum_a += sh_acc[s][g][d] * w;
+      for (int w = 0; w < kWarps; ++w) {
+        const float f = exp2f(sh_m[w * kTileRows + row] - big);
+        sum_l += sh_l[w * kTileRows + row] * f;
+        sum_a += sh_acc[(w * kTileRows + row) * kHeadDim + d] * f;
       }
     }
-    const int64_t th = t * n_heads + head0 + g;
+    const int64_t th = t * n_heads + head0 + row;
     if (n_splits == 1) {
       out[th * kHeadDim + d] = __float2half(sum_a / sum_l);
     } else {
@@ -176,7 +366,8 @@ __global__ void __launch_bounds__(kWarps * 32, kBlocksPerSm)
   }
 }
 
-// One block per (token, head), one thread per dimension: the log-sum-exp merge of the splits.
+// One block per (token, head), one thread per dimension: the log-sum-exp merge of the splits
+// (their M are in base-2 units, like the kernel's scores).
 __global__ void MergeSplitsKernel(const float* part_acc, const float* part_ml, int32_t n_splits,
                                   int32_t head_dim, __half* out) {
   const int64_t th = blockIdx.x;
@@ -187,7 +378,7 @@ __global__ void MergeSplitsKernel(const float* part_acc, const float* part_ml, i
   float sum_l = 0.0f, sum_a = 0.0f;
   for (int s = 0; s < n_splits; ++s) {
     if (ml[2 * s] == -INFINITY) continue;  // a split past this token's keys
-    const float w = __expf(ml[2 * s] - big);
+    const float w = exp2f(ml[2 * s] - big);
     sum_l += ml[2 * s + 1] * w;
     sum_a += part_acc[(th * n_splits + s) * head_dim + d] * w;
   }
@@ -201,14 +392,14 @@ cudaError_t Launch(const KvPoolLayout& layout, const uint16_t* layer_kv,
                    int32_t keys_per_split, void* workspace, uint16_t* out,
                    cudaStream_t stream) {
   const int32_t group = shape.n_heads / layout.n_kv_heads;
-  const int32_t chunks = (group + kHeadsPerBlock - 1) / kHeadsPerBlock;
+  const int32_t chunks = (group + kTileRows - 1) / kTileRows;
   // Partial states (only with several splits): [n_tokens, n_heads, n_splits] x (acc, then M, L).
   float* part_acc = n_splits > 1 ? static_cast<float*>(workspace) : nullptr;
   float* part_ml = n_splits > 1 ? part_acc + static_cast<int64_t>(batch.n_tokens) *
                                                  shape.n_heads * n_splits * kHeadDim
                                 : nullptr;
   const dim3 grid(layout.n_kv_heads * chunks, n_splits, batch.n_tokens);
-  DecodeAttentionKernel<kHeadDim><<<grid, kWarps * 32, 0, stream>>>(
+  DecodeAttentionKernel<kHeadDim><<<grid, DecodeConfig<kHeadDim>::kWarps * 32, 0, stream>>>(
       layout, AsHalf(layer_kv), batch, q, q_ld, q_sink, shape.n_heads, shape.scale,
       keys_per_split, n_splits, part_acc, part_ml, AsHalf(out));
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess || n_splits == 1) return e;
@@ -239,13 +430,18 @@ int32_t ChooseDecodeSplits(int32_t n_tokens, int32_t n_kv_heads, int32_t max_key
                            int32_t sm_count, int32_t* keys_per_split) {
   constexpr int32_t kMinKeys = 64;
   const int64_t base = static_cast<int64_t>(n_tokens) * n_kv_heads;
-  // About eight blocks per SM (two to three waves at three resident blocks per SM): enough
-  // that the last wave's tail is a small part of the kernel.
-  int64_t splits = CeilDiv(8LL * sm_count, base > 0 ? base : 1);
+  // About three blocks per SM, rounded to the nearest split count: each split adds a pass of
+  // partial states and a merge, and a block streams best with many tiles per warp. Measured on
+  // an H200 (kernels_cuda_bench's sweep, 2026-11-29): Llama-3-8B shape, 64 sessions, W 1020:
+  // 1 split 77% of copy bandwidth, 2-4 splits 69-71%, 6 splits 67%; SmolLM2 shape, 64
+  // sessions: 2 splits 47%, 1 split 44%, 4 splits 39%, 8 splits 35%.
+  const int64_t target = 3LL * sm_count;
+  const int64_t b = base > 0 ? base : 1;
+  int64_t splits = (target + b / 2) / b;
   const int64_t most = max_keys / kMinKeys > 1 ? max_keys / kMinKeys : 1;  // >= 64 keys each
   splits = splits < 1 ? 1 : (splits > most ? most : splits);
   int64_t per = CeilDiv(max_keys > 0 ? max_keys : 1, splits);
-  per = CeilDiv(per, 16) * 16;  // whole rounds of the block's key slots
+  per = CeilDiv(per, 16) * 16;  // whole tiles of 16 keys
   *keys_per_split = static_cast<int32_t>(per);
   return static_cast<int32_t>(CeilDiv(max_keys > 0 ? max_keys : 1, per));
 }

@@ -1,5 +1,6 @@
-// Embedding, AddRmsNorm, RoPE, SwiGLU, WriteKv and the fill/convert helpers against plain CPU
+// Embedding, AddRmsNorm, RoPE with the K/V append, SwiGLU and the fill/convert helpers against plain CPU
 // references (float64 where it matters) on fresh random inputs; outputs poisoned first.
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <random>
@@ -87,48 +88,86 @@ TEST(AddRmsNormTest, ResidualAddThenNormWithPackedRows) {
   }
 }
 
-TEST(RopeTest, WindowAndSinkRotationsAtLargePositions) {
+// The float64 rotation of pair (in[0], in[1]) by position p at frequency inv_freq.
+void Rotate(const float* in, double* out, int64_t p, double inv_freq) {
+  const double a = std::fmod(static_cast<double>(p) * inv_freq, 2.0 * std::numbers::pi);
+  const double c = static_cast<float>(std::cos(a)), s = static_cast<float>(std::sin(a));
+  out[0] = in[0] * c - in[1] * s;
+  out[1] = in[0] * s + in[1] * c;
+}
+
+std::vector<double> InvFreq(int32_t head_dim) {
+  std::vector<double> f(head_dim / 2);
+  for (int32_t i = 0; i < head_dim / 2; ++i) f[i] = std::pow(100000.0, -2.0 * i / head_dim);
+  return f;
+}
+
+// Five tokens of five sessions (each its own blocks) at positions up to 4e9.
+TEST(RopeAndWriteKvTest, WindowSinkAndKeyRotationsAtLargePositions) {
   STREAMD_SKIP_WITHOUT_CUDA_DEVICE();
-  const int32_t n_heads = 9, n_kv = 3, hd = 64, n = 5;
+  const int32_t n_heads = 9, n_kv = 3, hd = 64, n = 5, B = 7;
   const int64_t ld = (n_heads + 2 * n_kv) * hd;
   std::vector<float> qkv = Random(static_cast<size_t>(n) * ld, 6);
   const std::vector<int64_t> pos = {0, 1, 1023, 123456789, 4000000000LL};
   const std::vector<int64_t> cache_pos = {0, 1, 1023, 1023, 1020};
-  std::vector<double> inv_freq(hd / 2);
-  for (int32_t i = 0; i < hd / 2; ++i) inv_freq[i] = std::pow(100000.0, -2.0 * i / hd);
+  const std::vector<double> inv_freq = InvFreq(hd);
+  // Session t: S = 4 (one sink block), W = 20, R = 5 ring blocks: ids 6t .. 6t + 5.
+  const KvPoolLayout layout{6 * n, 1, n_kv, hd, B};
+  std::vector<int32_t> ids(6 * n);
+  for (int32_t i = 0; i < 6 * n; ++i) ids[i] = (i * 7) % (6 * n);  // scattered, a permutation
+  DeviceArray<int32_t> d_ids(ids);
+  std::vector<SinkWindowTable> host, dev;
+  for (int32_t t = 0; t < n; ++t) {
+    host.push_back({ids.data() + 6 * t, ids.data() + 6 * t + 1, 4, 20, 5, B});
+    dev.push_back({d_ids.get() + 6 * t, d_ids.get() + 6 * t + 1, 4, 20, 5, B});
+  }
+  std::vector<int32_t> seq(n);
+  for (int32_t t = 0; t < n; ++t) seq[t] = t;
   DeviceArray<float> d_qkv(qkv), q_sink(static_cast<size_t>(n) * n_heads * hd);
   DeviceArray<int64_t> d_pos(pos), d_cache(cache_pos);
   DeviceArray<double> d_freq(inv_freq);
+  DeviceArray<SinkWindowTable> tables(dev);
+  DeviceArray<int32_t> seq_of(seq);
+  DeviceArray<uint16_t> pool(layout.layer_elems());
   ASSERT_CUDA_OK(q_sink.Poison());
-  ASSERT_CUDA_OK(Rope(d_qkv.get(), ld, n, n_heads, n_kv, hd, d_pos.get(), d_cache.get(),
-                      d_freq.get(), q_sink.get(), nullptr));
+  ASSERT_CUDA_OK(pool.Poison());
+  ASSERT_CUDA_OK(RopeAndWriteKv(d_qkv.get(), ld, n, n_heads, hd, d_pos.get(), d_cache.get(),
+                                d_freq.get(), q_sink.get(),
+                                {layout, pool.get(), tables.get(), seq_of.get()}, nullptr));
   const std::vector<float> got = d_qkv.Download();
   const std::vector<float> got_sink = q_sink.Download();
+  const std::vector<uint16_t> got_pool = pool.Download();
   std::vector<double> ref(qkv.begin(), qkv.end()), ref_sink(got_sink.size());
-  auto rotate = [&](const float* in, double* out, int64_t p, int32_t i) {
-    const double a = std::fmod(static_cast<double>(p) * inv_freq[i], 2.0 * std::numbers::pi);
-    const double c = static_cast<float>(std::cos(a)), s = static_cast<float>(std::sin(a));
-    out[0] = in[0] * c - in[1] * s;
-    out[1] = in[0] * s + in[1] * c;
-  };
+  std::vector<double> got_k, ref_k;
   for (int32_t t = 0; t < n; ++t) {
+    int32_t block, slot;
+    host[t].Locate(pos[t], &block, &slot);
     for (int32_t i = 0; i < hd / 2; ++i) {
       for (int32_t h = 0; h < n_heads; ++h) {
         const float* in = &qkv[t * ld + h * hd + 2 * i];
-        rotate(in, &ref[t * ld + h * hd + 2 * i], pos[t], i);
-        rotate(in, &ref_sink[(t * n_heads + h) * hd + 2 * i], cache_pos[t], i);
+        Rotate(in, &ref[t * ld + h * hd + 2 * i], pos[t], inv_freq[i]);
+        Rotate(in, &ref_sink[(t * n_heads + h) * hd + 2 * i], cache_pos[t], inv_freq[i]);
       }
       for (int32_t h = 0; h < n_kv; ++h) {
-        const int64_t o = t * ld + (n_heads + h) * hd + 2 * i;
-        rotate(&qkv[o], &ref[o], pos[t], i);
+        double rk[2];
+        Rotate(&qkv[t * ld + (n_heads + h) * hd + 2 * i], rk, pos[t], inv_freq[i]);
+        for (int32_t j = 0; j < 2; ++j) {
+          ref_k.push_back(rk[j]);
+          got_k.push_back(HalfToFloat(got_pool[layout.Offset(block, 0, h, slot) + 2 * i + j]));
+          // V is not rotated: exactly the f16 of the input.
+          EXPECT_EQ(got_pool[layout.Offset(block, 1, h, slot) + 2 * i + j],
+                    FloatToHalf(qkv[t * ld + (n_heads + n_kv + h) * hd + 2 * i + j]));
+        }
       }
     }
   }
   EXPECT_LT(testing::RelativeError(std::vector<double>(got.begin(), got.end()), ref),
-            testing::kF32Tolerance);
+            testing::kF32Tolerance)
+      << "q (k and v columns of qkv must be left as they were)";
   EXPECT_LT(testing::RelativeError(std::vector<double>(got_sink.begin(), got_sink.end()),
                                    ref_sink),
             testing::kF32Tolerance);
+  EXPECT_LT(testing::RelativeError(got_k, ref_k), testing::kF16Tolerance) << "stored keys";
 }
 
 TEST(SwiGluTest, SiluGateTimesUp) {
@@ -150,7 +189,7 @@ TEST(SwiGluTest, SiluGateTimesUp) {
   EXPECT_LT(testing::RelativeError(got, ref), testing::kF16Tolerance);
 }
 
-TEST(WriteKvTest, TokensLandInTheirBlocksAndSlots) {
+TEST(RopeAndWriteKvTest, TokensLandInTheirBlocksAndSlotsAndNowhereElse) {
   STREAMD_SKIP_WITHOUT_CUDA_DEVICE();
   const KvPoolLayout layout{12, 1, 3, 64, 7};
   // One session, S = 4 (one sink block), W = 20, R = 5: positions far past the window wrap.
@@ -159,30 +198,60 @@ TEST(WriteKvTest, TokensLandInTheirBlocksAndSlots) {
   SinkWindowTable host{ids.data(), ids.data() + 1, 4, 20, 5, 7};
   SinkWindowTable dev{d_ids.get(), d_ids.get() + 1, 4, 20, 5, 7};
   const std::vector<int64_t> pos = {0, 3, 4, 10, 1000, 1001, 1002};
+  std::vector<int64_t> cache_pos;
+  for (int64_t p : pos) cache_pos.push_back(host.CachePosition(p));
   const int32_t n = static_cast<int32_t>(pos.size());
   const int64_t ld = (4 + 2 * 3) * 64;  // q | k | v rows of a 4-head model
   const std::vector<float> qkv = Random(static_cast<size_t>(n) * ld, 8);
-  DeviceArray<float> d_qkv(qkv);
+  const std::vector<double> inv_freq = InvFreq(64);
+  DeviceArray<float> d_qkv(qkv), q_sink(static_cast<size_t>(n) * 4 * 64);
   DeviceArray<SinkWindowTable> tables(std::vector<SinkWindowTable>{dev});
   DeviceArray<int32_t> seq_of(std::vector<int32_t>(n, 0));
-  DeviceArray<int64_t> d_pos(pos);
+  DeviceArray<int64_t> d_pos(pos), d_cache(cache_pos);
+  DeviceArray<double> d_freq(inv_freq);
   DeviceArray<uint16_t> pool(layout.layer_elems());
   ASSERT_CUDA_OK(pool.Poison());
-  ASSERT_CUDA_OK(WriteKv(layout, pool.get(), tables.get(), seq_of.get(), d_pos.get(),
-                         d_qkv.get() + 4 * 64, d_qkv.get() + 7 * 64, ld, n, nullptr));
+  ASSERT_CUDA_OK(RopeAndWriteKv(d_qkv.get(), ld, n, 4, 64, d_pos.get(), d_cache.get(),
+                                d_freq.get(), q_sink.get(),
+                                {layout, pool.get(), tables.get(), seq_of.get()}, nullptr));
   const std::vector<uint16_t> got = pool.Download();
+  std::vector<double> got_k, ref_k;
   for (int32_t t = 0; t < n; ++t) {
     int32_t block, slot;
     host.Locate(pos[t], &block, &slot);
     for (int32_t h = 0; h < 3; ++h) {
-      for (int32_t d = 0; d < 64; ++d) {
-        EXPECT_EQ(got[layout.Offset(block, 0, h, slot) + d],
-                  FloatToHalf(qkv[t * ld + (4 + h) * 64 + d]));
-        EXPECT_EQ(got[layout.Offset(block, 1, h, slot) + d],
-                  FloatToHalf(qkv[t * ld + (7 + h) * 64 + d]));
+      for (int32_t d = 0; d < 64; d += 2) {
+        double rk[2];
+        Rotate(&qkv[t * ld + (4 + h) * 64 + d], rk, pos[t], inv_freq[d / 2]);
+        for (int32_t j = 0; j < 2; ++j) {
+          ref_k.push_back(rk[j]);
+          got_k.push_back(HalfToFloat(got[layout.Offset(block, 0, h, slot) + d + j]));
+          EXPECT_EQ(got[layout.Offset(block, 1, h, slot) + d + j],
+                    FloatToHalf(qkv[t * ld + (7 + h) * 64 + d + j]));
+        }
       }
     }
   }
+  EXPECT_LT(testing::RelativeError(got_k, ref_k), testing::kF16Tolerance);
+  // Nothing but those n tokens' K and V was written (poison is all ones: f16 NaN).
+  const size_t written = static_cast<size_t>(
+      std::count_if(got.begin(), got.end(), [](uint16_t h) { return h != 0xffff; }));
+  EXPECT_EQ(written, static_cast<size_t>(n) * 2 * 3 * 64);
+}
+
+TEST(RopeAndWriteKvTest, RejectsShapesItCannotServe) {
+  const KvPoolLayout layout{4, 1, 2, 64, 16};
+  const KvAppend kv{layout, nullptr, nullptr, nullptr};
+  const int64_t ld = (4 + 2 * 2) * 64;
+  EXPECT_EQ(RopeAndWriteKv(nullptr, ld, 1, 4, 63, nullptr, nullptr, nullptr, nullptr, kv, nullptr),
+            cudaErrorInvalidValue);  // odd head_dim
+  EXPECT_EQ(RopeAndWriteKv(nullptr, ld, 1, 4, 128, nullptr, nullptr, nullptr, nullptr, kv, nullptr),
+            cudaErrorInvalidValue);  // the pool's head_dim differs
+  EXPECT_EQ(RopeAndWriteKv(nullptr, ld - 2, 1, 4, 64, nullptr, nullptr, nullptr, nullptr, kv,
+                           nullptr),
+            cudaErrorInvalidValue);  // rows too short for q | k | v
+  EXPECT_EQ(RopeAndWriteKv(nullptr, ld, 0, 4, 64, nullptr, nullptr, nullptr, nullptr, kv, nullptr),
+            cudaErrorInvalidValue);  // no tokens
 }
 
 TEST(FillTest, UniformIsBoundedReproducibleAndCentred) {

@@ -43,31 +43,30 @@ cudaError_t AddRmsNorm(float* x,             // [n, dim], updated in place when 
                        uint16_t* out,            // [rows, dim] f16
                        cudaStream_t stream);
 
-// ---- rope.cu ------------------------------------------------------------------------------
+// ---- rope_write_kv.cu ---------------------------------------------------------------------
 // Rotary embedding (Llama pair layout (2i, 2i+1)), angles computed in double and reduced
 // modulo 2*pi exactly as the CPU backend does (engine/model/rope.cc), so positions may grow
-// without bound. Per token t (row t of qkv, row stride ld floats: q | k | v):
+// without bound, and the append of the new keys and values to the paged cache. Per token t
+// (row t of qkv, row stride ld floats: q | k | v):
 //   q_sink[t] = rotate(q[t], cache_positions[t])   (the query's place in the rebuilt cache,
 //                                                   used against sink keys)
 //   q[t]      = rotate(q[t], positions[t])         (in place; used against window keys)
-//   k[t]      = rotate(k[t], positions[t])         (in place; keys are stored rotated)
-cudaError_t Rope(float* qkv,  // [n, ld]: q at column 0, k at column n_heads * head_dim
-                 int64_t ld, int32_t n, int32_t n_heads, int32_t n_kv_heads, int32_t head_dim,
-                 const int64_t* positions,        // [n] text positions
-                 const int64_t* cache_positions,  // [n] SinkWindowTable::CachePosition
-                 const double* inv_freq,          // [head_dim / 2], scaling already applied
-                 float* q_sink,                   // [n, n_heads * head_dim]
-                 cudaStream_t stream);
-
-// ---- kv_write.cu --------------------------------------------------------------------------
-// Writes token t's K and V ([n_kv_heads, head_dim] f32 each, rows of stride ld) as f16 into
-// its session's paged blocks at text position positions[t] (SinkWindowTable::Locate).
-cudaError_t WriteKv(KvPoolLayout layout,
-                    uint16_t* layer_kv,             // the layer's base in the pool
-                    const SinkWindowTable* tables,  // [n_seqs], block ids in device memory
-                    const int32_t* seq_of,          // [n]
-                    const int64_t* positions,       // [n]
-                    const float* k, const float* v, int64_t ld, int32_t n, cudaStream_t stream);
+//   K = rotate(k[t], positions[t]) and V = v[t] go as f16 into the session's paged block
+//   and slot of text position positions[t] (SinkWindowTable::Locate; keys are stored
+//   rotated); the k and v columns of qkv are left as they were.
+struct KvAppend {
+  KvPoolLayout layout;
+  uint16_t* layer_kv = nullptr;             // the layer's base in the pool
+  const SinkWindowTable* tables = nullptr;  // [n_seqs], block ids in device memory
+  const int32_t* seq_of = nullptr;          // [n]
+};
+cudaError_t RopeAndWriteKv(float* qkv,  // [n, ld]: q at column 0, k at n_heads * head_dim
+                           int64_t ld, int32_t n, int32_t n_heads, int32_t head_dim,
+                           const int64_t* positions,        // [n] text positions
+                           const int64_t* cache_positions,  // [n] SinkWindowTable::CachePosition
+                           const double* inv_freq,  // [head_dim / 2], scaling already applied
+                           float* q_sink,           // [n, n_heads * head_dim]
+                           const KvAppend& kv, cudaStream_t stream);
 
 // ---- decode_attention.cu / prefill_attention.cu --------------------------------------------
 // Which session and text position each query token has; all device pointers.
@@ -96,8 +95,9 @@ const char* AttentionCanImplement(const KvPoolLayout& layout, const AttentionSha
 // cover every token's visible keys (<= S + W). The workspace holds the partial states.
 size_t DecodeAttentionWorkspaceBytes(int32_t n_tokens, int32_t n_heads, int32_t head_dim,
                                      int32_t n_splits);
-// Splits for a batch: about eight thread blocks per SM (several waves, so the last one's tail
-// is short), each split at least 64 keys. Returns n_splits; *keys_per_split gets the matching split length.
+// Splits for a batch: about three thread blocks per SM (fewer splits stream better: each adds
+// partial states and a merge), each split at least 64 keys and a whole number of 16-key tiles.
+// Returns n_splits; *keys_per_split gets the matching split length.
 int32_t ChooseDecodeSplits(int32_t n_tokens, int32_t n_kv_heads, int32_t max_keys,
                            int32_t sm_count, int32_t* keys_per_split);
 cudaError_t DecodeAttention(KvPoolLayout layout, const uint16_t* layer_kv, AttentionBatch batch,

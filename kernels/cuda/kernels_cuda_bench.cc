@@ -84,13 +84,16 @@ struct ModelShape {
 constexpr ModelShape kSmol{"smollm2", 9, 3, 64, 576, 1536, 49152};
 constexpr ModelShape kLlama8B{"llama3-8b", 32, 8, 128, 4096, 14336, 128256};
 
-// Decode attention of one layer: n sessions with full windows (S = 4, W), block size 16.
-void BenchDecodeAttention(const ModelShape& m, int32_t n, int32_t window, int sm_count) {
+// Decode attention of one layer: n sessions with full windows (S = 4, W), block size 16, random
+// K/V. `forced_splits` > 0 overrides ChooseDecodeSplits (the sweep that tunes it).
+void BenchDecodeAttention(const ModelShape& m, int32_t n, int32_t window, int sm_count,
+                          int32_t forced_splits = 0) {
   const int32_t S = 4, B = 16;
   const int32_t ring = (window + B - 1) / B + 1, sink_blocks = 1;
   const int32_t per_session = sink_blocks + ring;
   const KvPoolLayout layout{n * per_session, 1, m.n_kv_heads, m.head_dim, B};
   uint16_t* pool = static_cast<uint16_t*>(DeviceAlloc(layout.layer_elems() * 2));
+  BENCH_CHECK(FillUniformF16(pool, layout.layer_elems(), 1.0f, 7, nullptr));  // never zeros
   std::vector<int32_t> ids(static_cast<size_t>(n) * per_session);
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), std::mt19937(1));  // blocks scattered over the pool
@@ -113,9 +116,16 @@ void BenchDecodeAttention(const ModelShape& m, int32_t n, int32_t window, int sm
   const int64_t q_dim = static_cast<int64_t>(m.n_heads) * m.head_dim;
   float* q = static_cast<float*>(DeviceAlloc(n * q_dim * 4));
   float* q_sink = static_cast<float*>(DeviceAlloc(n * q_dim * 4));
+  BENCH_CHECK(FillF32(q, n * q_dim, 0.5f, nullptr));
+  BENCH_CHECK(FillF32(q_sink, n * q_dim, -0.25f, nullptr));
   uint16_t* out = static_cast<uint16_t*>(DeviceAlloc(n * q_dim * 2));
   int32_t per = 0;
-  const int32_t splits = ChooseDecodeSplits(n, m.n_kv_heads, S + window, sm_count, &per);
+  int32_t splits = ChooseDecodeSplits(n, m.n_kv_heads, S + window, sm_count, &per);
+  if (forced_splits > 0) {
+    per = (S + window + forced_splits - 1) / forced_splits;
+    per = (per + 15) / 16 * 16;
+    splits = (S + window + per - 1) / per;
+  }
   void* ws = DeviceAlloc(std::max<size_t>(1, DecodeAttentionWorkspaceBytes(n, m.n_heads, m.head_dim, splits)));
   const AttentionBatch batch{d_tables, d_seq, d_pos, n};
   const AttentionShape shape{m.n_heads, m.head_dim, 0.088f};
@@ -126,7 +136,7 @@ void BenchDecodeAttention(const ModelShape& m, int32_t n, int32_t window, int sm
   const double kv = static_cast<double>(n) * (S + window) * m.n_kv_heads * m.head_dim * 2 * 2;
   char desc[128];
   std::snprintf(desc, sizeof desc, "%s sessions=%d W=%d splits=%d", m.name, n, window, splits);
-  Report("decode_attention", desc, ms, kv + n * q_dim * (8.0 + 2.0));
+  Report(forced_splits > 0 ? "decode_attn_sweep" : "decode_attention", desc, ms, kv + n * q_dim * (8.0 + 2.0));
   for (void* p : {static_cast<void*>(pool), static_cast<void*>(d_ids), static_cast<void*>(d_tables),
                   static_cast<void*>(d_seq), static_cast<void*>(d_pos), static_cast<void*>(q),
                   static_cast<void*>(q_sink), static_cast<void*>(out), ws}) {
@@ -140,6 +150,7 @@ void BenchPrefillAttention(const ModelShape& m, int32_t n, int32_t chunk, int32_
   const int32_t ring = (window + chunk - 1 + B - 1) / B + 1, per_session = 1 + ring;
   const KvPoolLayout layout{n * per_session, 1, m.n_kv_heads, m.head_dim, B};
   uint16_t* pool = static_cast<uint16_t*>(DeviceAlloc(layout.layer_elems() * 2));
+  BENCH_CHECK(FillUniformF16(pool, layout.layer_elems(), 1.0f, 7, nullptr));  // never zeros
   std::vector<int32_t> ids(static_cast<size_t>(n) * per_session);
   std::iota(ids.begin(), ids.end(), 0);
   int32_t* d_ids = static_cast<int32_t*>(DeviceAlloc(ids.size() * 4));
@@ -211,12 +222,6 @@ void BenchElementwise(const ModelShape& m, int32_t n) {
   float* q_sink = static_cast<float*>(DeviceAlloc(static_cast<size_t>(n) * m.n_heads * m.head_dim * 4));
   auto* pos = static_cast<int64_t*>(DeviceAlloc(n * 8));
   auto* freq = static_cast<double*>(DeviceAlloc(m.head_dim / 2 * 8));
-  ms = TimeMs([&] {
-    return Rope(qkv, ld, n, m.n_heads, m.n_kv_heads, m.head_dim, pos, pos, freq, q_sink, nullptr);
-  });
-  Report("rope", desc, ms,
-         static_cast<double>(n) * m.head_dim * (2.0 * (m.n_heads + m.n_kv_heads) + m.n_heads) * 4);
-
   const int32_t per_block = 16;
   const KvPoolLayout layout{n / per_block + 2, 1, m.n_kv_heads, m.head_dim, per_block};
   uint16_t* pool = static_cast<uint16_t*>(DeviceAlloc(layout.layer_elems() * 2));
@@ -234,9 +239,12 @@ void BenchElementwise(const ModelShape& m, int32_t n) {
   const int64_t q_dim = static_cast<int64_t>(m.n_heads) * m.head_dim;
   const int64_t kv_dim = static_cast<int64_t>(m.n_kv_heads) * m.head_dim;
   ms = TimeMs([&] {
-    return WriteKv(layout, pool, d_table, seq, pos, qkv + q_dim, qkv + q_dim + kv_dim, ld, n, nullptr);
+    return RopeAndWriteKv(qkv, ld, n, m.n_heads, m.head_dim, pos, pos, freq, q_sink,
+                          {layout, pool, d_table, seq}, nullptr);
   });
-  Report("write_kv", desc, ms, static_cast<double>(n) * kv_dim * 2 * (4 + 2));
+  // q read, rotated q and q_sink written; k, v read and written as f16.
+  Report("rope_write_kv", desc, ms,
+         static_cast<double>(n) * (q_dim * 3 * 4 + kv_dim * 2 * (4 + 2)));
 
   uint16_t* table_f16 = static_cast<uint16_t*>(DeviceAlloc(static_cast<size_t>(m.vocab) * m.dim * 2));
   auto* tokens = static_cast<int32_t*>(DeviceAlloc(n * 4));
@@ -289,6 +297,13 @@ int Main(int argc, char** argv) {
         BenchDecodeAttention(m, n, window, sm_count);
       }
     }
+  }
+  // How the split count moves the target shapes (ChooseDecodeSplits' choice is the line above).
+  if (!quick) {
+    for (int32_t n : {64, 256}) {
+      for (int32_t splits : {1, 2, 3, 4, 6}) BenchDecodeAttention(kLlama8B, n, 1020, sm_count, splits);
+    }
+    for (int32_t splits : {1, 2, 4, 8}) BenchDecodeAttention(kSmol, 64, 1020, sm_count, splits);
   }
   for (const ModelShape& m : {kSmol, kLlama8B}) BenchPrefillAttention(m, 4, 256, 1020);
   for (const ModelShape& m : {kSmol, kLlama8B}) BenchElementwise(m, 256);
