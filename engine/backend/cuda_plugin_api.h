@@ -17,7 +17,8 @@
 
 namespace streamd {
 
-inline constexpr int32_t kCudaPluginAbi = 1;
+// 2: ModelBackend grew greedy_ids_on_device and CopyGreedyStepLogits (its vtable changed).
+inline constexpr int32_t kCudaPluginAbi = 2;
 
 struct CudaPluginApi {
   int32_t abi = kCudaPluginAbi;

@@ -308,9 +308,25 @@ Status CudaModel::ForwardGreedy(std::span<const int32_t> tokens,
   return Run(tokens, seqs, nullptr, next_tokens);
 }
 
+Status CudaModel::CopyGreedyStepLogits(int64_t row, float* out) {
+  if (!broken_.ok()) return broken_;
+  if (row < 0 || row >= greedy_rows_) {
+    return InvalidArgumentError("logits row " + std::to_string(row) +
+                                " is not in the last greedy step (" +
+                                std::to_string(greedy_rows_) + " rows)");
+  }
+  const size_t vocab = static_cast<size_t>(config_.vocab_size);
+  STREAMD_CUDA_CHECK(cudaSetDevice(options_.device));
+  STREAMD_CUDA_CHECK(cudaMemcpyAsync(out, logits_.get<float>() + static_cast<size_t>(row) * vocab,
+                                     vocab * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  STREAMD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return OkStatus();
+}
+
 Status CudaModel::Run(std::span<const int32_t> tokens, std::span<const SequenceInput> seqs,
                       float* logits, int32_t* next_tokens) {
   if (!broken_.ok()) return broken_;
+  greedy_rows_ = 0;  // whatever happens below, the last step's logits are gone
   STREAMD_RETURN_IF_ERROR(ValidateBatch(tokens, seqs));
   STREAMD_CUDA_CHECK(cudaSetDevice(options_.device));
   const int32_t n = static_cast<int32_t>(tokens.size());
@@ -423,6 +439,7 @@ Status CudaModel::Run(std::span<const int32_t> tokens, std::span<const SequenceI
     return Fail(s);
   }
   for (const SequenceInput& s : seqs) s.cache->Commit(s.n_tokens);
+  if (next_tokens != nullptr) greedy_rows_ = n_out;
   return OkStatus();
 }
 

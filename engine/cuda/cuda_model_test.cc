@@ -169,7 +169,8 @@ TEST(CudaModelTest, DefaultModelMatchesCpuBackend) {
   std::printf("worst relative L2 error of a logits row: %.3g\n", t.worst);
 }
 
-// Also: ForwardGreedy's device argmax equals the host argmax of Forward's logits.
+// Also: ForwardGreedy's device argmax equals the host argmax of Forward's logits, and the
+// rows it leaves on the device (CopyGreedyStepLogits) equal them.
 TEST(CudaModelTest, GraphReplayEqualsEagerLaunches) {
   STREAMD_SKIP_WITHOUT_CUDA_DEVICE();
   auto a = MakeSyntheticModel(SmolLm2Shape());
@@ -183,7 +184,7 @@ TEST(CudaModelTest, GraphReplayEqualsEagerLaunches) {
   std::mt19937 rng(3);
   const std::vector<int32_t> prompt = RandomTokens(rng, 20, vocab);
   std::vector<float> la(4 * static_cast<size_t>(vocab)), lb(la.size());
-  for (int32_t step = 0; step < 90; ++step) {
+  for (int32_t step = 0; step < 91; ++step) {
     std::vector<SequenceInput> sa, sb;
     std::vector<int32_t> toks;
     for (int32_t s = 0; s < 4; ++s) {
@@ -198,12 +199,20 @@ TEST(CudaModelTest, GraphReplayEqualsEagerLaunches) {
     } else {  // greedy ids picked on the device = argmax of the same logits on the host
       std::vector<int32_t> ids(4, -1);
       ASSERT_TRUE(graphs.gpu->ForwardGreedy(toks, sa, ids.data()).ok());
+      std::vector<float> kept(vocab);
       for (int32_t s = 0; s < 4; ++s) {
         const float* row = &lb[static_cast<size_t>(s) * vocab];
         EXPECT_EQ(ids[s], std::max_element(row, row + vocab) - row) << "step " << step;
+        // The step's rows stay on the device until the next one, for the engine to fetch.
+        ASSERT_TRUE(graphs.gpu->CopyGreedyStepLogits(s, kept.data()).ok());
+        EXPECT_TRUE(std::equal(kept.begin(), kept.end(), row)) << "step " << step;
       }
+      EXPECT_FALSE(graphs.gpu->CopyGreedyStepLogits(4, kept.data()).ok()) << "past the rows";
     }
   }
+  std::vector<float> kept(vocab);
+  EXPECT_FALSE(graphs.gpu->CopyGreedyStepLogits(0, kept.data()).ok())
+      << "a Forward step (the last, step 90) leaves no greedy rows";
   EXPECT_GE(graphs.gpu->graphs_captured(), 1);
   EXPECT_EQ(eager.gpu->graphs_captured(), 0);
 }

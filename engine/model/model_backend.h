@@ -87,12 +87,28 @@ class ModelBackend {
       rows += s.logits == LogitsMode::kAll ? static_cast<size_t>(s.n_tokens) : 1;
     }
     const size_t vocab = static_cast<size_t>(config().vocab_size);
-    std::vector<float> logits(rows * vocab);
-    if (Status s = Forward(tokens, seqs, logits.data()); !s.ok()) return s;
+    greedy_logits_.resize(rows * vocab);
+    if (Status s = Forward(tokens, seqs, greedy_logits_.data()); !s.ok()) return s;
     for (size_t r = 0; r < rows; ++r) {
-      const float* row = &logits[r * vocab];
+      const float* row = &greedy_logits_[r * vocab];
       next_tokens[r] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
     }
+    return OkStatus();
+  }
+  // True when ForwardGreedy costs less than Forward: the ids are picked where the logits are
+  // (the GPU) and [rows] ints cross to the host instead of rows of vocab floats. The engine
+  // then runs steps whose sampled sessions are all greedy through ForwardGreedy.
+  virtual bool greedy_ids_on_device() const { return false; }
+  // Logits row `row` of the last successful ForwardGreedy, into out[vocab_size]; valid until
+  // the next Forward or ForwardGreedy. For the rare row that needs more than its id (a
+  // generation cancelled, or replaced by one that samples, while its step ran).
+  virtual Status CopyGreedyStepLogits(int64_t row, float* out) {
+    const size_t vocab = static_cast<size_t>(config().vocab_size);
+    if (row < 0 || static_cast<size_t>(row + 1) * vocab > greedy_logits_.size()) {
+      return InvalidArgumentError("logits row " + std::to_string(row) +
+                                  " is not in the last greedy step");
+    }
+    std::copy_n(&greedy_logits_[static_cast<size_t>(row) * vocab], vocab, out);
     return OkStatus();
   }
   // One sequence.
@@ -101,6 +117,9 @@ class ModelBackend {
     const SequenceInput seq{&cache, static_cast<int32_t>(tokens.size()), mode};
     return Forward(tokens, std::span<const SequenceInput>(&seq, 1), logits);
   }
+
+ private:
+  std::vector<float> greedy_logits_;  // the default ForwardGreedy's rows, for CopyGreedyStepLogits
 };
 
 }  // namespace streamd

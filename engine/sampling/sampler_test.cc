@@ -115,6 +115,40 @@ TEST(SamplerTest, GreedyIsArgmax) {
   }
 }
 
+// IsPlainArgmax is the promise a backend relies on when it picks ids on the device: for any
+// params it accepts, the sampler draws the first index of the largest raw logit, and with a
+// penalty switched on it is not accepted (the penalised argmax may differ).
+TEST(SamplerTest, IsPlainArgmaxMeansTheSamplerDrawsTheRawArgmax) {
+  std::mt19937 rng(11);
+  int accepted = 0;
+  for (uint32_t trial = 0; trial < 200; ++trial) {
+    SamplingParams p;
+    p.temperature = rng() % 2 == 0 ? 0.0f : 0.7f;
+    p.top_k = static_cast<int32_t>(rng() % 3);  // 0 (off), 1, 2
+    p.repetition_penalty = rng() % 4 == 0 ? 1.3f : 1.0f;
+    p.presence_penalty = rng() % 4 == 0 ? 0.5f : 0.0f;
+    p.penalty_last_n = rng() % 5 == 0 ? 0 : 64;
+    p.seed = trial + 1;
+    std::vector<float> logits = RandomLogits(kBigVocab, 1000 + trial);
+    const int32_t argmax =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    Sampler sampler(p, kBigVocab);
+    for (int32_t t = 0; t < 64; ++t) sampler.Accept(argmax);  // the penalties would bite
+    const int32_t drawn = sampler.Sample(logits);
+    if (IsPlainArgmax(p)) {
+      ++accepted;
+      EXPECT_EQ(drawn, argmax) << "trial " << trial;
+    }
+  }
+  EXPECT_GT(accepted, 20);
+  SamplingParams penalised;
+  penalised.temperature = 0.0f;
+  penalised.repetition_penalty = 1.1f;
+  EXPECT_FALSE(IsPlainArgmax(penalised));
+  penalised.penalty_last_n = 0;  // a window of nothing: neutral again
+  EXPECT_TRUE(IsPlainArgmax(penalised));
+}
+
 TEST(SamplerTest, GreedyTiesGoToLowestId) {
   std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f, 3.0f};
   Sampler greedy(Plain(0.0f), 5);

@@ -76,4 +76,8 @@ bool PenaltiesAreNeutral(const SamplingParams& params) {
           params.frequency_penalty == 0.0f);
 }
 
+bool IsPlainArgmax(const SamplingParams& params) {
+  return (params.temperature == 0.0f || params.top_k == 1) && PenaltiesAreNeutral(params);
+}
+
 }  // namespace streamd

@@ -39,4 +39,8 @@ Status ValidateSamplingParams(const SamplingParams& params, int32_t vocab_size);
 // True when no penalty stage changes any logit, so the penalty pass can be skipped.
 bool PenaltiesAreNeutral(const SamplingParams& params);
 
+// True when a draw is the argmax of the unmodified logits (temperature 0 or top_k 1, and
+// neutral penalties; ties go to the lowest id): a backend may then pick it where the logits are.
+bool IsPlainArgmax(const SamplingParams& params);
+
 }  // namespace streamd

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -367,19 +368,38 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
     lock.lock();
     return;
   }
-  logits_.resize(chunks.size() * static_cast<size_t>(model_->config().vocab_size));
+  // A backend that picks greedy ids on the device returns only ids when every session this
+  // step samples is greedy: no rows of vocab floats cross to the host.
+  bool ids_only = model_->greedy_ids_on_device();
+  for (size_t i = 0; i < chunks.size() && ids_only; ++i) {
+    const Session& s = *chunks[i].session;
+    if (s.gen && s.pending.size() == static_cast<size_t>(chunks[i].n_tokens)) {
+      ids_only = IsPlainArgmax(s.gen->sampler.params());
+    }
+  }
+  const size_t vocab = static_cast<size_t>(model_->config().vocab_size);
+  std::vector<int32_t> ids(ids_only ? chunks.size() : 0);
+  if (!ids_only) logits_.resize(chunks.size() * vocab);
 
   // The forward pass runs without the lock: API calls proceed meanwhile. Sessions in flight
   // are not destroyed (Close defers to DestroyClosed) and their caches are only touched here.
   lock.unlock();
-  const Status status = model_->Forward(tokens, seqs, logits_.data());
+  const Status status = ids_only ? model_->ForwardGreedy(tokens, seqs, ids.data())
+                                 : model_->Forward(tokens, seqs, logits_.data());
   lock.lock();
+  // Rows an ids-only step did not bring back: a generation cancelled (its logits are held) or
+  // replaced by one that samples while the step ran. Rare; fetched one by one.
+  const auto fetch_row = [&](size_t i, std::vector<float>& row) {
+    row.resize(vocab);
+    return model_->CopyGreedyStepLogits(static_cast<int64_t>(i), row.data());
+  };
 
   ++stats_.steps;
   // Sampling reads a whole vocabulary row per generating session (16 x 49152 floats a step for
   // 16 sessions of SmolLM2): run it for all of them at once on the backend's threads, which are
   // idle now, before the in-order bookkeeping below. Each session's sampler is its own.
   std::vector<int32_t> sampled(chunks.size(), -1);
+  std::map<size_t, Status> sample_errors;  // rows an ids-only step could not fetch
   if (status.ok()) {
     std::vector<size_t> to_sample;
     for (size_t i = 0; i < chunks.size(); ++i) {
@@ -388,13 +408,26 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
         to_sample.push_back(i);
       }
     }
-    const size_t vocab = static_cast<size_t>(model_->config().vocab_size);
-    model_->RunOnHostThreads(static_cast<int64_t>(to_sample.size()), [&](int64_t j) {
-      const size_t i = to_sample[static_cast<size_t>(j)];
-      // The sampler edits the row in place (penalties); it is this step's scratch.
-      sampled[i] = chunks[i].session->gen->sampler.Sample(
-          std::span<float>(&logits_[i * vocab], vocab));
-    });
+    if (ids_only) {
+      std::vector<float> row;
+      for (size_t i : to_sample) {
+        Sampler& sampler = chunks[i].session->gen->sampler;
+        if (IsPlainArgmax(sampler.params())) {
+          sampled[i] = ids[i];
+        } else if (Status fetched = fetch_row(i, row); fetched.ok()) {
+          sampled[i] = sampler.Sample(std::span<float>(row));
+        } else {
+          sample_errors[i] = fetched;
+        }
+      }
+    } else {
+      model_->RunOnHostThreads(static_cast<int64_t>(to_sample.size()), [&](int64_t j) {
+        const size_t i = to_sample[static_cast<size_t>(j)];
+        // The sampler edits the row in place (penalties); it is this step's scratch.
+        sampled[i] = chunks[i].session->gen->sampler.Sample(
+            std::span<float>(&logits_[i * vocab], vocab));
+      });
+    }
   }
   for (size_t i = 0; i < chunks.size(); ++i) {
     Session& s = *chunks[i].session;
@@ -410,11 +443,19 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
     s.last_cached_token = s.pending[chunks[i].n_tokens - 1];
     s.pending.erase(s.pending.begin(), s.pending.begin() + chunks[i].n_tokens);
     if (s.closing) continue;
-    float* row = &logits_[i * static_cast<size_t>(model_->config().vocab_size)];
     if (s.gen) {
       if (sampled[i] >= 0) ApplyToken(s, sampled[i], events);
+      if (auto e = sample_errors.find(i); e != sample_errors.end()) {
+        Finish(s, FinishReason::kError, e->second, events);
+      }
     } else if (s.pending.empty()) {  // its generation was cancelled while this step ran
-      s.held_logits.assign(row, row + model_->config().vocab_size);
+      if (!ids_only) {
+        const float* row = &logits_[i * vocab];
+        s.held_logits.assign(row, row + vocab);
+      } else if (Status fetched = fetch_row(i, s.held_logits); !fetched.ok()) {
+        // Without its logits the session continues from new input only.
+        s.held_logits.clear();
+      }
     }
   }
   DestroyClosed();

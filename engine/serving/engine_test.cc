@@ -2,6 +2,7 @@
 // the API's contract, batch invariance, admission from the block bound, and bad input.
 #include "engine/serving/engine.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -54,6 +55,49 @@ class Collector {
   std::map<SessionId, GenerationEvent> done_;
 };
 
+// The CPU model dressed as a backend that picks greedy ids on the device (as CUDA does): the
+// engine then runs greedy steps through ForwardGreedy and fetches single rows only when a
+// session needs more than its id. Counts which path each step took.
+class IdsOnDevice : public ModelBackend {
+ public:
+  explicit IdsOnDevice(std::unique_ptr<ModelBackend> inner) : inner_(std::move(inner)) {}
+  const LlamaConfig& config() const override { return inner_->config(); }
+  std::string_view backend_name() const override { return inner_->backend_name(); }
+  std::string device_description() const override { return inner_->device_description(); }
+  uint64_t weight_bytes() const override { return inner_->weight_bytes(); }
+  void set_threads(int32_t n) override { inner_->set_threads(n); }
+  void RunOnHostThreads(int64_t n, const std::function<void(int64_t)>& fn) override {
+    inner_->RunOnHostThreads(n, fn);
+  }
+  StatusOr<std::unique_ptr<BlockPool>> CreatePool(const KvShape& shape, int32_t block_size,
+                                                  int64_t budget_bytes) override {
+    return inner_->CreatePool(shape, block_size, budget_bytes);
+  }
+  StatusOr<int64_t> PoolBudgetFromFraction(double fraction) const override {
+    return inner_->PoolBudgetFromFraction(fraction);
+  }
+  Status Forward(std::span<const int32_t> tokens, std::span<const SequenceInput> seqs,
+                 float* logits) override {
+    ++full_rows_steps;
+    return inner_->Forward(tokens, seqs, logits);
+  }
+  Status ForwardGreedy(std::span<const int32_t> tokens, std::span<const SequenceInput> seqs,
+                       int32_t* next_tokens) override {
+    ++ids_only_steps;
+    return inner_->ForwardGreedy(tokens, seqs, next_tokens);
+  }
+  bool greedy_ids_on_device() const override { return true; }
+  Status CopyGreedyStepLogits(int64_t row, float* out) override {
+    ++rows_fetched;
+    return inner_->CopyGreedyStepLogits(row, out);
+  }
+
+  std::atomic<int64_t> full_rows_steps{0}, ids_only_steps{0}, rows_fetched{0};
+
+ private:
+  std::unique_ptr<ModelBackend> inner_;
+};
+
 SyntheticModelSpec TinyModel() {
   SyntheticModelSpec spec;
   spec.with_vocab = true;
@@ -61,8 +105,10 @@ SyntheticModelSpec TinyModel() {
   return spec;
 }
 
+// With `ids_on_device`, the model is wrapped in IdsOnDevice and *wrapper points at it.
 std::unique_ptr<Engine> MakeEngine(int64_t pool_bytes = 64 << 20, int32_t max_chunk = 64,
-                                   const SyntheticModelSpec& spec = TinyModel()) {
+                                   const SyntheticModelSpec& spec = TinyModel(),
+                                   IdsOnDevice** wrapper = nullptr) {
   auto model = MakeSyntheticModel(spec);
   EXPECT_TRUE(model.ok()) << model.status().ToString();
   auto vocab = tokenizer::Tokenizer::FromGguf((*model)->file());
@@ -72,7 +118,13 @@ std::unique_ptr<Engine> MakeEngine(int64_t pool_bytes = 64 << 20, int32_t max_ch
   config.max_chunk = max_chunk;
   config.threads = 2;
   config.planner = {128, 64};
-  auto engine = Engine::Create(std::move(model).value(), std::move(vocab).value(), config);
+  std::unique_ptr<ModelBackend> backend = std::move(model).value();
+  if (wrapper != nullptr) {
+    auto wrapped = std::make_unique<IdsOnDevice>(std::move(backend));
+    *wrapper = wrapped.get();
+    backend = std::move(wrapped);
+  }
+  auto engine = Engine::Create(std::move(backend), std::move(vocab).value(), config);
   EXPECT_TRUE(engine.ok()) << engine.status().ToString();
   return std::move(engine).value();
 }
@@ -126,8 +178,8 @@ TEST(EngineTest, GeneratesStreamsAndKeepsDeliveredTokensInContext) {
 }
 
 // Greedy output of 16 sessions of different lengths and phases, run together, equals each
-// run alone.
-TEST(EngineTest, SessionOutputDoesNotDependOnTheBatch) {
+// run alone (on the plain path, full logits rows and host sampling).
+void CheckBatchInvariance(bool ids_on_device) {
   constexpr int kSessions = 16;
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < kSessions; ++i) prompts.push_back(RandomTokens(5 + 23 * i, 100 + i));
@@ -143,7 +195,8 @@ TEST(EngineTest, SessionOutputDoesNotDependOnTheBatch) {
       alone[i] = events.Tokens(*id);
     }
   }
-  auto engine = MakeEngine();
+  IdsOnDevice* wrapper = nullptr;
+  auto engine = MakeEngine(64 << 20, 64, TinyModel(), ids_on_device ? &wrapper : nullptr);
   Collector events;
   std::vector<SessionId> ids;
   for (int i = 0; i < kSessions; ++i) {
@@ -159,6 +212,48 @@ TEST(EngineTest, SessionOutputDoesNotDependOnTheBatch) {
     EXPECT_EQ(events.Tokens(ids[i]), alone[i]) << "session " << i;
   }
   EXPECT_GT(engine->Stats().steps, 0);
+  if (ids_on_device) {  // every session greedy: no step brought back full rows
+    EXPECT_EQ(wrapper->full_rows_steps, 0);
+    EXPECT_GT(wrapper->ids_only_steps, 0);
+  }
+}
+
+TEST(EngineTest, SessionOutputDoesNotDependOnTheBatch) { CheckBatchInvariance(false); }
+
+// A backend that picks greedy ids on the device gets ids-only steps, with the same tokens.
+TEST(EngineTest, IdsOnlyStepsGiveTheTokensOfFullRows) { CheckBatchInvariance(true); }
+
+// A step in which one session samples brings back full rows; greedy sessions in it get the
+// same tokens either way, and a seeded sampling session draws the same tokens as on the plain
+// path.
+TEST(EngineTest, IdsOnlyBackendFallsBackToRowsWhenASessionSamples) {
+  const std::vector<int32_t> prompt = RandomTokens(9, 31);
+  SessionOptions sampling = Greedy();
+  sampling.sampling.temperature = 0.9f;
+  sampling.sampling.seed = 1234;
+  std::vector<int32_t> plain_greedy, plain_sampled;
+  for (bool ids_on_device : {false, true}) {
+    IdsOnDevice* wrapper = nullptr;
+    auto engine = MakeEngine(64 << 20, 64, TinyModel(), ids_on_device ? &wrapper : nullptr);
+    Collector events;
+    auto a = engine->Open(Greedy());
+    auto b = engine->Open(sampling);
+    ASSERT_TRUE(a.ok() && b.ok());
+    ASSERT_TRUE(engine->Append(*a, prompt).ok());
+    ASSERT_TRUE(engine->Append(*b, prompt).ok());
+    ASSERT_TRUE(engine->Generate(*a, UpTo(15), events.Sink()).ok());
+    ASSERT_TRUE(engine->Generate(*b, UpTo(15), events.Sink()).ok());
+    events.WaitDone(*a);
+    events.WaitDone(*b);
+    if (!ids_on_device) {
+      plain_greedy = events.Tokens(*a);
+      plain_sampled = events.Tokens(*b);
+      continue;
+    }
+    EXPECT_EQ(events.Tokens(*a), plain_greedy);
+    EXPECT_EQ(events.Tokens(*b), plain_sampled);
+    EXPECT_GT(wrapper->full_rows_steps, 0);
+  }
 }
 
 TEST(EngineTest, CancelStopsTheGenerationAndKeepsItsTokens) {
@@ -180,14 +275,16 @@ TEST(EngineTest, CancelStopsTheGenerationAndKeepsItsTokens) {
 
 // A cancel lands at any moment, often while the generation's last token is in the forward pass.
 // The session must stay continuable, and continuing must give exactly the tokens one
-// uninterrupted greedy generation gives.
-TEST(EngineTest, CancelAtAnyMomentLeavesTheSessionContinuable) {
+// uninterrupted greedy generation gives. With ids-only steps, a cancel mid-step makes the
+// engine fetch the row it holds for the next generation (CopyGreedyStepLogits).
+void CheckCancelAtAnyMoment(bool ids_on_device) {
   // Wide enough that a step takes about a millisecond: most cancels land mid-step.
   SyntheticModelSpec spec = TinyModel();
   spec.dim = 512;
   spec.ffn_dim = 1536;
   spec.n_layers = 4;
-  auto engine = MakeEngine(64 << 20, 64, spec);
+  IdsOnDevice* wrapper = nullptr;
+  auto engine = MakeEngine(64 << 20, 64, spec, ids_on_device ? &wrapper : nullptr);
   std::mt19937_64 rng(7);
   for (int round = 0; round < 20; ++round) {
     Collector events;
@@ -215,6 +312,10 @@ TEST(EngineTest, CancelAtAnyMomentLeavesTheSessionContinuable) {
     ASSERT_TRUE(engine->Close(*ref).ok());
   }
 }
+
+TEST(EngineTest, CancelAtAnyMomentLeavesTheSessionContinuable) { CheckCancelAtAnyMoment(false); }
+
+TEST(EngineTest, CancelAtAnyMomentWithIdsOnlySteps) { CheckCancelAtAnyMoment(true); }
 
 TEST(EngineTest, BadRequestsGetStableCodesAndDisturbNothing) {
   auto engine = MakeEngine();
