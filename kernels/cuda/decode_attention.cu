@@ -50,6 +50,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 template <int kHeadDim>
 struct DecodeConfig {
   static constexpr int kWarps = kHeadDim == 128 ? 2 : 4;
+  static constexpr int kBlocksPerSm = 4;  // what the registers are budgeted for (228 KB smem / 48)
   static constexpr int kStages = 3;                       // tiles in flight + the one computed
   static constexpr int kRowBytes = kHeadDim * 2;          // one key's K (or V), f16
   static constexpr int kChunks = kHeadDim / 8;            // 16-byte chunks per row
@@ -119,7 +120,8 @@ __device__ __forceinline__ uint32_t SwizzledOffset(int row, int chunk) {
 }
 
 template <int kHeadDim>
-__global__ void __launch_bounds__(DecodeConfig<kHeadDim>::kWarps * 32, 4)
+__global__ void __launch_bounds__(DecodeConfig<kHeadDim>::kWarps * 32,
+                                  DecodeConfig<kHeadDim>::kBlocksPerSm)
     DecodeAttentionKernel(KvPoolLayout layout, const __half* layer_kv, AttentionBatch batch,
                           const float* q, int64_t q_ld, const float* q_sink, int32_t n_heads,
                           float scale, int32_t keys_per_split, int32_t n_splits,

@@ -35,7 +35,6 @@ __host__ __device__ __forceinline__ const __half* AsHalf(const uint16_t* p) {
 }
 __host__ __device__ __forceinline__ __half* AsHalf(uint16_t* p) { return reinterpret_cast<__half*>(p); }
 
-// Eight f16 values (16 bytes, one vector load) to floats.
 // Eight halves, held as 16 raw bytes, as floats.
 __device__ __forceinline__ void HalvesToFloat8(const uint4& raw, float* out) {
   const __half2* h = reinterpret_cast<const __half2*>(&raw);
@@ -47,6 +46,7 @@ __device__ __forceinline__ void HalvesToFloat8(const uint4& raw, float* out) {
   }
 }
 
+// Eight f16 values (16 bytes, one vector load) to floats.
 __device__ __forceinline__ void LoadHalf8(const __half* p, float* out) {
   HalvesToFloat8(*reinterpret_cast<const uint4*>(p), out);
 }
