@@ -291,6 +291,13 @@ TEST(PrefillAttentionTest, Group8AndSingleTokenChunks) {
   Check({16, 2, 64, 3, DecodeSessions(5, 61), 1 + 1, 8}, {});
 }
 
+// 32 query heads per kv head take two blocks of 16; 4 queries per tile; S = 0 for one session.
+TEST(PrefillAttentionTest, Group32TwoBlocksPerKvHead) {
+  STREAMD_SKIP_WITHOUT_CUDA_DEVICE();
+  const std::vector<SessionSpec> sessions = {{4, 50, 0}, {0, 50, 77}, {4, 50, 4000}};
+  Check({32, 1, 128, 5, sessions, 29, 9}, {});
+}
+
 TEST(AttentionCanImplementTest, RejectsUnsupportedShapes) {
   // Pure host code: runs without a device.
   const KvPoolLayout layout{10, 1, 2, 64, 16};

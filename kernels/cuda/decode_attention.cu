@@ -26,17 +26,13 @@
 // [j * keys_per_split, (j + 1) * keys_per_split); tiles start at the split's first index of
 // each kind, so a tile never mixes sinks and window keys.
 //
-// Fragment layouts (PTX ISA, mma.m16n8k16 with f16 inputs; g = lane / 4, c = lane % 4):
-//   A (16 x 16, rows = query heads): a0 = (g, 2c..2c+1), a1 = (g+8, 2c..), a2 = (g, 2c+8..),
-//     a3 = (g+8, 2c+8..), each register two halves;
-//   B (16 x 8, k x n): b0 = (k 2c..2c+1, n g), b1 = (k 2c+8.., n g);
-//   C (16 x 8, f32): c0, c1 = (g, 2c), (g, 2c+1); c2, c3 = (g+8, 2c), (g+8, 2c+1).
-// The C tile of two score mmas (keys 0-7 and 8-15) is, converted to f16, exactly the A tile of
-// the P V mma.
+// Fragment layouts: kernels/cuda/mma_util.cuh. The C tile of two score mmas (keys 0-7 and
+// 8-15) is, converted to f16, exactly the A tile of the P V mma.
 #include <cmath>
 
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/mma_util.cuh"
 
 namespace streamd::kernels::cuda {
 namespace {
@@ -63,61 +59,6 @@ struct DecodeConfig {
   static_assert(kWarps * kTileRows * (kHeadDim + 2) * 4 <= kSmemBytes, "merge buffer");
   static_assert(kSmemBytes <= 48 * 1024, "static shared memory limit");
 };
-
-__device__ __forceinline__ uint32_t SharedAddress(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, asynchronously; with valid = false the destination is zero-filled
-// and nothing is read.
-__device__ __forceinline__ void CopyAsync16(uint32_t dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(valid ? 16 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void CopyAsyncCommit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-// Waits until at most kPending of this thread's committed groups are still in flight.
-template <int kPending>
-__device__ __forceinline__ void CopyAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-__device__ __forceinline__ void LoadMatrixX4(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-__device__ __forceinline__ void LoadMatrixX4Transposed(uint32_t addr, uint32_t (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-
-// d += a b for one m16n8k16 tile (f16 inputs, f32 accumulators).
-__device__ __forceinline__ void Mma16x8x16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                           uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Two floats as one register of halves, the first in the low 16 bits (the lower column).
-__device__ __forceinline__ uint32_t PackHalves(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-// Byte offset, inside a tile's K or V rows, of 16-byte chunk `chunk` of row `row`.
-template <int kHeadDim>
-__device__ __forceinline__ uint32_t SwizzledOffset(int row, int chunk) {
-  return row * DecodeConfig<kHeadDim>::kRowBytes + ((chunk ^ (row & 7)) << 4);
-}
 
 template <int kHeadDim>
 __global__ void __launch_bounds__(DecodeConfig<kHeadDim>::kWarps * 32,
@@ -152,8 +93,8 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim>::kWarps * 32,
   // Tiles: first the split's sinks [lo0, hi0), then its window keys [lo1, hi1).
   const int64_t lo0 = k_begin, hi0 = min(k_end, n_sinks);
   const int64_t lo1 = max(k_begin, n_sinks), hi1 = k_end;
-  const int32_t tiles0 = lo0 < hi0 ? static_cast<int32_t>((hi0 - lo0 + kTileKeys - 1) / kTileKeys) : 0;
-  const int32_t tiles1 = lo1 < hi1 ? static_cast<int32_t>((hi1 - lo1 + kTileKeys - 1) / kTileKeys) : 0;
+  const int32_t tiles0 = TilesCovering(lo0, hi0, kTileKeys);
+  const int32_t tiles1 = TilesCovering(lo1, hi1, kTileKeys);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, c = lane % 4;
   // This warp's tiles are block tiles warp, warp + kWarps, ...
@@ -196,7 +137,7 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim>::kWarps * 32,
         const long long offset = __shfl_sync(kFullMask, row_offset, row);
         const bool valid = offset >= 0;
         const __half* src = layer_kv + (valid ? offset : 0) + chunk * 8;
-        const uint32_t dst = stage + SwizzledOffset<kHeadDim>(row, chunk);
+        const uint32_t dst = stage + SwizzledOffset<Config::kRowBytes>(row, chunk);
         CopyAsync16(dst, src, valid);
         CopyAsync16(dst + Config::kTileBytes, src + v_minus_k, valid);
       }
@@ -258,7 +199,9 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim>::kWarps * 32,
 #pragma unroll
     for (int step = 0; step < kDimSteps; ++step) {
       uint32_t b[4];
-      LoadMatrixX4(k_tile + SwizzledOffset<kHeadDim>((mat / 2) * 8 + mat_row, 2 * step + mat % 2), b);
+      LoadMatrixX4(k_tile + SwizzledOffset<Config::kRowBytes>((mat / 2) * 8 + mat_row,
+                                                              2 * step + mat % 2),
+                   b);
       Mma16x8x16(s[0], qa[step], b[0], b[1]);
       Mma16x8x16(s[1], qa[step], b[2], b[3]);
     }
@@ -306,8 +249,9 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim>::kWarps * 32,
 #pragma unroll
     for (int step = 0; step < kDimSteps; ++step) {
       uint32_t b[4];
-      LoadMatrixX4Transposed(
-          v_tile + SwizzledOffset<kHeadDim>((mat % 2) * 8 + mat_row, 2 * step + mat / 2), b);
+      LoadMatrixX4Transposed(v_tile + SwizzledOffset<Config::kRowBytes>((mat % 2) * 8 + mat_row,
+                                                                        2 * step + mat / 2),
+                             b);
       Mma16x8x16(acc[2 * step], pa, b[0], b[1]);
       Mma16x8x16(acc[2 * step + 1], pa, b[2], b[3]);
     }

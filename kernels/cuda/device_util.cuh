@@ -53,4 +53,9 @@ __device__ __forceinline__ void LoadHalf8(const __half* p, float* out) {
 
 inline int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Tiles of `size` keys that cover the key range [lo, hi); 0 when it is empty.
+__device__ __forceinline__ int32_t TilesCovering(int64_t lo, int64_t hi, int size) {
+  return lo < hi ? static_cast<int32_t>((hi - lo + size - 1) / size) : 0;
+}
+
 }  // namespace streamd::kernels::cuda

@@ -28,11 +28,13 @@ TEST(LaunchPlanTest, DecodeSplitsCoverEveryKeyWithEnoughKeysPerSplit) {
   EXPECT_EQ(ChooseDecodeSplits(256, 8, 1024, 132, &per), 1);  // enough blocks already
 }
 
-TEST(LaunchPlanTest, PrefillTilesHoldAtMostThirtyTwoRows) {
-  for (int32_t group : {1, 2, 3, 4, 8, 16}) {
+// A prefill block holds at most 64 (query, head) rows (four warps of 16) and 16 heads.
+TEST(LaunchPlanTest, PrefillTilesHoldAtMostSixtyFourRows) {
+  for (int32_t group : {1, 2, 3, 4, 8, 16, 32}) {
     const int32_t q = PrefillTileQueries(group);
-    EXPECT_GE(q, 8);
-    EXPECT_LE(q * std::min(group, 4), 32);
+    EXPECT_GE(q, 4);
+    EXPECT_LE(q * std::min(group, 16), 64);
+    EXPECT_GT((q + 1) * std::min(group, 16), 64) << "a tile as large as the rows allow";
   }
   EXPECT_EQ(DecodeAttentionWorkspaceBytes(10, 4, 64, 1), 0u);
   EXPECT_EQ(DecodeAttentionWorkspaceBytes(10, 4, 64, 3), 10u * 4 * 3 * 66 * sizeof(float));

@@ -5,34 +5,56 @@
 // chunk are masked out (causality).
 //
 // One thread block per (tile, kv head): a tile is up to PrefillTileQueries(group) consecutive
-// queries of one session; rows = (query, head) pairs of that kv head's group, at most 32.
-// The block streams the union of the tile's keys (its sinks, then [lo, p_last]) through
-// shared memory in tiles of 32 keys, so every K/V vector is read once per tile of queries.
-// Scores: lane j of a warp owns key j of the key tile; the output dims are spread over lanes
-// (head_dim / 32 per lane). Online softmax per row (m, l, acc; see decode_attention.cu).
+// queries of one session; its rows are the (query, head) pairs of that kv head's group, at
+// most 64: 16 per warp, the M of a tensor-core tile. The block streams the union of the tile's
+// keys (its sinks, then [lo, p_last]) through shared memory in tiles of 32 keys, copied with
+// cp.async kStages - 1 tiles ahead of the one computed, so every K/V row is read once per tile
+// of queries. Each warp then computes its rows' scores S = Q K^T and O += P V with
+// mma.m16n8k16 (f16 in, f32 accumulate; fragments in kernels/cuda/mma_util.cuh), masks each
+// row by its own query's sinks and window, and keeps an online softmax per row in base 2
+// (m, l, acc; see decode_attention.cu). A warp owns whole rows, so no merge is needed.
 #include <cmath>
 
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/kernels.h"
+#include "kernels/cuda/mma_util.cuh"
 
 namespace streamd::kernels::cuda {
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kRows = 32;  // (query, head) rows per block
-constexpr int kRowsPerWarp = kRows / kWarps;
-constexpr int kKeyTile = 32;
-constexpr int kHeadsPerBlock = 4;
+constexpr int kWarps = 4;
+constexpr int kRows = 16 * kWarps;  // (query, head) rows per block
+constexpr int kHeadsPerBlock = 16;  // query heads of one kv head per block; more take more blocks
+constexpr int kKeys = 32;           // keys per tile
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int kHeadDim>
+struct PrefillConfig {
+  static constexpr int kRowBytes = kHeadDim * 2;           // one key's K (or V), f16
+  static constexpr int kChunks = kHeadDim / 8;             // 16-byte chunks per row
+  static constexpr int kTileBytes = kKeys * kRowBytes;     // K (or V) of one tile
+  static constexpr int kStageBytes = 2 * kTileBytes;       // K then V
+  static constexpr int kStages = kHeadDim == 128 ? 3 : 4;  // 48 KB / 32 KB of static memory
+  static constexpr int kSmemBytes = kStages * kStageBytes;
+  static constexpr int kDimSteps = kHeadDim / 16;
+  // One copy instruction of the block moves kCopyRows rows of K (and of V); a warp's share is
+  // kWarpRows rows of kChunks lanes each, and a tile takes kCopies instructions.
+  static constexpr int kCopyRows = kWarps * 32 * 16 / kRowBytes;
+  static constexpr int kWarpRows = kCopyRows / kWarps;
+  static constexpr int kCopies = kKeys / kCopyRows;
+  static_assert(kWarpRows * kChunks == 32, "a warp copies whole rows");
+  static_assert(kCopies * kWarpRows == 8, "lanes 0..7 locate a warp's rows of a tile");
+  static_assert(kSmemBytes <= 48 * 1024, "static shared memory limit");
+};
 
 template <int kHeadDim>
 __global__ void __launch_bounds__(kWarps * 32)
     PrefillAttentionKernel(KvPoolLayout layout, const __half* layer_kv, AttentionBatch batch,
                            const PrefillTile* tiles, const float* q, int64_t q_ld,
                            const float* q_sink, int32_t n_heads, float scale, __half* out) {
-  constexpr int kDimsPerLane = kHeadDim / 32;
-  __shared__ float sh_q[kRows][kHeadDim];
-  __shared__ float sh_k[kKeyTile][kHeadDim + 1];  // +1: lanes read different rows, no conflicts
-  __shared__ __align__(16) __half sh_v[kKeyTile][kHeadDim];
+  using Config = PrefillConfig<kHeadDim>;
+  constexpr int kStages = Config::kStages, kDimSteps = Config::kDimSteps;
+  __shared__ __align__(128) unsigned char smem[Config::kSmemBytes];
 
   const int32_t group = n_heads / layout.n_kv_heads;
   const int32_t chunks = (group + kHeadsPerBlock - 1) / kHeadsPerBlock;
@@ -44,95 +66,213 @@ __global__ void __launch_bounds__(kWarps * 32)
   const SinkWindowTable table = batch.tables[batch.seq_of[tile.first_token]];
   const int64_t p_first = batch.positions[tile.first_token];
   const int64_t p_last = batch.positions[tile.first_token + tile.n_tokens - 1];
-
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][kDimsPerLane];
-  int64_t row_p[kRowsPerWarp];
+  const int g = lane / 4, c = lane % 4;
+
+  // This thread's two rows, g and g + 8 of its warp's 16: query token, head and mask.
+  bool row_valid[2];
+  int64_t row_token[2], row_p[2], row_sinks[2], row_window[2];
+  int32_t row_head[2];
 #pragma unroll
-  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-    m[rr] = -INFINITY;
-    l[rr] = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kDimsPerLane; ++j) acc[rr][j] = 0.0f;
-    const int r = warp * kRowsPerWarp + rr;
-    row_p[rr] = r < n_rows ? batch.positions[tile.first_token + r / n_local] : 0;
+  for (int h = 0; h < 2; ++h) {
+    const int r = warp * 16 + g + 8 * h;
+    row_valid[h] = r < n_rows;
+    row_token[h] = tile.first_token + (row_valid[h] ? r / n_local : 0);
+    row_head[h] = head0 + (row_valid[h] ? r % n_local : 0);
+    row_p[h] = batch.positions[row_token[h]];
+    row_sinks[h] = table.VisibleSinks(row_p[h]);
+    row_window[h] = table.WindowStart(row_p[h]);
   }
 
-  for (int phase = 0; phase < 2; ++phase) {
-    // Phase 0: sinks [0, VisibleSinks(p_last)); phase 1: window keys [lo, p_last].
-    const int64_t lo = phase == 0 ? 0 : max(static_cast<int64_t>(table.sinks),
-                                            table.WindowStart(p_first));
-    const int64_t hi = phase == 0 ? table.VisibleSinks(p_last) : p_last + 1;
-    if (lo >= hi) continue;
-    __syncthreads();  // the previous phase's readers of sh_q are done
-    const float* src = phase == 0 ? q_sink : q;
-    const int64_t src_ld = phase == 0 ? static_cast<int64_t>(n_heads) * kHeadDim : q_ld;
-    for (int e = threadIdx.x; e < n_rows * kHeadDim; e += blockDim.x) {
-      const int r = e / kHeadDim, d = e % kHeadDim;
-      const int64_t tok = tile.first_token + r / n_local;
-      sh_q[r][d] = src[tok * src_ld + (head0 + r % n_local) * kHeadDim + d] * scale;
-    }
-    for (int64_t key0 = lo; key0 < hi; key0 += kKeyTile) {
-      __syncthreads();  // sh_q written / the previous key tile consumed
-      for (int e = threadIdx.x; e < kKeyTile * (kHeadDim / 8); e += blockDim.x) {
-        const int j = e / (kHeadDim / 8), c = (e % (kHeadDim / 8)) * 8;
-        const int64_t key = key0 + j;
-        float kf[8];
-        uint4 vraw = make_uint4(0, 0, 0, 0);
-        if (key < hi) {
+  // Key tiles: the sinks any query sees, [0, VisibleSinks(p_last)), then the union of the
+  // windows, [lo1, p_last]; a key's index is its text position.
+  const int64_t hi0 = table.VisibleSinks(p_last);
+  const int64_t lo1 = max(static_cast<int64_t>(table.sinks), table.WindowStart(p_first));
+  const int64_t hi1 = p_last + 1;
+  const int32_t tiles0 = TilesCovering(0, hi0, kKeys);
+  const int32_t n_tiles = tiles0 + TilesCovering(lo1, hi1, kKeys);
+  auto tile_range = [&](int32_t j, int64_t* first, int64_t* end) {
+    *first = j < tiles0 ? static_cast<int64_t>(j) * kKeys
+                        : lo1 + static_cast<int64_t>(j - tiles0) * kKeys;
+    *end = j < tiles0 ? hi0 : hi1;
+  };
+
+  const int64_t v_minus_k = layout.n_kv_heads * layout.head_elems();  // elements
+  const uint32_t smem_base = SharedAddress(smem);
+  // Starts the copies of key tile j (or nothing past the last) and commits a group: group n
+  // always belongs to tile n. Lanes 0..7 of each warp locate the warp's eight rows of the tile.
+  auto issue = [&](int32_t j) {
+    if (j < n_tiles) {
+      int64_t first, end;
+      tile_range(j, &first, &end);
+      long long row_offset = -1;
+      if (lane < 8) {
+        const int row = (lane / Config::kWarpRows) * Config::kCopyRows +
+                        warp * Config::kWarpRows + lane % Config::kWarpRows;
+        if (first + row < end) {
           int32_t block, slot;
-          table.Locate(key, &block, &slot);
-          LoadHalf8(layer_kv + layout.Offset(block, 0, kv_head, slot) + c, kf);
-          vraw = *reinterpret_cast<const uint4*>(layer_kv + layout.Offset(block, 1, kv_head, slot) + c);
-        } else {
-#pragma unroll
-          for (int x = 0; x < 8; ++x) kf[x] = 0.0f;
+          table.Locate(first + row, &block, &slot);
+          row_offset = layout.Offset(block, 0, kv_head, slot);
         }
-#pragma unroll
-        for (int x = 0; x < 8; ++x) sh_k[j][c + x] = kf[x];
-        *reinterpret_cast<uint4*>(&sh_v[j][c]) = vraw;
       }
-      __syncthreads();
-      const int64_t key = key0 + lane;
+      const uint32_t stage = smem_base + (j % kStages) * Config::kStageBytes;
 #pragma unroll
-      for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-        const int r = warp * kRowsPerWarp + rr;
-        if (r >= n_rows) continue;  // warp-uniform
-        const int64_t p = row_p[rr];
-        const bool visible = key < hi && (phase == 0 ? key < table.VisibleSinks(p)
-                                                     : key >= table.WindowStart(p) && key <= p);
-        float s = 0.0f;
-#pragma unroll 16
-        for (int d = 0; d < kHeadDim; ++d) s += sh_q[r][d] * sh_k[lane][d];
-        s = visible ? s : -INFINITY;
-        const float tile_max = WarpMax(s);
-        if (tile_max == -INFINITY) continue;  // warp-uniform: nothing visible in this tile
-        const float m_new = fmaxf(m[rr], tile_max);
-        const float corr = __expf(m[rr] - m_new);
-        const float pr = visible ? __expf(s - m_new) : 0.0f;
-        l[rr] = l[rr] * corr + WarpSum(pr);
-#pragma unroll
-        for (int j = 0; j < kDimsPerLane; ++j) acc[rr][j] *= corr;
-        for (int jj = 0; jj < kKeyTile; ++jj) {
-          const float pj = __shfl_sync(kFullMask, pr, jj);
-#pragma unroll
-          for (int j = 0; j < kDimsPerLane; ++j) {
-            acc[rr][j] += pj * __half2float(sh_v[jj][lane + 32 * j]);
-          }
-        }
-        m[rr] = m_new;
+      for (int k = 0; k < Config::kCopies; ++k) {
+        const int in_warp = lane / Config::kChunks, chunk = lane % Config::kChunks;
+        const long long offset =
+            __shfl_sync(kFullMask, row_offset, k * Config::kWarpRows + in_warp);
+        const int row = k * Config::kCopyRows + warp * Config::kWarpRows + in_warp;
+        const bool valid = offset >= 0;
+        const __half* src = layer_kv + (valid ? offset : 0) + chunk * 8;
+        const uint32_t dst = stage + SwizzledOffset<Config::kRowBytes>(row, chunk);
+        CopyAsync16(dst, src, valid);
+        CopyAsync16(dst + Config::kTileBytes, src + v_minus_k, valid);
       }
     }
+    CopyAsyncCommit();
+  };
+
+  // Query fragments of the kind of key being scored (0: sinks, rotated by the cache position;
+  // 1: window, by the text position), scaled by scale * log2(e), f16. Invalid rows are zero.
+  uint32_t qa[kDimSteps][4];
+  int q_kind = -1;
+  auto load_queries = [&](int kind) {
+    const float qs = scale * kLog2e;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float* row_q = kind == 0 ? q_sink + (row_token[h] * n_heads + row_head[h]) * kHeadDim
+                                     : q + row_token[h] * q_ld + row_head[h] * kHeadDim;
+#pragma unroll
+      for (int s = 0; s < kDimSteps; ++s) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          float2 v = make_float2(0.0f, 0.0f);
+          if (row_valid[h]) {
+            v = *reinterpret_cast<const float2*>(row_q + s * 16 + half * 8 + 2 * c);
+          }
+          qa[s][h + 2 * half] = PackHalves(v.x * qs, v.y * qs);
+        }
+      }
+    }
+    q_kind = kind;
+  };
+
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  float acc[2 * kDimSteps][4];
+#pragma unroll
+  for (int n = 0; n < 2 * kDimSteps; ++n) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
   }
 
 #pragma unroll
-  for (int rr = 0; rr < kRowsPerWarp; ++rr) {
-    const int r = warp * kRowsPerWarp + rr;
-    if (r >= n_rows) continue;
-    const int64_t tok = tile.first_token + r / n_local;
-    __half* dst = out + (tok * n_heads + head0 + r % n_local) * kHeadDim;
+  for (int s = 0; s < kStages - 1; ++s) issue(s);
+  const int mat = lane / 8, mat_row = lane % 8;  // the 8x8 matrix this lane addresses
+  for (int32_t j = 0; j < n_tiles; ++j) {
+    issue(j + kStages - 1);
+    CopyAsyncWait<kStages - 1>();  // tile j's group has landed (this thread's copies)
+    __syncthreads();               // ... and every thread's
+    int64_t first, end;
+    tile_range(j, &first, &end);
+    const int kind = j < tiles0 ? 0 : 1;
+    if (kind != q_kind) load_queries(kind);
+    const uint32_t k_tile = smem_base + (j % kStages) * Config::kStageBytes;
+    const uint32_t v_tile = k_tile + Config::kTileBytes;
+
+    // Scores of keys 8n .. 8n + 7 in s[n]; each ldmatrix.x4 serves keys 16 pair .. + 15.
+    float s[4][4];
 #pragma unroll
-    for (int j = 0; j < kDimsPerLane; ++j) dst[lane + 32 * j] = __float2half(acc[rr][j] / l[rr]);
+    for (int n = 0; n < 4; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
+    }
+#pragma unroll
+    for (int step = 0; step < kDimSteps; ++step) {
+#pragma unroll
+      for (int pair = 0; pair < 2; ++pair) {
+        uint32_t b[4];
+        LoadMatrixX4(k_tile + SwizzledOffset<Config::kRowBytes>(
+                                  16 * pair + (mat / 2) * 8 + mat_row, 2 * step + mat % 2),
+                     b);
+        Mma16x8x16(s[2 * pair], qa[step], b[0], b[1]);
+        Mma16x8x16(s[2 * pair + 1], qa[step], b[2], b[3]);
+      }
+    }
+
+    // Each row's own mask, then the online softmax over this tile.
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int h = e / 2;
+        const int64_t key = first + n * 8 + 2 * c + (e % 2);
+        const bool visible = row_valid[h] && key < end &&
+                             (kind == 0 ? key < row_sinks[h]
+                                        : key >= row_window[h] && key <= row_p[h]);
+        if (!visible) s[n][e] = -INFINITY;
+        tile_max[h] = fmaxf(tile_max[h], s[n][e]);
+      }
+    }
+    float corr[2], base[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(kFullMask, tile_max[h], 1));
+      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(kFullMask, tile_max[h], 2));
+      const float m_new = fmaxf(m[h], tile_max[h]);
+      base[h] = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet stays empty
+      corr[h] = exp2f(m[h] - base[h]);
+      m[h] = m_new;
+      l[h] *= corr[h];
+    }
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[n][e] = exp2f(s[n][e] - base[e / 2]);
+        l[e / 2] += s[n][e];
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < 2 * kDimSteps; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[n][e] *= corr[e / 2];
+    }
+
+    // acc += P V over the tile's two halves of 16 keys (the k of the mma).
+#pragma unroll
+    for (int pair = 0; pair < 2; ++pair) {
+      const uint32_t pa[4] = {
+          PackHalves(s[2 * pair][0], s[2 * pair][1]), PackHalves(s[2 * pair][2], s[2 * pair][3]),
+          PackHalves(s[2 * pair + 1][0], s[2 * pair + 1][1]),
+          PackHalves(s[2 * pair + 1][2], s[2 * pair + 1][3])};
+#pragma unroll
+      for (int step = 0; step < kDimSteps; ++step) {
+        uint32_t b[4];
+        LoadMatrixX4Transposed(v_tile + SwizzledOffset<Config::kRowBytes>(
+                                            16 * pair + (mat % 2) * 8 + mat_row,
+                                            2 * step + mat / 2),
+                               b);
+        Mma16x8x16(acc[2 * step], pa, b[0], b[1]);
+        Mma16x8x16(acc[2 * step + 1], pa, b[2], b[3]);
+      }
+    }
+    __syncthreads();  // every warp has read this stage before a later issue() refills it
+  }
+  CopyAsyncWait<0>();
+
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(kFullMask, l[h], 1);
+    l[h] += __shfl_xor_sync(kFullMask, l[h], 2);
+    if (!row_valid[h]) continue;
+    __half* dst = out + (row_token[h] * n_heads + row_head[h]) * kHeadDim;
+    const float inv = 1.0f / l[h];  // > 0: a query always sees itself
+#pragma unroll
+    for (int n = 0; n < 2 * kDimSteps; ++n) {
+      *reinterpret_cast<__half2*>(dst + n * 8 + 2 * c) =
+          __floats2half2_rn(acc[n][2 * h] * inv, acc[n][2 * h + 1] * inv);
+    }
   }
 }
 
