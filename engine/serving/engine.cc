@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <map>
 #include <string>
 #include <utility>
 
@@ -55,6 +54,12 @@ struct Engine::Session {
 struct Engine::StepChunk {
   Session* session;
   int32_t n_tokens;
+  // The chunk ends its session's pending input while a generation runs: its logits row is
+  // sampled after the step (checked again then: a cancel may land while the step runs).
+  bool Samples() const {
+    return session->gen && !session->closing &&
+           session->pending.size() == static_cast<size_t>(n_tokens);
+  }
 };
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<ModelBackend> model,
@@ -372,10 +377,7 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
   // step samples is greedy: no rows of vocab floats cross to the host.
   bool ids_only = model_->greedy_ids_on_device();
   for (size_t i = 0; i < chunks.size() && ids_only; ++i) {
-    const Session& s = *chunks[i].session;
-    if (s.gen && s.pending.size() == static_cast<size_t>(chunks[i].n_tokens)) {
-      ids_only = IsPlainArgmax(s.gen->sampler.params());
-    }
+    if (chunks[i].Samples()) ids_only = IsPlainArgmax(chunks[i].session->gen->sampler.params());
   }
   const size_t vocab = static_cast<size_t>(model_->config().vocab_size);
   std::vector<int32_t> ids(ids_only ? chunks.size() : 0);
@@ -399,14 +401,11 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
   // 16 sessions of SmolLM2): run it for all of them at once on the backend's threads, which are
   // idle now, before the in-order bookkeeping below. Each session's sampler is its own.
   std::vector<int32_t> sampled(chunks.size(), -1);
-  std::map<size_t, Status> sample_errors;  // rows an ids-only step could not fetch
+  std::vector<Status> sample_errors(chunks.size());  // rows an ids-only step could not fetch
   if (status.ok()) {
     std::vector<size_t> to_sample;
     for (size_t i = 0; i < chunks.size(); ++i) {
-      const Session& s = *chunks[i].session;
-      if (s.gen && !s.closing && s.pending.size() == static_cast<size_t>(chunks[i].n_tokens)) {
-        to_sample.push_back(i);
-      }
+      if (chunks[i].Samples()) to_sample.push_back(i);
     }
     if (ids_only) {
       std::vector<float> row;
@@ -445,9 +444,7 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
     if (s.closing) continue;
     if (s.gen) {
       if (sampled[i] >= 0) ApplyToken(s, sampled[i], events);
-      if (auto e = sample_errors.find(i); e != sample_errors.end()) {
-        Finish(s, FinishReason::kError, e->second, events);
-      }
+      if (!sample_errors[i].ok()) Finish(s, FinishReason::kError, sample_errors[i], events);
     } else if (s.pending.empty()) {  // its generation was cancelled while this step ran
       if (!ids_only) {
         const float* row = &logits_[i * vocab];

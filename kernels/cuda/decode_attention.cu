@@ -134,12 +134,8 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim>::kWarps * 32,
       for (int k = 0; k < Config::kChunks / 2; ++k) {  // 16 rows x kChunks chunks / 32 lanes
         const int e = k * 32 + lane;
         const int row = e / Config::kChunks, chunk = e % Config::kChunks;
-        const long long offset = __shfl_sync(kFullMask, row_offset, row);
-        const bool valid = offset >= 0;
-        const __half* src = layer_kv + (valid ? offset : 0) + chunk * 8;
-        const uint32_t dst = stage + SwizzledOffset<Config::kRowBytes>(row, chunk);
-        CopyAsync16(dst, src, valid);
-        CopyAsync16(dst + Config::kTileBytes, src + v_minus_k, valid);
+        CopyKvChunk<Config::kRowBytes, Config::kTileBytes>(
+            stage, row, chunk, layer_kv, __shfl_sync(kFullMask, row_offset, row), v_minus_k);
       }
     }
     CopyAsyncCommit();
@@ -170,12 +166,7 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim>::kWarps * 32,
   // Per-thread softmax state of rows g (index 0) and g + 8 (index 1); l is this thread's
   // partial sum (its columns), summed over the four lanes of a row at the end.
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  float acc[2 * kDimSteps][4];
-#pragma unroll
-  for (int n = 0; n < 2 * kDimSteps; ++n) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
-  }
+  float acc[2 * kDimSteps][4] = {};
 
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) issue(s);
@@ -191,78 +182,22 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim>::kWarps * 32,
     const int valid_keys = static_cast<int>(min(static_cast<int64_t>(kTileKeys), end - first));
     const uint32_t k_tile = warp_smem + (i % kStages) * Config::kStageBytes;
     const uint32_t v_tile = k_tile + Config::kTileBytes;
-    const int mat = lane / 8, mat_row = lane % 8;  // the 8x8 matrix this lane addresses
-
-    // Scores of keys 0-7 (s[0]) and 8-15 (s[1]). ldmatrix matrices: keys (mat / 2) * 8 + row,
-    // dims 16 step + 8 (mat % 2): b0, b1 of keys 0-7, then b0, b1 of keys 8-15.
-    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-#pragma unroll
-    for (int step = 0; step < kDimSteps; ++step) {
-      uint32_t b[4];
-      LoadMatrixX4(k_tile + SwizzledOffset<Config::kRowBytes>((mat / 2) * 8 + mat_row,
-                                                              2 * step + mat % 2),
-                   b);
-      Mma16x8x16(s[0], qa[step], b[0], b[1]);
-      Mma16x8x16(s[1], qa[step], b[2], b[3]);
-    }
-
-    // Online softmax over this tile, per row; columns past the tile's keys are -inf.
-    float tile_max[2] = {-INFINITY, -INFINITY};
+    // Scores of keys 0-7 (s[0]) and 8-15 (s[1]); columns past the tile's keys are -inf.
+    float s[2][4] = {};
+    ScoreKeys16<Config::kRowBytes, kDimSteps>(k_tile, 0, qa, lane, s[0], s[1]);
 #pragma unroll
     for (int n = 0; n < 2; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         if (n * 8 + 2 * c + (e % 2) >= valid_keys) s[n][e] = -INFINITY;
-        tile_max[e / 2] = fmaxf(tile_max[e / 2], s[n][e]);
       }
     }
-    float corr[2], base[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(kFullMask, tile_max[h], 1));
-      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(kFullMask, tile_max[h], 2));
-      const float m_new = fmaxf(m[h], tile_max[h]);
-      base[h] = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet stays empty
-      corr[h] = exp2f(m[h] - base[h]);
-      m[h] = m_new;
-      l[h] *= corr[h];
-    }
-#pragma unroll
-    for (int n = 0; n < 2; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[n][e] = exp2f(s[n][e] - base[e / 2]);
-        l[e / 2] += s[n][e];
-      }
-    }
-#pragma unroll
-    for (int n = 0; n < 2 * kDimSteps; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[n][e] *= corr[e / 2];
-    }
-
-    // acc += P V. P's A tile: keys 0-7 from s[0], keys 8-15 from s[1]. ldmatrix.trans matrices:
-    // keys (mat % 2) * 8 + row, dims 16 step + 8 (mat / 2): b0, b1 of dims 16 step .. + 7,
-    // then of dims 16 step + 8 .. + 15.
-    const uint32_t pa[4] = {PackHalves(s[0][0], s[0][1]), PackHalves(s[0][2], s[0][3]),
-                            PackHalves(s[1][0], s[1][1]), PackHalves(s[1][2], s[1][3])};
-#pragma unroll
-    for (int step = 0; step < kDimSteps; ++step) {
-      uint32_t b[4];
-      LoadMatrixX4Transposed(v_tile + SwizzledOffset<Config::kRowBytes>((mat % 2) * 8 + mat_row,
-                                                                        2 * step + mat / 2),
-                             b);
-      Mma16x8x16(acc[2 * step], pa, b[0], b[1]);
-      Mma16x8x16(acc[2 * step + 1], pa, b[2], b[3]);
-    }
+    OnlineSoftmaxTile(s, m, l, acc);
+    AccumulatePv<Config::kRowBytes, kDimSteps>(v_tile, 0, s[0], s[1], lane, acc);
     __syncwarp();  // every lane has read this stage before a later issue() refills it
   }
   CopyAsyncWait<0>();
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(kFullMask, l[h], 1);
-    l[h] += __shfl_xor_sync(kFullMask, l[h], 2);
-  }
+  for (float& row_l : l) row_l = GroupSum<4>(row_l);  // the four lanes of a row
 
   // Merge the warps' states per head (log-sum-exp), then write the split's state, or the final
   // output when there is one split. The stages' bytes are reused once every warp is done.

@@ -30,6 +30,14 @@ __device__ __forceinline__ float GroupSum(float v) {
   return v;
 }
 
+// Max over the `kWidth` lanes (a power of two <= 32) of each aligned lane group.
+template <int kWidth>
+__device__ __forceinline__ float GroupMax(float v) {
+#pragma unroll
+  for (int o = kWidth / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
 __host__ __device__ __forceinline__ const __half* AsHalf(const uint16_t* p) {
   return reinterpret_cast<const __half*>(p);
 }

@@ -119,14 +119,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int k = 0; k < Config::kCopies; ++k) {
         const int in_warp = lane / Config::kChunks, chunk = lane % Config::kChunks;
-        const long long offset =
-            __shfl_sync(kFullMask, row_offset, k * Config::kWarpRows + in_warp);
         const int row = k * Config::kCopyRows + warp * Config::kWarpRows + in_warp;
-        const bool valid = offset >= 0;
-        const __half* src = layer_kv + (valid ? offset : 0) + chunk * 8;
-        const uint32_t dst = stage + SwizzledOffset<Config::kRowBytes>(row, chunk);
-        CopyAsync16(dst, src, valid);
-        CopyAsync16(dst + Config::kTileBytes, src + v_minus_k, valid);
+        CopyKvChunk<Config::kRowBytes, Config::kTileBytes>(
+            stage, row, chunk, layer_kv,
+            __shfl_sync(kFullMask, row_offset, k * Config::kWarpRows + in_warp), v_minus_k);
       }
     }
     CopyAsyncCommit();
@@ -158,16 +154,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   };
 
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  float acc[2 * kDimSteps][4];
-#pragma unroll
-  for (int n = 0; n < 2 * kDimSteps; ++n) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
-  }
+  float acc[2 * kDimSteps][4] = {};
 
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) issue(s);
-  const int mat = lane / 8, mat_row = lane % 8;  // the 8x8 matrix this lane addresses
   for (int32_t j = 0; j < n_tiles; ++j) {
     issue(j + kStages - 1);
     CopyAsyncWait<kStages - 1>();  // tile j's group has landed (this thread's copies)
@@ -179,28 +169,10 @@ __global__ void __launch_bounds__(kWarps * 32)
     const uint32_t k_tile = smem_base + (j % kStages) * Config::kStageBytes;
     const uint32_t v_tile = k_tile + Config::kTileBytes;
 
-    // Scores of keys 8n .. 8n + 7 in s[n]; each ldmatrix.x4 serves keys 16 pair .. + 15.
-    float s[4][4];
-#pragma unroll
-    for (int n = 0; n < 4; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[n][e] = 0.0f;
-    }
-#pragma unroll
-    for (int step = 0; step < kDimSteps; ++step) {
-#pragma unroll
-      for (int pair = 0; pair < 2; ++pair) {
-        uint32_t b[4];
-        LoadMatrixX4(k_tile + SwizzledOffset<Config::kRowBytes>(
-                                  16 * pair + (mat / 2) * 8 + mat_row, 2 * step + mat % 2),
-                     b);
-        Mma16x8x16(s[2 * pair], qa[step], b[0], b[1]);
-        Mma16x8x16(s[2 * pair + 1], qa[step], b[2], b[3]);
-      }
-    }
-
-    // Each row's own mask, then the online softmax over this tile.
-    float tile_max[2] = {-INFINITY, -INFINITY};
+    // Scores of keys 8n .. 8n + 7 in s[n], then each row's own mask.
+    float s[4][4] = {};
+    ScoreKeys16<Config::kRowBytes, kDimSteps>(k_tile, 0, qa, lane, s[0], s[1]);
+    ScoreKeys16<Config::kRowBytes, kDimSteps>(k_tile, 16, qa, lane, s[2], s[3]);
 #pragma unroll
     for (int n = 0; n < 4; ++n) {
 #pragma unroll
@@ -211,60 +183,19 @@ __global__ void __launch_bounds__(kWarps * 32)
                              (kind == 0 ? key < row_sinks[h]
                                         : key >= row_window[h] && key <= row_p[h]);
         if (!visible) s[n][e] = -INFINITY;
-        tile_max[h] = fmaxf(tile_max[h], s[n][e]);
       }
     }
-    float corr[2], base[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(kFullMask, tile_max[h], 1));
-      tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(kFullMask, tile_max[h], 2));
-      const float m_new = fmaxf(m[h], tile_max[h]);
-      base[h] = m_new == -INFINITY ? 0.0f : m_new;  // a row with no key yet stays empty
-      corr[h] = exp2f(m[h] - base[h]);
-      m[h] = m_new;
-      l[h] *= corr[h];
-    }
-#pragma unroll
-    for (int n = 0; n < 4; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[n][e] = exp2f(s[n][e] - base[e / 2]);
-        l[e / 2] += s[n][e];
-      }
-    }
-#pragma unroll
-    for (int n = 0; n < 2 * kDimSteps; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[n][e] *= corr[e / 2];
-    }
-
+    OnlineSoftmaxTile(s, m, l, acc);
     // acc += P V over the tile's two halves of 16 keys (the k of the mma).
-#pragma unroll
-    for (int pair = 0; pair < 2; ++pair) {
-      const uint32_t pa[4] = {
-          PackHalves(s[2 * pair][0], s[2 * pair][1]), PackHalves(s[2 * pair][2], s[2 * pair][3]),
-          PackHalves(s[2 * pair + 1][0], s[2 * pair + 1][1]),
-          PackHalves(s[2 * pair + 1][2], s[2 * pair + 1][3])};
-#pragma unroll
-      for (int step = 0; step < kDimSteps; ++step) {
-        uint32_t b[4];
-        LoadMatrixX4Transposed(v_tile + SwizzledOffset<Config::kRowBytes>(
-                                            16 * pair + (mat % 2) * 8 + mat_row,
-                                            2 * step + mat / 2),
-                               b);
-        Mma16x8x16(acc[2 * step], pa, b[0], b[1]);
-        Mma16x8x16(acc[2 * step + 1], pa, b[2], b[3]);
-      }
-    }
+    AccumulatePv<Config::kRowBytes, kDimSteps>(v_tile, 0, s[0], s[1], lane, acc);
+    AccumulatePv<Config::kRowBytes, kDimSteps>(v_tile, 16, s[2], s[3], lane, acc);
     __syncthreads();  // every warp has read this stage before a later issue() refills it
   }
   CopyAsyncWait<0>();
 
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(kFullMask, l[h], 1);
-    l[h] += __shfl_xor_sync(kFullMask, l[h], 2);
+    l[h] = GroupSum<4>(l[h]);  // the four lanes of a row
     if (!row_valid[h]) continue;
     __half* dst = out + (row_token[h] * n_heads + row_head[h]) * kHeadDim;
     const float inv = 1.0f / l[h];  // > 0: a query always sees itself
