@@ -4,7 +4,6 @@
 #include <cmath>
 #include <thread>
 
-#include "engine/model/cpu_ops.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/vec_ops.h"
 
@@ -241,10 +240,9 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const Sequ
       if (l == 0) {
         const WeightMatrix& e = weights_.token_embedding;
         kernels::cpu::DequantizeRow(e.type, e.data + tokens[t] * e.row_bytes, dim, &ws.x[t * dim]);
-      } else {
-        AddInPlace(&ws.x[t * dim], &ws.proj[t * dim], dim);
       }
-      RmsNorm(&ws.x[t * dim], w.attn_norm, c.rms_eps, dim, &ws.xb[t * dim]);
+      kernels::cpu::AddRmsNormRow(&ws.x[t * dim], l == 0 ? nullptr : &ws.proj[t * dim],
+                                  w.attn_norm, c.rms_eps, dim, &ws.xb[t * dim]);
     };
     const Product qkv[] = {{&w.wq, ws.q.data(), q_dim},
                            {&w.wk, ws.k.data(), kv_dim},
@@ -258,11 +256,11 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const Sequ
       float* q = &ws.q[t * q_dim];
       if (ws.has_sink_rope[t]) {
         std::copy(q, q + q_dim, &ws.q_sink[t * q_dim]);
-        ApplyRope(&ws.q_sink[t * q_dim], c.n_heads, hd, &ws.sink_cos[t * half],
-                  &ws.sink_sin[t * half]);
+        kernels::cpu::RotatePairs(&ws.q_sink[t * q_dim], c.n_heads, hd, &ws.sink_cos[t * half],
+                                  &ws.sink_sin[t * half]);
       }
-      ApplyRope(q, c.n_heads, hd, cs, sn);
-      ApplyRope(&ws.k[t * kv_dim], c.n_kv_heads, hd, cs, sn);
+      kernels::cpu::RotatePairs(q, c.n_heads, hd, cs, sn);
+      kernels::cpu::RotatePairs(&ws.k[t * kv_dim], c.n_kv_heads, hd, cs, sn);
       kernels::cpu::WriteKv(layout, layer_kv, ws.tables[ws.seq_of[t]], ws.position[t],
                             &ws.k[t * kv_dim], &ws.v[t * kv_dim]);
     };
@@ -294,8 +292,8 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const Sequ
     // --- feed-forward block ---
     const Product gate_up[] = {{&w.w_gate, ws.gate.data(), ffn}, {&w.w_up, ws.up.data(), ffn}};
     FusedMatMul(tp, gate_up, ws.xb.data(), n, ws.xq.data(), xq_stride, [&](int64_t t) {
-      AddInPlace(&ws.x[t * dim], &ws.proj[t * dim], dim);
-      RmsNorm(&ws.x[t * dim], w.ffn_norm, c.rms_eps, dim, &ws.xb[t * dim]);
+      kernels::cpu::AddRmsNormRow(&ws.x[t * dim], &ws.proj[t * dim], w.ffn_norm, c.rms_eps, dim,
+                                  &ws.xb[t * dim]);
     });
     const Product down[] = {{&w.w_down, ws.proj.data(), dim}};
     FusedMatMul(tp, down, ws.gate.data(), n, ws.xq.data(), xq_stride, [&](int64_t t) {
@@ -305,10 +303,11 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const Sequ
   }
 
   // --- output head, only for the tokens whose logits were asked for ---
+  // (The residual stream of a token without logits is not needed any more.)
   tp.ParallelFor(n, [&](int64_t t, int) {
-    AddInPlace(&ws.x[t * dim], &ws.proj[t * dim], dim);
     if (ws.out_row[t] >= 0) {
-      RmsNorm(&ws.x[t * dim], weights_.output_norm, c.rms_eps, dim, &ws.xb[ws.out_row[t] * dim]);
+      kernels::cpu::AddRmsNormRow(&ws.x[t * dim], &ws.proj[t * dim], weights_.output_norm,
+                                  c.rms_eps, dim, &ws.xb[ws.out_row[t] * dim]);
     }
   });
   const Product head[] = {{&weights_.output, logits, c.vocab_size}};

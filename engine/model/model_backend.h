@@ -23,6 +23,7 @@
 #include "engine/cache/session_cache.h"
 #include "engine/model/llama_config.h"
 #include "engine/util/status.h"
+#include "kernels/cpu/vec_ops.h"
 
 namespace streamd {
 
@@ -89,10 +90,11 @@ class ModelBackend {
     const size_t vocab = static_cast<size_t>(config().vocab_size);
     greedy_logits_.resize(rows * vocab);
     if (Status s = Forward(tokens, seqs, greedy_logits_.data()); !s.ok()) return s;
-    for (size_t r = 0; r < rows; ++r) {
-      const float* row = &greedy_logits_[r * vocab];
-      next_tokens[r] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
-    }
+    // The engine's greedy pick (the sampler's), one row per host thread at a time.
+    RunOnHostThreads(static_cast<int64_t>(rows), [&](int64_t r) {
+      next_tokens[r] = static_cast<int32_t>(kernels::cpu::ArgmaxF32(
+          &greedy_logits_[static_cast<size_t>(r) * vocab], static_cast<int64_t>(vocab)));
+    });
     return OkStatus();
   }
   // True when ForwardGreedy costs less than Forward: the ids are picked where the logits are

@@ -27,16 +27,4 @@ void RopeTable::Angles(int64_t position, float* cos_out, float* sin_out) const {
   }
 }
 
-void ApplyRope(float* x, int32_t n_heads, int32_t head_dim, const float* cos, const float* sin) {
-  for (int32_t h = 0; h < n_heads; ++h) {
-    float* v = x + static_cast<int64_t>(h) * head_dim;
-    for (int32_t i = 0; i < head_dim / 2; ++i) {
-      const float a = v[2 * i];
-      const float b = v[2 * i + 1];
-      v[2 * i] = a * cos[i] - b * sin[i];
-      v[2 * i + 1] = a * sin[i] + b * cos[i];
-    }
-  }
-}
-
 }  // namespace streamd

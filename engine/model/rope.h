@@ -13,6 +13,7 @@
 
 namespace streamd {
 
+// The rotation itself is kernels::cpu::RotatePairs (vec_ops.h) on the CPU.
 class RopeTable {
  public:
   explicit RopeTable(const LlamaConfig& config);
@@ -26,8 +27,5 @@ class RopeTable {
  private:
   std::vector<double> inv_freq_;  // theta_i, already divided by every scaling factor
 };
-
-// x: [n_heads, head_dim]; cos, sin: [head_dim / 2]. Rotates every head in place.
-void ApplyRope(float* x, int32_t n_heads, int32_t head_dim, const float* cos, const float* sin);
 
 }  // namespace streamd

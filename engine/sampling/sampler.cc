@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "engine/sampling/sampling_check.h"
+#include "kernels/cpu/vec_ops.h"
 
 namespace streamd {
 namespace {
@@ -45,24 +46,8 @@ const SamplingParams& CheckedParams(const SamplingParams& params, int32_t vocab_
 
 // Lowest id among the largest logits; NaN is skipped; 0 when every logit is -inf or NaN.
 int32_t Argmax(std::span<const float> logits) {
-  // A single running max is one long dependency chain; eight independent ones let the CPU
-  // overlap them (the compiler may not reorder float max itself, because of NaN semantics).
-  constexpr size_t kLanes = 8;
-  float lane_max[kLanes];
-  std::fill(lane_max, lane_max + kLanes, -std::numeric_limits<float>::infinity());
-  const size_t size = logits.size();
-  size_t i = 0;
-  for (; i + kLanes <= size; i += kLanes) {
-    for (size_t j = 0; j < kLanes; ++j) {
-      const float logit = logits[i + j];
-      lane_max[j] = logit > lane_max[j] ? logit : lane_max[j];
-    }
-  }
-  for (; i < size; ++i) lane_max[0] = logits[i] > lane_max[0] ? logits[i] : lane_max[0];
-  const float best = *std::max_element(lane_max, lane_max + kLanes);
-  if (best == -std::numeric_limits<float>::infinity()) return 0;
-  // The first occurrence is the lowest id; on random logits this stops half way on average.
-  return static_cast<int32_t>(std::find(logits.begin(), logits.end(), best) - logits.begin());
+  return static_cast<int32_t>(
+      kernels::cpu::ArgmaxF32(logits.data(), static_cast<int64_t>(logits.size())));
 }
 
 }  // namespace

@@ -63,9 +63,12 @@ void PrepareActivations(WeightType type, const float* x, int64_t ldx, int64_t k,
   if (IsQuantized(type)) {
     const int64_t nb = k / kQuantBlock;
     auto* blocks = static_cast<BlockQ16_1*>(xq);
+    const bool avx512 = ActiveIsa() >= Isa::kAvx512Vnni;
     const bool avx2 = ActiveIsa() != Isa::kPortable;
     for (int64_t t = token_begin; t < token_end; ++t) {
-      if (avx2) {
+      if (avx512) {
+        internal::QuantizeRowQ16_1Avx512(x + t * ldx, k, blocks + t * nb);
+      } else if (avx2) {
         internal::QuantizeRowQ16_1Avx2(x + t * ldx, k, blocks + t * nb);
       } else {
         internal::QuantizeRowQ16_1Portable(x + t * ldx, k, blocks + t * nb);

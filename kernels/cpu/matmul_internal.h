@@ -15,6 +15,7 @@
 // level.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -43,6 +44,7 @@ static constexpr int64_t TokensInChunksOf16(int64_t n_tokens) {
 // Quantizes one row x: [k] (k % 32 == 0) into out: [k/32].
 void QuantizeRowQ16_1Portable(const float* x, int64_t k, BlockQ16_1* out);
 void QuantizeRowQ16_1Avx2(const float* x, int64_t k, BlockQ16_1* out);
+void QuantizeRowQ16_1Avx512(const float* x, int64_t k, BlockQ16_1* out);
 
 // Quantized weights (Q4_0, Q4_1, Q8_0) times xq: [n_tokens, k/32] BlockQ16_1.
 void MatMulQuantPortable(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
@@ -111,5 +113,14 @@ void AxpyRowsF16Avx512(const float* w, int64_t ldw, int64_t n_q, const uint16_t*
 float MaxF32Avx512(const float* x, int64_t n);
 float ExpShiftedSumAvx512(float* x, int64_t n, float shift);
 void SiluMulAvx512(float* gate, const float* up, int64_t n);
+void AddRmsNormRowAvx512(float* x, const float* delta, const float* weight, float eps, int64_t n,
+                         float* out);
+void RotatePairsAvx512(float* x, int64_t n_vectors, int64_t dim, const float* cos,
+                       const float* sin);
+
+// AddRmsNormRow's scale from the f64 sum of squares of n values, the same at every level.
+inline float RmsScale(double sum_squares, int64_t n, float eps) {
+  return static_cast<float>(1.0 / std::sqrt(sum_squares / static_cast<double>(n) + eps));
+}
 
 }  // namespace streamd::kernels::cpu::internal

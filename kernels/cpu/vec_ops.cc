@@ -2,7 +2,9 @@
 // ISA choice as matmul.h, see isa.cc).
 #include "kernels/cpu/vec_ops.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_internal.h"
@@ -92,6 +94,56 @@ void SiluMul(float* gate, const float* up, int64_t n) {
   if (UseAvx512()) return internal::SiluMulAvx512(gate, up, n);
   if (UseAvx2()) return internal::SiluMulAvx2(gate, up, n);
   for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+void AddRmsNormRow(float* x, const float* delta, const float* weight, float eps, int64_t n,
+                   float* out) {
+  if (UseAvx512()) return internal::AddRmsNormRowAvx512(x, delta, weight, eps, n, out);
+  if (delta != nullptr) {
+    for (int64_t i = 0; i < n; ++i) x[i] += delta[i];
+  }
+  // Four independent sums: one chain of n dependent f64 additions took ~4 cycles per value.
+  constexpr int kLanes = 4;
+  double lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) lanes[j] += static_cast<double>(x[i + j]) * x[i + j];
+  }
+  for (; i < n; ++i) lanes[0] += static_cast<double>(x[i]) * x[i];
+  const double sum = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+  const float scale = internal::RmsScale(sum, n, eps);
+  for (i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
+}
+
+void RotatePairs(float* x, int64_t n_vectors, int64_t dim, const float* cos, const float* sin) {
+  if (UseAvx512()) return internal::RotatePairsAvx512(x, n_vectors, dim, cos, sin);
+  for (int64_t v = 0; v < n_vectors; ++v) {
+    float* xv = x + v * dim;
+    for (int64_t i = 0; i < dim / 2; ++i) {
+      const float a = xv[2 * i], b = xv[2 * i + 1];
+      const float ac = a * cos[i], bs = b * sin[i], as = a * sin[i], bc = b * cos[i];
+      xv[2 * i] = ac - bs;
+      xv[2 * i + 1] = as + bc;
+    }
+  }
+}
+
+int64_t ArgmaxF32(const float* x, int64_t n) {
+  // A single running max is one long dependency chain; eight independent ones let the CPU
+  // overlap them (the compiler may not reorder float max itself, because of NaN semantics:
+  // `v > m ? v : m` keeps m when v is NaN).
+  constexpr int64_t kLanes = 8;
+  float lane_max[kLanes];
+  std::fill(lane_max, lane_max + kLanes, -std::numeric_limits<float>::infinity());
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int64_t j = 0; j < kLanes; ++j) lane_max[j] = x[i + j] > lane_max[j] ? x[i + j] : lane_max[j];
+  }
+  for (; i < n; ++i) lane_max[0] = x[i] > lane_max[0] ? x[i] : lane_max[0];
+  const float best = *std::max_element(lane_max, lane_max + kLanes);
+  if (best == -std::numeric_limits<float>::infinity()) return 0;
+  // The first occurrence is the lowest index; on random logits this stops half way on average.
+  return std::find(x, x + n, best) - x;
 }
 
 void FloatToHalfRow(const float* x, uint16_t* out, int64_t n) {

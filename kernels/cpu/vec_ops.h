@@ -1,7 +1,8 @@
 // Small vector primitives for attention and elementwise layers on the CPU (AVX-512, AVX2 or
-// portable, same run-time choice as matmul.h: the attention rows and softmax helpers take
-// AVX-512 at kAvx512Vnni and above, the rest AVX2 at every level above kPortable). Half values
-// are IEEE binary16 bit patterns.
+// portable, same run-time choice as matmul.h: the attention rows, softmax helpers, SwiGLU and
+// the residual steps (AddRmsNormRow, RotatePairs) take AVX-512 at kAvx512Vnni and above; the
+// dots, axpys and half conversions AVX2 at every level above kPortable; ArgmaxF32 is portable
+// code at every level). Half values are IEEE binary16 bit patterns.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +47,22 @@ float ExpShiftedSum(float* x, int64_t n, float shift);
 // ExpShiftedSum (std::exp at the portable level). A scalar std::exp per element was ~8% of a
 // 16-session decode step (16 x 1536 x 30 of them).
 void SiluMul(float* gate, const float* up, int64_t n);
+// A Llama layer's residual step on one row: x[i] += delta[i] (no add when delta is null), then
+// out[i] = x[i] * scale * weight[i] with scale = 1 / sqrt(sum_i x[i]^2 / n + eps). The squares
+// are exact in f64 and summed there, in 4 lanes at the portable level and 32 at AVX-512: the
+// order of those additions is the only difference between the levels (a relative 1e-16 in the
+// sum, far below the f32 rounding of scale); the two f32 products per value are the same at
+// every level.
+void AddRmsNormRow(float* x, const float* delta, const float* weight, float eps, int64_t n,
+                   float* out);
+// Rotary embedding of n_vectors consecutive vectors of dim values (dim even) in place, every
+// vector by the same angles: the pair (a, b) at (2i, 2i + 1) becomes (a cos[i] - b sin[i],
+// a sin[i] + b cos[i]), each two f32 products and a sum (never a fused multiply-add), so every
+// level gives the same bits.
+void RotatePairs(float* x, int64_t n_vectors, int64_t dim, const float* cos, const float* sin);
+// The lowest index among the largest values of x[0, n): a greedy pick over a logits row. NaN
+// values are skipped; 0 when every value is -inf or NaN (or n == 0).
+int64_t ArgmaxF32(const float* x, int64_t n);
 // out[i] = half(x[i]) (round to nearest even), and back.
 void FloatToHalfRow(const float* x, uint16_t* out, int64_t n);
 void HalfToFloatRow(const uint16_t* x, float* out, int64_t n);

@@ -269,4 +269,60 @@ void SiluMulAvx512(float* gate, const float* up, int64_t n) {
   }
 }
 
+void AddRmsNormRowAvx512(float* x, const float* delta, const float* weight, float eps, int64_t n,
+                         float* out) {
+  // Four accumulators of 8 f64 lanes: the squares are exact, so a fused multiply-add rounds
+  // each sum once, like the portable level's product and sum.
+  __m512d sums[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(),
+                     _mm512_setzero_pd()};
+  for (int64_t i = 0; i < n; i += 16) {
+    const auto live = static_cast<__mmask16>(n - i >= 16 ? 0xffff : (1u << (n - i)) - 1);
+    __m512 v = _mm512_maskz_loadu_ps(live, x + i);
+    if (delta != nullptr) {
+      v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(live, delta + i));
+      _mm512_mask_storeu_ps(x + i, live, v);
+    }
+    const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+    const __m512d hi = _mm512_cvtps_pd(_mm512_extractf32x8_ps(v, 1));
+    const int a = static_cast<int>((i / 16) % 2) * 2;
+    sums[a] = _mm512_fmadd_pd(lo, lo, sums[a]);
+    sums[a + 1] = _mm512_fmadd_pd(hi, hi, sums[a + 1]);
+  }
+  const double sum =
+      _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(sums[0], sums[1]),
+                                         _mm512_add_pd(sums[2], sums[3])));
+  const __m512 scale = _mm512_set1_ps(RmsScale(sum, n, eps));
+  for (int64_t i = 0; i < n; i += 16) {
+    const auto live = static_cast<__mmask16>(n - i >= 16 ? 0xffff : (1u << (n - i)) - 1);
+    const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(live, x + i), scale);
+    _mm512_mask_storeu_ps(out + i, live, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(live, weight + i)));
+  }
+}
+
+void RotatePairsAvx512(float* x, int64_t n_vectors, int64_t dim, const float* cos,
+                       const float* sin) {
+  // 8 pairs per step: each angle twice (cos at both lanes, sin negated at the even lane, so
+  // that (a, b) * cos + (b, a) * sin' = (a cos - b sin, b cos + a sin)).
+  const __m512i twice = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  const __m512 even_sign = _mm512_castsi512_ps(_mm512_set1_epi64(0x80000000LL));  // even lanes
+  for (int64_t j = 0; j < dim; j += 16) {
+    const auto live = static_cast<__mmask16>(dim - j >= 16 ? 0xffff : (1u << (dim - j)) - 1);
+    const auto live_half = static_cast<__mmask8>(dim - j >= 16 ? 0xff : (1u << ((dim - j) / 2)) - 1);
+    const __m512 c = _mm512_permutexvar_ps(
+        twice, _mm512_castps256_ps512(_mm256_maskz_loadu_ps(live_half, cos + j / 2)));
+    const __m512 s = _mm512_xor_ps(
+        _mm512_permutexvar_ps(twice,
+                              _mm512_castps256_ps512(_mm256_maskz_loadu_ps(live_half, sin + j / 2))),
+        even_sign);
+    for (int64_t v = 0; v < n_vectors; ++v) {
+      float* p = x + v * dim + j;
+      const __m512 ab = _mm512_maskz_loadu_ps(live, p);
+      const __m512 ba = _mm512_permute_ps(ab, 0xb1);  // swap within each pair
+      // Separate products and a sum (intrinsics, so no contraction into a fused multiply-add).
+      const __m512 r = _mm512_add_ps(_mm512_mul_ps(ab, c), _mm512_mul_ps(ba, s));
+      _mm512_mask_storeu_ps(p, live, r);
+    }
+  }
+}
+
 }  // namespace streamd::kernels::cpu::internal

@@ -376,6 +376,138 @@ TEST(SoftmaxTest, MaxAndExpShiftedSumOverLengths) {
   }
 }
 
+// The residual step against a double computation, with and without the add: every length
+// (masked tails), rows with a large spread of magnitudes (as the residual stream has), values
+// past n left alone; the products are the same at every level, so only the f64 sum's order can
+// move scale, and not by more than its f32 rounding.
+TEST(VecOpsTest, AddRmsNormRowMatchesDouble) {
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  for (int64_t n : {1, 7, 15, 16, 17, 31, 33, 576, 1000}) {
+    SCOPED_TRACE(n);
+    std::vector<float> x0 = RandomFloats(n + 1, rng), delta = RandomFloats(n, rng),
+                       weight = RandomFloats(n, rng);
+    if (n > 8) x0[3] *= 300.0f;  // an outlier channel
+    const float eps = 1e-5f;
+    for (bool add : {false, true}) {
+      SCOPED_TRACE(add ? "with delta" : "no delta");
+      std::vector<double> summed(n);
+      double sq = 0.0;
+      for (int64_t i = 0; i < n; ++i) {
+        summed[i] = add ? static_cast<double>(x0[i] + delta[i]) : x0[i];  // the f32 add
+        sq += summed[i] * summed[i];
+      }
+      const double scale = 1.0 / std::sqrt(sq / static_cast<double>(n) + eps);
+      std::vector<float> portable_out;
+      for (Isa isa : SupportedIsas()) {
+        SCOPED_TRACE(IsaName(isa));
+        ScopedIsa scoped(isa);
+        std::vector<float> x = x0, out(n + 1, 7.0f);
+        AddRmsNormRow(x.data(), add ? delta.data() : nullptr, weight.data(), eps, n, out.data());
+        ASSERT_EQ(out[n], 7.0f);
+        ASSERT_EQ(Bits(x[n]), Bits(x0[n]));
+        for (int64_t i = 0; i < n; ++i) {
+          ASSERT_EQ(Bits(x[i]), Bits(static_cast<float>(summed[i]))) << i;
+          const double want = summed[i] * scale * weight[i];
+          // scale rounded to f32, then two f32 products: three roundings.
+          ASSERT_NEAR(out[i], want, 2.5e-7 * std::fabs(want) + 1e-30) << i;
+        }
+        if (portable_out.empty()) {
+          portable_out = out;
+        } else {
+          for (int64_t i = 0; i < n; ++i) {
+            ASSERT_NEAR(out[i], portable_out[i], 1.2e-7 * std::fabs(portable_out[i])) << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// RoPE's rotation: the same bits at every level (separate products, no fused multiply-add), the
+// rotation of a double computation within two f32 roundings, odd vector counts and head sizes
+// that are not a multiple of 16 (masked tails), values past the vectors left alone.
+TEST(VecOpsTest, RotatePairsMatchesDoubleAndIsTheSameAtEveryLevel) {
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> angle(-3.2, 3.2);
+  for (int64_t dim : {2, 6, 16, 18, 64, 80, 128}) {
+    for (int64_t vectors : {1, 3, 9}) {
+      SCOPED_TRACE(::testing::Message() << "dim " << dim << " vectors " << vectors);
+      std::vector<float> cos(dim / 2), sin(dim / 2);
+      for (int64_t i = 0; i < dim / 2; ++i) {
+        const double a = angle(rng);
+        cos[i] = static_cast<float>(std::cos(a));
+        sin[i] = static_cast<float>(std::sin(a));
+      }
+      const std::vector<float> x0 = RandomFloats(vectors * dim + 1, rng);
+      std::vector<float> first;
+      for (Isa isa : SupportedIsas()) {
+        SCOPED_TRACE(IsaName(isa));
+        ScopedIsa scoped(isa);
+        std::vector<float> x = x0;
+        RotatePairs(x.data(), vectors, dim, cos.data(), sin.data());
+        ASSERT_EQ(Bits(x.back()), Bits(x0.back()));
+        for (int64_t v = 0; v < vectors; ++v) {
+          for (int64_t i = 0; i < dim / 2; ++i) {
+            const int64_t e = v * dim + 2 * i;
+            const double a = x0[e], b = x0[e + 1];
+            const double bound = 2.5e-7 * (std::fabs(a) + std::fabs(b));
+            ASSERT_NEAR(x[e], a * cos[i] - b * sin[i], bound) << e;
+            ASSERT_NEAR(x[e + 1], a * sin[i] + b * cos[i], bound) << e;
+          }
+        }
+        if (first.empty()) {
+          first = x;
+        } else {
+          for (size_t e = 0; e < x.size(); ++e) ASSERT_EQ(Bits(x[e]), Bits(first[e])) << e;
+        }
+      }
+    }
+  }
+}
+
+// The greedy pick: the lowest index of the maximum wherever it sits (every lane of the 8-lane
+// scan and the tail), ties, NaN skipped, all -inf or NaN giving 0; against a plain scan.
+TEST(VecOpsTest, ArgmaxF32IsTheFirstLargestSkippingNan) {
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t n : {1, 7, 8, 9, 17, 100, 49152}) {
+    SCOPED_TRACE(n);
+    std::vector<float> x = RandomFloats(n, rng);
+    for (int trial = 0; trial < 20; ++trial) {
+      const auto at = static_cast<int64_t>(rng() % n);
+      x[at] = 50.0f + static_cast<float>(trial);
+      if (n > 2) x[(at + 1 + rng() % (n - 1)) % n] = nan;
+      int64_t want = 0;
+      float best = -INFINITY;
+      for (int64_t i = 0; i < n; ++i) {
+        if (x[i] > best) best = x[i], want = i;
+      }
+      ASSERT_EQ(ArgmaxF32(x.data(), n), want);
+      if (n > 1) {  // a tie after the first occurrence keeps the first
+        const int64_t later = want + 1 + static_cast<int64_t>(rng() % (n - want - 1 + 1));
+        if (later < n) {
+          const float kept = x[later];
+          x[later] = x[want];
+          ASSERT_EQ(ArgmaxF32(x.data(), n), want);
+          x[later] = kept;
+        }
+      }
+    }
+  }
+  std::vector<float> none(13, -INFINITY);
+  EXPECT_EQ(ArgmaxF32(none.data(), 13), 0);
+  none[4] = nan;
+  EXPECT_EQ(ArgmaxF32(none.data(), 13), 0);
+  none[11] = -1e30f;
+  EXPECT_EQ(ArgmaxF32(none.data(), 13), 11);
+}
+
 TEST(VecOpsTest, NanPropagates) {
   for (Isa isa : SupportedIsas()) {
     SCOPED_TRACE(IsaName(isa));
