@@ -23,6 +23,14 @@ using kernels::cpu::WeightType;
 // with a cap of 768 3.56-3.8 / 20.7-21.5 (1536: the same; 4096: 1 session 3.86-3.97); one thread
 // unchanged. (Earlier, fixed sizes of 32, 48, 96 and 144 rows gave 210, 235, 279 and 289 tok/s
 // for one session.)
+// Batches of kBatchedTokens or more tokens take one item per thread instead (rows / threads):
+// each item then packs its tokens' activations once (the AMX level's PackTokens) and starts one
+// cold row tile, and these batches are bound by arithmetic, not by the weight stream. Measured
+// (`--sessions 1,4,8,16 --decode-steps 100..200 --window 192`, three or four alternations, step
+// ms): 16 sessions 14.8-14.9 -> 13.8-14.0, 8 sessions 8.9-9.2 -> 8.6-9.0, one and four
+// unchanged; 16 sessions at the AVX-512 level 22.5-23.9 -> 22.2-22.5. Two items per thread for
+// these was the faster side before; four per thread made 16 sessions 15.4-16.0.
+constexpr int64_t kBatchedTokens = 6;
 constexpr int64_t kRowQuantum = 48;
 constexpr int64_t kMinRowChunk = 96;
 constexpr int64_t kMaxRowChunk = 768;
@@ -34,9 +42,11 @@ struct Product {
   int64_t ldo;
 };
 
-int64_t RowChunk(const WeightMatrix& w, int threads) {
-  // E.g. at 2 threads: SmolLM2's 576-row matrices 144 rows, 192-row ones 96, 1536-row ones 384.
-  const int64_t per = (w.rows + 2 * threads - 1) / (2 * threads);
+// Rows per work item for products of n tokens. E.g. at 2 threads and n < kBatchedTokens:
+// SmolLM2's 576-row matrices 144 rows, 192-row ones 96, 1536-row ones 384.
+int64_t RowChunk(const WeightMatrix& w, int threads, int64_t n) {
+  const int items_per_thread = n >= kBatchedTokens ? 1 : 2;
+  const int64_t per = (w.rows + items_per_thread * threads - 1) / (items_per_thread * threads);
   const int64_t rounded = (per + kRowQuantum - 1) / kRowQuantum * kRowQuantum;
   return std::clamp(rounded, kMinRowChunk, kMaxRowChunk);
 }
@@ -68,7 +78,7 @@ void FusedMatMul(ThreadPool& pool, const Product (&group)[N], const float* x, in
   });
   int64_t rows[N], chunks[N], total = 0;  // per product: rows per work item, work items
   for (size_t i = 0; i < N; ++i) {
-    rows[i] = RowChunk(*group[i].w, pool.threads());
+    rows[i] = RowChunk(*group[i].w, pool.threads(), n);
     chunks[i] = (group[i].w->rows + rows[i] - 1) / rows[i];
     total += chunks[i];
   }
