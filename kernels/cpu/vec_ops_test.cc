@@ -489,14 +489,12 @@ TEST(VecOpsTest, ArgmaxF32IsTheFirstLargestSkippingNan) {
         if (x[i] > best) best = x[i], want = i;
       }
       ASSERT_EQ(ArgmaxF32(x.data(), n), want);
-      if (n > 1) {  // a tie after the first occurrence keeps the first
-        const int64_t later = want + 1 + static_cast<int64_t>(rng() % (n - want - 1 + 1));
-        if (later < n) {
-          const float kept = x[later];
-          x[later] = x[want];
-          ASSERT_EQ(ArgmaxF32(x.data(), n), want);
-          x[later] = kept;
-        }
+      if (want + 1 < n) {  // a tie after the first occurrence keeps the first
+        const int64_t later = want + 1 + static_cast<int64_t>(rng() % (n - want - 1));
+        const float kept = x[later];
+        x[later] = x[want];
+        ASSERT_EQ(ArgmaxF32(x.data(), n), want);
+        x[later] = kept;
       }
     }
   }
