@@ -54,21 +54,15 @@ class KeyRuns {
   int64_t t_;  // next text position
 };
 
-// Asks for the cache lines of `n` contiguous halves.
-void Prefetch(const uint16_t* rows, int64_t n) {
-  const char* begin = reinterpret_cast<const char*>(rows);
-  const char* end = reinterpret_cast<const char*>(rows + n);
-  for (const char* c = begin; c < end; c += 64) __builtin_prefetch(c, 0, 3);
-}
-
-// The cache lines of `n` contiguous halves, asked for in `slices` about equal calls of Next().
+// The cache lines of `n` contiguous halves, asked for in `slices` about equal calls of Next()
+// (one slice: all of them at once).
 class SlicedPrefetch {
  public:
   SlicedPrefetch() = default;
   SlicedPrefetch(const uint16_t* rows, int64_t n, int64_t slices)
       : next_(reinterpret_cast<const char*>(rows)),
         end_(reinterpret_cast<const char*>(rows + n)),
-        step_((n * 2 / 64 + slices - 1) / slices * 64) {}
+        step_(((n * 2 + 63) / 64 + slices - 1) / slices * 64) {}
 
   void Next() {
     const char* stop = end_ - next_ > step_ ? next_ + step_ : end_;
@@ -103,7 +97,9 @@ void PagedAttentionGroup(const KvPoolLayout& layout, const uint16_t* layer_kv,
   // rows kPrefetchRuns runs ahead and this run's V rows (for pass 2) are asked for explicitly.
   KeyRuns ahead(layout, layer_kv, table, kv_head, p);
   Run a;
-  for (int i = 0; i < kPrefetchRuns && ahead.Next(&a); ++i) Prefetch(a.k, a.n * hd);
+  for (int i = 0; i < kPrefetchRuns && ahead.Next(&a); ++i) {
+    SlicedPrefetch(a.k, a.n * hd, 1).Next();
+  }
   KeyRuns runs(layout, layer_kv, table, kv_head, p);
   Run r;
   int64_t col = 0;

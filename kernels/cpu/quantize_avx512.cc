@@ -29,10 +29,9 @@ void QuantizeRowQ16_1Avx512(const float* x, int64_t k, BlockQ16_1* out) {
     float d = _mm512_reduce_max_ps(_mm512_max_ps(a0, a1)) / static_cast<float>(kQ16Max);
     if (!(d >= FLT_MIN)) d = 0.0f;
     const __m512 id = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
-    const __m512i q0 =
-        _mm512_cvt_roundps_epi32(_mm512_mul_ps(v0, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    const __m512i q1 =
-        _mm512_cvt_roundps_epi32(_mm512_mul_ps(v1, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    constexpr int kNearestEven = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    const __m512i q0 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v0, id), kNearestEven);
+    const __m512i q1 = _mm512_cvt_roundps_epi32(_mm512_mul_ps(v1, id), kNearestEven);
     // |q| <= 2047: the truncating narrowing is exact.
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.qs), _mm512_cvtepi32_epi16(q0));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.qs + 16), _mm512_cvtepi32_epi16(q1));

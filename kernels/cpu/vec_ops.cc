@@ -137,7 +137,9 @@ int64_t ArgmaxF32(const float* x, int64_t n) {
   std::fill(lane_max, lane_max + kLanes, -std::numeric_limits<float>::infinity());
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
-    for (int64_t j = 0; j < kLanes; ++j) lane_max[j] = x[i + j] > lane_max[j] ? x[i + j] : lane_max[j];
+    for (int64_t j = 0; j < kLanes; ++j) {
+      lane_max[j] = x[i + j] > lane_max[j] ? x[i + j] : lane_max[j];
+    }
   }
   for (; i < n; ++i) lane_max[0] = x[i] > lane_max[0] ? x[i] : lane_max[0];
   const float best = *std::max_element(lane_max, lane_max + kLanes);

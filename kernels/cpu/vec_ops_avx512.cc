@@ -307,13 +307,14 @@ void RotatePairsAvx512(float* x, int64_t n_vectors, int64_t dim, const float* co
   const __m512 even_sign = _mm512_castsi512_ps(_mm512_set1_epi64(0x80000000LL));  // even lanes
   for (int64_t j = 0; j < dim; j += 16) {
     const auto live = static_cast<__mmask16>(dim - j >= 16 ? 0xffff : (1u << (dim - j)) - 1);
-    const auto live_half = static_cast<__mmask8>(dim - j >= 16 ? 0xff : (1u << ((dim - j) / 2)) - 1);
-    const __m512 c = _mm512_permutexvar_ps(
-        twice, _mm512_castps256_ps512(_mm256_maskz_loadu_ps(live_half, cos + j / 2)));
-    const __m512 s = _mm512_xor_ps(
-        _mm512_permutexvar_ps(twice,
-                              _mm512_castps256_ps512(_mm256_maskz_loadu_ps(live_half, sin + j / 2))),
-        even_sign);
+    const auto pairs = static_cast<__mmask8>(dim - j >= 16 ? 0xff : (1u << ((dim - j) / 2)) - 1);
+    // The chunk's angles (pairs j / 2 ..), each in the two lanes of its pair.
+    const auto each_twice = [&](const float* angles) {
+      return _mm512_permutexvar_ps(
+          twice, _mm512_castps256_ps512(_mm256_maskz_loadu_ps(pairs, angles + j / 2)));
+    };
+    const __m512 c = each_twice(cos);
+    const __m512 s = _mm512_xor_ps(each_twice(sin), even_sign);
     for (int64_t v = 0; v < n_vectors; ++v) {
       float* p = x + v * dim + j;
       const __m512 ab = _mm512_maskz_loadu_ps(live, p);
