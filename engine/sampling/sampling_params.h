@@ -22,6 +22,8 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;   // subtracted count times; range [-2, 2]
   int32_t penalty_last_n = 64;      // penalty window in accepted tokens; range [0, 1 << 20]
   uint64_t seed = 0;                // 0 = seed from std::random_device
+
+  bool operator==(const SamplingParams&) const = default;
 };
 
 inline constexpr float kMaxTemperature = 100.0f;

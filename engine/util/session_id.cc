@@ -1,0 +1,73 @@
+#include "engine/util/session_id.h"
+
+#include <sys/random.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace streamd {
+namespace {
+
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+}  // namespace
+
+SessionId SessionId::Random() {
+  while (true) {
+    uint64_t words[2];
+    size_t got = 0;
+    while (got < sizeof(words)) {
+      const ssize_t n = getrandom(reinterpret_cast<char*>(words) + got, sizeof(words) - got, 0);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        std::fprintf(stderr, "SessionId::Random: getrandom failed: %s\n", std::strerror(errno));
+        std::abort();
+      }
+      got += static_cast<size_t>(n);
+    }
+    const SessionId id{words[0], words[1]};
+    if (id.valid()) return id;
+  }
+}
+
+StatusOr<SessionId> SessionId::Parse(std::string_view text, std::string_view what) {
+  if (text.size() != 32) {
+    return InvalidArgumentError(std::string(what) + " \"" +
+                                std::string(text.substr(0, 40)) + (text.size() > 40 ? "..." : "") +
+                                "\" is not a session id (32 hex digits; it has " +
+                                std::to_string(text.size()) + " characters)");
+  }
+  uint64_t words[2] = {0, 0};
+  for (size_t i = 0; i < 32; ++i) {
+    const int v = HexValue(text[i]);
+    if (v < 0) {
+      return InvalidArgumentError(std::string(what) + ": character " + std::to_string(i) +
+                                  " of \"" + std::string(text) + "\" is not a hex digit");
+    }
+    words[i / 16] = (words[i / 16] << 4) | static_cast<uint64_t>(v);
+  }
+  const SessionId id{words[0], words[1]};
+  if (!id.valid()) {
+    return InvalidArgumentError(std::string(what) + " is the all-zero id, which names no session");
+  }
+  return id;
+}
+
+std::string SessionId::ToString() const {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(32, '0');
+  for (int i = 0; i < 16; ++i) {
+    out[15 - i] = kHex[(hi >> (4 * i)) & 0xf];
+    out[31 - i] = kHex[(lo >> (4 * i)) & 0xf];
+  }
+  return out;
+}
+
+}  // namespace streamd
