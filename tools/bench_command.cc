@@ -195,7 +195,7 @@ int BenchCommand(int argc, char** argv) {
   const CacheSpec dense{CacheMode::kDense, 0, 0, static_cast<int32_t>(prompt_tokens)};
   const KvShape shape{c.n_layers, c.n_kv_heads, c.head_dim};
   const int32_t blocks =
-      SessionCache::MaxBlocks(SessionCache::Effective(dense, c.context_length), kBlockSize);
+      SessionCache::PeakBlocks(SessionCache::Effective(dense, c.context_length), kBlockSize);
   auto pool = model.CreatePool(shape, kBlockSize, blocks * BlockPool::BlockBytes(shape, kBlockSize));
   if (!pool.ok()) return Fail(pool.status());
   std::vector<float> logits(c.vocab_size);

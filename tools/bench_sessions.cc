@@ -274,12 +274,14 @@ int RunSessionsBench(const SessionsBenchOptions& o) {
                        : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   config.planner.max_batch_tokens = static_cast<int32_t>(o.max_batch_tokens);
   config.max_chunk = static_cast<int32_t>(std::min<int64_t>(config.max_chunk, c.context_length));
-  // The pool holds every session's worst-case bound at once, so all of them are admitted.
+  // The pool holds every session's bound and the prefill headroom, so all of them are admitted.
   const CacheSpec spec = SessionCache::Effective(
       {session.mode, session.sinks, session.window, config.max_chunk}, c.context_length);
   const KvShape shape{c.n_layers, c.n_kv_heads, c.head_dim};
-  config.pool_bytes = max_sessions * SessionCache::MaxBlocks(spec, config.block_size) *
-                      BlockPool::BlockBytes(shape, config.block_size);
+  config.pool_bytes =
+      (max_sessions * SessionCache::BoundBlocks(spec, config.block_size) +
+       DefaultPrefillHeadroom(config.planner, config.max_chunk, config.block_size)) *
+      BlockPool::BlockBytes(shape, config.block_size);
 
   auto engine_or = Engine::Create(std::move(model), std::move(vocab), config);
   if (!engine_or.ok()) return Fail(engine_or.status());

@@ -168,7 +168,7 @@ StatusOr<std::unique_ptr<BlockPool>> PoolFor(const CacheSpec& spec, const LlamaC
                                              int32_t block_size) {
   const KvShape shape{c.n_layers, c.n_kv_heads, c.head_dim};
   const int32_t blocks =
-      SessionCache::MaxBlocks(SessionCache::Effective(spec, c.context_length), block_size);
+      SessionCache::PeakBlocks(SessionCache::Effective(spec, c.context_length), block_size);
   return BlockPool::Create(shape, block_size, blocks * BlockPool::BlockBytes(shape, block_size));
 }
 

@@ -150,7 +150,7 @@ int GenerateCommand(int argc, char** argv) {
   // One session: the pool holds exactly its worst case.
   auto pool = BlockPool::Create(
       shape, block,
-      SessionCache::MaxBlocks(SessionCache::Effective(spec, config.context_length), block) *
+      SessionCache::PeakBlocks(SessionCache::Effective(spec, config.context_length), block) *
           BlockPool::BlockBytes(shape, block));
   if (!pool.ok()) return Fail(pool.status());
   auto cache_or = SessionCache::Create(pool->get(), spec, config.context_length);

@@ -27,6 +27,28 @@ class HostPoolStorage final : public PoolStorage {
 
 }  // namespace
 
+Status PoolStorage::CopyOut(int64_t first, int64_t pitch, int64_t run, int64_t rows,
+                            uint16_t* host) {
+  if (!host_accessible()) {
+    return UnimplementedError("this KV pool's storage cannot copy to the host");
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(host + r * run, data() + first + r * pitch, static_cast<size_t>(run) * 2);
+  }
+  return OkStatus();
+}
+
+Status PoolStorage::CopyIn(int64_t first, int64_t pitch, int64_t run, int64_t rows,
+                           const uint16_t* host) {
+  if (!host_accessible()) {
+    return UnimplementedError("this KV pool's storage cannot copy from the host");
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(data() + first + r * pitch, host + r * run, static_cast<size_t>(run) * 2);
+  }
+  return OkStatus();
+}
+
 StatusOr<std::unique_ptr<PoolStorage>> MakeHostPoolStorage(int64_t bytes) {
   // Huge pages: attention reads each session's blocks, scattered over the pool, every step.
   void* raw = AllocateHugePageBacked(static_cast<size_t>(bytes));
@@ -98,6 +120,30 @@ int32_t BlockPool::Allocate() {
   free_.pop_back();
   allocated_[b] = 1;
   return b;
+}
+
+Status BlockPool::ReadBlocks(std::span<const int32_t> ids, uint16_t* host) const {
+  const int64_t run = layout_.block_elems();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= total_blocks()) {
+      return InvalidArgumentError("block " + std::to_string(ids[i]) + " is not in the pool");
+    }
+    STREAMD_RETURN_IF_ERROR(storage_->CopyOut(ids[i] * run, layout_.layer_elems(), run,
+                                              layout_.n_layers, host + i * run * layout_.n_layers));
+  }
+  return OkStatus();
+}
+
+Status BlockPool::WriteBlocks(std::span<const int32_t> ids, const uint16_t* host) {
+  const int64_t run = layout_.block_elems();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= total_blocks()) {
+      return InvalidArgumentError("block " + std::to_string(ids[i]) + " is not in the pool");
+    }
+    STREAMD_RETURN_IF_ERROR(storage_->CopyIn(ids[i] * run, layout_.layer_elems(), run,
+                                             layout_.n_layers, host + i * run * layout_.n_layers));
+  }
+  return OkStatus();
 }
 
 void BlockPool::Free(int32_t block) {

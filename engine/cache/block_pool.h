@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "engine/util/status.h"
@@ -39,6 +40,14 @@ class PoolStorage {
   virtual uint16_t* data() = 0;
   // False for device memory: then only the backend that made it may read or write it.
   virtual bool host_accessible() const = 0;
+  // Copy `rows` runs of `run` elements between the storage and host memory: run r starts at
+  // element first + r * pitch of the storage and at host + r * run. The defaults (host
+  // storage) are memcpy; device storage does one 2D copy. Safe to call from any thread while
+  // other blocks are in use.
+  virtual Status CopyOut(int64_t first, int64_t pitch, int64_t run, int64_t rows,
+                         uint16_t* host);
+  virtual Status CopyIn(int64_t first, int64_t pitch, int64_t run, int64_t rows,
+                        const uint16_t* host);
 };
 // Makes storage of `bytes` bytes; errors name the amount and what is available.
 using PoolStorageFactory = std::function<StatusOr<std::unique_ptr<PoolStorage>>(int64_t bytes)>;
@@ -75,6 +84,12 @@ class BlockPool {
     return layout_.block_elems() * layout_.n_layers * static_cast<int64_t>(sizeof(uint16_t));
   }
   int64_t total_bytes() const { return bytes_per_block() * total_blocks(); }
+
+  // Whole blocks, every layer's K and V, to or from host memory laid out
+  // [ids.size()][n_layers][block_elems] (what capture and restore move). Works for pools in
+  // device memory too. Thread-safe with respect to steps that do not touch these blocks.
+  Status ReadBlocks(std::span<const int32_t> ids, uint16_t* host) const;
+  Status WriteBlocks(std::span<const int32_t> ids, const uint16_t* host);
 
   const kernels::KvPoolLayout& layout() const { return layout_; }
   // Whether layer_data may be dereferenced on the host (false for a device pool).

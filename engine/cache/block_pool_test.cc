@@ -1,5 +1,6 @@
 #include "engine/cache/block_pool.h"
 
+#include <algorithm>
 #include <memory>
 #include <set>
 #include <string>
@@ -105,6 +106,52 @@ TEST(BlockPoolDeathTest, DoubleFreeAborts) {
   const int32_t b = (*pool)->Allocate();
   (*pool)->Free(b);
   EXPECT_DEATH((*pool)->Free(b), "not allocated");
+}
+
+// ReadBlocks/WriteBlocks move whole blocks, every layer, in [ids][layers][block_elems] order,
+// and touch nothing else of the pool.
+TEST(BlockPoolTest, BlockCopiesMoveEveryLayerOfTheNamedBlocksOnly) {
+  auto pool_or = BlockPool::Create({3, 2, 4}, 5, 9 * 3 * 2 * 2 * 5 * 4 * 2);
+  ASSERT_TRUE(pool_or.ok());
+  BlockPool& pool = **pool_or;
+  ASSERT_EQ(pool.total_blocks(), 9);
+  const kernels::KvPoolLayout& l = pool.layout();
+  for (int32_t layer = 0; layer < 3; ++layer) {
+    uint16_t* base = pool.layer_data(layer);
+    for (int64_t e = 0; e < l.layer_elems(); ++e) base[e] = static_cast<uint16_t>(layer * 1000 + e);
+  }
+  const std::vector<int32_t> ids = {7, 2, 4};
+  std::vector<uint16_t> out(ids.size() * 3 * l.block_elems());
+  ASSERT_TRUE(pool.ReadBlocks(ids, out.data()).ok());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    for (int32_t layer = 0; layer < 3; ++layer) {
+      for (int64_t e = 0; e < l.block_elems(); ++e) {
+        ASSERT_EQ(out[(i * 3 + layer) * l.block_elems() + e],
+                  static_cast<uint16_t>(layer * 1000 + ids[i] * l.block_elems() + e));
+      }
+    }
+  }
+  // Write them back shifted by one block: 7 -> block 1, 2 -> block 3, 4 -> block 5.
+  std::vector<uint16_t> before(pool.layer_data(0), pool.layer_data(0) + 3 * l.layer_elems());
+  const std::vector<int32_t> targets = {1, 3, 5};
+  ASSERT_TRUE(pool.WriteBlocks(targets, out.data()).ok());
+  for (int32_t layer = 0; layer < 3; ++layer) {
+    for (int32_t b = 0; b < 9; ++b) {
+      const auto t = std::find(targets.begin(), targets.end(), b);
+      for (int64_t e = 0; e < l.block_elems(); ++e) {
+        const uint16_t got = pool.layer_data(layer)[b * l.block_elems() + e];
+        const uint16_t want =
+            t == targets.end()
+                ? before[layer * l.layer_elems() + b * l.block_elems() + e]
+                : static_cast<uint16_t>(layer * 1000 + ids[t - targets.begin()] * l.block_elems() + e);
+        ASSERT_EQ(got, want) << "layer " << layer << " block " << b << " element " << e;
+      }
+    }
+  }
+  EXPECT_EQ(pool.ReadBlocks(std::vector<int32_t>{9}, out.data()).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(pool.WriteBlocks(std::vector<int32_t>{-1}, out.data()).code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -8,6 +8,9 @@ namespace {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Blocks of B that n consecutive window indices may touch, whatever their alignment.
+int64_t SpanBlocks(int64_t n, int32_t b) { return n <= 0 ? 0 : CeilDiv(n + b - 1, b); }
+
 }  // namespace
 
 std::string_view CacheModeName(CacheMode mode) {
@@ -37,9 +40,19 @@ CacheSpec SessionCache::Effective(CacheSpec spec, int32_t model_context) {
   return spec;
 }
 
-int32_t SessionCache::MaxBlocks(const CacheSpec& spec, int32_t block_size) {
-  const int64_t ring = CeilDiv(spec.window + spec.max_chunk - 1, block_size) + 1;
-  return static_cast<int32_t>(CeilDiv(spec.sinks, block_size) + ring);
+int32_t SessionCache::BoundBlocks(const CacheSpec& spec, int32_t block_size) {
+  // A dense cache never slides: its tokens start block-aligned at 0.
+  const int64_t window = spec.mode == CacheMode::kDense ? CeilDiv(spec.window, block_size)
+                                                        : SpanBlocks(spec.window, block_size);
+  return static_cast<int32_t>(CeilDiv(spec.sinks, block_size) + window);
+}
+
+int32_t SessionCache::PeakBlocks(const CacheSpec& spec, int32_t block_size) {
+  if (spec.mode == CacheMode::kDense) return BoundBlocks(spec, block_size);
+  // The first query of a chunk of C still sees W - 1 earlier keys: W + C - 1 window indices.
+  return static_cast<int32_t>(CeilDiv(spec.sinks, block_size) +
+                              SpanBlocks(static_cast<int64_t>(spec.window) + spec.max_chunk - 1,
+                                         block_size));
 }
 
 StatusOr<std::unique_ptr<SessionCache>> SessionCache::Create(BlockPool* pool, CacheSpec spec,
@@ -60,30 +73,78 @@ StatusOr<std::unique_ptr<SessionCache>> SessionCache::Create(BlockPool* pool, Ca
     return InvalidArgumentError("max_chunk = " + std::to_string(spec.max_chunk) +
                                 " is outside [1, " + std::to_string(model_context) + "]");
   }
-  const int32_t need = MaxBlocks(spec, pool->block_size());
+  const int32_t need = BoundBlocks(spec, pool->block_size());
   if (need > pool->total_blocks()) {
     return ResourceExhaustedError(
         "a " + std::string(CacheModeName(spec.mode)) + " cache with sinks " +
-        std::to_string(spec.sinks) + ", window " + std::to_string(spec.window) + " and chunks of " +
-        std::to_string(spec.max_chunk) + " needs up to " + std::to_string(need) +
-        " blocks; the whole pool has " + std::to_string(pool->total_blocks()));
+        std::to_string(spec.sinks) + " and window " + std::to_string(spec.window) +
+        " needs up to " + std::to_string(need) + " blocks; the whole pool has " +
+        std::to_string(pool->total_blocks()));
   }
   return std::unique_ptr<SessionCache>(new SessionCache(pool, spec));
 }
 
 SessionCache::SessionCache(BlockPool* pool, CacheSpec spec)
-    : pool_(pool),
-      spec_(spec),
-      ring_size_(static_cast<int32_t>(
-          CeilDiv(spec.window + spec.max_chunk - 1, pool->block_size()) + 1)),
-      max_blocks_(MaxBlocks(spec, pool->block_size())) {}
+    : pool_(pool), spec_(spec), bound_blocks_(BoundBlocks(spec, pool->block_size())) {}
 
 SessionCache::~SessionCache() {
   for (int32_t b : sink_blocks_) pool_->Free(b);
-  for (int32_t b : ring_blocks_) pool_->Free(b);
+  for (int32_t b : window_blocks_) pool_->Free(b);
 }
 
-Status SessionCache::Reserve(int32_t n) {
+CachedSpan SessionCache::CachedSpanAt(int64_t seen) const {
+  CachedSpan span;
+  span.sinks = std::min<int64_t>(seen, spec_.sinks);
+  if (seen > spec_.sinks) {
+    // A dense cache never evicts (there is no query past its context to make room for).
+    span.window_begin = spec_.mode == CacheMode::kDense
+                            ? 0
+                            : std::max<int64_t>(spec_.sinks, seen - spec_.window + 1);
+    span.window_end = seen;
+  } else {
+    span.window_begin = span.window_end = spec_.sinks;
+  }
+  return span;
+}
+
+int32_t CacheGeometry::BlocksForChunk(int32_t n) const {
+  const int64_t last = seen + n - 1;  // text position of the chunk's last token
+  // Between steps a cache holds exactly the sink blocks of its committed sinks (Trim).
+  const int64_t sink_blocks = CeilDiv(std::min<int64_t>(last + 1, sinks), block_size);
+  int64_t window_blocks = 0;
+  if (last >= sinks) {
+    // From the oldest key the chunk's first query sees to the chunk's last token.
+    const int64_t first = seen < sinks ? sinks : std::max<int64_t>(sinks, seen - window + 1);
+    window_blocks = (last - sinks) / block_size - (first - sinks) / block_size + 1;
+  }
+  return static_cast<int32_t>(sink_blocks + window_blocks);
+}
+
+int32_t CacheGeometry::HeadroomForChunk(int32_t n) const {
+  return std::max(0, BlocksForChunk(n) - bound_blocks);
+}
+
+int32_t CacheGeometry::LongestChunkWithin(int32_t n, int32_t headroom) const {
+  if (n <= 1 || HeadroomForChunk(n) <= headroom) return std::max(n, 1);
+  // Blocks grow with n: the longest fitting chunk by bisection (n = 1 never borrows).
+  int32_t lo = 1, hi = n;  // HeadroomForChunk(lo) <= headroom < HeadroomForChunk(hi)
+  while (hi - lo > 1) {
+    const int32_t mid = lo + (hi - lo) / 2;
+    (HeadroomForChunk(mid) <= headroom ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+CacheGeometry SessionCache::geometry() const {
+  return {spec_.sinks, spec_.window, pool_->block_size(), bound_blocks_, seen_};
+}
+
+Status SessionCache::BeginChunk(std::span<const int32_t> tokens) {
+  const int32_t n = static_cast<int32_t>(tokens.size());
+  if (!placed_.empty()) {
+    return FailedPreconditionError("a chunk of " + std::to_string(placed_.size()) +
+                                   " tokens is already placed and not committed");
+  }
   if (n < 1 || n > spec_.max_chunk) {
     return InvalidArgumentError("a chunk of " + std::to_string(n) + " tokens is outside [1, " +
                                 std::to_string(spec_.max_chunk) + "]");
@@ -95,27 +156,125 @@ Status SessionCache::Reserve(int32_t n) {
                            " are used and " + std::to_string(n) + " more were appended");
   }
   const int32_t b = pool_->block_size();
-  // Sink blocks for positions < S in this chunk.
+  const int32_t need = BlocksForChunk(n) - blocks_held();
+  if (need > pool_->free_blocks()) {
+    return ResourceExhaustedError("the KV pool has " + std::to_string(pool_->free_blocks()) +
+                                  " free blocks; a chunk of " + std::to_string(n) +
+                                  " tokens needs " + std::to_string(need) + " more");
+  }
   const int64_t sink_end = std::min<int64_t>(last + 1, spec_.sinks);
   while (static_cast<int64_t>(sink_blocks_.size()) * b < sink_end) {
-    const int32_t id = pool_->Allocate();
-    if (id < 0) return ResourceExhaustedError("KV pool has no free block for a sink");
-    sink_blocks_.push_back(id);
+    sink_blocks_.push_back(pool_->Allocate());
   }
-  // Ring blocks for window positions in this chunk; once the ring is full its blocks are
-  // reused in order (the oldest block holds only tokens no query of this chunk sees).
   if (last >= spec_.sinks) {
-    const int64_t last_block = (last - spec_.sinks) / b;
-    while (static_cast<int64_t>(ring_blocks_.size()) <= std::min<int64_t>(last_block, ring_size_ - 1)) {
-      const int32_t id = pool_->Allocate();
-      if (id < 0) return ResourceExhaustedError("KV pool has no free block for the window");
-      ring_blocks_.push_back(id);
+    if (window_blocks_.empty()) {
+      const int64_t first = seen_ < spec_.sinks
+                                ? spec_.sinks
+                                : std::max<int64_t>(spec_.sinks, seen_ - spec_.window + 1);
+      first_block_ = WindowBlock(first - spec_.sinks);
+    }
+    const int64_t last_block = WindowBlock(last - spec_.sinks);
+    while (first_block_ + static_cast<int64_t>(window_blocks_.size()) <= last_block) {
+      window_blocks_.push_back(pool_->Allocate());
     }
   }
+  placed_.assign(tokens.begin(), tokens.end());
   return OkStatus();
 }
 
-void SessionCache::Commit(int32_t n) { seen_ += n; }
+void SessionCache::Commit(int32_t kept) {
+  kept = std::clamp(kept, 0, placed());
+  for (int32_t i = 0; i < kept; ++i) {
+    const int64_t p = seen_ + i;
+    if (p < spec_.sinks) {
+      sink_ids_.push_back(placed_[i]);
+    } else {
+      window_ids_.push_back(placed_[i]);
+    }
+  }
+  seen_ += kept;
+  placed_.clear();
+  const CachedSpan span = cached_span();
+  while (static_cast<int64_t>(window_ids_.size()) > span.window_end - span.window_begin) {
+    window_ids_.pop_front();
+  }
+  Trim();
+}
+
+void SessionCache::Trim() {
+  const int32_t b = pool_->block_size();
+  const CachedSpan span = cached_span();
+  // Sink blocks past the sinks the context holds (a chunk given back before it ran).
+  while (static_cast<int64_t>(sink_blocks_.size()) > CeilDiv(span.sinks, b)) {
+    pool_->Free(sink_blocks_.back());
+    sink_blocks_.pop_back();
+  }
+  if (span.window_begin == span.window_end) {
+    for (int32_t id : window_blocks_) pool_->Free(id);
+    window_blocks_.clear();
+    first_block_ = 0;
+    return;
+  }
+  const int64_t lo = WindowBlock(span.window_begin - spec_.sinks);
+  const int64_t hi = WindowBlock(span.window_end - 1 - spec_.sinks);
+  while (!window_blocks_.empty() &&
+         first_block_ + static_cast<int64_t>(window_blocks_.size()) - 1 > hi) {
+    pool_->Free(window_blocks_.back());
+    window_blocks_.pop_back();
+  }
+  int64_t drop = 0;
+  while (drop < static_cast<int64_t>(window_blocks_.size()) && first_block_ + drop < lo) {
+    pool_->Free(window_blocks_[drop]);
+    ++drop;
+  }
+  window_blocks_.erase(window_blocks_.begin(), window_blocks_.begin() + drop);
+  first_block_ += drop;
+}
+
+Status SessionCache::Restore(int64_t tokens_seen, std::span<const int32_t> cached_ids) {
+  if (seen_ != 0 || blocks_held() != 0 || !placed_.empty()) {
+    return FailedPreconditionError("restore: the cache is not fresh");
+  }
+  if (tokens_seen < 0) {
+    return InvalidArgumentError("restore: tokens_seen = " + std::to_string(tokens_seen) +
+                                " must be >= 0");
+  }
+  if (spec_.mode == CacheMode::kDense && tokens_seen > spec_.window) {
+    return OutOfRangeError("restore: a dense cache holds at most " + std::to_string(spec_.window) +
+                           " tokens; the state has seen " + std::to_string(tokens_seen));
+  }
+  const CachedSpan span = CachedSpanAt(tokens_seen);
+  if (static_cast<int64_t>(cached_ids.size()) != span.size()) {
+    return InvalidArgumentError("restore: a cache that has seen " + std::to_string(tokens_seen) +
+                                " tokens holds " + std::to_string(span.size()) + ", the state " +
+                                std::to_string(cached_ids.size()));
+  }
+  const int32_t b = pool_->block_size();
+  const int64_t sink_blocks = CeilDiv(span.sinks, b);
+  const int64_t window_blocks =
+      span.window_begin == span.window_end
+          ? 0
+          : WindowBlock(span.window_end - 1 - spec_.sinks) -
+                WindowBlock(span.window_begin - spec_.sinks) + 1;
+  if (sink_blocks + window_blocks > pool_->free_blocks()) {
+    return ResourceExhaustedError("restore: the KV pool has " +
+                                  std::to_string(pool_->free_blocks()) + " free blocks; the cache needs " +
+                                  std::to_string(sink_blocks + window_blocks));
+  }
+  for (int64_t i = 0; i < sink_blocks; ++i) sink_blocks_.push_back(pool_->Allocate());
+  if (window_blocks > 0) first_block_ = WindowBlock(span.window_begin - spec_.sinks);
+  for (int64_t i = 0; i < window_blocks; ++i) window_blocks_.push_back(pool_->Allocate());
+  seen_ = tokens_seen;
+  sink_ids_.assign(cached_ids.begin(), cached_ids.begin() + span.sinks);
+  window_ids_.assign(cached_ids.begin() + span.sinks, cached_ids.end());
+  return OkStatus();
+}
+
+std::vector<int32_t> SessionCache::cached_ids() const {
+  std::vector<int32_t> ids(sink_ids_.begin(), sink_ids_.end());
+  ids.insert(ids.end(), window_ids_.begin(), window_ids_.end());
+  return ids;
+}
 
 int64_t SessionCache::tokens_cached() const {
   const int64_t sinks = std::min<int64_t>(seen_, spec_.sinks);
@@ -126,10 +285,10 @@ int64_t SessionCache::tokens_cached() const {
 kernels::SinkWindowTable SessionCache::table() const {
   kernels::SinkWindowTable t;
   t.sink_blocks = sink_blocks_.data();
-  t.ring_blocks = ring_blocks_.data();
+  t.window_blocks = window_blocks_.data();
+  t.first_window_block = first_block_;
   t.sinks = spec_.sinks;
   t.window = spec_.window;
-  t.ring_size = ring_size_;
   t.block_size = pool_->block_size();
   return t;
 }

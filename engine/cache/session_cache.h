@@ -1,20 +1,36 @@
 // SessionCache: one session's KV cache over the shared BlockPool. It keeps the first S tokens
-// (attention sinks) forever and the most recent W tokens in a ring of blocks; everything in
-// between is evicted by bookkeeping alone (StreamingLLM; ../shared/DESIGN.md facts 1-5).
+// (attention sinks) forever and the most recent W tokens in an ordered list of window blocks;
+// everything in between is evicted by bookkeeping alone (StreamingLLM; ../shared/DESIGN.md
+// facts 1-5). It also keeps the ids of the tokens it holds, so a session's cache describes
+// itself (snapshots, export).
 //
 // Modes:
 //   kDense  - no eviction: S = 0, W = the model context; appending past it is OUT_OF_RANGE.
 //   kWindow - S = 0: the ablation that shows why sinks matter.
 //   kSink   - S sinks + a window of W.
 //
-// Bound. With chunks of at most C tokens per forward pass the session never holds more than
-//   MaxBlocks = ceil(S / B) + R,   R = ceil((W + C - 1) / B) + 1 ring blocks,
-// i.e. ceil(S/B) + ceil(W/B) + 1 plus a chunk slack of at most ceil((C - 1) / B) blocks
-// (0 for decode, C = 1). The scheduler admits a session only when MaxBlocks fits.
-// Blocks are taken from the pool lazily as the session grows and returned when it is destroyed.
+// What is kept. After a step the next query (text position seen) reads the sinks
+// 0 .. min(S, seen) - 1 and the window [max(S, seen - W + 1), seen - 1] of the cache, plus its
+// own key: those are the cached tokens (CachedSpan), and blocks holding none of them go back to
+// the pool at once.
+//
+// Bound (what admission reserves, BoundBlocks): between steps and during a decode step a
+// session holds at most ceil(S / B) + ceil((W + B - 1) / B) blocks (W window keys touch at most
+// that many blocks of B; a dense cache never slides, so ceil(W / B)). A prefill chunk of n
+// tokens briefly needs its queries' windows too, up to ~(n - 1) / B more blocks: those are
+// borrowed from the pool's prefill headroom, a pool-wide reserve the engine hands out per step
+// (HeadroomForChunk says how much a chunk needs), and are returned when the step commits.
+// So a 4 + 252 session of 16-token blocks reserves 18 blocks, not 34 as with a per-session
+// chunk slack.
+//
+// Two-phase steps: BeginChunk(tokens) places the chunk (allocates the blocks it lands in; the
+// engine then builds the step plan from table()), and after the forward pass Commit(kept) makes
+// the first `kept` tokens part of the context, or Abort() undoes the placement. Nothing else
+// mutates the cache. Not thread-safe: the engine serializes access.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -37,6 +53,33 @@ struct CacheSpec {
   int32_t max_chunk = 512;  // C: most tokens one forward pass appends
 };
 
+// The text positions a cache holds, in cache order: sinks [0, sinks), then the window
+// [window_begin, window_end) (empty when window_begin == window_end).
+struct CachedSpan {
+  int64_t sinks = 0;
+  int64_t window_begin = 0;
+  int64_t window_end = 0;
+  int64_t size() const { return sinks + (window_end - window_begin); }
+  // Text position of cache index i (0 <= i < size()).
+  int64_t Position(int64_t i) const { return i < sinks ? i : window_begin + (i - sinks); }
+};
+
+// Where a cache stands, as a value: enough to compute, without the cache, how many blocks a
+// chunk would make it hold (the step planner shares the pool's prefill headroom with it).
+struct CacheGeometry {
+  int32_t sinks = 0;
+  int32_t window = 1;
+  int32_t block_size = 1;
+  int32_t bound_blocks = 0;  // SessionCache::BoundBlocks
+  int64_t seen = 0;          // tokens committed
+  // Blocks held with a chunk of n (>= 1) more tokens placed at `seen`.
+  int32_t BlocksForChunk(int32_t n) const;
+  // Blocks over the bound such a chunk borrows from the pool's prefill headroom (0 for n = 1).
+  int32_t HeadroomForChunk(int32_t n) const;
+  // The longest chunk of at most `n` tokens that borrows at most `headroom` blocks (>= 1).
+  int32_t LongestChunkWithin(int32_t n, int32_t headroom) const;
+};
+
 class SessionCache {
  public:
   // Validates `spec` against the model context and the pool (errors name the field and the
@@ -45,47 +88,83 @@ class SessionCache {
                                                         int32_t model_context);
   // The spec after mode rules are applied (what Create would use).
   static CacheSpec Effective(CacheSpec spec, int32_t model_context);
-  // Worst-case blocks of a session with this (effective) spec.
-  static int32_t MaxBlocks(const CacheSpec& spec, int32_t block_size);
+  // Blocks a session with this (effective) spec holds at most between steps and in a decode
+  // step: what admission reserves for it.
+  static int32_t BoundBlocks(const CacheSpec& spec, int32_t block_size);
+  // Blocks it holds at most during a step that appends spec.max_chunk tokens: the bound plus
+  // the most headroom one chunk borrows. For tools that run a session alone in its own pool.
+  static int32_t PeakBlocks(const CacheSpec& spec, int32_t block_size);
 
   ~SessionCache();
   SessionCache(const SessionCache&) = delete;
   SessionCache& operator=(const SessionCache&) = delete;
 
-  // Makes room for the next n tokens (1 <= n <= max_chunk), recycling ring blocks whose tokens
-  // no query of this chunk can see. RESOURCE_EXHAUSTED when the pool is out of blocks (cannot
-  // happen for an admitted session), OUT_OF_RANGE when a dense cache would pass the context.
-  Status Reserve(int32_t n);
-  // The n reserved tokens have been written: they are now part of the context.
-  void Commit(int32_t n);
+  // Where it stands (between steps: no chunk placed).
+  CacheGeometry geometry() const;
+  // Blocks this session would hold with a chunk of n more tokens placed (nothing changes).
+  int32_t BlocksForChunk(int32_t n) const { return geometry().BlocksForChunk(n); }
+  // Blocks over its bound such a chunk borrows from the pool's prefill headroom (0 for n = 1).
+  int32_t HeadroomForChunk(int32_t n) const { return geometry().HeadroomForChunk(n); }
 
-  // The block table the kernels read; valid until the next Reserve.
+  // Places the next tokens.size() tokens (1 <= n <= max_chunk) at text positions
+  // tokens_seen() ...: allocates the blocks they land in. RESOURCE_EXHAUSTED when the pool has
+  // no free block (the engine's admission and headroom accounting make that a bug),
+  // OUT_OF_RANGE when a dense cache would pass the context, FAILED_PRECONDITION when a chunk is
+  // already placed. On error nothing is placed.
+  Status BeginChunk(std::span<const int32_t> tokens);
+  // The first `kept` (<= placed) tokens of the placed chunk have been written and are now part
+  // of the context; the rest are given back (the engine keeps the last one of a cancelled
+  // generation pending). Blocks no later query can see return to the pool.
+  void Commit(int32_t kept);
+  // The placed chunk did not run: back to the blocks the context needs.
+  void Abort() { Commit(0); }
+  int32_t placed() const { return static_cast<int32_t>(placed_.size()); }
+
+  // Rebuilds the bookkeeping of a cache that has seen `tokens_seen` tokens and holds exactly
+  // CachedSpanAt(tokens_seen) of them, with these ids (cache order), and allocates their
+  // blocks; the caller then writes their K/V through table(). Only on a fresh cache.
+  // INVALID_ARGUMENT when the ids do not match the span, RESOURCE_EXHAUSTED without blocks.
+  Status Restore(int64_t tokens_seen, std::span<const int32_t> cached_ids);
+
+  // The block table the kernels read; valid until the next BeginChunk, Commit or Restore.
   kernels::SinkWindowTable table() const;
-  // The block ids behind table(), as held now (the CUDA backend copies them to the device).
   std::span<const int32_t> sink_block_ids() const { return sink_blocks_; }
-  std::span<const int32_t> ring_block_ids() const { return ring_blocks_; }
+  std::span<const int32_t> window_block_ids() const { return window_blocks_; }
+
+  // What the next query reads from the cache (cache order), and the ids held there.
+  CachedSpan cached_span() const { return CachedSpanAt(seen_); }
+  CachedSpan CachedSpanAt(int64_t tokens_seen) const;
+  std::vector<int32_t> cached_ids() const;
 
   const CacheSpec& spec() const { return spec_; }
   BlockPool* pool() const { return pool_; }
-  int64_t tokens_seen() const { return seen_; }    // every token ever appended
-  int64_t tokens_cached() const;                   // visible to the next query
+  int64_t tokens_seen() const { return seen_; }  // every token committed
+  // The sinks and the last W tokens seen, as the session reports them (the next query reads
+  // all of these but the oldest window token, plus its own key).
+  int64_t tokens_cached() const;
   int64_t tokens_evicted() const { return seen_ - tokens_cached(); }
   int32_t blocks_held() const {
-    return static_cast<int32_t>(sink_blocks_.size() + ring_blocks_.size());
+    return static_cast<int32_t>(sink_blocks_.size() + window_blocks_.size());
   }
-  int32_t max_blocks() const { return max_blocks_; }
-  int32_t ring_size() const { return ring_size_; }
+  int32_t bound_blocks() const { return bound_blocks_; }
 
  private:
   SessionCache(BlockPool* pool, CacheSpec spec);
+  // Logical window block of window index i.
+  int64_t WindowBlock(int64_t i) const { return i / pool_->block_size(); }
+  // Frees the sink and window blocks no query after `seen_` can see, and the placed ones.
+  void Trim();
 
   BlockPool* pool_;
   CacheSpec spec_;
-  int32_t ring_size_;
-  int32_t max_blocks_;
+  int32_t bound_blocks_;
   int64_t seen_ = 0;
   std::vector<int32_t> sink_blocks_;
-  std::vector<int32_t> ring_blocks_;  // grows to ring_size_, then is reused in order
+  std::vector<int32_t> window_blocks_;  // logical window blocks first_block_ .. + size - 1
+  int64_t first_block_ = 0;
+  std::vector<int32_t> placed_;    // the chunk between BeginChunk and Commit
+  std::vector<int32_t> sink_ids_;  // ids at text positions 0 .. min(S, seen) - 1
+  std::deque<int32_t> window_ids_;  // ids of the cached window, oldest first
 };
 
 }  // namespace streamd

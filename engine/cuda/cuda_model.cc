@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 
 #include "engine/model/rope.h"
 
@@ -23,15 +24,47 @@ int64_t Grow(int64_t need, int64_t have, int64_t minimum) {
   return c;
 }
 
-// KV pool storage in device memory (the bookkeeping stays in BlockPool on the host).
+// KV pool storage in device memory (the bookkeeping stays in BlockPool on the host). Block
+// copies (capture and restore of sessions) run on a stream of their own, from whichever thread
+// asks, so they never wait for the step in flight nor join a graph being captured.
 class DevicePoolStorage final : public PoolStorage {
  public:
-  explicit DevicePoolStorage(DeviceBuffer buffer) : buffer_(std::move(buffer)) {}
+  DevicePoolStorage(DeviceBuffer buffer, int device) : buffer_(std::move(buffer)), device_(device) {}
+  ~DevicePoolStorage() override {
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+  }
   uint16_t* data() override { return buffer_.get<uint16_t>(); }
   bool host_accessible() const override { return false; }
+  Status CopyOut(int64_t first, int64_t pitch, int64_t run, int64_t rows,
+                 uint16_t* host) override {
+    return Copy(host, static_cast<size_t>(run) * 2, buffer_.get<uint16_t>() + first,
+                static_cast<size_t>(pitch) * 2, static_cast<size_t>(run) * 2,
+                static_cast<size_t>(rows), cudaMemcpyDeviceToHost);
+  }
+  Status CopyIn(int64_t first, int64_t pitch, int64_t run, int64_t rows,
+                const uint16_t* host) override {
+    return Copy(buffer_.get<uint16_t>() + first, static_cast<size_t>(pitch) * 2, host,
+                static_cast<size_t>(run) * 2, static_cast<size_t>(run) * 2,
+                static_cast<size_t>(rows), cudaMemcpyHostToDevice);
+  }
 
  private:
+  Status Copy(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+              size_t height, cudaMemcpyKind kind) {
+    std::lock_guard<std::mutex> lock(mu_);
+    STREAMD_CUDA_CHECK(cudaSetDevice(device_));
+    if (stream_ == nullptr) {
+      STREAMD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    }
+    STREAMD_CUDA_CHECK(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind, stream_));
+    STREAMD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return OkStatus();
+  }
+
   DeviceBuffer buffer_;
+  int device_;
+  std::mutex mu_;
+  cudaStream_t stream_ = nullptr;
 };
 
 }  // namespace
@@ -149,19 +182,20 @@ StatusOr<std::unique_ptr<BlockPool>> CudaModel::CreatePool(const KvShape& shape,
     STREAMD_CUDA_CHECK(cudaMemset(buffer.get(), 0, static_cast<size_t>(bytes)));
     // The memset runs on the legacy stream, which our non-blocking stream does not wait for.
     STREAMD_CUDA_CHECK(cudaDeviceSynchronize());
-    return std::unique_ptr<PoolStorage>(new DevicePoolStorage(std::move(buffer)));
+    return std::unique_ptr<PoolStorage>(new DevicePoolStorage(std::move(buffer), options_.device));
   };
   return BlockPool::Create(shape, block_size, budget_bytes, device_memory);
 }
 
-Status CudaModel::ValidateBatch(std::span<const int32_t> tokens,
-                                std::span<const SequenceInput> seqs) const {
-  STREAMD_RETURN_IF_ERROR(streamd::ValidateBatch(tokens, seqs, config_.vocab_size));
-  const BlockPool* pool = seqs[0].cache->pool();
+Status CudaModel::ValidatePlan(const StepPlan& plan) const {
+  if (plan.pool == nullptr || plan.n_tokens() == 0 || plan.seqs.empty()) {
+    return InvalidArgumentError("execute: the step plan is empty");
+  }
+  const BlockPool* pool = plan.pool;
   if (pool->host_accessible() || pool->layout().n_layers != config_.n_layers ||
       pool->layout().n_kv_heads != config_.n_kv_heads ||
       pool->layout().head_dim != config_.head_dim) {
-    return InvalidArgumentError("forward: the CUDA backend needs a pool made by its CreatePool");
+    return InvalidArgumentError("execute: the CUDA backend needs a pool made by its CreatePool");
   }
   return OkStatus();
 }
@@ -298,14 +332,12 @@ Status CudaModel::Fail(Status s) {
   return s;
 }
 
-Status CudaModel::Forward(std::span<const int32_t> tokens, std::span<const SequenceInput> seqs,
-                          float* logits) {
-  return Run(tokens, seqs, logits, nullptr);
+Status CudaModel::Execute(const StepPlan& plan, float* logits) {
+  return Run(plan, logits, nullptr);
 }
 
-Status CudaModel::ForwardGreedy(std::span<const int32_t> tokens,
-                                std::span<const SequenceInput> seqs, int32_t* next_tokens) {
-  return Run(tokens, seqs, nullptr, next_tokens);
+Status CudaModel::ExecuteGreedy(const StepPlan& plan, int32_t* next_tokens) {
+  return Run(plan, nullptr, next_tokens);
 }
 
 Status CudaModel::CopyGreedyStepLogits(int64_t row, float* out) {
@@ -323,24 +355,16 @@ Status CudaModel::CopyGreedyStepLogits(int64_t row, float* out) {
   return OkStatus();
 }
 
-Status CudaModel::Run(std::span<const int32_t> tokens, std::span<const SequenceInput> seqs,
-                      float* logits, int32_t* next_tokens) {
+Status CudaModel::Run(const StepPlan& plan, float* logits, int32_t* next_tokens) {
   if (!broken_.ok()) return broken_;
   greedy_rows_ = 0;  // whatever happens below, the last step's logits are gone
-  STREAMD_RETURN_IF_ERROR(ValidateBatch(tokens, seqs));
+  STREAMD_RETURN_IF_ERROR(ValidatePlan(plan));
   STREAMD_CUDA_CHECK(cudaSetDevice(options_.device));
-  const int32_t n = static_cast<int32_t>(tokens.size());
-  const int32_t n_seqs = static_cast<int32_t>(seqs.size());
-  bool decode = true;
-  int32_t max_keys = 1;
-  int64_t n_ids = 0;
-  for (const SequenceInput& s : seqs) {
-    STREAMD_RETURN_IF_ERROR(s.cache->Reserve(s.n_tokens));
-    decode = decode && s.n_tokens == 1;
-    max_keys = std::max(max_keys, s.cache->spec().sinks + s.cache->spec().window);
-    n_ids += static_cast<int64_t>(s.cache->sink_block_ids().size() +
-                                  s.cache->ring_block_ids().size());
-  }
+  const int32_t n = plan.n_tokens();
+  const int32_t n_seqs = static_cast<int32_t>(plan.seqs.size());
+  const bool decode = plan.decode;
+  const int32_t max_keys = std::max(1, plan.max_keys);
+  const int64_t n_ids = static_cast<int64_t>(plan.block_ids.size());
   // Splits depend on the sessions' bounds (S + W), not on how full they are, so a decode
   // batch keeps the same graph as its sessions grow.
   int32_t keys_per_split = max_keys, n_splits = 1;
@@ -350,51 +374,41 @@ Status CudaModel::Run(std::span<const int32_t> tokens, std::span<const SequenceI
   }
   if (Status s = Reserve(n, n_seqs, n_ids, n_splits); !s.ok()) return Fail(s);
 
-  // The step's plan, written into the pinned staging block at the layout's fixed offsets.
+  // The plan, copied into the pinned staging block at the layout's fixed offsets. The tables
+  // point into the device copy of the plan's block ids; prefill tiles (a work split of this
+  // backend's attention kernel, not a plan) are cut here.
   const StepLayout& L = step_layout_;
-  auto* tok = reinterpret_cast<int32_t*>(step_host_ + L.tokens);
-  auto* seq_of = reinterpret_cast<int32_t*>(step_host_ + L.seq_of);
-  auto* pos = reinterpret_cast<int64_t*>(step_host_ + L.positions);
-  auto* cache_pos = reinterpret_cast<int64_t*>(step_host_ + L.cache_positions);
-  auto* out_rows = reinterpret_cast<int32_t*>(step_host_ + L.out_rows);
   auto* tables = reinterpret_cast<kernels::SinkWindowTable*>(step_host_ + L.tables);
   auto* tiles = reinterpret_cast<kc::PrefillTile*>(step_host_ + L.tiles);
-  auto* ids = reinterpret_cast<int32_t*>(step_host_ + L.ids);
   const int32_t* dev_ids = reinterpret_cast<const int32_t*>(step_dev_.get<uint8_t>() + L.ids);
+  std::copy(plan.tokens.begin(), plan.tokens.end(),
+            reinterpret_cast<int32_t*>(step_host_ + L.tokens));
+  std::copy(plan.seq_of.begin(), plan.seq_of.end(),
+            reinterpret_cast<int32_t*>(step_host_ + L.seq_of));
+  std::copy(plan.position.begin(), plan.position.end(),
+            reinterpret_cast<int64_t*>(step_host_ + L.positions));
+  std::copy(plan.cache_position.begin(), plan.cache_position.end(),
+            reinterpret_cast<int64_t*>(step_host_ + L.cache_positions));
+  std::copy(plan.out_row.begin(), plan.out_row.end(),
+            reinterpret_cast<int32_t*>(step_host_ + L.out_rows));
+  std::copy(plan.block_ids.begin(), plan.block_ids.end(),
+            reinterpret_cast<int32_t*>(step_host_ + L.ids));
   const int32_t tile_queries = kc::PrefillTileQueries(config_.n_heads / config_.n_kv_heads);
-  int32_t t = 0, row = 0, n_tiles = 0;
-  int64_t id_at = 0;
+  int32_t n_tiles = 0;
   for (int32_t s = 0; s < n_seqs; ++s) {
-    const SessionCache& cache = *seqs[s].cache;
-    kernels::SinkWindowTable table = cache.table();
-    const auto sink_ids = cache.sink_block_ids();
-    const auto ring_ids = cache.ring_block_ids();
-    std::copy(sink_ids.begin(), sink_ids.end(), ids + id_at);
-    table.sink_blocks = dev_ids + id_at;
-    id_at += static_cast<int64_t>(sink_ids.size());
-    std::copy(ring_ids.begin(), ring_ids.end(), ids + id_at);
-    table.ring_blocks = dev_ids + id_at;
-    id_at += static_cast<int64_t>(ring_ids.size());
-    tables[s] = table;
-    for (int32_t i = 0; i < seqs[s].n_tokens; ++i, ++t) {
-      const int64_t p = cache.tokens_seen() + i;
-      tok[t] = tokens[t];
-      seq_of[t] = s;
-      pos[t] = p;
-      cache_pos[t] = table.CachePosition(p);
-      const bool wants = seqs[s].logits == LogitsMode::kAll || i + 1 == seqs[s].n_tokens;
-      out_rows[t] = wants ? row++ : -1;
-      if (!decode && i % tile_queries == 0) {
-        tiles[n_tiles++] = {t, std::min(tile_queries, seqs[s].n_tokens - i)};
-      }
+    const PlannedSequence& ps = plan.seqs[s];
+    tables[s] = ps.Table(dev_ids);
+    if (decode) continue;
+    for (int32_t i = 0; i < ps.n_tokens; i += tile_queries) {
+      tiles[n_tiles++] = {ps.first_token + i, std::min(tile_queries, ps.n_tokens - i)};
     }
   }
-  const int32_t n_out = row;
+  const int32_t n_out = plan.n_out;
 
   auto run = [&]() -> Status {
     STREAMD_CUDA_CHECK(cudaMemcpyAsync(step_dev_.get(), step_host_, L.total,
                                        cudaMemcpyHostToDevice, stream_));
-    BlockPool& pool = *seqs[0].cache->pool();
+    BlockPool& pool = *plan.pool;
     if (decode && options_.use_graphs) {
       const GraphKey key{pool.layer_data(0), pool.layout().num_blocks, pool.layout().block_size,
                          n, n_splits, keys_per_split};
@@ -438,7 +452,6 @@ Status CudaModel::Run(std::span<const int32_t> tokens, std::span<const SequenceI
     (void)cudaStreamSynchronize(stream_);  // nothing of this step may still be running
     return Fail(s);
   }
-  for (const SequenceInput& s : seqs) s.cache->Commit(s.n_tokens);
   if (next_tokens != nullptr) greedy_rows_ = n_out;
   return OkStatus();
 }

@@ -2,8 +2,8 @@
 // KV block pool in device memory. Same contract as the CPU backend (ModelBackend).
 //
 // One step (all tokens of the batch at once; x is the f32 residual stream):
-//   plan on the host: per token its session, text and cache positions, logits row; per
-//     session its block table -> one packed host-to-device copy
+//   the engine's StepPlan (per token its session, text and cache positions, logits row; per
+//     session its block table) -> one packed host-to-device copy
 //   embed -> for each layer:
 //     AddRmsNorm (adds the previous layer's output)  -> f16
 //     GEMM [Wq;Wk;Wv] (cuBLAS, f16 in, f32 accumulate and out)
@@ -69,12 +69,9 @@ class CudaModel final : public ModelBackend {
   StatusOr<std::unique_ptr<BlockPool>> CreatePool(const KvShape& shape, int32_t block_size,
                                                   int64_t budget_bytes) override;
   StatusOr<int64_t> PoolBudgetFromFraction(double fraction) const override;
-  Status Forward(std::span<const int32_t> tokens, std::span<const SequenceInput> seqs,
-                 float* logits) override;
-  using ModelBackend::Forward;
+  Status Execute(const StepPlan& plan, float* logits) override;
   // Argmax on the device (kernels::cuda::ArgmaxRows); only the ids cross PCIe.
-  Status ForwardGreedy(std::span<const int32_t> tokens, std::span<const SequenceInput> seqs,
-                       int32_t* next_tokens) override;
+  Status ExecuteGreedy(const StepPlan& plan, int32_t* next_tokens) override;
   bool greedy_ids_on_device() const override { return true; }
   // A row of the last ForwardGreedy's logits, still on the device until the next step.
   Status CopyGreedyStepLogits(int64_t row, float* out) override;
@@ -86,11 +83,9 @@ class CudaModel final : public ModelBackend {
  private:
   CudaModel() = default;
   Status Init(const LlamaConfig& config, const CudaModelOptions& options);
-  // Forward and ForwardGreedy: exactly one of logits and next_tokens is set.
-  Status Run(std::span<const int32_t> tokens, std::span<const SequenceInput> seqs, float* logits,
-             int32_t* next_tokens);
-  Status ValidateBatch(std::span<const int32_t> tokens,
-                       std::span<const SequenceInput> seqs) const;
+  // Execute and ExecuteGreedy: exactly one of logits and next_tokens is set.
+  Status Run(const StepPlan& plan, float* logits, int32_t* next_tokens);
+  Status ValidatePlan(const StepPlan& plan) const;
   // Sizes the device workspace and the step buffers; growing drops the captured graphs.
   Status Reserve(int32_t n_tokens, int32_t n_seqs, int64_t n_ids, int32_t n_splits);
   // Enqueues the whole step on stream_ (no synchronisation, capturable).

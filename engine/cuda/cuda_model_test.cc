@@ -45,7 +45,7 @@ void MakeTwin(std::unique_ptr<LlamaModel> cpu, int32_t sessions, CacheSpec spec,
   const LlamaConfig& c = twin->cpu->config();
   const KvShape shape{c.n_layers, c.n_kv_heads, c.head_dim};
   const int64_t bytes = static_cast<int64_t>(sessions) *
-                        SessionCache::MaxBlocks(SessionCache::Effective(spec, c.context_length), 16) *
+                        SessionCache::PeakBlocks(SessionCache::Effective(spec, c.context_length), 16) *
                         BlockPool::BlockBytes(shape, 16);
   auto cpu_pool = twin->cpu->CreatePool(shape, 16, bytes);
   auto gpu_pool = twin->gpu->CreatePool(shape, 16, bytes);

@@ -150,42 +150,16 @@ void LlamaModel::ReserveWorkspace(int64_t n, int64_t max_keys) {
   if (ws_.scores.size() < scores) ws_.scores.resize(scores);
 }
 
-Status LlamaModel::ValidateBatch(std::span<const int32_t> tokens,
-                                 std::span<const SequenceInput> seqs) const {
-  STREAMD_RETURN_IF_ERROR(streamd::ValidateBatch(tokens, seqs, config_.vocab_size));
-  if (!seqs[0].cache->pool()->host_accessible()) {
-    return InvalidArgumentError("forward: the CPU backend cannot use a KV pool in device memory");
-  }
-  return OkStatus();
-}
-
-// Fills the per-token plan: sequence, text position, RoPE angles (window and, after
-// eviction, sink), and which logits row each token writes.
-void LlamaModel::PlanTokens(std::span<const SequenceInput> seqs) {
+void LlamaModel::PrepareTokens(const StepPlan& plan) {
   const int32_t half = rope_->half_dim();
-  ws_.seq_of.clear();
-  ws_.position.clear();
   ws_.has_sink_rope.clear();
-  ws_.out_row.clear();
   ws_.tables.clear();
-  ws_.one_token_per_sequence = true;
-  int64_t row = 0;
-  for (size_t s = 0; s < seqs.size(); ++s) {
-    const SessionCache& cache = *seqs[s].cache;
-    ws_.tables.push_back(cache.table());
-    const kernels::SinkWindowTable& table = ws_.tables.back();
-    ws_.one_token_per_sequence = ws_.one_token_per_sequence && seqs[s].n_tokens == 1;
-    for (int32_t i = 0; i < seqs[s].n_tokens; ++i) {
-      const int64_t t = static_cast<int64_t>(ws_.position.size());
-      const int64_t p = cache.tokens_seen() + i;
-      const int64_t cp = table.CachePosition(p);
-      ws_.seq_of.push_back(static_cast<int32_t>(s));
-      ws_.position.push_back(p);
-      rope_->Angles(p, &ws_.rope_cos[t * half], &ws_.rope_sin[t * half]);
-      ws_.has_sink_rope.push_back(cp != p && table.VisibleSinks(p) > 0);
-      if (ws_.has_sink_rope.back()) rope_->Angles(cp, &ws_.sink_cos[t * half], &ws_.sink_sin[t * half]);
-      const bool wants = seqs[s].logits == LogitsMode::kAll || i + 1 == seqs[s].n_tokens;
-      ws_.out_row.push_back(wants ? row++ : -1);
+  for (size_t s = 0; s < plan.seqs.size(); ++s) ws_.tables.push_back(plan.HostTable(s));
+  for (int32_t t = 0; t < plan.n_tokens(); ++t) {
+    rope_->Angles(plan.position[t], &ws_.rope_cos[t * half], &ws_.rope_sin[t * half]);
+    ws_.has_sink_rope.push_back(plan.NeedsSinkRotation(t));
+    if (ws_.has_sink_rope.back()) {
+      rope_->Angles(plan.cache_position[t], &ws_.sink_cos[t * half], &ws_.sink_sin[t * half]);
     }
   }
 }
@@ -215,20 +189,27 @@ StatusOr<std::unique_ptr<BlockPool>> LlamaModel::CreatePool(const KvShape& shape
   return BlockPool::Create(shape, block_size, budget_bytes);
 }
 
-Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const SequenceInput> seqs,
-                           float* logits) {
-  STREAMD_RETURN_IF_ERROR(ValidateBatch(tokens, seqs));
-  int64_t max_keys = 0;
-  for (const SequenceInput& s : seqs) {
-    STREAMD_RETURN_IF_ERROR(s.cache->Reserve(s.n_tokens));
-    max_keys = std::max<int64_t>(max_keys, s.cache->spec().sinks + s.cache->spec().window);
+Status LlamaModel::Execute(const StepPlan& plan, float* logits) {
+  if (plan.pool == nullptr || plan.n_tokens() == 0 || plan.seqs.empty()) {
+    return InvalidArgumentError("execute: the step plan is empty");
   }
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  ReserveWorkspace(n, max_keys);
-  PlanTokens(seqs);
+  if (!plan.pool->host_accessible()) {
+    return InvalidArgumentError("execute: the CPU backend cannot use a KV pool in device memory");
+  }
+  const kernels::KvPoolLayout& pl = plan.pool->layout();
+  if (pl.n_layers != config_.n_layers || pl.n_kv_heads != config_.n_kv_heads ||
+      pl.head_dim != config_.head_dim) {
+    return InvalidArgumentError("execute: the KV pool's shape does not match the model " +
+                                config_.name);
+  }
+  const std::span<const int32_t> tokens = plan.tokens;
+  const int64_t n = plan.n_tokens();
+  ReserveWorkspace(n, plan.max_keys);
+  PrepareTokens(plan);
+  const int64_t max_keys = plan.max_keys;
 
   const LlamaConfig& c = config_;
-  BlockPool& pool = *seqs[0].cache->pool();
+  BlockPool& pool = *plan.pool;
   const kernels::KvPoolLayout& layout = pool.layout();
   Workspace& ws = ws_;
   const int32_t dim = c.dim, hd = c.head_dim, half = rope_->half_dim();
@@ -236,8 +217,7 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const Sequ
   const int32_t group = c.n_heads / c.n_kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const size_t xq_stride = ws.xq.size() / 3;
-  int64_t n_out = 0;
-  for (int64_t r : ws.out_row) n_out += r >= 0;
+  const int64_t n_out = plan.n_out;
 
   ThreadPool& tp = *thread_pool_;
   const auto no_step = [](int64_t) {};
@@ -271,7 +251,7 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const Sequ
       }
       kernels::cpu::RotatePairs(q, c.n_heads, hd, cs, sn);
       kernels::cpu::RotatePairs(&ws.k[t * kv_dim], c.n_kv_heads, hd, cs, sn);
-      kernels::cpu::WriteKv(layout, layer_kv, ws.tables[ws.seq_of[t]], ws.position[t],
+      kernels::cpu::WriteKv(layout, layer_kv, ws.tables[plan.seq_of[t]], plan.position[t],
                             &ws.k[t * kv_dim], &ws.v[t * kv_dim]);
     };
     // One task per (token, KV head): the group's query heads g * group .. (g + 1) * group - 1
@@ -281,7 +261,7 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const Sequ
     // A token attends to its own sequence's keys only. In a decode step (one token per
     // sequence) with one task per token, the task writes the only new key its attention reads:
     // rotation and the K/V write need no loop (and join) of their own.
-    const bool rope_in_task = tasks_per_token == 1 && ws.one_token_per_sequence;
+    const bool rope_in_task = tasks_per_token == 1 && plan.decode;
     if (!rope_in_task) tp.ParallelFor(n, [&](int64_t t, int) { rope_and_write(t); });
     tp.ParallelFor(n * tasks_per_token, [&](int64_t task, int thread) {
       const int64_t t = task / tasks_per_token;
@@ -292,8 +272,8 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const Sequ
         const float* q = &ws.q[first];
         const float* q_sink = ws.has_sink_rope[t] ? &ws.q_sink[first] : q;
         float* scores = &ws.scores[static_cast<size_t>(thread) * group * max_keys];
-        kernels::cpu::PagedAttentionGroup(layout, layer_kv, ws.tables[ws.seq_of[t]],
-                                          ws.position[t], g, group, q, q_sink, scale, scores,
+        kernels::cpu::PagedAttentionGroup(layout, layer_kv, ws.tables[plan.seq_of[t]],
+                                          plan.position[t], g, group, q, q_sink, scale, scores,
                                           &ws.attn[first]);
       }
     });
@@ -315,14 +295,13 @@ Status LlamaModel::Forward(std::span<const int32_t> tokens, std::span<const Sequ
   // --- output head, only for the tokens whose logits were asked for ---
   // (The residual stream of a token without logits is not needed any more.)
   tp.ParallelFor(n, [&](int64_t t, int) {
-    if (ws.out_row[t] >= 0) {
+    if (plan.out_row[t] >= 0) {
       kernels::cpu::AddRmsNormRow(&ws.x[t * dim], &ws.proj[t * dim], weights_.output_norm,
-                                  c.rms_eps, dim, &ws.xb[ws.out_row[t] * dim]);
+                                  c.rms_eps, dim, &ws.xb[plan.out_row[t] * dim]);
     }
   });
   const Product head[] = {{&weights_.output, logits, c.vocab_size}};
   FusedMatMul(tp, head, ws.xb.data(), n_out, ws.xq.data(), xq_stride, no_step);
-  for (const SequenceInput& s : seqs) s.cache->Commit(s.n_tokens);
   return OkStatus();
 }
 

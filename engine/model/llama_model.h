@@ -53,22 +53,14 @@ class LlamaModel : public ModelBackend {
   void RunOnHostThreads(int64_t n, const std::function<void(int64_t)>& fn) override;
   int32_t threads() const { return threads_; }
 
-  // Runs one batch: sequence k's tokens are the next seqs[k].n_tokens entries of `tokens`,
-  // appended to its cache at positions cache->tokens_seen() ... Every cache must live in the
-  // same pool. Logits rows are written in batch order: for each sequence, its last token's
-  // row (kLast) or one row per token (kAll), [rows, vocab].
-  // Errors (nothing is appended then): an empty batch or sequence, counts that do not add up,
-  // a token id outside the vocabulary, a chunk over a cache's max_chunk, a dense cache past
-  // the context, a pool out of blocks, or a pool in device memory.
-  Status Forward(std::span<const int32_t> tokens, std::span<const SequenceInput> seqs,
-                 float* logits) override;
-  using ModelBackend::Forward;  // one sequence
+  // Runs one step plan (ModelBackend's contract). Errors: a plan over a pool in device memory,
+  // or sequences the plan does not describe consistently.
+  Status Execute(const StepPlan& plan, float* logits) override;
 
  private:
   LlamaModel() = default;
-  Status ValidateBatch(std::span<const int32_t> tokens,
-                       std::span<const SequenceInput> seqs) const;
-  void PlanTokens(std::span<const SequenceInput> seqs);
+  // The execution-side view of a plan: RoPE angles per token and the host block tables.
+  void PrepareTokens(const StepPlan& plan);
   void ReserveWorkspace(int64_t n_tokens, int64_t max_keys);
 
   std::vector<uint8_t> owned_bytes_;  // FromBytes: the file's storage (moved, never copied)
@@ -86,14 +78,10 @@ class LlamaModel : public ModelBackend {
     std::vector<float> rope_cos, rope_sin, sink_cos, sink_sin;  // [n_tokens, head_dim / 2]
     std::vector<uint8_t> xq;
     std::vector<float> scores;  // [threads, query heads per KV head, max keys one query sees]
-    // Per token of the batch: its sequence, text position, and whether its sink rotation
-    // differs from its window rotation (only after eviction starts).
-    std::vector<int32_t> seq_of;
-    std::vector<int64_t> position;
+    // Per token of the step: whether its sink rotation differs from its window rotation
+    // (only after eviction starts); per sequence its table over the plan's block ids.
     std::vector<uint8_t> has_sink_rope;
-    std::vector<kernels::SinkWindowTable> tables;  // per sequence
-    std::vector<int64_t> out_row;                  // per token: logits row, or -1
-    bool one_token_per_sequence = false;           // a pure decode step
+    std::vector<kernels::SinkWindowTable> tables;
   } ws_;
 };
 

@@ -2,12 +2,13 @@
 // (LlamaModel) and the CUDA backend (engine/cuda/CudaModel) implement it; the Engine, the
 // bench and the server see only this interface (engine/backend/backend.h picks one).
 //
-// Contract of Forward, shared by every backend: sequence k's tokens are the next
-// seqs[k].n_tokens entries of `tokens`, appended to its cache at positions
-// cache->tokens_seen() ...; every cache lives in the same pool, made by CreatePool of this
-// backend; logits rows (host memory, f32) are written in batch order: for each sequence its
-// last token's row (kLast) or one row per token (kAll), [rows, vocab]. On error nothing is
-// committed to any cache and the status says why (bad input, or a device fault).
+// Contract of Execute, shared by every backend: run one StepPlan (engine/cache/step_plan.h),
+// made by PlanStep over caches in a pool this backend's CreatePool made. Each token's K and V go
+// to the slot its sequence's table names; each query attends the span the table gives for its
+// position. Logits rows (host memory, f32) are written in plan order: [plan.n_out, vocab]. The
+// backend plans nothing and touches no cache bookkeeping: the caller commits the step
+// (CommitStep) when Execute succeeds and aborts it (AbortStep) when it fails. On error the
+// status says why (bad input, or a device fault).
 #pragma once
 
 #include <algorithm>
@@ -21,29 +22,12 @@
 
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
+#include "engine/cache/step_plan.h"
 #include "engine/model/llama_config.h"
 #include "engine/util/status.h"
 #include "kernels/cpu/vec_ops.h"
 
 namespace streamd {
-
-enum class LogitsMode {
-  kLast,  // logits of the sequence's last token: [vocab]
-  kAll,   // logits of every token: [n_tokens, vocab]
-};
-
-// One session's part of a batch: its next n_tokens tokens, appended to its cache.
-struct SequenceInput {
-  SessionCache* cache = nullptr;
-  int32_t n_tokens = 0;
-  LogitsMode logits = LogitsMode::kLast;
-};
-
-// The checks of the Forward contract every backend shares: a non-empty batch, every sequence
-// with a cache and >= 1 token within its cache's chunk limit, one pool for all, counts that add
-// up, token ids inside [0, vocab_size). Backends then check that the pool is one of theirs.
-Status ValidateBatch(std::span<const int32_t> tokens, std::span<const SequenceInput> seqs,
-                     int32_t vocab_size);
 
 class ModelBackend {
  public:
@@ -74,22 +58,17 @@ class ModelBackend {
   // (host MemAvailable for the CPU, free device memory for CUDA).
   virtual StatusOr<int64_t> PoolBudgetFromFraction(double fraction) const = 0;
 
-  // Runs one batch (see the contract above).
-  virtual Status Forward(std::span<const int32_t> tokens, std::span<const SequenceInput> seqs,
-                         float* logits) = 0;
-  // Runs one batch like Forward but returns, for each logits row, the first index of its
-  // largest logit ([rows] ids) instead of the row: a greedy decode step. Backends that can
-  // pick on the device copy back ids instead of rows of vocab floats (64 sessions x 128256
+  // Runs one plan (see the contract above).
+  virtual Status Execute(const StepPlan& plan, float* logits) = 0;
+  // Runs one plan like Execute but returns, for each logits row, the first index of its
+  // largest logit ([plan.n_out] ids) instead of the row: a greedy decode step. Backends that
+  // can pick on the device copy back ids instead of rows of vocab floats (64 sessions x 128256
   // logits are 33 MB per step).
-  virtual Status ForwardGreedy(std::span<const int32_t> tokens,
-                               std::span<const SequenceInput> seqs, int32_t* next_tokens) {
-    size_t rows = 0;
-    for (const SequenceInput& s : seqs) {
-      rows += s.logits == LogitsMode::kAll ? static_cast<size_t>(s.n_tokens) : 1;
-    }
+  virtual Status ExecuteGreedy(const StepPlan& plan, int32_t* next_tokens) {
+    const size_t rows = static_cast<size_t>(plan.n_out);
     const size_t vocab = static_cast<size_t>(config().vocab_size);
     greedy_logits_.resize(rows * vocab);
-    if (Status s = Forward(tokens, seqs, greedy_logits_.data()); !s.ok()) return s;
+    if (Status s = Execute(plan, greedy_logits_.data()); !s.ok()) return s;
     // The engine's greedy pick (the sampler's), one row per host thread at a time.
     RunOnHostThreads(static_cast<int64_t>(rows), [&](int64_t r) {
       next_tokens[r] = static_cast<int32_t>(kernels::cpu::ArgmaxF32(
@@ -97,12 +76,12 @@ class ModelBackend {
     });
     return OkStatus();
   }
-  // True when ForwardGreedy costs less than Forward: the ids are picked where the logits are
+  // True when ExecuteGreedy costs less than Execute: the ids are picked where the logits are
   // (the GPU) and [rows] ints cross to the host instead of rows of vocab floats. The engine
-  // then runs steps whose sampled sessions are all greedy through ForwardGreedy.
+  // then runs steps whose sampled sessions are all greedy through ExecuteGreedy.
   virtual bool greedy_ids_on_device() const { return false; }
-  // Logits row `row` of the last successful ForwardGreedy, into out[vocab_size]; valid until
-  // the next Forward or ForwardGreedy. For the rare row that needs more than its id (a
+  // Logits row `row` of the last successful ExecuteGreedy, into out[vocab_size]; valid until
+  // the next Execute or ExecuteGreedy. For the rare row that needs more than its id (a
   // generation cancelled, or replaced by one that samples, while its step ran).
   virtual Status CopyGreedyStepLogits(int64_t row, float* out) {
     const size_t vocab = static_cast<size_t>(config().vocab_size);
@@ -113,6 +92,13 @@ class ModelBackend {
     std::copy_n(&greedy_logits_[static_cast<size_t>(row) * vocab], vocab, out);
     return OkStatus();
   }
+  // Plans, runs and commits one batch (PlanStep, Execute, CommitStep; AbortStep on error):
+  // sequence k's tokens are the next seqs[k].n_tokens entries of `tokens`, appended to its
+  // cache. For tools and tests that drive caches directly; the engine plans its own steps.
+  Status Forward(std::span<const int32_t> tokens, std::span<const SequenceInput> seqs,
+                 float* logits);
+  Status ForwardGreedy(std::span<const int32_t> tokens, std::span<const SequenceInput> seqs,
+                       int32_t* next_tokens);
   // One sequence.
   Status Forward(std::span<const int32_t> tokens, SessionCache& cache, LogitsMode mode,
                  float* logits) {

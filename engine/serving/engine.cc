@@ -10,8 +10,19 @@
 #include "engine/tokenizer/incremental_detokenizer.h"
 
 namespace streamd {
+namespace {
 
 using Clock = std::chrono::steady_clock;
+
+int64_t UnixMillis() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
 
 const char* FinishReasonName(FinishReason reason) {
   switch (reason) {
@@ -22,6 +33,13 @@ const char* FinishReasonName(FinishReason reason) {
     case FinishReason::kError: return "error";
   }
   return "?";
+}
+
+int32_t DefaultPrefillHeadroom(const PlannerConfig& planner, int32_t max_chunk,
+                               int32_t block_size) {
+  const int64_t tokens = planner.max_batch_tokens;
+  const int64_t chunks = CeilDiv(tokens, std::max(1, max_chunk));
+  return static_cast<int32_t>(CeilDiv(tokens, block_size) + chunks + 2);
 }
 
 struct Engine::Generation {
@@ -36,18 +54,19 @@ struct Engine::Generation {
 };
 
 struct Engine::Session {
-  SessionId id = 0;
+  SessionId id;
+  uint64_t key = 0;  // the planner's name for it
   SessionOptions options;
   std::unique_ptr<SessionCache> cache;
-  std::vector<int32_t> pending;  // context not yet in the cache
-  // An idle session keeps its last context token back in `pending`, so that a generation can
-  // start from its logits. When a generation is cancelled while its last token is in flight,
-  // that token reaches the cache anyway; its logits are kept here instead, and the next
-  // generation samples from them. Appending input makes them stale.
-  std::vector<float> held_logits;
-  int32_t last_cached_token = -1;  // the newest token in the cache (-1 while empty)
+  // Context not yet in the cache. An idle session keeps its last context token back here, so
+  // that a generation can start from its logits.
+  std::vector<int32_t> pending;
   std::unique_ptr<Generation> gen;
+  std::map<std::string, std::string> metadata;  // the caller's (SetMetadata)
+  uint64_t revision = 0;
+  int64_t created_unix_ms = 0;
   bool in_flight = false;  // part of the step being computed
+  bool copying = false;    // its K/V are being copied (Capture, Restore): it sits out steps
   bool closing = false;
 };
 
@@ -59,6 +78,11 @@ struct Engine::StepChunk {
   bool Samples() const {
     return session->gen && !session->closing &&
            session->pending.size() == static_cast<size_t>(n_tokens);
+  }
+  // Its generation ended while the step ran and the chunk was the whole context left: its last
+  // token is given back (it stays pending, so the next Generate has logits to start from).
+  bool GivesBackLast() const {
+    return !session->gen && session->pending.size() == static_cast<size_t>(n_tokens);
   }
 };
 
@@ -77,10 +101,25 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<ModelBackend> m
   if (config.planner.max_batch_tokens < 1 || config.planner.max_batch_sessions < 1) {
     return InvalidArgumentError("max_batch_tokens and max_batch_sessions must be >= 1");
   }
+  if (config.prefill_headroom_blocks < -1) {
+    return InvalidArgumentError("prefill_headroom_blocks = " +
+                                std::to_string(config.prefill_headroom_blocks) +
+                                " must be >= 0, or -1 for the default");
+  }
   STREAMD_ASSIGN_OR_RETURN(
       std::unique_ptr<BlockPool> pool,
       model->CreatePool({c.n_layers, c.n_kv_heads, c.head_dim}, config.block_size,
                         config.pool_bytes));
+  if (config.prefill_headroom_blocks < 0) {
+    config.prefill_headroom_blocks =
+        DefaultPrefillHeadroom(config.planner, config.max_chunk, config.block_size);
+  }
+  if (config.prefill_headroom_blocks >= pool->total_blocks()) {
+    return ResourceExhaustedError(
+        "the KV pool of " + std::to_string(pool->total_blocks()) +
+        " blocks cannot hold its prefill headroom of " +
+        std::to_string(config.prefill_headroom_blocks) + " blocks and any session");
+  }
   if (config.threads > 0) model->set_threads(config.threads);
   return std::unique_ptr<Engine>(
       new Engine(std::move(model), std::move(tokenizer), config, std::move(pool)));
@@ -92,8 +131,10 @@ Engine::Engine(std::unique_ptr<ModelBackend> model, std::unique_ptr<tokenizer::T
       tokenizer_(std::move(tokenizer)),
       config_(config),
       pool_(std::move(pool)),
+      headroom_blocks_(config.prefill_headroom_blocks),
       planner_(config.planner) {
   stats_.blocks_total = pool_->total_blocks();
+  stats_.blocks_headroom = headroom_blocks_;
   stats_.bytes_per_token = pool_->bytes_per_token();
   thread_ = std::thread([this] { Loop(); });
 }
@@ -105,6 +146,7 @@ Engine::~Engine() {
   }
   work_cv_.notify_all();
   admission_cv_.notify_all();
+  step_cv_.notify_all();
   thread_.join();
   sessions_.clear();  // caches return their blocks before the pool goes
 }
@@ -126,18 +168,22 @@ Status Engine::ValidateOptions(const SessionOptions& o) const {
   return ValidateSamplingParams(o.sampling, model_->config().vocab_size);
 }
 
+bool Engine::Fits(int32_t need) const {
+  return reserved_blocks_ + need + headroom_blocks_ <= pool_->total_blocks();
+}
+
 StatusOr<SessionId> Engine::Open(const SessionOptions& options) {
   STREAMD_RETURN_IF_ERROR(ValidateOptions(options));
   const CacheSpec spec = SessionCache::Effective(
       {options.mode, options.sinks, options.window, config_.max_chunk},
       model_->config().context_length);
-  const int32_t need = SessionCache::MaxBlocks(spec, pool_->block_size());
+  const int32_t need = SessionCache::BoundBlocks(spec, pool_->block_size());
   std::unique_lock<std::mutex> lock(mu_);
   if (static_cast<int32_t>(sessions_.size()) >= config_.max_sessions) {
     return ResourceExhaustedError("open sessions are at the limit of " +
                                   std::to_string(config_.max_sessions));
   }
-  const auto fits = [&] { return stopping_ || reserved_blocks_ + need <= pool_->total_blocks(); };
+  const auto fits = [&] { return stopping_ || Fits(need); };
   if (!fits()) {
     admission_cv_.wait_for(lock, options.admission_timeout, fits);
   }
@@ -147,15 +193,18 @@ StatusOr<SessionId> Engine::Open(const SessionOptions& options) {
         "the KV pool cannot admit this session: it needs up to " + std::to_string(need) +
         " blocks (sinks " + std::to_string(spec.sinks) + ", window " +
         std::to_string(spec.window) + "), " + std::to_string(reserved_blocks_) + " of " +
-        std::to_string(pool_->total_blocks()) + " are reserved by open sessions");
+        std::to_string(pool_->total_blocks()) + " are reserved by open sessions and " +
+        std::to_string(headroom_blocks_) + " by the prefill headroom");
   }
   STREAMD_ASSIGN_OR_RETURN(std::unique_ptr<SessionCache> cache,
                            SessionCache::Create(pool_.get(), spec, model_->config().context_length));
   auto s = std::make_unique<Session>();
-  s->id = next_id_++;
+  s->id = SessionId::Random();
+  s->key = next_key_++;
   s->options = options;
   s->cache = std::move(cache);
-  reserved_blocks_ += s->cache->max_blocks();
+  s->created_unix_ms = UnixMillis();
+  reserved_blocks_ += s->cache->bound_blocks();
   const SessionId id = s->id;
   sessions_.emplace(id, std::move(s));
   return id;
@@ -164,7 +213,7 @@ StatusOr<SessionId> Engine::Open(const SessionOptions& options) {
 StatusOr<Engine::Session*> Engine::Find(SessionId id) const {
   auto it = sessions_.find(id);
   if (it == sessions_.end() || it->second->closing) {
-    return NotFoundError("session " + std::to_string(id) + " does not exist (never opened, or closed)");
+    return NotFoundError("session " + id.ToString() + " does not exist (never opened, or closed)");
   }
   return it->second.get();
 }
@@ -183,7 +232,7 @@ Status Engine::Append(SessionId id, std::span<const int32_t> tokens) {
     std::lock_guard<std::mutex> lock(mu_);
     STREAMD_ASSIGN_OR_RETURN(Session * s, Find(id));
     if (s->gen) {
-      return FailedPreconditionError("session " + std::to_string(id) +
+      return FailedPreconditionError("session " + id.ToString() +
                                      " is generating; cancel the generation before appending");
     }
     const int64_t pending = static_cast<int64_t>(s->pending.size() + tokens.size());
@@ -199,7 +248,7 @@ Status Engine::Append(SessionId id, std::span<const int32_t> tokens) {
                              std::to_string(s->cache->tokens_seen() + pending));
     }
     s->pending.insert(s->pending.end(), tokens.begin(), tokens.end());
-    s->held_logits.clear();
+    ++s->revision;
   }
   work_cv_.notify_one();
   return OkStatus();
@@ -217,14 +266,14 @@ Status Engine::Generate(SessionId id, GenerateOptions options, EventSink sink) {
     const SamplingParams params = options.sampling.value_or(s->options.sampling);
     STREAMD_RETURN_IF_ERROR(ValidateSamplingParams(params, model_->config().vocab_size));
     if (s->gen) {
-      return FailedPreconditionError("session " + std::to_string(id) +
+      return FailedPreconditionError("session " + id.ToString() +
                                      " is already generating; cancel it or wait for it to end");
     }
-    if (s->pending.empty() && s->held_logits.empty()) {
-      return FailedPreconditionError("session " + std::to_string(id) +
+    if (s->pending.empty()) {
+      return FailedPreconditionError("session " + id.ToString() +
                                      " has no context to continue; append input first");
     }
-    const int32_t last = s->pending.empty() ? s->last_cached_token : s->pending.back();
+    const int32_t last = s->pending.back();
     auto gen = std::unique_ptr<Generation>(new Generation{
         std::move(options), std::move(sink), Sampler(params, model_->config().vocab_size),
         tokenizer::IncrementalDetokenizer(*tokenizer_, tokenizer_->IsSpecial(last)),
@@ -262,15 +311,202 @@ Status Engine::Close(SessionId id) {
   return OkStatus();
 }
 
+Status Engine::CloseIfUnchanged(SessionId id, uint64_t revision) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    STREAMD_ASSIGN_OR_RETURN(Session * s, Find(id));
+    if (s->gen || s->revision != revision) {
+      return FailedPreconditionError("session " + id.ToString() + " changed (revision " +
+                                     std::to_string(s->revision) + ", expected " +
+                                     std::to_string(revision) + ") or is generating");
+    }
+    s->closing = true;
+    DestroyClosed();
+  }
+  admission_cv_.notify_all();
+  return OkStatus();
+}
+
+Status Engine::SetMetadata(SessionId id, const std::string& key, const std::string& value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  STREAMD_ASSIGN_OR_RETURN(Session * s, Find(id));
+  auto [it, inserted] = s->metadata.try_emplace(key, value);
+  if (!inserted && it->second == value) return OkStatus();
+  it->second = value;
+  ++s->revision;
+  return OkStatus();
+}
+
 void Engine::DestroyClosed() {
   for (auto it = sessions_.begin(); it != sessions_.end();) {
-    if (it->second->closing && !it->second->in_flight) {
-      reserved_blocks_ -= it->second->cache->max_blocks();
+    Session& s = *it->second;
+    if (s.closing && !s.in_flight && !s.copying) {
+      reserved_blocks_ -= s.cache->bound_blocks();
       it = sessions_.erase(it);  // the cache returns its blocks to the pool here
     } else {
       ++it;
     }
   }
+}
+
+void Engine::WaitUntilIdle(std::unique_lock<std::mutex>& lock, Session& s) {
+  step_cv_.wait(lock, [&] { return stopping_ || (!s.in_flight && !s.copying); });
+}
+
+StatusOr<SessionState> Engine::Capture(SessionId id) {
+  std::unique_lock<std::mutex> lock(mu_);
+  STREAMD_ASSIGN_OR_RETURN(Session * found, Find(id));
+  Session& s = *found;
+  WaitUntilIdle(lock, s);
+  if (stopping_) return UnavailableError("the engine is shutting down");
+  if (s.closing) {
+    return NotFoundError("session " + id.ToString() + " was closed");
+  }
+  if (s.gen) {
+    return FailedPreconditionError("session " + id.ToString() +
+                                   " is generating; its state is captured between generations");
+  }
+  const SessionCache& cache = *s.cache;
+  SessionState st;
+  st.id = s.id;
+  st.tenant = s.options.tenant;
+  st.mode = cache.spec().mode;
+  st.sinks = cache.spec().sinks;
+  st.window = cache.spec().window;
+  st.sampling = s.options.sampling;
+  st.tokens_seen = cache.tokens_seen();
+  st.cached_tokens = cache.cached_ids();
+  st.pending = s.pending;
+  st.metadata = s.metadata;
+  st.revision = s.revision;
+  st.created_unix_ms = s.created_unix_ms;
+  st.saved_unix_ms = UnixMillis();
+  s.copying = true;
+  lock.unlock();
+
+  // The copy runs without the lock: the session sits out the steps meanwhile (its cache does
+  // not change), and Close defers to the end of the copy.
+  StatusOr<KvImage> kv = ReadCacheKv(cache);
+
+  lock.lock();
+  s.copying = false;
+  DestroyClosed();
+  lock.unlock();
+  step_cv_.notify_all();
+  work_cv_.notify_one();
+  admission_cv_.notify_all();
+  if (!kv.ok()) return kv.status();
+  st.kv = std::move(kv).value();
+  return st;
+}
+
+Status Engine::Restore(const SessionState& st) {
+  const LlamaConfig& c = model_->config();
+  if (!st.id.valid()) return InvalidArgumentError("restore: the state has no session id");
+  SessionOptions options;
+  options.tenant = st.tenant;
+  options.mode = st.mode;
+  options.sinks = st.sinks;
+  options.window = st.window;
+  options.sampling = st.sampling;
+  STREAMD_RETURN_IF_ERROR(ValidateOptions(options));
+  const CacheSpec spec = SessionCache::Effective(
+      {st.mode, st.sinks, st.window, config_.max_chunk}, c.context_length);
+  if (spec.sinks != st.sinks || spec.window != st.window) {
+    return InvalidArgumentError("restore: a " + std::string(CacheModeName(st.mode)) +
+                                " cache here has sinks " + std::to_string(spec.sinks) +
+                                " and window " + std::to_string(spec.window) + ", the state " +
+                                std::to_string(st.sinks) + " and " + std::to_string(st.window));
+  }
+  const KvImage& kv = st.kv;
+  if (kv.n_layers != c.n_layers || kv.n_kv_heads != c.n_kv_heads || kv.head_dim != c.head_dim) {
+    return InvalidArgumentError(
+        "restore: the state's K/V have " + std::to_string(kv.n_layers) + " layers, " +
+        std::to_string(kv.n_kv_heads) + " KV heads of " + std::to_string(kv.head_dim) +
+        "; the model " + std::to_string(c.n_layers) + ", " + std::to_string(c.n_kv_heads) +
+        " of " + std::to_string(c.head_dim));
+  }
+  if (kv.n_tokens != static_cast<int64_t>(st.cached_tokens.size()) ||
+      static_cast<int64_t>(kv.data.size()) != kv.elements()) {
+    return InvalidArgumentError("restore: the state holds " + std::to_string(kv.n_tokens) +
+                                " tokens of K/V, " + std::to_string(st.cached_tokens.size()) +
+                                " cached ids and " + std::to_string(kv.data.size()) +
+                                " K/V elements");
+  }
+  const int32_t vocab = tokenizer_->vocab_size();
+  for (const std::vector<int32_t>* ids : {&st.cached_tokens, &st.pending}) {
+    for (size_t i = 0; i < ids->size(); ++i) {
+      if ((*ids)[i] < 0 || (*ids)[i] >= vocab) {
+        return InvalidArgumentError(
+            std::string("restore: ") + (ids == &st.pending ? "pending" : "cached_tokens") + "[" +
+            std::to_string(i) + "] = " + std::to_string((*ids)[i]) +
+            " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+      }
+    }
+  }
+  if (static_cast<int64_t>(st.pending.size()) > config_.max_pending_tokens) {
+    return InvalidArgumentError("restore: " + std::to_string(st.pending.size()) +
+                                " pending tokens, over the limit of " +
+                                std::to_string(config_.max_pending_tokens));
+  }
+  if (spec.mode == CacheMode::kDense &&
+      st.tokens_seen + static_cast<int64_t>(st.pending.size()) > spec.window) {
+    return InvalidArgumentError("restore: a dense session holds at most " +
+                                std::to_string(spec.window) + " tokens; the state has " +
+                                std::to_string(st.tokens_seen + st.pending.size()));
+  }
+
+  std::unique_lock<std::mutex> lock(mu_);
+  // A session of this id that is closing (its step still in flight) goes first.
+  step_cv_.wait(lock, [&] {
+    auto it = sessions_.find(st.id);
+    return stopping_ || it == sessions_.end() || !it->second->closing;
+  });
+  if (stopping_) return UnavailableError("the engine is shutting down");
+  if (sessions_.count(st.id) > 0) {
+    return AlreadyExistsError("restore: session " + st.id.ToString() + " already exists");
+  }
+  if (static_cast<int32_t>(sessions_.size()) >= config_.max_sessions) {
+    return ResourceExhaustedError("open sessions are at the limit of " +
+                                  std::to_string(config_.max_sessions));
+  }
+  const int32_t need = SessionCache::BoundBlocks(spec, pool_->block_size());
+  if (!Fits(need)) {
+    return ResourceExhaustedError(
+        "the KV pool cannot admit this session now: it needs up to " + std::to_string(need) +
+        " blocks, " + std::to_string(reserved_blocks_) + " of " +
+        std::to_string(pool_->total_blocks()) + " are reserved by open sessions and " +
+        std::to_string(headroom_blocks_) + " by the prefill headroom");
+  }
+  STREAMD_ASSIGN_OR_RETURN(std::unique_ptr<SessionCache> cache,
+                           SessionCache::Create(pool_.get(), spec, c.context_length));
+  STREAMD_RETURN_IF_ERROR(cache->Restore(st.tokens_seen, st.cached_tokens));
+  auto owned = std::make_unique<Session>();
+  Session& s = *owned;
+  s.id = st.id;
+  s.key = next_key_++;
+  s.options = options;
+  s.cache = std::move(cache);
+  s.pending = st.pending;
+  s.metadata = st.metadata;
+  s.revision = st.revision;
+  s.created_unix_ms = st.created_unix_ms;
+  s.copying = true;  // sits out the steps until its K/V are in place
+  reserved_blocks_ += s.cache->bound_blocks();
+  sessions_.emplace(st.id, std::move(owned));
+  lock.unlock();
+
+  const Status written = WriteCacheKv(*s.cache, kv);
+
+  lock.lock();
+  s.copying = false;
+  if (!written.ok()) s.closing = true;  // nothing half-restored stays behind
+  DestroyClosed();
+  lock.unlock();
+  step_cv_.notify_all();
+  work_cv_.notify_one();
+  admission_cv_.notify_all();
+  return written;
 }
 
 SessionInfo Engine::InfoOf(const Session& s) const {
@@ -283,7 +519,9 @@ SessionInfo Engine::InfoOf(const Session& s) const {
   info.tokens_evicted = s.cache->tokens_evicted();
   info.generating = s.gen != nullptr;
   info.blocks_held = s.cache->blocks_held();
-  info.max_blocks = s.cache->max_blocks();
+  info.max_blocks = s.cache->bound_blocks();
+  info.revision = s.revision;
+  info.tenant = s.options.tenant;
   return info;
 }
 
@@ -317,13 +555,11 @@ EngineStats Engine::Stats() const {
 }
 
 // A session has work when it generates (its held-back token must be run), or when it holds
-// more than the one context token an idle session keeps back.
+// more than the one context token an idle session keeps back. Sessions being copied wait.
 bool Engine::HasWork() const {
   for (const auto& [id, s] : sessions_) {
-    if (s->closing) continue;
-    if (s->gen ? !s->pending.empty() || !s->held_logits.empty() : s->pending.size() > 1) {
-      return true;
-    }
+    if (s->closing || s->copying) continue;
+    if (s->gen ? !s->pending.empty() : s->pending.size() > 1) return true;
   }
   return false;
 }
@@ -339,40 +575,32 @@ void Engine::Loop() {
 
 void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
   std::vector<std::pair<EventSink, GenerationEvent>> events;
-  // Generations that start from held logits draw their first token without a forward pass.
-  for (const auto& [id, s] : sessions_) {
-    if (s->closing || !s->gen || !s->pending.empty() || s->held_logits.empty()) continue;
-    const int32_t token = s->gen->sampler.Sample(std::span<float>(s->held_logits));
-    ApplyToken(*s, token, events);
-    s->held_logits.clear();
-  }
-  // Plan under the lock.
+  // Plan under the lock: the planner picks the chunks, PlanStep places them in their caches.
   std::vector<SessionWork> work;
+  std::map<uint64_t, Session*> by_key;
   for (const auto& [id, s] : sessions_) {
-    if (s->closing) continue;
+    if (s->closing || s->copying) continue;
     // Idle sessions prefill all but their last token; generating ones everything.
     const int64_t runnable = static_cast<int64_t>(s->pending.size()) - (s->gen ? 0 : 1);
     if (runnable <= 0) continue;
-    work.push_back({id, runnable, s->gen != nullptr && s->pending.size() == 1 && s->gen->produced > 0,
-                    s->cache->spec().max_chunk});
+    work.push_back({s->key, runnable,
+                    s->gen != nullptr && s->pending.size() == 1 && s->gen->produced > 0,
+                    s->cache->spec().max_chunk, s->cache->geometry()});
+    by_key[s->key] = s.get();
   }
-  const std::vector<PlannedChunk> plan = planner_.Plan(work);
+  const std::vector<PlannedChunk> planned = planner_.Plan(work, headroom_blocks_);
+  if (planned.empty()) return;
   std::vector<StepChunk> chunks;
   std::vector<int32_t> tokens;
   std::vector<SequenceInput> seqs;
-  for (const PlannedChunk& p : plan) {
-    Session& s = *sessions_.at(p.id);
-    s.in_flight = true;
+  for (const PlannedChunk& p : planned) {
+    Session& s = *by_key.at(p.id);
     chunks.push_back({&s, p.n_tokens});
     tokens.insert(tokens.end(), s.pending.begin(), s.pending.begin() + p.n_tokens);
     seqs.push_back({s.cache.get(), p.n_tokens, LogitsMode::kLast});
   }
-  if (chunks.empty()) {
-    lock.unlock();
-    for (auto& [sink, event] : events) sink(std::move(event));
-    lock.lock();
-    return;
-  }
+  StatusOr<StepPlan> plan = PlanStep(tokens, seqs, model_->config().vocab_size);
+  for (StepChunk& chunk : chunks) chunk.session->in_flight = plan.ok();
   // A backend that picks greedy ids on the device returns only ids when every session this
   // step samples is greedy: no rows of vocab floats cross to the host.
   bool ids_only = model_->greedy_ids_on_device();
@@ -385,12 +613,15 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
 
   // The forward pass runs without the lock: API calls proceed meanwhile. Sessions in flight
   // are not destroyed (Close defers to DestroyClosed) and their caches are only touched here.
-  lock.unlock();
-  const Status status = ids_only ? model_->ForwardGreedy(tokens, seqs, ids.data())
-                                 : model_->Forward(tokens, seqs, logits_.data());
-  lock.lock();
-  // Rows an ids-only step did not bring back: a generation cancelled (its logits are held) or
-  // replaced by one that samples while the step ran. Rare; fetched one by one.
+  Status status = plan.status();
+  if (plan.ok()) {
+    lock.unlock();
+    status = ids_only ? model_->ExecuteGreedy(*plan, ids.data())
+                      : model_->Execute(*plan, logits_.data());
+    lock.lock();
+  }
+  // Rows an ids-only step did not bring back: a generation replaced by one that samples while
+  // the step ran. Rare; fetched one by one.
   const auto fetch_row = [&](size_t i, std::vector<float>& row) {
     row.resize(vocab);
     return model_->CopyGreedyStepLogits(static_cast<int64_t>(i), row.data());
@@ -428,6 +659,22 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
       });
     }
   }
+  if (!status.ok()) {
+    if (plan.ok()) AbortStep(seqs);
+  } else {
+    // A chunk whose generation was cancelled mid-step gives its last token back.
+    std::vector<int32_t> kept(chunks.size());
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      kept[i] = chunks[i].n_tokens - (chunks[i].GivesBackLast() ? 1 : 0);
+    }
+    CommitStep(seqs, kept);
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      Session& s = *chunks[i].session;
+      stats_.tokens_in += kept[i];
+      s.pending.erase(s.pending.begin(), s.pending.begin() + kept[i]);
+      if (kept[i] > 0) ++s.revision;
+    }
+  }
   for (size_t i = 0; i < chunks.size(); ++i) {
     Session& s = *chunks[i].session;
     s.in_flight = false;
@@ -435,28 +682,17 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
       // The step failed for every session in it (a failed forward pass is not retried: the
       // chunk is dropped so a persistent fault cannot spin the loop); generations end with it.
       s.pending.erase(s.pending.begin(), s.pending.begin() + chunks[i].n_tokens);
+      ++s.revision;
       if (s.gen) Finish(s, FinishReason::kError, status, events);
       continue;
     }
-    stats_.tokens_in += chunks[i].n_tokens;
-    s.last_cached_token = s.pending[chunks[i].n_tokens - 1];
-    s.pending.erase(s.pending.begin(), s.pending.begin() + chunks[i].n_tokens);
-    if (s.closing) continue;
-    if (s.gen) {
-      if (sampled[i] >= 0) ApplyToken(s, sampled[i], events);
-      if (!sample_errors[i].ok()) Finish(s, FinishReason::kError, sample_errors[i], events);
-    } else if (s.pending.empty()) {  // its generation was cancelled while this step ran
-      if (!ids_only) {
-        const float* row = &logits_[i * vocab];
-        s.held_logits.assign(row, row + vocab);
-      } else if (Status fetched = fetch_row(i, s.held_logits); !fetched.ok()) {
-        // Without its logits the session continues from new input only.
-        s.held_logits.clear();
-      }
-    }
+    if (s.closing || !s.gen) continue;
+    if (sampled[i] >= 0) ApplyToken(s, sampled[i], events);
+    if (!sample_errors[i].ok()) Finish(s, FinishReason::kError, sample_errors[i], events);
   }
   DestroyClosed();
   lock.unlock();
+  step_cv_.notify_all();
   admission_cv_.notify_all();
   for (auto& [sink, event] : events) sink(std::move(event));
   lock.lock();
@@ -470,6 +706,7 @@ void Engine::ApplyToken(Session& s, int32_t token,
   ++g.produced;
   ++stats_.tokens_out;
   s.pending.push_back(token);  // delivered tokens stay in the context
+  ++s.revision;
   if (!g.options.ignore_end_of_generation && tokenizer_->IsEndOfGeneration(token)) {
     Finish(s, FinishReason::kEndOfGeneration, OkStatus(), out);
     return;

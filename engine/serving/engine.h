@@ -14,10 +14,19 @@
 //    context, including the end-of-generation token that closed a turn and the tokens before
 //    a cancel; a later Append or Generate continues after them.
 //  - The last token of an idle session's context is held back from the cache until the next
-//    Generate needs its logits: no logits are stored between generations.
-// Admission: Open reserves the session's worst-case block bound (SessionCache::MaxBlocks).
-// When the pool cannot hold it, Open waits up to admission_timeout, then fails with
-// RESOURCE_EXHAUSTED naming the numbers. An admitted session can never run out of blocks.
+//    Generate needs its logits: no logits are stored between generations. A generation
+//    cancelled while its last token is in flight gives that token back (it stays pending; its
+//    K/V slot is simply written again by the next step).
+// Steps: the scheduler plans each step once (StepPlanner picks the chunks, PlanStep places them
+// and describes every token's slot and span as a StepPlan), the backend executes the plan, and
+// the scheduler commits it. Backends plan nothing.
+// Admission: Open reserves the session's block bound (SessionCache::BoundBlocks); the pool also
+// keeps a fixed prefill headroom that each step's chunks share. When the pool cannot hold the
+// bound, Open waits up to admission_timeout, then fails with RESOURCE_EXHAUSTED naming the
+// numbers. An admitted session can never run out of blocks and is never preempted.
+// State: Capture reads a session out as a SessionState (between generations), Restore creates
+// one from it (same id) in this engine's pool; the K/V copies run on the caller's thread while
+// the session sits out the steps, so neither holds up the scheduler.
 // Backend: any ModelBackend (CPU or CUDA); the pool is made by the backend, so it lives where
 // that backend's Forward reads it. A failed forward pass (bad input, or a device fault) ends
 // the generations of every session in that step with FinishReason::kError and its status.
@@ -36,6 +45,7 @@
 #include "engine/model/model_backend.h"
 #include "engine/serving/engine_types.h"
 #include "engine/serving/step_planner.h"
+#include "engine/snapshot/session_state.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace streamd {
@@ -57,6 +67,19 @@ class Engine {
   // Frees the session's blocks at once (after the step in flight, if it is in one).
   Status Close(SessionId id);
 
+  // The session as a SessionState: FAILED_PRECONDITION while it generates (capture between
+  // generations), NOT_FOUND when it does not exist. Waits for the step it is in, if any.
+  StatusOr<SessionState> Capture(SessionId id);
+  // Creates a session from a state (same id, settings, context and K/V), at once or not at all:
+  // ALREADY_EXISTS for an id in use, RESOURCE_EXHAUSTED when its bound does not fit now,
+  // INVALID_ARGUMENT naming the field when the state does not fit this model or engine.
+  Status Restore(const SessionState& state);
+  // Closes the session only if its revision is still `revision` and it does not generate
+  // (an offload that raced with new input keeps the session): FAILED_PRECONDITION otherwise.
+  Status CloseIfUnchanged(SessionId id, uint64_t revision);
+  // Opaque per-session facts of the caller (the server's chat state), kept in SessionState.
+  Status SetMetadata(SessionId id, const std::string& key, const std::string& value);
+
   StatusOr<SessionInfo> Get(SessionId id) const;
   std::vector<SessionInfo> List() const;
   EngineStats Stats() const;
@@ -73,7 +96,12 @@ class Engine {
   Engine(std::unique_ptr<ModelBackend> model, std::unique_ptr<tokenizer::Tokenizer> tokenizer,
          EngineConfig config, std::unique_ptr<BlockPool> pool);
   Status ValidateOptions(const SessionOptions& options) const;
+  // Admission of a bound of `need` blocks (requires mu_).
+  bool Fits(int32_t need) const;
   StatusOr<Session*> Find(SessionId id) const;  // requires mu_
+  // A session that sits out the steps while its K/V are copied (requires mu_ on entry; waits
+  // for the step it is in).
+  void WaitUntilIdle(std::unique_lock<std::mutex>& lock, Session& s);
   SessionInfo InfoOf(const Session& s) const;   // requires mu_
   bool HasWork() const;                          // requires mu_
   void Loop();
@@ -94,9 +122,11 @@ class Engine {
   mutable std::mutex mu_;
   std::condition_variable work_cv_;       // the scheduler waits for work
   std::condition_variable admission_cv_;  // Open waits for blocks
+  std::condition_variable step_cv_;       // a step ended, or a capture finished
   std::map<SessionId, std::unique_ptr<Session>> sessions_;
-  SessionId next_id_ = 1;
-  int32_t reserved_blocks_ = 0;
+  uint64_t next_key_ = 1;          // the planner's name for a session (never reused)
+  int32_t reserved_blocks_ = 0;    // sum of admitted sessions' bounds
+  int32_t headroom_blocks_ = 0;    // the prefill headroom, reserved once
   StepPlanner planner_;
   EngineStats stats_;
   bool stopping_ = false;

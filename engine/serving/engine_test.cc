@@ -12,144 +12,14 @@
 #include <gtest/gtest.h>
 
 #include "engine/model/synthetic_model.h"
+#include "engine/serving/engine_test_util.h"
 
 namespace streamd {
 namespace {
 
 using namespace std::chrono_literals;
+using namespace streamd::testing;
 
-// Collects events from the scheduler thread; tests wait on it.
-class Collector {
- public:
-  EventSink Sink() {
-    return [this](GenerationEvent&& e) {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (e.kind == GenerationEvent::Kind::kToken) {
-        tokens_[e.session].push_back(e.token);
-        text_[e.session] += e.text;
-      } else {
-        text_[e.session] += e.tail_text;
-        done_[e.session] = e;
-      }
-      cv_.notify_all();
-    };
-  }
-  GenerationEvent WaitDone(SessionId id) {
-    std::unique_lock<std::mutex> lock(mu_);
-    EXPECT_TRUE(cv_.wait_for(lock, 120s, [&] { return done_.count(id) > 0; }))
-        << "session " << id << " never finished";
-    GenerationEvent e = done_[id];
-    done_.erase(id);
-    return e;
-  }
-  std::vector<int32_t> Tokens(SessionId id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return tokens_[id];
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<SessionId, std::vector<int32_t>> tokens_;
-  std::map<SessionId, std::string> text_;
-  std::map<SessionId, GenerationEvent> done_;
-};
-
-// The CPU model dressed as a backend that picks greedy ids on the device (as CUDA does): the
-// engine then runs greedy steps through ForwardGreedy and fetches single rows only when a
-// session needs more than its id. Counts which path each step took.
-class IdsOnDevice : public ModelBackend {
- public:
-  explicit IdsOnDevice(std::unique_ptr<ModelBackend> inner) : inner_(std::move(inner)) {}
-  const LlamaConfig& config() const override { return inner_->config(); }
-  std::string_view backend_name() const override { return inner_->backend_name(); }
-  std::string device_description() const override { return inner_->device_description(); }
-  uint64_t weight_bytes() const override { return inner_->weight_bytes(); }
-  void set_threads(int32_t n) override { inner_->set_threads(n); }
-  void RunOnHostThreads(int64_t n, const std::function<void(int64_t)>& fn) override {
-    inner_->RunOnHostThreads(n, fn);
-  }
-  StatusOr<std::unique_ptr<BlockPool>> CreatePool(const KvShape& shape, int32_t block_size,
-                                                  int64_t budget_bytes) override {
-    return inner_->CreatePool(shape, block_size, budget_bytes);
-  }
-  StatusOr<int64_t> PoolBudgetFromFraction(double fraction) const override {
-    return inner_->PoolBudgetFromFraction(fraction);
-  }
-  Status Forward(std::span<const int32_t> tokens, std::span<const SequenceInput> seqs,
-                 float* logits) override {
-    ++full_rows_steps;
-    return inner_->Forward(tokens, seqs, logits);
-  }
-  Status ForwardGreedy(std::span<const int32_t> tokens, std::span<const SequenceInput> seqs,
-                       int32_t* next_tokens) override {
-    ++ids_only_steps;
-    return inner_->ForwardGreedy(tokens, seqs, next_tokens);
-  }
-  bool greedy_ids_on_device() const override { return true; }
-  Status CopyGreedyStepLogits(int64_t row, float* out) override {
-    ++rows_fetched;
-    return inner_->CopyGreedyStepLogits(row, out);
-  }
-
-  std::atomic<int64_t> full_rows_steps{0}, ids_only_steps{0}, rows_fetched{0};
-
- private:
-  std::unique_ptr<ModelBackend> inner_;
-};
-
-SyntheticModelSpec TinyModel() {
-  SyntheticModelSpec spec;
-  spec.with_vocab = true;
-  spec.vocab_size = 300;
-  return spec;
-}
-
-// With `ids_on_device`, the model is wrapped in IdsOnDevice and *wrapper points at it.
-std::unique_ptr<Engine> MakeEngine(int64_t pool_bytes = 64 << 20, int32_t max_chunk = 64,
-                                   const SyntheticModelSpec& spec = TinyModel(),
-                                   IdsOnDevice** wrapper = nullptr) {
-  auto model = MakeSyntheticModel(spec);
-  EXPECT_TRUE(model.ok()) << model.status().ToString();
-  auto vocab = tokenizer::Tokenizer::FromGguf((*model)->file());
-  EXPECT_TRUE(vocab.ok()) << vocab.status().ToString();
-  EngineConfig config;
-  config.pool_bytes = pool_bytes;
-  config.max_chunk = max_chunk;
-  config.threads = 2;
-  config.planner = {128, 64};
-  std::unique_ptr<ModelBackend> backend = std::move(model).value();
-  if (wrapper != nullptr) {
-    auto wrapped = std::make_unique<IdsOnDevice>(std::move(backend));
-    *wrapper = wrapped.get();
-    backend = std::move(wrapped);
-  }
-  auto engine = Engine::Create(std::move(backend), std::move(vocab).value(), config);
-  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
-  return std::move(engine).value();
-}
-
-SessionOptions Greedy(int32_t window = 40) {
-  SessionOptions o;
-  o.sinks = 4;
-  o.window = window;
-  o.sampling.temperature = 0.0f;
-  return o;
-}
-
-std::vector<int32_t> RandomTokens(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> t(n);
-  for (int32_t& x : t) x = static_cast<int32_t>(rng() % 256);  // bytes: never special
-  return t;
-}
-
-GenerateOptions UpTo(int32_t n) {
-  GenerateOptions g;
-  g.max_tokens = n;
-  g.ignore_end_of_generation = true;
-  return g;
-}
 
 TEST(EngineTest, GeneratesStreamsAndKeepsDeliveredTokensInContext) {
   auto engine = MakeEngine();
@@ -324,9 +194,10 @@ TEST(EngineTest, BadRequestsGetStableCodesAndDisturbNothing) {
   ASSERT_TRUE(engine->Append(*other, RandomTokens(20, 5)).ok());
   ASSERT_TRUE(engine->Generate(*other, UpTo(30), events.Sink()).ok());
 
-  EXPECT_EQ(engine->Append(999, RandomTokens(3, 1)).code(), StatusCode::kNotFound);
-  EXPECT_EQ(engine->Generate(999, UpTo(3), events.Sink()).code(), StatusCode::kNotFound);
-  EXPECT_EQ(engine->Close(999).code(), StatusCode::kNotFound);
+  const SessionId unknown = SessionId::Random();
+  EXPECT_EQ(engine->Append(unknown, RandomTokens(3, 1)).code(), StatusCode::kNotFound);
+  EXPECT_EQ(engine->Generate(unknown, UpTo(3), events.Sink()).code(), StatusCode::kNotFound);
+  EXPECT_EQ(engine->Close(unknown).code(), StatusCode::kNotFound);
   auto id = engine->Open(Greedy());
   ASSERT_TRUE(id.ok());
   Status s = engine->Append(*id, std::vector<int32_t>{1, 2, 300});
@@ -360,10 +231,12 @@ TEST(EngineTest, BadRequestsGetStableCodesAndDisturbNothing) {
   EXPECT_EQ(done.output_tokens, 30);
 }
 
-// Sessions are admitted only while their worst-case bound fits; admitted sessions then run to
-// the end with the pool completely reserved, and closing frees every block.
+// Sessions are admitted only while their bound fits beside the prefill headroom; admitted
+// sessions then run to the end with the pool completely reserved (their 150-token appends
+// share the headroom in shortened chunks), and closing frees every block.
 TEST(EngineTest, AdmissionFromTheBoundAndNoMidStreamFailure) {
-  // SessionCache bound: ceil(4/16) + ceil((40 + 64 - 1)/16) + 1 = 1 + 7 + 1 = 9 blocks.
+  // SessionCache bound: ceil(4/16) + ceil((40 + 16 - 1)/16) = 1 + 4 = 5 blocks; prefill
+  // headroom for steps of 128 tokens in chunks of 64: ceil(128/16) + 2 + 2 = 12 blocks.
   SyntheticModelSpec spec;  // 2 layers, 2 kv heads, head_dim 16
   const int64_t block_bytes = BlockPool::BlockBytes({2, 2, 16}, 16);
   auto engine = MakeEngine(/*pool_bytes=*/block_bytes * 30, /*max_chunk=*/64);
@@ -376,11 +249,13 @@ TEST(EngineTest, AdmissionFromTheBoundAndNoMidStreamFailure) {
   }
   auto refused = engine->Open(Greedy());
   ASSERT_EQ(refused.status().code(), StatusCode::kResourceExhausted);
-  EXPECT_NE(refused.status().message().find("needs up to 9 blocks"), std::string::npos)
+  EXPECT_NE(refused.status().message().find("needs up to 5 blocks"), std::string::npos)
       << refused.status().message();
-  EXPECT_NE(refused.status().message().find("27 of 30"), std::string::npos);
-  for (SessionId id : ids) {
-    ASSERT_TRUE(engine->Append(id, RandomTokens(150, id)).ok());
+  EXPECT_NE(refused.status().message().find("15 of 30"), std::string::npos);
+  EXPECT_NE(refused.status().message().find("12 by the prefill headroom"), std::string::npos);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const SessionId id = ids[i];
+    ASSERT_TRUE(engine->Append(id, RandomTokens(150, i + 1)).ok());
     ASSERT_TRUE(engine->Generate(id, UpTo(200), events.Sink()).ok());
   }
   // A queued Open is admitted when a session closes.

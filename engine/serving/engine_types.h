@@ -13,18 +13,28 @@
 #include "engine/cache/session_cache.h"
 #include "engine/sampling/sampling_params.h"
 #include "engine/serving/step_planner.h"
+#include "engine/util/session_id.h"
 #include "engine/util/status.h"
 
 namespace streamd {
 
-using SessionId = uint64_t;
+
+// The prefill headroom when EngineConfig::prefill_headroom_blocks is -1: enough for a step of
+// max_batch_tokens prefill tokens in full chunks (a chunk of n borrows at most ceil((n-1)/B)
+// blocks), plus a few blocks of rounding; smaller or more numerous chunks get shortened
+// (StepPlanner) rather than reserving for the worst case.
+int32_t DefaultPrefillHeadroom(const PlannerConfig& planner, int32_t max_chunk,
+                               int32_t block_size);
 
 struct EngineConfig {
   int32_t block_size = 16;
   int64_t pool_bytes = 256LL << 20;  // KV pool budget, allocated once
   PlannerConfig planner;
   int32_t threads = 0;           // forward-pass threads; 0 = all cores
-  int32_t max_chunk = 256;       // most tokens of one session per step (its ring slack)
+  int32_t max_chunk = 256;       // most tokens of one session per step
+  // Blocks of the pool set aside for the prefill chunks of a step beyond their sessions'
+  // bounds (SessionCache: "prefill headroom"); -1 = DefaultPrefillHeadroom.
+  int32_t prefill_headroom_blocks = -1;
   int32_t max_sessions = 4096;   // open sessions, admitted or queued
   int32_t max_sinks = 64;        // per-session limits
   int32_t max_window = 8192;     // also bounded by the model context minus sinks
@@ -32,6 +42,7 @@ struct EngineConfig {
 };
 
 struct SessionOptions {
+  std::string tenant;  // who owns it: an opaque label to the engine
   CacheMode mode = CacheMode::kSink;
   int32_t sinks = 4;
   int32_t window = 1020;
@@ -55,7 +66,7 @@ const char* FinishReasonName(FinishReason reason);
 struct GenerationEvent {
   enum class Kind { kToken, kDone };
   Kind kind = Kind::kToken;
-  SessionId session = 0;
+  SessionId session;
   std::string request_id;
   // kToken: one sampled token and the UTF-8 text it completes (may be empty while a
   // character or a possible stop string is incomplete).
@@ -77,7 +88,7 @@ struct GenerationEvent {
 using EventSink = std::function<void(GenerationEvent&&)>;
 
 struct SessionInfo {
-  SessionId id = 0;
+  SessionId id;
   CacheSpec cache;
   int64_t tokens_seen = 0;     // every token appended or generated, prefilled or pending
   int64_t tokens_cached = 0;   // in the KV cache and visible
@@ -85,7 +96,9 @@ struct SessionInfo {
   int64_t pending_tokens = 0;
   bool generating = false;
   int32_t blocks_held = 0;
-  int32_t max_blocks = 0;
+  int32_t max_blocks = 0;      // its bound: what admission reserved
+  uint64_t revision = 0;       // bumped by every change of its state (SessionState::revision)
+  std::string tenant;
 };
 
 struct EngineStats {
@@ -94,6 +107,7 @@ struct EngineStats {
   int32_t blocks_total = 0;
   int32_t blocks_used = 0;
   int32_t blocks_reserved = 0;  // sum of admitted sessions' bounds
+  int32_t blocks_headroom = 0;  // the pool's prefill headroom (reserved once)
   int64_t bytes_per_token = 0;
   int64_t steps = 0;
   int64_t tokens_in = 0;   // prefilled

@@ -11,7 +11,8 @@ std::pair<size_t, int64_t> StepPlanner::DecodeLimits(size_t cap, int64_t budget,
   return {cap > 1 ? cap - 1 : cap, budget > 1 ? budget - std::max<int64_t>(1, budget / 8) : budget};
 }
 
-std::vector<PlannedChunk> StepPlanner::Plan(const std::vector<SessionWork>& work) {
+std::vector<PlannedChunk> StepPlanner::Plan(const std::vector<SessionWork>& work,
+                                            int32_t headroom_blocks) {
   ++step_;
   // Least recently served first; a session seen for the first time queues as served now, so
   // later arrivals never overtake it and a waiting session is passed over at most once by
@@ -45,7 +46,7 @@ std::vector<PlannedChunk> StepPlanner::Plan(const std::vector<SessionWork>& work
     const SessionWork& w =
         longest_waiting(prefills[0], decoders[0]) ? prefills[0] : decoders[0];
     const int64_t n = std::min<int64_t>({w.pending, w.max_chunk, budget});
-    plan.push_back({w.id, static_cast<int32_t>(n)});
+    plan.push_back({w.id, w.cache.LongestChunkWithin(static_cast<int32_t>(n), headroom_blocks)});
     last_served_[w.id] = step_ + 1;
     return plan;
   }
@@ -54,10 +55,13 @@ std::vector<PlannedChunk> StepPlanner::Plan(const std::vector<SessionWork>& work
     plan.push_back({w.id, 1});
   }
   budget -= static_cast<int64_t>(plan.size());
+  int32_t headroom = std::max(0, headroom_blocks);
   for (const SessionWork& w : prefills) {
     if (plan.size() >= cap || budget < 1) break;
-    const int64_t n = std::min<int64_t>({w.pending, w.max_chunk, budget});
-    plan.push_back({w.id, static_cast<int32_t>(n)});
+    const int64_t wanted = std::min<int64_t>({w.pending, w.max_chunk, budget});
+    const int32_t n = w.cache.LongestChunkWithin(static_cast<int32_t>(wanted), headroom);
+    headroom -= w.cache.HeadroomForChunk(n);
+    plan.push_back({w.id, n});
     budget -= n;
   }
   for (const PlannedChunk& c : plan) last_served_[c.id] = step_ + 1;  // after every waiter

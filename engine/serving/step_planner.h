@@ -10,6 +10,11 @@
 //  2. Prefill with what is left: sessions with pending input get chunks of at most their
 //     cache's max_chunk, least recently served first, so one huge append shares the budget
 //     with later ones and never stalls decoders by more than the one step it shares with them.
+//  3. Prefill headroom: a chunk may make its session hold more blocks than its bound (its
+//     queries' windows reach back before the chunk); those blocks come from the pool's prefill
+//     headroom, `headroom_blocks` per step, shared by the step's chunks. A chunk that would
+//     borrow more than is left is shortened to the longest that fits (a one-token chunk never
+//     borrows), so prefill always progresses and admission stays exact.
 // Fairness: within each lane, order is by the step a session was last served (a new session
 // counts as served when it first shows up), so no later arrival overtakes a waiting session.
 #pragma once
@@ -18,7 +23,10 @@
 #include <cstdint>
 #include <unordered_map>
 #include <utility>
+#include <limits>
 #include <vector>
+
+#include "engine/cache/session_cache.h"
 
 namespace streamd {
 
@@ -32,6 +40,7 @@ struct SessionWork {
   int64_t pending = 0;     // tokens waiting to enter the cache
   bool decoding = false;   // pending == 1 and it is the last sampled token of a generation
   int32_t max_chunk = 1;   // the session cache's chunk limit
+  CacheGeometry cache;     // where its cache stands (for the headroom a chunk borrows)
 };
 
 struct PlannedChunk {
@@ -43,8 +52,10 @@ class StepPlanner {
  public:
   explicit StepPlanner(PlannerConfig config) : config_(config) {}
 
-  // `work`: every session with pending > 0, in a stable order (e.g. by id).
-  std::vector<PlannedChunk> Plan(const std::vector<SessionWork>& work);
+  // `work`: every session with pending > 0, in a stable order (e.g. by id). The step's chunks
+  // borrow at most `headroom_blocks` blocks over their sessions' bounds.
+  std::vector<PlannedChunk> Plan(const std::vector<SessionWork>& work,
+                                 int32_t headroom_blocks = std::numeric_limits<int32_t>::max());
 
   const PlannerConfig& config() const { return config_; }
 

@@ -10,10 +10,11 @@
 // keeps across generations is all here.
 //
 // Invariants (checked by the snapshot reader and by Engine::Restore):
-//   kv.n_tokens == cached_tokens.size() == min(tokens_seen, sinks) +
-//                                          min(max(tokens_seen - sinks, 0), window);
-//   cached_tokens are the ids at text positions 0 .. min(tokens_seen, sinks) - 1, then
-//   tokens_seen - (n_tokens - sinks') .. tokens_seen - 1 (sinks' = the sinks held);
+//   cached_tokens and kv hold exactly the keys the session's next query reads from its cache
+//   (SessionCache::CachedSpanAt(tokens_seen), in cache order): the sinks, text positions
+//   0 .. min(tokens_seen, sinks) - 1, then the window max(sinks, tokens_seen - window + 1) ..
+//   tokens_seen - 1 (a dense cache keeps 0 .. tokens_seen - 1);
+//   kv.n_tokens == cached_tokens.size();
 //   keys are stored rotated by their text position (docs/ARCHITECTURE.md, "Positions from the
 //   cache"), so a restored cache needs no re-rotation whatever its block size.
 #pragma once
@@ -23,31 +24,12 @@
 #include <string>
 #include <vector>
 
+#include "engine/cache/kv_image.h"
 #include "engine/cache/session_cache.h"
 #include "engine/sampling/sampling_params.h"
 #include "engine/util/session_id.h"
 
 namespace streamd {
-
-// Cached K/V of one session in cache order: per layer, K then V, per KV head, the cached tokens
-// in cache order (sinks, then the window oldest first), head_dim halves each.
-struct KvImage {
-  int32_t n_layers = 0;
-  int32_t n_kv_heads = 0;
-  int32_t head_dim = 0;
-  int64_t n_tokens = 0;
-  std::vector<uint16_t> data;  // f16 bits: [n_layers][2 (K, V)][n_kv_heads][n_tokens][head_dim]
-
-  int64_t elements() const {
-    return static_cast<int64_t>(n_layers) * 2 * n_kv_heads * n_tokens * head_dim;
-  }
-  // Offset of the head_dim vector of (layer, K or V, head, cache index).
-  int64_t Offset(int32_t layer, int32_t kv, int32_t head, int64_t index) const {
-    return (((static_cast<int64_t>(layer) * 2 + kv) * n_kv_heads + head) * n_tokens + index) *
-           head_dim;
-  }
-  bool operator==(const KvImage&) const = default;
-};
 
 struct SessionState {
   SessionId id;

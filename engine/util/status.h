@@ -55,6 +55,7 @@ class [[nodiscard]] Status {
 inline Status OkStatus() { return Status(); }
 inline Status InvalidArgumentError(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
 inline Status NotFoundError(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
+inline Status AlreadyExistsError(std::string m) { return {StatusCode::kAlreadyExists, std::move(m)}; }
 inline Status OutOfRangeError(std::string m) { return {StatusCode::kOutOfRange, std::move(m)}; }
 inline Status UnimplementedError(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 inline Status DataLossError(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }

@@ -10,11 +10,14 @@
 //
 // Sink + window addressing (StreamingLLM). Text positions t = 0, 1, 2, ... of a session:
 //   t <  S: sink token, pinned: block sink_blocks[t / B], slot t % B;
-//   t >= S: window index i = t - S, block ring_blocks[(i / B) % R], slot i % B.
+//   t >= S: window index i = t - S, logical window block k = i / B, held in
+//           window_blocks[k - first_window_block], slot i % B.
 // A query at text position p sees the sinks 0..min(S, p + 1) - 1 and the window
-// [WindowStart(p), p] (its own last W tokens, itself included). The ring has R blocks,
-// R >= ceil((W + C - 1) / B) + 1 for chunks of at most C tokens, so a block is recycled only
-// when no query of the current chunk can see any token in it: eviction never copies K/V.
+// [WindowStart(p), p] (its own last W tokens, itself included). window_blocks lists the blocks
+// of the logical window blocks first_window_block .. first_window_block + n - 1, oldest first:
+// the engine appends a block when the window reaches a new one and drops the oldest once no
+// query can see any token in it, so eviction never copies K/V and a chunk of any length keeps
+// every key its queries see (the engine plans which blocks a step holds; kernels only read).
 #pragma once
 
 #include <cstdint>
@@ -50,14 +53,14 @@ struct KvPoolLayout {
 };
 
 struct SinkWindowTable {
-  const int32_t* sink_blocks = nullptr;  // [ceil(sinks / block_size)]
-  const int32_t* ring_blocks = nullptr;  // [ring_size]
-  int32_t sinks = 0;                     // S
-  int32_t window = 0;                    // W >= 1
-  int32_t ring_size = 0;                 // R
-  int32_t block_size = 0;                // B
+  const int32_t* sink_blocks = nullptr;    // [ceil(sinks / block_size)]
+  const int32_t* window_blocks = nullptr;  // [blocks the window holds], oldest first
+  int64_t first_window_block = 0;          // logical window block of window_blocks[0]
+  int32_t sinks = 0;                       // S
+  int32_t window = 0;                      // W >= 1
+  int32_t block_size = 0;                  // B
 
-  // Block id and slot of text position t (t must be visible to some query of the chunk).
+  // Block id and slot of text position t (t must be visible to some query of the step).
   STREAMD_HOST_DEVICE void Locate(int64_t t, int32_t* block, int32_t* slot) const {
     if (t < sinks) {
       *block = sink_blocks[t / block_size];
@@ -65,7 +68,7 @@ struct SinkWindowTable {
       return;
     }
     const int64_t i = t - sinks;
-    *block = ring_blocks[(i / block_size) % ring_size];
+    *block = window_blocks[i / block_size - first_window_block];
     *slot = static_cast<int32_t>(i % block_size);
   }
   // Sinks a query at text position p sees: min(S, p + 1).

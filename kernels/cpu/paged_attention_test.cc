@@ -2,7 +2,7 @@
 // recomputation of the sink + window attention and against one PagedAttentionHead call per query
 // head at the portable level (bit-identical there). Cases: group sizes 1, 2, 3, 4 and 8, head
 // sizes 64, 128 and 40, block sizes 1, 7 and 16, windows that are not a multiple of the block
-// size, S = 0, queries before eviction, at its start and far past it (ring wrap-around).
+// size, S = 0, queries before eviction, at its start and far past it (window blocks far from block 0).
 #include "kernels/cpu/paged_attention.h"
 
 #include <gtest/gtest.h>
@@ -31,6 +31,13 @@ struct Cache {
   std::vector<uint16_t> pool;  // one layer, f16
   std::vector<int32_t> blocks;
   SinkWindowTable table;
+  // The table as the engine would plan it for a query at p: its window blocks start at the
+  // block of the oldest key p sees.
+  SinkWindowTable At(int64_t p) const {
+    SinkWindowTable t = table;
+    if (p >= t.sinks) t.first_window_block = (t.WindowStart(p) - t.sinks) / t.block_size;
+    return t;
+  }
 };
 
 Cache MakeCache(int32_t hd, int32_t block, int32_t sinks, int32_t window, std::mt19937_64& rng) {
@@ -46,10 +53,9 @@ Cache MakeCache(int32_t hd, int32_t block, int32_t sinks, int32_t window, std::m
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (uint16_t& h : c.pool) h = FloatToHalf(u(rng));
   c.table.sink_blocks = c.blocks.data();
-  c.table.ring_blocks = c.blocks.data() + n_sink;
+  c.table.window_blocks = c.blocks.data() + n_sink;
   c.table.sinks = sinks;
   c.table.window = window;
-  c.table.ring_size = ring;
   c.table.block_size = block;
   return c;
 }
@@ -59,17 +65,18 @@ std::vector<double> Reference(const Cache& c, int64_t p, int32_t kv_head, int32_
                               const std::vector<float>& q_window, const std::vector<float>& q_sink,
                               float scale) {
   const int32_t hd = c.layout.head_dim;
+  const SinkWindowTable table = c.At(p);
   std::vector<int64_t> keys;
-  for (int64_t j = 0; j < c.table.VisibleSinks(p); ++j) keys.push_back(j);
-  for (int64_t j = c.table.WindowStart(p); j <= p; ++j) keys.push_back(j);
+  for (int64_t j = 0; j < table.VisibleSinks(p); ++j) keys.push_back(j);
+  for (int64_t j = table.WindowStart(p); j <= p; ++j) keys.push_back(j);
   std::vector<double> out(static_cast<size_t>(n_q) * hd, 0.0);
   for (int32_t i = 0; i < n_q; ++i) {
     std::vector<double> s(keys.size());
     for (size_t j = 0; j < keys.size(); ++j) {
       int32_t block, slot;
-      c.table.Locate(keys[j], &block, &slot);
+      table.Locate(keys[j], &block, &slot);
       const uint16_t* k = c.pool.data() + c.layout.Offset(block, 0, kv_head, slot);
-      const float* q = (keys[j] < c.table.sinks ? q_sink : q_window).data() + i * hd;
+      const float* q = (keys[j] < table.sinks ? q_sink : q_window).data() + i * hd;
       double dot = 0;
       for (int32_t d = 0; d < hd; ++d) dot += double{q[d]} * HalfToFloat(k[d]);
       s[j] = dot * scale;
@@ -79,7 +86,7 @@ std::vector<double> Reference(const Cache& c, int64_t p, int32_t kv_head, int32_
     for (double& x : s) sum += (x = std::exp(x - max));
     for (size_t j = 0; j < keys.size(); ++j) {
       int32_t block, slot;
-      c.table.Locate(keys[j], &block, &slot);
+      table.Locate(keys[j], &block, &slot);
       const uint16_t* v = c.pool.data() + c.layout.Offset(block, 1, kv_head, slot);
       for (int32_t d = 0; d < hd; ++d) out[i * hd + d] += s[j] / sum * HalfToFloat(v[d]);
     }
@@ -119,7 +126,7 @@ TEST(PagedAttentionTest, GroupMatchesReferenceAndPerHeadCalls) {
           {
             ScopedIsa portable(Isa::kPortable);
             for (int32_t i = 0; i < n_q; ++i) {
-              PagedAttentionHead(c.layout, c.pool.data(), c.table, p, kv_head, &q_window[i * hd],
+              PagedAttentionHead(c.layout, c.pool.data(), c.At(p), p, kv_head, &q_window[i * hd],
                                  &q_sink[i * hd], scale, scratch.data(), &heads[i * hd]);
             }
           }
@@ -129,7 +136,7 @@ TEST(PagedAttentionTest, GroupMatchesReferenceAndPerHeadCalls) {
             std::vector<float> out(n_q * hd + 1, NAN);
             out[n_q * hd] = 7.0f;
             scratch.back() = 7.0f;
-            PagedAttentionGroup(c.layout, c.pool.data(), c.table, p, kv_head, n_q, q_window.data(),
+            PagedAttentionGroup(c.layout, c.pool.data(), c.At(p), p, kv_head, n_q, q_window.data(),
                                 q_sink.data(), scale, scratch.data(), out.data());
             ASSERT_EQ(out[n_q * hd], 7.0f);
             ASSERT_EQ(scratch.back(), 7.0f);
@@ -162,7 +169,7 @@ TEST(PagedAttentionTest, SharedSinkQuery) {
   for (Isa isa : SupportedIsas()) {
     SCOPED_TRACE(IsaName(isa));
     ScopedIsa scoped(isa);
-    PagedAttentionGroup(c.layout, c.pool.data(), c.table, 70, 0, n_q, q.data(), q.data(), 0.125f,
+    PagedAttentionGroup(c.layout, c.pool.data(), c.At(70), 70, 0, n_q, q.data(), q.data(), 0.125f,
                         scratch.data(), out.data());
     const std::vector<double> ref = Reference(c, 70, 0, n_q, q, q, 0.125f);
     for (size_t e = 0; e < out.size(); ++e) ASSERT_NEAR(out[e], ref[e], 1e-5) << e;

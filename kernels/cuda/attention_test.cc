@@ -2,7 +2,7 @@
 // float64 recomputation of the sink + window attention, and the CPU backend's
 // PagedAttentionHead. Cases: ragged batches, GQA groups 1/3/4/8/32, head_dim 64 and 128, block
 // sizes 1, 7 and 16, windows that are not a multiple of the block size, sessions many times
-// longer than the window (ring wrap-around), S = 0, queries before eviction starts, and
+// longer than the window (window blocks far from block 0), S = 0, queries before eviction starts, and
 // chunks that cross the window boundary. Outputs are poisoned (NaN) before each launch.
 #include <algorithm>
 #include <array>
@@ -42,7 +42,7 @@ struct Problem {
   int32_t n_tokens = 0, q_dim = 0, q_ld = 0;
   float scale = 0;
   std::vector<uint16_t> pool;           // one layer, f16
-  std::vector<int32_t> block_ids;       // every session's sink then ring ids
+  std::vector<int32_t> block_ids;       // every session's sink then window ids
   std::vector<SinkWindowTable> host_tables, device_tables;
   std::vector<int32_t> seq_of;
   std::vector<int64_t> positions;
@@ -78,13 +78,16 @@ Problem Make(const Case& c, DeviceArray<int32_t>** ids_out) {
     SinkWindowTable t;
     t.sinks = c.sessions[s].sinks;
     t.window = c.sessions[s].window;
-    t.ring_size = ring_n[s];
     t.block_size = B;
+    // The window blocks start at the block of the oldest key the first query sees, as the
+    // engine's step plan lays them out; ring_n[s] blocks cover the chunk's last query.
+    const int64_t p0 = c.sessions[s].first_position;
+    if (p0 >= t.sinks) t.first_window_block = (t.WindowStart(p0) - t.sinks) / B;
     SinkWindowTable h = t, d = t;
     h.sink_blocks = pr.block_ids.data() + offset;
     d.sink_blocks = (*ids_out)->get() + offset;
-    h.ring_blocks = h.sink_blocks + sink_n[s];
-    d.ring_blocks = d.sink_blocks + sink_n[s];
+    h.window_blocks = h.sink_blocks + sink_n[s];
+    d.window_blocks = d.sink_blocks + sink_n[s];
     offset += sink_n[s] + ring_n[s];
     pr.host_tables.push_back(h);
     pr.device_tables.push_back(d);

@@ -1,0 +1,44 @@
+// KvImage: one session's cached K/V in cache order, independent of pools, block sizes and
+// backends; what SessionState carries. ReadCacheKv gathers it out of a cache's blocks and
+// WriteCacheKv scatters it into a cache restored with SessionCache::Restore, through the pool's
+// block copies (BlockPool::ReadBlocks / WriteBlocks), so device pools work too.
+//
+// Layout: per layer, K then V, per KV head, the cached tokens in cache order (sinks, then the
+// window oldest first), head_dim f16 values each: [n_layers][2][n_kv_heads][n_tokens][head_dim].
+// One (layer, K/V, head) run of a block's slots is one contiguous copy on either side.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/cache/session_cache.h"
+#include "engine/util/status.h"
+
+namespace streamd {
+
+struct KvImage {
+  int32_t n_layers = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  int64_t n_tokens = 0;
+  std::vector<uint16_t> data;  // f16 bits: [n_layers][2 (K, V)][n_kv_heads][n_tokens][head_dim]
+
+  int64_t elements() const {
+    return static_cast<int64_t>(n_layers) * 2 * n_kv_heads * n_tokens * head_dim;
+  }
+  // Offset of the head_dim vector of (layer, K or V, head, cache index).
+  int64_t Offset(int32_t layer, int32_t kv, int32_t head, int64_t index) const {
+    return (((static_cast<int64_t>(layer) * 2 + kv) * n_kv_heads + head) * n_tokens + index) *
+           head_dim;
+  }
+  bool operator==(const KvImage&) const = default;
+};
+
+// The K/V of cache.cached_span(). The cache must not change meanwhile (no chunk placed); the
+// copy itself needs no lock on the pool's bookkeeping.
+StatusOr<KvImage> ReadCacheKv(const SessionCache& cache);
+// Writes `image` into the blocks of a cache that holds exactly image.n_tokens cached tokens
+// (after SessionCache::Restore). INVALID_ARGUMENT when the shapes do not match.
+Status WriteCacheKv(const SessionCache& cache, const KvImage& image);
+
+}  // namespace streamd
