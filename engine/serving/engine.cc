@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "engine/sampling/sampler.h"
@@ -36,7 +37,8 @@ struct Engine::Generation {
 };
 
 struct Engine::Session {
-  SessionId id = 0;
+  SessionId id;
+  uint64_t plan_id = 0;  // the StepPlanner's name for it: the order of Open, never shown
   SessionOptions options;
   std::unique_ptr<SessionCache> cache;
   std::vector<int32_t> pending;  // context not yet in the cache
@@ -152,7 +154,10 @@ StatusOr<SessionId> Engine::Open(const SessionOptions& options) {
   STREAMD_ASSIGN_OR_RETURN(std::unique_ptr<SessionCache> cache,
                            SessionCache::Create(pool_.get(), spec, model_->config().context_length));
   auto s = std::make_unique<Session>();
-  s->id = next_id_++;
+  do {
+    s->id = SessionId::Random();
+  } while (sessions_.contains(s->id));  // never two live sessions with one id
+  s->plan_id = next_plan_id_++;
   s->options = options;
   s->cache = std::move(cache);
   reserved_blocks_ += s->cache->max_blocks();
@@ -164,7 +169,7 @@ StatusOr<SessionId> Engine::Open(const SessionOptions& options) {
 StatusOr<Engine::Session*> Engine::Find(SessionId id) const {
   auto it = sessions_.find(id);
   if (it == sessions_.end() || it->second->closing) {
-    return NotFoundError("session " + std::to_string(id) + " does not exist (never opened, or closed)");
+    return NotFoundError("session " + id.ToString() + " does not exist (never opened, or closed)");
   }
   return it->second.get();
 }
@@ -183,7 +188,7 @@ Status Engine::Append(SessionId id, std::span<const int32_t> tokens) {
     std::lock_guard<std::mutex> lock(mu_);
     STREAMD_ASSIGN_OR_RETURN(Session * s, Find(id));
     if (s->gen) {
-      return FailedPreconditionError("session " + std::to_string(id) +
+      return FailedPreconditionError("session " + id.ToString() +
                                      " is generating; cancel the generation before appending");
     }
     const int64_t pending = static_cast<int64_t>(s->pending.size() + tokens.size());
@@ -217,11 +222,11 @@ Status Engine::Generate(SessionId id, GenerateOptions options, EventSink sink) {
     const SamplingParams params = options.sampling.value_or(s->options.sampling);
     STREAMD_RETURN_IF_ERROR(ValidateSamplingParams(params, model_->config().vocab_size));
     if (s->gen) {
-      return FailedPreconditionError("session " + std::to_string(id) +
+      return FailedPreconditionError("session " + id.ToString() +
                                      " is already generating; cancel it or wait for it to end");
     }
     if (s->pending.empty() && s->held_logits.empty()) {
-      return FailedPreconditionError("session " + std::to_string(id) +
+      return FailedPreconditionError("session " + id.ToString() +
                                      " has no context to continue; append input first");
     }
     const int32_t last = s->pending.empty() ? s->last_cached_token : s->pending.back();
@@ -348,12 +353,15 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
   }
   // Plan under the lock.
   std::vector<SessionWork> work;
+  std::unordered_map<uint64_t, Session*> by_plan_id;
   for (const auto& [id, s] : sessions_) {
     if (s->closing) continue;
     // Idle sessions prefill all but their last token; generating ones everything.
     const int64_t runnable = static_cast<int64_t>(s->pending.size()) - (s->gen ? 0 : 1);
     if (runnable <= 0) continue;
-    work.push_back({id, runnable, s->gen != nullptr && s->pending.size() == 1 && s->gen->produced > 0,
+    by_plan_id.emplace(s->plan_id, s.get());
+    work.push_back({s->plan_id, runnable,
+                    s->gen != nullptr && s->pending.size() == 1 && s->gen->produced > 0,
                     s->cache->spec().max_chunk});
   }
   const std::vector<PlannedChunk> plan = planner_.Plan(work);
@@ -361,7 +369,7 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
   std::vector<int32_t> tokens;
   std::vector<SequenceInput> seqs;
   for (const PlannedChunk& p : plan) {
-    Session& s = *sessions_.at(p.id);
+    Session& s = *by_plan_id.at(p.id);
     s.in_flight = true;
     chunks.push_back({&s, p.n_tokens});
     tokens.insert(tokens.end(), s.pending.begin(), s.pending.begin() + p.n_tokens);

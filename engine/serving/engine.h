@@ -49,6 +49,8 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
+  // Names the session with SessionId::Random(): 128 random bits, so no id is handed out twice,
+  // by this process, an earlier one or another replica.
   StatusOr<SessionId> Open(const SessionOptions& options);
   Status Append(SessionId id, std::span<const int32_t> tokens);
   Status Generate(SessionId id, GenerateOptions options, EventSink sink);
@@ -95,7 +97,7 @@ class Engine {
   std::condition_variable work_cv_;       // the scheduler waits for work
   std::condition_variable admission_cv_;  // Open waits for blocks
   std::map<SessionId, std::unique_ptr<Session>> sessions_;
-  SessionId next_id_ = 1;
+  uint64_t next_plan_id_ = 1;  // Session::plan_id
   int32_t reserved_blocks_ = 0;
   StepPlanner planner_;
   EngineStats stats_;

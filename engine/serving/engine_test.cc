@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -324,9 +325,10 @@ TEST(EngineTest, BadRequestsGetStableCodesAndDisturbNothing) {
   ASSERT_TRUE(engine->Append(*other, RandomTokens(20, 5)).ok());
   ASSERT_TRUE(engine->Generate(*other, UpTo(30), events.Sink()).ok());
 
-  EXPECT_EQ(engine->Append(999, RandomTokens(3, 1)).code(), StatusCode::kNotFound);
-  EXPECT_EQ(engine->Generate(999, UpTo(3), events.Sink()).code(), StatusCode::kNotFound);
-  EXPECT_EQ(engine->Close(999).code(), StatusCode::kNotFound);
+  const SessionId unknown = SessionId::Random();  // never opened
+  EXPECT_EQ(engine->Append(unknown, RandomTokens(3, 1)).code(), StatusCode::kNotFound);
+  EXPECT_EQ(engine->Generate(unknown, UpTo(3), events.Sink()).code(), StatusCode::kNotFound);
+  EXPECT_EQ(engine->Close(unknown).code(), StatusCode::kNotFound);
   auto id = engine->Open(Greedy());
   ASSERT_TRUE(id.ok());
   Status s = engine->Append(*id, std::vector<int32_t>{1, 2, 300});
@@ -379,9 +381,9 @@ TEST(EngineTest, AdmissionFromTheBoundAndNoMidStreamFailure) {
   EXPECT_NE(refused.status().message().find("needs up to 9 blocks"), std::string::npos)
       << refused.status().message();
   EXPECT_NE(refused.status().message().find("27 of 30"), std::string::npos);
-  for (SessionId id : ids) {
-    ASSERT_TRUE(engine->Append(id, RandomTokens(150, id)).ok());
-    ASSERT_TRUE(engine->Generate(id, UpTo(200), events.Sink()).ok());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ASSERT_TRUE(engine->Append(ids[i], RandomTokens(150, i + 1)).ok());
+    ASSERT_TRUE(engine->Generate(ids[i], UpTo(200), events.Sink()).ok());
   }
   // A queued Open is admitted when a session closes.
   std::thread closer([&] {
@@ -402,6 +404,38 @@ TEST(EngineTest, AdmissionFromTheBoundAndNoMidStreamFailure) {
   ASSERT_TRUE(engine->Close(*late).ok());
   EXPECT_EQ(engine->Stats().blocks_used, 0);
   EXPECT_EQ(engine->Stats().blocks_reserved, 0);
+}
+
+// Ids are 128 random bits: valid, distinct, and never those of an earlier engine (a restart).
+TEST(EngineTest, OpenNamesSessionsWithRandomIds) {
+  std::set<SessionId> first;
+  {
+    auto engine = MakeEngine();
+    for (int i = 0; i < 4; ++i) {
+      auto id = engine->Open(Greedy());
+      ASSERT_TRUE(id.ok()) << id.status().ToString();
+      EXPECT_TRUE(id->valid());
+      EXPECT_TRUE(first.insert(*id).second) << "a repeated id: " << *id;
+      auto info = engine->Get(*id);
+      ASSERT_TRUE(info.ok());
+      EXPECT_EQ(info->id, *id);
+    }
+    const SessionId closed = *first.begin();
+    ASSERT_TRUE(engine->Close(closed).ok());
+    const Status gone = engine->Get(closed).status();
+    EXPECT_EQ(gone.code(), StatusCode::kNotFound);
+    EXPECT_NE(gone.message().find("session " + closed.ToString()), std::string::npos)
+        << gone.message();
+  }
+  auto restarted = MakeEngine();
+  for (int i = 0; i < 4; ++i) {
+    auto id = restarted->Open(Greedy());
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    EXPECT_EQ(first.count(*id), 0u) << "id " << *id << " was handed out before the restart";
+  }
+  for (const SessionId& old : first) {
+    EXPECT_EQ(restarted->Get(old).status().code(), StatusCode::kNotFound);
+  }
 }
 
 }  // namespace

@@ -13,11 +13,10 @@
 #include "engine/cache/session_cache.h"
 #include "engine/sampling/sampling_params.h"
 #include "engine/serving/step_planner.h"
+#include "engine/util/session_id.h"
 #include "engine/util/status.h"
 
 namespace streamd {
-
-using SessionId = uint64_t;
 
 struct EngineConfig {
   int32_t block_size = 16;
@@ -55,7 +54,7 @@ const char* FinishReasonName(FinishReason reason);
 struct GenerationEvent {
   enum class Kind { kToken, kDone };
   Kind kind = Kind::kToken;
-  SessionId session = 0;
+  SessionId session;
   std::string request_id;
   // kToken: one sampled token and the UTF-8 text it completes (may be empty while a
   // character or a possible stop string is incomplete).
@@ -77,7 +76,7 @@ struct GenerationEvent {
 using EventSink = std::function<void(GenerationEvent&&)>;
 
 struct SessionInfo {
-  SessionId id = 0;
+  SessionId id;
   CacheSpec cache;
   int64_t tokens_seen = 0;     // every token appended or generated, prefilled or pending
   int64_t tokens_cached = 0;   // in the KV cache and visible
