@@ -6,7 +6,7 @@
 namespace streamd::server {
 
 Status SessionNotFound(SessionId id, std::chrono::milliseconds idle_timeout) {
-  return NotFoundError("session " + std::to_string(id) +
+  return NotFoundError("session " + id.ToString() +
                        " does not exist (never opened, closed, or detached for longer than the "
                        "idle timeout of " +
                        std::to_string(idle_timeout.count() / 1000) + " s)");
@@ -56,7 +56,7 @@ StatusOr<std::shared_ptr<ServerSession>> SessionRegistry::Attach(
   if (s->closed) return SessionNotFound(id, idle_timeout_);
   if (s->attached) {
     return FailedPreconditionError(
-        "resume.session_id: session " + std::to_string(id) +
+        "resume.session_id: session " + id.ToString() +
         " is attached to another stream; one stream drives a session at a time (end that "
         "stream first)");
   }

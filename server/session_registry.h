@@ -35,7 +35,7 @@ class SessionOwner {
 
 // Server-side state of one engine session.
 struct ServerSession {
-  SessionId id = 0;
+  SessionId id;
   SessionOptions options;  // effective: defaults applied
   CacheSpec spec;          // effective cache spec
   int32_t max_blocks = 0;
@@ -98,7 +98,8 @@ class SessionRegistry {
   std::thread reaper_;
 };
 
-// "session 7 does not exist (...)": the NOT_FOUND every lookup by id answers.
+// "session 3f9c...f713 does not exist (...)": the NOT_FOUND every lookup by id answers. Ids
+// from the wire are parsed first (SessionId::Parse: INVALID_ARGUMENT naming the field).
 Status SessionNotFound(SessionId id, std::chrono::milliseconds idle_timeout);
 
 }  // namespace streamd::server

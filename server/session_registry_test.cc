@@ -31,7 +31,7 @@ struct FakeOwner : SessionOwner {
     closed_id = id;
     reason = why.message();
   }
-  SessionId closed_id = 0;
+  SessionId closed_id;
   std::string reason;
 };
 
@@ -56,7 +56,12 @@ TEST(SessionRegistryTest, OneOwnerAtATimeAndResumeAfterDetach) {
   auto resumed = registry.Attach(id, b);
   ASSERT_TRUE(resumed.ok());
   EXPECT_EQ(resumed->get(), s->get());  // the same session, state and all
-  EXPECT_EQ(registry.Attach(id + 100, a).status().code(), StatusCode::kNotFound);
+  const SessionId unknown = SessionId::Random();
+  const Status not_found = registry.Attach(unknown, a).status();
+  EXPECT_EQ(not_found.code(), StatusCode::kNotFound);
+  EXPECT_NE(not_found.message().find("session " + unknown.ToString() + " does not exist"),
+            std::string::npos)
+      << not_found.message();
 }
 
 TEST(SessionRegistryTest, CloseTellsTheAttachedOwnerButNotTheCaller) {
@@ -76,7 +81,7 @@ TEST(SessionRegistryTest, CloseTellsTheAttachedOwnerButNotTheCaller) {
   auto t = registry.Open(Small(), self);
   ASSERT_TRUE(t.ok());
   ASSERT_TRUE(registry.Close((*t)->id, CancelledError("by its stream"), self.get()).ok());
-  EXPECT_EQ(self->closed_id, 0u);
+  EXPECT_FALSE(self->closed_id.valid());  // the caller is not told
 }
 
 TEST(SessionRegistryTest, ReaperClosesOnlySessionsDetachedPastTheTimeout) {

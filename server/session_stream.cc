@@ -89,7 +89,7 @@ void SessionStream::Bind(const std::shared_ptr<ServerSession>& s, bool resumed) 
   const EngineConfig& e = ctx_.engine.config();
   v1::ServerMessage m;
   v1::Opened* opened = m.mutable_opened();
-  opened->set_session_id(s->id);
+  opened->set_session_id(s->id.ToString());
   opened->set_resumed(resumed);
   *opened->mutable_settings() = ToSettings(s->spec, s->options.sampling, s->max_blocks);
   v1::Limits* limits = opened->mutable_limits();
@@ -115,7 +115,7 @@ void SessionStream::Bind(const std::shared_ptr<ServerSession>& s, bool resumed) 
 void SessionStream::HandleOpen(const v1::Open& open) {
   if (auto s = session()) {
     SendError(FailedPreconditionError("open: this stream already drives session " +
-                                      std::to_string(s->id) +
+                                      s->id.ToString() +
                                       "; a stream drives one session (open another stream)"));
     return;
   }
@@ -141,7 +141,7 @@ void SessionStream::HandleOpen(const v1::Open& open) {
 void SessionStream::HandleResume(const v1::Resume& resume) {
   if (auto s = session()) {
     SendError(FailedPreconditionError("resume: this stream already drives session " +
-                                      std::to_string(s->id) +
+                                      s->id.ToString() +
                                       "; a stream drives one session (open another stream)"));
     return;
   }
@@ -149,10 +149,13 @@ void SessionStream::HandleResume(const v1::Resume& resume) {
     SendError(UnavailableError("resume: streamd is shutting down"));
     return;
   }
-  auto s = ctx_.registry.Attach(resume.session_id(), weak_from_this());
+  // A malformed id is INVALID_ARGUMENT; a well-formed one that names no session NOT_FOUND.
+  auto id = SessionId::Parse(resume.session_id(), "resume.session_id");
+  if (!id.ok()) return SendError(id.status());
+  auto s = ctx_.registry.Attach(*id, weak_from_this());
   if (!s.ok()) {
     const Status& st = s.status();
-    // "resume.session_id: session 7 does not exist (...)"
+    // "resume.session_id: session 3f9c...f713 does not exist (...)"
     const bool named = st.message().rfind("resume.", 0) == 0;
     return SendError(named ? st : Status(st.code(), "resume.session_id: " + st.message()));
   }
@@ -228,7 +231,7 @@ void SessionStream::HandleGenerate(const v1::Generate& g) {
     std::lock_guard<std::mutex> lock(s->mu);
     if (s->generating) {
       return SendError(
-          FailedPreconditionError("generate: session " + std::to_string(s->id) +
+          FailedPreconditionError("generate: session " + s->id.ToString() +
                                   " is already generating (request_id \"" + s->request_id +
                                   "\"); send Cancel or wait for its GenerationDone"),
           g.request_id());
@@ -407,7 +410,7 @@ void SessionStream::OnSessionClosed(SessionId id, const Status& why) {
     released_ = true;
   }
   outbox_.Finish(grpc::Status(grpc::StatusCode::ABORTED,
-                              "session " + std::to_string(id) + " was closed: " + why.message()));
+                              "session " + id.ToString() + " was closed: " + why.message()));
 }
 
 void SessionStream::Release() {

@@ -50,7 +50,7 @@ Status StreamdService::FillSessionInfo(SessionId id, v1::SessionInfo* out) const
   std::shared_ptr<ServerSession> s = ctx_.registry.Find(id);
   if (s == nullptr) return SessionNotFound(id, ctx_.registry.idle_timeout());
   STREAMD_ASSIGN_OR_RETURN(const SessionInfo info, ctx_.engine.Get(id));
-  out->set_session_id(id);
+  out->set_session_id(id.ToString());
   *out->mutable_settings() = ToSettings(s->spec, s->options.sampling, s->max_blocks);
   *out->mutable_cache() = ToCacheState(info);
   out->set_generating(info.generating);
@@ -74,7 +74,10 @@ grpc::ServerUnaryReactor* StreamdService::ListSessions(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* StreamdService::GetSession(grpc::CallbackServerContext* context,
                                                      const v1::GetSessionRequest* request,
                                                      v1::SessionInfo* response) {
-  const Status status = FillSessionInfo(request->session_id(), response);
+  // A malformed id is INVALID_ARGUMENT; a well-formed one that names no session NOT_FOUND.
+  auto id = SessionId::Parse(request->session_id(), "session_id");
+  if (!id.ok()) return Answer(context, id.status(), ctx_.metrics);
+  const Status status = FillSessionInfo(*id, response);
   if (!status.ok()) {
     return Answer(context, Status(status.code(), "session_id: " + status.message()), ctx_.metrics);
   }
@@ -84,8 +87,9 @@ grpc::ServerUnaryReactor* StreamdService::GetSession(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* StreamdService::CloseSession(grpc::CallbackServerContext* context,
                                                        const v1::CloseSessionRequest* request,
                                                        v1::CloseSessionResponse*) {
-  const Status status =
-      ctx_.registry.Close(request->session_id(), CancelledError("closed by CloseSession"));
+  auto id = SessionId::Parse(request->session_id(), "session_id");
+  if (!id.ok()) return Answer(context, id.status(), ctx_.metrics);
+  const Status status = ctx_.registry.Close(*id, CancelledError("closed by CloseSession"));
   if (!status.ok()) {
     return Answer(context, Status(status.code(), "session_id: " + status.message()), ctx_.metrics);
   }

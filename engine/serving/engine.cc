@@ -199,7 +199,9 @@ StatusOr<SessionId> Engine::Open(const SessionOptions& options) {
   STREAMD_ASSIGN_OR_RETURN(std::unique_ptr<SessionCache> cache,
                            SessionCache::Create(pool_.get(), spec, model_->config().context_length));
   auto s = std::make_unique<Session>();
-  s->id = SessionId::Random();
+  do {
+    s->id = SessionId::Random();
+  } while (sessions_.contains(s->id));  // never two live sessions with one id
   s->key = next_key_++;
   s->options = options;
   s->cache = std::move(cache);

@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -277,6 +278,38 @@ TEST(EngineTest, AdmissionFromTheBoundAndNoMidStreamFailure) {
   ASSERT_TRUE(engine->Close(*late).ok());
   EXPECT_EQ(engine->Stats().blocks_used, 0);
   EXPECT_EQ(engine->Stats().blocks_reserved, 0);
+}
+
+// Ids are 128 random bits: valid, distinct, and never those of an earlier engine (a restart).
+TEST(EngineTest, OpenNamesSessionsWithRandomIds) {
+  std::set<SessionId> first;
+  {
+    auto engine = MakeEngine();
+    for (int i = 0; i < 4; ++i) {
+      auto id = engine->Open(Greedy());
+      ASSERT_TRUE(id.ok()) << id.status().ToString();
+      EXPECT_TRUE(id->valid());
+      EXPECT_TRUE(first.insert(*id).second) << "a repeated id: " << *id;
+      auto info = engine->Get(*id);
+      ASSERT_TRUE(info.ok());
+      EXPECT_EQ(info->id, *id);
+    }
+    const SessionId closed = *first.begin();
+    ASSERT_TRUE(engine->Close(closed).ok());
+    const Status gone = engine->Get(closed).status();
+    EXPECT_EQ(gone.code(), StatusCode::kNotFound);
+    EXPECT_NE(gone.message().find("session " + closed.ToString()), std::string::npos)
+        << gone.message();
+  }
+  auto restarted = MakeEngine();
+  for (int i = 0; i < 4; ++i) {
+    auto id = restarted->Open(Greedy());
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    EXPECT_EQ(first.count(*id), 0u) << "id " << *id << " was handed out before the restart";
+  }
+  for (const SessionId& old : first) {
+    EXPECT_EQ(restarted->Get(old).status().code(), StatusCode::kNotFound);
+  }
 }
 
 }  // namespace

@@ -17,6 +17,27 @@ int HexValue(char c) {
   return -1;
 }
 
+// `text` quoted for an error message, which must stay one line of valid UTF-8 whatever the input
+// (it becomes a proto `string` and a log line): at most 40 bytes, printable ASCII as is, every
+// other byte as \xNN.
+std::string Quoted(std::string_view text) {
+  static constexpr size_t kMaxBytes = 40;
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "\"";
+  for (size_t i = 0; i < text.size() && i < kMaxBytes; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 0xf];
+    }
+  }
+  if (text.size() > kMaxBytes) out += "...";
+  return out + "\"";
+}
+
 }  // namespace
 
 SessionId SessionId::Random() {
@@ -39,17 +60,17 @@ SessionId SessionId::Random() {
 
 StatusOr<SessionId> SessionId::Parse(std::string_view text, std::string_view what) {
   if (text.size() != 32) {
-    return InvalidArgumentError(std::string(what) + " \"" +
-                                std::string(text.substr(0, 40)) + (text.size() > 40 ? "..." : "") +
-                                "\" is not a session id (32 hex digits; it has " +
-                                std::to_string(text.size()) + " characters)");
+    return InvalidArgumentError(std::string(what) + " " + Quoted(text) +
+                                " is not a session id (32 hex digits; it has " +
+                                std::to_string(text.size()) +
+                                (text.size() == 1 ? " byte)" : " bytes)"));
   }
   uint64_t words[2] = {0, 0};
   for (size_t i = 0; i < 32; ++i) {
     const int v = HexValue(text[i]);
     if (v < 0) {
       return InvalidArgumentError(std::string(what) + ": character " + std::to_string(i) +
-                                  " of \"" + std::string(text) + "\" is not a hex digit");
+                                  " of " + Quoted(text) + " is not a hex digit");
     }
     words[i / 16] = (words[i / 16] << 4) | static_cast<uint64_t>(v);
   }

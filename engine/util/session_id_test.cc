@@ -54,5 +54,25 @@ TEST(SessionIdTest, ParseAcceptsEitherCaseAndNamesTheProblem) {
   EXPECT_FALSE(SessionId::Parse(std::string(33, 'a')).ok());
 }
 
+// The text is echoed into a proto string and a log line: printable ASCII only, at most 40 bytes.
+TEST(SessionIdTest, ParseQuotesHostileTextSafely) {
+  // 39 ASCII bytes, then a two-byte character that a plain 40-byte cut would split.
+  const std::string split = std::string(39, 'a') + "\xc3\xa9tail";
+  const Status cut = SessionId::Parse(split, "resume.session_id").status();
+  EXPECT_EQ(cut.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(cut.message().find("\\xc3...\" is not a session id"), std::string::npos)
+      << cut.message();
+  EXPECT_NE(cut.message().find("it has 45 bytes"), std::string::npos) << cut.message();
+  const Status control = SessionId::Parse("0123456789abcdef0123456789abcd\n\"").status();
+  EXPECT_NE(control.message().find("character 30"), std::string::npos) << control.message();
+  EXPECT_NE(control.message().find("abcd\\x0a\\x22\" is not a hex digit"), std::string::npos)
+      << control.message();
+  for (const Status& s : {cut, control}) {
+    for (const char c : s.message()) {
+      EXPECT_TRUE(c >= 0x20 && c < 0x7f) << "byte " << static_cast<int>(c) << " in " << s.message();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace streamd

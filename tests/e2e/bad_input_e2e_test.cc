@@ -4,7 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cctype>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "tests/e2e/e2e_util.h"
 #include "tests/e2e/shared_daemon_test.h"
@@ -67,10 +71,14 @@ class BadInputE2eTest : public SharedDaemonTest {
   std::atomic<int> bystander_generations_{0};
 };
 
+// A well-formed id that names no session (128 random bits: this one was never handed out).
+constexpr char kUnknownId[] = "0123456789abcdef0123456789abcdef";
+
 TEST_F(BadInputE2eTest, UnknownSessionIsNotFound) {
   RawStream s(daemon_->Channel());
-  ASSERT_TRUE(s.Write(ResumeMsg(987654321)));
-  ExpectError(s, grpc::StatusCode::NOT_FOUND, "resume.session_id", "987654321 does not exist");
+  ASSERT_TRUE(s.Write(ResumeMsg(kUnknownId)));
+  ExpectError(s, grpc::StatusCode::NOT_FOUND, "resume.session_id",
+              std::string(kUnknownId) + " does not exist");
   ASSERT_TRUE(s.Write(TextMsg("no session yet")));
   ExpectError(s, grpc::StatusCode::FAILED_PRECONDITION, "append", "open or resume");
   ASSERT_TRUE(s.Open());
@@ -81,9 +89,67 @@ TEST_F(BadInputE2eTest, UnknownSessionIsNotFound) {
   auto stub = v1::Streamd::NewStub(daemon_->Channel());
   grpc::ClientContext ctx;
   v1::CloseSessionRequest req;
-  req.set_session_id(987654321);
+  req.set_session_id(kUnknownId);
   v1::CloseSessionResponse resp;
   EXPECT_EQ(stub->CloseSession(&ctx, req, &resp).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+// A malformed id is INVALID_ARGUMENT naming the field, never NOT_FOUND: on the stream (which
+// stays usable) and in the unary calls. Either case of hex digits is accepted.
+TEST_F(BadInputE2eTest, MalformedSessionIdIsInvalidArgument) {
+  RawStream s(daemon_->Channel());
+  const std::vector<std::pair<std::string, std::string>> malformed = {
+      {"", "it has 0 bytes"},
+      {"987654321", "\"987654321\" is not a session id (32 hex digits; it has 9 bytes)"},
+      {std::string(33, 'a'), "it has 33 bytes"},
+      {"0123456789abcdef0123456789abcdeg", "character 31"},
+      {" 123456789abcdef0123456789abcdef", "character 0"},
+      {std::string(32, '0'), "all-zero"},
+      // Echoed cut at 40 bytes, inside the two-byte character: the Error must stay valid UTF-8.
+      {std::string(39, 'a') + "\xc3\xa9", "\\xc3...\" is not a session id"},
+  };
+  for (const auto& [id, text] : malformed) {
+    SCOPED_TRACE("session_id \"" + id + "\"");
+    ASSERT_TRUE(s.Write(ResumeMsg(id)));
+    ExpectError(s, grpc::StatusCode::INVALID_ARGUMENT, "resume.session_id", text);
+  }
+  auto opened = s.Open();
+  ASSERT_TRUE(opened);
+  ExpectUsable(s);
+
+  auto stub = v1::Streamd::NewStub(daemon_->Channel());
+  const auto get = [&](const std::string& id, v1::SessionInfo* info) {
+    grpc::ClientContext ctx;
+    v1::GetSessionRequest req;
+    req.set_session_id(id);
+    return stub->GetSession(&ctx, req, info);
+  };
+  v1::SessionInfo info;
+  grpc::Status st = get("987654321", &info);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(st.error_message().rfind("session_id \"987654321\" is not a session id", 0), 0u)
+      << st.error_message();
+  st = get(kUnknownId, &info);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(st.error_message().rfind("session_id: session " + std::string(kUnknownId), 0), 0u)
+      << st.error_message();
+  std::string upper = opened->session_id();
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  ASSERT_TRUE(get(upper, &info).ok());
+  EXPECT_EQ(info.session_id(), opened->session_id());  // answered in lower case
+  {
+    grpc::ClientContext ctx;
+    v1::CloseSessionRequest req;
+    req.set_session_id(std::string(32, '0'));
+    v1::CloseSessionResponse resp;
+    st = stub->CloseSession(&ctx, req, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(st.error_message().find("session_id is the all-zero id"), std::string::npos)
+        << st.error_message();
+  }
+  ASSERT_TRUE(get(opened->session_id(), &info).ok());  // nothing was closed
+  ASSERT_TRUE(s.Write(CloseMsg()));
+  EXPECT_TRUE(s.Finish().ok());
 }
 
 TEST_F(BadInputE2eTest, TokensAndTextAreChecked) {

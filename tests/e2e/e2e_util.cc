@@ -126,10 +126,14 @@ v1::ClientMessage CloseMsg() {
   return m;
 }
 
-v1::ClientMessage ResumeMsg(uint64_t id) {
+v1::ClientMessage ResumeMsg(const std::string& id) {
   v1::ClientMessage m;
   m.mutable_resume()->set_session_id(id);
   return m;
+}
+
+bool IsSessionId(std::string_view text) {
+  return text.size() == 32 && text.find_first_not_of("0123456789abcdef") == std::string_view::npos;
 }
 
 }  // namespace streamd::e2e

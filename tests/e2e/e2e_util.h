@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "streamd/v1/streamd.grpc.pb.h"
@@ -60,6 +61,9 @@ v1::ClientMessage GenerateMsg(int32_t max_tokens, bool greedy = true,
                               const std::string& request_id = "");
 v1::ClientMessage CancelMsg();
 v1::ClientMessage CloseMsg();
-v1::ClientMessage ResumeMsg(uint64_t id);
+v1::ClientMessage ResumeMsg(const std::string& id);
+
+// True for what the server hands out as a session id: 32 lowercase hex digits.
+bool IsSessionId(std::string_view text);
 
 }  // namespace streamd::e2e

@@ -1,10 +1,15 @@
 // End-to-end: the daemon's life cycle, each test with its own `streamd serve`: graceful
 // shutdown (SIGTERM: health NOT_SERVING, running generations finish or are cancelled after the
-// grace period, exit 0), a malformed config, the idle timeout, a client too slow to read.
+// grace period, exit 0), a malformed config, the idle timeout, a client too slow to read, a
+// restart (session ids are never handed out twice).
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
+#include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/e2e/daemon_process.h"
@@ -107,7 +112,7 @@ TEST(LifecycleE2eTest, MalformedConfigIsRejectedWithTheKey) {
 TEST(LifecycleE2eTest, DetachedSessionsAreClosedAfterTheIdleTimeout) {
   auto d = DaemonProcess::Start(With({"--sessions.idle_timeout=1s"}));
   ASSERT_NE(d, nullptr);
-  uint64_t id = 0;
+  std::string id;
   {
     RawStream s(d->Channel());
     auto opened = s.Open();
@@ -177,6 +182,105 @@ TEST(LifecycleE2eTest, AClientThatStopsReadingIsCutOffAlone) {
   EXPECT_TRUE(fast.Finish().ok());
   d->Terminate();
   EXPECT_EQ(d->Wait(std::chrono::seconds(60)), 0);
+}
+
+// n ordinary token ids (no specials), so contexts of different lengths are easy to make.
+std::vector<int32_t> OrdinaryTokens(int n) {
+  std::vector<int32_t> ids;
+  for (int i = 0; i < n; ++i) ids.push_back(1000 + i);
+  return ids;
+}
+
+// A daemon restarted on the same port hands out none of its predecessor's ids, and a Resume of
+// an old id never attaches to another session. Today the old sessions are gone with the old
+// process (NOT_FOUND); once sessions are restored from snapshots a Resume may succeed, but only
+// as the same id with that session's own context. Every session gets a context length of its
+// own, so an attach to the wrong one would show.
+TEST(LifecycleE2eTest, ARestartedDaemonNeverReusesOrAttachesAnEarlierId) {
+  constexpr int kSessions = 5;
+  std::map<std::string, int64_t> before;  // id -> tokens_seen, in the first process
+  int port = 0;
+  {
+    auto first = DaemonProcess::Start(With({}));
+    ASSERT_NE(first, nullptr);
+    port = first->port();
+    for (int i = 0; i < kSessions; ++i) {
+      RawStream s(first->Channel());
+      auto opened = s.Open();
+      ASSERT_TRUE(opened);
+      ASSERT_TRUE(IsSessionId(opened->session_id())) << opened->session_id();
+      v1::CacheState state;
+      ASSERT_FALSE(s.Append(TokensMsg(OrdinaryTokens(3 + i)).append(), &state));
+      before[opened->session_id()] = state.tokens_seen();
+      s.WritesDone();  // the session stays open, detached, resumable
+      EXPECT_TRUE(s.Finish().ok());
+    }
+    ASSERT_EQ(before.size(), static_cast<size_t>(kSessions)) << "the first process repeated an id";
+    first->Terminate();
+    ASSERT_EQ(first->Wait(std::chrono::seconds(60)), 0) << first->Stderr();
+  }
+
+  auto second =
+      DaemonProcess::Start(With({"--server.listen_address=127.0.0.1:" + std::to_string(port)}));
+  ASSERT_NE(second, nullptr);
+  ASSERT_EQ(second->port(), port);
+  // New sessions, each attached to a stream of its own, with contexts unlike any old one's.
+  std::map<std::string, int64_t> after;
+  std::vector<std::unique_ptr<RawStream>> streams;
+  for (int i = 0; i < kSessions; ++i) {
+    streams.push_back(std::make_unique<RawStream>(second->Channel()));
+    auto opened = streams.back()->Open();
+    ASSERT_TRUE(opened);
+    ASSERT_TRUE(IsSessionId(opened->session_id())) << opened->session_id();
+    EXPECT_EQ(before.count(opened->session_id()), 0u)
+        << "id " << opened->session_id() << " was handed out before the restart";
+    v1::CacheState state;
+    ASSERT_FALSE(streams.back()->Append(TokensMsg(OrdinaryTokens(20 + i)).append(), &state));
+    after[opened->session_id()] = state.tokens_seen();
+  }
+  ASSERT_EQ(after.size(), static_cast<size_t>(kSessions)) << "the second process repeated an id";
+
+  for (const auto& [id, seen] : before) {
+    SCOPED_TRACE("resume of " + id);
+    RawStream r(second->Channel());
+    ASSERT_TRUE(r.Write(ResumeMsg(id)));
+    auto reply = r.Read();
+    ASSERT_TRUE(reply);
+    if (reply->has_opened()) {  // a restored session: the same one, never another
+      EXPECT_EQ(reply->opened().session_id(), id);
+      EXPECT_EQ(after.count(reply->opened().session_id()), 0u);
+      EXPECT_EQ(reply->opened().cache().tokens_seen(), seen);
+    } else {
+      // NOT_FOUND, not FAILED_PRECONDITION: no new (attached) session answers to the old id.
+      ASSERT_TRUE(reply->has_error()) << reply->ShortDebugString();
+      EXPECT_EQ(reply->error().code(), grpc::StatusCode::NOT_FOUND) << reply->error().message();
+      EXPECT_EQ(reply->error().field(), "resume.session_id");
+    }
+    r.WritesDone();
+    EXPECT_TRUE(r.Finish().ok());
+  }
+  // The new sessions are untouched: attached to their own streams, their contexts unchanged.
+  auto stub = v1::Streamd::NewStub(second->Channel());
+  grpc::ClientContext ctx;
+  v1::ListSessionsResponse list;
+  ASSERT_TRUE(stub->ListSessions(&ctx, {}, &list).ok());
+  int found = 0;
+  for (const v1::SessionInfo& info : list.sessions()) {
+    if (auto it = after.find(info.session_id()); it != after.end()) {
+      ++found;
+      EXPECT_TRUE(info.attached()) << info.session_id();
+      EXPECT_EQ(info.cache().tokens_seen(), it->second) << info.session_id();
+    } else {
+      EXPECT_EQ(before.count(info.session_id()), 1u) << "unknown session " << info.session_id();
+    }
+  }
+  EXPECT_EQ(found, kSessions);
+  for (auto& s : streams) {
+    ASSERT_TRUE(s->Write(CloseMsg()));
+    EXPECT_TRUE(s->Finish().ok());
+  }
+  second->Terminate();
+  EXPECT_EQ(second->Wait(std::chrono::seconds(60)), 0) << second->Stderr();
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ TEST_F(SessionE2eTest, ChatGenerationMatchesTheCliGreedyContinuation) {
   RawStream s(Channel());
   auto opened = s.Open();
   ASSERT_TRUE(opened);
-  EXPECT_GT(opened->session_id(), 0u);
+  EXPECT_TRUE(IsSessionId(opened->session_id())) << opened->session_id();
   EXPECT_EQ(opened->model().vocab_size(), 49152);
   EXPECT_EQ(opened->model().chat_template(), "chatml");
   EXPECT_GT(opened->model().context_length(), 0);
@@ -95,7 +95,7 @@ TEST_F(SessionE2eTest, AppendDuringAGenerationBargesIn) {
 }
 
 TEST_F(SessionE2eTest, ResumeAfterDisconnectKeepsTheCache) {
-  uint64_t id = 0;
+  std::string id;
   v1::CacheState before;
   {
     RawStream s(Channel());
@@ -182,7 +182,7 @@ TEST_F(SessionE2eTest, UnaryCallsListGetAndClose) {
   RawStream s(Channel());
   auto opened = s.Open();
   ASSERT_TRUE(opened);
-  const uint64_t id = opened->session_id();
+  const std::string id = opened->session_id();
   ASSERT_FALSE(s.Append(TextMsg("Hello there").append()));
   {
     grpc::ClientContext ctx;
@@ -229,7 +229,7 @@ TEST_F(SessionE2eTest, UnaryCallsListGetAndClose) {
 }
 
 TEST_F(SessionE2eTest, DeadlineEndsTheStreamAndTheSessionStaysResumable) {
-  uint64_t id = 0;
+  std::string id;
   {
     RawStream s(Channel(), std::chrono::seconds(3));
     auto opened = s.Open();

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # streamctl against a real `streamd serve` (port 0): health, generate (text, --tokens, --json),
-# sessions list/get/close, and errors reported with their code and a non-zero exit.
+# sessions list/get/close and --session by their 32-hex-digit ids, and errors reported with their
+# code and a non-zero exit (malformed ids before any call, unknown ones from the server).
 # Usage: STREAMD_MODEL=PATH streamctl_test.sh STREAMD_BINARY STREAMCTL_BINARY
 set -u
 streamd="$1"
@@ -39,13 +40,43 @@ text=$(ctl generate --chat --prompt "What is the capital of France?" -n 12 --tem
 echo "$text" | grep -q "Paris" || fail "generate --chat: $text"
 
 ctl generate --prompt "Hello" -n 2 --temperature 0 --keep >/dev/null 2>"$tmp/keep" || fail "--keep"
-id=$(grep -o 'session [0-9]*' "$tmp/keep" | grep -o '[0-9]*')
+id=$(grep -oE 'session [0-9a-f]{32} left open' "$tmp/keep" | awk '{print $2}')
 [ -n "$id" ] || fail "--keep printed no session id: $(cat "$tmp/keep")"
-ctl sessions list --json | grep -q "\"session_id\":$id" || fail "sessions list lacks $id"
+ctl sessions list --json | grep -q "\"session_id\":\"$id\"" || fail "sessions list lacks $id"
+ctl sessions list | grep -q "^$id " || fail "sessions list (text) lacks $id"
 ctl sessions get "$id" --json | grep -q '"attached":false' || fail "sessions get $id"
-ctl sessions close "$id" >/dev/null || fail "sessions close $id"
+upper=$(echo "$id" | tr 'a-f' 'A-F')
+ctl sessions get "$upper" --json | grep -q "\"session_id\":\"$id\"" || fail "sessions get $upper"
+out=$(ctl generate --session "$id" --prompt " and" -n 2 --temperature 0 --json | tail -1)
+echo "$out" | grep -q "\"session_id\":\"$id\"" || fail "generate --session $id: $out"
+ctl sessions get "$id" --json | grep -q '"attached":false' || fail "--session left $id attached"
+ctl sessions close "$id" | grep -q "^closed session $id$" || fail "sessions close $id"
 if ctl sessions get "$id" 2>"$tmp/e"; then fail "get of a closed session succeeded"; fi
 grep -q "NOT_FOUND" "$tmp/e" || fail "closed session: $(cat "$tmp/e")"
+if ctl generate --session "$id" --prompt "x" -n 2 2>"$tmp/e" >/dev/null; then
+  fail "--session of a closed session succeeded"
+fi
+grep -q "NOT_FOUND: resume.session_id: session $id does not exist" "$tmp/e" ||
+  fail "--session of a closed session: $(cat "$tmp/e")"
+
+# Malformed ids are refused before any call; a well-formed unknown one is the server's NOT_FOUND.
+if ctl sessions get 7 2>"$tmp/e"; then fail "sessions get 7 succeeded"; fi
+grep -q 'INVALID_ARGUMENT: sessions get "7" is not a session id (32 hex digits' "$tmp/e" ||
+  fail "sessions get 7: $(cat "$tmp/e")"
+if ctl sessions close 0123456789abcdef0123456789abcdeg 2>"$tmp/e"; then
+  fail "sessions close of a non-hex id succeeded"
+fi
+grep -q 'INVALID_ARGUMENT: sessions close: character 31' "$tmp/e" || fail "non-hex: $(cat "$tmp/e")"
+if ctl generate --session 12345 --prompt "x" -n 2 2>"$tmp/e" >/dev/null; then
+  fail "generate --session 12345 succeeded"
+fi
+grep -q 'INVALID_ARGUMENT: --session "12345" is not a session id' "$tmp/e" ||
+  fail "--session 12345: $(cat "$tmp/e")"
+if ctl sessions get 0123456789abcdef0123456789abcdef 2>"$tmp/e"; then
+  fail "get of an unknown session succeeded"
+fi
+grep -q "NOT_FOUND: session_id: session 0123456789abcdef0123456789abcdef" "$tmp/e" ||
+  fail "unknown session: $(cat "$tmp/e")"
 
 if ctl generate --tokens --prompt "99999999" -n 2 2>"$tmp/e" >/dev/null; then
   fail "an out-of-vocabulary id was accepted"

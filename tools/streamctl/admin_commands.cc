@@ -1,12 +1,11 @@
 // `streamctl sessions list|get|close` and `streamctl health`: unary calls.
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "engine/util/session_id.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tools/streamctl/commands.h"
 #include "tools/streamctl/session_client.h"
@@ -42,8 +41,8 @@ nlohmann::json SessionJson(const v1::SessionInfo& s) {
 }
 
 void PrintSession(const v1::SessionInfo& s) {
-  std::printf("%-8llu %-6s sinks=%-3d window=%-5d seen=%-8lld cached=%-6lld evicted=%-8lld %s%s\n",
-              static_cast<unsigned long long>(s.session_id()), ModeName(s.settings().cache_mode()),
+  std::printf("%s %-6s sinks=%-3d window=%-5d seen=%-8lld cached=%-6lld evicted=%-8lld %s%s\n",
+              s.session_id().c_str(), ModeName(s.settings().cache_mode()),
               s.settings().sinks(), s.settings().window(),
               static_cast<long long>(s.cache().tokens_seen()),
               static_cast<long long>(s.cache().tokens_cached()),
@@ -61,7 +60,7 @@ grpc::ClientContext* WithDeadline(grpc::ClientContext* c) {
 int SessionsCommand(int argc, char** argv) {
   // streamctl sessions [list | get ID | close ID] [flags]
   std::string action = "list";
-  uint64_t id = 0;
+  SessionId id;
   int first_flag = 2;
   if (argc > 2 && argv[2][0] != '-') {
     action = argv[2];
@@ -70,12 +69,9 @@ int SessionsCommand(int argc, char** argv) {
       if (argc <= 3 || argv[3][0] == '-') {
         return Fail(InvalidArgumentError("sessions " + action + " needs a session id"));
       }
-      char* end = nullptr;
-      id = std::strtoull(argv[3], &end, 10);
-      if (*end != '\0' || id == 0) {
-        return Fail(InvalidArgumentError("session id \"" + std::string(argv[3]) +
-                                         "\" is not a positive integer"));
-      }
+      auto parsed = SessionId::Parse(argv[3], "sessions " + action);
+      if (!parsed.ok()) return Fail(parsed.status());
+      id = *parsed;
       first_flag = 4;
     } else if (action != "list") {
       return Fail(InvalidArgumentError("sessions: unknown action \"" + action +
@@ -107,7 +103,7 @@ int SessionsCommand(int argc, char** argv) {
   }
   if (action == "get") {
     v1::GetSessionRequest request;
-    request.set_session_id(id);
+    request.set_session_id(id.ToString());
     v1::SessionInfo info;
     const grpc::Status s = stub->GetSession(WithDeadline(&context), request, &info);
     if (!s.ok()) return Fail(FromGrpc(s));
@@ -119,14 +115,14 @@ int SessionsCommand(int argc, char** argv) {
     return 0;
   }
   v1::CloseSessionRequest request;
-  request.set_session_id(id);
+  request.set_session_id(id.ToString());
   v1::CloseSessionResponse response;
   const grpc::Status s = stub->CloseSession(WithDeadline(&context), request, &response);
   if (!s.ok()) return Fail(FromGrpc(s));
   if (common.json) {
-    std::cout << nlohmann::json({{"closed", id}}).dump() << "\n";
+    std::cout << nlohmann::json({{"closed", id.ToString()}}).dump() << "\n";
   } else {
-    std::printf("closed session %llu\n", static_cast<unsigned long long>(id));
+    std::printf("closed session %s\n", id.ToString().c_str());
   }
   return 0;
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <thread>
 
+#include "engine/util/session_id.h"
 #include "tools/streamctl/commands.h"
 #include "tools/streamctl/session_client.h"
 
@@ -54,7 +55,7 @@ class CancelOnInterrupt {
 // Flags of a session and its generations.
 struct SessionFlags {
   CommonFlags common;
-  int64_t session = 0;  // resume this session instead of opening one
+  std::string session;  // resume this session (its 32-hex-digit id) instead of opening one
   std::string cache_mode, system;
   int64_t sinks = -1, window = -1, max_tokens = 0, top_k = -1, seed = -1;
   double temperature = -1, top_p = -1;
@@ -63,7 +64,7 @@ struct SessionFlags {
 
   void Register(tools::FlagParser& f) {
     common.Register(f);
-    f.Int("session", &session, 0, INT64_MAX, "resume this session (0: open a new one)");
+    f.String("session", &session, "resume this session: its id, 32 hex digits (default: open one)");
     f.String("cache-mode", &cache_mode, "new session's cache: sink, window or dense");
     f.Int("sinks", &sinks, -1, 1 << 20, "new session's attention sinks (-1: server default)");
     f.Int("window", &window, -1, 1 << 24, "new session's window (-1: server default)");
@@ -79,7 +80,10 @@ struct SessionFlags {
   }
 
   StatusOr<v1::Opened> Attach(SessionClient& client) const {
-    if (session > 0) return client.Resume(static_cast<uint64_t>(session));
+    if (!session.empty()) {
+      STREAMD_ASSIGN_OR_RETURN(const SessionId id, SessionId::Parse(session, "--session"));
+      return client.Resume(id.ToString());
+    }
     v1::Open open;
     if (cache_mode == "sink") open.set_cache_mode(v1::CACHE_MODE_SINK);
     if (cache_mode == "window") open.set_cache_mode(v1::CACHE_MODE_WINDOW);
@@ -125,8 +129,8 @@ const char* ReasonName(v1::FinishReason r) {
   }
 }
 
-nlohmann::json DoneJson(uint64_t session, const v1::GenerationDone& d, const std::string& text,
-                        const std::vector<int32_t>& ids) {
+nlohmann::json DoneJson(const std::string& session, const v1::GenerationDone& d,
+                        const std::string& text, const std::vector<int32_t>& ids) {
   nlohmann::json j = {{"session_id", session},
                       {"request_id", d.request_id()},
                       {"reason", ReasonName(d.reason())},
@@ -141,7 +145,7 @@ nlohmann::json DoneJson(uint64_t session, const v1::GenerationDone& d, const std
 }
 
 // Appends `input` (text as a chat turn or raw, or token ids) and streams one answer to stdout.
-Status Turn(SessionClient& client, const SessionFlags& f, uint64_t session,
+Status Turn(SessionClient& client, const SessionFlags& f, const std::string& session,
             const std::string& input, v1::ChatRole role, bool parse_special = false) {
   v1::Append append;
   if (f.common.tokens) {
@@ -211,7 +215,7 @@ int GenerateCommand(int argc, char** argv) {
   SessionClient client(MakeChannel(f.common.address));
   auto opened = f.Attach(client);
   if (!opened.ok()) return Fail(opened.status());
-  const uint64_t id = opened->session_id();
+  const std::string id = opened->session_id();
   if (!f.system.empty()) {
     v1::Append sys;
     sys.set_text(f.system);
@@ -220,7 +224,7 @@ int GenerateCommand(int argc, char** argv) {
   }
   const v1::ChatRole role = chat ? v1::CHAT_ROLE_USER : v1::CHAT_ROLE_UNSPECIFIED;
   const Status turn = Turn(client, f, id, prompt, role, special);
-  const bool leave = keep || f.session > 0;
+  const bool leave = keep || !f.session.empty();
   const Status end = leave ? client.Detach() : client.Close();
   if (!turn.ok()) return Fail(turn);
   if (!end.ok()) return Fail(end);
@@ -247,7 +251,7 @@ int ChatCommand(int argc, char** argv) {
   SessionClient client(MakeChannel(f.common.address));
   auto opened = f.Attach(client);
   if (!opened.ok()) return Fail(opened.status());
-  const uint64_t id = opened->session_id();
+  const std::string id = opened->session_id();
   std::cerr << "session " << id << (opened->resumed() ? " (resumed)" : "") << ", model "
             << opened->model().name() << "; Ctrl-C cancels an answer, Ctrl-D quits\n";
   if (!f.system.empty()) {

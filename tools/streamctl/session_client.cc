@@ -61,7 +61,7 @@ StatusOr<v1::Opened> SessionClient::Open(const v1::Open& open) {
   return reply.opened();
 }
 
-StatusOr<v1::Opened> SessionClient::Resume(uint64_t session_id) {
+StatusOr<v1::Opened> SessionClient::Resume(const std::string& session_id) {
   v1::ClientMessage m;
   m.mutable_resume()->set_session_id(session_id);
   if (!Write(m)) return Finish();

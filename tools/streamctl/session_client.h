@@ -30,7 +30,8 @@ class SessionClient {
   ~SessionClient();
 
   StatusOr<v1::Opened> Open(const v1::Open& open);
-  StatusOr<v1::Opened> Resume(uint64_t session_id);
+  // `session_id`: 32 hex digits, as Opened.session_id (the server checks it).
+  StatusOr<v1::Opened> Resume(const std::string& session_id);
   // Waits for the append's CacheState.
   StatusOr<v1::CacheState> Append(const v1::Append& append);
   // Streams `on_delta` for each TokenDelta until the GenerationDone, which is returned.

@@ -1,0 +1,207 @@
+// StreamdService in process (GrpcServer on 127.0.0.1 port 0 over a small synthetic engine), on
+// session ids: Opened, GetSession and ListSessions show 32 lowercase hex digits; an incoming id
+// that is malformed is INVALID_ARGUMENT naming its field (resume.session_id, session_id), one
+// that is well-formed but names no session is NOT_FOUND; either case of digits is accepted.
+#include "server/grpc_server.h"
+
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/model/synthetic_model.h"
+#include "engine/tokenizer/chat_template.h"
+#include "streamd/v1/streamd.grpc.pb.h"
+
+namespace streamd::server {
+namespace {
+
+// Never handed out: 128 random bits make a clash with a live session impossible in practice.
+constexpr char kUnknownId[] = "0123456789abcdef0123456789abcdef";
+
+class StreamdServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SyntheticModelSpec spec;
+    spec.with_vocab = true;
+    spec.vocab_size = 300;
+    auto model = MakeSyntheticModel(spec);
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    auto vocab = tokenizer::Tokenizer::FromGguf((*model)->file());
+    ASSERT_TRUE(vocab.ok()) << vocab.status().ToString();
+    auto chat = tokenizer::ChatTemplate::FromGguf((*model)->file(), **vocab);
+    ASSERT_TRUE(chat.ok()) << chat.status().ToString();
+    chat_ = std::make_unique<tokenizer::ChatTemplate>(*std::move(chat));
+    EngineConfig config;
+    config.pool_bytes = 16 << 20;
+    config.max_chunk = 32;
+    config.threads = 1;
+    auto engine = Engine::Create(std::move(model).value(), std::move(vocab).value(), config);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    engine_ = std::move(engine).value();
+    options_.listen_address = "127.0.0.1:0";
+    options_.session_defaults.window = 32;
+    options_.grace_period = std::chrono::seconds(1);
+    auto server = GrpcServer::Start(*engine_, *chat_, options_);
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(server).value();
+    stub_ = v1::Streamd::NewStub(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials()));
+  }
+  void TearDown() override {
+    server_.reset();  // before the engine it serves
+    engine_.reset();
+  }
+
+  grpc::Status GetSession(const std::string& id, v1::SessionInfo* info) {
+    grpc::ClientContext ctx;
+    v1::GetSessionRequest request;
+    request.set_session_id(id);
+    return stub_->GetSession(&ctx, request, info);
+  }
+  grpc::Status CloseSession(const std::string& id) {
+    grpc::ClientContext ctx;
+    v1::CloseSessionRequest request;
+    request.set_session_id(id);
+    v1::CloseSessionResponse response;
+    return stub_->CloseSession(&ctx, request, &response);
+  }
+
+  std::unique_ptr<tokenizer::ChatTemplate> chat_;
+  std::unique_ptr<Engine> engine_;
+  ServerOptions options_;
+  std::unique_ptr<GrpcServer> server_;
+  std::unique_ptr<v1::Streamd::Stub> stub_;
+};
+
+// One Session stream with a deadline.
+class Stream {
+ public:
+  explicit Stream(v1::Streamd::Stub& stub) {
+    context_.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    rw_ = stub.Session(&context_);
+  }
+  v1::ServerMessage Send(const v1::ClientMessage& m) {
+    v1::ServerMessage reply;
+    EXPECT_TRUE(rw_->Write(m));
+    EXPECT_TRUE(rw_->Read(&reply)) << "the stream ended";
+    return reply;
+  }
+  v1::ServerMessage Resume(const std::string& id) {
+    v1::ClientMessage m;
+    m.mutable_resume()->set_session_id(id);
+    return Send(m);
+  }
+  v1::ServerMessage Open() {
+    v1::ClientMessage m;
+    m.mutable_open();
+    return Send(m);
+  }
+  grpc::Status Close() {
+    v1::ClientMessage m;
+    m.mutable_close();
+    EXPECT_TRUE(rw_->Write(m));
+    v1::ServerMessage ignored;
+    while (rw_->Read(&ignored)) {
+    }
+    return rw_->Finish();
+  }
+
+ private:
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::ClientMessage, v1::ServerMessage>> rw_;
+};
+
+bool IsLowerHexId(const std::string& text) {
+  return text.size() == 32 && text.find_first_not_of("0123456789abcdef") == std::string::npos;
+}
+
+TEST_F(StreamdServiceTest, IdsAreThirtyTwoLowercaseHexDigitsInEveryAnswer) {
+  Stream a(*stub_), b(*stub_);
+  const v1::ServerMessage opened_a = a.Open(), opened_b = b.Open();
+  ASSERT_TRUE(opened_a.has_opened()) << opened_a.ShortDebugString();
+  ASSERT_TRUE(opened_b.has_opened()) << opened_b.ShortDebugString();
+  const std::string id = opened_a.opened().session_id();
+  EXPECT_TRUE(IsLowerHexId(id)) << id;
+  EXPECT_TRUE(IsLowerHexId(opened_b.opened().session_id())) << opened_b.opened().session_id();
+  EXPECT_NE(id, opened_b.opened().session_id());
+
+  v1::SessionInfo info;
+  ASSERT_TRUE(GetSession(id, &info).ok());
+  EXPECT_EQ(info.session_id(), id);
+  std::string upper = id;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  ASSERT_TRUE(GetSession(upper, &info).ok()) << "upper-case digits are accepted";
+  EXPECT_EQ(info.session_id(), id);  // and answered in lower case
+
+  grpc::ClientContext ctx;
+  v1::ListSessionsResponse list;
+  ASSERT_TRUE(stub_->ListSessions(&ctx, {}, &list).ok());
+  std::vector<std::string> listed;
+  for (const v1::SessionInfo& s : list.sessions()) listed.push_back(s.session_id());
+  EXPECT_EQ(listed.size(), 2u);
+  EXPECT_NE(std::find(listed.begin(), listed.end(), id), listed.end());
+  EXPECT_TRUE(a.Close().ok());
+  EXPECT_TRUE(b.Close().ok());
+}
+
+TEST_F(StreamdServiceTest, MalformedIdsAreInvalidArgumentAndUnknownOnesNotFound) {
+  Stream s(*stub_);
+  const std::vector<std::string> malformed = {
+      "",
+      "7",
+      std::string(31, 'a'),
+      std::string(33, 'a'),
+      "0123456789abcdef0123456789abcdeg",
+      "0123456789abcdef-0123456789abcde",
+      std::string(32, '0'),  // the all-zero id names no session
+      std::string(39, 'a') + "\xc3\xa9",  // echoed cut at 40 bytes, inside this character
+  };
+  for (const std::string& id : malformed) {
+    SCOPED_TRACE("session_id \"" + id + "\"");
+    const v1::ServerMessage reply = s.Resume(id);
+    ASSERT_TRUE(reply.has_error()) << reply.ShortDebugString();
+    EXPECT_EQ(reply.error().code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+    EXPECT_EQ(reply.error().field(), "resume.session_id") << reply.error().message();
+    EXPECT_EQ(reply.error().message().rfind("resume.session_id", 0), 0u) << reply.error().message();
+
+    v1::SessionInfo info;
+    grpc::Status st = GetSession(id, &info);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+    EXPECT_EQ(st.error_message().rfind("session_id", 0), 0u) << st.error_message();
+    st = CloseSession(id);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+    EXPECT_EQ(st.error_message().rfind("session_id", 0), 0u) << st.error_message();
+  }
+
+  const v1::ServerMessage unknown = s.Resume(kUnknownId);
+  ASSERT_TRUE(unknown.has_error()) << unknown.ShortDebugString();
+  EXPECT_EQ(unknown.error().code(), static_cast<int>(grpc::StatusCode::NOT_FOUND));
+  EXPECT_EQ(unknown.error().field(), "resume.session_id");
+  EXPECT_NE(unknown.error().message().find(std::string("session ") + kUnknownId +
+                                           " does not exist"),
+            std::string::npos)
+      << unknown.error().message();
+  v1::SessionInfo info;
+  grpc::Status st = GetSession(kUnknownId, &info);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(st.error_message().rfind(std::string("session_id: session ") + kUnknownId, 0), 0u)
+      << st.error_message();
+  EXPECT_EQ(CloseSession(kUnknownId).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  // The stream is still usable after every error.
+  const v1::ServerMessage opened = s.Open();
+  ASSERT_TRUE(opened.has_opened()) << opened.ShortDebugString();
+  EXPECT_TRUE(s.Close().ok());
+  // A closed session's id is well-formed: NOT_FOUND.
+  EXPECT_EQ(GetSession(opened.opened().session_id(), &info).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+}  // namespace
+}  // namespace streamd::server
