@@ -165,11 +165,6 @@ int ServeCommand(int argc, char** argv) {
   auto backend = MakeBackend(kind, std::move(model).value());
   if (!backend.ok()) return Fail("engine.backend: " + backend.status().message());
   spdlog::info("model runs on {}", (*backend)->device_description());
-  if (config->engine.kv_pool.fraction > 0.0) {
-    auto budget = (*backend)->PoolBudgetFromFraction(config->engine.kv_pool.fraction);
-    if (!budget.ok()) return Fail("engine.kv_pool: " + budget.status().message());
-    engine_config->pool_bytes = *budget;
-  }
   auto engine =
       Engine::Create(std::move(backend).value(), std::move(tokenizer).value(), *engine_config);
   if (!engine.ok()) return Fail(engine.status().message());

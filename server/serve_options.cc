@@ -8,15 +8,12 @@ namespace streamd::server {
 StatusOr<EngineConfig> ToEngineConfig(const ServerConfig& config) {
   const auto& e = config.engine;
   const auto& s = config.sessions;
-  // engine.backend is resolved in serve_command.cc (engine/backend), which also turns a
-  // kv_pool fraction into bytes of the backend's own memory (device memory for cuda).
+  // engine.backend is resolved in serve_command.cc (engine/backend); a kv_pool fraction is
+  // resolved by Engine::Create against the backend's own memory (device memory for cuda).
   EngineConfig out;
   out.block_size = e.block_size;
-  if (e.kv_pool.fraction > 0.0) {
-    STREAMD_ASSIGN_OR_RETURN(out.pool_bytes, BlockPool::BudgetFromFraction(e.kv_pool.fraction));
-  } else {
-    out.pool_bytes = e.kv_pool.bytes;
-  }
+  out.pool_bytes = e.kv_pool.bytes;
+  out.pool_fraction = e.kv_pool.fraction;
   out.planner.max_batch_tokens = e.max_batch_tokens;
   out.planner.max_batch_sessions = e.max_batch_sessions;
   out.threads = e.threads;

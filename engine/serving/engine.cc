@@ -106,6 +106,14 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<ModelBackend> m
                                 std::to_string(config.prefill_headroom_blocks) +
                                 " must be >= 0, or -1 for the default");
   }
+  if (config.pool_fraction < 0.0 || config.pool_fraction > 1.0) {
+    return InvalidArgumentError("KV pool fraction = " + std::to_string(config.pool_fraction) +
+                                " is outside (0, 1]");
+  }
+  if (config.pool_fraction > 0.0) {
+    STREAMD_ASSIGN_OR_RETURN(config.pool_bytes,
+                             model->PoolBudgetFromFraction(config.pool_fraction));
+  }
   STREAMD_ASSIGN_OR_RETURN(
       std::unique_ptr<BlockPool> pool,
       model->CreatePool({c.n_layers, c.n_kv_heads, c.head_dim}, config.block_size,

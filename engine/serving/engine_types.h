@@ -28,7 +28,11 @@ int32_t DefaultPrefillHeadroom(const PlannerConfig& planner, int32_t max_chunk,
 
 struct EngineConfig {
   int32_t block_size = 16;
-  int64_t pool_bytes = 256LL << 20;  // KV pool budget, allocated once
+  // KV pool budget, allocated once: `pool_bytes`, or when pool_fraction > 0 that fraction of the
+  // memory available where the backend keeps its pool (host MemAvailable, or free device
+  // memory), resolved by Engine::Create. The one place the budget is computed.
+  int64_t pool_bytes = 256LL << 20;
+  double pool_fraction = 0.0;
   PlannerConfig planner;
   int32_t threads = 0;           // forward-pass threads; 0 = all cores
   int32_t max_chunk = 256;       // most tokens of one session per step

@@ -1,0 +1,351 @@
+#include "engine/serving/session_persister.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace streamd {
+namespace {
+
+constexpr std::chrono::milliseconds kMaxBackoff{30'000};
+
+double SecondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// Errors that say "not now" rather than "broken": no retry, no error hook.
+bool IsNotNow(const Status& s) {
+  return s.code() == StatusCode::kNotFound || s.code() == StatusCode::kFailedPrecondition ||
+         s.code() == StatusCode::kUnavailable;
+}
+
+}  // namespace
+
+SessionPersister::SessionPersister(Engine& engine, std::unique_ptr<SnapshotStore> store,
+                                   SnapshotContext context, PersisterOptions options,
+                                   PersisterHooks hooks)
+    : engine_(engine),
+      store_(std::move(store)),
+      context_(std::move(context)),
+      options_(options),
+      hooks_(std::move(hooks)) {
+  writer_ = std::thread([this] { Loop(); });
+}
+
+SessionPersister::~SessionPersister() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  writer_.join();
+}
+
+void SessionPersister::Schedule(SessionId id, bool urgent) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    Entry& e = entries_[id];
+    if (e.forget) return;
+    const Clock::time_point due =
+        urgent ? Clock::time_point{} : std::max(Clock::now(), e.last_write + options_.interval);
+    if (e.queued) {
+      if (!urgent || e.urgent) return;  // already queued, as early as this asks
+      queue_.erase({e.due, id});
+    }
+    e.queued = true;
+    e.urgent = urgent;
+    e.due = due;
+    queue_.insert({due, id});
+  }
+  cv_.notify_all();
+}
+
+void SessionPersister::Touch(SessionId id) { Schedule(id, false); }
+void SessionPersister::Urgent(SessionId id) { Schedule(id, true); }
+
+void SessionPersister::UrgentAll() {
+  for (const SessionInfo& info : engine_.List()) Urgent(info.id);
+}
+
+void SessionPersister::Forget(SessionId id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    Entry& e = entries_[id];
+    if (e.queued) queue_.erase({e.due, id});
+    e.forget = true;
+    e.queued = true;
+    e.urgent = true;
+    e.due = Clock::time_point{};
+    queue_.insert({e.due, id});
+  }
+  cv_.notify_all();
+}
+
+bool SessionPersister::WaitIdle(std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return idle_cv_.wait_until(lock, deadline, [&] { return queue_.empty() && in_progress_ == 0; });
+}
+
+uint64_t SessionPersister::stored_revision(SessionId id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(id);
+  return it == entries_.end() ? 0 : it->second.stored_revision;
+}
+
+void SessionPersister::Loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    if (queue_.empty()) {
+      idle_cv_.notify_all();
+      cv_.wait(lock);
+      continue;
+    }
+    const auto [due, id] = *queue_.begin();
+    if (due > Clock::now()) {
+      cv_.wait_until(lock, due);
+      continue;
+    }
+    queue_.erase(queue_.begin());
+    Entry& e = entries_[id];
+    e.queued = false;
+    e.urgent = false;
+    const bool forget = e.forget;
+    ++in_progress_;
+    lock.unlock();
+    Status s;
+    if (forget) {
+      std::lock_guard<std::mutex> io(write_mu_);
+      s = store_->Remove(id);
+    } else {
+      bool skipped = false;
+      s = WriteNow(id, &skipped);
+    }
+    lock.lock();
+    --in_progress_;
+    auto it = entries_.find(id);
+    if (forget) {
+      if (it != entries_.end() && it->second.forget && !it->second.queued) entries_.erase(it);
+      if (!s.ok() && hooks_.on_write_failed) {
+        lock.unlock();
+        hooks_.on_write_failed(id, s);
+        lock.lock();
+      }
+      continue;
+    }
+    if (it == entries_.end()) continue;
+    Entry& after = it->second;
+    if (s.ok() || IsNotNow(s)) {
+      after.backoff = std::chrono::milliseconds{0};
+      if (s.code() == StatusCode::kNotFound && !after.stored && !after.queued) {
+        entries_.erase(it);  // closed before it was ever written
+      }
+      continue;
+    }
+    // A failed write: retried with backoff while the session keeps serving from memory.
+    after.backoff = after.backoff.count() == 0 ? options_.retry_after
+                                               : std::min(after.backoff * 2, kMaxBackoff);
+    if (!after.queued && !after.forget) {
+      after.queued = true;
+      after.due = Clock::now() + after.backoff;
+      queue_.insert({after.due, id});
+    }
+  }
+}
+
+Status SessionPersister::WriteNow(SessionId id, bool* skipped) {
+  std::lock_guard<std::mutex> io(write_mu_);
+  *skipped = false;
+  STREAMD_ASSIGN_OR_RETURN(const SessionInfo info, engine_.Get(id));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(id);
+    if (it != entries_.end() && it->second.forget) return NotFoundError("session closed");
+    if (it != entries_.end() && it->second.stored && it->second.stored_revision == info.revision) {
+      *skipped = true;  // unchanged since its last write
+      return OkStatus();
+    }
+  }
+  const Clock::time_point start = Clock::now();
+  STREAMD_ASSIGN_OR_RETURN(const SessionState state, engine_.Capture(id));
+  const std::vector<uint8_t> bytes = EncodeSnapshot(state, context_);
+  const Status written = store_->Write(id, bytes);
+  if (!written.ok()) {
+    if (hooks_.on_write_failed) hooks_.on_write_failed(id, written);
+    return written;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Entry& e = entries_[id];
+    e.stored = true;
+    e.stored_revision = state.revision;
+    e.last_write = Clock::now();
+  }
+  if (hooks_.on_written) {
+    hooks_.on_written(id, static_cast<int64_t>(bytes.size()), SecondsSince(start));
+  }
+  return OkStatus();
+}
+
+Status SessionPersister::Offload(SessionId id) {
+  STREAMD_ASSIGN_OR_RETURN(const SessionInfo info, engine_.Get(id));
+  if (info.generating) {
+    return FailedPreconditionError("session " + id.ToString() + " is generating");
+  }
+  bool skipped = false;
+  STREAMD_RETURN_IF_ERROR(WriteNow(id, &skipped));
+  return engine_.CloseIfUnchanged(id, stored_revision(id));
+}
+
+Status SessionPersister::RejectFile(const std::string& file, const Status& why) {
+  auto moved = store_->Reject(file, std::string(StatusCodeName(why.code())) + " " + why.message());
+  if (hooks_.on_rejected) hooks_.on_rejected(file, moved.ok() ? *moved : std::string(), why);
+  return moved.ok() ? OkStatus() : moved.status();
+}
+
+StatusOr<SessionState> SessionPersister::Decode(std::span<const uint8_t> bytes,
+                                                const std::string& file) {
+  StatusOr<SessionState> state = DecodeSnapshot(bytes, context_);
+  if (!state.ok() && !file.empty()) (void)RejectFile(file, state.status());
+  return state;
+}
+
+StatusOr<SessionPersister::Restored> SessionPersister::Load(SessionId id) {
+  const Clock::time_point start = Clock::now();
+  STREAMD_ASSIGN_OR_RETURN(const std::vector<uint8_t> bytes, store_->Read(id));
+  const std::string file = id.ToString() + ".snap";
+  STREAMD_ASSIGN_OR_RETURN(SessionState state, Decode(bytes, file));
+  if (state.id != id) {
+    const Status wrong = DataLossError("the snapshot in " + file + " is of session " +
+                                       state.id.ToString());
+    (void)RejectFile(file, wrong);
+    return wrong;
+  }
+  const Status restored = engine_.Restore(state);
+  if (restored.code() == StatusCode::kInvalidArgument) {
+    // A sound snapshot this engine cannot take (its limits were lowered since): set aside.
+    (void)RejectFile(file, restored);
+    return restored;
+  }
+  STREAMD_RETURN_IF_ERROR(restored);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Entry& e = entries_[id];
+    e.stored = true;
+    e.stored_revision = state.revision;
+  }
+  if (hooks_.on_loaded) {
+    hooks_.on_loaded(id, static_cast<int64_t>(bytes.size()), SecondsSince(start));
+  }
+  Restored out;
+  out.options.tenant = state.tenant;
+  out.options.mode = state.mode;
+  out.options.sinks = state.sinks;
+  out.options.window = state.window;
+  out.options.sampling = state.sampling;
+  out.metadata = std::move(state.metadata);
+  out.bytes = static_cast<int64_t>(bytes.size());
+  return out;
+}
+
+StatusOr<SnapshotSummary> SessionPersister::Summary(SessionId id) const {
+  STREAMD_ASSIGN_OR_RETURN(const std::vector<uint8_t> prefix,
+                           store_->ReadPrefix(id, kSnapshotSummaryPrefixBytes));
+  return ReadSnapshotSummary(prefix);
+}
+
+std::vector<SnapshotSummary> SessionPersister::Scan() {
+  std::vector<SnapshotSummary> out;
+  auto listed = store_->List();
+  if (!listed.ok()) {
+    if (hooks_.on_write_failed) hooks_.on_write_failed(SessionId{}, listed.status());
+    return out;
+  }
+  for (const StoredSnapshot& file : *listed) {
+    StatusOr<SnapshotSummary> summary = Summary(file.id);
+    Status why = summary.status();
+    if (summary.ok() && summary->id != file.id) {
+      why = DataLossError("the snapshot in " + file.file + " is of session " +
+                          summary->id.ToString());
+    } else if (summary.ok() && summary->model_fingerprint != context_.model_fingerprint) {
+      why = FailedPreconditionError("snapshot of another model: \"" + summary->model_name +
+                                    "\" (fingerprint " + summary->model_fingerprint +
+                                    "), this daemon serves \"" + context_.model_name +
+                                    "\" (" + context_.model_fingerprint + ")");
+    }
+    if (!why.ok()) {
+      (void)RejectFile(file.file, why);
+      continue;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      Entry& e = entries_[file.id];
+      e.stored = true;
+      e.stored_revision = summary->revision;
+    }
+    out.push_back(*std::move(summary));
+  }
+  std::sort(out.begin(), out.end(), [](const SnapshotSummary& a, const SnapshotSummary& b) {
+    return a.saved_unix_ms > b.saved_unix_ms;
+  });
+  return out;
+}
+
+StatusOr<std::vector<uint8_t>> SessionPersister::Export(SessionId id) {
+  if (engine_.Get(id).ok()) {
+    STREAMD_ASSIGN_OR_RETURN(const SessionState state, engine_.Capture(id));
+    std::vector<uint8_t> bytes = EncodeSnapshot(state, context_);
+    std::lock_guard<std::mutex> io(write_mu_);
+    if (store_->Write(id, bytes).ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      Entry& e = entries_[id];
+      e.stored = true;
+      e.stored_revision = state.revision;
+      e.last_write = Clock::now();
+    }
+    return bytes;
+  }
+  STREAMD_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, store_->Read(id));
+  STREAMD_RETURN_IF_ERROR(Decode(bytes, id.ToString() + ".snap").status());
+  return bytes;
+}
+
+StatusOr<SessionPersister::Imported> SessionPersister::Import(std::span<const uint8_t> bytes) {
+  STREAMD_ASSIGN_OR_RETURN(SessionState state, Decode(bytes, ""));
+  STREAMD_ASSIGN_OR_RETURN(SnapshotSummary summary, ReadSnapshotSummary(bytes));
+  const SessionId id = state.id;
+  if (engine_.Get(id).ok() || store_->ReadPrefix(id, 1).ok()) {
+    return AlreadyExistsError("import: session " + id.ToString() + " already exists here");
+  }
+  {
+    std::lock_guard<std::mutex> io(write_mu_);
+    STREAMD_RETURN_IF_ERROR(store_->Write(id, bytes));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Entry& e = entries_[id];
+    e.forget = false;
+    e.stored = true;
+    e.stored_revision = state.revision;
+  }
+  Imported out;
+  out.summary = std::move(summary);
+  out.restored.options.tenant = state.tenant;
+  out.restored.options.mode = state.mode;
+  out.restored.options.sinks = state.sinks;
+  out.restored.options.window = state.window;
+  out.restored.options.sampling = state.sampling;
+  out.restored.metadata = state.metadata;
+  out.restored.bytes = static_cast<int64_t>(bytes.size());
+  const Status restored = engine_.Restore(state);
+  if (restored.ok()) {
+    out.resident = true;
+  } else if (restored.code() != StatusCode::kResourceExhausted) {
+    std::lock_guard<std::mutex> io(write_mu_);
+    (void)store_->Remove(id);  // refused here: nothing of it stays
+    return restored;
+  }
+  return out;
+}
+
+}  // namespace streamd

@@ -1,0 +1,153 @@
+// SessionPersister: when sessions are written to the snapshot store, and how they come back.
+//
+// Writes (one writer thread, never the scheduler's):
+//   Touch(id)   after an Append ack or a GenerationDone: the session is written within
+//               `interval` of its last write (many touches coalesce into one write);
+//   Urgent(id)  on detach and for every session on SIGTERM drain: written next, ahead of
+//               touched ones; WaitIdle waits for the queue to empty (drain).
+// A write captures the session (Engine::Capture: ~1 ms in which that session alone sits out
+// the steps), encodes it and writes it atomically (SnapshotStore). Sessions whose revision is
+// the one last written are not written again; a session that generates when its turn comes is
+// skipped (its GenerationDone touches it again). A failed write (full disk, read-only
+// directory) is counted and logged through the hooks, and retried with backoff; the session
+// keeps serving from memory.
+//
+// Offload(id), Load(id), Export(id) and Import(bytes) run on their caller's thread (the
+// registry's reaper and loader threads, or an RPC's worker), never on a gRPC reaction.
+// A snapshot that cannot be read back (corrupt, truncated, another model or format version) is
+// moved into rejected/ (never deleted), reported through on_rejected, and every other snapshot
+// still loads.
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/serving/engine.h"
+#include "engine/serving/snapshot_store.h"
+#include "engine/snapshot/snapshot_format.h"
+
+namespace streamd {
+
+struct PersisterOptions {
+  // At most one write per session per interval (sessions.snapshot_interval).
+  std::chrono::milliseconds interval{2000};
+  // First retry after a failed write; doubles up to 30 s.
+  std::chrono::milliseconds retry_after{1000};
+};
+
+// Called on the persister's threads (or the caller's, for the synchronous calls). Optional.
+struct PersisterHooks {
+  std::function<void(SessionId, int64_t bytes, double seconds)> on_written;
+  std::function<void(SessionId, const Status&)> on_write_failed;
+  std::function<void(SessionId, int64_t bytes, double seconds)> on_loaded;
+  // A file was moved aside: its new path, and why it was refused.
+  std::function<void(const std::string& file, const std::string& moved_to, const Status&)>
+      on_rejected;
+};
+
+class SessionPersister {
+ public:
+  SessionPersister(Engine& engine, std::unique_ptr<SnapshotStore> store, SnapshotContext context,
+                   PersisterOptions options, PersisterHooks hooks);
+  ~SessionPersister();  // stops the writer; queued writes are dropped (WaitIdle first to drain)
+  SessionPersister(const SessionPersister&) = delete;
+  SessionPersister& operator=(const SessionPersister&) = delete;
+
+  void Touch(SessionId id);
+  void Urgent(SessionId id);
+  // Urgent for every session the engine holds.
+  void UrgentAll();
+  // True when every queued write finished before `deadline`.
+  bool WaitIdle(std::chrono::steady_clock::time_point deadline);
+  // The session is closed for good: queued writes are dropped and its snapshot deleted.
+  void Forget(SessionId id);
+
+  // Writes the session if it changed since its last write, then closes it in the engine unless
+  // it changed meanwhile (FAILED_PRECONDITION: it stays resident). FAILED_PRECONDITION while it
+  // generates; the write's error when the write fails (it stays resident).
+  Status Offload(SessionId id);
+  // What a restored session brings back for its owner (the server's chat state).
+  struct Restored {
+    SessionOptions options;
+    std::map<std::string, std::string> metadata;
+    int64_t bytes = 0;
+  };
+  // Reads the snapshot of `id`, checks it and restores it into the engine. NOT_FOUND without
+  // a snapshot; a snapshot that cannot be read back, or that this engine cannot take (another
+  // model, limits lowered since), is moved aside and its error returned; RESOURCE_EXHAUSTED
+  // when it does not fit the pool now and ALREADY_EXISTS when it is resident (it stays on disk).
+  StatusOr<Restored> Load(SessionId id);
+  // Summaries of every snapshot in the store, newest first; unreadable files are moved aside.
+  std::vector<SnapshotSummary> Scan();
+  // The summary of one stored snapshot (NOT_FOUND without one).
+  StatusOr<SnapshotSummary> Summary(SessionId id) const;
+  // Snapshot bytes of a session: captured from the engine when resident (written to the store
+  // too), else read from the store.
+  StatusOr<std::vector<uint8_t>> Export(SessionId id);
+  // Creates the session of a snapshot made by another daemon (same id): checked like a stored
+  // one, written to the store, then restored into the engine if it fits (else it stays
+  // offloaded, on disk). ALREADY_EXISTS for an id in use here (resident or stored).
+  struct Imported {
+    SnapshotSummary summary;
+    Restored restored;
+    bool resident = false;
+  };
+  StatusOr<Imported> Import(std::span<const uint8_t> bytes);
+
+  // The revision of the session as last written or loaded (0 when never).
+  uint64_t stored_revision(SessionId id) const;
+  const SnapshotContext& context() const { return context_; }
+  SnapshotStore& store() { return *store_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Entry {
+    bool stored = false;                // written to or loaded from the store
+    uint64_t stored_revision = 0;       // ... at this revision
+    Clock::time_point last_write{};     // for the interval
+    Clock::time_point due{};            // when queued: write at or after this
+    bool queued = false;
+    bool urgent = false;
+    bool forget = false;                // delete its snapshot (the session closed)
+    std::chrono::milliseconds backoff{0};
+  };
+  using QueueKey = std::pair<Clock::time_point, SessionId>;  // due (urgent: the epoch), id
+
+  void Loop();
+  // Captures and writes one session (on the writer or the caller's thread, under write_mu_).
+  Status WriteNow(SessionId id, bool* skipped);
+  void Schedule(SessionId id, bool urgent);
+  // Decodes snapshot bytes; refusals of a stored file move it aside (`file` non-empty).
+  StatusOr<SessionState> Decode(std::span<const uint8_t> bytes, const std::string& file);
+  Status RejectFile(const std::string& file, const Status& why);
+
+  Engine& engine_;
+  std::unique_ptr<SnapshotStore> store_;
+  const SnapshotContext context_;
+  const PersisterOptions options_;
+  const PersisterHooks hooks_;
+
+  std::mutex write_mu_;  // one store write or delete of sessions at a time
+  mutable std::mutex mu_;
+  std::condition_variable cv_;       // the writer waits for due work
+  std::condition_variable idle_cv_;  // WaitIdle waits for an empty queue
+  std::map<SessionId, Entry> entries_;
+  std::set<QueueKey> queue_;  // queued entries by due time
+  int64_t in_progress_ = 0;  // writes the writer thread is doing now
+  bool stopping_ = false;
+  std::thread writer_;
+};
+
+}  // namespace streamd

@@ -1,0 +1,258 @@
+#include "engine/serving/snapshot_store.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <string>
+
+namespace streamd {
+namespace {
+
+constexpr std::string_view kSuffix = ".snap";
+constexpr int64_t kStaleTempMs = 60LL * 60 * 1000;  // temp files older than this are debris
+
+int64_t UnixMillisNow() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The status of a failed system call on `path`: full disks and read-only or forbidden
+// directories get codes of their own.
+Status Errno(int err, const std::string& what, const std::string& path) {
+  const std::string m = what + " " + path + ": " + std::strerror(err);
+  switch (err) {
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+      return ResourceExhaustedError(m);
+    case EROFS:
+    case EACCES:
+    case EPERM:
+      return Status(StatusCode::kPermissionDenied, m);
+    case ENOENT:
+      return NotFoundError(m);
+    default:
+      return InternalError(m);
+  }
+}
+
+Status MakeDirectories(const std::string& dir) {
+  std::string at;
+  size_t i = 0;
+  while (i <= dir.size()) {
+    const size_t slash = dir.find('/', i);
+    const size_t end = slash == std::string::npos ? dir.size() : slash;
+    at = dir.substr(0, end);
+    i = end + 1;
+    if (at.empty()) continue;
+    if (::mkdir(at.c_str(), 0700) != 0 && errno != EEXIST) {
+      return Errno(errno, "cannot create the snapshot directory", at);
+    }
+  }
+  struct stat st;
+  if (::stat(dir.c_str(), &st) != 0) return Errno(errno, "cannot stat", dir);
+  if (!S_ISDIR(st.st_mode)) {
+    return FailedPreconditionError("snapshot directory " + dir + " is not a directory");
+  }
+  return OkStatus();
+}
+
+Status WriteAll(int fd, std::span<const uint8_t> bytes, const std::string& path) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Errno(errno, "cannot write", path);
+    }
+    done += static_cast<size_t>(n);
+  }
+  return OkStatus();
+}
+
+bool IsHexId(std::string_view s) {
+  if (s.size() != 32) return false;
+  for (char c : s) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  }
+  return true;
+}
+
+std::string Slug(std::string_view reason) {
+  std::string out;
+  for (char c : reason) {
+    const char l = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+    if ((l >= 'a' && l <= 'z') || (l >= '0' && l <= '9')) {
+      out += l;
+    } else if (!out.empty() && out.back() != '-') {
+      out += '-';
+    }
+    if (out.size() >= 48) break;
+  }
+  while (!out.empty() && out.back() == '-') out.pop_back();
+  return out.empty() ? "rejected" : out;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<SnapshotStore>> SnapshotStore::Open(std::string dir) {
+  if (dir.empty()) return InvalidArgumentError("snapshot directory is empty");
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  STREAMD_RETURN_IF_ERROR(MakeDirectories(dir));
+  return std::unique_ptr<SnapshotStore>(new SnapshotStore(std::move(dir)));
+}
+
+std::string SnapshotStore::PathOf(SessionId id) const {
+  return dir_ + "/" + id.ToString() + std::string(kSuffix);
+}
+
+Status SnapshotStore::SyncDirectory(const std::string& dir) const {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Errno(errno, "cannot open", dir);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  // Some file systems cannot fsync a directory (EINVAL): the rename is then as durable as
+  // they make it.
+  if (rc != 0 && err != EINVAL) return Errno(err, "cannot fsync", dir);
+  return OkStatus();
+}
+
+Status SnapshotStore::Write(SessionId id, std::span<const uint8_t> bytes) {
+  const std::string path = PathOf(id);
+  const SessionId nonce = SessionId::Random();
+  const std::string tmp = dir_ + "/." + id.ToString() + "." + std::to_string(::getpid()) + "." +
+                          nonce.ToString().substr(0, 8) + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return Errno(errno, "cannot create", tmp);
+  Status s = WriteAll(fd, bytes, tmp);
+  if (s.ok() && ::fsync(fd) != 0) s = Errno(errno, "cannot fsync", tmp);
+  if (::close(fd) != 0 && s.ok()) s = Errno(errno, "cannot close", tmp);
+  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    s = Errno(errno, "cannot rename to", path);
+  }
+  if (!s.ok()) {
+    ::unlink(tmp.c_str());  // never leave a partial file behind
+    return s;
+  }
+  return SyncDirectory(dir_);
+}
+
+StatusOr<std::vector<uint8_t>> SnapshotStore::Read(SessionId id, int64_t max_bytes) const {
+  const std::string path = PathOf(id);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Errno(errno, "cannot open", path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Errno(err, "cannot stat", path);
+  }
+  if (st.st_size > max_bytes) {
+    ::close(fd);
+    return OutOfRangeError(path + " has " + std::to_string(st.st_size) +
+                           " bytes, over the limit of " + std::to_string(max_bytes));
+  }
+  std::vector<uint8_t> out(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < out.size()) {
+    const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return Errno(err, "cannot read", path);
+    }
+    if (n == 0) break;  // shorter than stat said: the reader sees the truncation
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  out.resize(done);
+  return out;
+}
+
+StatusOr<std::vector<uint8_t>> SnapshotStore::ReadPrefix(SessionId id, size_t n) const {
+  const std::string path = PathOf(id);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Errno(errno, "cannot open", path);
+  std::vector<uint8_t> out(n);
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t got = ::read(fd, out.data() + done, n - done);
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      const int err = errno;
+      ::close(fd);
+      return Errno(err, "cannot read", path);
+    }
+    if (got == 0) break;
+    done += static_cast<size_t>(got);
+  }
+  ::close(fd);
+  out.resize(done);
+  return out;
+}
+
+Status SnapshotStore::Remove(SessionId id) {
+  const std::string path = PathOf(id);
+  if (::unlink(path.c_str()) != 0) {
+    if (errno == ENOENT) return OkStatus();
+    return Errno(errno, "cannot remove", path);
+  }
+  return SyncDirectory(dir_);
+}
+
+StatusOr<std::vector<StoredSnapshot>> SnapshotStore::List() const {
+  DIR* d = ::opendir(dir_.c_str());
+  if (d == nullptr) return Errno(errno, "cannot list", dir_);
+  std::vector<StoredSnapshot> out;
+  const int64_t now = UnixMillisNow();
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    const std::string path = dir_ + "/" + name;
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    const int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 +
+                          st.st_mtim.tv_nsec / 1000000;
+    if (name.size() > 4 && name[0] == '.' && name.ends_with(".tmp")) {
+      if (now - mtime > kStaleTempMs) ::unlink(path.c_str());  // a writer died mid-write
+      continue;
+    }
+    if (!name.ends_with(kSuffix)) continue;
+    const std::string_view stem(name.data(), name.size() - kSuffix.size());
+    if (!IsHexId(stem)) continue;
+    auto id = SessionId::Parse(stem);
+    if (!id.ok()) continue;
+    out.push_back({*id, name, static_cast<int64_t>(st.st_size), mtime});
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end(),
+            [](const StoredSnapshot& a, const StoredSnapshot& b) { return a.file < b.file; });
+  return out;
+}
+
+StatusOr<std::string> SnapshotStore::Reject(const std::string& file, std::string_view reason) {
+  if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..") {
+    return InvalidArgumentError("reject: \"" + file + "\" is not a file name");
+  }
+  const std::string rejected = dir_ + "/rejected";
+  if (::mkdir(rejected.c_str(), 0700) != 0 && errno != EEXIST) {
+    return Errno(errno, "cannot create", rejected);
+  }
+  const int64_t seconds = UnixMillisNow() / 1000;
+  const std::string to = rejected + "/" + file + "." + Slug(reason) + "." + std::to_string(seconds);
+  const std::string from = dir_ + "/" + file;
+  if (::rename(from.c_str(), to.c_str()) != 0) return Errno(errno, "cannot move aside", from);
+  STREAMD_RETURN_IF_ERROR(SyncDirectory(rejected));
+  STREAMD_RETURN_IF_ERROR(SyncDirectory(dir_));
+  return to;
+}
+
+}  // namespace streamd

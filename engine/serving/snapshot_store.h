@@ -1,0 +1,69 @@
+// SnapshotStore: the directory where session snapshots live, one file per session, and the only
+// code that touches it. Durability follows SQLite's atomic commit, in miniature:
+//
+//   Write(id, bytes):  .<id>.<pid>.<random>.tmp  <- bytes, fsync
+//                      rename -> <id>.snap       (atomic: readers see the old file or the new)
+//                      fsync(directory)          (the rename itself survives a power cut)
+//
+// so a snapshot is never seen half-written, whatever kills the process; a failed write removes
+// its temp file and leaves the previous snapshot as it was. Files that cannot be read back
+// (corrupt, another model, a newer format) are moved into rejected/ with the reason in their
+// name, never deleted. Several replicas may share the directory: temp names carry the writer's
+// pid and a random suffix, and only temp files left for longer than an hour are swept.
+//
+// Snapshots hold a conversation's K/V: the directory is created 0700 and files 0600.
+// Errors are Status values naming the path and the errno text; a full disk or a read-only
+// directory is RESOURCE_EXHAUSTED or PERMISSION_DENIED, so callers can count them apart.
+// Thread-safe: every method may be called concurrently (distinct ids, or the same id: the last
+// rename wins).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/util/session_id.h"
+#include "engine/util/status.h"
+
+namespace streamd {
+
+struct StoredSnapshot {
+  SessionId id;
+  std::string file;  // file name inside the directory
+  int64_t bytes = 0;
+  int64_t mtime_unix_ms = 0;
+};
+
+class SnapshotStore {
+ public:
+  // Creates the directory (and its parents) if needed. Errors name the directory.
+  static StatusOr<std::unique_ptr<SnapshotStore>> Open(std::string dir);
+
+  // Atomically replaces the snapshot of `id` with `bytes` (see above).
+  Status Write(SessionId id, std::span<const uint8_t> bytes);
+  // NOT_FOUND when there is none; files over max_bytes are refused (OUT_OF_RANGE).
+  StatusOr<std::vector<uint8_t>> Read(SessionId id, int64_t max_bytes = int64_t{4} << 30) const;
+  // The first `n` bytes (fewer when the file is shorter): enough for a summary.
+  StatusOr<std::vector<uint8_t>> ReadPrefix(SessionId id, size_t n) const;
+  // Deletes the snapshot of `id` (a closed session); OK when there is none.
+  Status Remove(SessionId id);
+  // Every snapshot file, by file name; other files are ignored. Sweeps stale temp files.
+  StatusOr<std::vector<StoredSnapshot>> List() const;
+  // Moves `file` into rejected/, named <file>.<reason>.<unix seconds>; the reason is reduced
+  // to [a-z0-9-]. Returns the new path.
+  StatusOr<std::string> Reject(const std::string& file, std::string_view reason);
+
+  const std::string& dir() const { return dir_; }
+  std::string PathOf(SessionId id) const;
+
+ private:
+  explicit SnapshotStore(std::string dir) : dir_(std::move(dir)) {}
+  Status SyncDirectory(const std::string& dir) const;
+
+  std::string dir_;
+};
+
+}  // namespace streamd
