@@ -8,6 +8,7 @@ packages=(
   build-essential cmake pkg-config git python3
   libgtest-dev libgmock-dev libbenchmark-dev   # tests and benchmarks
   libpcre2-dev                                 # Unicode classes for the BPE pre-tokenizer
+  libxxhash-dev                                # snapshot checksums, model fingerprints
   nlohmann-json3-dev                           # JSON fixtures in tests, --json output
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # daemon
   libspdlog-dev libyaml-cpp-dev                # daemon logs and config
