@@ -15,6 +15,8 @@ packages=(
   gnuplot-nox                                  # streamd eval --plot
   libcpp-httplib-dev prometheus                # /metrics endpoint; promtool checks its output
   python3-yaml                                 # deploy/check.py reads the deployment manifests
+  clang libclang-rt-14-dev llvm                # scripts/fuzz-smoke.sh: libFuzzer, sanitizer
+                                               # runtimes, llvm-symbolizer for their reports
 )
 
 missing=()

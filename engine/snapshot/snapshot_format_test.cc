@@ -355,28 +355,16 @@ TEST(SnapshotFormatTest, SkipsOptionalSectionsAndRefusesUnknownRequiredOnes) {
   const SnapshotContext ctx = TestContext(2, 2, 4);
   const SessionState state = RandomState(rng, ctx, CacheMode::kSink);
   const std::vector<uint8_t> bytes = EncodeSnapshot(state, ctx);
-  // Inserts a section carrying `tag` and a 5-byte payload just before END.
-  auto with_section = [&](uint32_t tag) {
-    std::vector<uint8_t> out(bytes.begin(), bytes.end() - L::kSectionHeaderSize);
-    const uint8_t payload[5] = {1, 2, 3, 4, 5};
-    const uint64_t length = sizeof(payload);
-    const uint64_t sum = XXH3_64bits(payload, sizeof(payload));
-    const uint32_t zero = 0;
-    auto put = [&](const void* p, size_t n) {
-      out.insert(out.end(), static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n);
-    };
-    put(&tag, 4);
-    put(&zero, 4);
-    put(&length, 8);
-    put(&sum, 8);
-    put(payload, 5);
-    out.resize(out.size() + 3, 0);  // padding
-    out.insert(out.end(), bytes.end() - L::kSectionHeaderSize, bytes.end());
-    return out;
-  };
+  const uint8_t payload[5] = {1, 2, 3, 4, 5};
+  auto with_section = [&](uint32_t tag) { return InsertSectionBeforeEnd(bytes, tag, payload); };
   auto decoded = Decode(with_section(L::Tag('n', 'o', 't', 'e')), ctx);
   ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
   EXPECT_EQ(*decoded, state);
+  // Skipped, but checked: a damaged optional section is damage.
+  std::vector<uint8_t> damaged = with_section(L::Tag('n', 'o', 't', 'e'));
+  damaged[bytes.size() - L::kSectionHeaderSize + L::kSectionHeaderSize + 2] ^= 1;
+  ExpectError(Decode(damaged, ctx).status(), StatusCode::kDataLoss,
+              {"section optional tag \"note\"", "checksum mismatch"});
   ExpectError(Decode(with_section(L::Tag('N', 'O', 'T', 'E')), ctx).status(), StatusCode::kDataLoss,
               {"expected section END at offset", "found unknown tag \"NOTE\" (0x45544f4e)"});
   // Optional sections come after every required one, not between them.

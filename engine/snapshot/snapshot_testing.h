@@ -70,6 +70,29 @@ inline std::vector<SectionSpan> Sections(std::span<const uint8_t> b) {
   return out;
 }
 
+// `bytes` with one more section, carrying `tag` and `payload`, just before END (which a
+// well-formed snapshot ends with): what a later writer's optional section looks like.
+inline std::vector<uint8_t> InsertSectionBeforeEnd(std::span<const uint8_t> bytes, uint32_t tag,
+                                                   std::span<const uint8_t> payload) {
+  namespace L = snapshot_layout;
+  const size_t end = bytes.size() - L::kSectionHeaderSize;
+  std::vector<uint8_t> out(bytes.begin(), bytes.begin() + static_cast<ptrdiff_t>(end));
+  auto put = [&](const void* p, size_t n) {
+    out.insert(out.end(), static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n);
+  };
+  const uint32_t reserved = 0;
+  const uint64_t length = payload.size();
+  const uint64_t sum = XXH3_64bits(payload.data(), payload.size());
+  put(&tag, sizeof(tag));
+  put(&reserved, sizeof(reserved));
+  put(&length, sizeof(length));
+  put(&sum, sizeof(sum));
+  put(payload.data(), payload.size());
+  out.resize(L::PaddedLength(out.size()), 0);
+  out.insert(out.end(), bytes.begin() + static_cast<ptrdiff_t>(end), bytes.end());
+  return out;
+}
+
 // Bytes of a random UTF-8 string of up to max_chars characters (ASCII, 2- and 3-byte ones).
 inline std::string RandomUtf8(std::mt19937_64& rng, size_t max_chars) {
   std::string s;
