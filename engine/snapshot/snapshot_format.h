@@ -42,6 +42,7 @@ struct SnapshotContext {
 // What a directory listing needs, from the header and META alone (no K/V read): cheap, and
 // checked as far as those bytes go (META's checksum, bounds and invariants), but a snapshot
 // whose summary reads may still fail DecodeSnapshot (a damaged later section, another model).
+// The first kSnapshotSummaryPrefixBytes of a file (or all of it, if shorter) always suffice.
 struct SnapshotSummary {
   uint32_t format_version = 0;
   SessionId id;
@@ -53,8 +54,7 @@ struct SnapshotSummary {
   int64_t cached_tokens = 0;  // K/V held (= cached ids)
   int64_t pending_tokens = 0;
   int64_t metadata_entries = 0;
-  uint64_t kv_bytes = 0;    // size of the KV section's payload
-  uint64_t file_bytes = 0;  // size of the whole snapshot
+  uint64_t kv_bytes = 0;  // size of the KV section's payload
   uint64_t revision = 0;
   int64_t created_unix_ms = 0;
   int64_t saved_unix_ms = 0;
@@ -84,6 +84,10 @@ inline constexpr int32_t kMaxSnapshotHeadDim = 4096;
 inline constexpr int32_t kMaxSnapshotBlockSize = 1 << 16;
 inline constexpr int32_t kMaxSnapshotCacheTokens = 1 << 24;  // sinks, window (dense: context)
 inline constexpr int64_t kMaxSnapshotPendingTokens = 1 << 24;
+
+// The header and the largest META the bounds above allow fit in this many bytes: what a
+// directory listing reads of each file for ReadSnapshotSummary.
+inline constexpr size_t kSnapshotSummaryPrefixBytes = 1024;
 
 // Exact size of the encoding of `state` stamped with `context` (what EncodeSnapshotTo writes).
 size_t EncodedSnapshotSize(const SessionState& state, const SnapshotContext& context);

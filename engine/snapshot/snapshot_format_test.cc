@@ -25,8 +25,7 @@ StatusOr<SessionState> Decode(const std::vector<uint8_t>& bytes, const SnapshotC
   return DecodeSnapshot(bytes, ctx);
 }
 
-void ExpectSummaryOf(const SnapshotSummary& sum, const SessionState& s, const SnapshotContext& c,
-                     size_t file_bytes) {
+void ExpectSummaryOf(const SnapshotSummary& sum, const SessionState& s, const SnapshotContext& c) {
   EXPECT_EQ(sum.format_version, 1u);
   EXPECT_EQ(sum.id, s.id);
   EXPECT_EQ(sum.tenant, s.tenant);
@@ -38,7 +37,6 @@ void ExpectSummaryOf(const SnapshotSummary& sum, const SessionState& s, const Sn
   EXPECT_EQ(sum.pending_tokens, static_cast<int64_t>(s.pending.size()));
   EXPECT_EQ(sum.metadata_entries, static_cast<int64_t>(s.metadata.size()));
   EXPECT_EQ(sum.kv_bytes, s.kv.data.size() * 2);
-  EXPECT_EQ(sum.file_bytes, file_bytes);
   EXPECT_EQ(sum.revision, s.revision);
   EXPECT_EQ(sum.created_unix_ms, s.created_unix_ms);
   EXPECT_EQ(sum.saved_unix_ms, s.saved_unix_ms);
@@ -70,7 +68,7 @@ TEST(SnapshotFormatTest, RandomStatesRoundTripInEveryMode) {
     ASSERT_EQ(*decoded, state);
     auto summary = ReadSnapshotSummary(bytes);
     ASSERT_TRUE(summary.ok()) << summary.status().ToString();
-    ExpectSummaryOf(*summary, state, ctx, bytes.size());
+    ExpectSummaryOf(*summary, state, ctx);
     ASSERT_EQ(EncodeSnapshot(*decoded, ctx), bytes);  // one encoding per state
 
     // Into a caller's buffer, larger than needed: the same bytes, the rest untouched.
@@ -390,8 +388,24 @@ TEST(SnapshotFormatTest, SummaryReadsOnlyTheHeaderAndMeta) {
   bytes.resize(sections[1].header + 10);  // cut inside the TOKENS header
   auto summary = ReadSnapshotSummary(bytes);
   ASSERT_TRUE(summary.ok()) << summary.status().ToString();
-  ExpectSummaryOf(*summary, state, ctx, bytes.size());
+  ExpectSummaryOf(*summary, state, ctx);
   ExpectError(Decode(bytes, ctx).status(), StatusCode::kDataLoss, {"truncated"});
+}
+
+// A listing reads kSnapshotSummaryPrefixBytes of each file, whatever its strings.
+TEST(SnapshotFormatTest, SummaryPrefixHoldsTheLargestMeta) {
+  std::mt19937_64 rng(14);
+  SnapshotContext ctx = TestContext(2, 2, 4);
+  ctx.streamd_version = std::string(kMaxSnapshotVersionBytes, 'v');
+  ctx.model_fingerprint = std::string(kMaxSnapshotFingerprintBytes, 'f');
+  ctx.model_name = std::string(kMaxSnapshotModelNameBytes, 'n');
+  SessionState state = RandomState(rng, ctx, CacheMode::kSink);
+  state.tenant = std::string(kMaxSnapshotTenantBytes, 't');
+  const std::vector<uint8_t> bytes = EncodeSnapshot(state, ctx);
+  auto summary = ReadSnapshotSummary(
+      std::span(bytes).first(std::min(bytes.size(), kSnapshotSummaryPrefixBytes)));
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  ExpectSummaryOf(*summary, state, ctx);
 }
 
 TEST(SnapshotFormatTest, RefusesFilesThatAreNotSnapshots) {

@@ -35,10 +35,11 @@ inline constexpr uint64_t PaddedLength(uint64_t length) {
   return (length + kAlignment - 1) / kAlignment * kAlignment;
 }
 
-// Tags are four ASCII characters, the first one stored first. A first character in upper case
-// marks a section every reader of this version must know; lower case an optional one that a
-// reader which does not know it skips (after checking its checksum). Optional sections may
-// only appear after METADATA, before END.
+// Tags are four ASCII characters, the first one stored first. Bit 5 (0x20) of the first byte
+// clear, as in an upper-case letter, marks a section every reader of this version must know;
+// set, as in a lower-case letter, an optional one that a reader which does not know it skips
+// (after checking its framing and checksum). Optional sections may only appear after
+// METADATA, before END.
 inline constexpr uint32_t Tag(char a, char b, char c, char d) {
   return static_cast<uint32_t>(static_cast<uint8_t>(a)) |
          static_cast<uint32_t>(static_cast<uint8_t>(b)) << 8 |

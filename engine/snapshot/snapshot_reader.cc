@@ -400,6 +400,12 @@ Status ParseMeta(std::span<const uint8_t> p, Meta* m) {
   return OkStatus();
 }
 
+static_assert(L::kHeaderSize + L::kSectionHeaderSize +
+                  L::PaddedLength(M::kFixedSize + 4 * sizeof(uint32_t) + kMaxSnapshotVersionBytes +
+                                  kMaxSnapshotFingerprintBytes + kMaxSnapshotModelNameBytes +
+                                  kMaxSnapshotTenantBytes) <=
+              kSnapshotSummaryPrefixBytes);
+
 // Header and META: what both the decoder and the summary read first.
 Status ReadHead(std::span<const uint8_t> bytes, SectionReader* sections, Meta* meta) {
   STREAMD_RETURN_IF_ERROR(CheckHeader(bytes));
@@ -558,7 +564,6 @@ StatusOr<SnapshotSummary> ReadSnapshotSummary(std::span<const uint8_t> bytes) {
   out.pending_tokens = m.n_pending;
   out.metadata_entries = m.n_metadata;
   out.kv_bytes = m.kv_bytes();
-  out.file_bytes = bytes.size();
   out.revision = m.revision;
   out.created_unix_ms = m.created;
   out.saved_unix_ms = m.saved;
