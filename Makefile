@@ -1,7 +1,7 @@
 # The two commands of the README. Both install what is missing, build, fetch the default model
 # and are quick when everything is already in place.
 #   make run    -> the daemon (streamd serve) with the default model, on localhost
-#   make test   -> every test
+#   make test   -> every test (ctest, then a bounded libFuzzer run: make fuzz-smoke)
 BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
@@ -10,7 +10,7 @@ MODEL_DIR ?= $(HOME)/.cache/streamd/models
 MODEL ?= $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
 CONFIG ?= config/streamd.yaml
 
-.PHONY: all deps configure build model vocab test run clean
+.PHONY: all deps configure build model vocab test fuzz-smoke run clean
 
 all: build
 
@@ -35,9 +35,15 @@ vocab: deps
 test: build model vocab
 	STREAMD_MODEL=$(MODEL) STREAMD_SPM_VOCAB=$$(scripts/fetch-test-vocab.sh) \
 	  ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
+	@$(MAKE) --no-print-directory fuzz-smoke
+
+# The libFuzzer targets (GGUF reader, snapshot reader), built with clang in build-fuzz/ and run
+# for FUZZ_SECONDS each (default 45; under 3 minutes in all on 2 cores).
+fuzz-smoke: deps model
+	JOBS=$(JOBS) STREAMD_MODEL=$(MODEL) scripts/fuzz-smoke.sh
 
 run: build model
 	$(BUILD_DIR)/tools/streamd serve --config $(CONFIG) --model.path=$(MODEL)
 
 clean:
-	rm -rf $(BUILD_DIR)
+	rm -rf $(BUILD_DIR) build-fuzz

@@ -18,8 +18,9 @@
 # Logs go to $OUT (when set; else build-gpu-check-out/), one file per phase.
 #
 #   scripts/gpu-check.sh prepare   on a machine that has the packages (this repository's dev
-#                                  machine): copies googletest's sources, nlohmann/json.hpp and
-#                                  PCRE2 (header + static library) into third_party/ (~6 MB),
+#                                  machine): copies googletest's sources, nlohmann/json.hpp,
+#                                  PCRE2 and xxHash (headers + static libraries) into
+#                                  third_party/ (~6 MB),
 #                                  an ignored folder to carry along; CMake uses each copy only
 #                                  when the package is missing.
 #   scripts/gpu-check.sh           on the GPU machine.
@@ -32,12 +33,15 @@ cd "$ROOT"
 
 if [[ "${1:-}" == "prepare" ]]; then
   set -e
-  rm -rf third_party/googletest third_party/nlohmann third_party/pcre2
-  mkdir -p third_party/nlohmann third_party/pcre2/include third_party/pcre2/lib
+  rm -rf third_party/googletest third_party/nlohmann third_party/pcre2 third_party/xxhash
+  mkdir -p third_party/nlohmann third_party/pcre2/include third_party/pcre2/lib \
+    third_party/xxhash/include third_party/xxhash/lib
   cp -r /usr/src/googletest third_party/googletest
   cp -r /usr/include/nlohmann third_party/nlohmann/
   cp /usr/include/pcre2.h third_party/pcre2/include/
   cp "$(gcc -print-file-name=libpcre2-8.a)" third_party/pcre2/lib/
+  cp /usr/include/xxhash.h third_party/xxhash/include/
+  cp "$(gcc -print-file-name=libxxhash.a)" third_party/xxhash/lib/
   du -sh third_party
   exit 0
 fi

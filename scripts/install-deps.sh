@@ -8,12 +8,15 @@ packages=(
   build-essential cmake pkg-config git python3
   libgtest-dev libgmock-dev libbenchmark-dev   # tests and benchmarks
   libpcre2-dev                                 # Unicode classes for the BPE pre-tokenizer
+  libxxhash-dev                                # snapshot checksums, model fingerprints
   nlohmann-json3-dev                           # JSON fixtures in tests, --json output
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # daemon
   libspdlog-dev libyaml-cpp-dev                # daemon logs and config
   gnuplot-nox                                  # streamd eval --plot
   libcpp-httplib-dev prometheus                # /metrics endpoint; promtool checks its output
   python3-yaml                                 # deploy/check.py reads the deployment manifests
+  clang libclang-rt-14-dev llvm                # scripts/fuzz-smoke.sh: libFuzzer, sanitizer
+                                               # runtimes, llvm-symbolizer for their reports
 )
 
 missing=()

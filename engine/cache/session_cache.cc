@@ -92,20 +92,22 @@ SessionCache::~SessionCache() {
   for (int32_t b : window_blocks_) pool_->Free(b);
 }
 
-CachedSpan SessionCache::CachedSpanAt(int64_t seen) const {
+CachedSpan CachedSpanOf(const CacheSpec& spec, int64_t seen) {
   CachedSpan span;
-  span.sinks = std::min<int64_t>(seen, spec_.sinks);
-  if (seen > spec_.sinks) {
+  span.sinks = std::min<int64_t>(seen, spec.sinks);
+  if (seen > spec.sinks) {
     // A dense cache never evicts (there is no query past its context to make room for).
-    span.window_begin = spec_.mode == CacheMode::kDense
+    span.window_begin = spec.mode == CacheMode::kDense
                             ? 0
-                            : std::max<int64_t>(spec_.sinks, seen - spec_.window + 1);
+                            : std::max<int64_t>(spec.sinks, seen - spec.window + 1);
     span.window_end = seen;
   } else {
-    span.window_begin = span.window_end = spec_.sinks;
+    span.window_begin = span.window_end = spec.sinks;
   }
   return span;
 }
+
+CachedSpan SessionCache::CachedSpanAt(int64_t seen) const { return CachedSpanOf(spec_, seen); }
 
 int32_t CacheGeometry::BlocksForChunk(int32_t n) const {
   const int64_t last = seen + n - 1;  // text position of the chunk's last token

@@ -80,6 +80,10 @@ struct CacheGeometry {
   int32_t LongestChunkWithin(int32_t n, int32_t headroom) const;
 };
 
+// What a cache of `spec` holds after `tokens_seen` tokens (SessionCache::cached_span), from the
+// spec alone: what a snapshot of such a session must carry.
+CachedSpan CachedSpanOf(const CacheSpec& spec, int64_t tokens_seen);
+
 class SessionCache {
  public:
   // Validates `spec` against the model context and the pool (errors name the field and the

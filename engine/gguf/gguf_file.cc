@@ -486,6 +486,7 @@ Status GgufFile::Parse(const uint8_t* data, size_t size) {
   STREAMD_RETURN_IF_ERROR(parser.TensorInfos(n_tensors, &tensors_));
   STREAMD_RETURN_IF_ERROR(parser.PlaceTensors(alignment_, &tensors_, &data_offset_));
   file_size_ = size;
+  bytes_ = data;
   // Views into the stored strings: neither vector changes after this point.
   key_index_.reserve(metadata_.size());
   for (size_t i = 0; i < metadata_.size(); ++i) key_index_.emplace(metadata_[i].first, i);

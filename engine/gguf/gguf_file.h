@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -97,6 +98,9 @@ class GgufFile {
   // with no tensors it may lie past the end of the file.
   uint64_t data_offset() const { return data_offset_; }
   uint64_t file_size() const { return file_size_; }
+  // Every byte of the file (the mapping, or the caller's buffer): what the model fingerprint
+  // hashes (header, metadata and tensor infos before data_offset(), samples of tensor data).
+  std::span<const uint8_t> bytes() const { return {bytes_, file_size_}; }
 
   // Metadata, in file order.
   const std::vector<std::pair<std::string, Value>>& metadata() const { return metadata_; }
@@ -135,6 +139,7 @@ class GgufFile {
   std::vector<TensorInfo> tensors_;
   uint64_t data_offset_ = 0;
   uint64_t file_size_ = 0;
+  const uint8_t* bytes_ = nullptr;  // the parsed buffer, file_size_ bytes
   // Views into the names stored above, which never change after Parse().
   std::unordered_map<std::string_view, size_t> key_index_;
   std::unordered_map<std::string_view, size_t> tensor_index_;
