@@ -29,8 +29,12 @@ except ImportError:
 DEPLOY = pathlib.Path(__file__).resolve().parent
 ROOT = DEPLOY.parent
 # What the drain takes beyond server.shutdown_grace: the cancelled generations get 5 s to
-# report (kCancelGrace) and the server 1 s to stop (server/grpc_server.cc).
-SHUTDOWN_SLACK_S = 6
+# report (kCancelGrace), the changed sessions 10 s to be written to the snapshot directory
+# (PersistenceOptions::flush_timeout) and the server 1 s to stop (server/grpc_server.cc).
+SHUTDOWN_SLACK_S = 16
+# Where the deployed daemon keeps session snapshots (deploy/streamd.yaml, the systemd unit's
+# StateDirectory, the image's volume, the pod's mount).
+SNAPSHOT_DIR = "/var/lib/streamd-sessions"
 
 failures = []
 skips = []
@@ -102,9 +106,12 @@ def check_systemd(streamd_binary):
     check(exec_start[1:] == ["serve", "--config", "/etc/streamd/streamd.yaml"],
           f"{unit.name}: ExecStart is {exec_start}, not streamd serve --config "
           "/etc/streamd/streamd.yaml")
+    check(config.get("sessions", {}).get("snapshot_dir") == SNAPSHOT_DIR,
+          f"deploy/streamd.yaml: sessions.snapshot_dir is not {SNAPSHOT_DIR}")
     for key, want in [("KillSignal", "SIGTERM"), ("Restart", "on-failure"),
                       ("ProtectSystem", "strict"), ("NoNewPrivileges", "yes"),
-                      ("DynamicUser", "yes")]:
+                      ("DynamicUser", "yes"),
+                      ("StateDirectory", SNAPSHOT_DIR.removeprefix("/var/lib/"))]:
         check(values.get(key) == [want], f"{unit.name}: {key} is {values.get(key)}, not {want}")
     if streamd_binary is None or shutil.which("systemd-analyze") is None:
         skips.append("systemd-analyze verify (needs systemd-analyze and --streamd)")
@@ -296,6 +303,13 @@ def check_kubernetes():
           f"deployment.yaml: args {args} do not read /etc/streamd/streamd.yaml")
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    # Session snapshots: a writable volume where the config puts them (the root filesystem is
+    # read-only).
+    snapshot_dir = config.get("sessions", {}).get("snapshot_dir")
+    check(snapshot_dir == SNAPSHOT_DIR,
+          f"kubernetes/streamd.yaml: sessions.snapshot_dir is not {SNAPSHOT_DIR}")
+    check(snapshot_dir in mounts.values(),
+          f"deployment.yaml: nothing is mounted at sessions.snapshot_dir ({snapshot_dir})")
     config_volumes = [n for n, m in mounts.items() if m == "/etc/streamd"]
     if check(len(config_volumes) == 1, "deployment.yaml: nothing is mounted at /etc/streamd"):
         cm = volumes[config_volumes[0]].get("configMap", {}).get("name")

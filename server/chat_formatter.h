@@ -22,8 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/tokenizer/chat_template.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "engine/api/streamd_engine.h"
 #include "engine/util/status.h"
 
 namespace streamd::server {

@@ -5,6 +5,8 @@
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
+#include <spdlog/spdlog.h>
+
 #include <chrono>
 #include <thread>
 
@@ -14,6 +16,48 @@ namespace {
 constexpr char kServiceName[] = "streamd.v1.Streamd";
 // After the grace period: how long cancelled generations get to report and streams to end.
 constexpr std::chrono::seconds kCancelGrace{5};
+
+// The persister's hooks: metrics (when the daemon has them) and log lines naming the session,
+// the file and the reason.
+PersisterHooks MakePersisterHooks(metrics::SnapshotMetrics* m) {
+  PersisterHooks h;
+  h.on_written = [m](SessionId, int64_t bytes, double seconds) {
+    if (m == nullptr) return;
+    m->writes.Inc();
+    m->written_bytes.Inc(static_cast<double>(bytes));
+    m->write_bytes.Observe(static_cast<double>(bytes));
+    m->write_seconds.Observe(seconds);
+  };
+  h.on_write_failed = [m](SessionId id, const Status& why) {
+    const std::string reason(StatusCodeName(why.code()));
+    if (m != nullptr) {
+      m->RecordWriteError(why.code() == StatusCode::kResourceExhausted   ? "RESOURCE_EXHAUSTED"
+                          : why.code() == StatusCode::kPermissionDenied ? "PERMISSION_DENIED"
+                                                                         : "INTERNAL");
+    }
+    spdlog::error("snapshot of session {} not written ({}): {}; it keeps serving from memory",
+                  id.valid() ? id.ToString() : std::string("-"), reason, why.message());
+  };
+  h.on_loaded = [m](SessionId id, int64_t bytes, double seconds) {
+    if (m != nullptr) {
+      m->loads.Inc();
+      m->load_seconds.Observe(seconds);
+    }
+    spdlog::debug("session {} restored from its snapshot ({} bytes, {:.1f} ms)", id.ToString(),
+                  bytes, seconds * 1e3);
+  };
+  h.on_rejected = [m](const std::string& file, const std::string& moved_to, const Status& why) {
+    const std::string reason(StatusCodeName(why.code()));
+    if (m != nullptr) {
+      m->RecordRejected(why.code() == StatusCode::kFailedPrecondition ? "FAILED_PRECONDITION"
+                        : why.code() == StatusCode::kInvalidArgument  ? "INVALID_ARGUMENT"
+                                                                       : "DATA_LOSS");
+    }
+    spdlog::error("snapshot {} refused ({}): {}; moved to {}", file, reason, why.message(),
+                  moved_to.empty() ? std::string("(could not be moved)") : moved_to);
+  };
+  return h;
+}
 
 }  // namespace
 
@@ -33,11 +77,18 @@ v1::ModelInfo MakeModelInfo(const Engine& engine, const ChatFormatter& chat) {
 }
 
 GrpcServer::GrpcServer(Engine& engine, const tokenizer::ChatTemplate& chat,
-                       const ServerOptions& options)
+                       const ServerOptions& options,
+                       std::unique_ptr<metrics::SnapshotMetrics> snapshot_metrics,
+                       std::unique_ptr<SessionPersister> persister)
     : options_(options),
-      registry_(engine, options.limits.idle_timeout),
+      snapshot_metrics_(std::move(snapshot_metrics)),
+      persister_(std::move(persister)),
+      registry_(engine,
+                RegistryOptions{options.limits.idle_timeout, options.persistence.offload_after,
+                                std::chrono::seconds(10)},
+                persister_.get()),
       chat_(chat, engine.tokenizer()),
-      ctx_{engine, registry_, chat_, tasks_, options_},
+      ctx_{engine, registry_, chat_, tasks_, io_tasks_, options_},
       service_(ctx_) {
   ctx_.model = {engine.tokenizer().vocab_size(), engine.model().config().context_length};
   ctx_.model_info = MakeModelInfo(engine, chat_);
@@ -46,10 +97,62 @@ GrpcServer::GrpcServer(Engine& engine, const tokenizer::ChatTemplate& chat,
 StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
                                                         const tokenizer::ChatTemplate& chat,
                                                         const ServerOptions& options,
-                                                        metrics::StreamdMetrics* metrics) {
-  std::unique_ptr<GrpcServer> s(new GrpcServer(engine, chat, options));
+                                                        metrics::StreamdMetrics* metrics,
+                                                        const SnapshotContext* snapshots) {
+  std::unique_ptr<metrics::SnapshotMetrics> snapshot_metrics;
+  std::unique_ptr<SessionPersister> persister;
+  const PersistenceOptions& p = options.persistence;
+  if (!p.snapshot_dir.empty()) {
+    if (snapshots == nullptr) {
+      return InvalidArgumentError("sessions.snapshot_dir is set but the engine gave no snapshot "
+                                  "context");
+    }
+    auto store = SnapshotStore::Open(p.snapshot_dir);
+    if (!store.ok()) {
+      return Status(store.status().code(), "sessions.snapshot_dir: " + store.status().message());
+    }
+    if (metrics != nullptr) {
+      snapshot_metrics = std::make_unique<metrics::SnapshotMetrics>(metrics->registry);
+    }
+    persister = std::make_unique<SessionPersister>(
+        engine, std::move(store).value(), *snapshots,
+        PersisterOptions{p.snapshot_interval, std::chrono::milliseconds(1000)},
+        MakePersisterHooks(snapshot_metrics.get()));
+  }
+  std::unique_ptr<GrpcServer> s(
+      new GrpcServer(engine, chat, options, std::move(snapshot_metrics), std::move(persister)));
   s->ctx_.metrics = metrics;
-  if (metrics != nullptr) s->registry_.set_on_close([metrics] { metrics->sessions_closed.Inc(); });
+  if (snapshots != nullptr) {
+    s->snapshots_ = *snapshots;
+    s->ctx_.snapshots = &*s->snapshots_;
+  }
+  metrics::SnapshotMetrics* sm = s->snapshot_metrics_.get();
+  s->registry_.set_hooks(
+      {[metrics] {
+         if (metrics != nullptr) metrics->sessions_closed.Inc();
+       },
+       [sm] {
+         if (sm != nullptr) sm->offloads.Inc();
+       },
+       {}});
+  if (sm != nullptr) {
+    SessionRegistry* registry = &s->registry_;
+    metrics->registry.AddCollectHook([sm, registry] {
+      int64_t offloaded = 0;
+      for (const auto& session : registry->All()) {
+        std::lock_guard<std::mutex> lock(session->mu);
+        offloaded += session->residency != Residency::kResident;
+      }
+      sm->sessions_offloaded.Set(static_cast<double>(offloaded));
+    });
+  }
+  if (s->persister_ != nullptr) {
+    // Before the port opens, so that listings show them; Resume finds a snapshot by its id
+    // anyway, loaded or not.
+    const int32_t found = s->registry_.RestoreFromStore(p.restore_on_start);
+    spdlog::info("sessions.snapshot_dir {}: {} session snapshots found{}", p.snapshot_dir, found,
+                 found > 0 && p.restore_on_start ? ", restoring them in the background" : "");
+  }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -90,6 +193,13 @@ void GrpcServer::Shutdown() {
                          std::to_string(seconds).substr(0, std::to_string(seconds).find('.') + 2) +
                          " s has passed"));
     service_.WaitForStreams(Clock::now() + kCancelGrace);
+  }
+  // Every stream has ended (their sessions detached and queued for writing): write whatever
+  // changed, before the process goes.
+  if (persister_ != nullptr &&
+      !registry_.PersistAll(Clock::now() + options_.persistence.flush_timeout)) {
+    spdlog::error("shutdown: not every session snapshot was written within {} ms",
+                  options_.persistence.flush_timeout.count());
   }
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server_->Wait();

@@ -9,16 +9,22 @@
 //      open meanwhile so that health checks see NOT_SERVING rather than a refused connection;
 //   3. after the grace period, running generations are cancelled (GenerationDone CANCELLED
 //      with error UNAVAILABLE naming the grace period) and their streams end;
-//   4. the server stops accepting calls and cancels whatever is left.
+//   4. every resident session that changed since its last snapshot is written (with a snapshot
+//      directory; at most persistence.flush_timeout);
+//   5. the server stops accepting calls and cancels whatever is left.
+// Start-up with a snapshot directory: every snapshot in it is registered as an offloaded
+// session before the port opens, and (restore_on_start) read back into memory in the
+// background while the daemon already serves.
 #pragma once
 
 #include <grpcpp/server.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
-#include "engine/serving/engine.h"
-#include "engine/tokenizer/chat_template.h"
+#include "engine/api/streamd_engine.h"
+#include "server/metrics/snapshot_metrics.h"
 #include "server/server_options.h"
 #include "server/service_context.h"
 #include "server/streamd_service.h"
@@ -27,12 +33,15 @@ namespace streamd::server {
 
 class GrpcServer {
  public:
-  // `engine` and `chat` must outlive the server.
-  // `metrics` (optional) must outlive the server too.
+  // `engine` and `chat` must outlive the server. `metrics` (optional) must outlive the server
+  // too. With options.persistence.snapshot_dir, `snapshots` (what snapshots are stamped with
+  // and checked against, LoadedEngine::snapshot_context) is required; errors name the
+  // directory.
   static StatusOr<std::unique_ptr<GrpcServer>> Start(Engine& engine,
                                                      const tokenizer::ChatTemplate& chat,
                                                      const ServerOptions& options,
-                                                     metrics::StreamdMetrics* metrics = nullptr);
+                                                     metrics::StreamdMetrics* metrics = nullptr,
+                                                     const SnapshotContext* snapshots = nullptr);
   ~GrpcServer();  // Shutdown() if not done
   GrpcServer(const GrpcServer&) = delete;
   GrpcServer& operator=(const GrpcServer&) = delete;
@@ -42,12 +51,18 @@ class GrpcServer {
   void Shutdown();
 
  private:
-  GrpcServer(Engine& engine, const tokenizer::ChatTemplate& chat, const ServerOptions& options);
+  GrpcServer(Engine& engine, const tokenizer::ChatTemplate& chat, const ServerOptions& options,
+             std::unique_ptr<metrics::SnapshotMetrics> snapshot_metrics,
+             std::unique_ptr<SessionPersister> persister);
 
   ServerOptions options_;
+  std::unique_ptr<metrics::SnapshotMetrics> snapshot_metrics_;  // with a persister and metrics
+  std::unique_ptr<SessionPersister> persister_;  // null: memory only; outlives the registry
   SessionRegistry registry_;
   ChatFormatter chat_;
   TaskRunner tasks_;
+  TaskRunner io_tasks_;
+  std::optional<SnapshotContext> snapshots_;
   ServiceContext ctx_;
   StreamdService service_;
   std::unique_ptr<grpc::Server> server_;

@@ -3,8 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "engine/sampling/stop_string_matcher.h"
-#include "engine/tokenizer/utf8.h"
+#include "engine/api/streamd_engine.h"
 
 namespace streamd::server {
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "engine/serving/engine_types.h"
+#include "engine/api/streamd_engine.h"
 #include "server/server_options.h"
 #include "streamd/v1/streamd.pb.h"
 

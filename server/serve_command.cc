@@ -12,11 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/backend/backend.h"
-#include "engine/model/llama_model.h"
-#include "engine/serving/engine.h"
-#include "engine/tokenizer/chat_template.h"
-#include "engine/tokenizer/tokenizer.h"
+#include "engine/api/streamd_engine.h"
 #include "server/config/logging.h"
 #include "server/config/server_config.h"
 #include "server/grpc_server.h"
@@ -26,6 +22,9 @@
 
 namespace streamd::server {
 namespace {
+
+// Stamped into every snapshot (informational: snapshots load across versions of one format).
+constexpr const char* kStreamdVersion = "0.2.0";
 
 constexpr const char* kUsage =
     "usage: streamd serve [--config PATH] [--port-file PATH] [--section.key=value ...]\n"
@@ -124,6 +123,8 @@ int ServeCommand(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
+  // A file-size limit (ulimit -f) must fail a snapshot write with EFBIG, not kill the daemon.
+  std::signal(SIGXFSZ, SIG_IGN);
 
   auto config = LoadServerConfig(config_path, overrides);
   if (!config.ok()) return Fail(config.status().message());
@@ -146,42 +147,35 @@ int ServeCommand(int argc, char** argv) {
   }
   spdlog::info("effective config:\n{}", EffectiveConfigYaml(*config));
 
-  auto model = LlamaModel::Load(config->model.path);
-  if (!model.ok()) return Fail(config->model.path + ": " + model.status().message());
-  auto tokenizer = tokenizer::Tokenizer::FromGguf((*model)->file());
-  if (!tokenizer.ok()) return Fail(config->model.path + ": " + tokenizer.status().message());
-  auto chat = tokenizer::ChatTemplate::FromGguf((*model)->file(), **tokenizer);
-  if (!chat.ok()) return Fail(config->model.path + ": " + chat.status().message());
-  if (chat->is_fallback()) spdlog::warn("chat template: {}", chat->fallback_reason());
-  // The backend: auto takes a GPU when this build has CUDA and one is visible; cuda without a
-  // usable GPU, or a model that does not fit, fails here naming the device and the numbers.
-  std::string why;
-  const BackendKind kind = ResolveBackend(
-      config->engine.backend == Backend::kCuda ? BackendKind::kCuda
-      : config->engine.backend == Backend::kCpu ? BackendKind::kCpu
-                                                : BackendKind::kAuto,
-      &why);
-  if (!why.empty()) spdlog::info("engine.backend {}", why);
-  auto backend = MakeBackend(kind, std::move(model).value());
-  if (!backend.ok()) return Fail("engine.backend: " + backend.status().message());
-  spdlog::info("model runs on {}", (*backend)->device_description());
-  auto engine =
-      Engine::Create(std::move(backend).value(), std::move(tokenizer).value(), *engine_config);
-  if (!engine.ok()) return Fail(engine.status().message());
+  EngineSetup setup;
+  setup.model_path = config->model.path;
+  setup.backend = config->engine.backend == Backend::kCuda  ? BackendChoice::kCuda
+                  : config->engine.backend == Backend::kCpu ? BackendChoice::kCpu
+                                                            : BackendChoice::kAuto;
+  setup.engine = *engine_config;
+  setup.streamd_version = kStreamdVersion;
+  auto loaded = LoadEngine(setup);
+  if (!loaded.ok()) return Fail(loaded.status().message());
+  if (!loaded->backend_note.empty()) spdlog::info("engine.backend {}", loaded->backend_note);
+  if (!loaded->chat_warning.empty()) spdlog::warn("chat template: {}", loaded->chat_warning);
+  auto& engine = loaded->engine;
+  spdlog::info("model runs on {}; model fingerprint {}", engine->model().device_description(),
+               loaded->snapshot_context.model_fingerprint);
 
   metrics::StreamdMetrics metrics;
-  AddEngineHook(metrics, **engine);
+  AddEngineHook(metrics, *engine);
   metrics::MetricsHttpServer metrics_http(metrics.registry);
   std::string error;
   if (!metrics_http.Start(metrics_host, metrics_port, &error)) return Fail(error);
 
-  auto server = GrpcServer::Start(**engine, *chat, *options, &metrics);
+  auto server =
+      GrpcServer::Start(*engine, *loaded->chat, *options, &metrics, &loaded->snapshot_context);
   if (!server.ok()) return Fail(server.status().message());
   const std::string host = options->listen_address.substr(0, options->listen_address.rfind(':'));
   std::printf("streamd: listening on %s:%d (metrics http://%s:%d/metrics)\n", host.c_str(),
               (*server)->port(), metrics_host.c_str(), metrics_http.port());
   std::fflush(stdout);
-  spdlog::info("serving {} on {}:{}; metrics on {}:{}", (*engine)->model().config().name, host,
+  spdlog::info("serving {} on {}:{}; metrics on {}:{}", engine->model().config().name, host,
                (*server)->port(), metrics_host, metrics_http.port());
   if (!port_file.empty() && !WritePortFile(port_file, (*server)->port())) {
     return Fail("--port-file: cannot write \"" + port_file + "\"");

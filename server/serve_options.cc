@@ -1,7 +1,6 @@
 #include "server/serve_options.h"
 
-#include "engine/cache/block_pool.h"
-#include "engine/cache/session_cache.h"
+#include "engine/api/streamd_engine.h"
 
 namespace streamd::server {
 
@@ -39,6 +38,11 @@ StatusOr<ServerOptions> ToServerOptions(const ServerConfig& config) {
   o.limits.max_request_id_bytes = s.max_request_id_bytes;
   o.limits.max_queued_tokens = s.max_queued_tokens;
   o.limits.idle_timeout = s.idle_timeout;
+  o.limits.max_snapshot_bytes = s.max_snapshot_bytes;
+  o.persistence.snapshot_dir = s.snapshot_dir;
+  o.persistence.snapshot_interval = s.snapshot_interval;
+  o.persistence.offload_after = s.offload_after;
+  o.persistence.restore_on_start = s.restore_on_start;
   auto mode = ParseCacheMode(s.default_mode);
   if (!mode.ok())
     return InvalidArgumentError("config: sessions.default_mode: " + mode.status().message());

@@ -2,7 +2,7 @@
 // the gRPC service take.
 #pragma once
 
-#include "engine/serving/engine_types.h"
+#include "engine/api/streamd_engine.h"
 #include "server/config/server_config.h"
 #include "server/server_options.h"
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/serving/engine_types.h"
+#include "engine/api/streamd_engine.h"
 
 namespace streamd::server {
 
@@ -21,8 +21,24 @@ struct ServerLimits {
   int32_t max_request_id_bytes = 128;   // Generate.request_id, Cancel.request_id
   // Undelivered tokens per stream before its generation is cancelled as too slow.
   int32_t max_queued_tokens = 1024;
-  // A session with no stream attached is closed after this long; 0 = never.
-  std::chrono::milliseconds idle_timeout{std::chrono::minutes(10)};
+  // A session with no stream attached is closed for good (its snapshot deleted) after this
+  // long; 0 = never.
+  std::chrono::milliseconds idle_timeout{std::chrono::hours(24 * 7)};
+  // The largest snapshot ImportSession takes.
+  int64_t max_snapshot_bytes = int64_t{1} << 30;
+};
+
+// Sessions on disk (docs/SESSIONS.md): empty snapshot_dir = memory only.
+struct PersistenceOptions {
+  std::string snapshot_dir;
+  std::chrono::milliseconds snapshot_interval{2000};  // at most one write per session per this
+  // A detached session leaves memory after this long: to disk with a snapshot_dir, closed
+  // without; 0 = never.
+  std::chrono::milliseconds offload_after{std::chrono::minutes(10)};
+  bool restore_on_start = true;  // read every snapshot back into memory at start, while it fits
+  // Shutdown: how long writing every changed session may take after the streams ended (the
+  // deployments' stop timeouts include it: deploy/check.py).
+  std::chrono::milliseconds flush_timeout{std::chrono::seconds(10)};
 };
 
 struct ServerOptions {
@@ -31,6 +47,7 @@ struct ServerOptions {
   ServerLimits limits;
   int32_t max_send_message_bytes = 4 << 20;
   SessionOptions session_defaults;  // Open without fields: mode, sinks, window, sampling
+  PersistenceOptions persistence;
   // Shutdown: how long running generations may continue before they are cancelled.
   std::chrono::milliseconds grace_period{std::chrono::seconds(30)};
 };

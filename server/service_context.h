@@ -5,7 +5,7 @@
 
 #include <atomic>
 
-#include "engine/serving/engine.h"
+#include "engine/api/streamd_engine.h"
 #include "server/chat_formatter.h"
 #include "server/metrics/streamd_metrics.h"
 #include "server/proto_convert.h"
@@ -21,11 +21,16 @@ struct ServiceContext {
   SessionRegistry& registry;
   const ChatFormatter& chat;
   TaskRunner& tasks;
+  // Blocking snapshot work of RPCs (export, import): captures, encodes and file I/O, off the
+  // reactions and off `tasks`.
+  TaskRunner& io;
   const ServerOptions& options;
   ModelLimits model;
   v1::ModelInfo model_info;
   std::atomic<bool> draining{false};           // shutdown began: no new sessions or generations
   metrics::StreamdMetrics* metrics = nullptr;  // optional: request-path metrics
+  // What snapshots are stamped with and checked against; null when the engine gave none.
+  const SnapshotContext* snapshots = nullptr;
 };
 
 }  // namespace streamd::server

@@ -4,16 +4,31 @@
 #include <utility>
 
 namespace streamd::server {
+namespace {
 
-Status SessionNotFound(SessionId id, std::chrono::milliseconds idle_timeout) {
+std::string Seconds(std::chrono::milliseconds d) { return std::to_string(d.count() / 1000); }
+
+ChatState ParseChatState(const std::string& text) {
+  if (text.size() == 1 && text[0] >= '0' && text[0] <= '3') {
+    return static_cast<ChatState>(text[0] - '0');
+  }
+  return ChatState::kNone;  // unknown or absent: raw context, no open turn
+}
+
+}  // namespace
+
+Status SessionNotFound(SessionId id, const RegistryOptions& options) {
   return NotFoundError("session " + id.ToString() +
                        " does not exist (never opened, closed, or detached for longer than the "
                        "idle timeout of " +
-                       std::to_string(idle_timeout.count() / 1000) + " s)");
+                       Seconds(options.idle_timeout) + " s)");
 }
 
-SessionRegistry::SessionRegistry(Engine& engine, std::chrono::milliseconds idle_timeout)
-    : engine_(engine), idle_timeout_(idle_timeout) {}
+SessionRegistry::SessionRegistry(Engine& engine, RegistryOptions options,
+                                 SessionPersister* persister)
+    : engine_(engine), options_(options), persister_(persister) {
+  if (persister_ != nullptr) loader_ = std::thread([this] { LoaderLoop(); });
+}
 
 SessionRegistry::~SessionRegistry() {
   {
@@ -21,48 +36,165 @@ SessionRegistry::~SessionRegistry() {
     stopping_ = true;
   }
   reaper_cv_.notify_all();
+  loader_cv_.notify_all();
   if (reaper_.joinable()) reaper_.join();
+  if (loader_.joinable()) loader_.join();
+  // Resumes still waiting for a load get an answer.
+  std::map<SessionId, std::vector<Waiter>> waiting;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    waiting.swap(waiters_);
+  }
+  for (auto& [id, list] : waiting) {
+    for (Waiter& w : list) w.done(UnavailableError("streamd is shutting down"));
+  }
 }
 
 void SessionRegistry::StartReaper() {
-  if (idle_timeout_.count() <= 0) return;  // 0 = sessions never time out
   reaper_ = std::thread([this] { ReaperLoop(); });
+}
+
+void SessionRegistry::ApplyMetadata(ServerSession& s,
+                                    const std::map<std::string, std::string>& metadata) {
+  auto chat = metadata.find(kMetadataChat);
+  auto has_input = metadata.find(kMetadataHasInput);
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.chat = chat == metadata.end() ? ChatState::kNone : ParseChatState(chat->second);
+  s.has_input = has_input != metadata.end() && has_input->second == "1";
+}
+
+std::shared_ptr<ServerSession> SessionRegistry::AddOffloaded(const SnapshotSummary& summary) {
+  auto s = std::make_shared<ServerSession>();
+  s->id = summary.id;
+  s->options.tenant = summary.tenant;
+  s->options.mode = summary.mode;
+  s->options.sinks = summary.sinks;
+  s->options.window = summary.window;
+  s->options.sampling = summary.sampling;
+  s->spec = SessionCache::Effective(
+      {summary.mode, summary.sinks, summary.window, engine_.config().max_chunk},
+      engine_.model().config().context_length);
+  s->max_blocks = SessionCache::BoundBlocks(s->spec, engine_.config().block_size);
+  s->residency = Residency::kOffloaded;
+  s->stored = summary;
+  // Retention counts from when it was last saved (as good as its detach time, after a restart).
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  s->detached_at =
+      Clock::now() - std::chrono::milliseconds(std::max<int64_t>(0, now_ms - summary.saved_unix_ms));
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [it, inserted] = sessions_.emplace(summary.id, s);
+  return it->second;
+}
+
+int32_t SessionRegistry::RestoreFromStore(bool load) {
+  if (persister_ == nullptr) return 0;
+  const std::vector<SnapshotSummary> stored = persister_->Scan();  // newest first
+  for (const SnapshotSummary& summary : stored) {
+    AddOffloaded(summary);
+    if (load) {
+      std::lock_guard<std::mutex> lock(mu_);
+      loads_.push_back({summary.id, false});
+    }
+  }
+  loader_cv_.notify_all();
+  return static_cast<int32_t>(stored.size());
 }
 
 StatusOr<std::shared_ptr<ServerSession>> SessionRegistry::Open(const SessionOptions& options,
                                                                std::weak_ptr<SessionOwner> owner) {
-  STREAMD_ASSIGN_OR_RETURN(const SessionId id, engine_.Open(options));
-  auto info = engine_.Get(id);
+  // At once if it fits; else make room by offloading detached sessions; only then wait.
+  SessionOptions now = options;
+  now.admission_timeout = std::chrono::milliseconds(0);
+  StatusOr<SessionId> id = engine_.Open(now);
+  while (!id.ok() && id.status().code() == StatusCode::kResourceExhausted && OffloadOneForRoom()) {
+    id = engine_.Open(now);
+  }
+  if (!id.ok() && id.status().code() == StatusCode::kResourceExhausted &&
+      options.admission_timeout.count() > 0) {
+    id = engine_.Open(options);
+  }
+  if (!id.ok()) return id.status();
+  auto info = engine_.Get(*id);
   if (!info.ok()) return info.status();
   auto s = std::make_shared<ServerSession>();
-  s->id = id;
+  s->id = *id;
   s->options = options;
   s->spec = info->cache;
   s->max_blocks = info->max_blocks;
   s->owner = std::move(owner);
   s->attached = true;
-  std::lock_guard<std::mutex> lock(mu_);
-  sessions_.emplace(id, s);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sessions_.emplace(*id, s);
+  }
+  if (persister_ != nullptr) persister_->Touch(*id);  // a restart finds even an empty session
   return s;
 }
 
-StatusOr<std::shared_ptr<ServerSession>> SessionRegistry::Attach(
-    SessionId id, std::weak_ptr<SessionOwner> owner) {
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = sessions_.find(id);
-  if (it == sessions_.end()) return SessionNotFound(id, idle_timeout_);
-  std::shared_ptr<ServerSession> s = it->second;
+StatusOr<std::shared_ptr<ServerSession>> SessionRegistry::AttachResident(
+    const std::shared_ptr<ServerSession>& s, std::weak_ptr<SessionOwner> owner) {
   std::lock_guard<std::mutex> session_lock(s->mu);
-  if (s->closed) return SessionNotFound(id, idle_timeout_);
+  if (s->closed) return SessionNotFound(s->id, options_);
   if (s->attached) {
     return FailedPreconditionError(
-        "resume.session_id: session " + id.ToString() +
+        "resume.session_id: session " + s->id.ToString() +
         " is attached to another stream; one stream drives a session at a time (end that "
         "stream first)");
   }
   s->owner = std::move(owner);
   s->attached = true;
   return s;
+}
+
+void SessionRegistry::Attach(SessionId id, std::weak_ptr<SessionOwner> owner, AttachDone done) {
+  std::shared_ptr<ServerSession> s = Find(id);
+  if (s == nullptr && persister_ != nullptr) {
+    // A snapshot in the directory this registry has not seen: written by another replica
+    // that shares it (a drained or failed one), or found since the start-up scan.
+    auto summary = persister_->Summary(id);
+    if (summary.ok() && summary->id == id &&
+        summary->model_fingerprint == persister_->context().model_fingerprint) {
+      s = AddOffloaded(*summary);
+    }
+  }
+  if (s == nullptr) {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto lost = lost_.find(id);
+    const Status why = lost != lost_.end() ? lost->second : SessionNotFound(id, options_);
+    lock.unlock();
+    return done(why);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> session_lock(s->mu);
+    if (s->closed) {
+      // fall through to the answer below, outside the locks
+    } else if (s->residency != Residency::kResident) {
+      if (s->attached) {
+        // cannot happen for a non-resident session; answered below as for a resident one
+      } else {
+        waiters_[id].push_back({std::move(owner), std::move(done),
+                                Clock::now() + options_.resume_wait});
+        if (s->residency == Residency::kOffloaded) {
+          s->residency = Residency::kLoading;
+          loads_.push_front({id, true});
+        } else {
+          // Already being loaded (start-up): move its request to the front.
+          auto it = std::find_if(loads_.begin(), loads_.end(),
+                                 [&](const LoadRequest& r) { return r.id == id; });
+          if (it != loads_.end()) {
+            loads_.erase(it);
+            loads_.push_front({id, true});
+          }
+        }
+        loader_cv_.notify_all();
+        return;
+      }
+    }
+  }
+  done(AttachResident(s, std::move(owner)));
 }
 
 void SessionRegistry::Detach(const std::shared_ptr<ServerSession>& session) {
@@ -72,57 +204,245 @@ void SessionRegistry::Detach(const std::shared_ptr<ServerSession>& session) {
     session->owner.reset();
     session->detached_at = Clock::now();
   }
+  if (persister_ != nullptr) persister_->Urgent(session->id);
   reaper_cv_.notify_all();
+}
+
+void SessionRegistry::Touched(const ServerSession& session) {
+  if (persister_ != nullptr) persister_->Touch(session.id);
 }
 
 Status SessionRegistry::Close(SessionId id, const Status& why, const SessionOwner* caller) {
   std::shared_ptr<ServerSession> s;
   std::shared_ptr<SessionOwner> owner;
+  Residency residency;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = sessions_.find(id);
-    if (it == sessions_.end()) return SessionNotFound(id, idle_timeout_);
+    if (it == sessions_.end()) return SessionNotFound(id, options_);
     s = it->second;
     sessions_.erase(it);
     std::lock_guard<std::mutex> session_lock(s->mu);
     s->closed = true;
+    residency = s->residency;
     if (s->attached) owner = s->owner.lock();
   }
   // Cancels a running generation (its Done reaches the attached stream) and frees the blocks.
-  const Status closed = engine_.Close(id);
-  if (on_close_) on_close_();
+  // A session being loaded is closed by the loader once its load ends (it sees `closed`).
+  Status closed = OkStatus();
+  if (residency == Residency::kResident) closed = engine_.Close(id);
+  if (persister_ != nullptr) persister_->Forget(id);
+  if (hooks_.on_close) hooks_.on_close();
   if (owner != nullptr && owner.get() != caller) owner->OnSessionClosed(id, why);
   return closed;
 }
 
+bool SessionRegistry::OffloadOneForRoom() {
+  if (persister_ == nullptr) return false;
+  while (true) {
+    std::shared_ptr<ServerSession> victim;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (const auto& [id, s] : sessions_) {
+        std::lock_guard<std::mutex> session_lock(s->mu);
+        if (s->attached || s->closed || s->generating || s->residency != Residency::kResident) {
+          continue;
+        }
+        if (victim == nullptr || s->detached_at < victim->detached_at) victim = s;
+      }
+    }
+    if (victim == nullptr) return false;
+    const Status offloaded = persister_->Offload(victim->id);
+    if (offloaded.ok()) {
+      auto summary = persister_->Summary(victim->id);
+      std::lock_guard<std::mutex> session_lock(victim->mu);
+      victim->residency = Residency::kOffloaded;
+      if (summary.ok()) victim->stored = *summary;
+      if (hooks_.on_offload) hooks_.on_offload();
+      return true;
+    }
+    // Written but changed meanwhile, or resumed: try the next one. A failed write (full disk)
+    // makes room for nobody: stop.
+    if (offloaded.code() != StatusCode::kFailedPrecondition) return false;
+    std::lock_guard<std::mutex> session_lock(victim->mu);
+    if (!victim->attached) return false;  // it did not move on: do not spin on it
+  }
+}
+
+void SessionRegistry::LoaderLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    if (loads_.empty()) {
+      loader_cv_.wait(lock);
+      continue;
+    }
+    const LoadRequest request = loads_.front();
+    loads_.pop_front();
+    if (!request.for_resume && background_loads_paused_) continue;  // stays offloaded
+    lock.unlock();
+    LoadOne(request);
+    lock.lock();
+  }
+}
+
+void SessionRegistry::LoadOne(const LoadRequest& request) {
+  const SessionId id = request.id;
+  std::shared_ptr<ServerSession> s = Find(id);
+  const auto answer = [&](const StatusOr<std::shared_ptr<ServerSession>>& result) {
+    std::vector<Waiter> waiting;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = waiters_.find(id);
+      if (it != waiters_.end()) {
+        waiting = std::move(it->second);
+        waiters_.erase(it);
+      }
+    }
+    for (Waiter& w : waiting) {
+      w.done(result.ok() ? AttachResident(*result, std::move(w.owner))
+                         : StatusOr<std::shared_ptr<ServerSession>>(result.status()));
+    }
+  };
+  if (s == nullptr) return answer(SessionNotFound(id, options_));
+  {
+    std::lock_guard<std::mutex> session_lock(s->mu);
+    if (s->closed) return answer(SessionNotFound(id, options_));
+    if (s->residency == Residency::kResident) return answer(s);
+    s->residency = Residency::kLoading;
+  }
+  StatusOr<SessionPersister::Restored> loaded = persister_->Load(id);
+  while (!loaded.ok() && loaded.status().code() == StatusCode::kResourceExhausted &&
+         request.for_resume && OffloadOneForRoom()) {
+    loaded = persister_->Load(id);
+  }
+  const bool already = !loaded.ok() && loaded.status().code() == StatusCode::kAlreadyExists;
+  if (loaded.ok() || already) {
+    if (loaded.ok()) {
+      ApplyMetadata(*s, loaded->metadata);
+      if (hooks_.on_load) hooks_.on_load();
+    }
+    bool closed_meanwhile;
+    {
+      std::lock_guard<std::mutex> session_lock(s->mu);
+      s->residency = Residency::kResident;
+      closed_meanwhile = s->closed;
+    }
+    if (closed_meanwhile) {
+      (void)engine_.Close(id);  // Close found it loading and left the engine to us
+      return answer(SessionNotFound(id, options_));
+    }
+    return answer(s);
+  }
+  const Status& why = loaded.status();
+  if (why.code() == StatusCode::kResourceExhausted || why.code() == StatusCode::kUnavailable) {
+    {
+      std::lock_guard<std::mutex> session_lock(s->mu);
+      s->residency = Residency::kOffloaded;  // still on disk, for a later Resume
+    }
+    if (!request.for_resume) {
+      std::lock_guard<std::mutex> lock(mu_);
+      background_loads_paused_ = true;  // the pool is full: the rest wait for a Resume
+    }
+    return answer(Status(why.code(), "resume.session_id: session " + id.ToString() +
+                                         " is on disk and the KV pool has no room for it now (" +
+                                         why.message() + "); retry later"));
+  }
+  // The snapshot cannot come back (moved aside as corrupt, another model, gone): the session
+  // is lost to this daemon; say why, now and to later Resumes.
+  const Status lost(why.code() == StatusCode::kNotFound ? StatusCode::kNotFound
+                                                        : StatusCode::kDataLoss,
+                    "resume.session_id: session " + id.ToString() +
+                        " could not be restored from its snapshot: " + why.message());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sessions_.erase(id);
+    if (lost.code() == StatusCode::kDataLoss) lost_[id] = lost;
+    std::lock_guard<std::mutex> session_lock(s->mu);
+    s->closed = true;
+  }
+  answer(lost);
+}
+
 int32_t SessionRegistry::ReapIdle(Clock::time_point now) {
-  if (idle_timeout_.count() <= 0) return 0;
-  std::vector<SessionId> idle;
+  std::vector<SessionId> to_close, to_offload;
+  std::vector<Waiter> expired;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [id, s] : sessions_) {
       std::lock_guard<std::mutex> session_lock(s->mu);
-      if (!s->attached && now - s->detached_at >= idle_timeout_) idle.push_back(id);
+      if (s->attached || s->generating || s->residency == Residency::kLoading) continue;
+      const auto idle = now - s->detached_at;
+      if (options_.idle_timeout.count() > 0 && idle >= options_.idle_timeout) {
+        to_close.push_back(id);
+      } else if (s->residency == Residency::kResident && options_.offload_after.count() > 0 &&
+                 idle >= options_.offload_after) {
+        to_offload.push_back(id);
+      }
+    }
+    for (auto it = waiters_.begin(); it != waiters_.end();) {
+      auto& list = it->second;
+      for (auto w = list.begin(); w != list.end();) {
+        if (w->deadline <= now) {
+          expired.push_back(std::move(*w));
+          w = list.erase(w);
+        } else {
+          ++w;
+        }
+      }
+      it = list.empty() ? waiters_.erase(it) : std::next(it);
     }
   }
-  int32_t closed = 0;
-  for (SessionId id : idle) {
-    // A Resume may have won the race; Close of an attached session would cut its stream.
+  for (Waiter& w : expired) {
+    w.done(UnavailableError("resume.session_id: the session is still being restored from its "
+                            "snapshot after " +
+                            std::to_string(options_.resume_wait.count()) +
+                            " ms; retry in a few seconds"));
+  }
+  int32_t acted = 0;
+  for (SessionId id : to_offload) {
+    // A Resume may have won the race; both paths re-check under the session's lock.
+    std::shared_ptr<ServerSession> s = Find(id);
+    if (s == nullptr) continue;
+    {
+      std::lock_guard<std::mutex> session_lock(s->mu);
+      if (s->attached || s->residency != Residency::kResident) continue;
+    }
+    if (persister_ == nullptr) {
+      acted += Close(id, CancelledError("idle for sessions.offload_after")).ok();
+      continue;
+    }
+    const Status offloaded = persister_->Offload(id);
+    if (offloaded.ok()) {
+      auto summary = persister_->Summary(id);
+      std::lock_guard<std::mutex> session_lock(s->mu);
+      s->residency = Residency::kOffloaded;
+      if (summary.ok()) s->stored = *summary;
+      if (hooks_.on_offload) hooks_.on_offload();
+      ++acted;
+    }
+    // Otherwise it changed meanwhile, or the write failed (full disk, read-only directory):
+    // it keeps serving from memory, and the persister has counted and logged the failure.
+  }
+  for (SessionId id : to_close) {
     std::shared_ptr<ServerSession> s = Find(id);
     if (s == nullptr) continue;
     {
       std::lock_guard<std::mutex> session_lock(s->mu);
       if (s->attached) continue;
     }
-    closed += Close(id, CancelledError("idle timeout")).ok();
+    acted += Close(id, CancelledError("idle timeout")).ok();
   }
-  return closed;
+  return acted;
 }
 
 void SessionRegistry::ReaperLoop() {
-  // Wakes at least every second, or a tenth of the timeout when that is shorter.
+  // Wakes at least every second, or a tenth of the shortest timeout when that is shorter.
+  std::chrono::milliseconds shortest{std::chrono::seconds(1)};
+  for (std::chrono::milliseconds t : {options_.idle_timeout, options_.offload_after}) {
+    if (t.count() > 0) shortest = std::min(shortest, t);
+  }
   const auto period = std::clamp<std::chrono::milliseconds>(
-      idle_timeout_ / 10, std::chrono::milliseconds(10), std::chrono::seconds(1));
+      shortest / 10, std::chrono::milliseconds(10), std::chrono::seconds(1));
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
     reaper_cv_.wait_for(lock, period);
@@ -131,6 +451,23 @@ void SessionRegistry::ReaperLoop() {
     ReapIdle(Clock::now());
     lock.lock();
   }
+}
+
+bool SessionRegistry::PersistAll(Clock::time_point deadline) {
+  if (persister_ == nullptr) return true;
+  persister_->UrgentAll();
+  return persister_->WaitIdle(deadline);
+}
+
+std::shared_ptr<ServerSession> SessionRegistry::AdoptImported(
+    const SnapshotSummary& summary, const std::map<std::string, std::string>& metadata,
+    bool resident) {
+  std::shared_ptr<ServerSession> s = AddOffloaded(summary);
+  ApplyMetadata(*s, metadata);
+  std::lock_guard<std::mutex> session_lock(s->mu);
+  s->residency = resident ? Residency::kResident : Residency::kOffloaded;
+  s->detached_at = Clock::now();
+  return s;
 }
 
 std::shared_ptr<ServerSession> SessionRegistry::Find(SessionId id) const {

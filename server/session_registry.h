@@ -1,16 +1,32 @@
-// SessionRegistry: the server's view of engine sessions, which outlive the streams that drive
-// them. A session is attached to at most one stream at a time; when its stream ends it becomes
-// detached, and a new stream may Resume it until it has been detached for idle_timeout, when
-// the reaper closes it and its KV blocks return to the pool.
+// SessionRegistry: the server's view of sessions, which outlive the streams that drive them and,
+// with a snapshot directory, the process itself. A session is attached to at most one stream at
+// a time; when its stream ends it is detached and a new stream may Resume it.
+//
+// Where a session is (Residency):
+//   resident   in the engine: blocks in the pool, ready to run;
+//   offloaded  only on disk, as a snapshot: no blocks held; Resume loads it back;
+//   loading    being read back into the engine (Resume waits for it, bounded).
+// Life of a detached session (the reaper, at least once a second):
+//   detached for offload_after -> offloaded (written, then its blocks freed) when there is a
+//     snapshot directory, closed when there is none;
+//   detached for idle_timeout  -> closed for good, its snapshot deleted.
+// Pressure: an Open that does not fit the pool first offloads detached sessions, least recently
+// detached first, before it waits for blocks.
+// Start-up (RestoreFromStore): every snapshot in the directory comes back as an offloaded
+// session with its id; with restore_on_start a loader thread then reads them back into the
+// engine, newest first, while they fit. A Resume of a session that is not loaded yet jumps the
+// queue. Another replica's snapshot in a shared directory is found by its id on Resume.
 //
 // Locks: the registry mutex guards the map; each ServerSession's mutex guards its fields.
-// Order: registry -> session. Neither is held across an engine call that can deliver events
-// (Cancel, Close), because the EventSink takes the session's mutex.
+// Order: registry -> session. Neither is held across an engine or persister call that can
+// block or deliver events (Cancel, Close, Offload, Load), because the EventSink takes the
+// session's mutex.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -19,7 +35,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/serving/engine.h"
+#include "engine/api/streamd_engine.h"
 #include "server/chat_formatter.h"
 
 namespace streamd::server {
@@ -33,7 +49,9 @@ class SessionOwner {
   virtual void OnSessionClosed(SessionId id, const Status& why) = 0;
 };
 
-// Server-side state of one engine session.
+enum class Residency { kResident, kOffloaded, kLoading };
+
+// Server-side state of one session.
 struct ServerSession {
   SessionId id;
   SessionOptions options;  // effective: defaults applied
@@ -43,6 +61,8 @@ struct ServerSession {
   std::mutex mu;
   std::condition_variable generation_ended;  // notified when `generating` becomes false
   // Guarded by mu:
+  Residency residency = Residency::kResident;
+  SnapshotSummary stored;  // while offloaded: what its snapshot says (for listings)
   std::weak_ptr<SessionOwner> owner;  // the attached stream
   bool attached = false;
   Clock::time_point detached_at;
@@ -56,50 +76,117 @@ struct ServerSession {
   Status cancel_reason;     // set when the server cancels it (slow client, shutdown)
 };
 
+struct RegistryOptions {
+  // A detached session is closed for good (its snapshot deleted) after this long; 0 = never.
+  std::chrono::milliseconds idle_timeout{std::chrono::hours(24 * 7)};
+  // A detached session leaves the pool after this long (offloaded when there is a snapshot
+  // directory, closed when there is none); 0 = never.
+  std::chrono::milliseconds offload_after{std::chrono::minutes(10)};
+  // How long a Resume waits for its session to be read back before UNAVAILABLE.
+  std::chrono::milliseconds resume_wait{std::chrono::seconds(10)};
+};
+
+// Counters the registry reports (metrics): called from its threads. Optional.
+struct RegistryHooks {
+  std::function<void()> on_close;
+  std::function<void()> on_offload;
+  std::function<void()> on_load;
+};
+
 class SessionRegistry {
  public:
-  SessionRegistry(Engine& engine, std::chrono::milliseconds idle_timeout);
-  ~SessionRegistry();  // stops the reaper; sessions stay open in the engine
+  // `persister` (nullable: memory only) must outlive the registry.
+  SessionRegistry(Engine& engine, RegistryOptions options, SessionPersister* persister = nullptr);
+  ~SessionRegistry();  // stops the reaper and the loader; sessions stay open in the engine
   SessionRegistry(const SessionRegistry&) = delete;
   SessionRegistry& operator=(const SessionRegistry&) = delete;
 
-  // Starts the thread that closes sessions detached for longer than the idle timeout.
+  void set_hooks(RegistryHooks hooks) { hooks_ = std::move(hooks); }
+  // Starts the thread that offloads and closes detached sessions.
   void StartReaper();
+  // Registers every stored snapshot as an offloaded session; with `load`, reads them back in
+  // the background (newest first, while they fit). Returns how many were found.
+  int32_t RestoreFromStore(bool load);
 
   // Opens an engine session attached to `owner`.
   StatusOr<std::shared_ptr<ServerSession>> Open(const SessionOptions& options,
                                                 std::weak_ptr<SessionOwner> owner);
-  // NOT_FOUND for an unknown id, FAILED_PRECONDITION when another stream drives it.
-  StatusOr<std::shared_ptr<ServerSession>> Attach(SessionId id, std::weak_ptr<SessionOwner> owner);
+  using AttachDone = std::function<void(StatusOr<std::shared_ptr<ServerSession>>)>;
+  // Attaches `owner` to session `id`. A resident session is attached before this returns
+  // (done runs inline); an offloaded one is loaded first on the loader thread, and done runs
+  // there (or on the reaper's, with UNAVAILABLE, after resume_wait). NOT_FOUND for an unknown
+  // id, FAILED_PRECONDITION when another stream drives it.
+  void Attach(SessionId id, std::weak_ptr<SessionOwner> owner, AttachDone done);
   // The stream is gone: the session waits for a Resume (its generation must be over).
   void Detach(const std::shared_ptr<ServerSession>& session);
-  // Closes the session in the engine and forgets it. An attached owner other than `caller`
-  // is told through OnSessionClosed(id, why). NOT_FOUND for an unknown id.
+  // Closes the session (in the engine if resident) and forgets it, deleting its snapshot. An
+  // attached owner other than `caller` is told through OnSessionClosed(id, why).
   Status Close(SessionId id, const Status& why, const SessionOwner* caller = nullptr);
-  // Closes every session detached since before now - idle_timeout; returns how many.
+  // The session's context changed (an Append ack, a GenerationDone): its snapshot is due.
+  void Touched(const ServerSession& session);
+  // Offloads and closes what the timeouts say; returns how many sessions were acted on.
   int32_t ReapIdle(Clock::time_point now);
+  // Shutdown: writes every resident session that changed; true when all were written before
+  // `deadline` (always true without a snapshot directory).
+  bool PersistAll(Clock::time_point deadline);
+  // Adds a session just imported (restored into the engine when `resident`, else only in the
+  // snapshot directory).
+  std::shared_ptr<ServerSession> AdoptImported(const SnapshotSummary& summary,
+                                               const std::map<std::string, std::string>& metadata,
+                                               bool resident);
 
   std::shared_ptr<ServerSession> Find(SessionId id) const;
   std::vector<std::shared_ptr<ServerSession>> All() const;
-  std::chrono::milliseconds idle_timeout() const { return idle_timeout_; }
-  // Called after each session is closed (metrics). Set before any session is opened.
-  void set_on_close(std::function<void()> on_close) { on_close_ = std::move(on_close); }
+  const RegistryOptions& options() const { return options_; }
+  SessionPersister* persister() const { return persister_; }
 
  private:
+  struct LoadRequest {
+    SessionId id;
+    bool for_resume = false;
+  };
   void ReaperLoop();
+  void LoaderLoop();
+  // Loads one offloaded session back (loader thread); answers its waiting Resumes.
+  void LoadOne(const LoadRequest& request);
+  // Offloads the least recently detached resident session that is not generating; false when
+  // there is none or it could not be written.
+  bool OffloadOneForRoom();
+  // A registry entry for a stored snapshot (offloaded), or the one already there.
+  std::shared_ptr<ServerSession> AddOffloaded(const SnapshotSummary& summary);
+  void ApplyMetadata(ServerSession& s, const std::map<std::string, std::string>& metadata);
+  // Attaches a resident session (requires nothing locked).
+  StatusOr<std::shared_ptr<ServerSession>> AttachResident(const std::shared_ptr<ServerSession>& s,
+                                                          std::weak_ptr<SessionOwner> owner);
 
   Engine& engine_;
-  const std::chrono::milliseconds idle_timeout_;
+  const RegistryOptions options_;
+  SessionPersister* const persister_;
+  RegistryHooks hooks_;
   mutable std::mutex mu_;
   std::map<SessionId, std::shared_ptr<ServerSession>> sessions_;
+  struct Waiter {
+    std::weak_ptr<SessionOwner> owner;
+    AttachDone done;
+    Clock::time_point deadline;
+  };
+  std::map<SessionId, std::vector<Waiter>> waiters_;  // Resumes waiting for a load
+  std::deque<LoadRequest> loads_;                     // resume requests first
+  // Sessions whose snapshot could not be restored (moved aside): a later Resume is told why.
+  std::map<SessionId, Status> lost_;
+  bool background_loads_paused_ = false;              // the pool was full: wait for room
   std::condition_variable reaper_cv_;
+  std::condition_variable loader_cv_;
   bool stopping_ = false;
-  std::function<void()> on_close_;
   std::thread reaper_;
+  std::thread loader_;
 };
 
-// "session 3f9c...f713 does not exist (...)": the NOT_FOUND every lookup by id answers. Ids
-// from the wire are parsed first (SessionId::Parse: INVALID_ARGUMENT naming the field).
-Status SessionNotFound(SessionId id, std::chrono::milliseconds idle_timeout);
+// "session 7f3a... does not exist (...)": the NOT_FOUND every lookup by id answers.
+Status SessionNotFound(SessionId id, const RegistryOptions& options);
+
+// The server's facts kept in a session's snapshot (SessionState::metadata).
+inline constexpr char kMetadataChat[] = "server.chat";
+inline constexpr char kMetadataHasInput[] = "server.has_input";
 
 }  // namespace streamd::server

@@ -1,29 +1,75 @@
 // SessionRegistry over a small synthetic engine: one stream per session, detach/resume, close
-// notifying the attached owner, the idle reaper.
+// notifying the attached owner, the reaper's timeouts; with a snapshot directory: offload and
+// resume, offload to make room, restore at start-up into a new engine, snapshots refused and
+// moved aside while the rest load, closed sessions' snapshots deleted.
 #include "server/session_registry.h"
+
+#include <dirent.h>
+#include <stdlib.h>
+
+#include <fstream>
+#include <future>
 
 #include <gtest/gtest.h>
 
 #include "engine/model/synthetic_model.h"
+#include "engine/snapshot/model_fingerprint.h"
 
 namespace streamd::server {
 namespace {
 
-std::unique_ptr<Engine> MakeEngine() {
+using namespace std::chrono_literals;
+
+struct TestEngine {
+  std::unique_ptr<Engine> engine;
+  SnapshotContext context;
+};
+
+// The same synthetic model every time (same seed): a "restart" gets an identical model.
+TestEngine MakeEngine(int64_t pool_bytes = 16 << 20) {
   SyntheticModelSpec spec;
   spec.with_vocab = true;
   spec.vocab_size = 300;
   auto model = MakeSyntheticModel(spec);
   EXPECT_TRUE(model.ok());
+  TestEngine out;
+  out.context.model_fingerprint = ModelFingerprint((*model)->file());
+  out.context.model_name = "synthetic";
+  out.context.n_layers = (*model)->config().n_layers;
+  out.context.n_kv_heads = (*model)->config().n_kv_heads;
+  out.context.head_dim = (*model)->config().head_dim;
+  out.context.block_size = 16;
+  out.context.streamd_version = "test";
   auto vocab = tokenizer::Tokenizer::FromGguf((*model)->file());
   EXPECT_TRUE(vocab.ok());
   EngineConfig config;
-  config.pool_bytes = 16 << 20;
+  config.pool_bytes = pool_bytes;
   config.max_chunk = 32;
   config.threads = 1;
+  config.planner = {64, 16};
   auto engine = Engine::Create(std::move(model).value(), std::move(vocab).value(), config);
-  EXPECT_TRUE(engine.ok());
-  return std::move(engine).value();
+  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+  out.engine = std::move(engine).value();
+  return out;
+}
+
+std::unique_ptr<SessionPersister> MakePersister(TestEngine& e, const std::string& dir,
+                                                int* rejected = nullptr) {
+  auto store = SnapshotStore::Open(dir);
+  EXPECT_TRUE(store.ok());
+  PersisterHooks hooks;
+  if (rejected != nullptr) {
+    hooks.on_rejected = [rejected](const std::string&, const std::string&, const Status&) {
+      ++*rejected;
+    };
+  }
+  return std::make_unique<SessionPersister>(*e.engine, std::move(store).value(), e.context,
+                                            PersisterOptions{10ms, 10ms}, hooks);
+}
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/streamd-registry-XXXXXX";
+  return ::mkdtemp(tmpl);
 }
 
 struct FakeOwner : SessionOwner {
@@ -38,26 +84,53 @@ struct FakeOwner : SessionOwner {
 SessionOptions Small() {
   SessionOptions o;
   o.window = 32;
+  o.sampling.temperature = 0.0f;
   return o;
 }
 
+RegistryOptions Timeouts(std::chrono::milliseconds idle, std::chrono::milliseconds offload) {
+  RegistryOptions o;
+  o.idle_timeout = idle;
+  o.offload_after = offload;
+  o.resume_wait = 10s;
+  return o;
+}
+
+// Attach, waiting for the answer (it may come from the loader thread).
+StatusOr<std::shared_ptr<ServerSession>> AttachNow(SessionRegistry& registry, SessionId id,
+                                                   std::shared_ptr<SessionOwner> owner) {
+  std::promise<StatusOr<std::shared_ptr<ServerSession>>> answer;
+  registry.Attach(id, owner, [&](StatusOr<std::shared_ptr<ServerSession>> s) {
+    answer.set_value(std::move(s));
+  });
+  auto f = answer.get_future();
+  EXPECT_EQ(f.wait_for(30s), std::future_status::ready);
+  return f.get();
+}
+
+std::vector<int32_t> Bytes(size_t n, uint64_t seed) {
+  std::vector<int32_t> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>((seed * 31 + i * 7) % 256);
+  return t;
+}
+
 TEST(SessionRegistryTest, OneOwnerAtATimeAndResumeAfterDetach) {
-  auto engine = MakeEngine();
-  SessionRegistry registry(*engine, std::chrono::minutes(10));
+  auto e = MakeEngine();
+  SessionRegistry registry(*e.engine, Timeouts(10min, 10min));
   auto a = std::make_shared<FakeOwner>();
   auto b = std::make_shared<FakeOwner>();
   auto s = registry.Open(Small(), a);
   ASSERT_TRUE(s.ok());
   const SessionId id = (*s)->id;
-  auto second = registry.Attach(id, b);
+  auto second = AttachNow(registry, id, b);
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
   registry.Detach(*s);
-  auto resumed = registry.Attach(id, b);
+  auto resumed = AttachNow(registry, id, b);
   ASSERT_TRUE(resumed.ok());
   EXPECT_EQ(resumed->get(), s->get());  // the same session, state and all
   const SessionId unknown = SessionId::Random();
-  const Status not_found = registry.Attach(unknown, a).status();
+  const Status not_found = AttachNow(registry, unknown, a).status();
   EXPECT_EQ(not_found.code(), StatusCode::kNotFound);
   EXPECT_NE(not_found.message().find("session " + unknown.ToString() + " does not exist"),
             std::string::npos)
@@ -65,8 +138,8 @@ TEST(SessionRegistryTest, OneOwnerAtATimeAndResumeAfterDetach) {
 }
 
 TEST(SessionRegistryTest, CloseTellsTheAttachedOwnerButNotTheCaller) {
-  auto engine = MakeEngine();
-  SessionRegistry registry(*engine, std::chrono::minutes(10));
+  auto e = MakeEngine();
+  SessionRegistry registry(*e.engine, Timeouts(10min, 10min));
   auto owner = std::make_shared<FakeOwner>();
   auto s = registry.Open(Small(), owner);
   ASSERT_TRUE(s.ok());
@@ -74,7 +147,7 @@ TEST(SessionRegistryTest, CloseTellsTheAttachedOwnerButNotTheCaller) {
   ASSERT_TRUE(registry.Close(id, CancelledError("closed by CloseSession")).ok());
   EXPECT_EQ(owner->closed_id, id);
   EXPECT_EQ(owner->reason, "closed by CloseSession");
-  EXPECT_FALSE(engine->Get(id).ok());  // blocks freed
+  EXPECT_FALSE(e.engine->Get(id).ok());  // blocks freed
   EXPECT_EQ(registry.Close(id, CancelledError("again")).code(), StatusCode::kNotFound);
 
   auto self = std::make_shared<FakeOwner>();
@@ -84,9 +157,9 @@ TEST(SessionRegistryTest, CloseTellsTheAttachedOwnerButNotTheCaller) {
   EXPECT_FALSE(self->closed_id.valid());  // the caller is not told
 }
 
-TEST(SessionRegistryTest, ReaperClosesOnlySessionsDetachedPastTheTimeout) {
-  auto engine = MakeEngine();
-  SessionRegistry registry(*engine, std::chrono::seconds(60));
+TEST(SessionRegistryTest, WithoutASnapshotDirectoryIdleSessionsAreClosed) {
+  auto e = MakeEngine();
+  SessionRegistry registry(*e.engine, Timeouts(10min, 60s));
   auto owner = std::make_shared<FakeOwner>();
   auto attached = registry.Open(Small(), owner);
   auto detached = registry.Open(Small(), owner);
@@ -94,16 +167,134 @@ TEST(SessionRegistryTest, ReaperClosesOnlySessionsDetachedPastTheTimeout) {
   registry.Detach(*detached);
   const Clock::time_point now = Clock::now();
   EXPECT_EQ(registry.ReapIdle(now), 0);  // detached just now
-  EXPECT_EQ(registry.ReapIdle(now + std::chrono::seconds(61)), 1);
+  EXPECT_EQ(registry.ReapIdle(now + 61s), 1);
   EXPECT_EQ(registry.Find((*detached)->id), nullptr);
   EXPECT_NE(registry.Find((*attached)->id), nullptr);
   EXPECT_EQ(registry.All().size(), 1u);
 
-  SessionRegistry never(*engine, std::chrono::milliseconds(0));  // 0 = never
+  SessionRegistry never(*e.engine, Timeouts(0ms, 0ms));  // 0 = never
   auto s = never.Open(Small(), owner);
   ASSERT_TRUE(s.ok());
   never.Detach(*s);
-  EXPECT_EQ(never.ReapIdle(Clock::now() + std::chrono::hours(1000)), 0);
+  EXPECT_EQ(never.ReapIdle(Clock::now() + 1000h), 0);
+}
+
+TEST(SessionRegistryTest, OffloadedSessionsComeBackOnResumeAndGoAfterTheIdleTimeout) {
+  auto e = MakeEngine();
+  const std::string dir = TempDir();
+  auto persister = MakePersister(e, dir);
+  SessionRegistry registry(*e.engine, Timeouts(1h, 60s), persister.get());
+  auto owner = std::make_shared<FakeOwner>();
+  auto s = registry.Open(Small(), owner);
+  ASSERT_TRUE(s.ok());
+  const SessionId id = (*s)->id;
+  ASSERT_TRUE(e.engine->Append(id, Bytes(100, 1)).ok());
+  const auto before = e.engine->Get(id);
+  ASSERT_TRUE(before.ok());
+  registry.Detach(*s);
+  EXPECT_EQ(registry.ReapIdle(Clock::now() + 61s), 1);
+  {
+    std::lock_guard<std::mutex> lock((*s)->mu);
+    EXPECT_EQ((*s)->residency, Residency::kOffloaded);
+  }
+  EXPECT_FALSE(e.engine->Get(id).ok()) << "its blocks are free";
+  EXPECT_EQ(e.engine->Stats().blocks_used, 0);
+  auto back = AttachNow(registry, id, owner);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  const auto after = e.engine->Get(id);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->tokens_seen, before->tokens_seen);  // all 100 tokens, prefilled or pending
+  // Detached for longer than the idle timeout: closed, and its snapshot deleted.
+  registry.Detach(*back);
+  EXPECT_EQ(registry.ReapIdle(Clock::now() + 2h), 1);
+  EXPECT_EQ(registry.Find(id), nullptr);
+  ASSERT_TRUE(persister->WaitIdle(Clock::now() + 10s));
+  EXPECT_EQ(persister->store().List()->size(), 0u);
+}
+
+TEST(SessionRegistryTest, AnOpenThatDoesNotFitOffloadsTheLeastRecentlyDetached) {
+  // Room for two 4 + 32 sessions beside the prefill headroom.
+  const int64_t block = BlockPool::BlockBytes({2, 2, 16}, 16);
+  const int32_t bound = SessionCache::BoundBlocks({CacheMode::kSink, 4, 32, 32}, 16);
+  auto e = MakeEngine(block * (2 * bound + DefaultPrefillHeadroom({64, 16}, 32, 16)));
+  auto persister = MakePersister(e, TempDir());
+  SessionRegistry registry(*e.engine, Timeouts(1h, 1h), persister.get());
+  auto owner = std::make_shared<FakeOwner>();
+  auto first = registry.Open(Small(), owner);
+  auto second = registry.Open(Small(), owner);
+  ASSERT_TRUE(first.ok() && second.ok());
+  ASSERT_TRUE(e.engine->Append((*first)->id, Bytes(50, 2)).ok());
+  registry.Detach(*first);
+  std::this_thread::sleep_for(5ms);
+  registry.Detach(*second);
+  auto third = registry.Open(Small(), owner);
+  ASSERT_TRUE(third.ok()) << third.status().ToString();
+  {
+    std::lock_guard<std::mutex> lock((*first)->mu);
+    EXPECT_EQ((*first)->residency, Residency::kOffloaded) << "the least recently detached";
+  }
+  {
+    std::lock_guard<std::mutex> lock((*second)->mu);
+    EXPECT_EQ((*second)->residency, Residency::kResident);
+  }
+  // Resuming the offloaded one makes room again, by offloading the other detached session.
+  auto back = AttachNow(registry, (*first)->id, owner);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(e.engine->Get((*first)->id)->tokens_seen, 50);
+  std::lock_guard<std::mutex> lock((*second)->mu);
+  EXPECT_EQ((*second)->residency, Residency::kOffloaded);
+}
+
+TEST(SessionRegistryTest, ARestartRestoresEverySnapshotAndSetsBadOnesAside) {
+  const std::string dir = TempDir();
+  std::vector<SessionId> ids;
+  std::map<SessionId, int64_t> seen;
+  {
+    auto e = MakeEngine();
+    auto persister = MakePersister(e, dir);
+    SessionRegistry registry(*e.engine, Timeouts(1h, 1h), persister.get());
+    auto owner = std::make_shared<FakeOwner>();
+    for (int i = 0; i < 5; ++i) {
+      auto s = registry.Open(Small(), owner);
+      ASSERT_TRUE(s.ok());
+      ASSERT_TRUE(e.engine->Append((*s)->id, Bytes(20 + 10 * i, i)).ok());
+      registry.Touched(**s);
+      ids.push_back((*s)->id);
+      seen[(*s)->id] = 20 + 10 * i;
+    }
+    ASSERT_TRUE(registry.PersistAll(Clock::now() + 20s));
+  }  // the process "ends": engine and registry gone
+  // One file damaged, one foreign file: both are refused and moved aside, the rest load.
+  {
+    std::fstream f(dir + "/" + ids[1].ToString() + ".snap",
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-64, std::ios::end);  // past META: the listing reads it, the load refuses it
+    f.put('\x5a');
+  }
+  std::ofstream(dir + "/" + SessionId::Random().ToString() + ".snap") << "not a snapshot";
+  auto e = MakeEngine();
+  int rejected = 0;
+  auto persister = MakePersister(e, dir, &rejected);
+  SessionRegistry registry(*e.engine, Timeouts(1h, 1h), persister.get());
+  EXPECT_EQ(registry.RestoreFromStore(/*load=*/true), 5);  // the foreign file is not one
+  auto owner = std::make_shared<FakeOwner>();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto s = AttachNow(registry, ids[i], owner);
+    if (i == 1) {
+      EXPECT_EQ(s.status().code(), StatusCode::kDataLoss) << s.status().ToString();
+      continue;
+    }
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    EXPECT_EQ(e.engine->Get(ids[i])->tokens_seen, seen[ids[i]]);  // pending included
+    registry.Detach(*s);
+  }
+  EXPECT_EQ(rejected, 2);
+  DIR* d = ::opendir((dir + "/rejected").c_str());
+  ASSERT_NE(d, nullptr) << "refused files are moved aside, not deleted";
+  int files = 0;
+  while (const dirent* entry = ::readdir(d)) files += entry->d_name[0] != '.';
+  ::closedir(d);
+  EXPECT_EQ(files, 2);
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/sampling/stop_string_matcher.h"
+#include "engine/api/streamd_engine.h"
 #include "server/grpc_status.h"
 
 namespace streamd::server {
@@ -100,11 +100,16 @@ void SessionStream::Bind(const std::shared_ptr<ServerSession>& s, bool resumed) 
   limits->set_max_append_bytes(o.limits.max_append_bytes);
   limits->set_max_append_tokens(o.limits.max_append_tokens);
   limits->set_max_message_bytes(o.limits.max_message_bytes);
-  limits->set_max_stop_strings(static_cast<int32_t>(StopStringMatcher::kMaxStops));
-  limits->set_max_stop_bytes(static_cast<int32_t>(StopStringMatcher::kMaxStopBytes));
+  limits->set_max_stop_strings(static_cast<int32_t>(kMaxStopStrings));
+  limits->set_max_stop_bytes(static_cast<int32_t>(kMaxStopBytes));
   limits->set_max_queued_tokens(o.limits.max_queued_tokens);
   limits->set_idle_timeout_s(
       std::chrono::duration_cast<std::chrono::seconds>(o.limits.idle_timeout).count());
+  limits->set_persistent(ctx_.registry.persister() != nullptr);
+  limits->set_snapshot_interval_ms(o.persistence.snapshot_interval.count());
+  limits->set_offload_after_s(
+      std::chrono::duration_cast<std::chrono::seconds>(o.persistence.offload_after).count());
+  limits->set_max_snapshot_bytes(o.limits.max_snapshot_bytes);
   *opened->mutable_model() = ctx_.model_info;
   if (auto info = ctx_.engine.Get(s->id); info.ok()) {
     *opened->mutable_cache() = ToCacheState(*info);
@@ -113,6 +118,14 @@ void SessionStream::Bind(const std::shared_ptr<ServerSession>& s, bool resumed) 
 }
 
 void SessionStream::HandleOpen(const v1::Open& open) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (resuming_) {
+      SendError(FailedPreconditionError("open: this stream is resuming a session; wait for "
+                                        "Opened (a stream drives one session)"));
+      return;
+    }
+  }
   if (auto s = session()) {
     SendError(FailedPreconditionError("open: this stream already drives session " +
                                       s->id.ToString() +
@@ -149,17 +162,36 @@ void SessionStream::HandleResume(const v1::Resume& resume) {
     SendError(UnavailableError("resume: streamd is shutting down"));
     return;
   }
-  // A malformed id is INVALID_ARGUMENT; a well-formed one that names no session NOT_FOUND.
   auto id = SessionId::Parse(resume.session_id(), "resume.session_id");
   if (!id.ok()) return SendError(id.status());
-  auto s = ctx_.registry.Attach(*id, weak_from_this());
-  if (!s.ok()) {
-    const Status& st = s.status();
-    // "resume.session_id: session 3f9c...f713 does not exist (...)"
-    const bool named = st.message().rfind("resume.", 0) == 0;
-    return SendError(named ? st : Status(st.code(), "resume.session_id: " + st.message()));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (resuming_) {
+      SendError(FailedPreconditionError(
+          "resume: this stream is already resuming a session (it is being read back from its "
+          "snapshot); wait for Opened"));
+      return;
+    }
+    resuming_ = true;
   }
-  Bind(*s, /*resumed=*/true);
+  // A resident session is attached at once; an offloaded one is read back from disk first on
+  // the registry's loader thread, which then answers here: the reaction does not wait.
+  ctx_.registry.Attach(*id, weak_from_this(),
+                       [self = shared_from_this()](StatusOr<std::shared_ptr<ServerSession>> s) {
+                         {
+                           std::lock_guard<std::mutex> lock(self->mu_);
+                           self->resuming_ = false;
+                         }
+                         if (!s.ok()) {
+                           const Status& st = s.status();
+                           // "resume.session_id: session 7f3a... does not exist (...)"
+                           const bool named = st.message().rfind("resume.", 0) == 0;
+                           return self->SendError(
+                               named ? st
+                                     : Status(st.code(), "resume.session_id: " + st.message()));
+                         }
+                         self->Bind(*s, /*resumed=*/true);
+                       });
 }
 
 void SessionStream::StopGeneration(ServerSession& s, const Status& why) {
@@ -212,6 +244,21 @@ void SessionStream::HandleAppend(const v1::Append& a) {
     s->has_input = true;
   }
   SendCacheState(s->id);
+  SaveSessionState(*s);
+}
+
+void SessionStream::SaveSessionState(ServerSession& s) {
+  ChatState chat;
+  bool has_input;
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    chat = s.chat;
+    has_input = s.has_input;
+  }
+  // Unchanged values leave the engine's revision alone.
+  (void)ctx_.engine.SetMetadata(s.id, kMetadataChat, std::to_string(static_cast<int>(chat)));
+  (void)ctx_.engine.SetMetadata(s.id, kMetadataHasInput, has_input ? "1" : "0");
+  ctx_.registry.Touched(s);
 }
 
 void SessionStream::HandleGenerate(const v1::Generate& g) {
@@ -368,6 +415,7 @@ void SessionStream::OnEvent(const std::shared_ptr<ServerSession>& s, GenerationE
 
 void SessionStream::AfterGeneration(SessionId id) {
   SendCacheState(id);
+  if (std::shared_ptr<ServerSession> s = ctx_.registry.Find(id)) SaveSessionState(*s);
   std::optional<grpc::Status> end;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -62,6 +62,10 @@ class SessionStream : public SessionOwner, public std::enable_shared_from_this<S
   void Bind(const std::shared_ptr<ServerSession>& s, bool resumed);
   void SendError(const Status& status, std::string_view request_id = {});
   void SendCacheState(SessionId id);
+  // Keeps the chat state in the session's snapshot (engine metadata) and marks the session
+  // changed, so its snapshot is written within sessions.snapshot_interval. Never from an
+  // EventSink (it calls the engine).
+  void SaveSessionState(ServerSession& s);
   // Cancels the session's generation (noting `why` for its GenerationDone when not OK) and
   // waits for the GenerationDone.
   void StopGeneration(ServerSession& s, const Status& why);
@@ -80,6 +84,7 @@ class SessionStream : public SessionOwner, public std::enable_shared_from_this<S
   mutable std::mutex mu_;  // before any ServerSession::mu
   std::shared_ptr<ServerSession> session_;
   bool released_ = false;
+  bool resuming_ = false;  // a Resume waits for its session to be read back from disk
   std::optional<grpc::Status> end_after_generation_;
 };
 

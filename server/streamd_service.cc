@@ -4,6 +4,7 @@
 
 #include "server/grpc_status.h"
 #include "server/session_reactor.h"
+#include "server/snapshot_transfer.h"
 
 namespace streamd::server {
 namespace {
@@ -46,27 +47,12 @@ grpc::ServerUnaryReactor* StreamdService::GetModelInfo(grpc::CallbackServerConte
   return Answer(context, OkStatus(), ctx_.metrics);
 }
 
-Status StreamdService::FillSessionInfo(SessionId id, v1::SessionInfo* out) const {
-  std::shared_ptr<ServerSession> s = ctx_.registry.Find(id);
-  if (s == nullptr) return SessionNotFound(id, ctx_.registry.idle_timeout());
-  STREAMD_ASSIGN_OR_RETURN(const SessionInfo info, ctx_.engine.Get(id));
-  out->set_session_id(id.ToString());
-  *out->mutable_settings() = ToSettings(s->spec, s->options.sampling, s->max_blocks);
-  *out->mutable_cache() = ToCacheState(info);
-  out->set_generating(info.generating);
-  std::lock_guard<std::mutex> lock(s->mu);
-  out->set_attached(s->attached);
-  out->set_idle_s(
-      s->attached ? 0.0 : std::chrono::duration<double>(Clock::now() - s->detached_at).count());
-  return OkStatus();
-}
-
 grpc::ServerUnaryReactor* StreamdService::ListSessions(grpc::CallbackServerContext* context,
                                                        const v1::ListSessionsRequest*,
                                                        v1::ListSessionsResponse* response) {
   for (const std::shared_ptr<ServerSession>& s : ctx_.registry.All()) {
     v1::SessionInfo info;
-    if (FillSessionInfo(s->id, &info).ok()) *response->add_sessions() = std::move(info);
+    if (FillSessionInfo(ctx_, s->id, &info).ok()) *response->add_sessions() = std::move(info);
   }
   return Answer(context, OkStatus(), ctx_.metrics);
 }
@@ -77,7 +63,7 @@ grpc::ServerUnaryReactor* StreamdService::GetSession(grpc::CallbackServerContext
   // A malformed id is INVALID_ARGUMENT; a well-formed one that names no session NOT_FOUND.
   auto id = SessionId::Parse(request->session_id(), "session_id");
   if (!id.ok()) return Answer(context, id.status(), ctx_.metrics);
-  const Status status = FillSessionInfo(*id, response);
+  const Status status = FillSessionInfo(ctx_, *id, response);
   if (!status.ok()) {
     return Answer(context, Status(status.code(), "session_id: " + status.message()), ctx_.metrics);
   }
@@ -94,6 +80,16 @@ grpc::ServerUnaryReactor* StreamdService::CloseSession(grpc::CallbackServerConte
     return Answer(context, Status(status.code(), "session_id: " + status.message()), ctx_.metrics);
   }
   return Answer(context, status, ctx_.metrics);
+}
+
+grpc::ServerWriteReactor<v1::SnapshotChunk>* StreamdService::ExportSession(
+    grpc::CallbackServerContext* /*context*/, const v1::ExportSessionRequest* request) {
+  return StartExport(ctx_, *request);
+}
+
+grpc::ServerReadReactor<v1::SnapshotChunk>* StreamdService::ImportSession(
+    grpc::CallbackServerContext* /*context*/, v1::ImportSessionResponse* response) {
+  return StartImport(ctx_, response);
 }
 
 std::vector<std::shared_ptr<SessionStream>> StreamdService::Streams() const {

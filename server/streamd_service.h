@@ -33,6 +33,10 @@ class StreamdService final : public v1::Streamd::CallbackService {
   grpc::ServerUnaryReactor* CloseSession(grpc::CallbackServerContext* context,
                                          const v1::CloseSessionRequest* request,
                                          v1::CloseSessionResponse* response) override;
+  grpc::ServerWriteReactor<v1::SnapshotChunk>* ExportSession(
+      grpc::CallbackServerContext* context, const v1::ExportSessionRequest* request) override;
+  grpc::ServerReadReactor<v1::SnapshotChunk>* ImportSession(
+      grpc::CallbackServerContext* context, v1::ImportSessionResponse* response) override;
 
   // Shutdown, in order: Drain() (no new sessions or generations; each stream ends after its
   // running generation), WaitForStreams(deadline), CancelGenerations(why), WaitForStreams.
@@ -43,7 +47,6 @@ class StreamdService final : public v1::Streamd::CallbackService {
   size_t live_streams() const;
 
  private:
-  Status FillSessionInfo(SessionId id, v1::SessionInfo* out) const;
   std::vector<std::shared_ptr<SessionStream>> Streams() const;
 
   ServiceContext& ctx_;

@@ -63,7 +63,11 @@ struct Engine::Session {
   std::vector<int32_t> pending;
   std::unique_ptr<Generation> gen;
   std::map<std::string, std::string> metadata;  // the caller's (SetMetadata)
+  // Bumped by every change of the state (prefill commits too); context_revision is the
+  // revision of the last change of the context itself (input, tokens, metadata): a snapshot
+  // taken since then still describes the session, only with more of it pending.
   uint64_t revision = 0;
+  uint64_t context_revision = 0;
   int64_t created_unix_ms = 0;
   bool in_flight = false;  // part of the step being computed
   bool copying = false;    // its K/V are being copied (Capture, Restore): it sits out steps
@@ -258,7 +262,7 @@ Status Engine::Append(SessionId id, std::span<const int32_t> tokens) {
                              std::to_string(s->cache->tokens_seen() + pending));
     }
     s->pending.insert(s->pending.end(), tokens.begin(), tokens.end());
-    ++s->revision;
+    s->context_revision = ++s->revision;
   }
   work_cv_.notify_one();
   return OkStatus();
@@ -325,9 +329,9 @@ Status Engine::CloseIfUnchanged(SessionId id, uint64_t revision) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     STREAMD_ASSIGN_OR_RETURN(Session * s, Find(id));
-    if (s->gen || s->revision != revision) {
-      return FailedPreconditionError("session " + id.ToString() + " changed (revision " +
-                                     std::to_string(s->revision) + ", expected " +
+    if (s->gen || s->context_revision > revision) {
+      return FailedPreconditionError("session " + id.ToString() + " changed (context revision " +
+                                     std::to_string(s->context_revision) + ", snapshot " +
                                      std::to_string(revision) + ") or is generating");
     }
     s->closing = true;
@@ -343,7 +347,7 @@ Status Engine::SetMetadata(SessionId id, const std::string& key, const std::stri
   auto [it, inserted] = s->metadata.try_emplace(key, value);
   if (!inserted && it->second == value) return OkStatus();
   it->second = value;
-  ++s->revision;
+  s->context_revision = ++s->revision;
   return OkStatus();
 }
 
@@ -500,6 +504,7 @@ Status Engine::Restore(const SessionState& st) {
   s.pending = st.pending;
   s.metadata = st.metadata;
   s.revision = st.revision;
+  s.context_revision = st.revision;
   s.created_unix_ms = st.created_unix_ms;
   s.copying = true;  // sits out the steps until its K/V are in place
   reserved_blocks_ += s.cache->bound_blocks();
@@ -692,7 +697,7 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
       // The step failed for every session in it (a failed forward pass is not retried: the
       // chunk is dropped so a persistent fault cannot spin the loop); generations end with it.
       s.pending.erase(s.pending.begin(), s.pending.begin() + chunks[i].n_tokens);
-      ++s.revision;
+      s.context_revision = ++s.revision;
       if (s.gen) Finish(s, FinishReason::kError, status, events);
       continue;
     }
@@ -716,7 +721,7 @@ void Engine::ApplyToken(Session& s, int32_t token,
   ++g.produced;
   ++stats_.tokens_out;
   s.pending.push_back(token);  // delivered tokens stay in the context
-  ++s.revision;
+  s.context_revision = ++s.revision;
   if (!g.options.ignore_end_of_generation && tokenizer_->IsEndOfGeneration(token)) {
     Finish(s, FinishReason::kEndOfGeneration, OkStatus(), out);
     return;

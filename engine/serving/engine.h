@@ -74,8 +74,10 @@ class Engine {
   // ALREADY_EXISTS for an id in use, RESOURCE_EXHAUSTED when its bound does not fit now,
   // INVALID_ARGUMENT naming the field when the state does not fit this model or engine.
   Status Restore(const SessionState& state);
-  // Closes the session only if its revision is still `revision` and it does not generate
-  // (an offload that raced with new input keeps the session): FAILED_PRECONDITION otherwise.
+  // Closes the session only if its context did not change since `revision` (the revision of
+  // a snapshot just written: prefill progress since does not count, the snapshot holds that
+  // input as pending) and it does not generate; an offload that raced with new input keeps
+  // the session: FAILED_PRECONDITION.
   Status CloseIfUnchanged(SessionId id, uint64_t revision);
   // Opaque per-session facts of the caller (the server's chat state), kept in SessionState.
   Status SetMetadata(SessionId id, const std::string& key, const std::string& value);

@@ -181,6 +181,9 @@ Status SessionPersister::WriteNow(SessionId id, bool* skipped) {
     e.stored_revision = state.revision;
     e.last_write = Clock::now();
   }
+  // Taken mid-prefill: written again once the K/V have caught up, so a restore need not run
+  // that prefill again.
+  if (state.pending.size() > 1) Touch(id);
   if (hooks_.on_written) {
     hooks_.on_written(id, static_cast<int64_t>(bytes.size()), SecondsSince(start));
   }

@@ -50,6 +50,7 @@ struct SnapshotSummary {
   CacheMode mode = CacheMode::kSink;
   int32_t sinks = 0;
   int32_t window = 0;
+  SamplingParams sampling;  // the session's generation defaults
   int64_t tokens_seen = 0;
   int64_t cached_tokens = 0;  // K/V held (= cached ids)
   int64_t pending_tokens = 0;

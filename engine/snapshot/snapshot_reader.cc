@@ -560,6 +560,7 @@ StatusOr<SnapshotSummary> ReadSnapshotSummary(std::span<const uint8_t> bytes) {
   out.mode = m.mode;
   out.sinks = m.sinks;
   out.window = m.window;
+  out.sampling = m.sampling;
   out.tokens_seen = m.tokens_seen;
   out.cached_tokens = m.n_cached;
   out.pending_tokens = m.n_pending;

@@ -41,6 +41,7 @@ namespace config {
 namespace {
 
 constexpr int64_t kKiB = int64_t{1} << 10;
+constexpr int64_t kMiB = int64_t{1} << 20;
 constexpr int64_t kGiB = int64_t{1} << 30;
 constexpr int64_t kMinute = 60'000;
 constexpr int64_t kDay = 24 * 60 * kMinute;
@@ -117,6 +118,22 @@ ConfigKey FloatKey(std::string path, Get get, FloatRange r) {
             return OkStatus();
           },
           [get](const ServerConfig& c) { return FormatNumber(get(c)); }};
+}
+
+template <typename Get>
+ConfigKey BoolKey(std::string path, Get get) {
+  return {std::move(path),
+          [get](std::string_view v, ServerConfig& c) -> Status {
+            if (v == "true") {
+              get(c) = true;
+            } else if (v == "false") {
+              get(c) = false;
+            } else {
+              return InvalidArgumentError("is not true or false");
+            }
+            return OkStatus();
+          },
+          [get](const ServerConfig& c) { return std::string(get(c) ? "true" : "false"); }};
 }
 
 // `parse` returns StatusOr<E>; `name` maps E to its spelling.
@@ -208,7 +225,20 @@ std::vector<ConfigKey> MakeKeys() {
   k.push_back(IntKey("sessions.max_pending_tokens", STREAMD_FIELD(sessions.max_pending_tokens), 1,
                      int64_t{1} << 30));
   k.push_back(
-      DurationKey("sessions.idle_timeout", STREAMD_FIELD(sessions.idle_timeout), 0, 30 * kDay));
+      DurationKey("sessions.idle_timeout", STREAMD_FIELD(sessions.idle_timeout), 0, 365 * kDay));
+  k.push_back({"sessions.snapshot_dir",
+               [](std::string_view v, ServerConfig& c) -> Status {
+                 c.sessions.snapshot_dir = std::string(v);  // empty: memory only
+                 return OkStatus();
+               },
+               [](const ServerConfig& c) { return c.sessions.snapshot_dir; }});
+  k.push_back(DurationKey("sessions.snapshot_interval", STREAMD_FIELD(sessions.snapshot_interval),
+                          0, 60 * kMinute));
+  k.push_back(DurationKey("sessions.offload_after", STREAMD_FIELD(sessions.offload_after), 0,
+                          365 * kDay));
+  k.push_back(BoolKey("sessions.restore_on_start", STREAMD_FIELD(sessions.restore_on_start)));
+  k.push_back(SizeKey("sessions.max_snapshot_bytes", STREAMD_FIELD(sessions.max_snapshot_bytes),
+                      kMiB, 64 * kGiB));
   k.push_back(DurationKey("sessions.admission_timeout", STREAMD_FIELD(sessions.admission_timeout),
                           0, 10 * kMinute));
   k.push_back(

@@ -218,6 +218,7 @@ std::optional<KeyError> CheckKeysAndCombinations(const ServerConfig& c) {
 ServerConfig DefaultServerConfig() {
   ServerConfig config;
   config.model.path = config::ExpandHome(config.model.path);
+  config.sessions.snapshot_dir = config::ExpandHome(config.sessions.snapshot_dir);
   return config;
 }
 
@@ -230,6 +231,7 @@ StatusOr<ServerConfig> LoadServerConfig(const std::string& yaml_path,
     STREAMD_RETURN_IF_ERROR(ApplyOverride(arg, config, origins));
   }
   config.model.path = config::ExpandHome(config.model.path);
+  config.sessions.snapshot_dir = config::ExpandHome(config.sessions.snapshot_dir);
   if (const std::optional<KeyError> error = CheckKeysAndCombinations(config)) {
     const auto origin = origins.find(error->key);
     return InvalidArgumentError("config: " + error->text +

@@ -98,7 +98,15 @@ struct ServerConfig {
     int32_t max_window = 8188;      // also capped by the model's context minus sinks; [1, 1048576]
     int32_t max_sessions = 4096;    // open sessions, admitted or waiting; [1, 1000000]
     int64_t max_pending_tokens = 1LL << 20;           // appended, not yet prefilled, per session
-    std::chrono::milliseconds idle_timeout{600'000};  // close detached sessions; 0 = never
+    // A detached session is closed for good (its snapshot deleted) after this; 0 = never.
+    std::chrono::milliseconds idle_timeout{7LL * 24 * 3600 * 1000};
+    // Durable sessions (docs/SESSIONS.md). Empty snapshot_dir = memory only. A leading "~/"
+    // is expanded to $HOME when the config is loaded.
+    std::string snapshot_dir = "~/.local/state/streamd/sessions";
+    std::chrono::milliseconds snapshot_interval{2000};  // at most one write per session per this
+    std::chrono::milliseconds offload_after{600'000};   // detached -> disk (or closed); 0 = never
+    bool restore_on_start = true;                       // read snapshots back at start
+    int64_t max_snapshot_bytes = 1LL << 30;              // ImportSession; [1MiB, 64GiB]
     std::chrono::milliseconds admission_timeout{10'000};  // wait for KV blocks; 0 = fail at once
     int32_t max_queued_tokens = 1024;      // undelivered tokens per stream before it is cut as slow
     int64_t max_append_bytes = 1LL << 20;  // Append.text; [1, server.max_receive_message_bytes]

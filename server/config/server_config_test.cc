@@ -66,7 +66,14 @@ TEST(ServerConfigTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.sessions.default_window, 1020);
   EXPECT_EQ(c.sessions.max_sinks, 64);
   EXPECT_EQ(c.sessions.max_window, 8188);
-  EXPECT_EQ(c.sessions.idle_timeout, milliseconds(600'000));
+  EXPECT_EQ(c.sessions.idle_timeout, milliseconds(7LL * 24 * 3600 * 1000));
+  EXPECT_EQ(c.sessions.snapshot_interval, milliseconds(2000));
+  EXPECT_EQ(c.sessions.offload_after, milliseconds(600'000));
+  EXPECT_TRUE(c.sessions.restore_on_start);
+  EXPECT_EQ(c.sessions.max_snapshot_bytes, int64_t{1} << 30);
+  if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    EXPECT_EQ(c.sessions.snapshot_dir, std::string(home) + "/.local/state/streamd/sessions");
+  }
   EXPECT_EQ(c.logging.level, LogLevel::kInfo);
   EXPECT_EQ(c.logging.format, LogFormat::kText);
   if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
@@ -203,8 +210,14 @@ TEST(ServerConfigTest, BadValuesNameTheKeyAndTheLimit) {
             "config: engine.backend = gpu is not one of auto, cpu, cuda (from the command line)");
   EXPECT_THAT(OverrideError({"--sessions.idle_timeout=10"}),
               StartsWith("config: sessions.idle_timeout = 10 needs a unit (ms, s, m, h, d)"));
-  EXPECT_THAT(OverrideError({"--sessions.idle_timeout=31d"}),
-              StartsWith("config: sessions.idle_timeout = 31d is outside [0s, 30d]"));
+  EXPECT_THAT(OverrideError({"--sessions.idle_timeout=366d"}),
+              StartsWith("config: sessions.idle_timeout = 366d is outside [0s, 365d]"));
+  EXPECT_THAT(OverrideError({"--sessions.restore_on_start=yes"}),
+              StartsWith("config: sessions.restore_on_start = yes is not true or false"));
+  EXPECT_THAT(OverrideError({"--sessions.snapshot_interval=2h"}),
+              StartsWith("config: sessions.snapshot_interval = 2h is outside [0s, 1h]"));
+  EXPECT_THAT(OverrideError({"--sessions.max_snapshot_bytes=1KiB"}),
+              StartsWith("config: sessions.max_snapshot_bytes = 1KiB is outside [1MiB, 64GiB]"));
   EXPECT_THAT(OverrideError({"--server.max_send_message_bytes=2GiB"}),
               StartsWith("config: server.max_send_message_bytes = 2GiB is outside [1KiB, 1GiB]"));
   EXPECT_THAT(OverrideError({"--sessions.default_sampling.top_p=0"}),

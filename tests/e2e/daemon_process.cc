@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -64,6 +65,9 @@ std::unique_ptr<DaemonProcess> DaemonProcess::Start(const std::vector<std::strin
                                    "--server.metrics_address=127.0.0.1:0",
                                    "--engine.kv_pool=96MiB",
                                    "--engine.threads=2",
+                                   // Its own snapshots: never another test daemon's (tests
+                                   // that restart a daemon pass one directory to both).
+                                   "--sessions.snapshot_dir=" + d->dir_ + "/sessions",
                                    "--logging.level=warn"};
   args.insert(args.end(), overrides.begin(), overrides.end());
   d->pid_ = Spawn(args, d->dir_);
@@ -92,10 +96,8 @@ DaemonProcess::~DaemonProcess() {
     waitpid(pid_, nullptr, 0);
   }
   if (dir_.rfind("/tmp/streamd_e2e_", 0) == 0) {
-    std::remove((dir_ + "/port").c_str());
-    std::remove((dir_ + "/stdout").c_str());
-    std::remove((dir_ + "/stderr").c_str());
-    rmdir(dir_.c_str());
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
   }
 }
 

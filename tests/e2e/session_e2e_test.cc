@@ -29,7 +29,10 @@ TEST_F(SessionE2eTest, ChatGenerationMatchesTheCliGreedyContinuation) {
   EXPECT_EQ(opened->settings().cache_mode(), v1::CACHE_MODE_SINK);
   EXPECT_EQ(opened->settings().window(), 128);
   EXPECT_EQ(opened->limits().max_sinks(), 64);
-  EXPECT_EQ(opened->limits().idle_timeout_s(), 600);
+  EXPECT_EQ(opened->limits().idle_timeout_s(), 7 * 24 * 3600);
+  EXPECT_TRUE(opened->limits().persistent());
+  EXPECT_EQ(opened->limits().snapshot_interval_ms(), 2000);
+  EXPECT_EQ(opened->limits().offload_after_s(), 600);
   v1::CacheState state;
   ASSERT_FALSE(s.Append(TextMsg(kQuestion, v1::CHAT_ROLE_USER).append(), &state));
   EXPECT_GT(state.tokens_seen(), 10);

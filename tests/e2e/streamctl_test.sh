@@ -20,7 +20,7 @@ fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
 "$streamd" serve --port-file "$tmp/port" --model.path="$model" \
   --server.listen_address=127.0.0.1:0 --server.metrics_address=127.0.0.1:0 \
   --engine.kv_pool=64MiB --engine.max_chunk=64 --sessions.default_window=128 \
-  --logging.level=warn >"$tmp/out" 2>"$tmp/err" &
+  --sessions.snapshot_dir="$tmp/sessions" --logging.level=warn >"$tmp/out" 2>"$tmp/err" &
 pid=$!
 for _ in $(seq 1 600); do [ -s "$tmp/port" ] && break; sleep 0.1; done
 [ -s "$tmp/port" ] || { echo "FAIL: daemon did not start: $(cat "$tmp/err")"; exit 1; }

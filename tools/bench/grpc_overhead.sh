@@ -69,7 +69,7 @@ bench_cmd=(env "${omp_env[@]}" "$streamd" bench --model "$model" --sessions "$SE
 serve_cmd=(env "${omp_env[@]}" "$streamd" serve --model.path="$model"
   --server.listen_address=127.0.0.1:0 --server.metrics_address=127.0.0.1:0
   --engine.threads="$T" --engine.max_batch_tokens="$B" --engine.kv_pool=512MiB
-  --logging.level=warn --port-file "$out/port")
+  --sessions.snapshot_dir="$out/sessions" --logging.level=warn --port-file "$out/port")
 load_cmd=("$load" --prompt-ids "$out/prompt-ids.json" --sessions "$SESSIONS" --prompt-tokens "$P"
   --gen-tokens "$G" --json)
 {

@@ -1,0 +1,49 @@
+#include "engine/api/streamd_engine.h"
+
+#include "engine/backend/backend.h"
+#include "engine/model/llama_model.h"
+#include "engine/snapshot/model_fingerprint.h"
+
+namespace streamd {
+
+StatusOr<LoadedEngine> LoadEngine(const EngineSetup& setup) {
+  auto model = LlamaModel::Load(setup.model_path);
+  if (!model.ok()) {
+    return Status(model.status().code(), setup.model_path + ": " + model.status().message());
+  }
+  LoadedEngine out;
+  const LlamaConfig config = (*model)->config();
+  SnapshotContext& ctx = out.snapshot_context;
+  ctx.model_fingerprint = ModelFingerprint((*model)->file());
+  ctx.model_name = config.name.empty() ? config.architecture : config.name;
+  ctx.n_layers = config.n_layers;
+  ctx.n_kv_heads = config.n_kv_heads;
+  ctx.head_dim = config.head_dim;
+  ctx.block_size = setup.engine.block_size;
+  ctx.streamd_version = setup.streamd_version;
+  auto vocab = tokenizer::Tokenizer::FromGguf((*model)->file());
+  if (!vocab.ok()) {
+    return Status(vocab.status().code(), setup.model_path + ": " + vocab.status().message());
+  }
+  auto chat = tokenizer::ChatTemplate::FromGguf((*model)->file(), **vocab);
+  if (!chat.ok()) {
+    return Status(chat.status().code(), setup.model_path + ": " + chat.status().message());
+  }
+  if (chat->is_fallback()) out.chat_warning = chat->fallback_reason();
+  out.chat = std::make_unique<tokenizer::ChatTemplate>(std::move(chat).value());
+  const BackendKind kind = ResolveBackend(setup.backend == BackendChoice::kCuda ? BackendKind::kCuda
+                                          : setup.backend == BackendChoice::kCpu
+                                              ? BackendKind::kCpu
+                                              : BackendKind::kAuto,
+                                          &out.backend_note);
+  auto backend = MakeBackend(kind, std::move(model).value());
+  if (!backend.ok()) {
+    return Status(backend.status().code(), "engine.backend: " + backend.status().message());
+  }
+  auto engine = Engine::Create(std::move(backend).value(), std::move(vocab).value(), setup.engine);
+  if (!engine.ok()) return engine.status();
+  out.engine = std::move(engine).value();
+  return out;
+}
+
+}  // namespace streamd

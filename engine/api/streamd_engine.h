@@ -1,0 +1,52 @@
+// The engine as the daemon sees it: the one engine header server/ includes. It brings the Engine
+// (sessions, steps, Capture/Restore) and its value types, the SessionPersister (snapshots on
+// disk), the tokenizer and chat template (Append{role} formatting), the text checks the server
+// applies to request fields, and LoadEngine, which turns a model path and settings into all of
+// them. engine/ stays free of gRPC; server/ stays free of the engine's internals (caches, pools,
+// backends, kernels), so either side can change without the other noticing.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "engine/sampling/stop_string_matcher.h"
+#include "engine/serving/engine.h"
+#include "engine/serving/session_persister.h"
+#include "engine/snapshot/snapshot_format.h"
+#include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/tokenizer/utf8.h"
+#include "engine/util/session_id.h"
+#include "engine/util/status.h"
+
+namespace streamd {
+
+// Limits of Generate.stop the engine enforces (reported in Opened.limits).
+inline constexpr size_t kMaxStopStrings = StopStringMatcher::kMaxStops;
+inline constexpr size_t kMaxStopBytes = StopStringMatcher::kMaxStopBytes;
+
+enum class BackendChoice { kAuto, kCpu, kCuda };
+
+struct EngineSetup {
+  std::string model_path;
+  BackendChoice backend = BackendChoice::kAuto;
+  EngineConfig engine;
+  std::string streamd_version;  // stamped into snapshots
+};
+
+struct LoadedEngine {
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<tokenizer::ChatTemplate> chat;
+  // What snapshots of this engine are stamped with and checked against.
+  SnapshotContext snapshot_context;
+  std::string backend_note;     // why auto picked what it picked (for the log), or empty
+  std::string chat_warning;     // a chat-template fallback (for the log), or empty
+};
+
+// Loads the GGUF (validated), its tokenizer and chat template, picks the backend (auto: CUDA
+// when this build has it and a GPU is visible), computes the model fingerprint and creates the
+// engine. Errors name the file, the field or the device, and the numbers.
+StatusOr<LoadedEngine> LoadEngine(const EngineSetup& setup);
+
+}  // namespace streamd

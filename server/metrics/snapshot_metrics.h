@@ -1,0 +1,52 @@
+// SnapshotMetrics: the series of durable sessions (snapshots, offload, restore), added to the
+// daemon's registry beside StreamdMetrics. No peer exposes these (no other engine can snapshot
+// a session), so names and buckets are streamd's own; docs/METRICS.md lists them.
+//
+// Failure reasons are gRPC code names, as the store reports them: RESOURCE_EXHAUSTED (a full
+// disk or quota), PERMISSION_DENIED (a read-only or forbidden directory), INTERNAL (any other
+// I/O error); for rejected snapshots DATA_LOSS (corrupt, truncated) or FAILED_PRECONDITION
+// (another model or format version) or INVALID_ARGUMENT (limits this daemon refuses).
+#pragma once
+
+#include <array>
+#include <string>
+#include <string_view>
+
+#include "server/metrics/registry.h"
+
+namespace streamd::metrics {
+
+// 64 KiB .. 4 GiB by powers of four: one SmolLM2 4 + 252 session is ~5.9 MB, 4 + 1020 ~24 MB.
+inline constexpr std::array<double, 9> kSnapshotBytesBuckets = {
+    65536.0,    262144.0,    1048576.0,    4194304.0,   16777216.0,
+    67108864.0, 268435456.0, 1073741824.0, 4294967296.0};
+// Capture + encode + write + fsync, or read + decode + restore: ~ms for small caches on a
+// local disk, seconds for 8B-model windows on network storage.
+inline constexpr std::array<double, 14> kSnapshotSecondsBuckets = {
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0};
+
+struct SnapshotMetrics {
+  explicit SnapshotMetrics(Registry& registry);
+  SnapshotMetrics(const SnapshotMetrics&) = delete;
+  SnapshotMetrics& operator=(const SnapshotMetrics&) = delete;
+
+  void RecordWriteError(std::string_view code_name) {
+    write_errors.WithLabels({std::string(code_name)}).Inc();
+  }
+  void RecordRejected(std::string_view code_name) {
+    rejected.WithLabels({std::string(code_name)}).Inc();
+  }
+
+  Counter& writes;            // snapshots written (atomically, fsynced)
+  Counter& written_bytes;     // their bytes
+  Histogram& write_bytes;     // size of each snapshot written
+  Histogram& write_seconds;   // capture + encode + write + fsync of one snapshot
+  CounterFamily& write_errors;  // label `reason`
+  Counter& loads;             // snapshots read back into the engine (restore, Resume, import)
+  Histogram& load_seconds;    // read + decode + restore of one snapshot
+  CounterFamily& rejected;    // label `reason`: snapshots moved aside, never deleted
+  Counter& offloads;          // detached sessions written out and their blocks freed
+  Gauge& sessions_offloaded;  // sessions only on disk now
+};
+
+}  // namespace streamd::metrics

@@ -1,0 +1,33 @@
+// ExportSession and ImportSession: a session's snapshot out of one daemon and into another, as a
+// stream of SnapshotChunk messages (callback API). The work that blocks (capture, encoding,
+// decoding, restore, file I/O) runs on the service's io TaskRunner, never in a reaction; the
+// reactions only move chunks.
+//
+// Export: the snapshot is made whole first (SessionPersister::Export, or a capture when there
+// is no snapshot directory), then written in chunks of kSnapshotChunkBytes; FAILED_PRECONDITION
+// while the session generates. Import: chunks are collected up to limits.max_snapshot_bytes
+// (INVALID_ARGUMENT past it, before the rest is read), then checked like a stored snapshot and
+// created here with the same id: written to the snapshot directory and loaded into the pool
+// when it fits, else left on disk as offloaded (ImportSessionResponse.resident says which).
+// Without a snapshot directory an import must fit the pool at once.
+#pragma once
+
+#include <cstddef>
+
+#include "server/service_context.h"
+#include "streamd/v1/streamd.grpc.pb.h"
+
+namespace streamd::server {
+
+inline constexpr size_t kSnapshotChunkBytes = 1 << 20;  // well under any message size limit
+
+grpc::ServerWriteReactor<v1::SnapshotChunk>* StartExport(ServiceContext& ctx,
+                                                         const v1::ExportSessionRequest& request);
+grpc::ServerReadReactor<v1::SnapshotChunk>* StartImport(ServiceContext& ctx,
+                                                        v1::ImportSessionResponse* response);
+
+// A session's SessionInfo (shared with the unary calls): from the engine when resident, from
+// its snapshot's summary when offloaded.
+Status FillSessionInfo(const ServiceContext& ctx, SessionId id, v1::SessionInfo* out);
+
+}  // namespace streamd::server
