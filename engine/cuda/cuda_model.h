@@ -73,7 +73,7 @@ class CudaModel final : public ModelBackend {
   // Argmax on the device (kernels::cuda::ArgmaxRows); only the ids cross PCIe.
   Status ExecuteGreedy(const StepPlan& plan, int32_t* next_tokens) override;
   bool greedy_ids_on_device() const override { return true; }
-  // A row of the last ForwardGreedy's logits, still on the device until the next step.
+  // A row of the last ExecuteGreedy's logits, still on the device until the next step.
   Status CopyGreedyStepLogits(int64_t row, float* out) override;
 
   const CudaDeviceInfo& device() const { return device_; }
@@ -122,7 +122,7 @@ class CudaModel final : public ModelBackend {
   using GraphKey = std::tuple<const void*, int32_t, int32_t, int32_t, int32_t, int32_t>;
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   int64_t graphs_captured_ = 0;
-  int64_t greedy_rows_ = 0;  // logits rows the last successful ForwardGreedy left in logits_
+  int64_t greedy_rows_ = 0;  // logits rows the last successful ExecuteGreedy left in logits_
 };
 
 }  // namespace streamd::cuda

@@ -107,7 +107,7 @@ class ModelBackend {
   }
 
  private:
-  std::vector<float> greedy_logits_;  // the default ForwardGreedy's rows, for CopyGreedyStepLogits
+  std::vector<float> greedy_logits_;  // the default ExecuteGreedy's rows, for CopyGreedyStepLogits
 };
 
 }  // namespace streamd

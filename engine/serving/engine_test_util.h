@@ -58,7 +58,7 @@ class Collector {
 };
 
 // The CPU model dressed as a backend that picks greedy ids on the device (as CUDA does): the
-// engine then runs greedy steps through ForwardGreedy and fetches single rows only when a
+// engine then runs greedy steps through ExecuteGreedy and fetches single rows only when a
 // session needs more than its id. Counts which path each step took.
 class IdsOnDevice : public ModelBackend {
  public:
