@@ -159,6 +159,7 @@ void SessionRegistry::Attach(SessionId id, std::weak_ptr<SessionOwner> owner, At
       s = AddOffloaded(*summary);
     }
   }
+  if (s != nullptr && persister_ != nullptr) DropIfStale(s);
   if (s == nullptr) {
     std::unique_lock<std::mutex> lock(mu_);
     auto lost = lost_.find(id);
@@ -195,6 +196,24 @@ void SessionRegistry::Attach(SessionId id, std::weak_ptr<SessionOwner> owner, At
     }
   }
   done(AttachResident(s, std::move(owner)));
+}
+
+void SessionRegistry::DropIfStale(const std::shared_ptr<ServerSession>& s) {
+  {
+    std::lock_guard<std::mutex> session_lock(s->mu);
+    if (s->residency != Residency::kResident || s->attached || s->closed) return;
+  }
+  // Another replica sharing the directory wrote this session after we last wrote or read it:
+  // its file is the session now, our resident copy an old one.
+  auto summary = persister_->Summary(s->id);
+  if (!summary.ok() || summary->revision <= persister_->stored_revision(s->id)) return;
+  {
+    std::lock_guard<std::mutex> session_lock(s->mu);
+    if (s->residency != Residency::kResident || s->attached || s->closed) return;
+    s->residency = Residency::kOffloaded;
+    s->stored = *summary;
+  }
+  (void)engine_.Close(s->id);
 }
 
 void SessionRegistry::Detach(const std::shared_ptr<ServerSession>& session) {

@@ -152,6 +152,9 @@ class SessionRegistry {
   // Offloads the least recently detached resident session that is not generating; false when
   // there is none or it could not be written.
   bool OffloadOneForRoom();
+  // A detached resident session whose snapshot another replica has since rewritten (a shared
+  // directory) becomes offloaded, so that the next Resume reads the newer one.
+  void DropIfStale(const std::shared_ptr<ServerSession>& s);
   // A registry entry for a stored snapshot (offloaded), or the one already there.
   std::shared_ptr<ServerSession> AddOffloaded(const SnapshotSummary& summary);
   void ApplyMetadata(ServerSession& s, const std::map<std::string, std::string>& metadata);

@@ -6,9 +6,13 @@
 
 #include <dirent.h>
 #include <stdlib.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <future>
+#include <random>
 
 #include <gtest/gtest.h>
 
@@ -295,6 +299,82 @@ TEST(SessionRegistryTest, ARestartRestoresEverySnapshotAndSetsBadOnesAside) {
   while (const dirent* entry = ::readdir(d)) files += entry->d_name[0] != '.';
   ::closedir(d);
   EXPECT_EQ(files, 2);
+}
+
+// Two replicas sharing one snapshot directory: a session detached from one resumes on the
+// other (found by its id in the directory), and when it comes back to the first, the first's
+// older resident copy gives way to the newer snapshot.
+TEST(SessionRegistryTest, ReplicasSharingADirectoryTakeOverEachOthersSessions) {
+  const std::string dir = TempDir();
+  auto a = MakeEngine();
+  auto b = MakeEngine();
+  auto persister_a = MakePersister(a, dir);
+  auto persister_b = MakePersister(b, dir);
+  SessionRegistry replica_a(*a.engine, Timeouts(1h, 1h), persister_a.get());
+  SessionRegistry replica_b(*b.engine, Timeouts(1h, 1h), persister_b.get());
+  auto owner = std::make_shared<FakeOwner>();
+  auto s = replica_a.Open(Small(), owner);
+  ASSERT_TRUE(s.ok());
+  const SessionId id = (*s)->id;
+  ASSERT_TRUE(a.engine->Append(id, Bytes(30, 1)).ok());
+  replica_a.Detach(*s);
+  ASSERT_TRUE(replica_a.PersistAll(Clock::now() + 10s));  // A drains
+  auto on_b = AttachNow(replica_b, id, owner);
+  ASSERT_TRUE(on_b.ok()) << on_b.status().ToString();
+  EXPECT_EQ(b.engine->Get(id)->tokens_seen, 30);
+  ASSERT_TRUE(b.engine->Append(id, Bytes(12, 2)).ok());
+  replica_b.Touched(**on_b);
+  replica_b.Detach(*on_b);
+  ASSERT_TRUE(replica_b.PersistAll(Clock::now() + 10s));
+  auto back_on_a = AttachNow(replica_a, id, owner);
+  ASSERT_TRUE(back_on_a.ok()) << back_on_a.status().ToString();
+  EXPECT_EQ(a.engine->Get(id)->tokens_seen, 42) << "A took B's newer snapshot, not its own copy";
+}
+
+// The goal of idle offload: a pool sized for 64 active sessions holds 10,000 sessions, the
+// rest offloaded to disk (each Open that does not fit offloads the least recently detached),
+// and any of them resumes with its context intact.
+TEST(SessionRegistryTest, TenThousandSessionsWithAPoolForSixtyFour) {
+  const int32_t bound = SessionCache::BoundBlocks({CacheMode::kSink, 4, 32, 32}, 16);
+  const int64_t block = BlockPool::BlockBytes({2, 2, 16}, 16);
+  auto e = MakeEngine(block * (64 * bound + DefaultPrefillHeadroom({64, 16}, 32, 16)));
+  // tmpfs when there is one: 10,000 fsyncs on a disk would take minutes, and the point here is
+  // the bookkeeping, not the disk.
+  std::string dir = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+  char tmpl[64];
+  std::snprintf(tmpl, sizeof(tmpl), "%s/streamd-10k-XXXXXX", dir.c_str());
+  dir = ::mkdtemp(tmpl);
+  auto persister = MakePersister(e, dir);
+  SessionRegistry registry(*e.engine, Timeouts(1h, 1h), persister.get());
+  auto owner = std::make_shared<FakeOwner>();
+  constexpr int kSessions = 10000;
+  std::vector<SessionId> ids;
+  for (int i = 0; i < kSessions; ++i) {
+    auto s = registry.Open(Small(), owner);
+    ASSERT_TRUE(s.ok()) << "session " << i << ": " << s.status().ToString();
+    ASSERT_TRUE(e.engine->Append((*s)->id, Bytes(20, i)).ok());
+    registry.Detach(*s);
+    ids.push_back((*s)->id);
+  }
+  EXPECT_EQ(registry.All().size(), static_cast<size_t>(kSessions));
+  EXPECT_LE(e.engine->Stats().sessions, 64);
+  int offloaded = 0;
+  for (const auto& s : registry.All()) {
+    std::lock_guard<std::mutex> lock(s->mu);
+    offloaded += s->residency == Residency::kOffloaded;
+  }
+  EXPECT_GE(offloaded, kSessions - 64);
+  std::mt19937 rng(7);
+  for (int k = 0; k < 40; ++k) {
+    const size_t i = rng() % ids.size();
+    auto s = AttachNow(registry, ids[i], owner);
+    ASSERT_TRUE(s.ok()) << "session " << i << ": " << s.status().ToString();
+    EXPECT_EQ(e.engine->Get(ids[i])->tokens_seen, 20);
+    registry.Detach(*s);
+  }
+  ASSERT_TRUE(persister->WaitIdle(Clock::now() + 60s));
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
 }
 
 }  // namespace
