@@ -6,7 +6,9 @@
 # network. It builds the engine, the kernels, their tests and `streamd` (no daemon, no Google
 # Benchmark), then:
 #   1. runs the GPU tests (ctest -L gpu: every kernel and the whole model against the CPU
-#      backend) and the backend-selection test;
+#      backend, and sessions moving between the backends: device-pool block copies, K/V images,
+#      a CPU snapshot continued on CUDA and back, copies during graph decode steps) and the
+#      backend-selection test;
 #   2. measures device-to-device copy bandwidth and times each kernel against it
 #      (kernels_cuda_bench);
 #   3. times the decode step of synthetic models with random weights made on the device
@@ -97,7 +99,7 @@ STREAMD="$BUILD/tools/streamd"
 # ---- 2. tests ------------------------------------------------------------------------------
 TESTS="not run"
 if [[ $BUILD_OK == yes ]]; then
-  run gpu-tests 150 ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 140 &&
+  run gpu-tests 200 ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 180 &&
     TESTS_OK=yes
   run backend-test 30 "$BUILD/engine/backend/backend_test" || TESTS_OK=no
   TESTS=$(grep -E "tests passed|tests failed" "$OUT_DIR/gpu-tests.log" | tail -1)
@@ -140,6 +142,11 @@ fi
   printf "%-34s %s\n" "build" "$BUILD_OK"
   printf "%-34s %s\n" "GPU tests (ctest -L gpu)" "$TESTS"
   [[ -n "$SKIP_REASON" ]] && printf "%-34s %s\n" "  skipped because" "$SKIP_REASON"
+  snap() {
+    grep -cE "Test +#[0-9]+: CudaSnapshotTest\..*$1" "$OUT_DIR/gpu-tests.log" 2>/dev/null || true
+  }
+  printf "%-34s %s passed, %s failed, %s skipped\n" "  of them CPU<->CUDA sessions" \
+    "$(snap Passed)" "$(snap Failed)" "$(snap Skipped)"
   printf "%-34s %s\n" "backend test" \
     "$(grep -E '^\[  (PASSED|FAILED)' "$OUT_DIR/backend-test.log" 2>/dev/null | tr '\n' ' ')"
   printf "%-34s %s GB/s\n" "device-to-device copy" "${COPY:-?}"

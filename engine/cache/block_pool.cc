@@ -122,12 +122,20 @@ int32_t BlockPool::Allocate() {
   return b;
 }
 
+Status BlockPool::CheckIds(std::span<const int32_t> ids) const {
+  for (const int32_t id : ids) {
+    if (id < 0 || id >= total_blocks()) {
+      return InvalidArgumentError("block " + std::to_string(id) + " is not in the pool of " +
+                                  std::to_string(total_blocks()) + " blocks");
+    }
+  }
+  return OkStatus();
+}
+
 Status BlockPool::ReadBlocks(std::span<const int32_t> ids, uint16_t* host) const {
+  STREAMD_RETURN_IF_ERROR(CheckIds(ids));
   const int64_t run = layout_.block_elems();
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || ids[i] >= total_blocks()) {
-      return InvalidArgumentError("block " + std::to_string(ids[i]) + " is not in the pool");
-    }
     STREAMD_RETURN_IF_ERROR(storage_->CopyOut(ids[i] * run, layout_.layer_elems(), run,
                                               layout_.n_layers, host + i * run * layout_.n_layers));
   }
@@ -135,11 +143,10 @@ Status BlockPool::ReadBlocks(std::span<const int32_t> ids, uint16_t* host) const
 }
 
 Status BlockPool::WriteBlocks(std::span<const int32_t> ids, const uint16_t* host) {
+  // Every id first: a refused list writes nothing (the blocks before a bad id stay as they were).
+  STREAMD_RETURN_IF_ERROR(CheckIds(ids));
   const int64_t run = layout_.block_elems();
   for (size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || ids[i] >= total_blocks()) {
-      return InvalidArgumentError("block " + std::to_string(ids[i]) + " is not in the pool");
-    }
     STREAMD_RETURN_IF_ERROR(storage_->CopyIn(ids[i] * run, layout_.layer_elems(), run,
                                              layout_.n_layers, host + i * run * layout_.n_layers));
   }

@@ -88,6 +88,7 @@ class BlockPool {
   // Whole blocks, every layer's K and V, to or from host memory laid out
   // [ids.size()][n_layers][block_elems] (what capture and restore move). Works for pools in
   // device memory too. Thread-safe with respect to steps that do not touch these blocks.
+  // INVALID_ARGUMENT naming the first id outside the pool; then nothing is copied.
   Status ReadBlocks(std::span<const int32_t> ids, uint16_t* host) const;
   Status WriteBlocks(std::span<const int32_t> ids, const uint16_t* host);
 
@@ -101,6 +102,7 @@ class BlockPool {
 
  private:
   BlockPool() = default;
+  Status CheckIds(std::span<const int32_t> ids) const;
 
   kernels::KvPoolLayout layout_;
   std::unique_ptr<PoolStorage> storage_;

@@ -152,6 +152,11 @@ TEST(BlockPoolTest, BlockCopiesMoveEveryLayerOfTheNamedBlocksOnly) {
             StatusCode::kInvalidArgument);
   EXPECT_EQ(pool.WriteBlocks(std::vector<int32_t>{-1}, out.data()).code(),
             StatusCode::kInvalidArgument);
+  // A list with a bad id is refused before anything is written: block 0 keeps its values.
+  const std::vector<uint16_t> block0(pool.layer_data(0), pool.layer_data(0) + l.block_elems());
+  const std::vector<int32_t> bad = {0, 9};
+  EXPECT_EQ(pool.WriteBlocks(bad, out.data()).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(std::equal(block0.begin(), block0.end(), pool.layer_data(0)));
 }
 
 }  // namespace

@@ -24,17 +24,51 @@ int64_t Grow(int64_t need, int64_t have, int64_t minimum) {
   return c;
 }
 
-// KV pool storage in device memory (the bookkeeping stays in BlockPool on the host). Block
-// copies (capture and restore of sessions) run on a stream of their own, from whichever thread
-// asks, so they never wait for the step in flight nor join a graph being captured.
+// KV pool storage in device memory (the bookkeeping stays in BlockPool on the host).
+//
+// Block copies (Engine::Capture and Restore, through BlockPool::ReadBlocks / WriteBlocks) come
+// from whichever thread asks, usually not the scheduler's, while the scheduler's stream may be
+// in the middle of a step or of a graph capture. So they run on a stream of their own, made
+// non-blocking (no implicit ordering with the legacy stream, hence none with anything else),
+// and synchronize only that stream: a copy neither waits for the step in flight nor becomes
+// part of a graph being captured. The scheduler captures in cudaStreamCaptureModeThreadLocal,
+// which checks only the capturing thread's own calls, and nothing here names the capturing
+// stream or synchronizes the device (not even the zeroing at creation, which is why it is a
+// cudaMemsetAsync on this stream rather than a cudaMemset followed by cudaDeviceSynchronize).
+// The two streams never touch the same bytes: the engine copies only blocks of a session that
+// sits out the steps. Copies among themselves are serialized by mu_ (one stream, one waiter).
+//
+// One block of every layer is n_layers runs of block_elems() elements at a pitch of
+// layer_elems(): one cudaMemcpy2DAsync. But the runtime refuses a pitch above
+// cudaDevAttrMaxPitch (2^31 - 1 bytes on current GPUs) with cudaErrorInvalidPitchValue, and a
+// pool sized to the device has layers larger than that (a 100 GB SmolLM2 pool: 3.3 GB per
+// layer); then the runs go as one 1D copy each, on the same stream, with one synchronization.
 class DevicePoolStorage final : public PoolStorage {
  public:
-  DevicePoolStorage(DeviceBuffer buffer, int device) : buffer_(std::move(buffer)), device_(device) {}
-  ~DevicePoolStorage() override {
-    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+  // Takes the allocation, zeroes it and makes the copy stream.
+  static StatusOr<std::unique_ptr<PoolStorage>> Create(DeviceBuffer buffer, int device) {
+    int max_pitch = 0;
+    STREAMD_CUDA_CHECK(cudaDeviceGetAttribute(&max_pitch, cudaDevAttrMaxPitch, device));
+    std::unique_ptr<DevicePoolStorage> s(
+        new DevicePoolStorage(std::move(buffer), device, static_cast<size_t>(max_pitch)));
+    STREAMD_CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream_, cudaStreamNonBlocking));
+    STREAMD_CUDA_CHECK(cudaMemsetAsync(s->buffer_.get(), 0, s->buffer_.bytes(), s->stream_));
+    STREAMD_CUDA_CHECK(cudaStreamSynchronize(s->stream_));
+    return std::unique_ptr<PoolStorage>(std::move(s));
   }
+  ~DevicePoolStorage() override {
+    if (stream_ != nullptr) {
+      (void)cudaSetDevice(device_);
+      (void)cudaStreamSynchronize(stream_);
+      (void)cudaStreamDestroy(stream_);
+    }
+  }
+  DevicePoolStorage(const DevicePoolStorage&) = delete;
+  DevicePoolStorage& operator=(const DevicePoolStorage&) = delete;
+
   uint16_t* data() override { return buffer_.get<uint16_t>(); }
   bool host_accessible() const override { return false; }
+  // Run r: pool elements [first + r * pitch, + run) <-> host elements [r * run, + run).
   Status CopyOut(int64_t first, int64_t pitch, int64_t run, int64_t rows,
                  uint16_t* host) override {
     return Copy(host, static_cast<size_t>(run) * 2, buffer_.get<uint16_t>() + first,
@@ -49,20 +83,39 @@ class DevicePoolStorage final : public PoolStorage {
   }
 
  private:
+  DevicePoolStorage(DeviceBuffer buffer, int device, size_t max_pitch)
+      : buffer_(std::move(buffer)), device_(device), max_pitch_(max_pitch) {}
+
+  // `rows` rows of `width` bytes, row r at dst + r * dpitch and src + r * spitch.
   Status Copy(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
-              size_t height, cudaMemcpyKind kind) {
+              size_t rows, cudaMemcpyKind kind) {
     std::lock_guard<std::mutex> lock(mu_);
     STREAMD_CUDA_CHECK(cudaSetDevice(device_));
-    if (stream_ == nullptr) {
-      STREAMD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    cudaError_t enqueued = cudaSuccess;
+    const char* call = "cudaMemcpy2DAsync";
+    if (rows > 1 && std::max(dpitch, spitch) <= max_pitch_) {
+      enqueued = cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, kind, stream_);
+    } else {
+      call = "cudaMemcpyAsync (one per layer)";
+      for (size_t r = 0; r < rows && enqueued == cudaSuccess; ++r) {
+        enqueued = cudaMemcpyAsync(static_cast<char*>(dst) + r * dpitch,
+                                   static_cast<const char*>(src) + r * spitch, width, kind,
+                                   stream_);
+      }
     }
-    STREAMD_CUDA_CHECK(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, kind, stream_));
-    STREAMD_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    // Wait even when an enqueue failed: copies already enqueued may still read or write the
+    // caller's host buffer, which is free to go once this returns.
+    const cudaError_t synced = cudaStreamSynchronize(stream_);
+    if (enqueued != cudaSuccess) return CudaError(enqueued, call, __FILE__, __LINE__);
+    if (synced != cudaSuccess) {
+      return CudaError(synced, "cudaStreamSynchronize (KV block copy)", __FILE__, __LINE__);
+    }
     return OkStatus();
   }
 
   DeviceBuffer buffer_;
   int device_;
+  size_t max_pitch_;  // bytes; cudaDevAttrMaxPitch
   std::mutex mu_;
   cudaStream_t stream_ = nullptr;
 };
@@ -179,10 +232,7 @@ StatusOr<std::unique_ptr<BlockPool>> CudaModel::CreatePool(const KvShape& shape,
     }
     DeviceBuffer buffer;
     STREAMD_RETURN_IF_ERROR(buffer.Allocate(static_cast<size_t>(bytes), "KV pool"));
-    STREAMD_CUDA_CHECK(cudaMemset(buffer.get(), 0, static_cast<size_t>(bytes)));
-    // The memset runs on the legacy stream, which our non-blocking stream does not wait for.
-    STREAMD_CUDA_CHECK(cudaDeviceSynchronize());
-    return std::unique_ptr<PoolStorage>(new DevicePoolStorage(std::move(buffer), options_.device));
+    return DevicePoolStorage::Create(std::move(buffer), options_.device);
   };
   return BlockPool::Create(shape, block_size, budget_bytes, device_memory);
 }
@@ -410,8 +460,13 @@ Status CudaModel::Run(const StepPlan& plan, float* logits, int32_t* next_tokens)
                                        cudaMemcpyHostToDevice, stream_));
     BlockPool& pool = *plan.pool;
     if (decode && options_.use_graphs) {
+      // Everything the graph bakes in: the pool (base, blocks, block size), the shapes (n
+      // tokens, n_out logits rows) and the attention split. The block ids, tables (with
+      // first_window_block), positions and tokens are data in step_dev_, refreshed by the copy
+      // above, so they may change every step. A plan from PlanStep has n_out == n in a decode
+      // step, but n_out sizes the output GEMM, so it is part of the key rather than assumed.
       const GraphKey key{pool.layer_data(0), pool.layout().num_blocks, pool.layout().block_size,
-                         n, n_splits, keys_per_split};
+                         n, n_out, n_splits, keys_per_split};
       auto it = graphs_.find(key);
       if (it == graphs_.end()) {
         STREAMD_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));

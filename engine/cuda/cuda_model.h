@@ -18,7 +18,9 @@
 // Errors: every CUDA and cuBLAS call is checked; a failed step returns its Status (nothing is
 // committed to any cache) and the engine reports it to the sessions of that step. After a
 // sticky device error (illegal address, ...) every later step fails with the first error.
-// Not thread-safe: the engine's scheduler thread owns it.
+// Not thread-safe: the engine's scheduler thread owns it. The one exception is its pool's block
+// copies (BlockPool::ReadBlocks / WriteBlocks, for session capture and restore), which run on
+// the pool's own stream from any thread, also while a step runs or a graph is being captured.
 #pragma once
 
 #include <cublas_v2.h>
@@ -117,9 +119,11 @@ class CudaModel final : public ModelBackend {
   uint8_t* step_host_ = nullptr;  // cudaMallocHost
   DeviceBuffer step_dev_;
 
-  // Captured decode steps by (pool base, pool blocks, block size, tokens, splits, keys per
-  // split): everything a graph bakes in (a later pool may reuse a freed pool's address).
-  using GraphKey = std::tuple<const void*, int32_t, int32_t, int32_t, int32_t, int32_t>;
+  // Captured decode steps by (pool base, pool blocks, block size, tokens, logits rows, splits,
+  // keys per split): everything a graph bakes in (a later pool may reuse a freed pool's
+  // address).
+  using GraphKey =
+      std::tuple<const void*, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t>;
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   int64_t graphs_captured_ = 0;
   int64_t greedy_rows_ = 0;  // logits rows the last successful ExecuteGreedy left in logits_

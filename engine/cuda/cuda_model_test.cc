@@ -19,6 +19,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/cuda/cuda_model_test_util.h"
 #include "engine/model/synthetic_model.h"
 #include "engine/serving/engine.h"
 #include "kernels/cuda/cuda_test_util.h"
@@ -85,23 +86,12 @@ std::vector<int32_t> Step(Twin& t, const std::vector<std::vector<int32_t>>& toke
   for (size_t r = 0; r < cpu_seqs.size(); ++r) {
     const float* x = &a[r * vocab];
     const float* y = &b[r * vocab];
-    double diff = 0, norm = 0;
-    for (int32_t i = 0; i < vocab; ++i) {
-      diff += (static_cast<double>(x[i]) - y[i]) * (static_cast<double>(x[i]) - y[i]);
-      norm += static_cast<double>(x[i]) * x[i];
-    }
-    const double rel = std::isnan(diff) ? INFINITY : std::sqrt(diff / std::max(norm, 1e-30));
+    const double rel = RelativeL2(y, x, vocab);
     t.worst = std::max(t.worst, rel);
     EXPECT_LT(rel, tolerance) << "row " << r;
     next.push_back(static_cast<int32_t>(std::max_element(x, x + vocab) - x));
   }
   return next;
-}
-
-std::vector<int32_t> RandomTokens(std::mt19937& rng, int32_t n, int32_t vocab) {
-  std::vector<int32_t> v(n);
-  for (int32_t& x : v) x = std::uniform_int_distribution<int32_t>(0, vocab - 1)(rng);
-  return v;
 }
 
 // Ragged prefill, then a mixed batch, then decode of every session well past S + W.

@@ -1,0 +1,29 @@
+// Helpers shared by the CUDA backend's whole-model tests (cuda_model_test.cc,
+// cuda_snapshot_test.cc): random token ids and the per-row logits agreement measure.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace streamd::cuda {
+
+// sqrt(sum (got - ref)^2 / sum ref^2) over one logits row; +inf when anything is NaN.
+inline double RelativeL2(const float* got, const float* ref, int32_t n) {
+  double diff = 0, norm = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    diff += (static_cast<double>(ref[i]) - got[i]) * (static_cast<double>(ref[i]) - got[i]);
+    norm += static_cast<double>(ref[i]) * ref[i];
+  }
+  return std::isnan(diff) ? INFINITY : std::sqrt(diff / std::max(norm, 1e-30));
+}
+
+inline std::vector<int32_t> RandomTokens(std::mt19937& rng, int32_t n, int32_t vocab) {
+  std::vector<int32_t> v(n);
+  for (int32_t& x : v) x = std::uniform_int_distribution<int32_t>(0, vocab - 1)(rng);
+  return v;
+}
+
+}  // namespace streamd::cuda
