@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `streamd bench --snapshot`: runs on a synthetic model with tiny counts and prints one JSON
-# object with the expected keys as its last line; bad flag values exit non-zero with one error line naming the value and the limit.
+# `streamd bench --snapshot` and `streamd bench --sessions ... --snapshot-every`: both run on a
+# synthetic model with tiny counts and print one JSON object with the expected keys as their
+# last line; bad flag values exit non-zero with one error line naming the value and the limit.
 # Needs no model file. Usage: bench_snapshot_cli_test.sh STREAMD_BINARY
 set -u
 bin="$1"
@@ -80,6 +81,22 @@ else
   fail "snapshot run: --dir should exist and hold no snapshot afterwards: $(ls -A "$tmp/snaps" 2>&1)"
 fi
 
+# --sessions with --snapshot-every: the off and on intervals alternate, writes are counted.
+if "$bin" "${s[@]}" --sessions 2 --prompt-tokens 16 --gen-tokens 8 --threads 2 \
+    --snapshot-every 0,50 --reps 1 --json >"$tmp/out" 2>"$tmp/err"; then
+  passed=$((passed + 1))
+else
+  fail "sessions run: rc=$?: $(head -c 400 "$tmp/err")"
+fi
+check_json sessions-snapshot-keys "
+j['snapshot_every_ms'] == [0, 50] and j['resting_sessions'] == 2 and
+len(j['results']) == 2 and
+all(all(k in r for k in ('steady_decode_tokens_per_s', 'snapshot_every_ms', 'snapshot_writes',
+                         'snapshot_writes_steady', 'snapshot_write_ms_p50', 'x_off',
+                         'paired_x_off'))
+    for r in j['results']) and
+j['results'][0]['snapshot_writes'] == 0 and j['results'][1]['snapshot_writes'] >= 1"
+
 expect_error window-zero '--window: "0" is not a count in [1, 8192]' -- "${s[@]}" --snapshot --window 0
 expect_error window-over '--window: "9000" is not a count in [1, 8192]' -- "${s[@]}" --snapshot --window 252,9000
 expect_error window-context '--sinks + --window = 8 + 8190 = 8198 is over the model context of 8192' -- "${s[@]}" --snapshot --sinks 8 --window 8190
@@ -90,7 +107,11 @@ expect_error sinks-over '--sinks = 65 is outside [0, 64]' -- "${s[@]}" --snapsho
 expect_error reps-zero '--reps = 0 is outside [1, 100]' -- "${s[@]}" --snapshot --reps 0
 expect_error snapshot-with-sessions '--sessions does not apply to --snapshot' -- "${s[@]}" --snapshot --sessions 4
 expect_error tokens-seen-alone '--tokens-seen needs --snapshot' -- "${s[@]}" --sessions 2 --tokens-seen 10
-expect_error dir-alone '--dir needs --snapshot' -- "${s[@]}" --sessions 2 --dir /tmp/x
+expect_error dir-alone '--dir needs --sessions' -- "${s[@]}" --dir /tmp/x
+expect_error every-negative '--snapshot-every: "-5" is not a count in [0, 3600000]' -- "${s[@]}" --sessions 2 --snapshot-every 0,-5
+expect_error every-over '--snapshot-every: "3600001" is not a count in [0, 3600000]' -- "${s[@]}" --sessions 2 --snapshot-every 3600001
+expect_error every-alone '--snapshot-every needs --sessions' -- "${s[@]}" --snapshot-every 100
+expect_error every-decode '--snapshot-every does not apply to --decode-steps' -- "${s[@]}" --sessions 2 --decode-steps 3 --snapshot-every 100
 expect_error sessions-window-list '--window takes one size except with --snapshot' -- "${s[@]}" --sessions 2 --window 12,60
 
 echo "$passed passed, $failed failed"

@@ -92,7 +92,7 @@ int BenchCommand(int argc, char** argv) {
   int64_t prompt_tokens = 512, gen_tokens = 128, reps = 5;
   std::string sessions_text;
   int64_t sinks = 4, max_batch_tokens = 512, decode_steps = 0;
-  std::string window_text, tokens_seen_text = "10000,1000000", dir;
+  std::string window_text, tokens_seen_text = "10000,1000000", snapshot_every_text = "0", dir;
   std::string backend = "cpu", synthetic;
   std::string reference_gbps_text, isa_name;
   bool json = false, snapshot = false;
@@ -105,6 +105,9 @@ int BenchCommand(int argc, char** argv) {
       "streamd bench --sessions N[,N...] --decode-steps K [--sinks S] [--window W]\n"
       "              [--reference-gbps G] [--json]\n"
       "  (one batched decode step of N sessions with full windows, median of K; no prefill)\n"
+      "streamd bench --sessions N ... --snapshot-every MS[,MS...] [--dir DIR]\n"
+      "  (the closed loop while a SessionPersister writes N resting sessions, each once per MS;\n"
+      "   0 = no writes; a list alternates the intervals within every repetition)\n"
       "streamd bench --snapshot [--sinks S] [--window 252,1020] [--tokens-seen 10000,1000000]\n"
       "              [--reps R] [--dir DIR] [--json]\n"
       "  (session snapshot size, snapshot time = capture + encode + write with fsync, restore\n"
@@ -141,8 +144,10 @@ int BenchCommand(int argc, char** argv) {
   flags.String("tokens-seen", &tokens_seen_text,
                "--snapshot: comma-separated counts of tokens each session has seen");
   flags.String("dir", &dir,
-               "--snapshot: snapshot directory (default: a fresh temporary directory, removed "
-               "at the end)");
+               "--snapshot, --snapshot-every: snapshot directory (default: a fresh temporary "
+               "directory, removed at the end)");
+  flags.String("snapshot-every", &snapshot_every_text,
+               "--sessions: comma-separated snapshot intervals in ms (0 = no snapshots)");
   flags.String("isa", &isa_name,
                "CPU instruction-set level, one of " + IsaNames() +
                    " (default: the best this CPU has)");
@@ -175,7 +180,7 @@ int BenchCommand(int argc, char** argv) {
   if (snapshot) {
     for (const char* name :
          {"sessions", "decode-steps", "prompt-tokens", "gen-tokens", "max-batch-tokens",
-          "reference-gbps"}) {
+          "snapshot-every", "reference-gbps"}) {
       if (flags.was_set(name)) {
         return Fail(InvalidArgumentError(std::string("--") + name +
                                          " does not apply to --snapshot"));
@@ -207,7 +212,7 @@ int BenchCommand(int argc, char** argv) {
     so.json = json;
     return RunSnapshotBench(so);
   }
-  for (const char* name : {"tokens-seen", "dir"}) {
+  for (const char* name : {"tokens-seen"}) {
     if (flags.was_set(name)) {
       return Fail(InvalidArgumentError(std::string("--") + name + " needs --snapshot"));
     }
@@ -219,7 +224,15 @@ int BenchCommand(int argc, char** argv) {
     auto sessions = ParseCountList("sessions", sessions_text, 4096);
     if (!sessions.ok()) return Fail(sessions.status());
     const BenchModelSource source{model_path, synthetic, backend};
+    auto snapshot_every = ParseCountList("snapshot-every", snapshot_every_text, 3600000, 0);
+    if (!snapshot_every.ok()) return Fail(snapshot_every.status());
     if (flags.was_set("decode-steps")) {
+      for (const char* name : {"snapshot-every", "dir"}) {
+        if (flags.was_set(name)) {
+          return Fail(InvalidArgumentError(std::string("--") + name +
+                                           " does not apply to --decode-steps"));
+        }
+      }
       DecodeStepBenchOptions d;
       d.source = source;
       d.sessions = *sessions;
@@ -241,11 +254,13 @@ int BenchCommand(int argc, char** argv) {
     o.window = window;
     o.max_batch_tokens = max_batch_tokens;
     o.reps = flags.was_set("reps") ? reps : 1;
+    o.snapshot_every_ms = *snapshot_every;
+    o.snapshot_dir = dir;
     o.json = json;
     return RunSessionsBench(o);
   }
   for (const char* name :
-       {"sinks", "window", "max-batch-tokens", "decode-steps"}) {
+       {"sinks", "window", "max-batch-tokens", "decode-steps", "snapshot-every", "dir"}) {
     if (flags.was_set(name)) {
       return Fail(InvalidArgumentError(std::string("--") + name + " needs --sessions"));
     }
