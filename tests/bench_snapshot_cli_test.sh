@@ -66,7 +66,8 @@ len(j['results']) == 2 and
 all(all(k in r for k in ('window', 'tokens_seen', 'cached_tokens', 'kv_bytes', 'snapshot_bytes',
                          'snapshot_to_kv', 'size_goal_met', 'capture_ms', 'encode_ms',
                          'write_ms', 'snapshot_ms', 'read_ms', 'decode_ms', 'restore_ms',
-                         'restore_total_ms', 'read_cold_ms', 'runs'))
+                         'restore_total_ms', 'snapshot_cpu_ms', 'restore_cpu_ms',
+                         'read_cold_ms', 'runs'))
     for r in j['results']) and
 [r['tokens_seen'] for r in j['results']] == [20, 3000] and
 all(r['cached_tokens'] == 15 and r['kv_bytes'] == 15 * j['bytes_per_token'] and

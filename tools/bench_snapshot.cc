@@ -1,6 +1,7 @@
 #include "tools/bench_snapshot.h"
 
 #include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,6 +30,13 @@ using Clock = std::chrono::steady_clock;
 
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
+// CPU time of the calling thread (ms): what a stage costs the machine besides waiting (fsync).
+double ThreadCpuMs() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return 1e3 * static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_nsec);
+}
+
 int64_t UnixMillisNow() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -47,15 +55,19 @@ int32_t OldBoundBlocks(const CacheSpec& spec, int32_t block_size) {
 // One repetition's times (ms) of each stage.
 struct Times {
   double capture = 0, encode = 0, write = 0, snapshot = 0;
+  double snapshot_cpu = 0;  // this thread's CPU time over capture + encode + write
   double read = 0, decode = 0, restore = 0, restore_total = 0;
+  double restore_cpu = 0;   // ... over read + decode + restore
   double read_cold = 0;
 };
 
 std::vector<NamedFigure> Fields(Times& t) {
   return {{"capture_ms", &t.capture},     {"encode_ms", &t.encode},
           {"write_ms", &t.write},         {"snapshot_ms", &t.snapshot},
+          {"snapshot_cpu_ms", &t.snapshot_cpu},
           {"read_ms", &t.read},           {"decode_ms", &t.decode},
           {"restore_ms", &t.restore},     {"restore_total_ms", &t.restore_total},
+          {"restore_cpu_ms", &t.restore_cpu},
           {"read_cold_ms", &t.read_cold}};
 }
 
@@ -190,6 +202,7 @@ StatusOr<CaseResult> RunCase(Engine& a, Engine& b, SnapshotStore& store,
   out.kv_bytes = static_cast<int64_t>(made.kv.data.size() * sizeof(uint16_t));
   for (int64_t rep = 0; rep <= o.reps; ++rep) {  // rep 0 warms up and checks, not counted
     Times t;
+    const double cpu0 = ThreadCpuMs();
     const auto t0 = Clock::now();
     STREAMD_ASSIGN_OR_RETURN(const SessionState captured, a.Capture(id));
     const auto t1 = Clock::now();
@@ -197,12 +210,14 @@ StatusOr<CaseResult> RunCase(Engine& a, Engine& b, SnapshotStore& store,
     const auto t2 = Clock::now();
     STREAMD_RETURN_IF_ERROR(store.Write(id, bytes));
     const auto t3 = Clock::now();
+    const double cpu3 = ThreadCpuMs();
     STREAMD_ASSIGN_OR_RETURN(const std::vector<uint8_t> read, store.Read(id));
     const auto t4 = Clock::now();
     STREAMD_ASSIGN_OR_RETURN(const SessionState decoded, DecodeSnapshot(read, ctx));
     const auto t5 = Clock::now();
     STREAMD_RETURN_IF_ERROR(b.Restore(decoded));
     const auto t6 = Clock::now();
+    const double cpu6 = ThreadCpuMs();
     if (rep == 0) {
       if (!(decoded == captured)) {
         return InternalError("the decoded snapshot differs from the captured state");
@@ -225,10 +240,12 @@ StatusOr<CaseResult> RunCase(Engine& a, Engine& b, SnapshotStore& store,
     t.encode = Ms(t2 - t1);
     t.write = Ms(t3 - t2);
     t.snapshot = Ms(t3 - t0);
+    t.snapshot_cpu = cpu3 - cpu0;
     t.read = Ms(t4 - t3);
     t.decode = Ms(t5 - t4);
     t.restore = Ms(t6 - t5);
     t.restore_total = Ms(t6 - t3);
+    t.restore_cpu = cpu6 - cpu3;
     t.read_cold = Ms(t8 - t7);
     if (rep > 0) out.runs.push_back(t);
   }
@@ -391,11 +408,13 @@ int RunSnapshotBench(const SnapshotBenchOptions& o) {
               model_name.c_str(), (*a)->model().device_description().c_str(),
               static_cast<long long>(o.sinks), static_cast<long long>(bytes_per_token),
               dir.c_str(), o.dir.empty() ? " (removed)" : "", static_cast<long long>(o.reps));
-  std::printf("%6s %11s %7s %12s %12s %6s %8s %8s %8s %9s %8s %8s %8s %9s %9s\n", "window",
-              "tokens seen", "cached", "K/V bytes", "snap bytes", "x K/V", "capture", "encode",
-              "write", "snapshot", "read", "decode", "restore", "restore.", "cold read");
-  std::printf("%6s %11s %7s %12s %12s %6s %8s %8s %8s %9s %8s %8s %8s %9s %9s\n", "", "", "", "",
-              "", "", "ms", "ms", "ms", "total ms", "ms", "ms", "ms", "total ms", "ms");
+  std::printf("%6s %11s %7s %12s %12s %6s %8s %8s %8s %9s %8s %8s %8s %8s %9s %8s %9s\n",
+              "window", "tokens seen", "cached", "K/V bytes", "snap bytes", "x K/V", "capture",
+              "encode", "write", "snapshot", "(cpu)", "read", "decode", "restore", "restore.",
+              "(cpu)", "cold read");
+  std::printf("%6s %11s %7s %12s %12s %6s %8s %8s %8s %9s %8s %8s %8s %8s %9s %8s %9s\n", "",
+              "", "", "", "", "", "ms", "ms", "ms", "total ms", "ms", "ms", "ms", "ms",
+              "total ms", "ms", "ms");
   nlohmann::json results = nlohmann::json::array();
   for (const CaseResult& r : cases) {
     const Times& m = r.median;
@@ -407,11 +426,12 @@ int RunSnapshotBench(const SnapshotBenchOptions& o) {
     char ratio_text[16] = "-";
     if (r.kv_bytes > 0) std::snprintf(ratio_text, sizeof(ratio_text), "%.4f", ratio);
     std::printf("%6lld %11lld %7lld %12lld %12lld %6s %8.3f %8.3f %8.3f %9.3f %8.3f %8.3f %8.3f "
-                "%9.3f %9.3f\n",
+                "%8.3f %9.3f %8.3f %9.3f\n",
                 static_cast<long long>(r.window), static_cast<long long>(r.tokens_seen),
                 static_cast<long long>(r.cached_tokens), static_cast<long long>(r.kv_bytes),
                 static_cast<long long>(r.snapshot_bytes), ratio_text, m.capture, m.encode,
-                m.write, m.snapshot, m.read, m.decode, m.restore, m.restore_total, m.read_cold);
+                m.write, m.snapshot, m.snapshot_cpu, m.read, m.decode, m.restore,
+                m.restore_total, m.restore_cpu, m.read_cold);
     nlohmann::json runs = nlohmann::json::array();
     for (const Times& t : r.runs) runs.push_back(ToJson(t));
     nlohmann::json row = ToJson(m);

@@ -6,7 +6,9 @@
 //   restore      SnapshotStore::Read + DecodeSnapshot + Engine::Restore into a second engine
 //                (its own pool, another session restored first, so other block numbers);
 //   cold read    the same file read again after its pages were dropped from the page cache
-//                (posix_fadvise DONTNEED): what a restore after a restart reads from the disk.
+//                (posix_fadvise DONTNEED): what a restore after a restart reads from the disk;
+//   (cpu)        the bench thread's CPU time over the snapshot and the restore stages (the
+//                wall time less waiting, e.g. for fsync; kernel threads' work not counted).
 // The session is made without a prefill of `tokens seen` tokens: its SessionState is built
 // directly (ordinary token ids, random finite f16 K/V, exactly the span the cache keeps, the
 // last token pending as an idle session keeps it) and Engine::Restore'd into the first engine,
