@@ -3,10 +3,12 @@
 // batch of P random tokens into an empty cache; decode = G single-token steps from an empty
 // cache. Each figure is the median of --reps repetitions, for each thread count asked.
 // With --sessions N it runs the engine's closed-loop load benchmark instead (bench_sessions.h);
-// with --sessions N --decode-steps K the decode-step benchmark (bench_decode.h).
+// with --sessions N --decode-steps K the decode-step benchmark (bench_decode.h); with --snapshot
+// the session snapshot benchmark (bench_snapshot.h).
 // --backend cpu|cuda|auto picks the backend (default cpu); --synthetic smollm2|llama3-8b runs
 // a random-weight model of that shape instead of --model (on cuda, generated on the device).
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -19,9 +21,11 @@
 
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
+#include "engine/serving/engine_types.h"
 #include "kernels/cpu/matmul.h"
 #include "tools/bench_decode.h"
 #include "tools/bench_sessions.h"
+#include "tools/bench_snapshot.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
 #include "tools/model_path.h"
@@ -37,18 +41,19 @@ double Median(std::vector<double> v) {
   return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
-// "1,4,16" -> {1, 4, 16}; every item in [1, max].
+// "1,4,16" -> {1, 4, 16}; every item in [min, max].
 StatusOr<std::vector<int64_t>> ParseCountList(const std::string& flag, const std::string& text,
-                                              int64_t max) {
+                                              int64_t max, int64_t min = 1) {
   std::vector<int64_t> out;
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
     char* end = nullptr;
+    errno = 0;
     const long long v = std::strtoll(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < 1 || v > max) {
-      return InvalidArgumentError("--" + flag + ": \"" + item + "\" is not a count in [1, " +
-                                  std::to_string(max) + "]");
+    if (item.empty() || *end != '\0' || errno == ERANGE || v < min || v > max) {
+      return InvalidArgumentError("--" + flag + ": \"" + item + "\" is not a count in [" +
+                                  std::to_string(min) + ", " + std::to_string(max) + "]");
     }
     out.push_back(v);
   }
@@ -86,10 +91,11 @@ int BenchCommand(int argc, char** argv) {
   std::string threads_text = "1,2";
   int64_t prompt_tokens = 512, gen_tokens = 128, reps = 5;
   std::string sessions_text;
-  int64_t sinks = 4, window = 0, max_batch_tokens = 512, decode_steps = 0;
+  int64_t sinks = 4, max_batch_tokens = 512, decode_steps = 0;
+  std::string window_text, tokens_seen_text = "10000,1000000", snapshot_every_text = "0", dir;
   std::string backend = "cpu", synthetic;
   std::string reference_gbps_text, isa_name;
-  bool json = false;
+  bool json = false, snapshot = false;
   FlagParser flags(
       "streamd bench [--model PATH] [--threads 1,2] [--prompt-tokens P] [--gen-tokens G] "
       "[--reps R] [--json]\n"
@@ -99,6 +105,14 @@ int BenchCommand(int argc, char** argv) {
       "streamd bench --sessions N[,N...] --decode-steps K [--sinks S] [--window W]\n"
       "              [--reference-gbps G] [--json]\n"
       "  (one batched decode step of N sessions with full windows, median of K; no prefill)\n"
+      "streamd bench --sessions N ... --snapshot-every MS[,MS...] [--dir DIR]\n"
+      "  (the closed loop while a SessionPersister writes N resting sessions, each once per MS;\n"
+      "   0 = no writes; a list alternates the intervals within every repetition)\n"
+      "streamd bench --snapshot [--sinks S] [--window 252,1020] [--tokens-seen 10000,1000000]\n"
+      "              [--reps R] [--dir DIR] [--json]\n"
+      "  (session snapshot size, snapshot time = capture + encode + write with fsync, restore\n"
+      "   time = read + decode + restore into another engine, cold read, median of R; and the\n"
+      "   sessions a 1 GiB pool admits per window, against the bound formulas)\n"
       "Every form takes --backend cpu|cuda|auto (default cpu) and --synthetic smollm2|llama3-8b\n"
       "(random weights of that shape instead of --model; made on the device for cuda), and\n"
       "--isa to run the CPU backend at a lower instruction-set level (side-by-side comparisons).\n"
@@ -112,9 +126,10 @@ int BenchCommand(int argc, char** argv) {
   flags.Bool("json", &json, "print one JSON object as the last line");
   flags.String("sessions", &sessions_text,
                "concurrent sessions, or a comma-separated list: run the engine benchmark");
-  flags.Int("sinks", &sinks, 0, 1 << 20, "--sessions: attention sinks per session");
-  flags.Int("window", &window, 0, 1 << 24,
-            "--sessions: window per session; 0 = prompt + gen tokens (no eviction)");
+  flags.Int("sinks", &sinks, 0, 1 << 20, "--sessions, --snapshot: attention sinks per session");
+  flags.String("window", &window_text,
+               "--sessions: window per session, 0 = prompt + gen tokens (no eviction; the "
+               "default); --decode-steps: default 1020; --snapshot: a list, default 252,1020");
   flags.Int("max-batch-tokens", &max_batch_tokens, 1, 1 << 20,
             "--sessions: the scheduler's token budget per step");
   flags.String("backend", &backend, "cpu, cuda or auto (cuda when built with it and a GPU is seen)");
@@ -125,6 +140,14 @@ int BenchCommand(int argc, char** argv) {
             "--sessions: time K decode steps of full-window sessions (no prefill)");
   flags.String("reference-gbps", &reference_gbps_text,
                "--decode-steps: bandwidth (GB/s) the step's bytes are compared with");
+  flags.Bool("snapshot", &snapshot, "run the session snapshot benchmark (bench_snapshot.h)");
+  flags.String("tokens-seen", &tokens_seen_text,
+               "--snapshot: comma-separated counts of tokens each session has seen");
+  flags.String("dir", &dir,
+               "--snapshot, --snapshot-every: snapshot directory (default: a fresh temporary "
+               "directory, removed at the end)");
+  flags.String("snapshot-every", &snapshot_every_text,
+               "--sessions: comma-separated snapshot intervals in ms (0 = no snapshots)");
   flags.String("isa", &isa_name,
                "CPU instruction-set level, one of " + IsaNames() +
                    " (default: the best this CPU has)");
@@ -144,6 +167,56 @@ int BenchCommand(int argc, char** argv) {
   }
   auto threads = ParseCountList("threads", threads_text, 256);
   if (!threads.ok()) return Fail(threads.status());
+  // --window: one size (0 allowed) except with --snapshot, which takes a list.
+  int64_t window = 0;
+  if (flags.was_set("window") && !snapshot) {
+    auto one = ParseCountList("window", window_text, 1 << 24, 0);
+    if (!one.ok()) return Fail(one.status());
+    if (one->size() != 1) {
+      return Fail(InvalidArgumentError("--window takes one size except with --snapshot"));
+    }
+    window = one->front();
+  }
+  if (snapshot) {
+    for (const char* name :
+         {"sessions", "decode-steps", "prompt-tokens", "gen-tokens", "max-batch-tokens",
+          "snapshot-every", "reference-gbps"}) {
+      if (flags.was_set(name)) {
+        return Fail(InvalidArgumentError(std::string("--") + name +
+                                         " does not apply to --snapshot"));
+      }
+    }
+    if (flags.was_set("threads") && threads->size() != 1) {
+      return Fail(InvalidArgumentError("--threads takes one thread count with --snapshot"));
+    }
+    if (sinks > EngineConfig{}.max_sinks) {
+      return Fail(InvalidArgumentError("--sinks = " + std::to_string(sinks) +
+                                       " is outside [0, " +
+                                       std::to_string(EngineConfig{}.max_sinks) +
+                                       "] (the engine's limit)"));
+    }
+    SnapshotBenchOptions so;
+    so.source = {model_path, synthetic, backend};
+    if (flags.was_set("window")) {
+      auto windows = ParseCountList("window", window_text, EngineConfig{}.max_window);
+      if (!windows.ok()) return Fail(windows.status());
+      so.windows = *windows;
+    }
+    auto seen = ParseCountList("tokens-seen", tokens_seen_text, int64_t{1} << 40);
+    if (!seen.ok()) return Fail(seen.status());
+    so.tokens_seen = *seen;
+    so.sinks = sinks;
+    so.reps = reps;
+    so.dir = dir;
+    so.threads = flags.was_set("threads") ? threads->front() : 0;
+    so.json = json;
+    return RunSnapshotBench(so);
+  }
+  for (const char* name : {"tokens-seen"}) {
+    if (flags.was_set(name)) {
+      return Fail(InvalidArgumentError(std::string("--") + name + " needs --snapshot"));
+    }
+  }
   if (flags.was_set("sessions")) {
     if (flags.was_set("threads") && threads->size() != 1) {
       return Fail(InvalidArgumentError("--threads takes one thread count with --sessions"));
@@ -151,7 +224,15 @@ int BenchCommand(int argc, char** argv) {
     auto sessions = ParseCountList("sessions", sessions_text, 4096);
     if (!sessions.ok()) return Fail(sessions.status());
     const BenchModelSource source{model_path, synthetic, backend};
+    auto snapshot_every = ParseCountList("snapshot-every", snapshot_every_text, 3600000, 0);
+    if (!snapshot_every.ok()) return Fail(snapshot_every.status());
     if (flags.was_set("decode-steps")) {
+      for (const char* name : {"snapshot-every", "dir"}) {
+        if (flags.was_set(name)) {
+          return Fail(InvalidArgumentError(std::string("--") + name +
+                                           " does not apply to --decode-steps"));
+        }
+      }
       DecodeStepBenchOptions d;
       d.source = source;
       d.sessions = *sessions;
@@ -173,10 +254,13 @@ int BenchCommand(int argc, char** argv) {
     o.window = window;
     o.max_batch_tokens = max_batch_tokens;
     o.reps = flags.was_set("reps") ? reps : 1;
+    o.snapshot_every_ms = *snapshot_every;
+    o.snapshot_dir = dir;
     o.json = json;
     return RunSessionsBench(o);
   }
-  for (const char* name : {"sinks", "window", "max-batch-tokens", "decode-steps"}) {
+  for (const char* name :
+       {"sinks", "window", "max-batch-tokens", "decode-steps", "snapshot-every", "dir"}) {
     if (flags.was_set(name)) {
       return Fail(InvalidArgumentError(std::string("--") + name + " needs --sessions"));
     }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <mutex>
 #include <random>
@@ -19,7 +20,10 @@
 #include "engine/model/llama_model.h"
 #include "engine/model/synthetic_model.h"
 #include "engine/serving/engine.h"
+#include "engine/serving/session_persister.h"
+#include "engine/serving/snapshot_store.h"
 #include "tools/bench/load_metrics.h"
+#include "tools/bench_snapshot.h"
 #include "tools/commands.h"
 
 namespace streamd::tools {
@@ -42,7 +46,16 @@ const char* const kSessionsBenchDefinitions =
     "  out tok/s      = N * G / (max_i last_i - t0); prompt t/s = N * P / (max_i first_i - t0)\n"
     "Percentiles are nearest-rank. One warm-up generation runs first. A list (--sessions\n"
     "1,4,16) measures each count in turn within every repetition; with --reps R each figure\n"
-    "is the median over R runs.";
+    "is the median over R runs.\n"
+    "With --snapshot-every MS: N more sessions rest in the engine (each as a busy one ends its\n"
+    "turn: P + G tokens); during each run a SessionPersister writes each of them once per MS\n"
+    "(one changed and touched every MS / N; capture, encode, write with fsync), as the daemon\n"
+    "writes sessions between their turns (a generating session cannot be captured).\n"
+    "  writes         = snapshot writes that ended during the run (t0 .. last token); steady:\n"
+    "                   within the steady window; write ms = their median capture + encode +\n"
+    "                   write time\n"
+    "  x off          = steady tok/s over the same count's MS = 0 row; paired = median over\n"
+    "                   repetitions of that ratio within each repetition";
 
 namespace {
 
@@ -90,12 +103,108 @@ EventSink MakeSink(SessionRecord* record, Completion* completion) {
   };
 }
 
+// The snapshot writes of a run, as the persister's on_written hook reports them.
+struct WriteLog {
+  struct Write {
+    Clock::time_point end;
+    double seconds = 0;  // capture + encode + write
+    int64_t bytes = 0;
+  };
+  std::mutex mu;
+  std::vector<Write> writes;
+  Status failed;
+};
+
+// While it lives, a SessionPersister writes `sessions` (resting, not generating), each once per
+// `every`: a thread changes one of them (SetMetadata bumps its revision, as a turn would) and
+// touches it every every / N, round-robin, so the writes are spread evenly over the interval.
+class PeriodicSnapshots {
+ public:
+  static StatusOr<std::unique_ptr<PeriodicSnapshots>> Start(Engine& engine, const std::string& dir,
+                                                            const SnapshotContext& context,
+                                                            std::chrono::milliseconds every,
+                                                            std::vector<SessionId> sessions,
+                                                            WriteLog* log) {
+    STREAMD_ASSIGN_OR_RETURN(std::unique_ptr<SnapshotStore> store, SnapshotStore::Open(dir));
+    PersisterOptions options;
+    options.interval = every;
+    PersisterHooks hooks;
+    hooks.on_written = [log](SessionId, int64_t bytes, double seconds) {
+      const Clock::time_point now = Clock::now();
+      std::lock_guard<std::mutex> lock(log->mu);
+      log->writes.push_back({now, seconds, bytes});
+    };
+    hooks.on_write_failed = [log](SessionId, const Status& status) {
+      std::lock_guard<std::mutex> lock(log->mu);
+      if (log->failed.ok()) log->failed = status;
+    };
+    auto p = std::unique_ptr<PeriodicSnapshots>(
+        new PeriodicSnapshots(engine, every, std::move(sessions), log));
+    p->persister_ = std::make_unique<SessionPersister>(engine, std::move(store), context, options,
+                                                       std::move(hooks));
+    p->thread_ = std::thread([raw = p.get()] { raw->Loop(); });
+    return p;
+  }
+  ~PeriodicSnapshots() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+    persister_.reset();  // finishes the write in progress; queued ones are dropped
+  }
+  PeriodicSnapshots(const PeriodicSnapshots&) = delete;
+  PeriodicSnapshots& operator=(const PeriodicSnapshots&) = delete;
+
+ private:
+  PeriodicSnapshots(Engine& engine, std::chrono::milliseconds every, std::vector<SessionId> ids,
+                    WriteLog* log)
+      : engine_(engine), every_(every), ids_(std::move(ids)), log_(log) {}
+
+  void Loop() {
+    const auto period = std::chrono::duration_cast<Clock::duration>(every_) /
+                        static_cast<int64_t>(ids_.size());
+    Clock::time_point next = Clock::now();
+    uint64_t turn = 0;
+    std::unique_lock<std::mutex> lock(mu_);
+    for (size_t r = 0; !stop_; r = (r + 1) % ids_.size()) {
+      lock.unlock();
+      const Status s = engine_.SetMetadata(ids_[r], "bench.turn", std::to_string(++turn));
+      if (s.ok()) {
+        persister_->Touch(ids_[r]);
+      } else {
+        std::lock_guard<std::mutex> failed(log_->mu);
+        if (log_->failed.ok()) log_->failed = s;
+      }
+      lock.lock();
+      next += period;
+      cv_.wait_until(lock, next, [&] { return stop_; });
+    }
+  }
+
+  Engine& engine_;
+  const std::chrono::milliseconds every_;
+  const std::vector<SessionId> ids_;
+  WriteLog* log_;
+  std::unique_ptr<SessionPersister> persister_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
 struct RunResult {
   LoadMetrics load;
   double steps = 0;            // scheduler steps (forward passes) in the run
   double step_ms = 0;          // total_wall_s / steps
   double tokens_per_step = 0;  // tokens run through the model (prompt + fed back) per step
   double cpu_s = 0;            // process CPU time over the run (T > 1: includes the workers' brief spinning)
+  double snapshot_every_ms = 0;       // 0 = no snapshots
+  double snapshot_writes = 0;         // writes that ended during the run (t0 .. last token)
+  double snapshot_writes_steady = 0;  // ... within the steady window
+  double snapshot_write_ms_p50 = 0;   // capture + encode + write, per write
+  double snapshot_bytes = 0;          // bytes of those writes
 };
 
 // Every figure of a run by name, in the order of the JSON; the medians walk this list.
@@ -104,7 +213,12 @@ std::vector<NamedFigure> Fields(RunResult& r) {
   fields.insert(fields.end(), {{"steps", &r.steps},
                                  {"step_ms", &r.step_ms},
                                  {"tokens_per_step", &r.tokens_per_step},
-                                 {"cpu_s", &r.cpu_s}});
+                                 {"cpu_s", &r.cpu_s},
+                                 {"snapshot_every_ms", &r.snapshot_every_ms},
+                                 {"snapshot_writes", &r.snapshot_writes},
+                                 {"snapshot_writes_steady", &r.snapshot_writes_steady},
+                                 {"snapshot_write_ms_p50", &r.snapshot_write_ms_p50},
+                                 {"snapshot_bytes", &r.snapshot_bytes}});
   return fields;
 }
 
@@ -119,8 +233,11 @@ RunResult MedianRun(std::vector<RunResult> runs) {
 }
 
 // One closed-loop run: opens `prompts.size()` sessions, starts them together, waits for all.
+// With `log`, counts the snapshot writes it holds that ended during the run; with `keep`, the
+// sessions stay open (idle, as at the end of a turn) and their ids go there.
 StatusOr<RunResult> RunOnce(Engine& engine, const SessionOptions& session_options,
-                            const std::vector<std::vector<int32_t>>& prompts, int64_t gen_tokens) {
+                            const std::vector<std::vector<int32_t>>& prompts, int64_t gen_tokens,
+                            WriteLog* log = nullptr, std::vector<SessionId>* keep = nullptr) {
   const size_t n = prompts.size();
   std::vector<SessionId> ids;
   for (size_t i = 0; i < n; ++i) {
@@ -152,7 +269,16 @@ StatusOr<RunResult> RunOnce(Engine& engine, const SessionOptions& session_option
   }
   const double cpu_s = ProcessCpuSeconds() - cpu0;
   const EngineStats after = engine.Stats();
-  for (SessionId id : ids) STREAMD_RETURN_IF_ERROR(engine.Close(id));
+  std::vector<WriteLog::Write> writes;
+  if (log != nullptr) {
+    std::lock_guard<std::mutex> lock(log->mu);
+    writes = log->writes;
+  }
+  if (keep != nullptr) {
+    *keep = ids;
+  } else {
+    for (SessionId id : ids) STREAMD_RETURN_IF_ERROR(engine.Close(id));
+  }
 
   // Every sink has seen its Done event: the records are read without their locks.
   std::vector<std::vector<double>> token_s(n);
@@ -174,6 +300,23 @@ StatusOr<RunResult> RunOnce(Engine& engine, const SessionOptions& session_option
   r.tokens_per_step =
       r.steps > 0 ? static_cast<double>(after.tokens_in - before.tokens_in) / r.steps : 0.0;
   r.cpu_s = cpu_s;
+  // The snapshot writes of the run and of its steady window (max_i first_i, min_i last_i].
+  double steady_begin = 0, steady_end = 1e300, last = 0;
+  for (const std::vector<double>& t : token_s) {
+    steady_begin = std::max(steady_begin, t.front());
+    steady_end = std::min(steady_end, t.back());
+    last = std::max(last, t.back());
+  }
+  std::vector<double> write_ms;
+  for (const WriteLog::Write& w : writes) {
+    const double end = Seconds(w.end - t0);
+    if (end < 0 || end > last) continue;
+    r.snapshot_writes += 1;
+    r.snapshot_bytes += static_cast<double>(w.bytes);
+    if (end > steady_begin && end <= steady_end) r.snapshot_writes_steady += 1;
+    write_ms.push_back(1e3 * w.seconds);
+  }
+  r.snapshot_write_ms_p50 = Median(write_ms);
   return r;
 }
 
@@ -233,6 +376,15 @@ int RunSessionsBench(const SessionsBenchOptions& o) {
   if (o.max_batch_tokens < 1) return Fail(InvalidArgumentError("--max-batch-tokens must be >= 1"));
   if (o.reps < 1) return Fail(InvalidArgumentError("--reps must be >= 1"));
   const int64_t max_sessions = *std::max_element(o.sessions.begin(), o.sessions.end());
+  if (o.snapshot_every_ms.empty()) return Fail(InvalidArgumentError("--snapshot-every is empty"));
+  const bool snapshots = std::any_of(o.snapshot_every_ms.begin(), o.snapshot_every_ms.end(),
+                                     [](int64_t ms) { return ms > 0; });
+  for (int64_t ms : o.snapshot_every_ms) {
+    if (ms < 0) return Fail(InvalidArgumentError("--snapshot-every must be >= 0"));
+  }
+  // The sessions the snapshot writer writes (resting beside the busy ones): as many as the
+  // largest count.
+  const int64_t resting = snapshots ? max_sessions : 0;
 
   auto loaded = LoadBenchModel(o.source, /*with_tokenizer=*/true);
   if (!loaded.ok()) {
@@ -279,7 +431,7 @@ int RunSessionsBench(const SessionsBenchOptions& o) {
       {session.mode, session.sinks, session.window, config.max_chunk}, c.context_length);
   const KvShape shape{c.n_layers, c.n_kv_heads, c.head_dim};
   config.pool_bytes =
-      (max_sessions * SessionCache::BoundBlocks(spec, config.block_size) +
+      ((max_sessions + resting) * SessionCache::BoundBlocks(spec, config.block_size) +
        DefaultPrefillHeadroom(config.planner, config.max_chunk, config.block_size)) *
       BlockPool::BlockBytes(shape, config.block_size);
 
@@ -290,15 +442,57 @@ int RunSessionsBench(const SessionsBenchOptions& o) {
   // Warm-up: one short generation pages the weights in and sizes the workspaces. Then the
   // session counts take turns within each repetition, so a noisy neighbour hits all alike.
   if (auto warm = RunOnce(engine, session, {prompts[0]}, 2); !warm.ok()) return Fail(warm.status());
-  std::vector<std::vector<RunResult>> runs(o.sessions.size());
+  // The resting sessions: each runs one turn as a busy session does and stays, idle.
+  std::vector<SessionId> resting_ids;
+  SnapshotContext snapshot_context;
+  std::string dir = o.snapshot_dir;
+  if (snapshots) {
+    auto context = BenchSnapshotContext(o.source, engine.model(), loaded->name, config.block_size);
+    if (!context.ok()) return Fail(context.status());
+    snapshot_context = *context;
+    if (dir.empty()) {
+      auto made = MakeTempDirectory("sessions");
+      if (!made.ok()) return Fail(made.status());
+      dir = *made;
+    }
+    if (auto r = RunOnce(engine, session, prompts, o.gen_tokens, nullptr, &resting_ids); !r.ok()) {
+      return Fail(r.status());
+    }
+  }
+  const size_t n_intervals = o.snapshot_every_ms.size();
+  // runs[k * n_intervals + j]: session count k with snapshot interval j.
+  std::vector<std::vector<RunResult>> runs(o.sessions.size() * n_intervals);
   for (int64_t rep = 0; rep < o.reps; ++rep) {
     for (size_t k = 0; k < o.sessions.size(); ++k) {
       const std::vector<std::vector<int32_t>> batch(prompts.begin(),
                                                     prompts.begin() + o.sessions[k]);
-      auto run = RunOnce(engine, session, batch, o.gen_tokens);
-      if (!run.ok()) return Fail(run.status());
-      runs[k].push_back(*run);
+      for (size_t step = 0; step < n_intervals; ++step) {
+        // Odd repetitions take the intervals in reverse order: a drift of the machine's load
+        // then hits every interval alike.
+        const size_t j = rep % 2 == 0 ? step : n_intervals - 1 - step;
+        const int64_t every = o.snapshot_every_ms[j];
+        WriteLog log;
+        std::unique_ptr<PeriodicSnapshots> writer;
+        if (every > 0) {
+          auto started = PeriodicSnapshots::Start(engine, dir, snapshot_context,
+                                                  std::chrono::milliseconds(every), resting_ids,
+                                                  &log);
+          if (!started.ok()) return Fail(started.status());
+          writer = std::move(*started);
+        }
+        auto run = RunOnce(engine, session, batch, o.gen_tokens, every > 0 ? &log : nullptr);
+        writer.reset();
+        if (!run.ok()) return Fail(run.status());
+        if (!log.failed.ok()) return Fail(log.failed, "snapshot writer");
+        run->snapshot_every_ms = static_cast<double>(every);
+        runs[k * n_intervals + j].push_back(*run);
+      }
     }
+  }
+  for (SessionId id : resting_ids) (void)engine.Close(id);
+  if (snapshots && o.snapshot_dir.empty()) {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
   }
 
   const char* isa = kernels::cpu::IsaName(kernels::cpu::ActiveIsa());
@@ -308,29 +502,68 @@ int RunSessionsBench(const SessionsBenchOptions& o) {
               static_cast<long long>(o.prompt_tokens), static_cast<long long>(o.gen_tokens),
               config.threads, spec.sinks, spec.window, static_cast<long long>(o.max_batch_tokens),
               isa, static_cast<long long>(o.reps));
-  std::printf("%8s %12s %12s %6s %10s %26s %26s %8s %8s %10s %10s %7s\n", "sessions",
+  if (snapshots) {
+    std::printf("snapshots: %lld resting sessions of %lld tokens written by a SessionPersister "
+                "to %s%s\n",
+                static_cast<long long>(resting),
+                static_cast<long long>(o.prompt_tokens + o.gen_tokens), dir.c_str(),
+                o.snapshot_dir.empty() ? " (removed)" : "");
+  }
+  std::printf("%8s %12s %12s %6s %10s %26s %26s %8s %8s %10s %10s %7s", "sessions",
               "decode tok/s", "steady tok/s", "x1", "tok/s/sess", "ttft p50/p90/p99 (ms)", "itl p50/p90/p99 (ms)", "step ms",
               "tok/step", "out tok/s", "prompt t/s", "cpu s");
+  if (snapshots) {
+    std::printf(" %9s %8s %7s %9s %6s %7s", "snap ms", "writes", "steady", "write ms", "x off",
+                "paired");
+  }
+  std::printf("\n");
+  // The interval-0 column of a session count, if there is one: what "x off" divides by.
+  const auto off = std::find(o.snapshot_every_ms.begin(), o.snapshot_every_ms.end(), 0);
+  const bool has_off = off != o.snapshot_every_ms.end();
+  const size_t j_off = static_cast<size_t>(off - o.snapshot_every_ms.begin());
   nlohmann::json results = nlohmann::json::array();
   double first_decode = 0;
   for (size_t k = 0; k < o.sessions.size(); ++k) {
-    const RunResult m = MedianRun(runs[k]);
-    const LoadMetrics& l = m.load;
-    if (k == 0) first_decode = l.steady_decode_tokens_per_s;
-    std::printf("%8lld %12.1f %12.1f %6.2f %10.1f %8.1f %8.1f %8.1f %8.2f %8.2f %8.2f %8.2f %8.1f "
-                "%10.1f %10.1f %7.2f\n",
-                static_cast<long long>(o.sessions[k]), l.decode_tokens_per_s,
-                l.steady_decode_tokens_per_s, l.steady_decode_tokens_per_s / first_decode,
-                l.session_decode_tokens_per_s_p50,
-                l.ttft_ms.p50, l.ttft_ms.p90, l.ttft_ms.p99, l.itl_ms.p50, l.itl_ms.p90,
-                l.itl_ms.p99, m.step_ms, m.tokens_per_step, l.output_tokens_per_s,
-                l.prompt_tokens_per_s, m.cpu_s);
-    nlohmann::json per_run = nlohmann::json::array();
-    for (const RunResult& r : runs[k]) per_run.push_back(ToJson(r));
-    nlohmann::json row = ToJson(m);
-    row["sessions"] = o.sessions[k];
-    row["runs"] = per_run;
-    results.push_back(row);
+    for (size_t j = 0; j < n_intervals; ++j) {
+      const std::vector<RunResult>& these = runs[k * n_intervals + j];
+      const RunResult m = MedianRun(these);
+      const LoadMetrics& l = m.load;
+      if (k == 0 && j == 0) first_decode = l.steady_decode_tokens_per_s;
+      std::printf("%8lld %12.1f %12.1f %6.2f %10.1f %8.1f %8.1f %8.1f %8.2f %8.2f %8.2f %8.2f "
+                  "%8.1f %10.1f %10.1f %7.2f",
+                  static_cast<long long>(o.sessions[k]), l.decode_tokens_per_s,
+                  l.steady_decode_tokens_per_s, l.steady_decode_tokens_per_s / first_decode,
+                  l.session_decode_tokens_per_s_p50,
+                  l.ttft_ms.p50, l.ttft_ms.p90, l.ttft_ms.p99, l.itl_ms.p50, l.itl_ms.p90,
+                  l.itl_ms.p99, m.step_ms, m.tokens_per_step, l.output_tokens_per_s,
+                  l.prompt_tokens_per_s, m.cpu_s);
+      nlohmann::json row = ToJson(m);
+      if (snapshots) {
+        double x_off = 0, paired = 0;
+        if (has_off) {
+          const std::vector<RunResult>& base = runs[k * n_intervals + j_off];
+          const double base_steady = MedianRun(base).load.steady_decode_tokens_per_s;
+          x_off = base_steady > 0 ? l.steady_decode_tokens_per_s / base_steady : 0;
+          std::vector<double> ratios;
+          for (size_t rep = 0; rep < these.size(); ++rep) {
+            const double b = base[rep].load.steady_decode_tokens_per_s;
+            if (b > 0) ratios.push_back(these[rep].load.steady_decode_tokens_per_s / b);
+          }
+          paired = Median(ratios);
+        }
+        std::printf(" %9lld %8.0f %7.0f %9.2f %6.3f %7.3f",
+                    static_cast<long long>(o.snapshot_every_ms[j]), m.snapshot_writes,
+                    m.snapshot_writes_steady, m.snapshot_write_ms_p50, x_off, paired);
+        row["x_off"] = x_off;
+        row["paired_x_off"] = paired;
+      }
+      std::printf("\n");
+      nlohmann::json per_run = nlohmann::json::array();
+      for (const RunResult& r : these) per_run.push_back(ToJson(r));
+      row["sessions"] = o.sessions[k];
+      row["runs"] = per_run;
+      results.push_back(row);
+    }
   }
   if (o.json) {
     const nlohmann::json out = {{"model", loaded->name},
@@ -345,6 +578,8 @@ int RunSessionsBench(const SessionsBenchOptions& o) {
                                 {"window", spec.window},
                                 {"max_batch_tokens", o.max_batch_tokens},
                                 {"reps", o.reps},
+                                {"snapshot_every_ms", o.snapshot_every_ms},
+                                {"resting_sessions", resting},
                                 {"results", results}};
     std::cout << out.dump() << std::endl;
   }

@@ -4,6 +4,14 @@
 // token, inter-token latency and scheduler steps (definitions: tools/bench/load_metrics.h).
 // Several session counts share one engine and take turns within each repetition, so their
 // ratios come from one run under the same noise.
+// With --snapshot-every MS (a list alternates the intervals within each repetition, in reverse
+// order on odd repetitions; 0 = no snapshots) the engine also holds as many resting sessions as
+// the largest count, each left where a busy one ends its turn (P + G tokens), and while a run's
+// closed loop goes, a SessionPersister (the daemon's writer thread) writes them: every MS / N
+// one of them is changed (SetMetadata, as a turn changes a session) and touched, so each is
+// captured, encoded and written (SnapshotStore, fsync) once per MS, evenly spread. The busy
+// sessions themselves cannot be captured while they generate (Engine::Capture is refused then,
+// and the daemon writes a session between its turns), so the resting ones stand in for them.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +51,8 @@ struct SessionsBenchOptions {
   int64_t window = 0;              // 0 = prompt + gen tokens (nothing is evicted)
   int64_t max_batch_tokens = 512;  // the step planner's token budget per forward pass
   int64_t reps = 1;                // closed-loop runs after one warm-up; figures are medians
+  std::vector<int64_t> snapshot_every_ms = {0};  // snapshot intervals; 0 = no snapshots
+  std::string snapshot_dir;        // "" = a fresh temporary directory (removed at the end)
   bool json = false;
 };
 
