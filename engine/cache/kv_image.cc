@@ -6,52 +6,44 @@
 namespace streamd {
 namespace {
 
-// A cache's blocks staged on the host, one whole block (every layer) after another, in the
-// order the cache lists them: sink blocks, then window blocks.
-struct StagedBlocks {
-  std::vector<int32_t> ids;
-  int64_t n_sink_blocks = 0;
-  int64_t block_run = 0;  // elements of one staged block: every layer's K and V
-  std::vector<uint16_t> data;
-};
-
-StagedBlocks StageOf(const SessionCache& cache) {
-  StagedBlocks s;
-  s.ids.assign(cache.sink_block_ids().begin(), cache.sink_block_ids().end());
-  s.ids.insert(s.ids.end(), cache.window_block_ids().begin(), cache.window_block_ids().end());
-  s.n_sink_blocks = static_cast<int64_t>(cache.sink_block_ids().size());
-  const kernels::KvPoolLayout& l = cache.pool()->layout();
-  s.block_run = l.block_elems() * l.n_layers;
-  s.data.assign(static_cast<size_t>(s.block_run) * s.ids.size(), 0);
-  return s;
-}
-
-// Calls copy(staged_offset, image_index, tokens) for each run of consecutive cache indices
-// that share a block (a run never crosses from the sinks into the window).
+// Where cache index i's slot is, as (block id, its place in the cache's block list, slot).
+// Calls copy(block_id, list_index, slot, index, tokens) for each run of consecutive cache
+// indices that share a block (a run never crosses from the sinks into the window).
 template <class Copy>
-void ForEachRun(const SessionCache& cache, const StagedBlocks& staged, Copy&& copy) {
+void ForEachRun(const SessionCache& cache, Copy&& copy) {
   const CachedSpan span = cache.cached_span();
   const kernels::SinkWindowTable table = cache.table();
+  const int64_t n_sink_blocks = static_cast<int64_t>(cache.sink_block_ids().size());
   const int64_t b = table.block_size;
   for (int64_t i = 0; i < span.size();) {
     const int64_t p = span.Position(i);
-    int64_t block, slot;
+    int64_t listed, slot;
     if (p < table.sinks) {
-      block = p / b;
+      listed = p / b;
       slot = p % b;
     } else {
       const int64_t w = p - table.sinks;
-      block = staged.n_sink_blocks + (w / b - table.first_window_block);
+      listed = n_sink_blocks + (w / b - table.first_window_block);
       slot = w % b;
     }
     int64_t run = std::min<int64_t>(b - slot, span.size() - i);
     if (i < span.sinks) run = std::min<int64_t>(run, span.sinks - i);
-    copy(block * staged.block_run, static_cast<int32_t>(slot), i, run);
+    const int32_t block = listed < n_sink_blocks
+                              ? cache.sink_block_ids()[listed]
+                              : cache.window_block_ids()[listed - n_sink_blocks];
+    copy(block, listed, static_cast<int32_t>(slot), i, run);
     i += run;
   }
 }
 
-Status CheckShape(const SessionCache& cache, const KvImage& image) {
+std::vector<int32_t> BlockList(const SessionCache& cache) {
+  std::vector<int32_t> ids(cache.sink_block_ids().begin(), cache.sink_block_ids().end());
+  ids.insert(ids.end(), cache.window_block_ids().begin(), cache.window_block_ids().end());
+  return ids;
+}
+
+template <class Image>
+Status CheckShape(const SessionCache& cache, const Image& image, int64_t have) {
   const kernels::KvPoolLayout& l = cache.pool()->layout();
   if (image.n_layers != l.n_layers || image.n_kv_heads != l.n_kv_heads ||
       image.head_dim != l.head_dim) {
@@ -61,10 +53,9 @@ Status CheckShape(const SessionCache& cache, const KvImage& image) {
         " does not fit a pool of " + std::to_string(l.n_layers) + ", " +
         std::to_string(l.n_kv_heads) + " of " + std::to_string(l.head_dim));
   }
-  if (image.n_tokens != cache.cached_span().size() ||
-      static_cast<int64_t>(image.data.size()) != image.elements()) {
+  if (image.n_tokens != cache.cached_span().size() || have != image.elements()) {
     return InvalidArgumentError("K/V image of " + std::to_string(image.n_tokens) +
-                                " tokens (" + std::to_string(image.data.size()) +
+                                " tokens (" + std::to_string(have) +
                                 " values) does not fit a cache holding " +
                                 std::to_string(cache.cached_span().size()));
   }
@@ -73,49 +64,71 @@ Status CheckShape(const SessionCache& cache, const KvImage& image) {
 
 }  // namespace
 
-StatusOr<KvImage> ReadCacheKv(const SessionCache& cache) {
+Status ReadCacheKvInto(const SessionCache& cache, KvImage* image) {
   if (cache.placed() != 0) {
     return FailedPreconditionError("read K/V: a chunk is placed and not committed");
   }
-  const kernels::KvPoolLayout& l = cache.pool()->layout();
-  KvImage image;
-  image.n_layers = l.n_layers;
-  image.n_kv_heads = l.n_kv_heads;
-  image.head_dim = l.head_dim;
-  image.n_tokens = cache.cached_span().size();
-  image.data.assign(static_cast<size_t>(image.elements()), 0);
-  StagedBlocks staged = StageOf(cache);
-  STREAMD_RETURN_IF_ERROR(cache.pool()->ReadBlocks(staged.ids, staged.data.data()));
-  ForEachRun(cache, staged, [&](int64_t at, int32_t slot, int64_t index, int64_t run) {
+  BlockPool& pool = *cache.pool();
+  const kernels::KvPoolLayout& l = pool.layout();
+  image->n_layers = l.n_layers;
+  image->n_kv_heads = l.n_kv_heads;
+  image->head_dim = l.head_dim;
+  image->n_tokens = cache.cached_span().size();
+  image->data.resize(static_cast<size_t>(image->elements()));  // keeps the capacity it had
+  uint16_t* out = image->data.data();
+  // Host pools are read where they lie; device pools through one staged copy per block.
+  std::vector<uint16_t> staged;
+  const int64_t block_run = l.block_elems() * l.n_layers;
+  if (!pool.host_accessible()) {
+    staged.resize(static_cast<size_t>(block_run) * BlockList(cache).size());
+    STREAMD_RETURN_IF_ERROR(pool.ReadBlocks(BlockList(cache), staged.data()));
+  }
+  ForEachRun(cache, [&](int32_t block, int64_t listed, int32_t slot, int64_t index, int64_t run) {
     for (int32_t layer = 0; layer < l.n_layers; ++layer) {
-      const uint16_t* base = staged.data.data() + at + layer * l.block_elems();
+      const uint16_t* base = pool.host_accessible()
+                                 ? pool.layer_data(layer)
+                                 : staged.data() + listed * block_run + layer * l.block_elems();
+      const int32_t at = pool.host_accessible() ? block : 0;
       for (int32_t kv = 0; kv < 2; ++kv) {
         for (int32_t h = 0; h < l.n_kv_heads; ++h) {
-          std::copy_n(base + l.Offset(0, kv, h, slot), run * l.head_dim,
-                      image.data.data() + image.Offset(layer, kv, h, index));
+          std::copy_n(base + l.Offset(at, kv, h, slot), run * l.head_dim,
+                      out + image->Offset(layer, kv, h, index));
         }
       }
     }
   });
+  return OkStatus();
+}
+
+StatusOr<KvImage> ReadCacheKv(const SessionCache& cache) {
+  KvImage image;
+  STREAMD_RETURN_IF_ERROR(ReadCacheKvInto(cache, &image));
   return image;
 }
 
-Status WriteCacheKv(const SessionCache& cache, const KvImage& image) {
-  STREAMD_RETURN_IF_ERROR(CheckShape(cache, image));
-  const kernels::KvPoolLayout& l = cache.pool()->layout();
-  StagedBlocks staged = StageOf(cache);
-  ForEachRun(cache, staged, [&](int64_t at, int32_t slot, int64_t index, int64_t run) {
+Status WriteCacheKv(const SessionCache& cache, const KvView& kv) {
+  STREAMD_RETURN_IF_ERROR(CheckShape(cache, kv, kv.size));
+  BlockPool& pool = *cache.pool();
+  const kernels::KvPoolLayout& l = pool.layout();
+  const int64_t block_run = l.block_elems() * l.n_layers;
+  std::vector<uint16_t> staged;
+  if (!pool.host_accessible()) staged.assign(static_cast<size_t>(block_run) * BlockList(cache).size(), 0);
+  ForEachRun(cache, [&](int32_t block, int64_t listed, int32_t slot, int64_t index, int64_t run) {
     for (int32_t layer = 0; layer < l.n_layers; ++layer) {
-      uint16_t* base = staged.data.data() + at + layer * l.block_elems();
-      for (int32_t kv = 0; kv < 2; ++kv) {
+      uint16_t* base = pool.host_accessible()
+                           ? pool.layer_data(layer)
+                           : staged.data() + listed * block_run + layer * l.block_elems();
+      const int32_t at = pool.host_accessible() ? block : 0;
+      for (int32_t k = 0; k < 2; ++k) {
         for (int32_t h = 0; h < l.n_kv_heads; ++h) {
-          std::copy_n(image.data.data() + image.Offset(layer, kv, h, index), run * l.head_dim,
-                      base + l.Offset(0, kv, h, slot));
+          std::copy_n(kv.data + kv.Offset(layer, k, h, index), run * l.head_dim,
+                      base + l.Offset(at, k, h, slot));
         }
       }
     }
   });
-  return cache.pool()->WriteBlocks(staged.ids, staged.data.data());
+  if (pool.host_accessible()) return OkStatus();
+  return pool.WriteBlocks(BlockList(cache), staged.data());
 }
 
 }  // namespace streamd

@@ -5,7 +5,9 @@
 //
 // Layout: per layer, K then V, per KV head, the cached tokens in cache order (sinks, then the
 // window oldest first), head_dim f16 values each: [n_layers][2][n_kv_heads][n_tokens][head_dim].
-// One (layer, K/V, head) run of a block's slots is one contiguous copy on either side.
+// One (layer, K/V, head) run of a block's slots is one contiguous copy on either side. Pools
+// in host memory are copied to and from directly; device pools go through a host staging copy
+// of their blocks (one 2D copy per block).
 #pragma once
 
 #include <cstdint>
@@ -34,11 +36,39 @@ struct KvImage {
   bool operator==(const KvImage&) const = default;
 };
 
+// A KvImage's layout over bytes someone else owns (a snapshot mapped from its file): restore
+// reads the K/V where they lie, without copying them into an image first.
+struct KvView {
+  int32_t n_layers = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+  int64_t n_tokens = 0;
+  const uint16_t* data = nullptr;  // [n_layers][2][n_kv_heads][n_tokens][head_dim]
+  int64_t size = 0;                // elements at data
+
+  int64_t elements() const {
+    return static_cast<int64_t>(n_layers) * 2 * n_kv_heads * n_tokens * head_dim;
+  }
+  int64_t Offset(int32_t layer, int32_t kv, int32_t head, int64_t index) const {
+    return (((static_cast<int64_t>(layer) * 2 + kv) * n_kv_heads + head) * n_tokens + index) *
+           head_dim;
+  }
+  static KvView Of(const KvImage& image) {
+    return {image.n_layers, image.n_kv_heads, image.head_dim, image.n_tokens, image.data.data(),
+            static_cast<int64_t>(image.data.size())};
+  }
+};
+
 // The K/V of cache.cached_span(). The cache must not change meanwhile (no chunk placed); the
-// copy itself needs no lock on the pool's bookkeeping.
+// copy itself needs no lock on the pool's bookkeeping. ReadCacheKvInto reuses `out`'s buffer
+// (a writer thread that captures session after session faults no new pages in).
 StatusOr<KvImage> ReadCacheKv(const SessionCache& cache);
-// Writes `image` into the blocks of a cache that holds exactly image.n_tokens cached tokens
+Status ReadCacheKvInto(const SessionCache& cache, KvImage* out);
+// Writes the K/V into the blocks of a cache that holds exactly their n_tokens cached tokens
 // (after SessionCache::Restore). INVALID_ARGUMENT when the shapes do not match.
-Status WriteCacheKv(const SessionCache& cache, const KvImage& image);
+Status WriteCacheKv(const SessionCache& cache, const KvView& kv);
+inline Status WriteCacheKv(const SessionCache& cache, const KvImage& image) {
+  return WriteCacheKv(cache, KvView::Of(image));
+}
 
 }  // namespace streamd

@@ -368,6 +368,12 @@ void Engine::WaitUntilIdle(std::unique_lock<std::mutex>& lock, Session& s) {
 }
 
 StatusOr<SessionState> Engine::Capture(SessionId id) {
+  SessionState st;
+  STREAMD_RETURN_IF_ERROR(CaptureInto(id, &st));
+  return st;
+}
+
+Status Engine::CaptureInto(SessionId id, SessionState* out) {
   std::unique_lock<std::mutex> lock(mu_);
   STREAMD_ASSIGN_OR_RETURN(Session * found, Find(id));
   Session& s = *found;
@@ -381,7 +387,7 @@ StatusOr<SessionState> Engine::Capture(SessionId id) {
                                    " is generating; its state is captured between generations");
   }
   const SessionCache& cache = *s.cache;
-  SessionState st;
+  SessionState& st = *out;
   st.id = s.id;
   st.tenant = s.options.tenant;
   st.mode = cache.spec().mode;
@@ -390,7 +396,7 @@ StatusOr<SessionState> Engine::Capture(SessionId id) {
   st.sampling = s.options.sampling;
   st.tokens_seen = cache.tokens_seen();
   st.cached_tokens = cache.cached_ids();
-  st.pending = s.pending;
+  st.pending.assign(s.pending.begin(), s.pending.end());
   st.metadata = s.metadata;
   st.revision = s.revision;
   st.created_unix_ms = s.created_unix_ms;
@@ -400,7 +406,7 @@ StatusOr<SessionState> Engine::Capture(SessionId id) {
 
   // The copy runs without the lock: the session sits out the steps meanwhile (its cache does
   // not change), and Close defers to the end of the copy.
-  StatusOr<KvImage> kv = ReadCacheKv(cache);
+  const Status copied = ReadCacheKvInto(cache, &st.kv);
 
   lock.lock();
   s.copying = false;
@@ -409,12 +415,12 @@ StatusOr<SessionState> Engine::Capture(SessionId id) {
   step_cv_.notify_all();
   work_cv_.notify_one();
   admission_cv_.notify_all();
-  if (!kv.ok()) return kv.status();
-  st.kv = std::move(kv).value();
-  return st;
+  return copied;
 }
 
-Status Engine::Restore(const SessionState& st) {
+Status Engine::Restore(const SessionState& st) { return Restore(st, KvView::Of(st.kv)); }
+
+Status Engine::Restore(const SessionState& st, const KvView& kv) {
   const LlamaConfig& c = model_->config();
   if (!st.id.valid()) return InvalidArgumentError("restore: the state has no session id");
   SessionOptions options;
@@ -432,7 +438,6 @@ Status Engine::Restore(const SessionState& st) {
                                 " and window " + std::to_string(spec.window) + ", the state " +
                                 std::to_string(st.sinks) + " and " + std::to_string(st.window));
   }
-  const KvImage& kv = st.kv;
   if (kv.n_layers != c.n_layers || kv.n_kv_heads != c.n_kv_heads || kv.head_dim != c.head_dim) {
     return InvalidArgumentError(
         "restore: the state's K/V have " + std::to_string(kv.n_layers) + " layers, " +
@@ -441,10 +446,10 @@ Status Engine::Restore(const SessionState& st) {
         " of " + std::to_string(c.head_dim));
   }
   if (kv.n_tokens != static_cast<int64_t>(st.cached_tokens.size()) ||
-      static_cast<int64_t>(kv.data.size()) != kv.elements()) {
+      kv.size != kv.elements() || (kv.size > 0 && kv.data == nullptr)) {
     return InvalidArgumentError("restore: the state holds " + std::to_string(kv.n_tokens) +
                                 " tokens of K/V, " + std::to_string(st.cached_tokens.size()) +
-                                " cached ids and " + std::to_string(kv.data.size()) +
+                                " cached ids and " + std::to_string(kv.size) +
                                 " K/V elements");
   }
   const int32_t vocab = tokenizer_->vocab_size();

@@ -70,10 +70,15 @@ class Engine {
   // The session as a SessionState: FAILED_PRECONDITION while it generates (capture between
   // generations), NOT_FOUND when it does not exist. Waits for the step it is in, if any.
   StatusOr<SessionState> Capture(SessionId id);
+  // The same into *out, reusing its buffers (a writer that captures session after session
+  // allocates and faults in no new K/V memory).
+  Status CaptureInto(SessionId id, SessionState* out);
   // Creates a session from a state (same id, settings, context and K/V), at once or not at all:
   // ALREADY_EXISTS for an id in use, RESOURCE_EXHAUSTED when its bound does not fit now,
   // INVALID_ARGUMENT naming the field when the state does not fit this model or engine.
   Status Restore(const SessionState& state);
+  // The same with the K/V from `kv` (a view into a snapshot's bytes) instead of state.kv's data.
+  Status Restore(const SessionState& state, const KvView& kv);
   // Closes the session only if its context did not change since `revision` (the revision of
   // a snapshot just written: prefill progress since does not count, the snapshot holds that
   // input as pending) and it does not generate; an offload that raced with new input keeps

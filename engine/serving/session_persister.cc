@@ -1,5 +1,8 @@
 #include "engine/serving/session_persister.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -10,6 +13,15 @@ constexpr std::chrono::milliseconds kMaxBackoff{30'000};
 
 double SecondsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// The writer thread's scheduling class while it encodes and writes: SCHED_IDLE when `idle`
+// (the kernel runs it only on cycles the forward pass leaves over, so snapshots never slow the
+// steps down; on a loaded machine they are written a little later), the default otherwise
+// (while it captures: the captured session sits out the steps until the copy is done).
+void SetIdlePriority(bool idle) {
+  sched_param param{};
+  (void)pthread_setschedparam(pthread_self(), idle ? SCHED_IDLE : SCHED_OTHER, &param);
 }
 
 // Errors that say "not now" rather than "broken": no retry, no error hook.
@@ -167,8 +179,20 @@ Status SessionPersister::WriteNow(SessionId id, bool* skipped) {
     }
   }
   const Clock::time_point start = Clock::now();
-  STREAMD_ASSIGN_OR_RETURN(const SessionState state, engine_.Capture(id));
-  const std::vector<uint8_t> bytes = EncodeSnapshot(state, context_);
+  SetIdlePriority(false);
+  STREAMD_RETURN_IF_ERROR(engine_.CaptureInto(id, &scratch_));
+  // Encoding and writing need no engine state: from here on, only spare cycles. (Callers on
+  // other threads, Offload and Export, are lowered too and raised again below.)
+  SetIdlePriority(true);
+  struct Raise {
+    ~Raise() { SetIdlePriority(false); }
+  } raise;
+  const SessionState& state = scratch_;
+  const size_t size = EncodedSnapshotSize(state, context_);
+  if (encoded_.size() < size) encoded_.resize(size);  // grows once, then is reused
+  STREAMD_ASSIGN_OR_RETURN(const size_t encoded,
+                           EncodeSnapshotTo(state, context_, std::span<uint8_t>(encoded_)));
+  const std::span<const uint8_t> bytes(encoded_.data(), encoded);
   const Status written = store_->Write(id, bytes);
   if (!written.ok()) {
     if (hooks_.on_write_failed) hooks_.on_write_failed(id, written);
@@ -215,16 +239,25 @@ StatusOr<SessionState> SessionPersister::Decode(std::span<const uint8_t> bytes,
 
 StatusOr<SessionPersister::Restored> SessionPersister::Load(SessionId id) {
   const Clock::time_point start = Clock::now();
-  STREAMD_ASSIGN_OR_RETURN(const std::vector<uint8_t> bytes, store_->Read(id));
+  std::lock_guard<std::mutex> load_lock(load_mu_);
+  STREAMD_ASSIGN_OR_RETURN(const size_t size, store_->ReadInto(id, &read_buffer_));
+  const std::span<const uint8_t> bytes(read_buffer_.data(), size);
   const std::string file = id.ToString() + ".snap";
-  STREAMD_ASSIGN_OR_RETURN(SessionState state, Decode(bytes, file));
+  // The K/V stay in the read buffer: restore copies them from there into the pool.
+  KvView kv;
+  StatusOr<SessionState> decoded = DecodeSnapshot(bytes, context_, &kv);
+  if (!decoded.ok()) {
+    (void)RejectFile(file, decoded.status());
+    return decoded.status();
+  }
+  SessionState& state = *decoded;
   if (state.id != id) {
     const Status wrong = DataLossError("the snapshot in " + file + " is of session " +
                                        state.id.ToString());
     (void)RejectFile(file, wrong);
     return wrong;
   }
-  const Status restored = engine_.Restore(state);
+  const Status restored = engine_.Restore(state, kv);
   if (restored.code() == StatusCode::kInvalidArgument) {
     // A sound snapshot this engine cannot take (its limits were lowered since): set aside.
     (void)RejectFile(file, restored);
@@ -237,9 +270,7 @@ StatusOr<SessionPersister::Restored> SessionPersister::Load(SessionId id) {
     e.stored = true;
     e.stored_revision = state.revision;
   }
-  if (hooks_.on_loaded) {
-    hooks_.on_loaded(id, static_cast<int64_t>(bytes.size()), SecondsSince(start));
-  }
+  if (hooks_.on_loaded) hooks_.on_loaded(id, static_cast<int64_t>(size), SecondsSince(start));
   Restored out;
   out.options.tenant = state.tenant;
   out.options.mode = state.mode;
@@ -247,7 +278,7 @@ StatusOr<SessionPersister::Restored> SessionPersister::Load(SessionId id) {
   out.options.window = state.window;
   out.options.sampling = state.sampling;
   out.metadata = std::move(state.metadata);
-  out.bytes = static_cast<int64_t>(bytes.size());
+  out.bytes = static_cast<int64_t>(size);
   return out;
 }
 

@@ -140,6 +140,12 @@ class SessionPersister {
   const PersisterHooks hooks_;
 
   std::mutex write_mu_;  // one store write or delete of sessions at a time
+  // Reused by every write (guarded by write_mu_) and every load (load_mu_): a session's K/V
+  // are megabytes, and fresh buffers would fault in and zero-fill every page, each time.
+  SessionState scratch_;
+  std::vector<uint8_t> encoded_;
+  std::mutex load_mu_;
+  std::vector<uint8_t> read_buffer_;
   mutable std::mutex mu_;
   std::condition_variable cv_;       // the writer waits for due work
   std::condition_variable idle_cv_;  // WaitIdle waits for an empty queue

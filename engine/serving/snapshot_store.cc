@@ -178,6 +178,40 @@ StatusOr<std::vector<uint8_t>> SnapshotStore::Read(SessionId id, int64_t max_byt
   return out;
 }
 
+StatusOr<size_t> SnapshotStore::ReadInto(SessionId id, std::vector<uint8_t>* buffer,
+                                          int64_t max_bytes) const {
+  const std::string path = PathOf(id);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Errno(errno, "cannot open", path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Errno(err, "cannot stat", path);
+  }
+  if (st.st_size > max_bytes) {
+    ::close(fd);
+    return OutOfRangeError(path + " has " + std::to_string(st.st_size) +
+                           " bytes, over the limit of " + std::to_string(max_bytes));
+  }
+  const size_t want = static_cast<size_t>(st.st_size);
+  if (buffer->size() < want) buffer->resize(want);
+  size_t done = 0;
+  while (done < want) {
+    const ssize_t n = ::read(fd, buffer->data() + done, want - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return Errno(err, "cannot read", path);
+    }
+    if (n == 0) break;  // shorter than stat said: the reader sees the truncation
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return done;
+}
+
 StatusOr<std::vector<uint8_t>> SnapshotStore::ReadPrefix(SessionId id, size_t n) const {
   const std::string path = PathOf(id);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

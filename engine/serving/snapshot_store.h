@@ -46,6 +46,12 @@ class SnapshotStore {
   Status Write(SessionId id, std::span<const uint8_t> bytes);
   // NOT_FOUND when there is none; files over max_bytes are refused (OUT_OF_RANGE).
   StatusOr<std::vector<uint8_t>> Read(SessionId id, int64_t max_bytes = int64_t{4} << 30) const;
+  // Reads the snapshot of `id` into *buffer, which only grows (a loader that reads snapshot
+  // after snapshot faults no new pages in and zero-fills nothing); returns the bytes read.
+  // Errors as Read. (Not a memory map: a file truncated underneath a mapping, or a disk error,
+  // would be SIGBUS, and no snapshot may crash the daemon.)
+  StatusOr<size_t> ReadInto(SessionId id, std::vector<uint8_t>* buffer,
+                            int64_t max_bytes = int64_t{4} << 30) const;
   // The first `n` bytes (fewer when the file is shorter): enough for a summary.
   StatusOr<std::vector<uint8_t>> ReadPrefix(SessionId id, size_t n) const;
   // Deletes the snapshot of `id` (a closed session); OK when there is none.

@@ -102,9 +102,13 @@ StatusOr<size_t> EncodeSnapshotTo(const SessionState& state, const SnapshotConte
 std::vector<uint8_t> EncodeSnapshot(const SessionState& state, const SnapshotContext& context);
 
 // The state in `bytes`, checked against `expected` (see the error codes above; the writer's
-// block_size and streamd_version are not compared).
+// block_size and streamd_version are not compared). With `kv_in_place`, the K/V are not copied
+// into state.kv (its dimensions are set, its data left empty): *kv_in_place views them inside
+// `bytes`, which must outlive it (restore reads a mapped file where it lies). `bytes` must then
+// be 2-byte aligned (a mapping or an allocation is).
 StatusOr<SessionState> DecodeSnapshot(std::span<const uint8_t> bytes,
-                                      const SnapshotContext& expected);
+                                      const SnapshotContext& expected,
+                                      KvView* kv_in_place = nullptr);
 
 // The header and META only (see SnapshotSummary).
 StatusOr<SnapshotSummary> ReadSnapshotSummary(std::span<const uint8_t> bytes);

@@ -467,7 +467,7 @@ Status ReadTokens(std::span<const uint8_t> p, const Meta& m, SessionState* state
   return OkStatus();
 }
 
-Status ReadKv(std::span<const uint8_t> p, const Meta& m, KvImage* kv) {
+Status ReadKv(std::span<const uint8_t> p, const Meta& m, KvImage* kv, KvView* in_place) {
   if (p.size() != m.kv_bytes()) {
     return DataLossError("snapshot section KV holds " + std::to_string(p.size()) +
                          " bytes; META's layout needs n_layers " + std::to_string(m.n_layers) +
@@ -479,8 +479,23 @@ Status ReadKv(std::span<const uint8_t> p, const Meta& m, KvImage* kv) {
   kv->n_kv_heads = m.n_kv_heads;
   kv->head_dim = m.head_dim;
   kv->n_tokens = m.kv_tokens;
-  kv->data.resize(p.size() / sizeof(uint16_t));
-  if (!p.empty()) std::memcpy(kv->data.data(), p.data(), p.size());
+  if (in_place != nullptr) {
+    if (reinterpret_cast<uintptr_t>(p.data()) % alignof(uint16_t) != 0) {
+      return InvalidArgumentError("snapshot: the bytes are not 2-byte aligned for an in-place K/V");
+    }
+    *in_place = {kv->n_layers, kv->n_kv_heads, kv->head_dim, kv->n_tokens,
+                 reinterpret_cast<const uint16_t*>(p.data()),
+                 static_cast<int64_t>(p.size() / sizeof(uint16_t))};
+    return OkStatus();
+  }
+  // One pass: the vector is made from the bytes (no zero fill first).
+  const auto* first = reinterpret_cast<const uint16_t*>(p.data());
+  if (reinterpret_cast<uintptr_t>(p.data()) % alignof(uint16_t) == 0) {
+    kv->data.assign(first, first + p.size() / sizeof(uint16_t));
+  } else {
+    kv->data.resize(p.size() / sizeof(uint16_t));
+    if (!p.empty()) std::memcpy(kv->data.data(), p.data(), p.size());
+  }
   return OkStatus();
 }
 
@@ -509,7 +524,7 @@ Status ReadMetadata(std::span<const uint8_t> p, const Meta& m, SessionState* sta
 }  // namespace
 
 StatusOr<SessionState> DecodeSnapshot(std::span<const uint8_t> bytes,
-                                      const SnapshotContext& expected) {
+                                      const SnapshotContext& expected, KvView* kv_in_place) {
   SectionReader sections(bytes);
   Meta m;
   STREAMD_RETURN_IF_ERROR(ReadHead(bytes, &sections, &m));
@@ -530,7 +545,7 @@ StatusOr<SessionState> DecodeSnapshot(std::span<const uint8_t> bytes,
   STREAMD_RETURN_IF_ERROR(sections.Next(L::kTagTokens, false, &s));
   STREAMD_RETURN_IF_ERROR(ReadTokens(s.payload, m, &state));
   STREAMD_RETURN_IF_ERROR(sections.Next(L::kTagKv, false, &s));
-  STREAMD_RETURN_IF_ERROR(ReadKv(s.payload, m, &state.kv));
+  STREAMD_RETURN_IF_ERROR(ReadKv(s.payload, m, &state.kv, kv_in_place));
   STREAMD_RETURN_IF_ERROR(sections.Next(L::kTagMetadata, false, &s));
   STREAMD_RETURN_IF_ERROR(ReadMetadata(s.payload, m, &state));
   // Optional sections of later writers (checked, then skipped), until END.
