@@ -15,6 +15,12 @@ ChatState ParseChatState(const std::string& text) {
   return ChatState::kNone;  // unknown or absent: raw context, no open turn
 }
 
+// What a Resume of a session whose snapshot was refused (moved aside) is told, now and later.
+Status CouldNotRestore(SessionId id, const Status& why) {
+  return DataLossError("resume.session_id: session " + id.ToString() +
+                       " could not be restored from its snapshot: " + why.message());
+}
+
 }  // namespace
 
 Status SessionNotFound(SessionId id, const RegistryOptions& options) {
@@ -90,7 +96,14 @@ std::shared_ptr<ServerSession> SessionRegistry::AddOffloaded(const SnapshotSumma
 
 int32_t SessionRegistry::RestoreFromStore(bool load) {
   if (persister_ == nullptr) return 0;
-  const std::vector<SnapshotSummary> stored = persister_->Scan();  // newest first
+  std::vector<std::pair<SessionId, Status>> refused;
+  const std::vector<SnapshotSummary> stored = persister_->Scan(&refused);  // newest first
+  {
+    // Refused by the scan (a damaged header, another model or format version): a Resume of
+    // one must say so, as for a snapshot refused when it is loaded, not "does not exist".
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, why] : refused) lost_[id] = CouldNotRestore(id, why);
+  }
   for (const SnapshotSummary& summary : stored) {
     AddOffloaded(summary);
     if (load) {
@@ -349,10 +362,11 @@ void SessionRegistry::LoadOne(const LoadRequest& request) {
   }
   // The snapshot cannot come back (moved aside as corrupt, another model, gone): the session
   // is lost to this daemon; say why, now and to later Resumes.
-  const Status lost(why.code() == StatusCode::kNotFound ? StatusCode::kNotFound
-                                                        : StatusCode::kDataLoss,
-                    "resume.session_id: session " + id.ToString() +
-                        " could not be restored from its snapshot: " + why.message());
+  const Status lost =
+      why.code() == StatusCode::kNotFound
+          ? NotFoundError("resume.session_id: session " + id.ToString() +
+                          " could not be restored from its snapshot: " + why.message())
+          : CouldNotRestore(id, why);
   {
     std::lock_guard<std::mutex> lock(mu_);
     sessions_.erase(id);

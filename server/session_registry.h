@@ -172,7 +172,8 @@ class SessionRegistry {
   };
   std::map<SessionId, std::vector<Waiter>> waiters_;  // Resumes waiting for a load
   std::deque<LoadRequest> loads_;                     // resume requests first
-  // Sessions whose snapshot could not be restored (moved aside): a later Resume is told why.
+  // Sessions whose snapshot could not be restored (moved aside by the start-up scan or by a
+  // load): a later Resume is told why.
   std::map<SessionId, Status> lost_;
   bool background_loads_paused_ = false;              // the pool was full: wait for room
   std::condition_variable reaper_cv_;

@@ -9,6 +9,7 @@
 
 #include <fstream>
 #include <future>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -198,6 +199,10 @@ TEST(SessionRegistryTest, OffloadedSessionsComeBackOnResumeAndGoAfterTheIdleTime
     EXPECT_EQ((*s)->residency, Residency::kOffloaded);
   }
   EXPECT_FALSE(e.engine->Get(id).ok()) << "its blocks are free";
+  // Freed once the step it may still be in (prefill of the pending input) has ended.
+  for (int i = 0; i < 1000 && e.engine->Stats().blocks_used != 0; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
   EXPECT_EQ(e.engine->Stats().blocks_used, 0);
   auto back = AttachNow(registry, id, owner);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
@@ -271,7 +276,8 @@ TEST(SessionRegistryTest, ARestartRestoresEverySnapshotAndSetsBadOnesAside) {
     f.seekp(-64, std::ios::end);  // past META: the listing reads it, the load refuses it
     f.put('\x5a');
   }
-  std::ofstream(dir + "/" + SessionId::Random().ToString() + ".snap") << "not a snapshot";
+  const SessionId foreign = SessionId::Random();
+  std::ofstream(dir + "/" + foreign.ToString() + ".snap") << "not a snapshot";
   auto e = MakeEngine();
   int rejected = 0;
   auto persister = MakePersister(e, dir, &rejected);
@@ -289,6 +295,13 @@ TEST(SessionRegistryTest, ARestartRestoresEverySnapshotAndSetsBadOnesAside) {
     registry.Detach(*s);
   }
   EXPECT_EQ(rejected, 2);
+  // Refused by the start-up scan: a Resume is told why, not that it never existed.
+  auto refused = AttachNow(registry, foreign, owner);
+  EXPECT_EQ(refused.status().code(), StatusCode::kDataLoss) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("could not be restored from its snapshot: not a "
+                                            "streamd snapshot"),
+            std::string::npos)
+      << refused.status().ToString();
   DIR* d = ::opendir((dir + "/rejected").c_str());
   ASSERT_NE(d, nullptr) << "refused files are moved aside, not deleted";
   int files = 0;

@@ -46,8 +46,14 @@ void SessionPersister::Schedule(SessionId id, bool urgent) {
     if (stopping_) return;
     Entry& e = entries_[id];
     if (e.forget) return;
-    const Clock::time_point due =
-        urgent ? Clock::time_point{} : std::max(Clock::now(), e.last_write + options_.interval);
+    // A session never written is due at once: last_write is then the steady clock's epoch (the
+    // boot), so epoch + interval would hold a first write back until an hour after boot with
+    // snapshot_interval = 1h.
+    const Clock::time_point now = Clock::now();
+    const Clock::time_point due = urgent ? Clock::time_point{}
+                                  : e.last_write == Clock::time_point{}
+                                      ? now
+                                      : std::max(now, e.last_write + options_.interval);
     if (e.queued) {
       if (!urgent || e.urgent) return;  // already queued, as early as this asks
       queue_.erase({e.due, id});
@@ -143,14 +149,18 @@ void SessionPersister::Loop() {
       continue;
     }
     // A failed write: retried with backoff while the session keeps serving from memory.
-    after.backoff = after.backoff.count() == 0 ? options_.retry_after
-                                               : std::min(after.backoff * 2, kMaxBackoff);
+    NoteFailedWrite(after);
     if (!after.queued && !after.forget) {
       after.queued = true;
-      after.due = Clock::now() + after.backoff;
+      after.due = after.retry_at;
       queue_.insert({after.due, id});
     }
   }
+}
+
+void SessionPersister::NoteFailedWrite(Entry& e) {
+  e.backoff = e.backoff.count() == 0 ? options_.retry_after : std::min(e.backoff * 2, kMaxBackoff);
+  e.retry_at = Clock::now() + e.backoff;
 }
 
 Status SessionPersister::WriteNow(SessionId id, bool* skipped) {
@@ -180,6 +190,8 @@ Status SessionPersister::WriteNow(SessionId id, bool* skipped) {
     e.stored = true;
     e.stored_revision = state.revision;
     e.last_write = Clock::now();
+    e.backoff = std::chrono::milliseconds{0};
+    e.retry_at = {};
   }
   // Taken mid-prefill: written again once the K/V have caught up, so a restore need not run
   // that prefill again.
@@ -195,8 +207,27 @@ Status SessionPersister::Offload(SessionId id) {
   if (info.generating) {
     return FailedPreconditionError("session " + id.ToString() + " is generating");
   }
+  {
+    // The reaper asks again at every pass (up to 100 a second): after a failed write (a full
+    // disk, a read-only directory) that would write and log the whole snapshot each time,
+    // bypassing the writer's backoff. Wait for it instead.
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(id);
+    if (it != entries_.end() && Clock::now() < it->second.retry_at) {
+      return UnavailableError("session " + id.ToString() +
+                              ": its last snapshot write failed; not retried before " +
+                              std::to_string(it->second.backoff.count()) + " ms after it");
+    }
+  }
   bool skipped = false;
-  STREAMD_RETURN_IF_ERROR(WriteNow(id, &skipped));
+  const Status written = WriteNow(id, &skipped);
+  if (!written.ok()) {
+    if (!IsNotNow(written)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      NoteFailedWrite(entries_[id]);
+    }
+    return written;
+  }
   return engine_.CloseIfUnchanged(id, stored_revision(id));
 }
 
@@ -257,7 +288,8 @@ StatusOr<SnapshotSummary> SessionPersister::Summary(SessionId id) const {
   return ReadSnapshotSummary(prefix);
 }
 
-std::vector<SnapshotSummary> SessionPersister::Scan() {
+std::vector<SnapshotSummary> SessionPersister::Scan(
+    std::vector<std::pair<SessionId, Status>>* refused) {
   std::vector<SnapshotSummary> out;
   auto listed = store_->List();
   if (!listed.ok()) {
@@ -278,6 +310,7 @@ std::vector<SnapshotSummary> SessionPersister::Scan() {
     }
     if (!why.ok()) {
       (void)RejectFile(file.file, why);
+      if (refused != nullptr) refused->emplace_back(file.id, why);
       continue;
     }
     {
