@@ -15,6 +15,12 @@ ChatState ParseChatState(const std::string& text) {
   return ChatState::kNone;  // unknown or absent: raw context, no open turn
 }
 
+// What a Resume of a session whose snapshot was refused (moved aside) is told, now and later.
+Status CouldNotRestore(SessionId id, const Status& why) {
+  return DataLossError("resume.session_id: session " + id.ToString() +
+                       " could not be restored from its snapshot: " + why.message());
+}
+
 }  // namespace
 
 Status SessionNotFound(SessionId id, const RegistryOptions& options) {
@@ -55,11 +61,19 @@ void SessionRegistry::StartReaper() {
 }
 
 void SessionRegistry::ApplyMetadata(ServerSession& s,
-                                    const std::map<std::string, std::string>& metadata) {
+                                    const std::map<std::string, std::string>& metadata,
+                                    int32_t last_token) {
   auto chat = metadata.find(kMetadataChat);
   auto has_input = metadata.find(kMetadataHasInput);
+  ChatState state = chat == metadata.end() ? ChatState::kNone : ParseChatState(chat->second);
+  // A snapshot taken between a generation's end and the save of its chat state: the
+  // assistant turn the model closed (its end-of-turn token is the context's last) is closed.
+  if (state == ChatState::kAssistantOpen && last_token >= 0 &&
+      engine_.tokenizer().IsEndOfGeneration(last_token)) {
+    ChatFormatter::OnGenerationEnd(true, &state);
+  }
   std::lock_guard<std::mutex> lock(s.mu);
-  s.chat = chat == metadata.end() ? ChatState::kNone : ParseChatState(chat->second);
+  s.chat = state;
   s.has_input = has_input != metadata.end() && has_input->second == "1";
 }
 
@@ -90,7 +104,14 @@ std::shared_ptr<ServerSession> SessionRegistry::AddOffloaded(const SnapshotSumma
 
 int32_t SessionRegistry::RestoreFromStore(bool load) {
   if (persister_ == nullptr) return 0;
-  const std::vector<SnapshotSummary> stored = persister_->Scan();  // newest first
+  std::vector<std::pair<SessionId, Status>> refused;
+  const std::vector<SnapshotSummary> stored = persister_->Scan(&refused);  // newest first
+  {
+    // Refused by the scan (a damaged header, another model or format version): a Resume of
+    // one must say so, as for a snapshot refused when it is loaded, not "does not exist".
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, why] : refused) lost_[id] = CouldNotRestore(id, why);
+  }
   for (const SnapshotSummary& summary : stored) {
     AddOffloaded(summary);
     if (load) {
@@ -337,7 +358,7 @@ void SessionRegistry::LoadOne(const LoadRequest& request) {
   const bool already = !loaded.ok() && loaded.status().code() == StatusCode::kAlreadyExists;
   if (loaded.ok() || already) {
     if (loaded.ok()) {
-      ApplyMetadata(*s, loaded->metadata);
+      ApplyMetadata(*s, loaded->metadata, loaded->last_token);
       if (hooks_.on_load) hooks_.on_load();
     }
     bool closed_meanwhile;
@@ -368,10 +389,11 @@ void SessionRegistry::LoadOne(const LoadRequest& request) {
   }
   // The snapshot cannot come back (moved aside as corrupt, another model, gone): the session
   // is lost to this daemon; say why, now and to later Resumes.
-  const Status lost(why.code() == StatusCode::kNotFound ? StatusCode::kNotFound
-                                                        : StatusCode::kDataLoss,
-                    "resume.session_id: session " + id.ToString() +
-                        " could not be restored from its snapshot: " + why.message());
+  const Status lost =
+      why.code() == StatusCode::kNotFound
+          ? NotFoundError("resume.session_id: session " + id.ToString() +
+                          " could not be restored from its snapshot: " + why.message())
+          : CouldNotRestore(id, why);
   {
     std::lock_guard<std::mutex> lock(mu_);
     sessions_.erase(id);
@@ -480,9 +502,9 @@ bool SessionRegistry::PersistAll(Clock::time_point deadline) {
 
 std::shared_ptr<ServerSession> SessionRegistry::AdoptImported(
     const SnapshotSummary& summary, const std::map<std::string, std::string>& metadata,
-    bool resident) {
+    int32_t last_token, bool resident) {
   std::shared_ptr<ServerSession> s = AddOffloaded(summary);
-  ApplyMetadata(*s, metadata);
+  ApplyMetadata(*s, metadata, last_token);
   std::lock_guard<std::mutex> session_lock(s->mu);
   s->residency = resident ? Residency::kResident : Residency::kOffloaded;
   s->detached_at = Clock::now();

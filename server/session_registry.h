@@ -133,7 +133,7 @@ class SessionRegistry {
   // snapshot directory).
   std::shared_ptr<ServerSession> AdoptImported(const SnapshotSummary& summary,
                                                const std::map<std::string, std::string>& metadata,
-                                               bool resident);
+                                               int32_t last_token, bool resident);
 
   std::shared_ptr<ServerSession> Find(SessionId id) const;
   std::vector<std::shared_ptr<ServerSession>> All() const;
@@ -157,7 +157,9 @@ class SessionRegistry {
   void DropIfStale(const std::shared_ptr<ServerSession>& s);
   // A registry entry for a stored snapshot (offloaded), or the one already there.
   std::shared_ptr<ServerSession> AddOffloaded(const SnapshotSummary& summary);
-  void ApplyMetadata(ServerSession& s, const std::map<std::string, std::string>& metadata);
+  // The chat state a restored session's metadata and last context token (-1: none) say it has.
+  void ApplyMetadata(ServerSession& s, const std::map<std::string, std::string>& metadata,
+                     int32_t last_token);
   // Attaches a resident session (requires nothing locked).
   StatusOr<std::shared_ptr<ServerSession>> AttachResident(const std::shared_ptr<ServerSession>& s,
                                                           std::weak_ptr<SessionOwner> owner);
@@ -175,7 +177,8 @@ class SessionRegistry {
   };
   std::map<SessionId, std::vector<Waiter>> waiters_;  // Resumes waiting for a load
   std::deque<LoadRequest> loads_;                     // resume requests first
-  // Sessions whose snapshot could not be restored (moved aside): a later Resume is told why.
+  // Sessions whose snapshot could not be restored (moved aside by the start-up scan or by a
+  // load): a later Resume is told why.
   std::map<SessionId, Status> lost_;
   bool background_loads_paused_ = false;              // the pool was full: wait for room
   std::condition_variable reaper_cv_;
@@ -191,5 +194,9 @@ Status SessionNotFound(SessionId id, const RegistryOptions& options);
 // The server's facts kept in a session's snapshot (SessionState::metadata).
 inline constexpr char kMetadataChat[] = "server.chat";
 inline constexpr char kMetadataHasInput[] = "server.has_input";
+inline Engine::MetadataUpdates ChatMetadata(ChatState chat, bool has_input) {
+  return {{kMetadataChat, std::to_string(static_cast<int>(chat))},
+          {kMetadataHasInput, has_input ? "1" : "0"}};
+}
 
 }  // namespace streamd::server

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <future>
 #include <random>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -202,6 +203,10 @@ TEST(SessionRegistryTest, OffloadedSessionsComeBackOnResumeAndGoAfterTheIdleTime
     EXPECT_EQ((*s)->residency, Residency::kOffloaded);
   }
   EXPECT_FALSE(e.engine->Get(id).ok()) << "its blocks are free";
+  // Freed once the step it may still be in (prefill of the pending input) has ended.
+  for (int i = 0; i < 1000 && e.engine->Stats().blocks_used != 0; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
   EXPECT_EQ(e.engine->Stats().blocks_used, 0);
   auto back = AttachNow(registry, id, owner);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
@@ -275,7 +280,8 @@ TEST(SessionRegistryTest, ARestartRestoresEverySnapshotAndSetsBadOnesAside) {
     f.seekp(-64, std::ios::end);  // past META: the listing reads it, the load refuses it
     f.put('\x5a');
   }
-  std::ofstream(dir + "/" + SessionId::Random().ToString() + ".snap") << "not a snapshot";
+  const SessionId foreign = SessionId::Random();
+  std::ofstream(dir + "/" + foreign.ToString() + ".snap") << "not a snapshot";
   auto e = MakeEngine();
   int rejected = 0;
   auto persister = MakePersister(e, dir, &rejected);
@@ -293,6 +299,13 @@ TEST(SessionRegistryTest, ARestartRestoresEverySnapshotAndSetsBadOnesAside) {
     registry.Detach(*s);
   }
   EXPECT_EQ(rejected, 2);
+  // Refused by the start-up scan: a Resume is told why, not that it never existed.
+  auto refused = AttachNow(registry, foreign, owner);
+  EXPECT_EQ(refused.status().code(), StatusCode::kDataLoss) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("could not be restored from its snapshot: not a "
+                                            "streamd snapshot"),
+            std::string::npos)
+      << refused.status().ToString();
   DIR* d = ::opendir((dir + "/rejected").c_str());
   ASSERT_NE(d, nullptr) << "refused files are moved aside, not deleted";
   int files = 0;
@@ -329,6 +342,47 @@ TEST(SessionRegistryTest, ReplicasSharingADirectoryTakeOverEachOthersSessions) {
   auto back_on_a = AttachNow(replica_a, id, owner);
   ASSERT_TRUE(back_on_a.ok()) << back_on_a.status().ToString();
   EXPECT_EQ(a.engine->Get(id)->tokens_seen, 42) << "A took B's newer snapshot, not its own copy";
+}
+
+// The chat state travels with the snapshot, set in the same step as the tokens it describes;
+// a snapshot taken after the model closed its turn but before the server saved that (the
+// turn's end-of-generation token is the context's last) restores the turn as closed.
+TEST(SessionRegistryTest, RestoredSessionsKnowWhereTheChatTurnIs) {
+  const std::string dir = TempDir();
+  std::vector<SessionId> ids;
+  {
+    auto e = MakeEngine();
+    auto persister = MakePersister(e, dir);
+    SessionRegistry registry(*e.engine, Timeouts(1h, 1h), persister.get());
+    auto owner = std::make_shared<FakeOwner>();
+    for (int i = 0; i < 2; ++i) {
+      auto s = registry.Open(Small(), owner);
+      ASSERT_TRUE(s.ok());
+      ids.push_back((*s)->id);
+      // A user turn and the assistant header: the assistant's turn is open.
+      ASSERT_TRUE(e.engine->Append((*s)->id, Bytes(12, i),
+                                   ChatMetadata(ChatState::kAssistantOpen, true))
+                      .ok());
+    }
+    ASSERT_TRUE(e.engine->tokenizer().IsEndOfGeneration(kSyntheticImEnd));
+    // The second session's turn ended with <|im_end|>; its chat state was not saved yet.
+    ASSERT_TRUE(e.engine->Append(ids[1], std::vector<int32_t>{kSyntheticImEnd}).ok());
+    for (SessionId id : ids) registry.Detach(registry.Find(id));
+    ASSERT_TRUE(registry.PersistAll(Clock::now() + 10s));
+  }
+  auto e = MakeEngine();
+  auto persister = MakePersister(e, dir);
+  SessionRegistry registry(*e.engine, Timeouts(1h, 1h), persister.get());
+  EXPECT_EQ(registry.RestoreFromStore(false), 2);
+  auto owner = std::make_shared<FakeOwner>();
+  const ChatState want[] = {ChatState::kAssistantOpen, ChatState::kAssistantClosed};
+  for (int i = 0; i < 2; ++i) {
+    auto s = AttachNow(registry, ids[i], owner);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    std::lock_guard<std::mutex> lock((*s)->mu);
+    EXPECT_EQ((*s)->chat, want[i]) << "session " << i;
+    EXPECT_TRUE((*s)->has_input);
+  }
 }
 
 // The goal of idle offload: a pool sized for 64 active sessions holds 10,000 sessions, the

@@ -236,7 +236,8 @@ void SessionStream::HandleAppend(const v1::Append& a) {
   }
   if (!tokens.ok()) return SendError(tokens.status());
   if (tokens->empty()) return SendError(InvalidArgumentError("append.text encodes to no tokens"));
-  const Status appended = ctx_.engine.Append(s->id, *tokens);
+  // The chat state goes into the session's snapshot together with the tokens it describes.
+  const Status appended = ctx_.engine.Append(s->id, *tokens, ChatMetadata(chat, true));
   if (!appended.ok()) return SendError(appended);
   {
     std::lock_guard<std::mutex> lock(s->mu);
@@ -256,8 +257,9 @@ void SessionStream::SaveSessionState(ServerSession& s) {
     has_input = s.has_input;
   }
   // Unchanged values leave the engine's revision alone.
-  (void)ctx_.engine.SetMetadata(s.id, kMetadataChat, std::to_string(static_cast<int>(chat)));
-  (void)ctx_.engine.SetMetadata(s.id, kMetadataHasInput, has_input ? "1" : "0");
+  for (const auto& [key, value] : ChatMetadata(chat, has_input)) {
+    (void)ctx_.engine.SetMetadata(s.id, key, value);
+  }
   ctx_.registry.Touched(s);
 }
 
@@ -288,7 +290,7 @@ void SessionStream::HandleGenerate(const v1::Generate& g) {
   // After a system/user turn the answer starts with the template's assistant header.
   const std::vector<int32_t> prompt = ctx_.chat.GenerationPrompt(&chat);
   if (!prompt.empty()) {
-    const Status appended = ctx_.engine.Append(s->id, prompt);
+    const Status appended = ctx_.engine.Append(s->id, prompt, ChatMetadata(chat, true));
     if (!appended.ok()) return SendError(appended, g.request_id());
   }
   {

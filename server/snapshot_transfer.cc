@@ -128,7 +128,8 @@ class ImportReactor final : public grpc::ServerReadReactor<v1::SnapshotChunk> {
     if (persister != nullptr) {
       STREAMD_ASSIGN_OR_RETURN(const SessionPersister::Imported imported,
                                persister->Import(bytes_));
-      ctx_.registry.AdoptImported(imported.summary, imported.restored.metadata, imported.resident);
+      ctx_.registry.AdoptImported(imported.summary, imported.restored.metadata,
+                                  imported.restored.last_token, imported.resident);
       response_->set_resident(imported.resident);
       return FillSessionInfo(ctx_, imported.summary.id, response_->mutable_session());
     }
@@ -141,7 +142,10 @@ class ImportReactor final : public grpc::ServerReadReactor<v1::SnapshotChunk> {
       return AlreadyExistsError("import: session " + state.id.ToString() + " already exists here");
     }
     STREAMD_RETURN_IF_ERROR(ctx_.engine.Restore(state));
-    ctx_.registry.AdoptImported(summary, state.metadata, /*resident=*/true);
+    const int32_t last = !state.pending.empty()         ? state.pending.back()
+                         : !state.cached_tokens.empty() ? state.cached_tokens.back()
+                                                        : -1;
+    ctx_.registry.AdoptImported(summary, state.metadata, last, /*resident=*/true);
     response_->set_resident(true);
     return FillSessionInfo(ctx_, state.id, response_->mutable_session());
   }

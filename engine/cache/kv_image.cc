@@ -64,18 +64,17 @@ Status CheckShape(const SessionCache& cache, const Image& image, int64_t have) {
 
 }  // namespace
 
-Status ReadCacheKvInto(const SessionCache& cache, KvImage* image) {
+Status ReadCacheKvTo(const SessionCache& cache, uint16_t* out) {
   if (cache.placed() != 0) {
     return FailedPreconditionError("read K/V: a chunk is placed and not committed");
   }
   BlockPool& pool = *cache.pool();
   const kernels::KvPoolLayout& l = pool.layout();
-  image->n_layers = l.n_layers;
-  image->n_kv_heads = l.n_kv_heads;
-  image->head_dim = l.head_dim;
-  image->n_tokens = cache.cached_span().size();
-  image->data.resize(static_cast<size_t>(image->elements()));  // keeps the capacity it had
-  uint16_t* out = image->data.data();
+  KvView layout;  // where each (layer, K/V, head, index) goes in `out`
+  layout.n_layers = l.n_layers;
+  layout.n_kv_heads = l.n_kv_heads;
+  layout.head_dim = l.head_dim;
+  layout.n_tokens = cache.cached_span().size();
   // Host pools are read where they lie; device pools through one staged copy per block.
   std::vector<uint16_t> staged;
   const int64_t block_run = l.block_elems() * l.n_layers;
@@ -92,12 +91,22 @@ Status ReadCacheKvInto(const SessionCache& cache, KvImage* image) {
       for (int32_t kv = 0; kv < 2; ++kv) {
         for (int32_t h = 0; h < l.n_kv_heads; ++h) {
           std::copy_n(base + l.Offset(at, kv, h, slot), run * l.head_dim,
-                      out + image->Offset(layer, kv, h, index));
+                      out + layout.Offset(layer, kv, h, index));
         }
       }
     }
   });
   return OkStatus();
+}
+
+Status ReadCacheKvInto(const SessionCache& cache, KvImage* image) {
+  const kernels::KvPoolLayout& l = cache.pool()->layout();
+  image->n_layers = l.n_layers;
+  image->n_kv_heads = l.n_kv_heads;
+  image->head_dim = l.head_dim;
+  image->n_tokens = cache.cached_span().size();
+  image->data.resize(static_cast<size_t>(image->elements()));  // keeps the capacity it had
+  return ReadCacheKvTo(cache, image->data.data());
 }
 
 StatusOr<KvImage> ReadCacheKv(const SessionCache& cache) {

@@ -64,6 +64,9 @@ struct KvView {
 // (a writer thread that captures session after session faults no new pages in).
 StatusOr<KvImage> ReadCacheKv(const SessionCache& cache);
 Status ReadCacheKvInto(const SessionCache& cache, KvImage* out);
+// The same into `dest`, which holds the image's elements in its layout (n_tokens =
+// cached_span().size()): a capture can gather straight into a snapshot's K/V section.
+Status ReadCacheKvTo(const SessionCache& cache, uint16_t* dest);
 // Writes the K/V into the blocks of a cache that holds exactly their n_tokens cached tokens
 // (after SessionCache::Restore). INVALID_ARGUMENT when the shapes do not match.
 Status WriteCacheKv(const SessionCache& cache, const KvView& kv);

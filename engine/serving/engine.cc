@@ -232,7 +232,8 @@ StatusOr<Engine::Session*> Engine::Find(SessionId id) const {
   return it->second.get();
 }
 
-Status Engine::Append(SessionId id, std::span<const int32_t> tokens) {
+Status Engine::Append(SessionId id, std::span<const int32_t> tokens,
+                      const MetadataUpdates& metadata) {
   if (tokens.empty()) return InvalidArgumentError("append: tokens is empty");
   const int32_t vocab = tokenizer_->vocab_size();
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -262,6 +263,7 @@ Status Engine::Append(SessionId id, std::span<const int32_t> tokens) {
                              std::to_string(s->cache->tokens_seen() + pending));
     }
     s->pending.insert(s->pending.end(), tokens.begin(), tokens.end());
+    for (const auto& [key, value] : metadata) s->metadata[key] = value;
     s->context_revision = ++s->revision;
   }
   work_cv_.notify_one();
@@ -373,7 +375,7 @@ StatusOr<SessionState> Engine::Capture(SessionId id) {
   return st;
 }
 
-Status Engine::CaptureInto(SessionId id, SessionState* out) {
+Status Engine::CaptureInto(SessionId id, SessionState* out, const KvDestination& kv_destination) {
   std::unique_lock<std::mutex> lock(mu_);
   STREAMD_ASSIGN_OR_RETURN(Session * found, Find(id));
   Session& s = *found;
@@ -406,7 +408,20 @@ Status Engine::CaptureInto(SessionId id, SessionState* out) {
 
   // The copy runs without the lock: the session sits out the steps meanwhile (its cache does
   // not change), and Close defers to the end of the copy.
-  const Status copied = ReadCacheKvInto(cache, &st.kv);
+  Status copied;
+  if (kv_destination) {
+    const kernels::KvPoolLayout& l = pool_->layout();
+    st.kv.n_layers = l.n_layers;
+    st.kv.n_kv_heads = l.n_kv_heads;
+    st.kv.head_dim = l.head_dim;
+    st.kv.n_tokens = cache.cached_span().size();
+    st.kv.data.clear();
+    uint16_t* dest = kv_destination(st);
+    copied = dest != nullptr ? ReadCacheKvTo(cache, dest)
+                             : InternalError("capture: no destination for the K/V");
+  } else {
+    copied = ReadCacheKvInto(cache, &st.kv);
+  }
 
   lock.lock();
   s.copying = false;

@@ -60,7 +60,11 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   StatusOr<SessionId> Open(const SessionOptions& options);
-  Status Append(SessionId id, std::span<const int32_t> tokens);
+  // `metadata` (the caller's facts about the context, SetMetadata) is set in the same step as
+  // the tokens: a snapshot never holds one without the other.
+  using MetadataUpdates = std::vector<std::pair<std::string, std::string>>;
+  Status Append(SessionId id, std::span<const int32_t> tokens,
+                const MetadataUpdates& metadata = {});
   Status Generate(SessionId id, GenerateOptions options, EventSink sink);
   // Ends the running generation with FinishReason::kCancelled (OK if none is running).
   Status Cancel(SessionId id);
@@ -71,8 +75,12 @@ class Engine {
   // generations), NOT_FOUND when it does not exist. Waits for the step it is in, if any.
   StatusOr<SessionState> Capture(SessionId id);
   // The same into *out, reusing its buffers (a writer that captures session after session
-  // allocates and faults in no new K/V memory).
-  Status CaptureInto(SessionId id, SessionState* out);
+  // allocates and faults in no new K/V memory). With `kv_destination`, the K/V are not put in
+  // out->kv.data (left empty; its dimensions are set): kv_destination(*out) is called with
+  // everything else filled in and returns where to gather them (kv.elements() f16 values),
+  // e.g. straight into a snapshot buffer (EncodeSnapshotAroundKv).
+  using KvDestination = std::function<uint16_t*(const SessionState&)>;
+  Status CaptureInto(SessionId id, SessionState* out, const KvDestination& kv_destination = {});
   // Creates a session from a state (same id, settings, context and K/V), at once or not at all:
   // ALREADY_EXISTS for an id in use, RESOURCE_EXHAUSTED when its bound does not fit now,
   // INVALID_ARGUMENT naming the field when the state does not fit this model or engine.

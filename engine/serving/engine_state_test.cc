@@ -62,6 +62,19 @@ TEST(EngineStateTest, RestoredSessionsContinueTokenForToken) {
   EXPECT_EQ(state->kv.n_tokens, 4 + 39);
   ASSERT_TRUE(b->Restore(*state).ok());
   ExpectSameInfo(*a, *b, *id);
+  // Into a caller's buffer (as the snapshot writer gathers them), and into a reused state: the
+  // same K/V and the same state.
+  SessionState reused;
+  std::vector<uint16_t> outside;
+  ASSERT_TRUE(a->CaptureInto(*id, &reused, [&](const SessionState& meta) {
+    outside.assign(static_cast<size_t>(meta.kv.elements()), 0);
+    return outside.data();
+  }).ok());
+  EXPECT_TRUE(reused.kv.data.empty());
+  EXPECT_EQ(outside, state->kv.data);
+  ASSERT_TRUE(a->CaptureInto(*id, &reused).ok());
+  reused.saved_unix_ms = state->saved_unix_ms;
+  EXPECT_EQ(reused, *state);
   Collector events_b;
   const std::vector<int32_t> ta = GenerateN(*a, events, *id, 40);
   const std::vector<int32_t> tb = GenerateN(*b, events_b, *id, 40);

@@ -1,8 +1,5 @@
 #include "engine/serving/session_persister.h"
 
-#include <pthread.h>
-#include <sched.h>
-
 #include <algorithm>
 #include <utility>
 
@@ -15,13 +12,9 @@ double SecondsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-// The writer thread's scheduling class while it encodes and writes: SCHED_IDLE when `idle`
-// (the kernel runs it only on cycles the forward pass leaves over, so snapshots never slow the
-// steps down; on a loaded machine they are written a little later), the default otherwise
-// (while it captures: the captured session sits out the steps until the copy is done).
-void SetIdlePriority(bool idle) {
-  sched_param param{};
-  (void)pthread_setschedparam(pthread_self(), idle ? SCHED_IDLE : SCHED_OTHER, &param);
+int32_t LastToken(const SessionState& s) {
+  if (!s.pending.empty()) return s.pending.back();
+  return s.cached_tokens.empty() ? -1 : s.cached_tokens.back();
 }
 
 // Errors that say "not now" rather than "broken": no retry, no error hook.
@@ -58,8 +51,14 @@ void SessionPersister::Schedule(SessionId id, bool urgent) {
     if (stopping_) return;
     Entry& e = entries_[id];
     if (e.forget) return;
-    const Clock::time_point due =
-        urgent ? Clock::time_point{} : std::max(Clock::now(), e.last_write + options_.interval);
+    // A session never written is due at once: last_write is then the steady clock's epoch (the
+    // boot), so epoch + interval would hold a first write back until an hour after boot with
+    // snapshot_interval = 1h.
+    const Clock::time_point now = Clock::now();
+    const Clock::time_point due = urgent ? Clock::time_point{}
+                                  : e.last_write == Clock::time_point{}
+                                      ? now
+                                      : std::max(now, e.last_write + options_.interval);
     if (e.queued) {
       if (!urgent || e.urgent) return;  // already queued, as early as this asks
       queue_.erase({e.due, id});
@@ -155,14 +154,18 @@ void SessionPersister::Loop() {
       continue;
     }
     // A failed write: retried with backoff while the session keeps serving from memory.
-    after.backoff = after.backoff.count() == 0 ? options_.retry_after
-                                               : std::min(after.backoff * 2, kMaxBackoff);
+    NoteFailedWrite(after);
     if (!after.queued && !after.forget) {
       after.queued = true;
-      after.due = Clock::now() + after.backoff;
+      after.due = after.retry_at;
       queue_.insert({after.due, id});
     }
   }
+}
+
+void SessionPersister::NoteFailedWrite(Entry& e) {
+  e.backoff = e.backoff.count() == 0 ? options_.retry_after : std::min(e.backoff * 2, kMaxBackoff);
+  e.retry_at = Clock::now() + e.backoff;
 }
 
 Status SessionPersister::WriteNow(SessionId id, bool* skipped) {
@@ -179,19 +182,15 @@ Status SessionPersister::WriteNow(SessionId id, bool* skipped) {
     }
   }
   const Clock::time_point start = Clock::now();
-  SetIdlePriority(false);
-  STREAMD_RETURN_IF_ERROR(engine_.CaptureInto(id, &scratch_));
-  // Encoding and writing need no engine state: from here on, only spare cycles. (Callers on
-  // other threads, Offload and Export, are lowered too and raised again below.)
-  SetIdlePriority(true);
-  struct Raise {
-    ~Raise() { SetIdlePriority(false); }
-  } raise;
+  // The K/V are gathered from the pool straight into the snapshot's KV section.
+  STREAMD_RETURN_IF_ERROR(engine_.CaptureInto(id, &scratch_, [this](const SessionState& meta) {
+    const size_t size = EncodedSnapshotSizeForKv(meta, context_);
+    if (encoded_.size() < size) encoded_.resize(size);  // grows once, then is reused
+    return reinterpret_cast<uint16_t*>(encoded_.data() + SnapshotKvOffset(meta, context_));
+  }));
   const SessionState& state = scratch_;
-  const size_t size = EncodedSnapshotSize(state, context_);
-  if (encoded_.size() < size) encoded_.resize(size);  // grows once, then is reused
   STREAMD_ASSIGN_OR_RETURN(const size_t encoded,
-                           EncodeSnapshotTo(state, context_, std::span<uint8_t>(encoded_)));
+                           EncodeSnapshotAroundKv(state, context_, std::span<uint8_t>(encoded_)));
   const std::span<const uint8_t> bytes(encoded_.data(), encoded);
   const Status written = store_->Write(id, bytes);
   if (!written.ok()) {
@@ -204,6 +203,8 @@ Status SessionPersister::WriteNow(SessionId id, bool* skipped) {
     e.stored = true;
     e.stored_revision = state.revision;
     e.last_write = Clock::now();
+    e.backoff = std::chrono::milliseconds{0};
+    e.retry_at = {};
   }
   // Taken mid-prefill: written again once the K/V have caught up, so a restore need not run
   // that prefill again.
@@ -219,8 +220,27 @@ Status SessionPersister::Offload(SessionId id) {
   if (info.generating) {
     return FailedPreconditionError("session " + id.ToString() + " is generating");
   }
+  {
+    // The reaper asks again at every pass (up to 100 a second): after a failed write (a full
+    // disk, a read-only directory) that would write and log the whole snapshot each time,
+    // bypassing the writer's backoff. Wait for it instead.
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(id);
+    if (it != entries_.end() && Clock::now() < it->second.retry_at) {
+      return UnavailableError("session " + id.ToString() +
+                              ": its last snapshot write failed; not retried before " +
+                              std::to_string(it->second.backoff.count()) + " ms after it");
+    }
+  }
   bool skipped = false;
-  STREAMD_RETURN_IF_ERROR(WriteNow(id, &skipped));
+  const Status written = WriteNow(id, &skipped);
+  if (!written.ok()) {
+    if (!IsNotNow(written)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      NoteFailedWrite(entries_[id]);
+    }
+    return written;
+  }
   return engine_.CloseIfUnchanged(id, stored_revision(id));
 }
 
@@ -278,6 +298,7 @@ StatusOr<SessionPersister::Restored> SessionPersister::Load(SessionId id) {
   out.options.window = state.window;
   out.options.sampling = state.sampling;
   out.metadata = std::move(state.metadata);
+  out.last_token = LastToken(state);
   out.bytes = static_cast<int64_t>(size);
   return out;
 }
@@ -288,7 +309,8 @@ StatusOr<SnapshotSummary> SessionPersister::Summary(SessionId id) const {
   return ReadSnapshotSummary(prefix);
 }
 
-std::vector<SnapshotSummary> SessionPersister::Scan() {
+std::vector<SnapshotSummary> SessionPersister::Scan(
+    std::vector<std::pair<SessionId, Status>>* refused) {
   std::vector<SnapshotSummary> out;
   auto listed = store_->List();
   if (!listed.ok()) {
@@ -309,6 +331,7 @@ std::vector<SnapshotSummary> SessionPersister::Scan() {
     }
     if (!why.ok()) {
       (void)RejectFile(file.file, why);
+      if (refused != nullptr) refused->emplace_back(file.id, why);
       continue;
     }
     {
@@ -370,6 +393,7 @@ StatusOr<SessionPersister::Imported> SessionPersister::Import(std::span<const ui
   out.restored.options.window = state.window;
   out.restored.options.sampling = state.sampling;
   out.restored.metadata = state.metadata;
+  out.restored.last_token = LastToken(state);
   out.restored.bytes = static_cast<int64_t>(bytes.size());
   const Status restored = engine_.Restore(state);
   if (restored.ok()) {

@@ -9,8 +9,9 @@
 // the steps), encodes it and writes it atomically (SnapshotStore). Sessions whose revision is
 // the one last written are not written again; a session that generates when its turn comes is
 // skipped (its GenerationDone touches it again). A failed write (full disk, read-only
-// directory) is counted and logged through the hooks, and retried with backoff; the session
-// keeps serving from memory.
+// directory) is counted and logged through the hooks, and retried with backoff (1 s, doubling up
+// to 30 s); the session keeps serving from memory. Offload honours the same backoff: while it
+// runs, an offload is refused without writing (UNAVAILABLE).
 //
 // Offload(id), Load(id), Export(id) and Import(bytes) run on their caller's thread (the
 // registry's reaper and loader threads, or an RPC's worker), never on a gRPC reaction.
@@ -32,6 +33,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "engine/serving/engine.h"
@@ -76,12 +78,14 @@ class SessionPersister {
 
   // Writes the session if it changed since its last write, then closes it in the engine unless
   // it changed meanwhile (FAILED_PRECONDITION: it stays resident). FAILED_PRECONDITION while it
-  // generates; the write's error when the write fails (it stays resident).
+  // generates; the write's error when the write fails (it stays resident), and UNAVAILABLE
+  // without a write while the backoff after a failed one runs.
   Status Offload(SessionId id);
   // What a restored session brings back for its owner (the server's chat state).
   struct Restored {
     SessionOptions options;
     std::map<std::string, std::string> metadata;
+    int32_t last_token = -1;  // the context's last token (pending, else cached), -1 when empty
     int64_t bytes = 0;
   };
   // Reads the snapshot of `id`, checks it and restores it into the engine. NOT_FOUND without
@@ -89,8 +93,10 @@ class SessionPersister {
   // model, limits lowered since), is moved aside and its error returned; RESOURCE_EXHAUSTED
   // when it does not fit the pool now and ALREADY_EXISTS when it is resident (it stays on disk).
   StatusOr<Restored> Load(SessionId id);
-  // Summaries of every snapshot in the store, newest first; unreadable files are moved aside.
-  std::vector<SnapshotSummary> Scan();
+  // Summaries of every snapshot in the store, newest first; unreadable files are moved aside,
+  // and when `refused` is given, each one's session id (from its file name) and why is added
+  // there, so that a later Resume of it can be told.
+  std::vector<SnapshotSummary> Scan(std::vector<std::pair<SessionId, Status>>* refused = nullptr);
   // The summary of one stored snapshot (NOT_FOUND without one).
   StatusOr<SnapshotSummary> Summary(SessionId id) const;
   // Snapshot bytes of a session: captured from the engine when resident (written to the store
@@ -122,6 +128,7 @@ class SessionPersister {
     bool urgent = false;
     bool forget = false;                // delete its snapshot (the session closed)
     std::chrono::milliseconds backoff{0};
+    Clock::time_point retry_at{};       // after a failed write: no offload before this
   };
   using QueueKey = std::pair<Clock::time_point, SessionId>;  // due (urgent: the epoch), id
 
@@ -129,6 +136,8 @@ class SessionPersister {
   // Captures and writes one session (on the writer or the caller's thread, under write_mu_).
   Status WriteNow(SessionId id, bool* skipped);
   void Schedule(SessionId id, bool urgent);
+  // A write of `e` failed: the next attempt waits for the doubled backoff (requires mu_).
+  void NoteFailedWrite(Entry& e);
   // Decodes snapshot bytes; refusals of a stored file move it aside (`file` non-empty).
   StatusOr<SessionState> Decode(std::span<const uint8_t> bytes, const std::string& file);
   Status RejectFile(const std::string& file, const Status& why);

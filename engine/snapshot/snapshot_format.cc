@@ -132,6 +132,19 @@ class Writer {
     Bytes(&value, sizeof(T));
   }
 
+  // A section whose payload of `length` bytes is already in place after its header: only the
+  // header (with the checksum of those bytes) and the padding are written.
+  void SectionInPlace(uint32_t tag, size_t length) {
+    const uint8_t* payload = buffer_ + pos_ + L::kSectionHeaderSize;
+    Put<uint32_t>(tag);
+    Put<uint32_t>(0);
+    Put<uint64_t>(length);
+    Put<uint64_t>(XXH3_64bits(payload, length));
+    pos_ += length;
+    static constexpr uint8_t kZeros[L::kAlignment] = {};
+    Bytes(kZeros, L::PaddedLength(pos_) - pos_);
+  }
+
   // One section: header, the payload's parts back to back, zero padding.
   void Section(uint32_t tag, std::initializer_list<std::span<const uint8_t>> parts) {
     XXH3_state_t state;
@@ -157,14 +170,28 @@ class Writer {
   size_t pos_ = 0;
 };
 
-size_t EncodedSize(const SessionState& state, const SnapshotContext& context) {
-  const size_t tokens = (state.cached_tokens.size() + state.pending.size()) * sizeof(int32_t);
-  const size_t kv = state.kv.data.size() * sizeof(uint16_t);
-  return L::kHeaderSize + 5 * L::kSectionHeaderSize + L::PaddedLength(MetaLength(state, context)) +
-         L::PaddedLength(tokens) + L::PaddedLength(kv) + L::PaddedLength(MetadataLength(state));
+size_t KvBytesOf(const SessionState& state, bool kv_in_place) {
+  return static_cast<size_t>(kv_in_place ? state.kv.elements()
+                                         : static_cast<int64_t>(state.kv.data.size())) *
+         sizeof(uint16_t);
 }
 
-void Encode(const SessionState& state, const SnapshotContext& context, Writer* w) {
+size_t EncodedSize(const SessionState& state, const SnapshotContext& context, bool kv_in_place) {
+  const size_t tokens = (state.cached_tokens.size() + state.pending.size()) * sizeof(int32_t);
+  return L::kHeaderSize + 5 * L::kSectionHeaderSize + L::PaddedLength(MetaLength(state, context)) +
+         L::PaddedLength(tokens) + L::PaddedLength(KvBytesOf(state, kv_in_place)) +
+         L::PaddedLength(MetadataLength(state));
+}
+
+// Offset of the KV payload: header, META and TOKENS before it.
+size_t KvOffset(const SessionState& state, const SnapshotContext& context) {
+  const size_t tokens = (state.cached_tokens.size() + state.pending.size()) * sizeof(int32_t);
+  return L::kHeaderSize + 3 * L::kSectionHeaderSize + L::PaddedLength(MetaLength(state, context)) +
+         L::PaddedLength(tokens);
+}
+
+void Encode(const SessionState& state, const SnapshotContext& context, Writer* w,
+            bool kv_in_place = false) {
   uint8_t header[L::kHeaderChecksummed] = {};
   std::memcpy(header, L::kMagic, sizeof(L::kMagic));
   std::memcpy(header + L::kHeaderVersionOffset, &L::kFormatVersion, sizeof(uint32_t));
@@ -174,7 +201,11 @@ void Encode(const SessionState& state, const SnapshotContext& context, Writer* w
   const std::vector<uint8_t> meta = MetaPayload(state, context);
   w->Section(L::kTagMeta, {meta});
   w->Section(L::kTagTokens, {AsBytes(state.cached_tokens), AsBytes(state.pending)});
-  w->Section(L::kTagKv, {AsBytes(state.kv.data)});
+  if (kv_in_place) {
+    w->SectionInPlace(L::kTagKv, KvBytesOf(state, true));
+  } else {
+    w->Section(L::kTagKv, {AsBytes(state.kv.data)});
+  }
   const std::vector<uint8_t> metadata = MetadataPayload(state);
   w->Section(L::kTagMetadata, {metadata});
   w->Section(L::kTagEnd, {});
@@ -183,12 +214,33 @@ void Encode(const SessionState& state, const SnapshotContext& context, Writer* w
 }  // namespace
 
 size_t EncodedSnapshotSize(const SessionState& state, const SnapshotContext& context) {
-  return EncodedSize(state, context);
+  return EncodedSize(state, context, false);
+}
+
+size_t EncodedSnapshotSizeForKv(const SessionState& state, const SnapshotContext& context) {
+  return EncodedSize(state, context, true);
+}
+
+size_t SnapshotKvOffset(const SessionState& state, const SnapshotContext& context) {
+  return KvOffset(state, context);
+}
+
+StatusOr<size_t> EncodeSnapshotAroundKv(const SessionState& state, const SnapshotContext& context,
+                                        std::span<uint8_t> out) {
+  const size_t size = EncodedSize(state, context, true);
+  if (out.size() < size) {
+    return InvalidArgumentError("snapshot buffer of " + std::to_string(out.size()) +
+                                " bytes is too small: the snapshot needs " + std::to_string(size));
+  }
+  Writer w(out.data());
+  Encode(state, context, &w, /*kv_in_place=*/true);
+  if (w.pos() != size) std::abort();  // EncodedSize and Encode disagree: a bug here
+  return size;
 }
 
 StatusOr<size_t> EncodeSnapshotTo(const SessionState& state, const SnapshotContext& context,
                                   std::span<uint8_t> out) {
-  const size_t size = EncodedSize(state, context);
+  const size_t size = EncodedSize(state, context, false);
   if (out.size() < size) {
     return InvalidArgumentError("snapshot buffer of " + std::to_string(out.size()) +
                                 " bytes is too small: the snapshot needs " + std::to_string(size));
@@ -200,7 +252,7 @@ StatusOr<size_t> EncodeSnapshotTo(const SessionState& state, const SnapshotConte
 }
 
 std::vector<uint8_t> EncodeSnapshot(const SessionState& state, const SnapshotContext& context) {
-  const size_t size = EncodedSize(state, context);
+  const size_t size = EncodedSize(state, context, false);
   std::vector<uint8_t> out;
   out.reserve(size);
   Writer w(&out);

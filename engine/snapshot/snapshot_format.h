@@ -101,6 +101,17 @@ StatusOr<size_t> EncodeSnapshotTo(const SessionState& state, const SnapshotConte
 // The same into a vector reserved once (no zero-filling, one copy of the K/V image).
 std::vector<uint8_t> EncodeSnapshot(const SessionState& state, const SnapshotContext& context);
 
+// Encoding around K/V that are already in place, so that a capture gathers them from the pool
+// straight into the snapshot (no image in between, no second copy). For a state whose kv
+// dimensions are set (its data is not used): the snapshot's size and where in it the K/V
+// payload starts (8-aligned). The caller writes kv.elements() f16 values there, then
+// EncodeSnapshotAroundKv writes everything else (and the KV section's checksum over the bytes
+// found in place). `out` must hold EncodedSnapshotSizeForKv bytes.
+size_t EncodedSnapshotSizeForKv(const SessionState& state, const SnapshotContext& context);
+size_t SnapshotKvOffset(const SessionState& state, const SnapshotContext& context);
+StatusOr<size_t> EncodeSnapshotAroundKv(const SessionState& state, const SnapshotContext& context,
+                                        std::span<uint8_t> out);
+
 // The state in `bytes`, checked against `expected` (see the error codes above; the writer's
 // block_size and streamd_version are not compared). With `kv_in_place`, the K/V are not copied
 // into state.kv (its dimensions are set, its data left empty): *kv_in_place views them inside

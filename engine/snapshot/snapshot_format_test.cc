@@ -78,6 +78,20 @@ TEST(SnapshotFormatTest, RandomStatesRoundTripInEveryMode) {
     ASSERT_EQ(*written, bytes.size());
     ASSERT_TRUE(std::equal(bytes.begin(), bytes.end(), buffer.begin()));
     ASSERT_EQ(buffer.back(), 0xab);
+
+    // Around K/V put in place first (as a capture gathers them): the same bytes again.
+    SessionState meta = state;
+    meta.kv.data.clear();
+    ASSERT_EQ(EncodedSnapshotSizeForKv(meta, ctx), bytes.size());
+    const size_t at = SnapshotKvOffset(meta, ctx);
+    ASSERT_EQ(at % 8, 0u);
+    std::vector<uint8_t> around(bytes.size() + 8, 0xcd);
+    std::memcpy(around.data() + at, state.kv.data.data(), state.kv.data.size() * 2);
+    auto placed = EncodeSnapshotAroundKv(meta, ctx, around);
+    ASSERT_TRUE(placed.ok()) << placed.status().ToString();
+    ASSERT_EQ(*placed, bytes.size());
+    ASSERT_TRUE(std::equal(bytes.begin(), bytes.end(), around.begin()));
+    EXPECT_FALSE(EncodeSnapshotAroundKv(meta, ctx, std::span<uint8_t>(around.data(), 8)).ok());
   }
 }
 

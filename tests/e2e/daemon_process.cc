@@ -1,10 +1,12 @@
 #include "tests/e2e/daemon_process.h"
 
 #include <gtest/gtest.h>
+#include <httplib.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -29,6 +31,8 @@ std::string ReadFile(const std::string& path) {
 
 // fork + exec with stdout/stderr redirected to files in `dir`.
 pid_t Spawn(const std::vector<std::string>& args, const std::string& dir) {
+  // The child's freopen would otherwise write out what this process has buffered, again.
+  std::fflush(nullptr);
   const pid_t pid = fork();
   if (pid != 0) return pid;
   const std::string out = dir + "/stdout", err = dir + "/stderr";
@@ -49,7 +53,8 @@ std::string ModelPath() {
   return env != nullptr ? env : "";
 }
 
-std::unique_ptr<DaemonProcess> DaemonProcess::Start(const std::vector<std::string>& overrides) {
+std::unique_ptr<DaemonProcess> DaemonProcess::Start(const std::vector<std::string>& overrides,
+                                                    const std::vector<std::string>& wrap) {
   if (ModelPath().empty()) {
     ADD_FAILURE() << "STREAMD_MODEL is not set: run the tests with `make test`, or set "
                      "STREAMD_MODEL=$(scripts/fetch-model.sh)";
@@ -57,18 +62,20 @@ std::unique_ptr<DaemonProcess> DaemonProcess::Start(const std::vector<std::strin
   }
   auto d = std::unique_ptr<DaemonProcess>(new DaemonProcess());
   d->dir_ = MakeTempDir();
-  std::vector<std::string> args = {StreamdBinary(),
-                                   "serve",
-                                   "--port-file=" + d->dir_ + "/port",
-                                   "--model.path=" + ModelPath(),
-                                   "--server.listen_address=127.0.0.1:0",
-                                   "--server.metrics_address=127.0.0.1:0",
-                                   "--engine.kv_pool=96MiB",
-                                   "--engine.threads=2",
-                                   // Its own snapshots: never another test daemon's (tests
-                                   // that restart a daemon pass one directory to both).
-                                   "--sessions.snapshot_dir=" + d->dir_ + "/sessions",
-                                   "--logging.level=warn"};
+  std::vector<std::string> args = wrap;
+  const std::vector<std::string> serve = {StreamdBinary(),
+                                          "serve",
+                                          "--port-file=" + d->dir_ + "/port",
+                                          "--model.path=" + ModelPath(),
+                                          "--server.listen_address=127.0.0.1:0",
+                                          "--server.metrics_address=127.0.0.1:0",
+                                          "--engine.kv_pool=96MiB",
+                                          "--engine.threads=2",
+                                          // Its own snapshots: never another test daemon's (tests
+                                          // that restart a daemon pass one directory to both).
+                                          "--sessions.snapshot_dir=" + d->dir_ + "/sessions",
+                                          "--logging.level=warn"};
+  args.insert(args.end(), serve.begin(), serve.end());
   args.insert(args.end(), overrides.begin(), overrides.end());
   d->pid_ = Spawn(args, d->dir_);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
@@ -109,6 +116,13 @@ void DaemonProcess::Terminate() const {
   if (pid_ > 0) kill(pid_, SIGTERM);
 }
 
+void DaemonProcess::Kill() {
+  if (pid_ <= 0) return;
+  kill(pid_, SIGKILL);
+  waitpid(pid_, nullptr, 0);
+  pid_ = -1;
+}
+
 int DaemonProcess::Wait(std::chrono::seconds timeout) {
   if (pid_ <= 0) return -1;
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -124,12 +138,51 @@ int DaemonProcess::Wait(std::chrono::seconds timeout) {
 }
 
 std::string DaemonProcess::Stderr() const { return ReadFile(dir_ + "/stderr"); }
+std::string DaemonProcess::Stdout() const { return ReadFile(dir_ + "/stdout"); }
+
+int DaemonProcess::MetricsPort() const {
+  const std::string out = Stdout();
+  const std::string marker = "(metrics http://";
+  const size_t at = out.find(marker);
+  if (at == std::string::npos) return 0;
+  const size_t end = out.find("/metrics)", at);
+  const size_t colon = out.rfind(':', end);
+  if (end == std::string::npos || colon == std::string::npos || colon < at) return 0;
+  return std::atoi(out.substr(colon + 1, end - colon - 1).c_str());
+}
+
+std::string DaemonProcess::ScrapeMetrics() const {
+  const int port = MetricsPort();
+  if (port <= 0) return "";
+  httplib::Client client("127.0.0.1", port);
+  client.set_connection_timeout(10);  // a daemon that stops answering fails the test, not hangs it
+  client.set_read_timeout(10);
+  const httplib::Result res = client.Get("/metrics");
+  if (!res || res->status != 200) return "";
+  return res->body;
+}
+
+double MetricValue(const std::string& body, const std::string& series) {
+  std::istringstream in(body);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.size() > series.size() && line.compare(0, series.size(), series) == 0 &&
+        line[series.size()] == ' ') {
+      return std::strtod(line.c_str() + series.size() + 1, nullptr);
+    }
+  }
+  return -1;
+}
 
 RunResult RunStreamd(const std::vector<std::string>& args) {
-  const std::string dir = MakeTempDir();
   std::vector<std::string> full = {StreamdBinary()};
   full.insert(full.end(), args.begin(), args.end());
-  const pid_t pid = Spawn(full, dir);
+  return RunProgram(full);
+}
+
+RunResult RunProgram(const std::vector<std::string>& argv) {
+  const std::string dir = MakeTempDir();
+  const pid_t pid = Spawn(argv, dir);
   int status = 0;
   waitpid(pid, &status, 0);
   RunResult r{WIFEXITED(status) ? WEXITSTATUS(status) : -1, ReadFile(dir + "/stdout"),

@@ -15,21 +15,38 @@ namespace streamd::e2e {
 
 class DaemonProcess {
  public:
-  // Starts `streamd serve` with the test defaults plus `overrides` ("--sessions.x=y") and
-  // waits until it listens. Fails the test (ADD_FAILURE) and returns null when it does not.
-  static std::unique_ptr<DaemonProcess> Start(const std::vector<std::string>& overrides = {});
+  // Starts `streamd serve` with the test defaults plus `overrides` ("--sessions.x=y"; a later
+  // flag wins over an earlier one of the same key) and waits until it listens. Fails the test
+  // (ADD_FAILURE) and returns null when it does not.
+  //
+  // `wrap`, when not empty, is a command that the daemon's command line is appended to: the
+  // process runs `wrap[0] wrap[1..] streamd serve ...`. It changes the daemon's environment
+  // (a private mount namespace: {"unshare", "-m", "sh", "-c", "mount ... && exec \"$@\"",
+  // "sh"}) and must exec the daemon in the same process, so that pid() and the signals of
+  // Kill/Terminate reach streamd itself.
+  static std::unique_ptr<DaemonProcess> Start(const std::vector<std::string>& overrides = {},
+                                              const std::vector<std::string>& wrap = {});
   ~DaemonProcess();  // SIGKILL if still running
 
   int port() const { return port_; }
+  pid_t pid() const { return pid_; }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   std::shared_ptr<grpc::Channel> Channel(const grpc::ChannelArguments& args = {}) const;
 
   // Sends SIGTERM (graceful shutdown).
   void Terminate() const;
+  // SIGKILL (no shutdown at all) and waits for the process to be gone.
+  void Kill();
   // Waits for the exit; returns the exit code, or -1 on timeout / death by signal.
   int Wait(std::chrono::seconds timeout);
-  // Everything the daemon wrote to stderr so far.
+  // Everything the daemon wrote to stderr (its log) and stdout so far.
   std::string Stderr() const;
+  std::string Stdout() const;
+  // The metrics HTTP port, from the "listening on ... (metrics http://HOST:PORT/metrics)" line
+  // of its stdout; 0 when there is none.
+  int MetricsPort() const;
+  // The body of GET /metrics (Prometheus text), or "" when the request fails.
+  std::string ScrapeMetrics() const;
 
  private:
   pid_t pid_ = -1;
@@ -43,9 +60,16 @@ struct RunResult {
 };
 // Runs the streamd binary with `args` and waits for it.
 RunResult RunStreamd(const std::vector<std::string>& args);
+// Runs `argv` (argv[0] is a path: no $PATH lookup) and waits for it.
+RunResult RunProgram(const std::vector<std::string>& argv);
 
 // The streamd binary under test (compiled in) and the model ($STREAMD_MODEL).
 std::string StreamdBinary();
 std::string ModelPath();
+
+// The value of the sample `series` (its name and labels exactly as exposed, e.g.
+// `streamd_snapshots_rejected_total{reason="DATA_LOSS"}`) in a Prometheus text body; -1 when
+// the series is absent.
+double MetricValue(const std::string& body, const std::string& series);
 
 }  // namespace streamd::e2e

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # streamctl against a real `streamd serve` (port 0): health, generate (text, --tokens, --json),
 # sessions list/get/close and --session by their 32-hex-digit ids, and errors reported with their
-# code and a non-zero exit (malformed ids before any call, unknown ones from the server).
+# code and a non-zero exit (malformed ids before any call, unknown ones from the server); then
+# sessions export/import between two daemons (the session continues alike on both), the
+# offloaded column of sessions list, and the transfers' errors.
 # Usage: STREAMD_MODEL=PATH streamctl_test.sh STREAMD_BINARY STREAMCTL_BINARY
 set -u
 streamd="$1"
@@ -93,6 +95,120 @@ wait "$pid"
 rc=$?
 pid=""
 [ "$rc" -eq 0 ] || fail "daemon exit code $rc after SIGTERM"
+
+# sessions export / import: a session moves from daemon A to daemon B (same model, each its own
+# snapshot directory) and continues there as it does on A. One token per step on both, so that
+# both compute every token alike (the CPU's sums differ in their last bits between batch shapes).
+start_daemon() {  # NAME [FLAGS...]: starts a daemon; its address in $tmp/NAME.addr
+  local name="$1"; shift
+  "$streamd" serve --port-file "$tmp/$name.port" --model.path="$model" \
+    --server.listen_address=127.0.0.1:0 --server.metrics_address=127.0.0.1:0 \
+    --engine.kv_pool=64MiB --engine.max_batch_tokens=1 --engine.max_batch_sessions=1 \
+    --engine.max_chunk=1 --sessions.default_window=64 --sessions.snapshot_dir="$tmp/$name" \
+    --logging.level=warn "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+  echo $! >"$tmp/$name.pid"
+  for _ in $(seq 1 600); do [ -s "$tmp/$name.port" ] && break; sleep 0.1; done
+  if [ ! -s "$tmp/$name.port" ]; then
+    echo "FAIL: daemon $name did not start: $(cat "$tmp/$name.err")"
+    exit 1
+  fi
+  echo "127.0.0.1:$(cat "$tmp/$name.port")" >"$tmp/$name.addr"
+}
+stop_daemon() {
+  local p; p=$(cat "$tmp/$1.pid")
+  kill -TERM "$p"
+  for _ in $(seq 1 600); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+  wait "$p" || fail "daemon $1 exit code $? after SIGTERM"
+}
+cleanup() {
+  [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
+  for f in "$tmp"/*.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done
+  rm -rf "$tmp"
+}
+# B offloads detached sessions after 1 s, so that its listing shows one.
+start_daemon a
+start_daemon b --sessions.offload_after=1s
+ctl_a() { "$streamctl" "$@" --address "$(cat "$tmp/a.addr")"; }
+ctl_b() { "$streamctl" "$@" --address "$(cat "$tmp/b.addr")"; }
+prompt="504,2365,6354,16438,27003,690,260,23790,2767,30"
+ctl_a generate --tokens --prompt "$prompt" -n 6 --temperature 0 --keep >/dev/null 2>"$tmp/keep" ||
+  fail "generate --keep on a"
+id=$(grep -oE 'session [0-9a-f]{32} left open' "$tmp/keep" | awk '{print $2}')
+[ -n "$id" ] || fail "--keep printed no session id: $(cat "$tmp/keep")"
+seen_a=$(ctl_a sessions get "$id" --json | grep -oE '"tokens_seen":[0-9]+')
+[ "$seen_a" = '"tokens_seen":16' ] || fail "session on a: $seen_a"
+
+out=$(ctl_a sessions export "$id" --out "$tmp/s.snap") || fail "sessions export --out: $out"
+echo "$out" | grep -qE "^exported session $id: [0-9]+ bytes to $tmp/s.snap$" || fail "export: $out"
+[ -s "$tmp/s.snap" ] || fail "export --out wrote nothing"
+[ -e "$tmp/s.snap.partial" ] && fail "export left its temporary file"
+ctl_a sessions export "$id" >"$tmp/s2.snap" || fail "sessions export to stdout"
+[ "$(stat -c %s "$tmp/s.snap")" = "$(stat -c %s "$tmp/s2.snap")" ] ||
+  fail "export to stdout and to --out differ in size"
+head -c 8 "$tmp/s2.snap" | grep -q "STRMDSNP" || fail "stdout does not hold a snapshot"
+# A terminal is refused (script(1) gives the command one), with a message and exit 1.
+if command -v script >/dev/null; then
+  script -qec "$streamctl sessions export $id --address $(cat "$tmp/a.addr")" /dev/null \
+    >"$tmp/tty" 2>&1 && fail "export to a terminal succeeded"
+  grep -q "FAILED_PRECONDITION: sessions export: stdout is a terminal" "$tmp/tty" ||
+    fail "export to a terminal: $(cat "$tmp/tty")"
+fi
+
+out=$(ctl_b sessions import "$tmp/s.snap" --json) || fail "sessions import: $out"
+echo "$out" | grep -q "\"session_id\":\"$id\"" || fail "import --json: $out"
+echo "$out" | grep -q '"resident":true' || fail "import --json resident: $out"
+echo "$out" | grep -q '"tokens_seen":16' || fail "import --json tokens_seen: $out"
+[ -f "$tmp/b/$id.snap" ] || fail "the import is not in b's snapshot directory"
+if ctl_b sessions import - <"$tmp/s2.snap" 2>"$tmp/e" >/dev/null; then
+  fail "a second import of $id succeeded"
+fi
+grep -q "ALREADY_EXISTS: import: session $id already exists here" "$tmp/e" ||
+  fail "second import: $(cat "$tmp/e")"
+# Detached on b for over offload_after: listed as offloaded, with the same context.
+for _ in $(seq 1 100); do
+  ctl_b sessions list | grep -q "^$id .* offloaded detached" && break
+  sleep 0.1
+done
+ctl_b sessions list | grep -q "^$id .* offloaded detached" ||
+  fail "sessions list on b does not show $id offloaded: $(ctl_b sessions list)"
+ctl_b sessions get "$id" --json | grep -q '"offloaded":true' || fail "get --json offloaded"
+seen_b=$(ctl_b sessions get "$id" --json | grep -oE '"tokens_seen":[0-9]+')
+[ "$seen_b" = "$seen_a" ] || fail "tokens_seen on b ($seen_b) differs from a ($seen_a)"
+# The same continuation on both (b reads it back from disk first).
+more="5765,1024,3004"
+cont_a=$(ctl_a generate --session "$id" --tokens --prompt "$more" -n 8 --temperature 0 --json |
+  tail -1 | grep -oE '"token_ids":\[[0-9,]*\]')
+cont_b=$(ctl_b generate --session "$id" --tokens --prompt "$more" -n 8 --temperature 0 --json |
+  tail -1 | grep -oE '"token_ids":\[[0-9,]*\]')
+[ -n "$cont_a" ] && [ "$cont_a" = "$cont_b" ] ||
+  fail "continuation on b ($cont_b) differs from a ($cont_a)"
+
+# Errors: one line naming the value and the reason, exit 1.
+if ctl_a sessions export 0123456789abcdef0123456789abcdef --out "$tmp/x.snap" 2>"$tmp/e"; then
+  fail "export of an unknown session succeeded"
+fi
+grep -q "NOT_FOUND: session_id: session 0123456789abcdef0123456789abcdef" "$tmp/e" ||
+  fail "export unknown: $(cat "$tmp/e")"
+[ -e "$tmp/x.snap" ] || [ -e "$tmp/x.snap.partial" ] && fail "a failed export left a file"
+if ctl_b sessions import "$tmp/nonexistent.snap" 2>"$tmp/e"; then fail "import of no file"; fi
+grep -q "NOT_FOUND: sessions import: cannot open \"$tmp/nonexistent.snap\"" "$tmp/e" ||
+  fail "import of no file: $(cat "$tmp/e")"
+: >"$tmp/empty.snap"
+if ctl_b sessions import "$tmp/empty.snap" 2>"$tmp/e"; then fail "import of an empty file"; fi
+grep -q "INVALID_ARGUMENT: sessions import: \"$tmp/empty.snap\" is empty" "$tmp/e" ||
+  fail "import of an empty file: $(cat "$tmp/e")"
+head -c 5000 "$tmp/s2.snap" >"$tmp/cut.snap"
+if ctl_b sessions import "$tmp/cut.snap" 2>"$tmp/e"; then fail "import of a truncated file"; fi
+grep -q "DATA_LOSS: " "$tmp/e" || fail "import of a truncated file: $(cat "$tmp/e")"
+[ "$(wc -l <"$tmp/e")" -eq 1 ] || fail "the error is not one line: $(cat "$tmp/e")"
+if ctl_b sessions import 2>"$tmp/e"; then fail "import without a file"; fi
+grep -q "INVALID_ARGUMENT: sessions import needs a snapshot file" "$tmp/e" ||
+  fail "import without a file: $(cat "$tmp/e")"
+if ctl_b sessions list --out "$tmp/x" 2>"$tmp/e"; then fail "list --out succeeded"; fi
+grep -q "INVALID_ARGUMENT: --out is for sessions export only" "$tmp/e" ||
+  fail "list --out: $(cat "$tmp/e")"
+stop_daemon a
+stop_daemon b
 
 [ "$failed" -eq 0 ] && echo "streamctl_test: all passed"
 exit "$failed"

@@ -54,6 +54,8 @@ constexpr const char* kUsage =
     "                             Ctrl-C cancels the answer, Ctrl-C at the prompt or EOF quits\n"
     "  generate --prompt TEXT     one completion, streamed\n"
     "  sessions list|get ID|close ID\n"
+    "  sessions export ID [--out FILE]   a session's snapshot (stdout must not be a terminal)\n"
+    "  sessions import FILE|-     creates the session of a snapshot (same model)\n"
     "  health                     the daemon's health (exit 0 when SERVING)\n"
     "\n"
     "Common flags: --address HOST:PORT, --json, --tokens. `streamctl <command> --help` lists\n"
