@@ -35,7 +35,13 @@ inline int64_t NextOf(uint64_t state) { return static_cast<int64_t>(state & kFie
 }  // namespace
 
 ThreadPool::ThreadPool(int threads) {
-  for (int t = 1; t < threads; ++t) workers_.emplace_back([this, t] { WorkerLoop(t); });
+  // The generation a worker starts from is read here, not when its thread first runs: a thread
+  // the OS starts late would otherwise take a job published meanwhile for one it had seen, and
+  // skip it (the caller then ran it alone).
+  const uint64_t gen = GenOf(state_.load(std::memory_order_acquire));
+  for (int t = 1; t < threads; ++t) {
+    workers_.emplace_back([this, t, gen] { WorkerLoop(t, gen); });
+  }
 }
 
 ThreadPool::~ThreadPool() {
@@ -85,8 +91,7 @@ void ThreadPool::RunTasks(int thread) {
   }
 }
 
-void ThreadPool::WorkerLoop(int thread) {
-  uint64_t seen_gen = GenOf(state_.load(std::memory_order_acquire));
+void ThreadPool::WorkerLoop(int thread, uint64_t seen_gen) {
   while (true) {
     // Wait for a new job: spin briefly, then sleep until the next one is published.
     int spin = 0;

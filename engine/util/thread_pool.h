@@ -58,7 +58,8 @@ class ThreadPool {
 
   // Claims tasks of the current job and runs them until none is left.
   void RunTasks(int thread);
-  void WorkerLoop(int thread);
+  // Runs the jobs published after generation `seen_gen`.
+  void WorkerLoop(int thread, uint64_t seen_gen);
 
   // The current job's claim state: [generation:16 | n_tasks:24 | next task:24]. A claim is one
   // compare-exchange of the whole word, so a worker that succeeds holds a task of the job that

@@ -1,5 +1,9 @@
 #include "engine/util/thread_pool.h"
 
+#include <sched.h>
+
+#include <thread>
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -69,6 +73,34 @@ TEST(ThreadPoolTest, SleepingWorkersWakeForTheNextLoop) {
     for (auto& c : by_thread) used += c.load() > 0;
     EXPECT_GE(used, 2) << "round " << round;
   }
+}
+
+// A worker whose thread starts only after the caller published the first loop still runs it.
+// Pinned to one CPU, a new thread cannot run before its creator yields, so the loop is always
+// published first; its two tasks can only finish if both run at once.
+TEST(ThreadPoolTest, AWorkerThatStartsLateStillRunsTheFirstLoop) {
+  cpu_set_t before;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(before), &before), 0);
+  int cpu = 0;
+  while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &before)) ++cpu;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);  // this thread; new threads inherit it
+  std::atomic<int> started{0}, met{0};
+  {
+    ThreadPool pool(2);
+    pool.ParallelFor(2, [&](int64_t, int) {
+      started.fetch_add(1);
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (started.load() < 2 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::yield();
+      }
+      if (started.load() == 2) met.fetch_add(1);
+    });
+  }
+  ASSERT_EQ(sched_setaffinity(0, sizeof(before), &before), 0);
+  EXPECT_EQ(met.load(), 2) << "the worker skipped the loop published before it first ran";
 }
 
 }  // namespace
