@@ -95,10 +95,10 @@ std::shared_ptr<ServerSession> SessionRegistry::AddOffloaded(const SnapshotSumma
   const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                              std::chrono::system_clock::now().time_since_epoch())
                              .count();
-  s->detached_at =
-      Clock::now() - std::chrono::milliseconds(std::max<int64_t>(0, now_ms - summary.saved_unix_ms));
+  const int64_t saved_ago_ms = std::max<int64_t>(0, now_ms - summary.saved_unix_ms);
+  s->detached_at = Clock::now() - std::chrono::milliseconds(saved_ago_ms);
   std::lock_guard<std::mutex> lock(mu_);
-  auto [it, inserted] = sessions_.emplace(summary.id, s);
+  auto it = sessions_.emplace(summary.id, s).first;
   return it->second;
 }
 

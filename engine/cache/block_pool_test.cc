@@ -143,7 +143,8 @@ TEST(BlockPoolTest, BlockCopiesMoveEveryLayerOfTheNamedBlocksOnly) {
         const uint16_t want =
             t == targets.end()
                 ? before[layer * l.layer_elems() + b * l.block_elems() + e]
-                : static_cast<uint16_t>(layer * 1000 + ids[t - targets.begin()] * l.block_elems() + e);
+                : static_cast<uint16_t>(layer * 1000 +
+                                        ids[t - targets.begin()] * l.block_elems() + e);
         ASSERT_EQ(got, want) << "layer " << layer << " block " << b << " element " << e;
       }
     }

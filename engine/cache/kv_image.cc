@@ -121,7 +121,9 @@ Status WriteCacheKv(const SessionCache& cache, const KvView& kv) {
   const kernels::KvPoolLayout& l = pool.layout();
   const int64_t block_run = l.block_elems() * l.n_layers;
   std::vector<uint16_t> staged;
-  if (!pool.host_accessible()) staged.assign(static_cast<size_t>(block_run) * BlockList(cache).size(), 0);
+  if (!pool.host_accessible()) {
+    staged.assign(static_cast<size_t>(block_run) * BlockList(cache).size(), 0);
+  }
   ForEachRun(cache, [&](int32_t block, int64_t listed, int32_t slot, int64_t index, int64_t run) {
     for (int32_t layer = 0; layer < l.n_layers; ++layer) {
       uint16_t* base = pool.host_accessible()

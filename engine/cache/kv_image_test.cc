@@ -88,7 +88,8 @@ TEST(KvImageTest, RoundTripsInCacheOrderAcrossBlockSizes) {
     ASSERT_EQ(image->n_tokens, span.size());
     for (int64_t i = 0; i < span.size(); ++i) {
       for (int32_t d = 0; d < kShape.head_dim; ++d) {
-        ASSERT_EQ(image->data[image->Offset(2, 1, 1, i) + d], ValueAt(2, 1, 1, span.Position(i), d));
+        ASSERT_EQ(image->data[image->Offset(2, 1, 1, i) + d],
+                  ValueAt(2, 1, 1, span.Position(i), d));
       }
     }
     for (int32_t block : {1, 3, 16}) {

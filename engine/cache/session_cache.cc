@@ -259,9 +259,9 @@ Status SessionCache::Restore(int64_t tokens_seen, std::span<const int32_t> cache
           : WindowBlock(span.window_end - 1 - spec_.sinks) -
                 WindowBlock(span.window_begin - spec_.sinks) + 1;
   if (sink_blocks + window_blocks > pool_->free_blocks()) {
-    return ResourceExhaustedError("restore: the KV pool has " +
-                                  std::to_string(pool_->free_blocks()) + " free blocks; the cache needs " +
-                                  std::to_string(sink_blocks + window_blocks));
+    return ResourceExhaustedError(
+        "restore: the KV pool has " + std::to_string(pool_->free_blocks()) +
+        " free blocks; the cache needs " + std::to_string(sink_blocks + window_blocks));
   }
   for (int64_t i = 0; i < sink_blocks; ++i) sink_blocks_.push_back(pool_->Allocate());
   if (window_blocks > 0) first_block_ = WindowBlock(span.window_begin - spec_.sinks);

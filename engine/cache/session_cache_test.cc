@@ -108,7 +108,8 @@ TEST_P(SessionCacheBoundTest, BoundHoldsAndVisibleTokensAreNeverOverwritten) {
       ASSERT_LE(cache.blocks_held(), cache.bound_blocks()) << "at rest the bound holds";
       ASSERT_EQ(cache.tokens_cached(),
                 std::min<int64_t>(cache.tokens_seen(), c.sinks) +
-                    std::min<int64_t>(std::max<int64_t>(cache.tokens_seen() - c.sinks, 0), c.window));
+                    std::min<int64_t>(std::max<int64_t>(cache.tokens_seen() - c.sinks, 0),
+                                      c.window));
       ASSERT_EQ(cache.tokens_evicted(), cache.tokens_seen() - cache.tokens_cached());
       ASSERT_EQ(pool.used_blocks(), cache.blocks_held());
       // The cached ids are the committed ids of the cached span.

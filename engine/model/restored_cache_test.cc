@@ -49,7 +49,8 @@ TEST(RestoredCacheTest, ContinuesAsTheOriginalInAnyBlockSize) {
     std::vector<float> logits(static_cast<size_t>(vocab) * 32);
     for (size_t i = 0; i < history.size(); i += 32) {
       const size_t n = std::min<size_t>(32, history.size() - i);
-      ASSERT_TRUE(model.Forward({history.data() + i, n}, **a, LogitsMode::kLast, logits.data()).ok());
+      ASSERT_TRUE(
+          model.Forward({history.data() + i, n}, **a, LogitsMode::kLast, logits.data()).ok());
     }
     auto image = ReadCacheKv(**a);
     ASSERT_TRUE(image.ok());

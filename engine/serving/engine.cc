@@ -208,8 +208,9 @@ StatusOr<SessionId> Engine::Open(const SessionOptions& options) {
         std::to_string(pool_->total_blocks()) + " are reserved by open sessions and " +
         std::to_string(headroom_blocks_) + " by the prefill headroom");
   }
-  STREAMD_ASSIGN_OR_RETURN(std::unique_ptr<SessionCache> cache,
-                           SessionCache::Create(pool_.get(), spec, model_->config().context_length));
+  STREAMD_ASSIGN_OR_RETURN(
+      std::unique_ptr<SessionCache> cache,
+      SessionCache::Create(pool_.get(), spec, model_->config().context_length));
   auto s = std::make_unique<Session>();
   do {
     s->id = SessionId::Random();

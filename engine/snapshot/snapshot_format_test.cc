@@ -393,7 +393,8 @@ TEST(SnapshotFormatTest, SummaryReadsOnlyTheHeaderAndMeta) {
   const SnapshotContext ctx = TestContext(2, 2, 4);
   SessionState state = RandomState(rng, ctx, CacheMode::kSink, 8);
   state.tokens_seen = 100;
-  state.cached_tokens.assign(static_cast<size_t>(HeldTokens(100, state.sinks, state.window, state.mode)), 3);
+  state.cached_tokens.assign(
+      static_cast<size_t>(HeldTokens(100, state.sinks, state.window, state.mode)), 3);
   state.kv.n_tokens = static_cast<int64_t>(state.cached_tokens.size());
   state.kv.data.assign(static_cast<size_t>(state.kv.elements()), 1);
   std::vector<uint8_t> bytes = EncodeSnapshot(state, ctx);
