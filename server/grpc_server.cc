@@ -7,7 +7,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <grpcpp/resource_quota.h>
+
+#include <algorithm>
 #include <chrono>
+#include <limits>
 #include <thread>
 
 namespace streamd::server {
@@ -59,6 +63,36 @@ PersisterHooks MakePersisterHooks(metrics::SnapshotMetrics* m) {
   return h;
 }
 
+// What one connection may hold and how long it may hang around (docs/SECURITY.md, "The
+// transport"): enforced by gRPC itself, before any of our code runs.
+void ApplyTransportLimits(const TransportOptions& t, grpc::ServerBuilder* builder) {
+  const auto ms = [](std::chrono::milliseconds d) {
+    return static_cast<int>(std::min<int64_t>(d.count(), std::numeric_limits<int>::max()));
+  };
+  // Streams live for hours: keepalive pings find peers that vanished without a FIN.
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60'000);
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20'000);
+  // A client's own pings: at most one per min_ping_interval without data; each one closer is
+  // a strike, and a client past max_ping_strikes is sent GOAWAY (ping floods cost us CPU).
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                              ms(t.min_ping_interval));
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, t.max_ping_strikes);
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, t.max_streams_per_connection);
+  builder->AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, ms(t.handshake_timeout));
+  if (t.max_connection_idle.count() > 0) {
+    builder->AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, ms(t.max_connection_idle));
+  }
+  if (t.max_connection_age.count() > 0) {
+    builder->AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS, ms(t.max_connection_age));
+    builder->AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+                                ms(t.max_connection_age_grace));
+  }
+  grpc::ResourceQuota quota("streamd");
+  quota.Resize(static_cast<size_t>(t.memory_limit_bytes));
+  builder->SetResourceQuota(quota);
+}
+
 }  // namespace
 
 v1::ModelInfo MakeModelInfo(const Engine& engine, const ChatFormatter& chat) {
@@ -85,10 +119,11 @@ GrpcServer::GrpcServer(Engine& engine, const tokenizer::ChatTemplate& chat,
       persister_(std::move(persister)),
       registry_(engine,
                 RegistryOptions{options.limits.idle_timeout, options.persistence.offload_after,
-                                std::chrono::seconds(10)},
+                                std::chrono::seconds(10), options.limits.max_detached_share},
                 persister_.get()),
       chat_(chat, engine.tokenizer()),
-      ctx_{engine, registry_, chat_, tasks_, io_tasks_, options_},
+      ctx_{engine, registry_, admission_, chat_, tasks_, io_tasks_, options_},
+      admission_(registry_, options.limits.max_waiting_opens),
       service_(ctx_) {
   ctx_.model = {engine.tokenizer().vocab_size(), engine.model().config().context_length};
   ctx_.model_info = MakeModelInfo(engine, chat_);
@@ -127,12 +162,16 @@ StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
     s->ctx_.snapshots = &*s->snapshots_;
   }
   metrics::SnapshotMetrics* sm = s->snapshot_metrics_.get();
+  // A closed or offloaded session freed blocks: the oldest waiting Open may fit now.
+  AdmissionQueue* admission = &s->admission_;
   s->registry_.set_hooks(
-      {[metrics] {
+      {[metrics, admission] {
          if (metrics != nullptr) metrics->sessions_closed.Inc();
+         admission->Notify();
        },
-       [sm] {
+       [sm, admission] {
          if (sm != nullptr) sm->offloads.Inc();
+         admission->Notify();
        },
        {}});
   if (sm != nullptr) {
@@ -160,11 +199,7 @@ StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
   builder.RegisterService(&s->service_);
   builder.SetMaxReceiveMessageSize(options.limits.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_send_message_bytes);
-  // Streams live for hours: keepalive pings find peers that vanished without a FIN.
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60'000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20'000);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10'000);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  ApplyTransportLimits(options.transport, &builder);
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || s->port_ == 0) {
     if (s->server_ != nullptr) s->server_->Shutdown();

@@ -64,6 +64,8 @@ class GrpcServer {
   TaskRunner io_tasks_;
   std::optional<SnapshotContext> snapshots_;
   ServiceContext ctx_;
+  // After ctx_ (its streams' answers use it), before service_; it calls into registry_.
+  AdmissionQueue admission_;
   StreamdService service_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;

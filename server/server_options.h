@@ -26,6 +26,36 @@ struct ServerLimits {
   std::chrono::milliseconds idle_timeout{std::chrono::hours(24 * 7)};
   // The largest snapshot ImportSession takes.
   int64_t max_snapshot_bytes = int64_t{1} << 30;
+  // Opens waiting for KV blocks at once; beyond, an Open is refused (RESOURCE_EXHAUSTED).
+  int32_t max_waiting_opens = 1024;
+  // The share of the KV pool one client's resident detached sessions may reserve
+  // (RegistryOptions::max_detached_share).
+  double max_detached_share = 0.5;
+};
+
+// What one client connection may hold (gRPC channel arguments and resource quota): the
+// transport's defence against clients that misbehave or vanish.
+struct TransportOptions {
+  int32_t max_streams_per_connection = 100;  // concurrent streams (HTTP/2 SETTINGS)
+  // A stream that has no session this long after it started (or after its last failed Open or
+  // Resume) is ended; 0 = never.
+  std::chrono::milliseconds open_timeout{std::chrono::seconds(10)};
+  // A connection without streams for this long is closed (GOAWAY); 0 = never.
+  std::chrono::milliseconds max_connection_idle{std::chrono::minutes(10)};
+  // A connection older than this is asked to reconnect (GOAWAY; its streams may finish within
+  // max_connection_age_grace); 0 = never. Off by default: sessions stream for days.
+  std::chrono::milliseconds max_connection_age{0};
+  std::chrono::milliseconds max_connection_age_grace{std::chrono::minutes(5)};
+  // A client that has not completed its (TLS and HTTP/2) handshake this long is dropped.
+  std::chrono::milliseconds handshake_timeout{std::chrono::seconds(10)};
+  // Memory gRPC may use for buffers of all connections (grpc::ResourceQuota); beyond, reads
+  // wait and new connections are refused.
+  int64_t memory_limit_bytes = int64_t{1} << 30;
+  // Keepalive pings a client may send with no data in flight, at least this far apart; more
+  // count as strikes, and after max_ping_strikes the connection is closed (GOAWAY
+  // ENHANCE_YOUR_CALM).
+  std::chrono::milliseconds min_ping_interval{std::chrono::seconds(10)};
+  int32_t max_ping_strikes = 2;
 };
 
 // Sessions on disk (docs/SESSIONS.md): empty snapshot_dir = memory only.
@@ -48,6 +78,7 @@ struct ServerOptions {
   int32_t max_send_message_bytes = 4 << 20;
   SessionOptions session_defaults;  // Open without fields: mode, sinks, window, sampling
   PersistenceOptions persistence;
+  TransportOptions transport;
   // Shutdown: how long running generations may continue before they are cancelled.
   std::chrono::milliseconds grace_period{std::chrono::seconds(30)};
 };

@@ -6,6 +6,7 @@
 #include <atomic>
 
 #include "engine/api/streamd_engine.h"
+#include "server/admission_queue.h"
 #include "server/chat_formatter.h"
 #include "server/metrics/streamd_metrics.h"
 #include "server/proto_convert.h"
@@ -19,6 +20,7 @@ namespace streamd::server {
 struct ServiceContext {
   Engine& engine;
   SessionRegistry& registry;
+  AdmissionQueue& admission;  // Opens waiting for KV blocks
   const ChatFormatter& chat;
   TaskRunner& tasks;
   // Blocking snapshot work of RPCs (export, import): captures, encodes and file I/O, off the

@@ -1,40 +1,71 @@
 // SessionReactor: the gRPC callback-API reactor of one Session stream. It only moves messages:
-// one read outstanding at a time (the next starts when a message has been handled), writes
-// through the stream's StreamOutbox (one in flight), and forwards cancellation and completion.
-// The protocol lives in SessionStream. Deletes itself in OnDone.
+// one read outstanding at a time (the next starts when the stream has handled a message, which
+// may be later than the reaction that delivered it: an Open waiting for admission, a barge-in
+// waiting for its generation to stop), writes through the stream's StreamOutbox (one in
+// flight), and forwards cancellation and completion. The protocol lives in SessionStream.
+// Deletes itself in OnDone.
+//
+// The method is registered raw (bytes in, bytes out) so that the reactor, not gRPC, parses each
+// ClientMessage: gRPC reports a message that does not parse exactly like the client's
+// half-close, which would end the stream with OK and no word about the bad message. Here it
+// ends the stream with INVALID_ARGUMENT.
 #pragma once
 
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+#include <grpcpp/support/proto_buffer_writer.h>
 #include <grpcpp/support/server_callback.h>
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <utility>
 
 #include "server/session_stream.h"
 
 namespace streamd::server {
 
-class SessionReactor final : public grpc::ServerBidiReactor<v1::ClientMessage, v1::ServerMessage> {
+class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   // `on_done` runs in OnDone, before the reactor deletes itself.
-  SessionReactor(ServiceContext& ctx, std::function<void(SessionStream*)> on_done)
-      : writer_(this),
-        stream_(std::make_shared<SessionStream>(ctx, &writer_)),
+  SessionReactor(ServiceContext& ctx, std::string client,
+                 std::function<void(SessionStream*)> on_done)
+      : transport_(this),
+        stream_(std::make_shared<SessionStream>(ctx, &transport_, std::move(client))),
         on_done_(std::move(on_done)) {}
 
   const std::shared_ptr<SessionStream>& stream() const { return stream_; }
-  void Start() { StartRead(&request_); }
+  void Start() { transport_.ReadNext(); }
 
  private:
-  // Adapts the reactor's StartWrite/Finish to StreamOutbox::Writer.
-  class Writer final : public StreamOutbox::Writer {
+  // Adapts the reactor to SessionStream::Transport. A read is started only before the call is
+  // finished (both under one mutex): gRPC runs OnDone once the call is finished and nothing is
+  // outstanding, so a read started later could outlive the reactor.
+  class Transport final : public SessionStream::Transport {
    public:
-    explicit Writer(SessionReactor* reactor) : reactor_(reactor) {}
-    void StartWrite(const v1::ServerMessage* message) override { reactor_->StartWrite(message); }
-    void Finish(const grpc::Status& status) override { reactor_->Finish(status); }
+    explicit Transport(SessionReactor* reactor) : reactor_(reactor) {}
+    void StartWrite(const v1::ServerMessage* message) override {
+      // One write in flight, so one buffer serves them all (the serializer wants it empty).
+      out_.Clear();
+      bool own = false;
+      (void)grpc::SerializationTraits<v1::ServerMessage>::Serialize(*message, &out_, &own);
+      reactor_->StartWrite(&out_);
+    }
+    void Finish(const grpc::Status& status) override {
+      std::lock_guard<std::mutex> lock(mu_);
+      finished_ = true;
+      reactor_->Finish(status);
+    }
+    void ReadNext() override {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!finished_) reactor_->StartRead(&reactor_->in_);
+    }
 
    private:
     SessionReactor* reactor_;
+    grpc::ByteBuffer out_;
+    std::mutex mu_;
+    bool finished_ = false;
   };
 
   void OnReadDone(bool ok) override {
@@ -42,10 +73,15 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::ClientMessage, v
       stream_->OnHalfClose();
       return;
     }
-    if (stream_->OnMessage(request_)) {
-      request_.Clear();
-      StartRead(&request_);
+    request_.Clear();
+    const size_t bytes = in_.Length();
+    const grpc::Status parsed =
+        grpc::SerializationTraits<v1::ClientMessage>::Deserialize(&in_, &request_);
+    if (!parsed.ok()) {
+      stream_->OnMalformedMessage(bytes);
+      return;
     }
+    if (stream_->OnMessage(request_) == SessionStream::Next::kRead) transport_.ReadNext();
   }
   void OnWriteDone(bool ok) override { stream_->OnWriteDone(ok); }
   void OnCancel() override { stream_->OnCancel(); }
@@ -55,9 +91,10 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::ClientMessage, v
     delete this;
   }
 
-  Writer writer_;
+  Transport transport_;
   std::shared_ptr<SessionStream> stream_;
   std::function<void(SessionStream*)> on_done_;
+  grpc::ByteBuffer in_;
   v1::ClientMessage request_;
 };
 

@@ -124,17 +124,15 @@ int32_t SessionRegistry::RestoreFromStore(bool load) {
 }
 
 StatusOr<std::shared_ptr<ServerSession>> SessionRegistry::Open(const SessionOptions& options,
-                                                               std::weak_ptr<SessionOwner> owner) {
-  // At once if it fits; else make room by offloading detached sessions; only then wait.
+                                                               std::weak_ptr<SessionOwner> owner,
+                                                               std::string client) {
+  // At once if it fits; else make room by offloading detached sessions. Never waits: an Open
+  // that still does not fit waits in the AdmissionQueue, which retries.
   SessionOptions now = options;
   now.admission_timeout = std::chrono::milliseconds(0);
   StatusOr<SessionId> id = engine_.Open(now);
   while (!id.ok() && id.status().code() == StatusCode::kResourceExhausted && OffloadOneForRoom()) {
     id = engine_.Open(now);
-  }
-  if (!id.ok() && id.status().code() == StatusCode::kResourceExhausted &&
-      options.admission_timeout.count() > 0) {
-    id = engine_.Open(options);
   }
   if (!id.ok()) return id.status();
   auto info = engine_.Get(*id);
@@ -144,6 +142,7 @@ StatusOr<std::shared_ptr<ServerSession>> SessionRegistry::Open(const SessionOpti
   s->options = options;
   s->spec = info->cache;
   s->max_blocks = info->max_blocks;
+  s->client = std::move(client);
   s->owner = std::move(owner);
   s->attached = true;
   {
@@ -292,15 +291,8 @@ bool SessionRegistry::OffloadOneForRoom() {
       }
     }
     if (victim == nullptr) return false;
-    const Status offloaded = persister_->Offload(victim->id);
-    if (offloaded.ok()) {
-      auto summary = persister_->Summary(victim->id);
-      std::lock_guard<std::mutex> session_lock(victim->mu);
-      victim->residency = Residency::kOffloaded;
-      if (summary.ok()) victim->stored = *summary;
-      if (hooks_.on_offload) hooks_.on_offload();
-      return true;
-    }
+    const Status offloaded = OffloadResident(victim);
+    if (offloaded.ok()) return true;
     // Written but changed meanwhile, or resumed: try the next one. A failed write (full disk)
     // makes room for nobody: stop.
     if (offloaded.code() != StatusCode::kFailedPrecondition) return false;
@@ -452,17 +444,9 @@ int32_t SessionRegistry::ReapIdle(Clock::time_point now) {
       acted += Close(id, CancelledError("idle for sessions.offload_after")).ok();
       continue;
     }
-    const Status offloaded = persister_->Offload(id);
-    if (offloaded.ok()) {
-      auto summary = persister_->Summary(id);
-      std::lock_guard<std::mutex> session_lock(s->mu);
-      s->residency = Residency::kOffloaded;
-      if (summary.ok()) s->stored = *summary;
-      if (hooks_.on_offload) hooks_.on_offload();
-      ++acted;
-    }
-    // Otherwise it changed meanwhile, or the write failed (full disk, read-only directory):
+    // When not: it changed meanwhile, or the write failed (full disk, read-only directory):
     // it keeps serving from memory, and the persister has counted and logged the failure.
+    acted += OffloadResident(s).ok();
   }
   for (SessionId id : to_close) {
     std::shared_ptr<ServerSession> s = Find(id);
@@ -472,6 +456,66 @@ int32_t SessionRegistry::ReapIdle(Clock::time_point now) {
       if (s->attached) continue;
     }
     acted += Close(id, CancelledError("idle timeout")).ok();
+  }
+  return acted + EnforceDetachedCaps();
+}
+
+Status SessionRegistry::OffloadResident(const std::shared_ptr<ServerSession>& s) {
+  const Status offloaded = persister_->Offload(s->id);
+  if (!offloaded.ok()) return offloaded;
+  auto summary = persister_->Summary(s->id);
+  {
+    std::lock_guard<std::mutex> session_lock(s->mu);
+    s->residency = Residency::kOffloaded;
+    if (summary.ok()) s->stored = *summary;
+  }
+  if (hooks_.on_offload) hooks_.on_offload();
+  return OkStatus();
+}
+
+int32_t SessionRegistry::EnforceDetachedCaps() {
+  if (options_.max_detached_share >= 1.0) return 0;
+  const EngineStats stats = engine_.Stats();
+  const auto cap = static_cast<int64_t>(options_.max_detached_share *
+                                        std::max(0, stats.blocks_total - stats.blocks_headroom));
+  struct Detached {
+    Clock::time_point since;
+    std::shared_ptr<ServerSession> session;
+  };
+  std::map<std::string, int64_t> held;  // blocks reserved by each client's detached sessions
+  std::map<std::string, std::vector<Detached>> movable;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, s] : sessions_) {
+      std::lock_guard<std::mutex> session_lock(s->mu);
+      if (s->client.empty() || s->attached || s->closed || s->residency != Residency::kResident) {
+        continue;
+      }
+      held[s->client] += s->max_blocks;
+      if (!s->generating) movable[s->client].push_back({s->detached_at, s});
+    }
+  }
+  int32_t acted = 0;
+  for (auto& [client, list] : movable) {
+    std::sort(list.begin(), list.end(),
+              [](const Detached& a, const Detached& b) { return a.since < b.since; });
+    for (const Detached& d : list) {
+      if (held[client] <= cap) break;
+      {
+        std::lock_guard<std::mutex> session_lock(d.session->mu);  // resumed meanwhile?
+        if (d.session->attached || d.session->residency != Residency::kResident) continue;
+      }
+      const Status moved =
+          persister_ != nullptr
+              ? OffloadResident(d.session)
+              : Close(d.session->id,
+                      CancelledError("its client's detached sessions held more than "
+                                     "sessions.max_detached_share of the KV pool"));
+      if (moved.ok()) {
+        held[client] -= d.session->max_blocks;
+        ++acted;
+      }
+    }
   }
   return acted;
 }

@@ -11,7 +11,10 @@
 //     snapshot directory, closed when there is none;
 //   detached for idle_timeout  -> closed for good, its snapshot deleted.
 // Pressure: an Open that does not fit the pool first offloads detached sessions, least recently
-// detached first, before it waits for blocks.
+// detached first, before it waits for blocks (in the AdmissionQueue).
+// Per-client cap (the reaper, woken by every Detach): a client's resident detached sessions
+// reserve at most max_detached_share of the pool; the least recently detached beyond it leave
+// memory (offloaded, or closed without a snapshot directory).
 // Start-up (RestoreFromStore): every snapshot in the directory comes back as an offloaded
 // session with its id; with restore_on_start a loader thread then reads them back into the
 // engine, newest first, while they fit. A Resume of a session that is not loaded yet jumps the
@@ -57,6 +60,9 @@ struct ServerSession {
   SessionOptions options;  // effective: defaults applied
   CacheSpec spec;          // effective cache spec
   int32_t max_blocks = 0;
+  // Who opened it, for the per-client caps: "peer 127.0.0.1" (the address without its port)
+  // while there is no authentication. Empty for sessions restored from disk or imported.
+  std::string client;
 
   std::mutex mu;
   std::condition_variable generation_ended;  // notified when `generating` becomes false
@@ -84,6 +90,11 @@ struct RegistryOptions {
   std::chrono::milliseconds offload_after{std::chrono::minutes(10)};
   // How long a Resume waits for its session to be read back before UNAVAILABLE.
   std::chrono::milliseconds resume_wait{std::chrono::seconds(10)};
+  // The resident detached sessions of one client may reserve at most this share of the pool's
+  // blocks (those not kept as prefill headroom); beyond it the least recently detached leave
+  // memory at once (offloaded, or closed without a snapshot directory), so that a client that
+  // abandons sessions cannot lock others out. 1 = no cap.
+  double max_detached_share = 0.5;
 };
 
 // Counters the registry reports (metrics): called from its threads. Optional.
@@ -108,9 +119,11 @@ class SessionRegistry {
   // the background (newest first, while they fit). Returns how many were found.
   int32_t RestoreFromStore(bool load);
 
-  // Opens an engine session attached to `owner`.
+  // Opens an engine session attached to `owner`, offloading detached sessions to make room;
+  // never waits for blocks (RESOURCE_EXHAUSTED: the AdmissionQueue waits and retries).
   StatusOr<std::shared_ptr<ServerSession>> Open(const SessionOptions& options,
-                                                std::weak_ptr<SessionOwner> owner);
+                                                std::weak_ptr<SessionOwner> owner,
+                                                std::string client = {});
   using AttachDone = std::function<void(StatusOr<std::shared_ptr<ServerSession>>)>;
   // Attaches `owner` to session `id`. A resident session is attached before this returns
   // (done runs inline); an offloaded one is loaded first on the loader thread, and done runs
@@ -124,7 +137,8 @@ class SessionRegistry {
   Status Close(SessionId id, const Status& why, const SessionOwner* caller = nullptr);
   // The session's context changed (an Append ack, a GenerationDone): its snapshot is due.
   void Touched(const ServerSession& session);
-  // Offloads and closes what the timeouts say; returns how many sessions were acted on.
+  // Offloads and closes what the timeouts and the per-client cap say; returns how many sessions
+  // were acted on.
   int32_t ReapIdle(Clock::time_point now);
   // Shutdown: writes every resident session that changed; true when all were written before
   // `deadline` (always true without a snapshot directory).
@@ -152,6 +166,11 @@ class SessionRegistry {
   // Offloads the least recently detached resident session that is not generating; false when
   // there is none or it could not be written.
   bool OffloadOneForRoom();
+  // Writes a resident session out and frees its blocks; the persister's error otherwise (it
+  // changed meanwhile, a full disk: it stays resident).
+  Status OffloadResident(const std::shared_ptr<ServerSession>& s);
+  // Makes every client's resident detached sessions fit max_detached_share.
+  int32_t EnforceDetachedCaps();
   // A detached resident session whose snapshot another replica has since rewritten (a shared
   // directory) becomes offloaded, so that the next Resume reads the newer one.
   void DropIfStale(const std::shared_ptr<ServerSession>& s);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/api/streamd_engine.h"
+#include "server/admission_queue.h"
 #include "server/grpc_status.h"
 
 namespace streamd::server {
@@ -22,28 +23,32 @@ v1::ServerMessage ErrorMessage(const Status& status, std::string_view request_id
 
 }  // namespace
 
-SessionStream::SessionStream(ServiceContext& ctx, StreamOutbox::Writer* writer)
-    : ctx_(ctx), outbox_(writer, ctx.options.limits.max_queued_tokens) {}
+SessionStream::SessionStream(ServiceContext& ctx, Transport* transport, std::string client)
+    : ctx_(ctx),
+      client_(std::move(client)),
+      outbox_(transport, ctx.options.limits.max_queued_tokens),
+      transport_(transport) {}
 
 std::shared_ptr<ServerSession> SessionStream::session() const {
   std::lock_guard<std::mutex> lock(mu_);
   return session_;
 }
 
-bool SessionStream::OnMessage(const v1::ClientMessage& m) {
+SessionStream::Next SessionStream::OnMessage(const v1::ClientMessage& m) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (released_) return false;
+    if (released_) return Next::kStop;
   }
+  Next next = Next::kRead;
   switch (m.kind_case()) {
     case v1::ClientMessage::kOpen:
-      HandleOpen(m.open());
+      next = HandleOpen(m.open());
       break;
     case v1::ClientMessage::kResume:
-      HandleResume(m.resume());
+      next = HandleResume(m.resume());
       break;
     case v1::ClientMessage::kAppend:
-      HandleAppend(m.append());
+      next = HandleAppend(m.append());
       break;
     case v1::ClientMessage::kGenerate:
       HandleGenerate(m.generate());
@@ -53,18 +58,53 @@ bool SessionStream::OnMessage(const v1::ClientMessage& m) {
       break;
     case v1::ClientMessage::kClose:
       HandleClose();
-      return false;
+      return Next::kStop;
     case v1::ClientMessage::KIND_NOT_SET:
       SendError(InvalidArgumentError(
           "message.kind: the client message is empty (set open, resume, append, generate, "
           "cancel or close)"));
       break;
   }
-  return !outbox_.closed();
+  if (next == Next::kLater) return next;
+  return outbox_.closed() ? Next::kStop : Next::kRead;
+}
+
+void SessionStream::ReadNext() {
+  if (outbox_.closed()) return;
+  std::lock_guard<std::mutex> lock(transport_mu_);
+  if (transport_ != nullptr) transport_->ReadNext();
+}
+
+void SessionStream::OnMalformedMessage(size_t bytes) {
+  if (ctx_.metrics != nullptr) {
+    ctx_.metrics->RecordError(static_cast<int>(StatusCode::kInvalidArgument));
+  }
+  End(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                   "message: " + std::to_string(bytes) +
+                       " bytes that do not parse as a streamd.v1.ClientMessage (a client bug, or "
+                       "another protocol); the stream ends and its session, if any, is detached "
+                       "and can be resumed"));
+}
+
+bool SessionStream::EndIfUnbound(Clock::time_point now) {
+  const auto limit = ctx_.options.transport.open_timeout;
+  if (limit.count() <= 0) return false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (session_ != nullptr || released_ || binding_ || now - unbound_since_ < limit) return false;
+  }
+  if (outbox_.closed()) return false;
+  End(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                   "no session was opened or resumed on this stream within server.open_timeout (" +
+                       std::to_string(limit.count()) + " ms); send Open or Resume first"));
+  return true;
 }
 
 void SessionStream::SendError(const Status& status, std::string_view request_id) {
   if (ctx_.metrics != nullptr) ctx_.metrics->RecordError(static_cast<int>(status.code()));
+  // A request_id that is not UTF-8 is not echoed: Error.request_id is a proto string, which
+  // the client could not parse (the error itself says what is wrong with it).
+  if (tokenizer::FindInvalidUtf8(request_id) != std::string_view::npos) request_id = {};
   outbox_.Push(ErrorMessage(status, request_id));
 }
 
@@ -82,7 +122,12 @@ void SessionStream::Bind(const std::shared_ptr<ServerSession>& s, bool resumed) 
     if (!released_) session_ = s;
   }
   if (session() != s) {  // the stream ended while the session was being attached
-    ctx_.registry.Detach(s);
+    if (resumed) {
+      ctx_.registry.Detach(s);
+    } else {
+      // A new session whose id was never sent: nobody could ever resume it.
+      (void)ctx_.registry.Close(s->id, CancelledError("its stream ended before it was opened"));
+    }
     return;
   }
   const ServerOptions& o = ctx_.options;
@@ -117,81 +162,101 @@ void SessionStream::Bind(const std::shared_ptr<ServerSession>& s, bool resumed) 
   outbox_.Push(std::move(m));
 }
 
-void SessionStream::HandleOpen(const v1::Open& open) {
+void SessionStream::Bound(StatusOr<std::shared_ptr<ServerSession>> s, bool resumed) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (resuming_) {
-      SendError(FailedPreconditionError("open: this stream is resuming a session; wait for "
-                                        "Opened (a stream drives one session)"));
-      return;
-    }
+    binding_ = false;
+    unbound_since_ = Clock::now();  // a failed attempt: server.open_timeout starts again
   }
+  if (s.ok()) {
+    Bind(*s, resumed);
+  } else {
+    SendError(s.status());
+  }
+  ReadNext();
+}
+
+SessionStream::Next SessionStream::HandleOpen(const v1::Open& open) {
   if (auto s = session()) {
     SendError(FailedPreconditionError("open: this stream already drives session " +
                                       s->id.ToString() +
                                       "; a stream drives one session (open another stream)"));
-    return;
+    return Next::kRead;
   }
   if (ctx_.draining) {
     SendError(UnavailableError("open: streamd is shutting down and accepts no new sessions"));
-    return;
+    return Next::kRead;
   }
   auto options =
       ToSessionOptions(open, ctx_.options.session_defaults, ctx_.engine.config(), ctx_.model);
-  const Clock::time_point start = Clock::now();
-  auto s = options.ok() ? ctx_.registry.Open(*options, weak_from_this())
-                        : StatusOr<std::shared_ptr<ServerSession>>(options.status());
-  if (ctx_.metrics != nullptr) {
-    (s.ok() ? ctx_.metrics->sessions_opened : ctx_.metrics->sessions_rejected).Inc();
-    if (s.ok()) {
-      ctx_.metrics->queue_time.Observe(std::chrono::duration<double>(Clock::now() - start).count());
-    }
+  if (!options.ok()) {
+    if (ctx_.metrics != nullptr) ctx_.metrics->sessions_rejected.Inc();
+    SendError(options.status());
+    return Next::kRead;
   }
-  if (!s.ok()) return SendError(s.status());
-  Bind(*s, /*resumed=*/false);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    binding_ = true;
+  }
+  // Admission may wait for blocks (sessions.admission_timeout): the queue answers on its own
+  // thread, and this stream reads its next message after that.
+  const Clock::time_point start = Clock::now();
+  ctx_.admission.Submit(
+      *std::move(options), weak_from_this(), client_,
+      // Weak: a stream that ends while waiting must not be kept alive by the queue, which drops
+      // the Opens of streams that are gone.
+      [weak = weak_from_this(), registry = &ctx_.registry,
+       start](StatusOr<std::shared_ptr<ServerSession>> s) {
+        std::shared_ptr<SessionStream> self = weak.lock();
+        if (self == nullptr) {
+          // Nobody was told its id: nobody could ever resume it.
+          if (s.ok()) (void)registry->Close((*s)->id, CancelledError("its stream ended"));
+          return;
+        }
+        if (metrics::StreamdMetrics* m = self->ctx_.metrics; m != nullptr) {
+          (s.ok() ? m->sessions_opened : m->sessions_rejected).Inc();
+          if (s.ok()) {
+            m->queue_time.Observe(std::chrono::duration<double>(Clock::now() - start).count());
+          }
+        }
+        self->Bound(std::move(s), /*resumed=*/false);
+      });
+  return Next::kLater;
 }
 
-void SessionStream::HandleResume(const v1::Resume& resume) {
+SessionStream::Next SessionStream::HandleResume(const v1::Resume& resume) {
   if (auto s = session()) {
     SendError(FailedPreconditionError("resume: this stream already drives session " +
                                       s->id.ToString() +
                                       "; a stream drives one session (open another stream)"));
-    return;
+    return Next::kRead;
   }
   if (ctx_.draining) {
     SendError(UnavailableError("resume: streamd is shutting down"));
-    return;
+    return Next::kRead;
   }
   auto id = SessionId::Parse(resume.session_id(), "resume.session_id");
-  if (!id.ok()) return SendError(id.status());
+  if (!id.ok()) {
+    SendError(id.status());
+    return Next::kRead;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (resuming_) {
-      SendError(FailedPreconditionError(
-          "resume: this stream is already resuming a session (it is being read back from its "
-          "snapshot); wait for Opened"));
-      return;
-    }
-    resuming_ = true;
+    binding_ = true;
   }
   // A resident session is attached at once; an offloaded one is read back from disk first on
   // the registry's loader thread, which then answers here: the reaction does not wait.
   ctx_.registry.Attach(*id, weak_from_this(),
                        [self = shared_from_this()](StatusOr<std::shared_ptr<ServerSession>> s) {
-                         {
-                           std::lock_guard<std::mutex> lock(self->mu_);
-                           self->resuming_ = false;
-                         }
                          if (!s.ok()) {
                            const Status& st = s.status();
                            // "resume.session_id: session 7f3a... does not exist (...)"
                            const bool named = st.message().rfind("resume.", 0) == 0;
-                           return self->SendError(
-                               named ? st
-                                     : Status(st.code(), "resume.session_id: " + st.message()));
+                           if (!named) s = Status(st.code(), "resume.session_id: " + st.message());
                          }
-                         self->Bind(*s, /*resumed=*/true);
+                         self->Bound(std::move(s), /*resumed=*/true);
                        });
+  return Next::kLater;
 }
 
 void SessionStream::StopGeneration(ServerSession& s, const Status& why) {
@@ -207,14 +272,55 @@ void SessionStream::StopGeneration(ServerSession& s, const Status& why) {
   s.generation_ended.wait_for(lock, kCancelWait, [&] { return !s.generating; });
 }
 
-void SessionStream::HandleAppend(const v1::Append& a) {
+bool SessionStream::DeferUntilStopped(const std::shared_ptr<ServerSession>& s, const Status& why,
+                                      std::function<void()> then) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> session_lock(s->mu);
+    if (!s->generating) return false;
+    if (!why.ok() && s->cancel_reason.ok()) s->cancel_reason = why;
+    // OnEvent clears `generating` under the session's lock and only then posts
+    // AfterGeneration, which runs this: it cannot be missed.
+    after_generation_.push_back(std::move(then));
+  }
+  // The GenerationDone arrives inside Cancel, or from the scheduler thread right after the
+  // step that finished the generation first.
+  (void)ctx_.engine.Cancel(s->id);
+  return true;
+}
+
+SessionStream::Next SessionStream::HandleAppend(const v1::Append& a) {
   std::shared_ptr<ServerSession> s = session();
   if (s == nullptr) {
-    return SendError(FailedPreconditionError("append: open or resume a session first"));
+    SendError(FailedPreconditionError("append: open or resume a session first"));
+    return Next::kRead;
   }
   const Status valid = ValidateAppend(a, ctx_.options.limits, ctx_.model.vocab_size);
-  if (!valid.ok()) return SendError(valid);
-  StopGeneration(*s, OkStatus());  // barge-in: the client's new input wins
+  if (!valid.ok()) {
+    SendError(valid);
+    return Next::kRead;
+  }
+  bool generating;
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    generating = s->generating;
+  }
+  // Barge-in: the client's new input wins. The generation is cancelled and the Append goes on
+  // after its GenerationDone, so the context never changes under a generation.
+  if (generating) {
+    auto copy = std::make_shared<v1::Append>(a);
+    if (DeferUntilStopped(s, OkStatus(), [self = shared_from_this(), s, copy] {
+          self->AppendNow(s, *copy);
+          self->ReadNext();
+        })) {
+      return Next::kLater;
+    }
+  }
+  AppendNow(s, a);
+  return Next::kRead;
+}
+
+void SessionStream::AppendNow(const std::shared_ptr<ServerSession>& s, const v1::Append& a) {
   ChatState chat;
   bool first_input;
   {
@@ -419,10 +525,13 @@ void SessionStream::AfterGeneration(SessionId id) {
   SendCacheState(id);
   if (std::shared_ptr<ServerSession> s = ctx_.registry.Find(id)) SaveSessionState(*s);
   std::optional<grpc::Status> end;
+  std::vector<std::function<void()>> then;
   {
     std::lock_guard<std::mutex> lock(mu_);
     end = std::exchange(end_after_generation_, std::nullopt);
+    then.swap(after_generation_);
   }
+  for (auto& f : then) f();
   if (end) End(*end);
 }
 
@@ -471,8 +580,12 @@ void SessionStream::Release() {
     s = std::move(session_);
   }
   if (s == nullptr) return;
-  StopGeneration(*s, CancelledError("the stream ended"));
-  ctx_.registry.Detach(s);
+  // A session is detached once its generation is over; the reaction does not wait for that.
+  SessionRegistry& registry = ctx_.registry;
+  if (!DeferUntilStopped(s, CancelledError("the stream ended"),
+                         [&registry, s] { registry.Detach(s); })) {
+    registry.Detach(s);
+  }
 }
 
 void SessionStream::End(const grpc::Status& status) {
@@ -487,6 +600,10 @@ void SessionStream::OnCancel() {
 }
 
 void SessionStream::OnDone() {
+  {
+    std::lock_guard<std::mutex> lock(transport_mu_);
+    transport_ = nullptr;
+  }
   Release();
   outbox_.Detach();
 }

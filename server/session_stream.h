@@ -3,7 +3,9 @@
 // service, so it may outlive its reactor (everything it writes afterwards is dropped).
 //
 // Stream states:
-//   unbound   - no session yet: Open or Resume attach one; anything else is an Error.
+//   unbound   - no session yet: Open or Resume attach one; anything else is an Error. A stream
+//               that stays unbound for server.open_timeout (since it started, or since its
+//               last failed Open or Resume) ends with DEADLINE_EXCEEDED.
 //   bound     - drives one session: Append, Generate, Cancel, Close.
 //   ending    - Close, client half-close, shutdown, the session closed elsewhere: reads stop,
 //               queued messages are written, then the call finishes. A half-close or shutdown
@@ -11,7 +13,13 @@
 //   released  - the client cancelled, the deadline passed, or the call is done: the session's
 //               generation is cancelled and the session is detached (resumable).
 // Generation: at most one per session. An Append while one runs cancels it first (barge-in)
-// and waits for its GenerationDone, so the context is never changed under a generation.
+// and goes on after its GenerationDone, so the context is never changed under a generation.
+//
+// Nothing here blocks a gRPC reaction: an Open waiting for admission (AdmissionQueue), a Resume
+// waiting for a load, a barge-in waiting for the GenerationDone of what it cancelled complete
+// on other threads, and the stream reads its next message only then, so messages are still
+// handled one at a time and in order. A message that does not parse ends the stream with
+// INVALID_ARGUMENT.
 //
 // Slow-client policy: a stream whose client does not read holds at most
 // limits.max_queued_tokens undelivered tokens (StreamOutbox). At that bound the generation is
@@ -24,9 +32,11 @@
 #pragma once
 
 #include <memory>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "server/service_context.h"
 #include "server/stream_outbox.h"
@@ -35,10 +45,26 @@ namespace streamd::server {
 
 class SessionStream : public SessionOwner, public std::enable_shared_from_this<SessionStream> {
  public:
-  SessionStream(ServiceContext& ctx, StreamOutbox::Writer* writer);
+  // The reactor: writes and finishes (StreamOutbox::Writer) and starts the next read.
+  class Transport : public StreamOutbox::Writer {
+   public:
+    virtual void ReadNext() = 0;
+  };
 
-  // Reactor events. OnMessage returns false when the stream must read no more.
-  bool OnMessage(const v1::ClientMessage& message);
+  // `client`: who is on the other end, for the per-client caps (SessionRegistry).
+  SessionStream(ServiceContext& ctx, Transport* transport, std::string client);
+
+  // What the reactor does after OnMessage: read the next message now, read no more, or nothing
+  // (the stream starts the next read itself once the message is handled). Messages are handled
+  // one at a time and in order; a handler that must wait (an Open for admission, a barge-in for
+  // the generation it stops) returns kLater instead of blocking the reaction.
+  enum class Next { kRead, kStop, kLater };
+  Next OnMessage(const v1::ClientMessage& message);
+  // A message that does not parse as a ClientMessage: the stream ends with INVALID_ARGUMENT.
+  void OnMalformedMessage(size_t bytes);
+  // The stream has not been bound to a session within server.open_timeout of its start: it
+  // ends with DEADLINE_EXCEEDED. Called by the service's watchdog; true when it ended.
+  bool EndIfUnbound(Clock::time_point now);
   void OnHalfClose();  // the client called WritesDone
   void OnCancel();     // client cancellation or deadline
   void OnWriteDone(bool ok) { outbox_.OnWriteDone(ok); }
@@ -50,9 +76,12 @@ class SessionStream : public SessionOwner, public std::enable_shared_from_this<S
   void OnSessionClosed(SessionId id, const Status& why) override;
 
  private:
-  void HandleOpen(const v1::Open& open);
-  void HandleResume(const v1::Resume& resume);
-  void HandleAppend(const v1::Append& append);
+  Next HandleOpen(const v1::Open& open);
+  Next HandleResume(const v1::Resume& resume);
+  Next HandleAppend(const v1::Append& append);
+  // The rest of an Append once no generation runs (at once, or after the barge-in's
+  // GenerationDone).
+  void AppendNow(const std::shared_ptr<ServerSession>& s, const v1::Append& append);
   void HandleGenerate(const v1::Generate& generate);
   void HandleCancel(const v1::Cancel& cancel);
   void HandleClose();
@@ -67,8 +96,17 @@ class SessionStream : public SessionOwner, public std::enable_shared_from_this<S
   // EventSink (it calls the engine).
   void SaveSessionState(ServerSession& s);
   // Cancels the session's generation (noting `why` for its GenerationDone when not OK) and
-  // waits for the GenerationDone.
+  // waits for the GenerationDone. Only off the reactions (shutdown).
   void StopGeneration(ServerSession& s, const Status& why);
+  // Cancels the session's generation, if one runs (noting `why` for its GenerationDone when not
+  // OK), and returns true: `then` runs on the task thread once the GenerationDone has been
+  // handled. False, doing nothing, when no generation runs. Never blocks.
+  bool DeferUntilStopped(const std::shared_ptr<ServerSession>& s, const Status& why,
+                         std::function<void()> then);
+  // The answer to an Open or Resume: binds the session or reports why not, then reads on.
+  void Bound(StatusOr<std::shared_ptr<ServerSession>> s, bool resumed);
+  // Starts the next read after a handler that returned kLater.
+  void ReadNext();
   // The EventSink of every generation started here.
   void OnEvent(const std::shared_ptr<ServerSession>& s, GenerationEvent&& event);
   void AfterGeneration(SessionId id);  // on the task thread, after a GenerationDone
@@ -80,12 +118,18 @@ class SessionStream : public SessionOwner, public std::enable_shared_from_this<S
   void End(const grpc::Status& status);
 
   ServiceContext& ctx_;
+  const std::string client_;
   StreamOutbox outbox_;
+  std::mutex transport_mu_;   // guards transport_ (null once the reactor is gone)
+  Transport* transport_;
   mutable std::mutex mu_;  // before any ServerSession::mu
   std::shared_ptr<ServerSession> session_;
   bool released_ = false;
-  bool resuming_ = false;  // a Resume waits for its session to be read back from disk
+  bool binding_ = false;  // an Open or Resume is on its way (admission, a load from disk)
+  Clock::time_point unbound_since_ = Clock::now();  // server.open_timeout counts from here
   std::optional<grpc::Status> end_after_generation_;
+  // What runs once the running generation's GenerationDone has been handled (AfterStopping).
+  std::vector<std::function<void()>> after_generation_;
 };
 
 }  // namespace streamd::server

@@ -1,5 +1,6 @@
 #include "server/streamd_service.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "server/grpc_status.h"
@@ -20,9 +21,52 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, const Sta
 
 }  // namespace
 
-grpc::ServerBidiReactor<v1::ClientMessage, v1::ServerMessage>* StreamdService::Session(
-    grpc::CallbackServerContext* /*context*/) {
-  auto* reactor = new SessionReactor(ctx_, [this](SessionStream* stream) {
+std::string ClientOf(const grpc::CallbackServerContext& context) {
+  // "ipv4:127.0.0.1:41234", "ipv6:[::1]:41234", "unix:/run/streamd.sock": one client per
+  // address, whatever port each of its connections comes from.
+  std::string peer = context.peer();
+  if (peer.rfind("ipv4:", 0) == 0 || peer.rfind("ipv6:", 0) == 0) {
+    const size_t colon = peer.rfind(':');
+    if (colon != std::string::npos && colon > 5) peer.resize(colon);
+    peer.erase(0, 5);
+  }
+  return "peer " + peer;
+}
+
+StreamdService::StreamdService(ServiceContext& ctx) : ctx_(ctx) {
+  if (ctx_.options.transport.open_timeout.count() > 0) {
+    watchdog_ = std::thread([this] { WatchdogLoop(); });
+  }
+}
+
+StreamdService::~StreamdService() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  streams_cv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+void StreamdService::WatchdogLoop() {
+  // Checks a few times per timeout: a stream ends between 1 and 1.25 timeouts after it started.
+  const auto period = std::clamp<std::chrono::milliseconds>(
+      ctx_.options.transport.open_timeout / 4, std::chrono::milliseconds(10),
+      std::chrono::seconds(1));
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    streams_cv_.wait_for(lock, period, [&] { return stopping_; });
+    if (stopping_) return;
+    lock.unlock();
+    const Clock::time_point now = Clock::now();
+    for (const auto& stream : Streams()) stream->EndIfUnbound(now);
+    lock.lock();
+  }
+}
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StreamdService::Session(
+    grpc::CallbackServerContext* context) {
+  auto* reactor = new SessionReactor(ctx_, ClientOf(*context), [this](SessionStream* stream) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       streams_.erase(stream);

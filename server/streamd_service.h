@@ -1,6 +1,8 @@
 // StreamdService: the streamd.v1.Streamd gRPC service (callback API). Session streams get one
-// SessionReactor each; the unary calls read the registry and the engine directly. It also keeps
-// the set of live streams so that shutdown can drain them.
+// SessionReactor each (registered raw: the reactor parses each message itself, see
+// session_reactor.h); the unary calls read the registry and the engine directly. It keeps the
+// set of live streams, so that shutdown can drain them and its watchdog can end streams that
+// never open a session (server.open_timeout).
 #pragma once
 
 #include <chrono>
@@ -8,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include "server/service_context.h"
 #include "server/session_stream.h"
@@ -15,11 +18,23 @@
 
 namespace streamd::server {
 
-class StreamdService final : public v1::Streamd::CallbackService {
- public:
-  explicit StreamdService(ServiceContext& ctx) : ctx_(ctx) {}
+// Who is on the other end of a call, for the per-client caps: "peer ADDRESS" (without the
+// port) while there is no authentication.
+std::string ClientOf(const grpc::CallbackServerContext& context);
 
-  grpc::ServerBidiReactor<v1::ClientMessage, v1::ServerMessage>* Session(
+// Every method typed, except Session: raw bytes (the order follows the .proto's).
+using StreamdServiceBase = v1::Streamd::WithRawCallbackMethod_Session<
+    v1::Streamd::WithCallbackMethod_GetModelInfo<v1::Streamd::WithCallbackMethod_ListSessions<
+        v1::Streamd::WithCallbackMethod_GetSession<v1::Streamd::WithCallbackMethod_CloseSession<
+            v1::Streamd::WithCallbackMethod_ExportSession<
+                v1::Streamd::WithCallbackMethod_ImportSession<v1::Streamd::Service>>>>>>>;
+
+class StreamdService final : public StreamdServiceBase {
+ public:
+  explicit StreamdService(ServiceContext& ctx);
+  ~StreamdService() override;
+
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Session(
       grpc::CallbackServerContext* context) override;
   grpc::ServerUnaryReactor* GetModelInfo(grpc::CallbackServerContext* context,
                                          const v1::GetModelInfoRequest* request,
@@ -48,11 +63,15 @@ class StreamdService final : public v1::Streamd::CallbackService {
 
  private:
   std::vector<std::shared_ptr<SessionStream>> Streams() const;
+  // Ends streams that stay without a session for server.open_timeout.
+  void WatchdogLoop();
 
   ServiceContext& ctx_;
   mutable std::mutex mu_;
   std::condition_variable streams_cv_;
   std::map<SessionStream*, std::weak_ptr<SessionStream>> streams_;
+  bool stopping_ = false;
+  std::thread watchdog_;  // last: starts after the members it uses
 };
 
 }  // namespace streamd::server

@@ -188,6 +188,23 @@ std::vector<ConfigKey> MakeKeys() {
                       kKiB, kGiB));
   k.push_back(
       DurationKey("server.shutdown_grace", STREAMD_FIELD(server.shutdown_grace), 0, 10 * kMinute));
+  k.push_back(IntKey("server.max_streams_per_connection",
+                     STREAMD_FIELD(server.max_streams_per_connection), 1, 65536));
+  k.push_back(
+      DurationKey("server.open_timeout", STREAMD_FIELD(server.open_timeout), 0, 10 * kMinute));
+  k.push_back(DurationKey("server.max_connection_idle", STREAMD_FIELD(server.max_connection_idle),
+                          0, 365 * kDay));
+  k.push_back(DurationKey("server.max_connection_age", STREAMD_FIELD(server.max_connection_age),
+                          0, 365 * kDay));
+  k.push_back(DurationKey("server.max_connection_age_grace",
+                          STREAMD_FIELD(server.max_connection_age_grace), 0, 365 * kDay));
+  k.push_back(DurationKey("server.handshake_timeout", STREAMD_FIELD(server.handshake_timeout), 100,
+                          10 * kMinute));
+  k.push_back(SizeKey("server.grpc_memory_limit", STREAMD_FIELD(server.grpc_memory_limit),
+                      16 * kMiB, 1024 * kGiB));
+  k.push_back(DurationKey("server.min_ping_interval", STREAMD_FIELD(server.min_ping_interval), 0,
+                          60 * kMinute));
+  k.push_back(IntKey("server.max_ping_strikes", STREAMD_FIELD(server.max_ping_strikes), 1, 100));
   // model
   k.push_back({"model.path",
                [](std::string_view v, ServerConfig& c) -> Status {
@@ -241,6 +258,10 @@ std::vector<ConfigKey> MakeKeys() {
                       kMiB, 64 * kGiB));
   k.push_back(DurationKey("sessions.admission_timeout", STREAMD_FIELD(sessions.admission_timeout),
                           0, 10 * kMinute));
+  k.push_back(IntKey("sessions.max_waiting_opens", STREAMD_FIELD(sessions.max_waiting_opens), 1,
+                     1'000'000));
+  k.push_back(FloatKey("sessions.max_detached_share", STREAMD_FIELD(sessions.max_detached_share),
+                       {0.0f, 1.0f, true, false}));
   k.push_back(
       IntKey("sessions.max_queued_tokens", STREAMD_FIELD(sessions.max_queued_tokens), 1, 1 << 20));
   k.push_back(

@@ -67,6 +67,16 @@ struct ServerConfig {
     int64_t max_receive_message_bytes = 4LL << 20;     // [1KiB, 1GiB]
     int64_t max_send_message_bytes = 4LL << 20;        // [1KiB, 1GiB]
     std::chrono::milliseconds shutdown_grace{30'000};  // generations may finish; [0, 10m]
+    // The transport's limits on what one client may hold (server_options.h: TransportOptions).
+    int32_t max_streams_per_connection = 100;               // [1, 65536]
+    std::chrono::milliseconds open_timeout{10'000};         // no session yet -> ended; 0 = never
+    std::chrono::milliseconds max_connection_idle{600'000};  // no streams -> closed; 0 = never
+    std::chrono::milliseconds max_connection_age{0};         // -> GOAWAY; 0 = never
+    std::chrono::milliseconds max_connection_age_grace{300'000};
+    std::chrono::milliseconds handshake_timeout{10'000};    // [100ms, 10m]
+    int64_t grpc_memory_limit = 1LL << 30;                  // gRPC's buffers; [16MiB, 1TiB]
+    std::chrono::milliseconds min_ping_interval{10'000};    // client pings without data
+    int32_t max_ping_strikes = 2;                           // then GOAWAY; [1, 100]
     bool operator==(const Server&) const = default;
   } server;
 
@@ -108,6 +118,8 @@ struct ServerConfig {
     bool restore_on_start = true;                       // read snapshots back at start
     int64_t max_snapshot_bytes = 1LL << 30;              // ImportSession; [1MiB, 64GiB]
     std::chrono::milliseconds admission_timeout{10'000};  // wait for KV blocks; 0 = fail at once
+    int32_t max_waiting_opens = 1024;  // Opens waiting for blocks at once; [1, 1000000]
+    float max_detached_share = 0.5f;   // of the pool, per client's detached sessions; (0, 1]
     int32_t max_queued_tokens = 1024;      // undelivered tokens per stream before it is cut as slow
     int64_t max_append_bytes = 1LL << 20;  // Append.text; [1, server.max_receive_message_bytes]
     int32_t max_append_tokens = 65536;     // Append.tokens; [1, max_pending_tokens]

@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <cctype>
+#include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -239,6 +241,87 @@ TEST_F(BadInputE2eTest, OversizedMessageEndsOnlyItsStream) {
   ExpectUsable(t);
   ASSERT_TRUE(t.Write(CloseMsg()));
   EXPECT_TRUE(t.Finish().ok());
+}
+
+TEST_F(BadInputE2eTest, MessageThatDoesNotParseEndsTheStreamWithInvalidArgument) {
+  BytesStream s(daemon_->Channel());
+  ASSERT_TRUE(s.Write(kUnparsableMessage));
+  const grpc::Status end = s.Finish();
+  EXPECT_EQ(end.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << end.error_message();
+  EXPECT_NE(end.error_message().find("do not parse as a streamd.v1.ClientMessage"),
+            std::string::npos)
+      << end.error_message();
+}
+
+TEST_F(BadInputE2eTest, MessageThatDoesNotParseLosesNoSession) {
+  // A session with context, then garbage: the stream ends with INVALID_ARGUMENT, and the
+  // session is detached with its context, not lost.
+  BytesStream s(daemon_->Channel());
+  ASSERT_TRUE(s.Write(OpenMsg()));
+  std::optional<v1::ServerMessage> opened = s.Read();
+  ASSERT_TRUE(opened && opened->has_opened());
+  const std::string id = opened->opened().session_id();
+  ASSERT_TRUE(s.Write(TextMsg("The garbage that follows must not cost this context.")));
+  std::optional<v1::ServerMessage> state = s.Read();
+  ASSERT_TRUE(state && state->has_cache_state());
+  const int64_t seen = state->cache_state().tokens_seen();
+  ASSERT_GT(seen, 0);
+  ASSERT_TRUE(s.Write(kUnparsableMessage));
+  EXPECT_EQ(s.Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  RawStream t(daemon_->Channel());
+  std::optional<v1::ServerMessage> resumed;
+  for (int attempt = 0; attempt < 50; ++attempt) {  // detached once the first stream is done
+    ASSERT_TRUE(t.Write(ResumeMsg(id)));
+    resumed = t.Read();
+    ASSERT_TRUE(resumed);
+    if (resumed->has_opened()) break;
+    ASSERT_EQ(resumed->error().code(), grpc::StatusCode::FAILED_PRECONDITION)
+        << resumed->error().message();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_TRUE(resumed->has_opened()) << resumed->DebugString();
+  EXPECT_EQ(resumed->opened().cache().tokens_seen(), seen);
+  ASSERT_TRUE(t.Write(CloseMsg()));
+  EXPECT_TRUE(t.Finish().ok());
+}
+
+TEST_F(BadInputE2eTest, RequestIdThatIsNotUtf8IsNamed) {
+  RawStream s(daemon_->Channel());
+  ASSERT_TRUE(s.Open());
+  ASSERT_FALSE(s.Append(TextMsg("Hello").append()));
+  // Not UTF-8: answered with an Error naming the field (not echoed: Error.request_id is a
+  // string), and the stream goes on.
+  ASSERT_TRUE(s.Write(GenerateMsg(4, true, std::string("r\xff\xfe", 3))));
+  const v1::Error e = s.ExpectError();
+  EXPECT_EQ(e.code(), grpc::StatusCode::INVALID_ARGUMENT) << e.message();
+  EXPECT_EQ(e.field(), "generate.request_id") << e.message();
+  EXPECT_TRUE(e.request_id().empty());
+  v1::ClientMessage cancel = CancelMsg();
+  cancel.mutable_cancel()->set_request_id(std::string("\xc3\x28", 2));
+  ASSERT_TRUE(s.Write(cancel));
+  const v1::Error c = s.ExpectError();
+  EXPECT_EQ(c.code(), grpc::StatusCode::INVALID_ARGUMENT) << c.message();
+  EXPECT_EQ(c.field(), "cancel.request_id") << c.message();
+  ExpectUsable(s);
+  ASSERT_TRUE(s.Write(CloseMsg()));
+  EXPECT_TRUE(s.Finish().ok());
+}
+
+TEST_F(BadInputE2eTest, SessionIdThatIsNotUtf8IsInvalidArgument) {
+  std::unique_ptr<v1::Streamd::Stub> stub = v1::Streamd::NewStub(daemon_->Channel());
+  grpc::ClientContext context;
+  v1::GetSessionRequest request;
+  request.set_session_id(std::string(32, '\xff'));
+  v1::SessionInfo info;
+  const grpc::Status status = stub->GetSession(&context, request, &info);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_NE(status.error_message().find("session_id"), std::string::npos);
+  RawStream s(daemon_->Channel());
+  ASSERT_TRUE(s.Write(ResumeMsg(std::string("\xe2\x82", 2))));
+  const v1::Error e = s.ExpectError();
+  EXPECT_EQ(e.code(), grpc::StatusCode::INVALID_ARGUMENT) << e.message();
+  EXPECT_EQ(e.field(), "resume.session_id") << e.message();
 }
 
 }  // namespace

@@ -10,6 +10,39 @@ RawStream::RawStream(const std::shared_ptr<grpc::Channel>& channel, std::chrono:
   rw_ = stub_->Session(&context_);
 }
 
+BytesStream::BytesStream(const std::shared_ptr<grpc::Channel>& channel,
+                         std::chrono::seconds deadline) {
+  context_.set_deadline(std::chrono::system_clock::now() + deadline);
+  const grpc::internal::RpcMethod method("/streamd.v1.Streamd/Session",
+                                         grpc::internal::RpcMethod::BIDI_STREAMING);
+  rw_.reset(grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+      channel.get(), method, &context_));
+}
+
+bool BytesStream::Write(const std::string& bytes) {
+  const grpc::Slice slice(bytes);
+  grpc::ByteBuffer buffer(&slice, 1);
+  return rw_->Write(buffer);
+}
+
+std::optional<v1::ServerMessage> BytesStream::Read() {
+  grpc::ByteBuffer buffer;
+  if (!rw_->Read(&buffer)) return std::nullopt;
+  std::vector<grpc::Slice> slices;
+  if (!buffer.Dump(&slices).ok()) return std::nullopt;
+  std::string bytes;
+  for (const grpc::Slice& slice : slices) bytes.append(slice.begin(), slice.end());
+  v1::ServerMessage m;
+  if (!m.ParseFromString(bytes)) return std::nullopt;
+  return m;
+}
+
+grpc::Status BytesStream::Finish() {
+  while (Read()) {
+  }
+  return rw_->Finish();
+}
+
 std::optional<v1::ServerMessage> RawStream::Read() {
   v1::ServerMessage m;
   if (!rw_->Read(&m)) return std::nullopt;

@@ -43,6 +43,25 @@ class RawStream {
   std::unique_ptr<grpc::ClientReaderWriter<v1::ClientMessage, v1::ServerMessage>> rw_;
 };
 
+// A Session stream that writes raw bytes: what a client of another protocol, or with a broken
+// encoder, sends (the generated stub can only write well-formed messages).
+class BytesStream {
+ public:
+  explicit BytesStream(const std::shared_ptr<grpc::Channel>& channel,
+                       std::chrono::seconds deadline = std::chrono::seconds(60));
+  bool Write(const std::string& bytes);
+  bool Write(const v1::ClientMessage& m) { return Write(m.SerializeAsString()); }
+  std::optional<v1::ServerMessage> Read();  // nullopt at the end, or on bytes that do not parse
+  grpc::Status Finish();                    // reads to the end first
+
+ private:
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> rw_;
+};
+
+// Bytes that no ClientMessage parses to: field 1 (open) says 127 bytes follow, none do.
+inline const std::string kUnparsableMessage("\x0a\x7f", 2);
+
 struct Generation {
   std::vector<int32_t> ids;
   std::string text;
