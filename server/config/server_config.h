@@ -67,8 +67,22 @@ struct ServerConfig {
     int64_t max_receive_message_bytes = 4LL << 20;     // [1KiB, 1GiB]
     int64_t max_send_message_bytes = 4LL << 20;        // [1KiB, 1GiB]
     std::chrono::milliseconds shutdown_grace{30'000};  // generations may finish; [0, 10m]
+    // TLS on listen_address (docs/SECURITY.md). Paths; a leading "~/" is expanded to $HOME.
+    struct Tls {
+      std::string cert_file;       // PEM chain; empty = plaintext; set with key_file
+      std::string key_file;        // PEM private key (unencrypted); set with cert_file
+      std::string client_ca_file;  // PEM CAs; set = mTLS: a client certificate is required
+      std::chrono::milliseconds reload_interval{60'000};  // whole seconds; [1s, 1d]
+      bool operator==(const Tls&) const = default;
+    } tls;
     bool operator==(const Server&) const = default;
   } server;
+
+  struct Auth {
+    // Listen on a non-loopback address with no client authentication (no mTLS, no API keys).
+    bool allow_insecure = false;
+    bool operator==(const Auth&) const = default;
+  } auth;
 
   struct Model {
     // GGUF file. A leading "~/" is expanded to $HOME when the config is loaded.
