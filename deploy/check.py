@@ -88,6 +88,34 @@ def subset(labels, of):
     return all(of.get(k) == v for k, v in labels.items())
 
 
+def effective(config, args, key):
+    """The value of a dotted config key: the last --key=value of `args`, else the file's."""
+    flag = f"--{key}="
+    given = [a[len(flag):] for a in args if str(a).startswith(flag)]
+    if given:
+        return given[-1]
+    node = config
+    for part in key.split("."):
+        node = node.get(part, {}) if isinstance(node, dict) else {}
+    return node if node != {} else None
+
+
+def check_listen_guard(name, config, args):
+    """streamd refuses a non-loopback listen address unless clients are authenticated (mTLS)
+    or auth.allow_insecure is true (server/listen_security.h): a deployment that would not
+    start is caught here."""
+    listen = str(effective(config, args, "server.listen_address") or "127.0.0.1:50051")
+    host = listen.rsplit(":", 1)[0].strip("[]")
+    loopback = listen.startswith("unix:") or host in ("localhost", "::1") or \
+        host.startswith("127.")
+    mtls = bool(effective(config, args, "server.tls.client_ca_file")) and \
+        bool(effective(config, args, "server.tls.cert_file"))
+    insecure = str(effective(config, args, "auth.allow_insecure")).lower() == "true"
+    check(loopback or mtls or insecure,
+          f"{name}: listens on {listen} with neither mTLS (server.tls.client_ca_file) nor "
+          "auth.allow_insecure: true; streamd would refuse to start")
+
+
 def check_systemd(streamd_binary):
     unit = DEPLOY / "systemd" / "streamd.service"
     text = unit.read_text(encoding="utf-8")
@@ -108,6 +136,7 @@ def check_systemd(streamd_binary):
           "/etc/streamd/streamd.yaml")
     check(config.get("sessions", {}).get("snapshot_dir") == SNAPSHOT_DIR,
           f"deploy/streamd.yaml: sessions.snapshot_dir is not {SNAPSHOT_DIR}")
+    check_listen_guard(unit.name, config, exec_start[2:])
     for key, want in [("KillSignal", "SIGTERM"), ("Restart", "on-failure"),
                       ("ProtectSystem", "strict"), ("NoNewPrivileges", "yes"),
                       ("DynamicUser", "yes"),
@@ -169,6 +198,7 @@ def check_container(streamd_binary, streamctl_binary):
               f"{name}: EXPOSE {expose} is not the CMD's ports {listen + metrics}")
     check("/etc/streamd/streamd.yaml" in cmd_args, f"{name}: CMD does not read "
           "/etc/streamd/streamd.yaml")
+    check_listen_guard(name + " CMD", load_yaml(DEPLOY / "streamd.yaml"), cmd_args)
     user = [l.split()[1] for l in lines if l.startswith("USER ")]
     check(len(user) == 1 and re.fullmatch(r"[1-9]\d*:\d+", user[0]),
           f"{name}: USER {user} is not one numeric, non-root uid:gid")
@@ -271,6 +301,7 @@ def check_kubernetes():
           "deployment.yaml: containerPort metrics is not streamd.yaml's metrics_address port")
     check(config["server"]["listen_address"].startswith(("0.0.0.0:", "[::]:")),
           "kubernetes/streamd.yaml: a pod must listen on every interface, not loopback")
+    check_listen_guard("kubernetes/streamd.yaml", config, container.get("args", []))
     svc_ports = {p["name"]: p for p in svc["spec"]["ports"]}
     for p in svc_ports.values():
         check(p["targetPort"] in ports, f"service.yaml: targetPort {p['targetPort']} is no "

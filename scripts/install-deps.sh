@@ -12,6 +12,7 @@ packages=(
   nlohmann-json3-dev                           # JSON fixtures in tests, --json output
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc  # daemon
   libspdlog-dev libyaml-cpp-dev                # daemon logs and config
+  libssl-dev openssl                           # TLS files checked at start; tests make certs
   gnuplot-nox                                  # streamd eval --plot
   libcpp-httplib-dev prometheus                # /metrics endpoint; promtool checks its output
   python3-yaml                                 # deploy/check.py reads the deployment manifests

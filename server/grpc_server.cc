@@ -14,6 +14,8 @@
 #include <limits>
 #include <thread>
 
+#include "server/tls_credentials.h"
+
 namespace streamd::server {
 namespace {
 
@@ -194,8 +196,14 @@ StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
   }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // Plaintext, TLS or mTLS (server/tls_credentials.h); unusable files fail the start here.
+  auto credentials = MakeServerCredentials(options.tls);
+  if (!credentials.ok()) {
+    s->shut_down_ = true;
+    return credentials.status();
+  }
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(), &s->port_);
+  builder.AddListeningPort(options.listen_address, *credentials, &s->port_);
   builder.RegisterService(&s->service_);
   builder.SetMaxReceiveMessageSize(options.limits.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_send_message_bytes);

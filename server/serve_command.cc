@@ -16,9 +16,11 @@
 #include "server/config/logging.h"
 #include "server/config/server_config.h"
 #include "server/grpc_server.h"
+#include "server/listen_security.h"
 #include "server/metrics/http_exporter.h"
 #include "server/metrics/streamd_metrics.h"
 #include "server/serve_options.h"
+#include "server/tls_credentials.h"
 
 namespace streamd::server {
 namespace {
@@ -139,6 +141,9 @@ int ServeCommand(int argc, char** argv) {
   if (!engine_config.ok()) return Fail(engine_config.status().message());
   auto options = ToServerOptions(*config);
   if (!options.ok()) return Fail(options.status().message());
+  // Before the model loads (seconds): who may connect, and the TLS files, fail the start early.
+  if (Status s = CheckListenSecurity(*options); !s.ok()) return Fail(s.message());
+  if (Status s = CheckTlsFiles(options->tls); !s.ok()) return Fail(s.message());
   std::string metrics_host;
   int metrics_port = 0;
   if (!SplitHostPort(config->server.metrics_address, &metrics_host, &metrics_port)) {

@@ -42,6 +42,12 @@ StatusOr<ServerOptions> ToServerOptions(const ServerConfig& config) {
   t.max_ping_strikes = srv.max_ping_strikes;
   o.limits.max_waiting_opens = s.max_waiting_opens;
   o.limits.max_detached_share = s.max_detached_share;
+  o.tls.cert_file = config.server.tls.cert_file;
+  o.tls.key_file = config.server.tls.key_file;
+  o.tls.client_ca_file = config.server.tls.client_ca_file;
+  o.tls.reload_interval =
+      std::chrono::duration_cast<std::chrono::seconds>(config.server.tls.reload_interval);
+  o.auth.allow_insecure = config.auth.allow_insecure;
   o.limits.max_message_bytes = static_cast<int32_t>(config.server.max_receive_message_bytes);
   o.max_send_message_bytes = static_cast<int32_t>(config.server.max_send_message_bytes);
   o.limits.max_tokens = s.max_tokens;

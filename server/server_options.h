@@ -71,9 +71,31 @@ struct PersistenceOptions {
   std::chrono::milliseconds flush_timeout{std::chrono::seconds(10)};
 };
 
+// TLS on the gRPC port (docs/SECURITY.md). No cert_file = plaintext. The files are watched:
+// gRPC's certificate provider reads them again every reload_interval, and new handshakes use
+// what it read; established connections keep the keys they negotiated.
+struct TlsOptions {
+  std::string cert_file;       // PEM: the server's certificate chain, leaf first
+  std::string key_file;        // PEM: its private key, unencrypted
+  std::string client_ca_file;  // PEM: CAs of client certificates; set = mTLS (required)
+  std::chrono::seconds reload_interval{60};  // gRPC's file watcher counts whole seconds
+  bool enabled() const { return !cert_file.empty(); }
+  bool mutual() const { return enabled() && !client_ca_file.empty(); }
+};
+
+// Who may call. API keys (auth.keys_file) come later and are checked by CheckListenSecurity
+// too (server/listen_security.h).
+struct AuthOptions {
+  // Serve a non-loopback address with no client authentication at all (no mTLS, no keys):
+  // anyone who reaches the port may list, resume and close every session.
+  bool allow_insecure = false;
+};
+
 struct ServerOptions {
   std::string listen_address = "127.0.0.1:50051";  // host:port; port 0 picks a free port
   std::string port_file;  // when set, the bound port is written there (tests use port 0)
+  TlsOptions tls;
+  AuthOptions auth;
   ServerLimits limits;
   int32_t max_send_message_bytes = 4 << 20;
   SessionOptions session_defaults;  // Open without fields: mode, sinks, window, sampling

@@ -99,6 +99,31 @@ ConfigKey DurationKey(std::string path, Get get, int64_t lo_ms, int64_t hi_ms) {
           [get](const ServerConfig& c) { return FormatDuration(get(c)); }};
 }
 
+// A duration in whole seconds (a consumer that counts seconds: gRPC's certificate watcher).
+template <typename Get>
+ConfigKey WholeSecondsKey(std::string path, Get get, int64_t lo_ms, int64_t hi_ms) {
+  ConfigKey key = DurationKey(std::move(path), get, lo_ms, hi_ms);
+  key.parse = [inner = key.parse](std::string_view v, ServerConfig& c) -> Status {
+    if (auto x = ParseDuration(v); x.ok() && x->count() % 1000 != 0) {
+      return InvalidArgumentError("is not a whole number of seconds");
+    }
+    return inner(v, c);
+  };
+  return key;
+}
+
+// A file path, or empty for "none". Not checked here: the files are read where they are used
+// (start-up errors name the key and the path).
+template <typename Get>
+ConfigKey PathKey(std::string path, Get get) {
+  return {std::move(path),
+          [get](std::string_view v, ServerConfig& c) -> Status {
+            get(c) = std::string(v);
+            return OkStatus();
+          },
+          [get](const ServerConfig& c) { return get(c); }};
+}
+
 struct FloatRange {
   float lo, hi;
   bool lo_open = false, hi_open = false;
@@ -205,6 +230,13 @@ std::vector<ConfigKey> MakeKeys() {
   k.push_back(DurationKey("server.min_ping_interval", STREAMD_FIELD(server.min_ping_interval), 0,
                           60 * kMinute));
   k.push_back(IntKey("server.max_ping_strikes", STREAMD_FIELD(server.max_ping_strikes), 1, 100));
+  k.push_back(PathKey("server.tls.cert_file", STREAMD_FIELD(server.tls.cert_file)));
+  k.push_back(PathKey("server.tls.key_file", STREAMD_FIELD(server.tls.key_file)));
+  k.push_back(PathKey("server.tls.client_ca_file", STREAMD_FIELD(server.tls.client_ca_file)));
+  k.push_back(WholeSecondsKey("server.tls.reload_interval",
+                              STREAMD_FIELD(server.tls.reload_interval), 1000, kDay));
+  // auth
+  k.push_back(BoolKey("auth.allow_insecure", STREAMD_FIELD(auth.allow_insecure)));
   // model
   k.push_back({"model.path",
                [](std::string_view v, ServerConfig& c) -> Status {

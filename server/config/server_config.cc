@@ -99,8 +99,8 @@ Status ApplyFile(const std::string& file, ServerConfig& config, Origins& origins
     if (root.IsNull()) return OkStatus();  // an empty file: every key keeps its default
     if (!root.IsMap()) {
       return InvalidArgumentError(
-          "config: the top level must be a mapping of sections (server, model, engine, "
-          "sessions, logging)" +
+          "config: the top level must be a mapping of sections (server, auth, model, "
+          "engine, sessions, logging)" +
           At(file, root.Mark()));
     }
     return ApplyMapping(root, "", file, config, origins);
@@ -204,6 +204,19 @@ std::optional<KeyError> CheckKeysAndCombinations(const ServerConfig& c) {
   if ((e.kv_pool.bytes > 0) == (e.kv_pool.fraction > 0.0)) {
     return KeyError{"engine.kv_pool", "engine.kv_pool must set exactly one of bytes and fraction"};
   }
+  const ServerConfig::Server::Tls& tls = c.server.tls;
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    const bool cert = !tls.cert_file.empty();
+    return KeyError{cert ? "server.tls.cert_file" : "server.tls.key_file",
+                    std::string(cert ? "server.tls.cert_file" : "server.tls.key_file") +
+                        " is set but " + (cert ? "server.tls.key_file" : "server.tls.cert_file") +
+                        " is not: TLS needs both the certificate and its private key"};
+  }
+  if (!tls.client_ca_file.empty() && tls.cert_file.empty()) {
+    return KeyError{"server.tls.client_ca_file",
+                    "server.tls.client_ca_file is set but server.tls.cert_file and "
+                    "server.tls.key_file are not: mTLS is TLS with client certificates"};
+  }
   if (SameListener(c.server.listen_address, c.server.metrics_address)) {
     return KeyError{
         "server.metrics_address",
@@ -232,6 +245,10 @@ StatusOr<ServerConfig> LoadServerConfig(const std::string& yaml_path,
   }
   config.model.path = config::ExpandHome(config.model.path);
   config.sessions.snapshot_dir = config::ExpandHome(config.sessions.snapshot_dir);
+  for (std::string* path : {&config.server.tls.cert_file, &config.server.tls.key_file,
+                            &config.server.tls.client_ca_file}) {
+    *path = config::ExpandHome(*path);
+  }
   if (const std::optional<KeyError> error = CheckKeysAndCombinations(config)) {
     const auto origin = origins.find(error->key);
     return InvalidArgumentError("config: " + error->text +

@@ -77,8 +77,22 @@ struct ServerConfig {
     int64_t grpc_memory_limit = 1LL << 30;                  // gRPC's buffers; [16MiB, 1TiB]
     std::chrono::milliseconds min_ping_interval{10'000};    // client pings without data
     int32_t max_ping_strikes = 2;                           // then GOAWAY; [1, 100]
+    // TLS on listen_address (docs/SECURITY.md). Paths; a leading "~/" is expanded to $HOME.
+    struct Tls {
+      std::string cert_file;       // PEM chain; empty = plaintext; set with key_file
+      std::string key_file;        // PEM private key (unencrypted); set with cert_file
+      std::string client_ca_file;  // PEM CAs; set = mTLS: a client certificate is required
+      std::chrono::milliseconds reload_interval{60'000};  // whole seconds; [1s, 1d]
+      bool operator==(const Tls&) const = default;
+    } tls;
     bool operator==(const Server&) const = default;
   } server;
+
+  struct Auth {
+    // Listen on a non-loopback address with no client authentication (no mTLS, no API keys).
+    bool allow_insecure = false;
+    bool operator==(const Auth&) const = default;
+  } auth;
 
   struct Model {
     // GGUF file. A leading "~/" is expanded to $HOME when the config is loaded.

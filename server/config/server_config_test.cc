@@ -141,9 +141,11 @@ constexpr size_t FieldCount() {
 
 TEST(ServerConfigTest, EveryFieldHasAKey) {
   // A field added to ServerConfig without a key (and a line in config/streamd.yaml) fails here.
-  static_assert(FieldCount<ServerConfig>() == 5);
+  static_assert(FieldCount<ServerConfig>() == 6);
+  // A nested struct is one field of its parent and its own fields are the keys.
   constexpr size_t kLeaves =
-      FieldCount<ServerConfig::Server>() + FieldCount<ServerConfig::Model>() +
+      FieldCount<ServerConfig::Server>() - 1 + FieldCount<ServerConfig::Server::Tls>() +
+      FieldCount<ServerConfig::Auth>() + FieldCount<ServerConfig::Model>() +
       FieldCount<ServerConfig::Engine>() + FieldCount<ServerConfig::Sessions>() - 1 +
       FieldCount<SamplingDefaults>() + FieldCount<ServerConfig::Logging>();
   EXPECT_EQ(ServerConfigKeys().size(), kLeaves);
@@ -269,6 +271,41 @@ TEST(ServerConfigTest, CrossFieldChecks) {
   // Raising the limit in the same load makes the value valid.
   EXPECT_TRUE(
       LoadServerConfig("", {"--sessions.max_window=2040", "--sessions.default_window=2040"}).ok());
+}
+
+TEST(ServerConfigTest, TlsKeys) {
+  const ServerConfig d = DefaultServerConfig();
+  EXPECT_TRUE(d.server.tls.cert_file.empty() && d.server.tls.key_file.empty() &&
+              d.server.tls.client_ca_file.empty());
+  EXPECT_EQ(d.server.tls.reload_interval, milliseconds(60'000));
+  EXPECT_FALSE(d.auth.allow_insecure);
+  auto c = LoadServerConfig("", {"--server.tls.cert_file=/etc/s/cert.pem",
+                                 "--server.tls.key_file=~/key.pem",
+                                 "--server.tls.client_ca_file=/etc/s/ca.pem",
+                                 "--server.tls.reload_interval=2s", "--auth.allow_insecure=true"});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->server.tls.cert_file, "/etc/s/cert.pem");
+  EXPECT_EQ(c->server.tls.key_file, config::ExpandHome("~/key.pem"));
+  EXPECT_EQ(c->server.tls.client_ca_file, "/etc/s/ca.pem");
+  EXPECT_EQ(c->server.tls.reload_interval, milliseconds(2000));
+  EXPECT_TRUE(c->auth.allow_insecure);
+  // Both or neither of the certificate and the key; a client CA only with them.
+  EXPECT_EQ(OverrideError({"--server.tls.cert_file=/c.pem"}),
+            "config: server.tls.cert_file is set but server.tls.key_file is not: TLS needs both "
+            "the certificate and its private key (from the command line)");
+  EXPECT_THAT(OverrideError({"--server.tls.key_file=/k.pem"}),
+              StartsWith("config: server.tls.key_file is set but server.tls.cert_file is not"));
+  EXPECT_THAT(OverrideError({"--server.tls.client_ca_file=/ca.pem"}),
+              StartsWith("config: server.tls.client_ca_file is set but server.tls.cert_file and "
+                         "server.tls.key_file are not"));
+  // gRPC's watcher counts seconds: a fraction of one would be silently rounded.
+  EXPECT_THAT(OverrideError({"--server.tls.reload_interval=1500ms"}),
+              StartsWith("config: server.tls.reload_interval = 1500ms is not a whole number of "
+                         "seconds"));
+  EXPECT_THAT(OverrideError({"--server.tls.reload_interval=0"}),
+              StartsWith("config: server.tls.reload_interval = 0 is outside [1s, 1d]"));
+  EXPECT_THAT(OverrideError({"--auth.allow_insecure=yes"}),
+              StartsWith("config: auth.allow_insecure = yes is not true or false"));
 }
 
 TEST(ServerConfigTest, ValidateChecksConfigsBuiltInCode) {

@@ -112,6 +112,13 @@ std::shared_ptr<grpc::Channel> DaemonProcess::Channel(const grpc::ChannelArgumen
   return grpc::CreateCustomChannel(address(), grpc::InsecureChannelCredentials(), args);
 }
 
+std::shared_ptr<grpc::Channel> DaemonProcess::Channel(
+    const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+    grpc::ChannelArguments args) const {
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(address(), credentials, args);
+}
+
 void DaemonProcess::Terminate() const {
   if (pid_ > 0) kill(pid_, SIGTERM);
 }

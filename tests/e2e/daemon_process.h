@@ -1,6 +1,7 @@
 // DaemonProcess: the real `streamd serve` as a child process, for end-to-end tests. It binds
 // 127.0.0.1 port 0 (gRPC and metrics) and reports its port through --port-file; the default
-// model comes from $STREAMD_MODEL.
+// model comes from $STREAMD_MODEL. Further config (TLS files, another listen address) comes as
+// overrides; Channel(credentials) connects with TLS.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -32,6 +33,14 @@ class DaemonProcess {
   pid_t pid() const { return pid_; }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   std::shared_ptr<grpc::Channel> Channel(const grpc::ChannelArguments& args = {}) const;
+  // A channel with `credentials` (TLS: grpc::SslCredentials) on a subchannel of its own, so that
+  // each such channel makes its own connection and handshake, never sharing one with another
+  // channel to the daemon.
+  std::shared_ptr<grpc::Channel> Channel(
+      const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+      grpc::ChannelArguments args = {}) const;
+  // The daemon's temporary directory (removed with it): a place for a test's config files.
+  const std::string& dir() const { return dir_; }
 
   // Sends SIGTERM (graceful shutdown).
   void Terminate() const;

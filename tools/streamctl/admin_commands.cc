@@ -282,7 +282,9 @@ int SessionsCommand(int argc, char** argv) {
   if (flags.was_set("out") && action != "export") {
     return Fail(InvalidArgumentError("--out is for sessions export only"));
   }
-  auto stub = v1::Streamd::NewStub(MakeChannel(common.address));
+  auto channel = common.Connect();
+  if (!channel.ok()) return Fail(channel.status());
+  auto stub = v1::Streamd::NewStub(*channel);
   if (action == "export") return ExportCommand(*stub, id, out, common);
   if (action == "import") return ImportCommand(*stub, import_path, common);
   grpc::ClientContext context;
@@ -338,7 +340,9 @@ int HealthCommand(int argc, char** argv) {
     std::cout << flags.Help();
     return 0;
   }
-  auto stub = grpc::health::v1::Health::NewStub(MakeChannel(common.address));
+  auto channel = common.Connect();
+  if (!channel.ok()) return Fail(channel.status());
+  auto stub = grpc::health::v1::Health::NewStub(*channel);
   grpc::ClientContext context;
   grpc::health::v1::HealthCheckRequest request;
   request.set_service(service);

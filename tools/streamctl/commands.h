@@ -5,15 +5,20 @@
 
 #include "engine/util/status.h"
 #include "tools/flags.h"
+#include "tools/streamctl/channel.h"
 
 namespace streamd::streamctl {
 
 // Flags every command takes.
 struct CommonFlags {
-  std::string address;  // --address, default $STREAMD_ADDRESS or 127.0.0.1:50051
+  // --address (default $STREAMD_ADDRESS or 127.0.0.1:50051), --tls, --tls-ca, --tls-cert,
+  // --tls-key, --tls-server-name, --api-key (default $STREAMD_API_KEY).
+  ConnectionOptions connection;
   bool json = false;    // --json: machine-readable output, one JSON object per line
   bool tokens = false;  // --tokens: token ids in and out instead of text
   void Register(tools::FlagParser& flags);
+  // The channel of the connection flags; errors name the flag.
+  StatusOr<std::shared_ptr<grpc::Channel>> Connect() const;
 };
 
 int ChatCommand(int argc, char** argv);

@@ -212,7 +212,9 @@ int GenerateCommand(int argc, char** argv) {
   }
   if (prompt.empty()) return Fail(InvalidArgumentError("--prompt is required"));
   InstallSigint();
-  SessionClient client(MakeChannel(f.common.address));
+  auto channel = f.common.Connect();
+  if (!channel.ok()) return Fail(channel.status());
+  SessionClient client(*channel);
   auto opened = f.Attach(client);
   if (!opened.ok()) return Fail(opened.status());
   const std::string id = opened->session_id();
@@ -248,7 +250,9 @@ int ChatCommand(int argc, char** argv) {
     return 0;
   }
   InstallSigint();
-  SessionClient client(MakeChannel(f.common.address));
+  auto channel = f.common.Connect();
+  if (!channel.ok()) return Fail(channel.status());
+  SessionClient client(*channel);
   auto opened = f.Attach(client);
   if (!opened.ok()) return Fail(opened.status());
   const std::string id = opened->session_id();

@@ -9,10 +9,6 @@ Status FromError(const v1::Error& e) {
 
 }  // namespace
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
-  return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-}
-
 Status FromGrpc(const grpc::Status& status) {
   if (status.ok()) return OkStatus();
   return Status(static_cast<StatusCode>(status.error_code()), status.error_message());

@@ -18,9 +18,6 @@
 
 namespace streamd::streamctl {
 
-// A channel to `address` ("host:port"), insecure.
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address);
-
 // grpc::Status -> Status, the client-side inverse of the server's mapping.
 Status FromGrpc(const grpc::Status& status);
 

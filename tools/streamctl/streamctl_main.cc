@@ -11,10 +11,32 @@ namespace streamd::streamctl {
 
 void CommonFlags::Register(tools::FlagParser& flags) {
   const char* env = std::getenv("STREAMD_ADDRESS");
-  address = env != nullptr && *env != '\0' ? env : "127.0.0.1:50051";
-  flags.String("address", &address, "the daemon's gRPC address host:port ($STREAMD_ADDRESS)");
+  ConnectionOptions& c = connection;
+  c.address = env != nullptr && *env != '\0' ? env : "127.0.0.1:50051";
+  flags.String("address", &c.address, "the daemon's gRPC address host:port ($STREAMD_ADDRESS)");
+  flags.Bool("tls", &c.tls, "connect with TLS, trusting the system's CAs unless --tls-ca");
+  flags.String("tls-ca", &c.tls_ca,
+               "TLS: PEM file of the CAs the server's certificate must "
+               "chain to (implies --tls)");
+  flags.String("tls-cert", &c.tls_cert, "mTLS: PEM file of this client's certificate");
+  flags.String("tls-key", &c.tls_key, "mTLS: PEM file of this client's private key");
+  flags.String("tls-server-name", &c.tls_server_name,
+               "TLS: the name the server's certificate must hold, when it is not the address's "
+               "host");
+  // Not shown as a default in --help: the environment's key is read at connect time.
+  flags.String("api-key", &c.api_key,
+               "sent as `authorization: Bearer KEY` on every call (default $STREAMD_API_KEY)");
   flags.Bool("json", &json, "machine-readable output: one JSON object per line");
   flags.Bool("tokens", &tokens, "token ids in and out instead of text");
+}
+
+StatusOr<std::shared_ptr<grpc::Channel>> CommonFlags::Connect() const {
+  ConnectionOptions c = connection;
+  if (c.api_key.empty()) {  // the flag wins over the environment
+    const char* env = std::getenv("STREAMD_API_KEY");
+    if (env != nullptr) c.api_key = env;
+  }
+  return MakeChannel(c);
 }
 
 int Fail(const Status& status) {
@@ -59,7 +81,12 @@ constexpr const char* kUsage =
     "  health                     the daemon's health (exit 0 when SERVING)\n"
     "\n"
     "Common flags: --address HOST:PORT, --json, --tokens. `streamctl <command> --help` lists\n"
-    "a command's flags.\n";
+    "a command's flags.\n"
+    "\n"
+    "Security (docs/SECURITY.md): --tls-ca FILE connects with TLS (--tls alone trusts the\n"
+    "system's CAs); --tls-cert FILE --tls-key FILE present a client certificate (mTLS);\n"
+    "--tls-server-name NAME when the certificate's name is not the address's host;\n"
+    "--api-key KEY or $STREAMD_API_KEY sends `authorization: Bearer KEY` with every call.\n";
 
 }  // namespace
 
