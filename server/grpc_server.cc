@@ -156,8 +156,27 @@ StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
         PersisterOptions{p.snapshot_interval, std::chrono::milliseconds(1000)},
         MakePersisterHooks(snapshot_metrics.get()));
   }
+  // Refused calls by reason; the family exists (at 0) before the first refusal.
+  std::array<metrics::Counter*, kNumAuthFailures> refused{};
+  if (metrics != nullptr) {
+    metrics::CounterFamily& family = metrics->registry.AddCounter(
+        "streamd_auth_failures_total",
+        "Calls refused by authentication (missing, malformed or unknown API key) or "
+        "authorization (not_admin).",
+        {"reason"});
+    for (int i = 0; i < kNumAuthFailures; ++i) {
+      refused[static_cast<size_t>(i)] =
+          &family.WithLabels({AuthFailureName(static_cast<AuthFailure>(i))});
+    }
+  }
+  auto auth = Authenticator::Create(options.auth.keys_file, [refused](AuthFailure why) {
+    if (metrics::Counter* c = refused[static_cast<size_t>(why)]; c != nullptr) c->Inc();
+  });
+  if (!auth.ok()) return auth.status();
   std::unique_ptr<GrpcServer> s(
       new GrpcServer(engine, chat, options, std::move(snapshot_metrics), std::move(persister)));
+  s->auth_ = std::move(auth).value();
+  s->ctx_.auth = s->auth_.get();
   s->ctx_.metrics = metrics;
   if (snapshots != nullptr) {
     s->snapshots_ = *snapshots;

@@ -63,6 +63,7 @@ class GrpcServer {
   TaskRunner tasks_;
   TaskRunner io_tasks_;
   std::optional<SnapshotContext> snapshots_;
+  std::unique_ptr<Authenticator> auth_;
   ServiceContext ctx_;
   // After ctx_ (its streams' answers use it), before service_; it calls into registry_.
   AdmissionQueue admission_;

@@ -38,6 +38,7 @@ bool IsLoopbackAddress(std::string_view address) {
 Status CheckListenSecurity(const ServerOptions& options) {
   if (IsLoopbackAddress(options.listen_address)) return OkStatus();
   if (options.tls.mutual()) return OkStatus();  // every client holds a certificate of our CA
+  if (!options.auth.keys_file.empty()) return OkStatus();  // every call carries a key
   if (options.auth.allow_insecure) return OkStatus();
   const std::string why =
       options.tls.enabled()
@@ -47,8 +48,9 @@ Status CheckListenSecurity(const ServerOptions& options) {
   return FailedPreconditionError(
       "config: server.listen_address = " + options.listen_address +
       " is not a loopback address and " + why +
-      "; API keys are not available yet. Anyone who can reach the port could list, resume and "
-      "close every session. Set server.tls.cert_file, key_file and client_ca_file (mTLS), or "
+      " and there are no API keys (auth.keys_file). Anyone who can reach the port could list, "
+      "resume and close every session. Set auth.keys_file, or server.tls.cert_file, key_file "
+      "and client_ca_file (mTLS), or "
       "set auth.allow_insecure: true to serve it anyway (behind a firewall or an "
       "authenticating proxy)");
 }

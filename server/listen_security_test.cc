@@ -67,6 +67,10 @@ TEST(ListenSecurityTest, MutualTlsOrAnExplicitOptInAllowsTheNetwork) {
   ServerOptions ca_only = Listening("0.0.0.0:50051");
   ca_only.tls.client_ca_file = "/ca.pem";
   EXPECT_FALSE(CheckListenSecurity(ca_only).ok());
+  // API keys authenticate every call.
+  ServerOptions keys = Listening("0.0.0.0:50051");
+  keys.auth.keys_file = "/etc/streamd/keys.yaml";
+  EXPECT_TRUE(CheckListenSecurity(keys).ok());
 }
 
 TEST(ListenSecurityTest, MetricsStayOnLoopbackByDefault) {

@@ -86,6 +86,9 @@ struct TlsOptions {
 // Who may call. API keys (auth.keys_file) come later and are checked by CheckListenSecurity
 // too (server/listen_security.h).
 struct AuthOptions {
+  // API keys (server/config/api_keys_file.h): set = every call needs a key, which names its
+  // tenant and role; empty = no keys (every caller is the one anonymous admin).
+  std::string keys_file;
   // Serve a non-loopback address with no client authentication at all (no mTLS, no keys):
   // anyone who reaches the port may list, resume and close every session.
   bool allow_insecure = false;

@@ -7,6 +7,7 @@
 
 #include "engine/api/streamd_engine.h"
 #include "server/admission_queue.h"
+#include "server/authenticator.h"
 #include "server/chat_formatter.h"
 #include "server/metrics/streamd_metrics.h"
 #include "server/proto_convert.h"
@@ -31,6 +32,8 @@ struct ServiceContext {
   v1::ModelInfo model_info;
   std::atomic<bool> draining{false};           // shutdown began: no new sessions or generations
   metrics::StreamdMetrics* metrics = nullptr;  // optional: request-path metrics
+  // Who calls (API keys); null: no authentication, every caller the anonymous admin.
+  const Authenticator* auth = nullptr;
   // What snapshots are stamped with and checked against; null when the engine gave none.
   const SnapshotContext* snapshots = nullptr;
 };

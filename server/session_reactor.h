@@ -28,10 +28,11 @@ namespace streamd::server {
 class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   // `on_done` runs in OnDone, before the reactor deletes itself.
-  SessionReactor(ServiceContext& ctx, std::string client,
+  SessionReactor(ServiceContext& ctx, Caller caller, std::string client,
                  std::function<void(SessionStream*)> on_done)
       : transport_(this),
-        stream_(std::make_shared<SessionStream>(ctx, &transport_, std::move(client))),
+        stream_(std::make_shared<SessionStream>(ctx, &transport_, std::move(caller),
+                                                std::move(client))),
         on_done_(std::move(on_done)) {}
 
   const std::shared_ptr<SessionStream>& stream() const { return stream_; }

@@ -168,7 +168,20 @@ StatusOr<std::shared_ptr<ServerSession>> SessionRegistry::AttachResident(
   return s;
 }
 
-void SessionRegistry::Attach(SessionId id, std::weak_ptr<SessionOwner> owner, AttachDone done) {
+SessionRegistry::Usage SessionRegistry::UsageOf(const std::string& tenant) const {
+  Usage u;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, s] : sessions_) {
+    if (s->options.tenant != tenant) continue;
+    std::lock_guard<std::mutex> session_lock(s->mu);
+    u.sessions += !s->closed;
+    u.generating += s->generating;
+  }
+  return u;
+}
+
+void SessionRegistry::Attach(SessionId id, std::weak_ptr<SessionOwner> owner, AttachDone done,
+                             const std::optional<std::string>& tenant) {
   std::shared_ptr<ServerSession> s = Find(id);
   if (s == nullptr && persister_ != nullptr) {
     // A snapshot in the directory this registry has not seen: written by another replica
@@ -179,11 +192,14 @@ void SessionRegistry::Attach(SessionId id, std::weak_ptr<SessionOwner> owner, At
       s = AddOffloaded(*summary);
     }
   }
+  // Another tenant's session does not exist for this caller.
+  if (s != nullptr && tenant && s->options.tenant != *tenant) s = nullptr;
   if (s != nullptr && persister_ != nullptr) DropIfStale(s);
   if (s == nullptr) {
     std::unique_lock<std::mutex> lock(mu_);
     auto lost = lost_.find(id);
-    const Status why = lost != lost_.end() ? lost->second : SessionNotFound(id, options_);
+    // Whose lost session it was is not known: only callers who see every tenant learn of it.
+    const Status why = lost != lost_.end() && !tenant ? lost->second : SessionNotFound(id, options_);
     lock.unlock();
     return done(why);
   }

@@ -34,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -128,8 +129,16 @@ class SessionRegistry {
   // Attaches `owner` to session `id`. A resident session is attached before this returns
   // (done runs inline); an offloaded one is loaded first on the loader thread, and done runs
   // there (or on the reaper's, with UNAVAILABLE, after resume_wait). NOT_FOUND for an unknown
-  // id, FAILED_PRECONDITION when another stream drives it.
-  void Attach(SessionId id, std::weak_ptr<SessionOwner> owner, AttachDone done);
+  // id, and for a session of another tenant than `tenant` (when set): the same answer, word
+  // for word; FAILED_PRECONDITION when another stream drives it.
+  void Attach(SessionId id, std::weak_ptr<SessionOwner> owner, AttachDone done,
+              const std::optional<std::string>& tenant = std::nullopt);
+  struct Usage {
+    int32_t sessions = 0;    // resident or on disk
+    int32_t generating = 0;
+  };
+  // What one tenant holds now (its quotas).
+  Usage UsageOf(const std::string& tenant) const;
   // The stream is gone: the session waits for a Resume (its generation must be over).
   void Detach(const std::shared_ptr<ServerSession>& session);
   // Closes the session (in the engine if resident) and forgets it, deleting its snapshot. An

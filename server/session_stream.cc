@@ -23,8 +23,10 @@ v1::ServerMessage ErrorMessage(const Status& status, std::string_view request_id
 
 }  // namespace
 
-SessionStream::SessionStream(ServiceContext& ctx, Transport* transport, std::string client)
+SessionStream::SessionStream(ServiceContext& ctx, Transport* transport, Caller caller,
+                             std::string client)
     : ctx_(ctx),
+      caller_(std::move(caller)),
       client_(std::move(client)),
       outbox_(transport, ctx.options.limits.max_queued_tokens),
       transport_(transport) {}
@@ -176,6 +178,30 @@ void SessionStream::Bound(StatusOr<std::shared_ptr<ServerSession>> s, bool resum
   ReadNext();
 }
 
+Status SessionStream::CheckSessionQuota() const {
+  if (ctx_.auth == nullptr || !caller_.authenticated) return OkStatus();
+  const int32_t limit = ctx_.auth->QuotasOf(caller_.tenant).max_sessions;
+  if (limit <= 0) return OkStatus();
+  const int32_t held = ctx_.registry.UsageOf(caller_.tenant).sessions;
+  if (held < limit) return OkStatus();
+  return ResourceExhaustedError("open: tenant " + caller_.tenant + " holds " +
+                                std::to_string(held) + " sessions, its quota max_sessions = " +
+                                std::to_string(limit) +
+                                " (auth.keys_file); close sessions it no longer needs");
+}
+
+Status SessionStream::CheckGenerationQuota() const {
+  if (ctx_.auth == nullptr || !caller_.authenticated) return OkStatus();
+  const int32_t limit = ctx_.auth->QuotasOf(caller_.tenant).max_generations;
+  if (limit <= 0) return OkStatus();
+  const int32_t running = ctx_.registry.UsageOf(caller_.tenant).generating;
+  if (running < limit) return OkStatus();
+  return ResourceExhaustedError("generate: tenant " + caller_.tenant + " runs " +
+                                std::to_string(running) +
+                                " generations, its quota max_generations = " +
+                                std::to_string(limit) + " (auth.keys_file); retry when one ends");
+}
+
 SessionStream::Next SessionStream::HandleOpen(const v1::Open& open) {
   if (auto s = session()) {
     SendError(FailedPreconditionError("open: this stream already drives session " +
@@ -189,6 +215,10 @@ SessionStream::Next SessionStream::HandleOpen(const v1::Open& open) {
   }
   auto options =
       ToSessionOptions(open, ctx_.options.session_defaults, ctx_.engine.config(), ctx_.model);
+  if (options.ok()) {
+    options->tenant = caller_.tenant;  // it owns the session, and its snapshot says so
+    if (Status quota = CheckSessionQuota(); !quota.ok()) options = quota;
+  }
   if (!options.ok()) {
     if (ctx_.metrics != nullptr) ctx_.metrics->sessions_rejected.Inc();
     SendError(options.status());
@@ -255,7 +285,8 @@ SessionStream::Next SessionStream::HandleResume(const v1::Resume& resume) {
                            if (!named) s = Status(st.code(), "resume.session_id: " + st.message());
                          }
                          self->Bound(std::move(s), /*resumed=*/true);
-                       });
+                       },
+                       caller_.admin ? std::nullopt : std::optional<std::string>(caller_.tenant));
   return Next::kLater;
 }
 
@@ -381,6 +412,9 @@ void SessionStream::HandleGenerate(const v1::Generate& g) {
   auto options =
       ToGenerateOptions(g, s->options.sampling, ctx_.options.limits, ctx_.model.vocab_size);
   if (!options.ok()) return SendError(options.status(), g.request_id());
+  if (Status quota = CheckGenerationQuota(); !quota.ok()) {
+    return SendError(quota, g.request_id());
+  }
   ChatState chat;
   {
     std::lock_guard<std::mutex> lock(s->mu);

@@ -51,8 +51,9 @@ class SessionStream : public SessionOwner, public std::enable_shared_from_this<S
     virtual void ReadNext() = 0;
   };
 
-  // `client`: who is on the other end, for the per-client caps (SessionRegistry).
-  SessionStream(ServiceContext& ctx, Transport* transport, std::string client);
+  // `caller`: who opened the stream (its tenant owns the sessions it opens, and it can resume
+  // only those); `client`: who is on the other end, for the per-client caps (SessionRegistry).
+  SessionStream(ServiceContext& ctx, Transport* transport, Caller caller, std::string client);
 
   // What the reactor does after OnMessage: read the next message now, read no more, or nothing
   // (the stream starts the next read itself once the message is handled). Messages are handled
@@ -87,6 +88,9 @@ class SessionStream : public SessionOwner, public std::enable_shared_from_this<S
   void HandleClose();
 
   std::shared_ptr<ServerSession> session() const;
+  // RESOURCE_EXHAUSTED naming the tenant's quota (auth.keys_file) when it is used up.
+  Status CheckSessionQuota() const;
+  Status CheckGenerationQuota() const;
   // Binds a freshly attached session, unless the stream ended meanwhile.
   void Bind(const std::shared_ptr<ServerSession>& s, bool resumed);
   void SendError(const Status& status, std::string_view request_id = {});
@@ -118,6 +122,7 @@ class SessionStream : public SessionOwner, public std::enable_shared_from_this<S
   void End(const grpc::Status& status);
 
   ServiceContext& ctx_;
+  const Caller caller_;
   const std::string client_;
   StreamOutbox outbox_;
   std::mutex transport_mu_;   // guards transport_ (null once the reactor is gone)

@@ -36,7 +36,8 @@ void Count(const ServiceContext& ctx, const Status& status) {
 // the snapshot runs before Finish is ever called, so `this` outlives it.
 class ExportReactor final : public grpc::ServerWriteReactor<v1::SnapshotChunk> {
  public:
-  ExportReactor(ServiceContext& ctx, const v1::ExportSessionRequest& request) : ctx_(ctx) {
+  ExportReactor(ServiceContext& ctx, const v1::ExportSessionRequest& request, Caller caller)
+      : ctx_(ctx), caller_(std::move(caller)) {
     auto id = SessionId::Parse(request.session_id(), "session_id");
     if (!id.ok()) {
       End(id.status());
@@ -64,6 +65,8 @@ class ExportReactor final : public grpc::ServerWriteReactor<v1::SnapshotChunk> {
   }
 
   StatusOr<std::vector<uint8_t>> Snapshot(SessionId id) {
+    const std::optional<std::string> tenant = TenantOf(ctx_, id);
+    if (!tenant || !caller_.CanSee(*tenant)) return SessionNotFound(id, ctx_.registry.options());
     std::shared_ptr<ServerSession> s = ctx_.registry.Find(id);
     if (ctx_.registry.persister() != nullptr) {
       if (s == nullptr && !ctx_.registry.persister()->Summary(id).ok()) {
@@ -93,6 +96,7 @@ class ExportReactor final : public grpc::ServerWriteReactor<v1::SnapshotChunk> {
   }
 
   ServiceContext& ctx_;
+  const Caller caller_;
   std::vector<uint8_t> bytes_;
   size_t at_ = 0;
   v1::SnapshotChunk chunk_;
@@ -191,8 +195,17 @@ Status FillSessionInfo(const ServiceContext& ctx, SessionId id, v1::SessionInfo*
 }
 
 grpc::ServerWriteReactor<v1::SnapshotChunk>* StartExport(ServiceContext& ctx,
-                                                         const v1::ExportSessionRequest& request) {
-  return new ExportReactor(ctx, request);
+                                                         const v1::ExportSessionRequest& request,
+                                                         Caller caller) {
+  return new ExportReactor(ctx, request, std::move(caller));
+}
+
+std::optional<std::string> TenantOf(const ServiceContext& ctx, SessionId id) {
+  if (std::shared_ptr<ServerSession> s = ctx.registry.Find(id)) return s->options.tenant;
+  if (SessionPersister* p = ctx.registry.persister(); p != nullptr) {
+    if (auto summary = p->Summary(id); summary.ok() && summary->id == id) return summary->tenant;
+  }
+  return std::nullopt;
 }
 
 grpc::ServerReadReactor<v1::SnapshotChunk>* StartImport(ServiceContext& ctx,

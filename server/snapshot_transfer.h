@@ -21,13 +21,20 @@ namespace streamd::server {
 
 inline constexpr size_t kSnapshotChunkBytes = 1 << 20;  // well under any message size limit
 
+// Export of a session the caller cannot see (another tenant's) is NOT_FOUND, as for one that
+// does not exist.
 grpc::ServerWriteReactor<v1::SnapshotChunk>* StartExport(ServiceContext& ctx,
-                                                         const v1::ExportSessionRequest& request);
+                                                         const v1::ExportSessionRequest& request,
+                                                         Caller caller);
 grpc::ServerReadReactor<v1::SnapshotChunk>* StartImport(ServiceContext& ctx,
                                                         v1::ImportSessionResponse* response);
 
 // A session's SessionInfo (shared with the unary calls): from the engine when resident, from
 // its snapshot's summary when offloaded.
 Status FillSessionInfo(const ServiceContext& ctx, SessionId id, v1::SessionInfo* out);
+
+// The tenant a session belongs to, from the registry or (a session only on disk, perhaps
+// written by another replica) its snapshot; nullopt when neither knows it.
+std::optional<std::string> TenantOf(const ServiceContext& ctx, SessionId id);
 
 }  // namespace streamd::server

@@ -19,7 +19,32 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, const Sta
   return reactor;
 }
 
+// A streaming call refused before it starts (no key, not an admin): finished at once.
+template <typename Reactor>
+class RefusedReactor final : public Reactor {
+ public:
+  explicit RefusedReactor(const Status& why) { this->Finish(ToGrpcStatus(why)); }
+  void OnDone() override { delete this; }
+};
+
+template <typename Reactor>
+Reactor* Refuse(const Status& why, metrics::StreamdMetrics* metrics) {
+  if (metrics != nullptr) metrics->RecordError(static_cast<int>(why.code()));
+  return new RefusedReactor<Reactor>(why);
+}
+
 }  // namespace
+
+StatusOr<Caller> StreamdService::CallerOf(const grpc::CallbackServerContext& context) const {
+  if (ctx_.auth == nullptr) return Caller{};
+  return ctx_.auth->Authenticate(context);
+}
+
+Status StreamdService::Visible(const Caller& caller, SessionId id) const {
+  const std::optional<std::string> tenant = TenantOf(ctx_, id);
+  if (tenant && caller.CanSee(*tenant)) return OkStatus();
+  return SessionNotFound(id, ctx_.registry.options());
+}
 
 std::string ClientOf(const grpc::CallbackServerContext& context) {
   // "ipv4:127.0.0.1:41234", "ipv6:[::1]:41234", "unix:/run/streamd.sock": one client per
@@ -66,7 +91,15 @@ void StreamdService::WatchdogLoop() {
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StreamdService::Session(
     grpc::CallbackServerContext* context) {
-  auto* reactor = new SessionReactor(ctx_, ClientOf(*context), [this](SessionStream* stream) {
+  StatusOr<Caller> caller = CallerOf(*context);
+  if (!caller.ok()) {
+    return Refuse<grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>>(caller.status(),
+                                                                               ctx_.metrics);
+  }
+  // The per-client caps count a tenant's sessions together; without keys, a peer's.
+  std::string client = caller->authenticated ? "tenant " + caller->tenant : ClientOf(*context);
+  auto* reactor = new SessionReactor(ctx_, *std::move(caller), std::move(client),
+                                     [this](SessionStream* stream) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       streams_.erase(stream);
@@ -87,6 +120,9 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StreamdService::Ses
 grpc::ServerUnaryReactor* StreamdService::GetModelInfo(grpc::CallbackServerContext* context,
                                                        const v1::GetModelInfoRequest*,
                                                        v1::ModelInfo* response) {
+  if (auto caller = CallerOf(*context); !caller.ok()) {
+    return Answer(context, caller.status(), ctx_.metrics);
+  }
   *response = ctx_.model_info;
   return Answer(context, OkStatus(), ctx_.metrics);
 }
@@ -94,7 +130,10 @@ grpc::ServerUnaryReactor* StreamdService::GetModelInfo(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* StreamdService::ListSessions(grpc::CallbackServerContext* context,
                                                        const v1::ListSessionsRequest*,
                                                        v1::ListSessionsResponse* response) {
+  StatusOr<Caller> caller = CallerOf(*context);
+  if (!caller.ok()) return Answer(context, caller.status(), ctx_.metrics);
   for (const std::shared_ptr<ServerSession>& s : ctx_.registry.All()) {
+    if (!caller->CanSee(s->options.tenant)) continue;
     v1::SessionInfo info;
     if (FillSessionInfo(ctx_, s->id, &info).ok()) *response->add_sessions() = std::move(info);
   }
@@ -104,10 +143,14 @@ grpc::ServerUnaryReactor* StreamdService::ListSessions(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* StreamdService::GetSession(grpc::CallbackServerContext* context,
                                                      const v1::GetSessionRequest* request,
                                                      v1::SessionInfo* response) {
-  // A malformed id is INVALID_ARGUMENT; a well-formed one that names no session NOT_FOUND.
+  StatusOr<Caller> caller = CallerOf(*context);
+  if (!caller.ok()) return Answer(context, caller.status(), ctx_.metrics);
+  // A malformed id is INVALID_ARGUMENT; a well-formed one that names no session NOT_FOUND, as
+  // does another tenant's.
   auto id = SessionId::Parse(request->session_id(), "session_id");
   if (!id.ok()) return Answer(context, id.status(), ctx_.metrics);
-  const Status status = FillSessionInfo(ctx_, *id, response);
+  Status status = Visible(*caller, *id);
+  if (status.ok()) status = FillSessionInfo(ctx_, *id, response);
   if (!status.ok()) {
     return Answer(context, Status(status.code(), "session_id: " + status.message()), ctx_.metrics);
   }
@@ -117,9 +160,12 @@ grpc::ServerUnaryReactor* StreamdService::GetSession(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* StreamdService::CloseSession(grpc::CallbackServerContext* context,
                                                        const v1::CloseSessionRequest* request,
                                                        v1::CloseSessionResponse*) {
+  StatusOr<Caller> caller = CallerOf(*context);
+  if (!caller.ok()) return Answer(context, caller.status(), ctx_.metrics);
   auto id = SessionId::Parse(request->session_id(), "session_id");
   if (!id.ok()) return Answer(context, id.status(), ctx_.metrics);
-  const Status status = ctx_.registry.Close(*id, CancelledError("closed by CloseSession"));
+  Status status = Visible(*caller, *id);
+  if (status.ok()) status = ctx_.registry.Close(*id, CancelledError("closed by CloseSession"));
   if (!status.ok()) {
     return Answer(context, Status(status.code(), "session_id: " + status.message()), ctx_.metrics);
   }
@@ -127,12 +173,25 @@ grpc::ServerUnaryReactor* StreamdService::CloseSession(grpc::CallbackServerConte
 }
 
 grpc::ServerWriteReactor<v1::SnapshotChunk>* StreamdService::ExportSession(
-    grpc::CallbackServerContext* /*context*/, const v1::ExportSessionRequest* request) {
-  return StartExport(ctx_, *request);
+    grpc::CallbackServerContext* context, const v1::ExportSessionRequest* request) {
+  StatusOr<Caller> caller = CallerOf(*context);
+  if (!caller.ok()) {
+    return Refuse<grpc::ServerWriteReactor<v1::SnapshotChunk>>(caller.status(), ctx_.metrics);
+  }
+  return StartExport(ctx_, *request, *std::move(caller));
 }
 
 grpc::ServerReadReactor<v1::SnapshotChunk>* StreamdService::ImportSession(
-    grpc::CallbackServerContext* /*context*/, v1::ImportSessionResponse* response) {
+    grpc::CallbackServerContext* context, v1::ImportSessionResponse* response) {
+  StatusOr<Caller> caller = CallerOf(*context);
+  Status allowed = caller.status();
+  // An import creates a session of whatever tenant its snapshot names: admins only.
+  if (caller.ok() && ctx_.auth != nullptr) {
+    allowed = ctx_.auth->RequireAdmin(*caller, "ImportSession");
+  }
+  if (!allowed.ok()) {
+    return Refuse<grpc::ServerReadReactor<v1::SnapshotChunk>>(allowed, ctx_.metrics);
+  }
   return StartImport(ctx_, response);
 }
 

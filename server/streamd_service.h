@@ -63,6 +63,10 @@ class StreamdService final : public StreamdServiceBase {
 
  private:
   std::vector<std::shared_ptr<SessionStream>> Streams() const;
+  // Who calls: UNAUTHENTICATED without a valid key (when there are keys).
+  StatusOr<Caller> CallerOf(const grpc::CallbackServerContext& context) const;
+  // NOT_FOUND, exactly as for a session that does not exist, unless `caller` may see `id`.
+  Status Visible(const Caller& caller, SessionId id) const;
   // Ends streams that stay without a session for server.open_timeout.
   void WatchdogLoop();
 

@@ -236,6 +236,7 @@ std::vector<ConfigKey> MakeKeys() {
   k.push_back(WholeSecondsKey("server.tls.reload_interval",
                               STREAMD_FIELD(server.tls.reload_interval), 1000, kDay));
   // auth
+  k.push_back(PathKey("auth.keys_file", STREAMD_FIELD(auth.keys_file)));
   k.push_back(BoolKey("auth.allow_insecure", STREAMD_FIELD(auth.allow_insecure)));
   // model
   k.push_back({"model.path",

@@ -246,7 +246,7 @@ StatusOr<ServerConfig> LoadServerConfig(const std::string& yaml_path,
   config.model.path = config::ExpandHome(config.model.path);
   config.sessions.snapshot_dir = config::ExpandHome(config.sessions.snapshot_dir);
   for (std::string* path : {&config.server.tls.cert_file, &config.server.tls.key_file,
-                            &config.server.tls.client_ca_file}) {
+                            &config.server.tls.client_ca_file, &config.auth.keys_file}) {
     *path = config::ExpandHome(*path);
   }
   if (const std::optional<KeyError> error = CheckKeysAndCombinations(config)) {

@@ -89,6 +89,8 @@ struct ServerConfig {
   } server;
 
   struct Auth {
+    // API keys, tenants and quotas (server/config/api_keys_file.h); empty = no keys.
+    std::string keys_file;
     // Listen on a non-loopback address with no client authentication (no mTLS, no API keys).
     bool allow_insecure = false;
     bool operator==(const Auth&) const = default;

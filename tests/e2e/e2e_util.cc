@@ -4,9 +4,11 @@
 
 namespace streamd::e2e {
 
-RawStream::RawStream(const std::shared_ptr<grpc::Channel>& channel, std::chrono::seconds deadline)
+RawStream::RawStream(const std::shared_ptr<grpc::Channel>& channel, std::chrono::seconds deadline,
+                     const std::string& api_key)
     : stub_(v1::Streamd::NewStub(channel)) {
   context_.set_deadline(std::chrono::system_clock::now() + deadline);
+  if (!api_key.empty()) context_.AddMetadata("authorization", "Bearer " + api_key);
   rw_ = stub_->Session(&context_);
 }
 

@@ -1,0 +1,87 @@
+// Authenticator: who is calling (docs/SECURITY.md, "API keys and tenants"). With
+// auth.keys_file, every call to streamd.v1.Streamd carries `authorization: Bearer <key>`; the
+// key's SHA-256 is compared, in constant time, with every hash in the file, and names the
+// caller's tenant and role. The file is read again when it changes (checked every
+// kReloadPeriod); a file that no longer parses keeps the keys it had, with an error in the log.
+// Without a keys file every caller is the one anonymous admin (as before keys existed; the
+// listen policy keeps such a daemon on loopback or behind mTLS unless auth.allow_insecure).
+//
+// Health and reflection are other services: they stay reachable without a key.
+#pragma once
+
+#include <grpcpp/server_context.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <sys/stat.h>
+#include <thread>
+
+#include "engine/util/status.h"
+#include "server/config/api_keys_file.h"
+
+namespace streamd::server {
+
+struct Caller {
+  std::string tenant;          // "" for the anonymous caller (no keys file)
+  bool admin = true;           // sees and may act on every session
+  bool authenticated = false;  // a key named it
+  // Whether a session of `session_tenant` exists for this caller: its own, or any for admins.
+  bool CanSee(const std::string& session_tenant) const {
+    return admin || session_tenant == tenant;
+  }
+};
+
+// Why a call was refused (streamd_auth_failures_total{reason}).
+enum class AuthFailure { kMissing, kMalformed, kUnknownKey, kNotAdmin };
+inline constexpr int kNumAuthFailures = 4;
+const char* AuthFailureName(AuthFailure reason);  // "missing", "malformed", "unknown_key", ...
+
+class Authenticator {
+ public:
+  using OnFailure = std::function<void(AuthFailure)>;
+  static constexpr std::chrono::seconds kReloadPeriod{2};
+
+  // Reads `keys_file` (empty: no authentication). `on_failure` (optional) counts refusals.
+  static StatusOr<std::unique_ptr<Authenticator>> Create(const std::string& keys_file,
+                                                         OnFailure on_failure = {});
+  ~Authenticator();
+  Authenticator(const Authenticator&) = delete;
+  Authenticator& operator=(const Authenticator&) = delete;
+
+  bool enabled() const { return !path_.empty(); }
+  // The caller of a call, or UNAUTHENTICATED saying what is wrong (never which keys exist).
+  StatusOr<Caller> Authenticate(const grpc::ServerContextBase& context) const;
+  // The same for a bare header value ("Bearer KEY"; null: no header).
+  StatusOr<Caller> AuthenticateHeader(const std::string* authorization) const;
+  // PERMISSION_DENIED naming `call` unless the caller is an admin.
+  Status RequireAdmin(const Caller& caller, const std::string& call) const;
+  // The tenant's quotas (all unlimited when the file gives none).
+  TenantQuotas QuotasOf(const std::string& tenant) const;
+  // Reads the file again if it changed since the last read; true when new keys were taken.
+  bool ReloadIfChanged();
+
+ private:
+  Authenticator(std::string path, OnFailure on_failure);
+  void Refused(AuthFailure reason) const;
+  void ReloadLoop();
+
+  const std::string path_;
+  const OnFailure on_failure_;
+  mutable std::mutex mu_;
+  std::shared_ptr<const ApiKeys> keys_;  // guarded by mu_; replaced whole on reload
+  struct stat seen_ {};                  // of the file last read (mtime, size, inode)
+  // Rate limit of the log line per refusal reason: the last second that logged.
+  mutable std::array<std::atomic<int64_t>, kNumAuthFailures> last_log_s_{};
+  mutable std::array<std::atomic<int64_t>, kNumAuthFailures> suppressed_{};
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;
+  std::thread reloader_;  // last: starts after the members it uses
+};
+
+}  // namespace streamd::server
