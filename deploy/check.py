@@ -110,10 +110,12 @@ def check_listen_guard(name, config, args):
         host.startswith("127.")
     mtls = bool(effective(config, args, "server.tls.client_ca_file")) and \
         bool(effective(config, args, "server.tls.cert_file"))
+    keys = bool(effective(config, args, "auth.keys_file"))
     insecure = str(effective(config, args, "auth.allow_insecure")).lower() == "true"
-    check(loopback or mtls or insecure,
-          f"{name}: listens on {listen} with neither mTLS (server.tls.client_ca_file) nor "
-          "auth.allow_insecure: true; streamd would refuse to start")
+    check(loopback or mtls or keys or insecure,
+          f"{name}: listens on {listen} with neither API keys (auth.keys_file), mTLS "
+          "(server.tls.client_ca_file) nor auth.allow_insecure: true; streamd would refuse to "
+          "start")
 
 
 def check_systemd(streamd_binary):
@@ -268,7 +270,7 @@ def check_kubernetes():
     docs = {}
     for path in sorted(k8s.glob("*.yaml")):
         doc = load_yaml(path)
-        if path.name not in ("streamd.yaml", "kustomization.yaml"):
+        if path.name not in ("streamd.yaml", "kustomization.yaml", "keys.example.yaml"):
             check("apiVersion" in doc and "kind" in doc and "name" in doc.get("metadata", {}),
                   f"{path.name}: no apiVersion, kind or metadata.name")
         docs[path.name] = doc
@@ -302,6 +304,22 @@ def check_kubernetes():
     check(config["server"]["listen_address"].startswith(("0.0.0.0:", "[::]:")),
           "kubernetes/streamd.yaml: a pod must listen on every interface, not loopback")
     check_listen_guard("kubernetes/streamd.yaml", config, container.get("args", []))
+    # The keys file comes from the Secret streamd-keys, mounted where auth.keys_file points.
+    keys_file = effective(config, container.get("args", []), "auth.keys_file")
+    check(bool(keys_file), "kubernetes/streamd.yaml: a pod on every interface needs API keys "
+          "(auth.keys_file)")
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    keys_dir = str(keys_file).rsplit("/", 1)[0]
+    mount = mounts.get(keys_dir)
+    check(mount is not None and mount.get("readOnly") is True,
+          f"deployment.yaml: no read-only volume mounted at {keys_dir} (auth.keys_file)")
+    check(volumes.get((mount or {}).get("name"), {}).get("secret", {}).get("secretName") ==
+          "streamd-keys",
+          f"deployment.yaml: {keys_dir} is not the Secret streamd-keys")
+    check((k8s / "keys.example.yaml").exists() and
+          "keys.example.yaml" not in kust["resources"],
+          "kustomization.yaml: keys.example.yaml documents the Secret's format; it is no resource")
     svc_ports = {p["name"]: p for p in svc["spec"]["ports"]}
     for p in svc_ports.values():
         check(p["targetPort"] in ports, f"service.yaml: targetPort {p['targetPort']} is no "

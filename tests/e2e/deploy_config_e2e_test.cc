@@ -2,8 +2,11 @@
 // image, deploy/kubernetes/streamd.yaml for the ConfigMap) are accepted by the daemon: every
 // key known, every value in range, the cross-field checks passed. (deploy/check.py checks that
 // they agree with the other files.) The test overrides what cannot work here: the addresses
-// (127.0.0.1 port 0), the model path, threads and the KV pool.
+// (127.0.0.1 port 0), the model path, threads, the KV pool and the pod's keys file.
 #include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/e2e/daemon_process.h"
@@ -19,7 +22,14 @@ class DeployConfigE2eTest : public ::testing::TestWithParam<const char*> {};
 TEST_P(DeployConfigE2eTest, StartsServesAndDrains) {
   const std::string config = std::string(STREAMD_SOURCE_DIR) + "/" + GetParam();
   // Overrides come after the file whatever their place; info level logs the effective config.
-  auto d = DaemonProcess::Start({"--config=" + config, "--logging.level=info"});
+  std::vector<std::string> flags = {"--config=" + config, "--logging.level=info"};
+  // The pod's keys file is its Secret; here the example of its format stands in (so that the
+  // example is checked to parse, too).
+  if (std::string(GetParam()).find("kubernetes") != std::string::npos) {
+    flags.push_back("--auth.keys_file=" + std::string(STREAMD_SOURCE_DIR) +
+                    "/deploy/kubernetes/keys.example.yaml");
+  }
+  auto d = DaemonProcess::Start(flags);
   ASSERT_NE(d, nullptr) << config;
   auto stub = grpc::health::v1::Health::NewStub(d->Channel());
   grpc::ClientContext ctx;
