@@ -4,6 +4,7 @@
 #include <openssl/sha.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <utility>
 
 namespace streamd::server {
@@ -102,21 +103,47 @@ bool Authenticator::ReloadIfChanged() {
   return true;
 }
 
-void Authenticator::Refused(AuthFailure reason) const {
-  if (on_failure_) on_failure_(reason);
-  // At most one line per reason per second, saying how many were not logged.
-  const auto i = static_cast<size_t>(reason);
+// At most one log line per second per limiter: true when this one may log; `more` is then how
+// many were left out since the last line.
+static bool MayLog(std::atomic<int64_t>& last_log_s, std::atomic<int64_t>& suppressed, int64_t* more) {
   const int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(
                             std::chrono::steady_clock::now().time_since_epoch())
                             .count();
-  int64_t last = last_log_s_[i].load(std::memory_order_relaxed);
-  if (last == now_s || !last_log_s_[i].compare_exchange_strong(last, now_s)) {
-    suppressed_[i].fetch_add(1, std::memory_order_relaxed);
-    return;
+  int64_t last = last_log_s.load(std::memory_order_relaxed);
+  if (last == now_s || !last_log_s.compare_exchange_strong(last, now_s)) {
+    suppressed.fetch_add(1, std::memory_order_relaxed);
+    return false;
   }
-  const int64_t more = suppressed_[i].exchange(0, std::memory_order_relaxed);
-  spdlog::warn("call refused: {}{}", AuthFailureName(reason),
-               more > 0 ? " (and " + std::to_string(more) + " more since the last line)" : "");
+  *more = suppressed.exchange(0, std::memory_order_relaxed);
+  return true;
+}
+
+static std::string LeftOut(int64_t more) {
+  return more > 0 ? " (and " + std::to_string(more) + " more since the last line)" : "";
+}
+
+void Authenticator::Refused(AuthFailure reason) const {
+  if (on_failure_) on_failure_(reason);
+  const auto i = static_cast<size_t>(reason);
+  int64_t more = 0;
+  if (!MayLog(last_log_s_[i], suppressed_[i], &more)) return;
+  spdlog::warn("call refused: {}{}", AuthFailureName(reason), LeftOut(more));
+}
+
+void Authenticator::LogQuotaRefusal(const Status& why) const {
+  int64_t more = 0;
+  if (!MayLog(quota_last_log_s_, quota_suppressed_, &more)) return;
+  spdlog::warn("quota: {}{}", why.message(), LeftOut(more));
+}
+
+std::vector<std::string> Authenticator::Tenants() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> out;
+  if (keys_ == nullptr) return out;
+  for (const ApiKeyEntry& k : keys_->keys) {
+    if (std::find(out.begin(), out.end(), k.tenant) == out.end()) out.push_back(k.tenant);
+  }
+  return out;
 }
 
 StatusOr<Caller> Authenticator::Authenticate(const grpc::ServerContextBase& context) const {

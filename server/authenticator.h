@@ -21,6 +21,7 @@
 #include <string>
 #include <sys/stat.h>
 #include <thread>
+#include <vector>
 
 #include "engine/util/status.h"
 #include "server/config/api_keys_file.h"
@@ -63,6 +64,10 @@ class Authenticator {
   Status RequireAdmin(const Caller& caller, const std::string& call) const;
   // The tenant's quotas (all unlimited when the file gives none).
   TenantQuotas QuotasOf(const std::string& tenant) const;
+  // Every tenant the keys file names (the only label values of per-tenant metrics).
+  std::vector<std::string> Tenants() const;
+  // A quota refusal, logged at most once a second (with how many were left out).
+  void LogQuotaRefusal(const Status& why) const;
   // Reads the file again if it changed since the last read; true when new keys were taken.
   bool ReloadIfChanged();
 
@@ -79,6 +84,8 @@ class Authenticator {
   // Rate limit of the log line per refusal reason: the last second that logged.
   mutable std::array<std::atomic<int64_t>, kNumAuthFailures> last_log_s_{};
   mutable std::array<std::atomic<int64_t>, kNumAuthFailures> suppressed_{};
+  mutable std::atomic<int64_t> quota_last_log_s_{0};
+  mutable std::atomic<int64_t> quota_suppressed_{0};
   std::condition_variable stop_cv_;
   bool stopping_ = false;
   std::thread reloader_;  // last: starts after the members it uses

@@ -177,6 +177,7 @@ StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
       new GrpcServer(engine, chat, options, std::move(snapshot_metrics), std::move(persister)));
   s->auth_ = std::move(auth).value();
   s->ctx_.auth = s->auth_.get();
+  s->ctx_.budget = &s->budget_;
   s->ctx_.metrics = metrics;
   if (snapshots != nullptr) {
     s->snapshots_ = *snapshots;
@@ -204,6 +205,27 @@ StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
         offloaded += session->residency != Residency::kResident;
       }
       sm->sessions_offloaded.Set(static_cast<double>(offloaded));
+    });
+  }
+  if (metrics != nullptr && s->auth_->enabled()) {
+    // Per tenant, at every scrape; the label values are the keys file's tenants only, so the
+    // number of series is bounded by the file, never by what clients send.
+    metrics::GaugeFamily& sessions = metrics->registry.AddGauge(
+        "streamd_tenant_sessions", "Sessions a tenant holds (resident or on disk).", {"tenant"});
+    metrics::GaugeFamily& generating = metrics->registry.AddGauge(
+        "streamd_tenant_generations", "Generations a tenant runs now.", {"tenant"});
+    metrics::GaugeFamily& blocks = metrics->registry.AddGauge(
+        "streamd_tenant_kv_blocks", "KV blocks reserved by a tenant's resident sessions.",
+        {"tenant"});
+    const Authenticator* keys = s->auth_.get();
+    SessionRegistry* registry = &s->registry_;
+    metrics->registry.AddCollectHook([&sessions, &generating, &blocks, keys, registry] {
+      for (const std::string& tenant : keys->Tenants()) {
+        const SessionRegistry::Usage u = registry->UsageOf(tenant);
+        sessions.WithLabels({tenant}).Set(u.sessions);
+        generating.WithLabels({tenant}).Set(u.generating);
+        blocks.WithLabels({tenant}).Set(static_cast<double>(u.blocks));
+      }
     });
   }
   if (s->persister_ != nullptr) {

@@ -64,6 +64,7 @@ class GrpcServer {
   TaskRunner io_tasks_;
   std::optional<SnapshotContext> snapshots_;
   std::unique_ptr<Authenticator> auth_;
+  TokenBudget budget_;
   ServiceContext ctx_;
   // After ctx_ (its streams' answers use it), before service_; it calls into registry_.
   AdmissionQueue admission_;

@@ -14,6 +14,7 @@
 #include "server/server_options.h"
 #include "server/session_registry.h"
 #include "server/task_runner.h"
+#include "server/token_budget.h"
 #include "streamd/v1/streamd.pb.h"
 
 namespace streamd::server {
@@ -34,6 +35,7 @@ struct ServiceContext {
   metrics::StreamdMetrics* metrics = nullptr;  // optional: request-path metrics
   // Who calls (API keys); null: no authentication, every caller the anonymous admin.
   const Authenticator* auth = nullptr;
+  TokenBudget* budget = nullptr;  // tenants' tokens_per_second; with auth
   // What snapshots are stamped with and checked against; null when the engine gave none.
   const SnapshotContext* snapshots = nullptr;
 };

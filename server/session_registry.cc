@@ -176,6 +176,7 @@ SessionRegistry::Usage SessionRegistry::UsageOf(const std::string& tenant) const
     std::lock_guard<std::mutex> session_lock(s->mu);
     u.sessions += !s->closed;
     u.generating += s->generating;
+    if (!s->closed && s->residency != Residency::kOffloaded) u.blocks += s->max_blocks;
   }
   return u;
 }

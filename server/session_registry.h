@@ -136,6 +136,7 @@ class SessionRegistry {
   struct Usage {
     int32_t sessions = 0;    // resident or on disk
     int32_t generating = 0;
+    int64_t blocks = 0;      // reserved by its resident sessions (their bounds)
   };
   // What one tenant holds now (its quotas).
   Usage UsageOf(const std::string& tenant) const;

@@ -178,16 +178,45 @@ void SessionStream::Bound(StatusOr<std::shared_ptr<ServerSession>> s, bool resum
   ReadNext();
 }
 
-Status SessionStream::CheckSessionQuota() const {
+Status SessionStream::CheckSessionQuota(const SessionOptions& options) const {
   if (ctx_.auth == nullptr || !caller_.authenticated) return OkStatus();
-  const int32_t limit = ctx_.auth->QuotasOf(caller_.tenant).max_sessions;
-  if (limit <= 0) return OkStatus();
-  const int32_t held = ctx_.registry.UsageOf(caller_.tenant).sessions;
-  if (held < limit) return OkStatus();
-  return ResourceExhaustedError("open: tenant " + caller_.tenant + " holds " +
-                                std::to_string(held) + " sessions, its quota max_sessions = " +
-                                std::to_string(limit) +
-                                " (auth.keys_file); close sessions it no longer needs");
+  const TenantQuotas q = ctx_.auth->QuotasOf(caller_.tenant);
+  if (q.max_sessions <= 0 && q.max_kv_blocks <= 0) return OkStatus();
+  const SessionRegistry::Usage used = ctx_.registry.UsageOf(caller_.tenant);
+  if (q.max_sessions > 0 && used.sessions >= q.max_sessions) {
+    return ResourceExhaustedError("open: tenant " + caller_.tenant + " holds " +
+                                  std::to_string(used.sessions) +
+                                  " sessions, its quota max_sessions = " +
+                                  std::to_string(q.max_sessions) +
+                                  " (auth.keys_file); close sessions it no longer needs");
+  }
+  if (q.max_kv_blocks > 0) {
+    // What admission would reserve for this session (its bound), as the engine computes it.
+    const EngineConfig& e = ctx_.engine.config();
+    const CacheSpec spec = SessionCache::Effective(
+        {options.mode, options.sinks, options.window, e.max_chunk}, ctx_.model.context_length);
+    const int64_t need = SessionCache::BoundBlocks(spec, e.block_size);
+    if (used.blocks + need > q.max_kv_blocks) {
+      return ResourceExhaustedError(
+          "open: tenant " + caller_.tenant + " reserves " + std::to_string(used.blocks) +
+          " KV blocks and this session needs " + std::to_string(need) +
+          ", over its quota max_kv_blocks = " + std::to_string(q.max_kv_blocks) +
+          " (auth.keys_file); close sessions, or open smaller windows");
+    }
+  }
+  return OkStatus();
+}
+
+Status SessionStream::CheckTokenQuota(const std::string& what) const {
+  if (ctx_.auth == nullptr || ctx_.budget == nullptr || !caller_.authenticated) return OkStatus();
+  return ctx_.budget->Check(caller_.tenant, ctx_.auth->QuotasOf(caller_.tenant).tokens_per_second,
+                            what);
+}
+
+void SessionStream::ChargeTokens(int64_t tokens) const {
+  if (ctx_.auth == nullptr || ctx_.budget == nullptr || !caller_.authenticated) return;
+  ctx_.budget->Charge(caller_.tenant, ctx_.auth->QuotasOf(caller_.tenant).tokens_per_second,
+                      tokens);
 }
 
 Status SessionStream::CheckGenerationQuota() const {
@@ -217,7 +246,10 @@ SessionStream::Next SessionStream::HandleOpen(const v1::Open& open) {
       ToSessionOptions(open, ctx_.options.session_defaults, ctx_.engine.config(), ctx_.model);
   if (options.ok()) {
     options->tenant = caller_.tenant;  // it owns the session, and its snapshot says so
-    if (Status quota = CheckSessionQuota(); !quota.ok()) options = quota;
+    if (Status quota = CheckSessionQuota(*options); !quota.ok()) {
+      ctx_.auth->LogQuotaRefusal(quota);
+      options = quota;
+    }
   }
   if (!options.ok()) {
     if (ctx_.metrics != nullptr) ctx_.metrics->sessions_rejected.Inc();
@@ -326,7 +358,11 @@ SessionStream::Next SessionStream::HandleAppend(const v1::Append& a) {
     SendError(FailedPreconditionError("append: open or resume a session first"));
     return Next::kRead;
   }
-  const Status valid = ValidateAppend(a, ctx_.options.limits, ctx_.model.vocab_size);
+  Status valid = ValidateAppend(a, ctx_.options.limits, ctx_.model.vocab_size);
+  if (valid.ok()) {
+    valid = CheckTokenQuota("append");
+    if (!valid.ok()) ctx_.auth->LogQuotaRefusal(valid);
+  }
   if (!valid.ok()) {
     SendError(valid);
     return Next::kRead;
@@ -373,6 +409,7 @@ void SessionStream::AppendNow(const std::shared_ptr<ServerSession>& s, const v1:
   }
   if (!tokens.ok()) return SendError(tokens.status());
   if (tokens->empty()) return SendError(InvalidArgumentError("append.text encodes to no tokens"));
+  ChargeTokens(static_cast<int64_t>(tokens->size()));
   // The chat state goes into the session's snapshot together with the tokens it describes.
   const Status appended = ctx_.engine.Append(s->id, *tokens, ChatMetadata(chat, true));
   if (!appended.ok()) return SendError(appended);
@@ -412,7 +449,10 @@ void SessionStream::HandleGenerate(const v1::Generate& g) {
   auto options =
       ToGenerateOptions(g, s->options.sampling, ctx_.options.limits, ctx_.model.vocab_size);
   if (!options.ok()) return SendError(options.status(), g.request_id());
-  if (Status quota = CheckGenerationQuota(); !quota.ok()) {
+  Status quota = CheckGenerationQuota();
+  if (quota.ok()) quota = CheckTokenQuota("generate");
+  if (!quota.ok()) {
+    ctx_.auth->LogQuotaRefusal(quota);
     return SendError(quota, g.request_id());
   }
   ChatState chat;
@@ -552,10 +592,13 @@ void SessionStream::OnEvent(const std::shared_ptr<ServerSession>& s, GenerationE
     *done->mutable_error() = ToProtoError(note, e.request_id);
   }
   outbox_.Push(std::move(m));
-  ctx_.tasks.Post([self = shared_from_this(), id = s->id] { self->AfterGeneration(id); });
+  ctx_.tasks.Post([self = shared_from_this(), id = s->id, n = e.output_tokens] {
+    self->AfterGeneration(id, n);
+  });
 }
 
-void SessionStream::AfterGeneration(SessionId id) {
+void SessionStream::AfterGeneration(SessionId id, int64_t output_tokens) {
+  ChargeTokens(output_tokens);
   SendCacheState(id);
   if (std::shared_ptr<ServerSession> s = ctx_.registry.Find(id)) SaveSessionState(*s);
   std::optional<grpc::Status> end;

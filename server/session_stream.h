@@ -89,8 +89,12 @@ class SessionStream : public SessionOwner, public std::enable_shared_from_this<S
 
   std::shared_ptr<ServerSession> session() const;
   // RESOURCE_EXHAUSTED naming the tenant's quota (auth.keys_file) when it is used up.
-  Status CheckSessionQuota() const;
+  Status CheckSessionQuota(const SessionOptions& options) const;
   Status CheckGenerationQuota() const;
+  // tokens_per_second: `what` is refused while the tenant's bucket is below zero; Charge takes
+  // tokens from it.
+  Status CheckTokenQuota(const std::string& what) const;
+  void ChargeTokens(int64_t tokens) const;
   // Binds a freshly attached session, unless the stream ended meanwhile.
   void Bind(const std::shared_ptr<ServerSession>& s, bool resumed);
   void SendError(const Status& status, std::string_view request_id = {});
@@ -113,7 +117,8 @@ class SessionStream : public SessionOwner, public std::enable_shared_from_this<S
   void ReadNext();
   // The EventSink of every generation started here.
   void OnEvent(const std::shared_ptr<ServerSession>& s, GenerationEvent&& event);
-  void AfterGeneration(SessionId id);  // on the task thread, after a GenerationDone
+  // On the task thread, after a GenerationDone that produced `output_tokens`.
+  void AfterGeneration(SessionId id, int64_t output_tokens);
   // Ends after the running generation, or now when none runs.
   void EndWhenIdle(const grpc::Status& status);
   // Lets go of the session (cancelling its generation) so that it can be resumed.

@@ -42,9 +42,14 @@ Status ParseQuotas(const YAML::Node& node, const std::string& path, TenantQuotas
       STREAMD_ASSIGN_OR_RETURN(q->max_sessions, Count(it->second, at));
     } else if (name == "max_generations") {
       STREAMD_ASSIGN_OR_RETURN(q->max_generations, Count(it->second, at));
+    } else if (name == "max_kv_blocks") {
+      STREAMD_ASSIGN_OR_RETURN(q->max_kv_blocks, Count(it->second, at));
+    } else if (name == "tokens_per_second") {
+      STREAMD_ASSIGN_OR_RETURN(q->tokens_per_second, Count(it->second, at));
     } else {
       return InvalidArgumentError("unknown quota " + at +
-                                  " (the quotas are max_sessions, max_generations)");
+                                  " (the quotas are max_sessions, max_generations, "
+                                  "max_kv_blocks, tokens_per_second)");
     }
   }
   return OkStatus();

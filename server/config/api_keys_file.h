@@ -7,6 +7,8 @@
 //     acme:
 //       max_sessions: 100       # sessions it may hold (resident or on disk)
 //       max_generations: 8      # generations running at once
+//       max_kv_blocks: 2000     # KV blocks its resident sessions may reserve
+//       tokens_per_second: 500  # prefill + decode, averaged (a token bucket of 10 s)
 //   keys:
 //     - tenant: acme            # [A-Za-z0-9._-], 1..64 bytes
 //       role: user              # user (its own sessions) or admin (every session, imports)
@@ -29,8 +31,10 @@ namespace streamd {
 using KeyHash = std::array<uint8_t, 32>;
 
 struct TenantQuotas {
-  int32_t max_sessions = 0;     // 0 = unlimited
-  int32_t max_generations = 0;  // 0 = unlimited
+  int32_t max_sessions = 0;       // 0 = unlimited
+  int32_t max_generations = 0;    // 0 = unlimited
+  int32_t max_kv_blocks = 0;      // 0 = unlimited
+  int32_t tokens_per_second = 0;  // 0 = unlimited
   bool operator==(const TenantQuotas&) const = default;
 };
 

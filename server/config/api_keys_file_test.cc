@@ -13,7 +13,8 @@ const std::string kHashB = "9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D
 
 TEST(ApiKeysFileTest, ParsesKeysRolesAndQuotas) {
   const std::string text = "tenants:\n"
-                           "  acme: {max_sessions: 10, max_generations: 2}\n"
+                           "  acme: {max_sessions: 10, max_generations: 2, max_kv_blocks: 300,"
+                           " tokens_per_second: 50}\n"
                            "keys:\n"
                            "  - tenant: acme\n"
                            "    role: user\n"
@@ -33,6 +34,8 @@ TEST(ApiKeysFileTest, ParsesKeysRolesAndQuotas) {
   ASSERT_EQ(keys->quotas.count("acme"), 1u);
   EXPECT_EQ(keys->quotas.at("acme").max_sessions, 10);
   EXPECT_EQ(keys->quotas.at("acme").max_generations, 2);
+  EXPECT_EQ(keys->quotas.at("acme").max_kv_blocks, 300);
+  EXPECT_EQ(keys->quotas.at("acme").tokens_per_second, 50);
 }
 
 TEST(ApiKeysFileTest, EveryMistakeNamesTheEntryAndTheField) {

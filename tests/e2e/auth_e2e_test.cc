@@ -23,6 +23,7 @@ using namespace std::chrono_literals;
 constexpr char kAcmeKey[] = "acme-key-5f0c1d2e";
 constexpr char kGlobexKey[] = "globex-key-77a1";
 constexpr char kAdminKey[] = "admin-key-09b3";
+constexpr char kInitechKey[] = "initech-key-4c2d";
 
 class AuthE2eTest : public ::testing::Test {
  protected:
@@ -31,7 +32,10 @@ class AuthE2eTest : public ::testing::Test {
     return r.out.substr(0, 64);
   }
   static std::string KeysYaml(bool with_new_key = false) {
-    std::string y = "tenants:\n  globex: {max_sessions: 2, max_generations: 1}\nkeys:\n";
+    std::string y =
+        "tenants:\n  globex: {max_sessions: 2, max_generations: 1}\n"
+        "  initech: {max_kv_blocks: 100, tokens_per_second: 5}\nkeys:\n";
+    y += "  - {tenant: initech, role: user, sha256: " + Sha256(kInitechKey) + "}\n";
     y += "  - {tenant: acme, role: user, sha256: " + Sha256(kAcmeKey) + "}\n";
     y += "  - {tenant: globex, role: user, sha256: " + Sha256(kGlobexKey) + "}\n";
     y += "  - {tenant: ops, role: admin, sha256: " + Sha256(kAdminKey) + "}\n";
@@ -238,6 +242,42 @@ TEST_F(AuthE2eTest, QuotasAreRefusedNamingTheQuota) {
   EXPECT_TRUE(g.ended);
   EXPECT_EQ(g.done.reason(), v1::FINISH_REASON_LENGTH);
   for (RawStream* s : {&first, &second, &acme}) {
+    ASSERT_TRUE(s->Write(CloseMsg()));
+    EXPECT_TRUE(s->Finish().ok());
+  }
+}
+
+TEST_F(AuthE2eTest, KvBlockAndTokenRateQuotasAreRefusedNamingTheQuota) {
+  StartDaemon();
+  // max_kv_blocks: 100; a session of the default window reserves 66 blocks.
+  RawStream first(d_->Channel(), 60s, kInitechKey);
+  const std::optional<v1::Opened> opened = first.Open();
+  ASSERT_TRUE(opened);
+  ASSERT_EQ(opened->settings().max_blocks(), 66) << "the test's arithmetic assumes it";
+  RawStream second(d_->Channel(), 60s, kInitechKey);
+  ASSERT_TRUE(second.Write(OpenMsg()));
+  const v1::Error blocks = second.ExpectError();
+  EXPECT_EQ(blocks.code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << blocks.message();
+  EXPECT_NE(blocks.message().find("max_kv_blocks = 100"), std::string::npos) << blocks.message();
+  // A smaller window fits: 100 - 66 leaves 34 blocks, enough for a window of 252 (18).
+  ASSERT_TRUE(second.Open(OpenMsg(252).open()));
+  // tokens_per_second: 5, a bucket of 50 tokens: an Append of more overdraws it, and the next
+  // Append and Generate are refused until it has refilled.
+  std::string text;
+  for (int i = 0; i < 12; ++i) text += "The rain in Spain stays mainly in the plain. ";
+  ASSERT_FALSE(first.Append(TextMsg(text).append()));
+  ASSERT_TRUE(first.Write(TextMsg("More.")));
+  const v1::Error rate = first.ExpectError();
+  EXPECT_EQ(rate.code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << rate.message();
+  EXPECT_NE(rate.message().find("tokens_per_second = 5"), std::string::npos) << rate.message();
+  ASSERT_TRUE(second.Write(GenerateMsg(4)));  // the tenant's bucket, whichever session
+  EXPECT_NE(second.ExpectError().message().find("tokens_per_second"), std::string::npos);
+  // Per-tenant series, for the keys file's tenants only.
+  const std::string metrics = d_->ScrapeMetrics();
+  EXPECT_EQ(MetricValue(metrics, "streamd_tenant_sessions{tenant=\"initech\"}"), 2);
+  EXPECT_EQ(MetricValue(metrics, "streamd_tenant_kv_blocks{tenant=\"initech\"}"), 66 + 18);
+  EXPECT_EQ(MetricValue(metrics, "streamd_tenant_sessions{tenant=\"acme\"}"), 0);
+  for (RawStream* s : {&first, &second}) {
     ASSERT_TRUE(s->Write(CloseMsg()));
     EXPECT_TRUE(s->Finish().ok());
   }
