@@ -25,6 +25,15 @@ bool IsNotNow(const Status& s) {
 
 }  // namespace
 
+SessionPersister::Entry& SessionPersister::NoteStoredLocked(SessionId id, uint64_t revision,
+                                                            bool written) {
+  Entry& e = entries_[id];
+  e.stored = true;
+  e.stored_revision = revision;
+  if (written) e.last_write = Clock::now();
+  return e;
+}
+
 SessionPersister::SessionPersister(Engine& engine, std::unique_ptr<SnapshotStore> store,
                                    SnapshotContext context, PersisterOptions options,
                                    PersisterHooks hooks)
@@ -199,10 +208,7 @@ Status SessionPersister::WriteNow(SessionId id, bool* skipped) {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    Entry& e = entries_[id];
-    e.stored = true;
-    e.stored_revision = state.revision;
-    e.last_write = Clock::now();
+    Entry& e = NoteStoredLocked(id, state.revision, /*written=*/true);
     e.backoff = std::chrono::milliseconds{0};
     e.retry_at = {};
   }
@@ -286,9 +292,7 @@ StatusOr<SessionPersister::Restored> SessionPersister::Load(SessionId id) {
   STREAMD_RETURN_IF_ERROR(restored);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    Entry& e = entries_[id];
-    e.stored = true;
-    e.stored_revision = state.revision;
+    NoteStoredLocked(id, state.revision, /*written=*/false);
   }
   if (hooks_.on_loaded) hooks_.on_loaded(id, static_cast<int64_t>(size), SecondsSince(start));
   Restored out;
@@ -336,9 +340,7 @@ std::vector<SnapshotSummary> SessionPersister::Scan(
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
-      Entry& e = entries_[file.id];
-      e.stored = true;
-      e.stored_revision = summary->revision;
+      NoteStoredLocked(file.id, summary->revision, /*written=*/false);
     }
     out.push_back(*std::move(summary));
   }
@@ -355,10 +357,7 @@ StatusOr<std::vector<uint8_t>> SessionPersister::Export(SessionId id) {
     std::lock_guard<std::mutex> io(write_mu_);
     if (store_->Write(id, bytes).ok()) {
       std::lock_guard<std::mutex> lock(mu_);
-      Entry& e = entries_[id];
-      e.stored = true;
-      e.stored_revision = state.revision;
-      e.last_write = Clock::now();
+      NoteStoredLocked(id, state.revision, /*written=*/true);
     }
     return bytes;
   }
@@ -380,10 +379,7 @@ StatusOr<SessionPersister::Imported> SessionPersister::Import(std::span<const ui
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    Entry& e = entries_[id];
-    e.forget = false;
-    e.stored = true;
-    e.stored_revision = state.revision;
+    NoteStoredLocked(id, state.revision, /*written=*/false).forget = false;
   }
   Imported out;
   out.summary = std::move(summary);

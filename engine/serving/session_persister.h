@@ -132,6 +132,9 @@ class SessionPersister {
   };
   using QueueKey = std::pair<Clock::time_point, SessionId>;  // due (urgent: the epoch), id
 
+  // The store holds `id` at `revision` now (written by us when `written`: the interval counts
+  // from now). Requires mu_.
+  Entry& NoteStoredLocked(SessionId id, uint64_t revision, bool written);
   void Loop();
   // Captures and writes one session (on the writer or the caller's thread, under write_mu_).
   Status WriteNow(SessionId id, bool* skipped);

@@ -100,6 +100,44 @@ std::string Slug(std::string_view reason) {
   return out.empty() ? "rejected" : out;
 }
 
+// An open file, closed when it goes out of scope.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Reads up to `limit` bytes of `path` into `buffer` (grown when needed, never shrunk) and
+// returns how many were read: the whole file when `whole` (OUT_OF_RANGE when it is larger than
+// `limit`), else its first `limit` bytes. A file shorter than fstat said is read as it is: the
+// snapshot reader reports the truncation.
+StatusOr<size_t> ReadFile(const std::string& path, int64_t limit, bool whole,
+                          std::vector<uint8_t>* buffer) {
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (f.fd < 0) return Errno(errno, "cannot open", path);
+  size_t want = static_cast<size_t>(limit);
+  if (whole) {
+    struct stat st;
+    if (::fstat(f.fd, &st) != 0) return Errno(errno, "cannot stat", path);
+    if (st.st_size > limit) {
+      return OutOfRangeError(path + " has " + std::to_string(st.st_size) +
+                             " bytes, over the limit of " + std::to_string(limit));
+    }
+    want = static_cast<size_t>(st.st_size);
+  }
+  if (buffer->size() < want) buffer->resize(want);
+  size_t done = 0;
+  while (done < want) {
+    const ssize_t n = ::read(f.fd, buffer->data() + done, want - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Errno(errno, "cannot read", path);
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  return done;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<SnapshotStore>> SnapshotStore::Open(std::string dir) {
@@ -146,91 +184,22 @@ Status SnapshotStore::Write(SessionId id, std::span<const uint8_t> bytes) {
 }
 
 StatusOr<std::vector<uint8_t>> SnapshotStore::Read(SessionId id, int64_t max_bytes) const {
-  const std::string path = PathOf(id);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Errno(errno, "cannot open", path);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return Errno(err, "cannot stat", path);
-  }
-  if (st.st_size > max_bytes) {
-    ::close(fd);
-    return OutOfRangeError(path + " has " + std::to_string(st.st_size) +
-                           " bytes, over the limit of " + std::to_string(max_bytes));
-  }
-  std::vector<uint8_t> out(static_cast<size_t>(st.st_size));
-  size_t done = 0;
-  while (done < out.size()) {
-    const ssize_t n = ::read(fd, out.data() + done, out.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return Errno(err, "cannot read", path);
-    }
-    if (n == 0) break;  // shorter than stat said: the reader sees the truncation
-    done += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  out.resize(done);
+  std::vector<uint8_t> out;
+  STREAMD_ASSIGN_OR_RETURN(const size_t n, ReadFile(PathOf(id), max_bytes, true, &out));
+  out.resize(n);
   return out;
 }
 
 StatusOr<size_t> SnapshotStore::ReadInto(SessionId id, std::vector<uint8_t>* buffer,
                                           int64_t max_bytes) const {
-  const std::string path = PathOf(id);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Errno(errno, "cannot open", path);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return Errno(err, "cannot stat", path);
-  }
-  if (st.st_size > max_bytes) {
-    ::close(fd);
-    return OutOfRangeError(path + " has " + std::to_string(st.st_size) +
-                           " bytes, over the limit of " + std::to_string(max_bytes));
-  }
-  const size_t want = static_cast<size_t>(st.st_size);
-  if (buffer->size() < want) buffer->resize(want);
-  size_t done = 0;
-  while (done < want) {
-    const ssize_t n = ::read(fd, buffer->data() + done, want - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return Errno(err, "cannot read", path);
-    }
-    if (n == 0) break;  // shorter than stat said: the reader sees the truncation
-    done += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  return done;
+  return ReadFile(PathOf(id), max_bytes, true, buffer);
 }
 
 StatusOr<std::vector<uint8_t>> SnapshotStore::ReadPrefix(SessionId id, size_t n) const {
-  const std::string path = PathOf(id);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Errno(errno, "cannot open", path);
-  std::vector<uint8_t> out(n);
-  size_t done = 0;
-  while (done < n) {
-    const ssize_t got = ::read(fd, out.data() + done, n - done);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) {
-      const int err = errno;
-      ::close(fd);
-      return Errno(err, "cannot read", path);
-    }
-    if (got == 0) break;
-    done += static_cast<size_t>(got);
-  }
-  ::close(fd);
-  out.resize(done);
+  std::vector<uint8_t> out;
+  STREAMD_ASSIGN_OR_RETURN(const size_t got,
+                           ReadFile(PathOf(id), static_cast<int64_t>(n), false, &out));
+  out.resize(got);
   return out;
 }
 
