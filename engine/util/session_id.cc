@@ -7,15 +7,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/util/hex.h"
+
 namespace streamd {
 namespace {
-
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
 
 // `text` quoted for an error message, which must stay one line of valid UTF-8 whatever the input
 // (it becomes a proto `string` and a log line): at most 40 bytes, printable ASCII as is, every
@@ -67,7 +62,7 @@ StatusOr<SessionId> SessionId::Parse(std::string_view text, std::string_view wha
   }
   uint64_t words[2] = {0, 0};
   for (size_t i = 0; i < 32; ++i) {
-    const int v = HexValue(text[i]);
+    const int v = HexDigitValue(text[i]);
     if (v < 0) {
       return InvalidArgumentError(std::string(what) + ": character " + std::to_string(i) +
                                   " of " + Quoted(text) + " is not a hex digit");

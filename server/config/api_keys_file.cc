@@ -9,15 +9,10 @@
 #include <set>
 #include <sstream>
 
+#include "engine/util/hex.h"
+
 namespace streamd {
 namespace {
-
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
 
 // The scalar at `node` as a count in [0, 1000000].
 StatusOr<int32_t> Count(const YAML::Node& node, const std::string& path) {
@@ -82,7 +77,7 @@ Status ParseKey(const YAML::Node& node, const std::string& path, ApiKeyEntry* ke
                                     std::to_string(value.size()) + " characters)");
       }
       for (size_t i = 0; i < 32; ++i) {
-        const int hi = HexValue(value[2 * i]), lo = HexValue(value[2 * i + 1]);
+        const int hi = HexDigitValue(value[2 * i]), lo = HexDigitValue(value[2 * i + 1]);
         if (hi < 0 || lo < 0) return InvalidArgumentError(at + " is not 64 hex digits");
         key->sha256[i] = static_cast<uint8_t>(hi << 4 | lo);
       }
