@@ -8,6 +8,10 @@ namespace {
 
 std::string Seconds(std::chrono::milliseconds d) { return std::to_string(d.count() / 1000); }
 
+// Longer than any one step (a full prefill chunk on a slow CPU); only ever waited for on the
+// admission thread, after an offload.
+constexpr std::chrono::milliseconds kFreedBlocksWait{2000};
+
 ChatState ParseChatState(const std::string& text) {
   if (text.size() == 1 && text[0] >= '0' && text[0] <= '3') {
     return static_cast<ChatState>(text[0] - '0');
@@ -132,7 +136,11 @@ StatusOr<std::shared_ptr<ServerSession>> SessionRegistry::Open(const SessionOpti
   now.admission_timeout = std::chrono::milliseconds(0);
   StatusOr<SessionId> id = engine_.Open(now);
   while (!id.ok() && id.status().code() == StatusCode::kResourceExhausted && OffloadOneForRoom()) {
-    id = engine_.Open(now);
+    // The offloaded session's blocks return to the pool when the step that may be running ends
+    // (closes wait for it): wait that long for them before offloading another one.
+    SessionOptions after_offload = options;
+    after_offload.admission_timeout = kFreedBlocksWait;
+    id = engine_.Open(after_offload);
   }
   if (!id.ok()) return id.status();
   auto info = engine_.Get(*id);
