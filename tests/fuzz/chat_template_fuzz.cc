@@ -275,8 +275,9 @@ void RunOne(const uint8_t* data, size_t size) {
       break;
     case 2:
     case 3:
-      parsed = ChatTemplate::FromTemplateText((control & 3) == 2 ? kLlama2Template : kLlama3Template,
-                                              g_model->bos_text, g_model->eos_text);
+      parsed = ChatTemplate::FromTemplateText(
+          (control & 3) == 2 ? kLlama2Template : kLlama3Template, g_model->bos_text,
+          g_model->eos_text);
       t = &*parsed;
       break;
   }

@@ -267,7 +267,8 @@ void RunOne(const uint8_t* data, size_t size) {
   switch (mode) {
     case kEncodePlain:
     case kEncodeSpecial:
-      CheckEncode(v, std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()),
+      CheckEncode(v,
+                  std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()),
                   mode == kEncodeSpecial, add_bos);
       break;
     case kDecode:
