@@ -2,6 +2,7 @@
 # and are quick when everything is already in place.
 #   make run    -> the daemon (streamd serve) with the default model, on localhost
 #   make test   -> every test (ctest, then a bounded libFuzzer run: make fuzz-smoke)
+#   make sanitize -> the unit tests under ASan+UBSan and TSan (CI runs it after make test)
 BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
@@ -10,7 +11,7 @@ MODEL_DIR ?= $(HOME)/.cache/streamd/models
 MODEL ?= $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
 CONFIG ?= config/streamd.yaml
 
-.PHONY: all deps configure build model vocab test fuzz-smoke run clean
+.PHONY: all deps configure build model vocab test fuzz-smoke sanitize run clean
 
 all: build
 
@@ -37,13 +38,22 @@ test: build model vocab
 	  ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
 	@$(MAKE) --no-print-directory fuzz-smoke
 
-# The libFuzzer targets (GGUF reader, snapshot reader), built with clang in build-fuzz/ and run
-# for FUZZ_SECONDS each (default 45; under 3 minutes in all on 2 cores).
-fuzz-smoke: deps model
-	JOBS=$(JOBS) STREAMD_MODEL=$(MODEL) scripts/fuzz-smoke.sh
+# The libFuzzer targets (GGUF reader, snapshot reader, tokenizer, chat template), built with
+# clang in build-fuzz/ and run for FUZZ_SECONDS each, two at a time (default 45: under 2
+# minutes in all on 2 cores, after the build).
+fuzz-smoke: deps model vocab
+	JOBS=$(JOBS) STREAMD_MODEL=$(MODEL) STREAMD_SPM_VOCAB=$$(scripts/fetch-test-vocab.sh) \
+	  scripts/fuzz-smoke.sh
+
+# The unit tests of kernels/, engine/ and server/ under ASan+UBSan (build-asan/), and those that
+# run threads under TSan (build-tsan/); docs/TESTING.md. SANITIZERS=asan or tsan runs one.
+SANITIZERS ?= all
+sanitize: deps model vocab
+	JOBS=$(JOBS) STREAMD_MODEL=$(MODEL) STREAMD_SPM_VOCAB=$$(scripts/fetch-test-vocab.sh) \
+	  scripts/sanitize-check.sh $(SANITIZERS)
 
 run: build model
 	$(BUILD_DIR)/tools/streamd serve --config $(CONFIG) --model.path=$(MODEL)
 
 clean:
-	rm -rf $(BUILD_DIR) build-fuzz
+	rm -rf $(BUILD_DIR) build-fuzz build-asan build-tsan

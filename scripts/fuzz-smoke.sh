@@ -1,21 +1,29 @@
 #!/usr/bin/env bash
 # fuzz-smoke.sh: builds the libFuzzer targets (tests/fuzz) with clang and runs each one for a
-# bounded time from its seed corpus; fails on any crash, sanitizer report, leak, timeout or
-# oversized allocation. `make test` runs it after ctest, so CI fuzzes every change a little.
+# bounded time from its seed corpus; fails on any crash, sanitizer report, broken property,
+# leak, timeout or oversized allocation. `make test` runs it after ctest, so CI fuzzes every
+# change a little.
+#
+# Targets: gguf_fuzz (GGUF reader), snapshot_fuzz (snapshot reader), tokenizer_fuzz (encode,
+# decode, streaming detokenizer on both real vocabularies), chat_template_fuzz (template
+# detection and rendering). The last two need the real vocabularies: STREAMD_MODEL and
+# STREAMD_SPM_VOCAB (`make fuzz-smoke` sets both).
 #
 # It builds in its own directory (clang, sanitizers, no daemon, no benchmarks, no CUDA) and only
-# the fuzz targets and their seed writers; the fuzzers run side by side, one core each, in a
-# temporary corpus directory that is removed afterwards. Findings are kept in
-# $BUILD/fuzz-artifacts/ (reproduce: $BUILD/tests/fuzz/<fuzzer> <artifact>).
+# the fuzz targets and their seed writers; the fuzzers run FUZZ_PARALLEL at a time (default 2,
+# one core each), each in a temporary corpus directory that is removed afterwards. Findings are
+# kept in $BUILD/fuzz-artifacts/ (reproduce: $BUILD/tests/fuzz/<fuzzer> <artifact>).
 #
-# Environment: FUZZ_SECONDS (per fuzzer, default 45), FUZZ_BUILD_DIR (default build-fuzz),
-#   JOBS (build parallelism, default nproc), STREAMD_MODEL (optional: the GGUF seeds then include
-#   prefixes of the real model).
+# Environment: FUZZ_SECONDS (per fuzzer, default 45: two rounds of two on 2 cores, about 100 s
+#   in all after the build), FUZZ_PARALLEL, FUZZ_BUILD_DIR (default build-fuzz), JOBS (build
+#   parallelism, default nproc), STREAMD_MODEL (required; the GGUF seeds include prefixes of
+#   it), STREAMD_SPM_VOCAB (required).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 
 SECONDS_EACH=${FUZZ_SECONDS:-45}
+PARALLEL=${FUZZ_PARALLEL:-2}
 BUILD="${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}"
 JOBS=${JOBS:-$(nproc)}
 ARTIFACTS="$BUILD/fuzz-artifacts"
@@ -26,6 +34,12 @@ if ! command -v clang++ > /dev/null; then
   echo "fuzz-smoke: clang++ not found; run scripts/install-deps.sh" >&2
   exit 1
 fi
+for var in STREAMD_MODEL STREAMD_SPM_VOCAB; do
+  if [[ -z "${!var:-}" || ! -f "${!var}" ]]; then
+    echo "fuzz-smoke: $var must name an existing file (make fuzz-smoke sets it)" >&2
+    exit 1
+  fi
+done
 
 mkdir -p "$BUILD"
 log "configure $BUILD"
@@ -33,45 +47,62 @@ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DSTREAMD_FUZZ=ON -DSTREAMD_SERVER=OFF -DSTREAMD_BENCHMARKS=OFF -DSTREAMD_CUDA=OFF \
   > "$BUILD/fuzz-smoke-configure.log" 2>&1 || { cat "$BUILD/fuzz-smoke-configure.log" >&2; exit 1; }
-log "build gguf_fuzz snapshot_fuzz and their seed writers"
-cmake --build "$BUILD" -j "$JOBS" \
-  --target gguf_fuzz gguf_fuzz_seeds snapshot_fuzz snapshot_fuzz_seeds > "$BUILD/fuzz-smoke-build.log" 2>&1 ||
+FUZZERS=(gguf_fuzz snapshot_fuzz tokenizer_fuzz chat_template_fuzz)
+log "build ${FUZZERS[*]} and their seed writers"
+TARGETS=()
+for name in "${FUZZERS[@]}"; do TARGETS+=("$name" "${name}_seeds"); done
+cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}" > "$BUILD/fuzz-smoke-build.log" 2>&1 ||
   { tail -50 "$BUILD/fuzz-smoke-build.log" >&2; exit 1; }
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-mkdir -p "$WORK/gguf" "$WORK/snapshot" "$ARTIFACTS"
-MODEL_ARG=()
-[[ -n "${STREAMD_MODEL:-}" && -f "${STREAMD_MODEL:-}" ]] && MODEL_ARG=("$STREAMD_MODEL")
-"$BUILD/tests/fuzz/gguf_fuzz_seeds" "$WORK/gguf" "${MODEL_ARG[@]}"
+mkdir -p "$ARTIFACTS"
+for name in "${FUZZERS[@]}"; do mkdir -p "$WORK/${name%_fuzz}"; done
+"$BUILD/tests/fuzz/gguf_fuzz_seeds" "$WORK/gguf" "$STREAMD_MODEL"
 "$BUILD/tests/fuzz/snapshot_fuzz_seeds" "$WORK/snapshot"
-log "seeds: $(ls "$WORK/gguf" | wc -l) GGUF, $(ls "$WORK/snapshot" | wc -l) snapshot"
+# These two check every seed they write against the fuzzer's properties (and fail if one breaks).
+"$BUILD/tests/fuzz/tokenizer_fuzz_seeds" "$WORK/tokenizer"
+"$BUILD/tests/fuzz/chat_template_fuzz_seeds" "$WORK/chat_template"
+log "seeds: $(for name in "${FUZZERS[@]}"; do
+  echo -n "$(ls "$WORK/${name%_fuzz}" | wc -l) ${name%_fuzz} "; done)"
 
-# fuzz NAME EXTRA_FLAGS...: one fuzzer on its corpus; its log in $WORK/NAME.log.
+# Per-fuzzer flags. A snapshot allocates at most its own size: a malloc above 64 MB is a
+# finding. The tokenizer targets hold both vocabularies (~100 MB) and need no big allocation.
+declare -A FLAGS=(
+  [gguf_fuzz]="-max_len=65536"
+  [snapshot_fuzz]="-max_len=16384 -malloc_limit_mb=64 -dict=tests/fuzz/snapshot.dict"
+  [tokenizer_fuzz]="-max_len=4096 -malloc_limit_mb=256 -dict=tests/fuzz/tokenizer.dict"
+  [chat_template_fuzz]="-max_len=4096 -malloc_limit_mb=256 -dict=tests/fuzz/chat_template.dict"
+)
+
+# fuzz NAME: one fuzzer on its corpus; its log in $WORK/NAME.log.
 fuzz() {
   local name=$1
-  shift
+  # shellcheck disable=SC2086  # FLAGS entries are lists of flags
   "$BUILD/tests/fuzz/$name" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 \
-    -print_final_stats=1 -artifact_prefix="$ARTIFACTS/$name-" "$@" "$WORK/${name%_fuzz}" \
-    > "$WORK/$name.log" 2>&1
+    -print_final_stats=1 -artifact_prefix="$ARTIFACTS/$name-" ${FLAGS[$name]} \
+    "$WORK/${name%_fuzz}" > "$WORK/$name.log" 2>&1
 }
-log "run gguf_fuzz and snapshot_fuzz for ${SECONDS_EACH}s each, side by side"
-fuzz gguf_fuzz -max_len=65536 &
-GGUF_PID=$!
-# A snapshot allocates at most its own size: a malloc above 64 MB is a finding.
-fuzz snapshot_fuzz -max_len=16384 -malloc_limit_mb=64 -dict=tests/fuzz/snapshot.dict &
-SNAPSHOT_PID=$!
 FAILED=0
-for pair in "gguf_fuzz:$GGUF_PID" "snapshot_fuzz:$SNAPSHOT_PID"; do
-  name=${pair%%:*}
-  if wait "${pair#*:}"; then
-    log "$name: ok, $(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "$WORK/$name.log" |
-      grep -o '[0-9]*$') executions, $(grep -o 'cov: [0-9]*' "$WORK/$name.log" | tail -1)"
-  else
-    FAILED=1
-    log "$name: FAILED (log tail below; inputs in $ARTIFACTS)"
-    tail -60 "$WORK/$name.log" >&2
-  fi
+for (( first = 0; first < ${#FUZZERS[@]}; first += PARALLEL )); do
+  batch=("${FUZZERS[@]:first:PARALLEL}")
+  log "run ${batch[*]} for ${SECONDS_EACH}s each, side by side"
+  pids=()
+  for name in "${batch[@]}"; do
+    fuzz "$name" &
+    pids+=($!)
+  done
+  for i in "${!batch[@]}"; do
+    name=${batch[$i]}
+    if wait "${pids[$i]}"; then
+      log "$name: ok, $(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "$WORK/$name.log" |
+        grep -o '[0-9]*$') executions, $(grep -o 'cov: [0-9]*' "$WORK/$name.log" | tail -1)"
+    else
+      FAILED=1
+      log "$name: FAILED (log tail below; inputs in $ARTIFACTS)"
+      tail -60 "$WORK/$name.log" >&2
+    fi
+  done
 done
 log "done"
 exit $FAILED

@@ -361,12 +361,19 @@ void SessionRegistry::LoadOne(const LoadRequest& request) {
     }
   };
   if (s == nullptr) return answer(SessionNotFound(id, options_));
+  bool closed = false;
+  bool resident = false;
   {
     std::lock_guard<std::mutex> session_lock(s->mu);
-    if (s->closed) return answer(SessionNotFound(id, options_));
-    if (s->residency == Residency::kResident) return answer(s);
-    s->residency = Residency::kLoading;
+    closed = s->closed;
+    resident = s->residency == Residency::kResident;
+    if (!closed && !resident) s->residency = Residency::kLoading;
   }
+  // Answered outside the session's lock: answer() takes the registry's (order: registry ->
+  // session) and then each waiter's AttachResident() takes the session's again (TSan found
+  // the inversion against Attach()).
+  if (closed) return answer(SessionNotFound(id, options_));
+  if (resident) return answer(s);
   StatusOr<SessionPersister::Restored> loaded = persister_->Load(id);
   while (!loaded.ok() && loaded.status().code() == StatusCode::kResourceExhausted &&
          request.for_resume && OffloadOneForRoom()) {

@@ -78,6 +78,36 @@ std::vector<std::string> JinjaStringLiterals(std::string_view jinja) {
   return literals;
 }
 
+// The first `max_chars` characters of untrusted `text` as one printable line of valid UTF-8,
+// for a log message: invalid bytes become U+FFFD, control characters are escaped ("\n",
+// "\x04"), and "..." marks a cut.
+std::string QuoteForLog(std::string_view text, size_t max_chars) {
+  std::string out;
+  size_t pos = 0;
+  for (size_t chars = 0; pos < text.size() && chars < max_chars; ++chars) {
+    size_t length = 0;
+    char32_t cp = 0;
+    if (DecodeUtf8(text.substr(pos), &length, &cp) != Utf8Status::kValid) {
+      out.append(kReplacementChar);
+    } else if (cp == '\n') {
+      out.append("\\n");
+    } else if (cp == '\t') {
+      out.append("\\t");
+    } else if (cp == '\r') {
+      out.append("\\r");
+    } else if (cp < 0x20 || cp == 0x7F) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out.append("\\x").push_back(kHex[cp >> 4]);
+      out.push_back(kHex[cp & 0xF]);
+    } else {
+      out.append(text.substr(pos, length));
+    }
+    pos += length;
+  }
+  if (pos < text.size()) out.append("...");
+  return out;
+}
+
 }  // namespace
 
 StatusOr<ChatTemplate> ChatTemplate::FromGguf(const gguf::GgufFile& file,
@@ -114,7 +144,7 @@ ChatTemplate ChatTemplate::FromTemplateText(std::string_view jinja, std::string 
         jinja.empty() ? "the model has no tokenizer.chat_template; using ChatML"
                       : "tokenizer.chat_template is not a supported template (ChatML, Llama-2 "
                         "[INST], Llama-3 headers): '" +
-                            std::string(jinja.substr(0, 60)) + "...'; using ChatML";
+                            QuoteForLog(jinja, 60) + "'; using ChatML";
   }
   return t;
 }

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/tokenizer/tokenizer_test_util.h"
+#include "engine/tokenizer/utf8.h"
 
 namespace streamd::tokenizer {
 namespace {
@@ -137,6 +138,29 @@ TEST(ChatTemplateTest, UnknownOrMissingTemplateFallsBackToChatMlVisibly) {
   EXPECT_TRUE(missing.is_fallback());
   EXPECT_EQ(MustRender(missing, {{"user", "x"}}, true),
             "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n");
+}
+
+// The reason quotes the template, which comes from an untrusted model file, into the log: it
+// must stay one line of valid UTF-8 (found by chat_template_fuzz: a 60-byte cut split a
+// character, and the template's newlines and control bytes were copied as they are).
+TEST(ChatTemplateTest, FallbackReasonIsOneLineOfValidUtf8) {
+  std::string jinja = "\x04{{ x }}\n\t ";
+  for (int i = 0; i < 80; ++i) jinja += "\xC3\xA9";  // "é": byte 60 falls inside one
+  jinja += "\xFF";
+  const ChatTemplate t = ChatTemplate::FromTemplateText(jinja, "", "");
+  ASSERT_TRUE(t.is_fallback());
+  const std::string& reason = t.fallback_reason();
+  EXPECT_EQ(FindInvalidUtf8(reason), std::string::npos) << reason;
+  for (char c : reason) {
+    EXPECT_TRUE(static_cast<unsigned char>(c) >= 0x20 && c != 0x7F)
+        << ::testing::PrintToString(reason);
+  }
+  EXPECT_NE(reason.find("'\\x04{{ x }}\\n\\t \xC3\xA9"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("\xC3\xA9...'"), std::string::npos) << reason;
+  // Short and invalid: the bad byte is replaced, nothing is cut.
+  const ChatTemplate bad = ChatTemplate::FromTemplateText("{{ \xFF }}", "", "");
+  EXPECT_NE(bad.fallback_reason().find("'{{ \xEF\xBF\xBD }}'"), std::string::npos)
+      << bad.fallback_reason();
 }
 
 }  // namespace

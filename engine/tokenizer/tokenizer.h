@@ -58,7 +58,9 @@ class Tokenizer {
   // The text of `ids` (invalid ids are skipped), read as a whole text: for SPM, the space
   // Encode() adds at the start and after each special token is dropped again, so
   // Decode(Encode(t, false, p)) == t for every valid UTF-8 t and either p, except that SPM
-  // cannot tell a literal U+2581 "▁" in t from an escaped space: it decodes as a space.
+  // cannot tell a literal U+2581 "▁" in t from an escaped space: it decodes as a space, and
+  // that a byte the vocabulary has no token for is dropped by Encode(), as llama.cpp drops
+  // it (SmolLM2 lacks 04 06 13 14 16 1D and the 4-byte leads F1 F2).
   std::string Decode(std::span<const int32_t> ids) const;
 
   // Decode() one token at a time. `*at_boundary` carries the SPM leading-space rule across

@@ -55,8 +55,10 @@ std::string At(const std::string& file, const YAML::Mark& mark) {
 Status ApplyMapping(const YAML::Node& node, const std::string& prefix, const std::string& file,
                     ServerConfig& config, Origins& origins) {
   for (auto it = node.begin(); it != node.end(); ++it) {
-    const YAML::Node& name = it->first;
-    const YAML::Node& value = it->second;
+    // By value: a yaml-cpp map iterator yields a temporary pair, so references to its members
+    // would dangle past this statement (ASan: stack-use-after-scope).
+    const YAML::Node name = it->first;
+    const YAML::Node value = it->second;
     const std::string at = At(file, name.Mark());
     if (!name.IsScalar()) {
       return InvalidArgumentError("config: a key under " +
