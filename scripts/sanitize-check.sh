@@ -47,11 +47,6 @@ TSAN_TARGETS=(util_test backend_test serving_test server_test metrics_test)
 
 # Tests left out, by name ("Suite.*" for a whole suite), each with its reason. They still run
 # in `make test`.
-#   AnOpenThatDoesNotFitOffloadsTheLeastRecentlyDetached: timing-dependent. When the engine
-#     thread is still prefilling the first victim's tokens, its blocks are freed only after
-#     that step, the registry's retry of Open fails at once and offloads the second detached
-#     session too; slowed down 2-15x it fails (TSan 8 of 8 runs, ASan 2 of 8). Not a data race
-#     (TSan reports none); reported for the registry's owners to fix.
 #   TenThousandSessionsWithAPoolForSixtyFour (TSan only): a scale test (10,000 sessions) on the
 #     same registry threads as the tests around it; 40 s under ASan but 250 s under TSan.
 #   StreamdServiceTest.* (TSan only): the service over a real in-process gRPC server and
@@ -61,9 +56,8 @@ TSAN_TARGETS=(util_test backend_test serving_test server_test metrics_test)
 #     client set-up; a new one on nearly every run, no frame of ours in either stack). Rather
 #     than a suppression list that would grow with gRPC's internals, TSan runs the tests that
 #     do not run gRPC; the service's own threads (registry, outbox) are covered there.
-ASAN_EXCLUDE=(SessionRegistryTest.AnOpenThatDoesNotFitOffloadsTheLeastRecentlyDetached)
-TSAN_EXCLUDE=(SessionRegistryTest.AnOpenThatDoesNotFitOffloadsTheLeastRecentlyDetached
-  SessionRegistryTest.TenThousandSessionsWithAPoolForSixtyFour 'StreamdServiceTest.*')
+ASAN_EXCLUDE=()
+TSAN_EXCLUDE=(SessionRegistryTest.TenThousandSessionsWithAPoolForSixtyFour 'StreamdServiceTest.*')
 
 # configure DIR SANITIZER_FLAGS: a build at -O1 -g1 (line tables: symbolized stacks, a third
 # less to compile and link than -g) with the flags on every compile and link.
