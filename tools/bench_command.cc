@@ -4,7 +4,8 @@
 // cache. Each figure is the median of --reps repetitions, for each thread count asked.
 // With --sessions N it runs the engine's closed-loop load benchmark instead (bench_sessions.h);
 // with --sessions N --decode-steps K the decode-step benchmark (bench_decode.h); with --snapshot
-// the session snapshot benchmark (bench_snapshot.h).
+// the session snapshot benchmark (bench_snapshot.h); with --tenants the tenant fairness
+// benchmark (bench_tenants.h).
 // --backend cpu|cuda|auto picks the backend (default cpu); --synthetic smollm2|llama3-8b runs
 // a random-weight model of that shape instead of --model (on cuda, generated on the device).
 #include <algorithm>
@@ -26,6 +27,7 @@
 #include "tools/bench_decode.h"
 #include "tools/bench_sessions.h"
 #include "tools/bench_snapshot.h"
+#include "tools/bench_tenants.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
 #include "tools/model_path.h"
@@ -92,10 +94,11 @@ int BenchCommand(int argc, char** argv) {
   int64_t prompt_tokens = 512, gen_tokens = 128, reps = 5;
   std::string sessions_text;
   int64_t sinks = 4, max_batch_tokens = 512, decode_steps = 0;
+  int64_t flood = 100, max_batch_sessions = 16;
   std::string window_text, tokens_seen_text = "10000,1000000", snapshot_every_text = "0", dir;
   std::string backend = "cpu", synthetic;
   std::string reference_gbps_text, isa_name;
-  bool json = false, snapshot = false;
+  bool json = false, snapshot = false, tenants = false;
   FlagParser flags(
       "streamd bench [--model PATH] [--threads 1,2] [--prompt-tokens P] [--gen-tokens G] "
       "[--reps R] [--json]\n"
@@ -113,11 +116,15 @@ int BenchCommand(int argc, char** argv) {
       "  (session snapshot size, snapshot time = capture + encode + write with fsync, restore\n"
       "   time = read + decode + restore into another engine, cold read, median of R; and the\n"
       "   sessions a 1 GiB pool admits per window, against the bound formulas)\n"
+      "streamd bench --tenants [--flood N] [--max-batch-sessions S] [--max-batch-tokens B]\n"
+      "              [--prompt-tokens P] [--gen-tokens G] [--sinks S] [--window W] [--reps R]\n"
+      "  (tenant B's one session beside tenant A's N busy ones: B's inter-token latency against\n"
+      "   B alone, with tenants and without; defaults N 100, S 16, B 512, P 32, G 64, W 252)\n"
       "Every form takes --backend cpu|cuda|auto (default cpu) and --synthetic smollm2|llama3-8b\n"
       "(random weights of that shape instead of --model; made on the device for cuda), and\n"
       "--isa to run the CPU backend at a lower instruction-set level (side-by-side comparisons).\n"
       "Single-stream prefill and decode tokens/s (median of R runs) for each thread count.\n" +
-      std::string(kSessionsBenchDefinitions));
+      std::string(kSessionsBenchDefinitions) + "\n" + kTenantsBenchDefinitions);
   flags.String("model", &model_path, "GGUF model file");
   flags.String("threads", &threads_text, "comma-separated thread counts");
   flags.Int("prompt-tokens", &prompt_tokens, 1, 8192, "prefill batch size (tokens)");
@@ -141,6 +148,10 @@ int BenchCommand(int argc, char** argv) {
   flags.String("reference-gbps", &reference_gbps_text,
                "--decode-steps: bandwidth (GB/s) the step's bytes are compared with");
   flags.Bool("snapshot", &snapshot, "run the session snapshot benchmark (bench_snapshot.h)");
+  flags.Bool("tenants", &tenants, "run the tenant fairness benchmark (bench_tenants.h)");
+  flags.Int("flood", &flood, 1, 4096, "--tenants: tenant A's busy sessions");
+  flags.Int("max-batch-sessions", &max_batch_sessions, 1, 65536,
+            "--tenants: the scheduler's session slots per step");
   flags.String("tokens-seen", &tokens_seen_text,
                "--snapshot: comma-separated counts of tokens each session has seen");
   flags.String("dir", &dir,
@@ -176,6 +187,36 @@ int BenchCommand(int argc, char** argv) {
       return Fail(InvalidArgumentError("--window takes one size except with --snapshot"));
     }
     window = one->front();
+  }
+  if (tenants) {
+    for (const char* name : {"snapshot", "sessions", "decode-steps", "snapshot-every", "dir",
+                             "tokens-seen", "reference-gbps"}) {
+      if (flags.was_set(name)) {
+        return Fail(InvalidArgumentError(std::string("--") + name +
+                                         " does not apply to --tenants"));
+      }
+    }
+    if (flags.was_set("threads") && threads->size() != 1) {
+      return Fail(InvalidArgumentError("--threads takes one thread count with --tenants"));
+    }
+    TenantsBenchOptions t;
+    t.source = {model_path, synthetic, backend};
+    t.flood = flood;
+    t.max_batch_sessions = max_batch_sessions;
+    t.max_batch_tokens = max_batch_tokens;
+    t.prompt_tokens = flags.was_set("prompt-tokens") ? prompt_tokens : t.prompt_tokens;
+    t.gen_tokens = flags.was_set("gen-tokens") ? gen_tokens : t.gen_tokens;
+    t.sinks = sinks;
+    t.window = flags.was_set("window") ? window : t.window;
+    t.threads = flags.was_set("threads") ? threads->front() : 0;
+    t.reps = reps;
+    t.json = json;
+    return RunTenantsBench(t);
+  }
+  for (const char* name : {"flood", "max-batch-sessions"}) {
+    if (flags.was_set(name)) {
+      return Fail(InvalidArgumentError(std::string("--") + name + " needs --tenants"));
+    }
   }
   if (snapshot) {
     for (const char* name :

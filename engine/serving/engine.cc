@@ -55,7 +55,8 @@ struct Engine::Generation {
 
 struct Engine::Session {
   SessionId id;
-  uint64_t key = 0;  // the planner's name for it
+  uint64_t key = 0;         // the planner's name for it
+  uint32_t tenant_key = 0;  // the planner's name for its tenant (AddTenantSession)
   SessionOptions options;
   std::unique_ptr<SessionCache> cache;
   // Context not yet in the cache. An idle session keeps its last context token back here, so
@@ -216,6 +217,7 @@ StatusOr<SessionId> Engine::Open(const SessionOptions& options) {
     s->id = SessionId::Random();
   } while (sessions_.contains(s->id));  // never two live sessions with one id
   s->key = next_key_++;
+  s->tenant_key = AddTenantSession(options.tenant);
   s->options = options;
   s->cache = std::move(cache);
   s->created_unix_ms = UnixMillis();
@@ -359,11 +361,24 @@ void Engine::DestroyClosed() {
     Session& s = *it->second;
     if (s.closing && !s.in_flight && !s.copying) {
       reserved_blocks_ -= s.cache->bound_blocks();
+      RemoveTenantSession(s.options.tenant);
       it = sessions_.erase(it);  // the cache returns its blocks to the pool here
     } else {
       ++it;
     }
   }
+}
+
+uint32_t Engine::AddTenantSession(const std::string& tenant) {
+  auto [it, inserted] = tenant_keys_.try_emplace(tenant);
+  if (inserted) it->second.key = next_tenant_key_++;
+  ++it->second.sessions;
+  return it->second.key;
+}
+
+void Engine::RemoveTenantSession(const std::string& tenant) {
+  auto it = tenant_keys_.find(tenant);
+  if (it != tenant_keys_.end() && --it->second.sessions == 0) tenant_keys_.erase(it);
 }
 
 void Engine::WaitUntilIdle(std::unique_lock<std::mutex>& lock, Session& s) {
@@ -520,6 +535,7 @@ Status Engine::Restore(const SessionState& st, const KvView& kv) {
   Session& s = *owned;
   s.id = st.id;
   s.key = next_key_++;
+  s.tenant_key = AddTenantSession(options.tenant);
   s.options = options;
   s.cache = std::move(cache);
   s.pending = st.pending;
@@ -612,25 +628,26 @@ void Engine::Loop() {
 void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
   std::vector<std::pair<EventSink, GenerationEvent>> events;
   // Plan under the lock: the planner picks the chunks, PlanStep places them in their caches.
-  std::vector<SessionWork> work;
-  std::map<uint64_t, Session*> by_key;
+  // The planner's input and its sessions are parallel (a planned chunk names its entry).
+  step_work_.clear();
+  step_sessions_.clear();
   for (const auto& [id, s] : sessions_) {
     if (s->closing || s->copying) continue;
     // Idle sessions prefill all but their last token; generating ones everything.
     const int64_t runnable = static_cast<int64_t>(s->pending.size()) - (s->gen ? 0 : 1);
     if (runnable <= 0) continue;
-    work.push_back({s->key, runnable,
-                    s->gen != nullptr && s->pending.size() == 1 && s->gen->produced > 0,
-                    s->cache->spec().max_chunk, s->cache->geometry()});
-    by_key[s->key] = s.get();
+    step_work_.push_back({s->key, runnable,
+                          s->gen != nullptr && s->pending.size() == 1 && s->gen->produced > 0,
+                          s->cache->spec().max_chunk, s->cache->geometry(), s->tenant_key});
+    step_sessions_.push_back(s.get());
   }
-  const std::vector<PlannedChunk> planned = planner_.Plan(work, headroom_blocks_);
+  const std::vector<PlannedChunk> planned = planner_.Plan(step_work_, headroom_blocks_);
   if (planned.empty()) return;
   std::vector<StepChunk> chunks;
   std::vector<int32_t> tokens;
   std::vector<SequenceInput> seqs;
   for (const PlannedChunk& p : planned) {
-    Session& s = *by_key.at(p.id);
+    Session& s = *step_sessions_[p.work_index];
     chunks.push_back({&s, p.n_tokens});
     tokens.insert(tokens.end(), s.pending.begin(), s.pending.begin() + p.n_tokens);
     seqs.push_back({s.cache.get(), p.n_tokens, LogitsMode::kLast});

@@ -39,6 +39,7 @@
 #include <mutex>
 #include <span>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/cache/block_pool.h"
@@ -128,6 +129,10 @@ class Engine {
   void Finish(Session& s, FinishReason reason, Status status,
               std::vector<std::pair<EventSink, GenerationEvent>>& out);
   void DestroyClosed();  // requires mu_
+  // The planner's key for a tenant (SessionOptions::tenant), counted per open session; a
+  // tenant whose last session goes is forgotten (requires mu_).
+  uint32_t AddTenantSession(const std::string& tenant);
+  void RemoveTenantSession(const std::string& tenant);
 
   std::unique_ptr<ModelBackend> model_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
@@ -140,12 +145,21 @@ class Engine {
   std::condition_variable step_cv_;       // a step ended, or a capture finished
   std::map<SessionId, std::unique_ptr<Session>> sessions_;
   uint64_t next_key_ = 1;          // the planner's name for a session (never reused)
+  struct TenantKey {
+    uint32_t key = 0;
+    int64_t sessions = 0;
+  };
+  std::unordered_map<std::string, TenantKey> tenant_keys_;  // tenants with open sessions
+  uint32_t next_tenant_key_ = 0;   // the planner's name for a tenant (not reused while open)
   int32_t reserved_blocks_ = 0;    // sum of admitted sessions' bounds
   int32_t headroom_blocks_ = 0;    // the prefill headroom, reserved once
   StepPlanner planner_;
   EngineStats stats_;
   bool stopping_ = false;
   std::vector<float> logits_;
+  // Scratch of RunStep, reused from step to step: the planner's input and each entry's session.
+  std::vector<SessionWork> step_work_;
+  std::vector<Session*> step_sessions_;
   std::thread thread_;
 };
 

@@ -1,7 +1,9 @@
 // The engine end to end on a synthetic model with a byte vocabulary (no model file needed):
-// the API's contract, batch invariance, admission from the block bound, and bad input.
+// the API's contract, batch invariance, admission from the block bound, bad input, and the
+// planner's tenants as the engine passes them.
 #include "engine/serving/engine.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <map>
@@ -309,6 +311,75 @@ TEST(EngineTest, OpenNamesSessionsWithRandomIds) {
   }
   for (const SessionId& old : first) {
     EXPECT_EQ(restarted->Get(old).status().code(), StatusCode::kNotFound);
+  }
+}
+
+// Tenant A's six decoding sessions and tenant B's one share two session slots. With tenants,
+// every step runs one of A's and B's one, so at most two of A's tokens come between two of
+// B's; without (fair_tenants off) B waits its turn among seven sessions. Counts events, not
+// time.
+TEST(EngineTest, TenantsShareContendedStepsEvenly) {
+  for (bool fair : {true, false}) {
+    SCOPED_TRACE(fair ? "fair_tenants on" : "fair_tenants off");
+    auto engine = MakeEngine(64 << 20, 64, TinyModel(), nullptr, 16, {128, 2, fair});
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<char> log;  // 'a' or 'b' for each token event, in delivery order
+    std::set<SessionId> a_started;
+    int done = 0;
+    const auto sink = [&](char who) {
+      return [&, who](GenerationEvent&& e) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (e.kind == GenerationEvent::Kind::kToken) {
+          log.push_back(who);
+          if (who == 'a') a_started.insert(e.session);
+        } else {
+          ++done;
+        }
+        cv.notify_all();
+      };
+    };
+    SessionOptions a = Greedy(), b = Greedy();
+    a.tenant = "a";
+    b.tenant = "b";
+    std::vector<SessionId> ids;
+    for (int i = 0; i < 6; ++i) {
+      auto id = engine->Open(a);
+      ASSERT_TRUE(id.ok()) << id.status().ToString();
+      ASSERT_TRUE(engine->Append(*id, RandomTokens(8, i)).ok());
+      ASSERT_TRUE(engine->Generate(*id, UpTo(80), sink('a')).ok());
+      ids.push_back(*id);
+    }
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      ASSERT_TRUE(cv.wait_for(lock, 60s, [&] { return a_started.size() == 6; }));
+    }
+    auto id_b = engine->Open(b);
+    ASSERT_TRUE(id_b.ok());
+    EXPECT_EQ(engine->Get(*id_b)->tenant, "b");
+    ASSERT_TRUE(engine->Append(*id_b, RandomTokens(8, 99)).ok());
+    ASSERT_TRUE(engine->Generate(*id_b, UpTo(12), sink('b')).ok());
+    ids.push_back(*id_b);
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      ASSERT_TRUE(cv.wait_for(lock, 60s, [&] { return done == 7; }));
+    }
+    // Between B's first and last token.
+    const auto first = std::find(log.begin(), log.end(), 'b');
+    const auto last = std::find(log.rbegin(), log.rend(), 'b').base() - 1;
+    ASSERT_EQ(std::count(first, last + 1, 'b'), 12);
+    ASSERT_NE(std::find(last, log.end(), 'a'), log.end()) << "A must outlast B";
+    int most = 0, run = 0;
+    for (auto it = first; it <= last; ++it) {
+      run = *it == 'a' ? run + 1 : 0;
+      most = std::max(most, run);
+    }
+    if (fair) {
+      EXPECT_LE(most, 2) << "A's tokens in a row while B generates";
+    } else {
+      EXPECT_GE(most, 4) << "A's tokens in a row while B generates";
+    }
+    for (SessionId id : ids) ASSERT_TRUE(engine->Close(id).ok());
   }
 }
 

@@ -108,7 +108,8 @@ inline SyntheticModelSpec TinyModel() {
 // With `ids_on_device`, the model is wrapped in IdsOnDevice and *wrapper points at it.
 inline std::unique_ptr<Engine> MakeEngine(int64_t pool_bytes = 64 << 20, int32_t max_chunk = 64,
                                    const SyntheticModelSpec& spec = TinyModel(),
-                                   IdsOnDevice** wrapper = nullptr, int32_t block_size = 16) {
+                                   IdsOnDevice** wrapper = nullptr, int32_t block_size = 16,
+                                   PlannerConfig planner = {128, 64}) {
   auto model = MakeSyntheticModel(spec);
   EXPECT_TRUE(model.ok()) << model.status().ToString();
   auto vocab = tokenizer::Tokenizer::FromGguf((*model)->file());
@@ -117,7 +118,7 @@ inline std::unique_ptr<Engine> MakeEngine(int64_t pool_bytes = 64 << 20, int32_t
   config.pool_bytes = pool_bytes;
   config.max_chunk = max_chunk;
   config.threads = 2;
-  config.planner = {128, 64};
+  config.planner = planner;
   config.block_size = block_size;
   std::unique_ptr<ModelBackend> backend = std::move(model).value();
   if (wrapper != nullptr) {

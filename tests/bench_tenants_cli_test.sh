@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# `streamd bench --tenants` on a synthetic model with tiny counts: it runs the four runs and
+# prints one JSON object with the expected fields as its last line (no timing is checked);
+# bad flag values exit non-zero with one error line naming the value and the limit.
+# Needs no model file. Usage: bench_tenants_cli_test.sh STREAMD_BINARY
+set -u
+bin="$1"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+
+fail() {
+  failed=$((failed + 1))
+  echo "FAIL: $*"
+}
+
+# expect_error NAME EXPECTED_SUBSTRING -- ARGS...
+expect_error() {
+  local name="$1" want="$2"
+  shift 3
+  "$bin" "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  local lines
+  lines=$(wc -l <"$tmp/err")
+  if [ $rc -ne 0 ] && grep -qF -- "$want" "$tmp/err" && [ ! -s "$tmp/out" ] && [ "$lines" -eq 1 ]; then
+    passed=$((passed + 1))
+  else
+    fail "$name: rc=$rc, want stderr containing '$want' in one line and empty stdout"
+    echo "  stderr: $(head -c 400 "$tmp/err")"
+    echo "  stdout: $(head -c 200 "$tmp/out")"
+  fi
+}
+
+s=(bench --synthetic smollm2)
+
+# A flood of 4 over 2 session slots: over-subscribed, so the runs with and without tenants
+# both happen; the table names every run and the last line is the JSON.
+if "$bin" "${s[@]}" --tenants --flood 4 --max-batch-sessions 2 --prompt-tokens 8 \
+    --gen-tokens 6 --window 16 --threads 2 --reps 1 --json >"$tmp/out" 2>"$tmp/err"; then
+  passed=$((passed + 1))
+else
+  fail "tenants run: rc=$?: $(head -c 400 "$tmp/err")"
+fi
+for row in "alone " "full " "flood " "flood, off " "goal: B's itl beside the flood"; do
+  if grep -q "^$row" "$tmp/out"; then
+    passed=$((passed + 1))
+  else
+    fail "the table has no row starting '$row': $(head -c 600 "$tmp/out")"
+  fi
+done
+if tail -n 1 "$tmp/out" | python3 -c "
+import json, sys
+j = json.loads(sys.stdin.read())
+assert isinstance(j, dict), 'not an object'
+r = j['results']
+ok = (j['flood'] == 4 and j['max_batch_sessions'] == 2 and j['gen_tokens'] == 6 and
+      j['reps'] == 1 and j['goal_x_alone'] == 1.5 and isinstance(j['goal_met'], bool) and
+      [x['run'] for x in r] == ['alone', 'full', 'flood', 'flood, off'] and
+      [x['a_sessions'] for x in r] == [0, 1, 4, 4] and
+      [x['fair_tenants'] for x in r] == [True, True, True, False] and
+      all(all(k in x for k in ('itl_ms_p50', 'itl_ms_p90', 'itl_ms_p99', 'ttft_ms',
+                               'tokens_per_s', 'flood_tokens', 'x_alone_p50', 'x_alone_p90',
+                               'x_full_p50', 'x_full_p90', 'runs'))
+          for x in r) and
+      all(x['itl_ms_p50'] > 0 and x['itl_ms_p90'] >= x['itl_ms_p50'] and len(x['runs']) == 1
+          for x in r) and
+      r[0]['x_alone_p50'] == 1.0 and r[1]['x_full_p50'] == 1.0 and r[0]['flood_tokens'] == 0 and
+      all(x['flood_tokens'] > 0 for x in r[1:]))
+sys.exit(0 if ok else 1)
+"; then
+  passed=$((passed + 1))
+else
+  fail "the last line is not the JSON expected: $(tail -n 1 "$tmp/out" | head -c 800)"
+fi
+
+expect_error flood-zero '--flood = 0 is outside [1, 4096]' -- "${s[@]}" --tenants --flood 0
+expect_error flood-alone '--flood needs --tenants' -- "${s[@]}" --flood 10
+expect_error slots-alone '--max-batch-sessions needs --tenants' -- "${s[@]}" --max-batch-sessions 4
+expect_error with-sessions '--sessions does not apply to --tenants' -- "${s[@]}" --tenants --sessions 2
+expect_error with-snapshot '--snapshot does not apply to --tenants' -- "${s[@]}" --tenants --snapshot
+expect_error slots-over-tokens '--max-batch-sessions = 600 is over --max-batch-tokens = 512' -- "${s[@]}" --tenants --max-batch-sessions 600
+expect_error gen-short '--gen-tokens must be >= 3 with --tenants' -- "${s[@]}" --tenants --gen-tokens 2
+expect_error window-zero '--window must be >= 1 with --tenants' -- "${s[@]}" --tenants --window 0
+expect_error threads-list '--threads takes one thread count with --tenants' -- "${s[@]}" --tenants --threads 1,2
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
