@@ -1,5 +1,6 @@
 #include "server/stream_outbox.h"
 
+#include <string>
 #include <utility>
 
 namespace streamd::server {
@@ -29,6 +30,17 @@ StreamOutbox::PushResult StreamOutbox::PushToken(const std::string& request_id, 
 bool StreamOutbox::Push(v1::ServerMessage message) {
   std::unique_lock<std::mutex> lock(mu_);
   if (finish_ || detached_) return false;
+  if (queue_.size() >= kMaxQueuedMessages) {
+    // A client that sends and never reads: each bad message is answered, and the answers would
+    // pile up without end. The stream ends instead (its session stays resumable).
+    queue_.clear();
+    queued_tokens_ = 0;
+    finish_ = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           "client too slow: " + std::to_string(kMaxQueuedMessages) +
+                               " messages were queued unread; the stream ends");
+    Pump(lock);
+    return false;
+  }
   queue_.push_back(std::move(message));
   Pump(lock);
   return true;

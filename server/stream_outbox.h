@@ -9,7 +9,8 @@
 // TokenDelta, and the undelivered tokens are counted: at max_queued_tokens PushToken refuses
 // with kFull, and the caller applies the slow-client policy (cancel the generation; see
 // session_stream.h). Control messages (Opened, GenerationDone, CacheState, Error) are a few per
-// request and are always queued while the stream is open.
+// request; past kMaxQueuedMessages unwritten messages (a client that sends and never reads)
+// the queue is dropped and the call ends with RESOURCE_EXHAUSTED.
 //
 // Lock order: the outbox mutex is a leaf; StartWrite/Finish are called without it held.
 #pragma once
@@ -37,6 +38,7 @@ class StreamOutbox {
   };
 
   enum class PushResult { kQueued, kFull, kClosed };
+  static constexpr size_t kMaxQueuedMessages = 1024;
 
   StreamOutbox(Writer* writer, int32_t max_queued_tokens)
       : writer_(writer), max_queued_tokens_(max_queued_tokens) {}

@@ -56,6 +56,21 @@ TEST(StreamOutboxTest, TokensOfAnotherRequestOrAfterControlAreNotMerged) {
   EXPECT_EQ(w.writes.size(), 5u);
 }
 
+TEST(StreamOutboxTest, ControlMessagesPastTheBoundEndTheCall) {
+  FakeWriter w;
+  StreamOutbox box(&w, 100);
+  ASSERT_TRUE(box.Push(Control()));  // in flight, never completed: the client does not read
+  for (size_t i = 0; i < StreamOutbox::kMaxQueuedMessages; ++i) ASSERT_TRUE(box.Push(Control()));
+  EXPECT_FALSE(box.Push(Control()));
+  EXPECT_TRUE(box.closed());
+  EXPECT_FALSE(w.finished);  // not while a write is in flight
+  box.OnWriteDone(true);
+  ASSERT_TRUE(w.finished);
+  EXPECT_EQ(w.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(w.status.error_message().find("1024 messages were queued unread"), std::string::npos);
+  EXPECT_EQ(w.writes.size(), 1u);  // the queue was dropped, not written
+}
+
 TEST(StreamOutboxTest, FullWhenTheClientDoesNotRead) {
   FakeWriter w;
   StreamOutbox box(&w, 3);
