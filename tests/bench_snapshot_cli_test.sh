@@ -5,50 +5,8 @@
 # Needs no model file. Usage: bench_snapshot_cli_test.sh STREAMD_BINARY
 set -u
 bin="$1"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-passed=0
-failed=0
-
-fail() {
-  failed=$((failed + 1))
-  echo "FAIL: $*"
-}
-
-# expect_error NAME EXPECTED_SUBSTRING -- ARGS...
-expect_error() {
-  local name="$1" want="$2"
-  shift 3
-  "$bin" "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  local lines
-  lines=$(wc -l <"$tmp/err")
-  if [ $rc -ne 0 ] && grep -qF -- "$want" "$tmp/err" && [ ! -s "$tmp/out" ] && [ "$lines" -eq 1 ]; then
-    passed=$((passed + 1))
-  else
-    fail "$name: rc=$rc, want stderr containing '$want' in one line and empty stdout"
-    echo "  stderr: $(head -c 400 "$tmp/err")"
-    echo "  stdout: $(head -c 200 "$tmp/out")"
-  fi
-}
-
-# check_json NAME PYTHON_CHECK: the last line of $tmp/out is a JSON object `j` for which the
-# Python expression holds.
-check_json() {
-  local name="$1" check="$2"
-  if tail -n 1 "$tmp/out" | python3 -c "
-import json, sys
-j = json.loads(sys.stdin.read())
-assert isinstance(j, dict), 'not an object'
-ok = ($check)
-sys.exit(0 if ok else 1)
-"; then
-    passed=$((passed + 1))
-  else
-    fail "$name: the last line is not the JSON expected"
-    echo "  stdout tail: $(tail -n 3 "$tmp/out" | head -c 600)"
-  fi
-}
+# shellcheck source=cli_test_lib.sh
+. "$(dirname "$0")/cli_test_lib.sh"
 
 s=(bench --synthetic smollm2)
 
@@ -115,5 +73,4 @@ expect_error every-alone '--snapshot-every needs --sessions' -- "${s[@]}" --snap
 expect_error every-decode '--snapshot-every does not apply to --decode-steps' -- "${s[@]}" --sessions 2 --decode-steps 3 --snapshot-every 100
 expect_error sessions-window-list '--window takes one size except with --snapshot' -- "${s[@]}" --sessions 2 --window 12,60
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish

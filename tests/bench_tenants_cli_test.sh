@@ -5,32 +5,8 @@
 # Needs no model file. Usage: bench_tenants_cli_test.sh STREAMD_BINARY
 set -u
 bin="$1"
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
-passed=0
-failed=0
-
-fail() {
-  failed=$((failed + 1))
-  echo "FAIL: $*"
-}
-
-# expect_error NAME EXPECTED_SUBSTRING -- ARGS...
-expect_error() {
-  local name="$1" want="$2"
-  shift 3
-  "$bin" "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  local lines
-  lines=$(wc -l <"$tmp/err")
-  if [ $rc -ne 0 ] && grep -qF -- "$want" "$tmp/err" && [ ! -s "$tmp/out" ] && [ "$lines" -eq 1 ]; then
-    passed=$((passed + 1))
-  else
-    fail "$name: rc=$rc, want stderr containing '$want' in one line and empty stdout"
-    echo "  stderr: $(head -c 400 "$tmp/err")"
-    echo "  stdout: $(head -c 200 "$tmp/out")"
-  fi
-}
+# shellcheck source=cli_test_lib.sh
+. "$(dirname "$0")/cli_test_lib.sh"
 
 s=(bench --synthetic smollm2)
 
@@ -49,12 +25,8 @@ for row in "alone " "full " "flood " "flood, off " "goal: B's itl beside the flo
     fail "the table has no row starting '$row': $(head -c 600 "$tmp/out")"
   fi
 done
-if tail -n 1 "$tmp/out" | python3 -c "
-import json, sys
-j = json.loads(sys.stdin.read())
-assert isinstance(j, dict), 'not an object'
-r = j['results']
-ok = (j['flood'] == 4 and j['max_batch_sessions'] == 2 and j['gen_tokens'] == 6 and
+check_json tenants "(r := j['results']) is not None and (
+      j['flood'] == 4 and j['max_batch_sessions'] == 2 and j['gen_tokens'] == 6 and
       j['reps'] == 1 and j['goal_x_alone'] == 1.5 and isinstance(j['goal_met'], bool) and
       [x['run'] for x in r] == ['alone', 'full', 'flood', 'flood, off'] and
       [x['a_sessions'] for x in r] == [0, 1, 4, 4] and
@@ -66,13 +38,7 @@ ok = (j['flood'] == 4 and j['max_batch_sessions'] == 2 and j['gen_tokens'] == 6 
       all(x['itl_ms_p50'] > 0 and x['itl_ms_p90'] >= x['itl_ms_p50'] and len(x['runs']) == 1
           for x in r) and
       r[0]['x_alone_p50'] == 1.0 and r[1]['x_full_p50'] == 1.0 and r[0]['flood_tokens'] == 0 and
-      all(x['flood_tokens'] > 0 for x in r[1:]))
-sys.exit(0 if ok else 1)
-"; then
-  passed=$((passed + 1))
-else
-  fail "the last line is not the JSON expected: $(tail -n 1 "$tmp/out" | head -c 800)"
-fi
+      all(x['flood_tokens'] > 0 for x in r[1:]))"
 
 expect_error flood-zero '--flood = 0 is outside [1, 4096]' -- "${s[@]}" --tenants --flood 0
 expect_error flood-alone '--flood needs --tenants' -- "${s[@]}" --flood 10
@@ -84,5 +50,4 @@ expect_error gen-short '--gen-tokens must be >= 3 with --tenants' -- "${s[@]}" -
 expect_error window-zero '--window must be >= 1 with --tenants' -- "${s[@]}" --tenants --window 0
 expect_error threads-list '--threads takes one thread count with --tenants' -- "${s[@]}" --tenants --threads 1,2
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+finish
