@@ -5,20 +5,10 @@
 #include <string>
 #include <utility>
 
-#include "engine/sampling/sampler.h"
-#include "engine/sampling/stop_string_matcher.h"
-#include "engine/tokenizer/incremental_detokenizer.h"
+#include "engine/serving/engine_internal.h"
 
 namespace streamd {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-int64_t UnixMillis() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -42,54 +32,6 @@ int32_t DefaultPrefillHeadroom(const PlannerConfig& planner, int32_t max_chunk,
   return static_cast<int32_t>(CeilDiv(tokens, block_size) + chunks + 2);
 }
 
-struct Engine::Generation {
-  GenerateOptions options;
-  EventSink sink;
-  Sampler sampler;
-  tokenizer::IncrementalDetokenizer detok;
-  StopStringMatcher stops;
-  int64_t prompt_tokens = 0;  // pending input when the generation started
-  int64_t produced = 0;
-  Clock::time_point start, first_token;
-};
-
-struct Engine::Session {
-  SessionId id;
-  uint64_t key = 0;         // the planner's name for it
-  uint32_t tenant_key = 0;  // the planner's name for its tenant (AddTenantSession)
-  SessionOptions options;
-  std::unique_ptr<SessionCache> cache;
-  // Context not yet in the cache. An idle session keeps its last context token back here, so
-  // that a generation can start from its logits.
-  std::vector<int32_t> pending;
-  std::unique_ptr<Generation> gen;
-  std::map<std::string, std::string> metadata;  // the caller's (SetMetadata)
-  // Bumped by every change of the state (prefill commits too); context_revision is the
-  // revision of the last change of the context itself (input, tokens, metadata): a snapshot
-  // taken since then still describes the session, only with more of it pending.
-  uint64_t revision = 0;
-  uint64_t context_revision = 0;
-  int64_t created_unix_ms = 0;
-  bool in_flight = false;  // part of the step being computed
-  bool copying = false;    // its K/V are being copied (Capture, Restore): it sits out steps
-  bool closing = false;
-};
-
-struct Engine::StepChunk {
-  Session* session;
-  int32_t n_tokens;
-  // The chunk ends its session's pending input while a generation runs: its logits row is
-  // sampled after the step (checked again then: a cancel may land while the step runs).
-  bool Samples() const {
-    return session->gen && !session->closing &&
-           session->pending.size() == static_cast<size_t>(n_tokens);
-  }
-  // Its generation ended while the step ran and the chunk was the whole context left: its last
-  // token is given back (it stays pending, so the next Generate has logits to start from).
-  bool GivesBackLast() const {
-    return !session->gen && session->pending.size() == static_cast<size_t>(n_tokens);
-  }
-};
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<ModelBackend> model,
                                                  std::unique_ptr<tokenizer::Tokenizer> tokenizer,
@@ -330,32 +272,6 @@ Status Engine::Close(SessionId id) {
   return OkStatus();
 }
 
-Status Engine::CloseIfUnchanged(SessionId id, uint64_t revision) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    STREAMD_ASSIGN_OR_RETURN(Session * s, Find(id));
-    if (s->gen || s->context_revision > revision) {
-      return FailedPreconditionError("session " + id.ToString() + " changed (context revision " +
-                                     std::to_string(s->context_revision) + ", snapshot " +
-                                     std::to_string(revision) + ") or is generating");
-    }
-    s->closing = true;
-    DestroyClosed();
-  }
-  admission_cv_.notify_all();
-  return OkStatus();
-}
-
-Status Engine::SetMetadata(SessionId id, const std::string& key, const std::string& value) {
-  std::lock_guard<std::mutex> lock(mu_);
-  STREAMD_ASSIGN_OR_RETURN(Session * s, Find(id));
-  auto [it, inserted] = s->metadata.try_emplace(key, value);
-  if (!inserted && it->second == value) return OkStatus();
-  it->second = value;
-  s->context_revision = ++s->revision;
-  return OkStatus();
-}
-
 void Engine::DestroyClosed() {
   for (auto it = sessions_.begin(); it != sessions_.end();) {
     Session& s = *it->second;
@@ -379,186 +295,6 @@ uint32_t Engine::AddTenantSession(const std::string& tenant) {
 void Engine::RemoveTenantSession(const std::string& tenant) {
   auto it = tenant_keys_.find(tenant);
   if (it != tenant_keys_.end() && --it->second.sessions == 0) tenant_keys_.erase(it);
-}
-
-void Engine::WaitUntilIdle(std::unique_lock<std::mutex>& lock, Session& s) {
-  step_cv_.wait(lock, [&] { return stopping_ || (!s.in_flight && !s.copying); });
-}
-
-StatusOr<SessionState> Engine::Capture(SessionId id) {
-  SessionState st;
-  STREAMD_RETURN_IF_ERROR(CaptureInto(id, &st));
-  return st;
-}
-
-Status Engine::CaptureInto(SessionId id, SessionState* out, const KvDestination& kv_destination) {
-  std::unique_lock<std::mutex> lock(mu_);
-  STREAMD_ASSIGN_OR_RETURN(Session * found, Find(id));
-  Session& s = *found;
-  WaitUntilIdle(lock, s);
-  if (stopping_) return UnavailableError("the engine is shutting down");
-  if (s.closing) {
-    return NotFoundError("session " + id.ToString() + " was closed");
-  }
-  if (s.gen) {
-    return FailedPreconditionError("session " + id.ToString() +
-                                   " is generating; its state is captured between generations");
-  }
-  const SessionCache& cache = *s.cache;
-  SessionState& st = *out;
-  st.id = s.id;
-  st.tenant = s.options.tenant;
-  st.mode = cache.spec().mode;
-  st.sinks = cache.spec().sinks;
-  st.window = cache.spec().window;
-  st.sampling = s.options.sampling;
-  st.tokens_seen = cache.tokens_seen();
-  st.cached_tokens = cache.cached_ids();
-  st.pending.assign(s.pending.begin(), s.pending.end());
-  st.metadata = s.metadata;
-  st.revision = s.revision;
-  st.created_unix_ms = s.created_unix_ms;
-  st.saved_unix_ms = UnixMillis();
-  s.copying = true;
-  lock.unlock();
-
-  // The copy runs without the lock: the session sits out the steps meanwhile (its cache does
-  // not change), and Close defers to the end of the copy.
-  Status copied;
-  if (kv_destination) {
-    const kernels::KvPoolLayout& l = pool_->layout();
-    st.kv.n_layers = l.n_layers;
-    st.kv.n_kv_heads = l.n_kv_heads;
-    st.kv.head_dim = l.head_dim;
-    st.kv.n_tokens = cache.cached_span().size();
-    st.kv.data.clear();
-    uint16_t* dest = kv_destination(st);
-    copied = dest != nullptr ? ReadCacheKvTo(cache, dest)
-                             : InternalError("capture: no destination for the K/V");
-  } else {
-    copied = ReadCacheKvInto(cache, &st.kv);
-  }
-
-  lock.lock();
-  s.copying = false;
-  DestroyClosed();
-  lock.unlock();
-  step_cv_.notify_all();
-  work_cv_.notify_one();
-  admission_cv_.notify_all();
-  return copied;
-}
-
-Status Engine::Restore(const SessionState& st) { return Restore(st, KvView::Of(st.kv)); }
-
-Status Engine::Restore(const SessionState& st, const KvView& kv) {
-  const LlamaConfig& c = model_->config();
-  if (!st.id.valid()) return InvalidArgumentError("restore: the state has no session id");
-  SessionOptions options;
-  options.tenant = st.tenant;
-  options.mode = st.mode;
-  options.sinks = st.sinks;
-  options.window = st.window;
-  options.sampling = st.sampling;
-  STREAMD_RETURN_IF_ERROR(ValidateOptions(options));
-  const CacheSpec spec = SessionCache::Effective(
-      {st.mode, st.sinks, st.window, config_.max_chunk}, c.context_length);
-  if (spec.sinks != st.sinks || spec.window != st.window) {
-    return InvalidArgumentError("restore: a " + std::string(CacheModeName(st.mode)) +
-                                " cache here has sinks " + std::to_string(spec.sinks) +
-                                " and window " + std::to_string(spec.window) + ", the state " +
-                                std::to_string(st.sinks) + " and " + std::to_string(st.window));
-  }
-  if (kv.n_layers != c.n_layers || kv.n_kv_heads != c.n_kv_heads || kv.head_dim != c.head_dim) {
-    return InvalidArgumentError(
-        "restore: the state's K/V have " + std::to_string(kv.n_layers) + " layers, " +
-        std::to_string(kv.n_kv_heads) + " KV heads of " + std::to_string(kv.head_dim) +
-        "; the model " + std::to_string(c.n_layers) + ", " + std::to_string(c.n_kv_heads) +
-        " of " + std::to_string(c.head_dim));
-  }
-  if (kv.n_tokens != static_cast<int64_t>(st.cached_tokens.size()) ||
-      kv.size != kv.elements() || (kv.size > 0 && kv.data == nullptr)) {
-    return InvalidArgumentError("restore: the state holds " + std::to_string(kv.n_tokens) +
-                                " tokens of K/V, " + std::to_string(st.cached_tokens.size()) +
-                                " cached ids and " + std::to_string(kv.size) +
-                                " K/V elements");
-  }
-  const int32_t vocab = tokenizer_->vocab_size();
-  for (const std::vector<int32_t>* ids : {&st.cached_tokens, &st.pending}) {
-    for (size_t i = 0; i < ids->size(); ++i) {
-      if ((*ids)[i] < 0 || (*ids)[i] >= vocab) {
-        return InvalidArgumentError(
-            std::string("restore: ") + (ids == &st.pending ? "pending" : "cached_tokens") + "[" +
-            std::to_string(i) + "] = " + std::to_string((*ids)[i]) +
-            " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
-      }
-    }
-  }
-  if (static_cast<int64_t>(st.pending.size()) > config_.max_pending_tokens) {
-    return InvalidArgumentError("restore: " + std::to_string(st.pending.size()) +
-                                " pending tokens, over the limit of " +
-                                std::to_string(config_.max_pending_tokens));
-  }
-  if (spec.mode == CacheMode::kDense &&
-      st.tokens_seen + static_cast<int64_t>(st.pending.size()) > spec.window) {
-    return InvalidArgumentError("restore: a dense session holds at most " +
-                                std::to_string(spec.window) + " tokens; the state has " +
-                                std::to_string(st.tokens_seen + st.pending.size()));
-  }
-
-  std::unique_lock<std::mutex> lock(mu_);
-  // A session of this id that is closing (its step still in flight) goes first.
-  step_cv_.wait(lock, [&] {
-    auto it = sessions_.find(st.id);
-    return stopping_ || it == sessions_.end() || !it->second->closing;
-  });
-  if (stopping_) return UnavailableError("the engine is shutting down");
-  if (sessions_.count(st.id) > 0) {
-    return AlreadyExistsError("restore: session " + st.id.ToString() + " already exists");
-  }
-  if (static_cast<int32_t>(sessions_.size()) >= config_.max_sessions) {
-    return ResourceExhaustedError("open sessions are at the limit of " +
-                                  std::to_string(config_.max_sessions));
-  }
-  const int32_t need = SessionCache::BoundBlocks(spec, pool_->block_size());
-  if (!Fits(need)) {
-    return ResourceExhaustedError(
-        "the KV pool cannot admit this session now: it needs up to " + std::to_string(need) +
-        " blocks, " + std::to_string(reserved_blocks_) + " of " +
-        std::to_string(pool_->total_blocks()) + " are reserved by open sessions and " +
-        std::to_string(headroom_blocks_) + " by the prefill headroom");
-  }
-  STREAMD_ASSIGN_OR_RETURN(std::unique_ptr<SessionCache> cache,
-                           SessionCache::Create(pool_.get(), spec, c.context_length));
-  STREAMD_RETURN_IF_ERROR(cache->Restore(st.tokens_seen, st.cached_tokens));
-  auto owned = std::make_unique<Session>();
-  Session& s = *owned;
-  s.id = st.id;
-  s.key = next_key_++;
-  s.tenant_key = AddTenantSession(options.tenant);
-  s.options = options;
-  s.cache = std::move(cache);
-  s.pending = st.pending;
-  s.metadata = st.metadata;
-  s.revision = st.revision;
-  s.context_revision = st.revision;
-  s.created_unix_ms = st.created_unix_ms;
-  s.copying = true;  // sits out the steps until its K/V are in place
-  reserved_blocks_ += s.cache->bound_blocks();
-  sessions_.emplace(st.id, std::move(owned));
-  lock.unlock();
-
-  const Status written = WriteCacheKv(*s.cache, kv);
-
-  lock.lock();
-  s.copying = false;
-  if (!written.ok()) s.closing = true;  // nothing half-restored stays behind
-  DestroyClosed();
-  lock.unlock();
-  step_cv_.notify_all();
-  work_cv_.notify_one();
-  admission_cv_.notify_all();
-  return written;
 }
 
 SessionInfo Engine::InfoOf(const Session& s) const {
