@@ -61,11 +61,6 @@ void AdmissionQueue::Notify() {
   cv_.notify_all();
 }
 
-int32_t AdmissionQueue::waiting() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return static_cast<int32_t>(queue_.size());
-}
-
 void AdmissionQueue::ExpireLocked(Clock::time_point now,
                                   std::vector<std::pair<Request, Status>>* out) {
   for (auto it = queue_.begin(); it != queue_.end();) {

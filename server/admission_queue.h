@@ -38,7 +38,6 @@ class AdmissionQueue {
               Done done);
   // Blocks may have been freed: retry the oldest waiting Open now.
   void Notify();
-  int32_t waiting() const;
 
  private:
   struct Request {
@@ -55,7 +54,7 @@ class AdmissionQueue {
 
   SessionRegistry& registry_;
   const int32_t max_waiting_;
-  mutable std::mutex mu_;
+  std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Request> queue_;
   bool retry_now_ = false;  // Notify() since the last attempt
