@@ -14,7 +14,10 @@ packages=(
   libspdlog-dev libyaml-cpp-dev                # daemon logs and config
   libssl-dev openssl                           # TLS files checked at start; tests make certs
   gnuplot-nox                                  # streamd eval --plot
-  libcpp-httplib-dev prometheus                # /metrics endpoint; promtool checks its output
+  prometheus-cpp-dev                           # metrics: registry, families, /metrics Exposer
+  libcpp-httplib-dev                           # tests: an HTTP client that scrapes /metrics
+  prometheus                                   # promtool: checks metrics, alert rules and their tests
+  haproxy                                      # the session-affinity proxy in front of replicas
   python3-yaml                                 # deploy/check.py reads the deployment manifests
   clang libclang-rt-14-dev llvm                # scripts/fuzz-smoke.sh: libFuzzer, sanitizer
                                                # runtimes, llvm-symbolizer for their reports
