@@ -53,6 +53,11 @@ void AdmissionQueue::Submit(SessionOptions options, std::weak_ptr<SessionOwner> 
   cv_.notify_all();
 }
 
+int32_t AdmissionQueue::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int32_t>(queue_.size());
+}
+
 void AdmissionQueue::Notify() {
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -38,6 +38,8 @@ class AdmissionQueue {
               Done done);
   // Blocks may have been freed: retry the oldest waiting Open now.
   void Notify();
+  // Opens waiting now (streamd_sessions{state="queued"}, readiness).
+  int32_t size() const;
 
  private:
   struct Request {
@@ -54,7 +56,7 @@ class AdmissionQueue {
 
   SessionRegistry& registry_;
   const int32_t max_waiting_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Request> queue_;
   bool retry_now_ = false;  // Notify() since the last attempt

@@ -14,56 +14,16 @@
 #include <limits>
 #include <thread>
 
+#include "server/metrics_wiring.h"
 #include "server/tls_credentials.h"
 
 namespace streamd::server {
 namespace {
 
-constexpr char kServiceName[] = "streamd.v1.Streamd";
+// How often health (liveness, readiness) is re-read: a kubelet probes every few seconds.
+constexpr std::chrono::milliseconds kHealthInterval{500};
 // After the grace period: how long cancelled generations get to report and streams to end.
 constexpr std::chrono::seconds kCancelGrace{5};
-
-// The persister's hooks: metrics (when the daemon has them) and log lines naming the session,
-// the file and the reason.
-PersisterHooks MakePersisterHooks(metrics::SnapshotMetrics* m) {
-  PersisterHooks h;
-  h.on_written = [m](SessionId, int64_t bytes, double seconds) {
-    if (m == nullptr) return;
-    m->writes.Inc();
-    m->written_bytes.Inc(static_cast<double>(bytes));
-    m->write_bytes.Observe(static_cast<double>(bytes));
-    m->write_seconds.Observe(seconds);
-  };
-  h.on_write_failed = [m](SessionId id, const Status& why) {
-    const std::string reason(StatusCodeName(why.code()));
-    if (m != nullptr) {
-      m->RecordWriteError(why.code() == StatusCode::kResourceExhausted   ? "RESOURCE_EXHAUSTED"
-                          : why.code() == StatusCode::kPermissionDenied ? "PERMISSION_DENIED"
-                                                                         : "INTERNAL");
-    }
-    spdlog::error("snapshot of session {} not written ({}): {}; it keeps serving from memory",
-                  id.valid() ? id.ToString() : std::string("-"), reason, why.message());
-  };
-  h.on_loaded = [m](SessionId id, int64_t bytes, double seconds) {
-    if (m != nullptr) {
-      m->loads.Inc();
-      m->load_seconds.Observe(seconds);
-    }
-    spdlog::debug("session {} restored from its snapshot ({} bytes, {:.1f} ms)", id.ToString(),
-                  bytes, seconds * 1e3);
-  };
-  h.on_rejected = [m](const std::string& file, const std::string& moved_to, const Status& why) {
-    const std::string reason(StatusCodeName(why.code()));
-    if (m != nullptr) {
-      m->RecordRejected(why.code() == StatusCode::kFailedPrecondition ? "FAILED_PRECONDITION"
-                        : why.code() == StatusCode::kInvalidArgument  ? "INVALID_ARGUMENT"
-                                                                       : "DATA_LOSS");
-    }
-    spdlog::error("snapshot {} refused ({}): {}; moved to {}", file, reason, why.message(),
-                  moved_to.empty() ? std::string("(could not be moved)") : moved_to);
-  };
-  return h;
-}
 
 // What one connection may hold and how long it may hang around (docs/SECURITY.md, "The
 // transport"): enforced by gRPC itself, before any of our code runs.
@@ -149,29 +109,14 @@ StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
       return Status(store.status().code(), "sessions.snapshot_dir: " + store.status().message());
     }
     if (metrics != nullptr) {
-      snapshot_metrics = std::make_unique<metrics::SnapshotMetrics>(metrics->registry);
+      snapshot_metrics = std::make_unique<metrics::SnapshotMetrics>(*metrics->registry);
     }
     persister = std::make_unique<SessionPersister>(
         engine, std::move(store).value(), *snapshots,
         PersisterOptions{p.snapshot_interval, std::chrono::milliseconds(1000)},
         MakePersisterHooks(snapshot_metrics.get()));
   }
-  // Refused calls by reason; the family exists (at 0) before the first refusal.
-  std::array<metrics::Counter*, kNumAuthFailures> refused{};
-  if (metrics != nullptr) {
-    metrics::CounterFamily& family = metrics->registry.AddCounter(
-        "streamd_auth_failures_total",
-        "Calls refused by authentication (missing, malformed or unknown API key) or "
-        "authorization (not_admin).",
-        {"reason"});
-    for (int i = 0; i < kNumAuthFailures; ++i) {
-      refused[static_cast<size_t>(i)] =
-          &family.WithLabels({AuthFailureName(static_cast<AuthFailure>(i))});
-    }
-  }
-  auto auth = Authenticator::Create(options.auth.keys_file, [refused](AuthFailure why) {
-    if (metrics::Counter* c = refused[static_cast<size_t>(why)]; c != nullptr) c->Inc();
-  });
+  auto auth = Authenticator::Create(options.auth.keys_file, AuthFailureCounter(metrics));
   if (!auth.ok()) return auth.status();
   std::unique_ptr<GrpcServer> s(
       new GrpcServer(engine, chat, options, std::move(snapshot_metrics), std::move(persister)));
@@ -188,45 +133,16 @@ StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
   AdmissionQueue* admission = &s->admission_;
   s->registry_.set_hooks(
       {[metrics, admission] {
-         if (metrics != nullptr) metrics->sessions_closed.Inc();
+         if (metrics != nullptr) metrics->sessions_closed.Increment();
          admission->Notify();
        },
        [sm, admission] {
-         if (sm != nullptr) sm->offloads.Inc();
+         if (sm != nullptr) sm->offloads.Increment();
          admission->Notify();
        },
        {}});
-  if (sm != nullptr) {
-    SessionRegistry* registry = &s->registry_;
-    metrics->registry.AddCollectHook([sm, registry] {
-      int64_t offloaded = 0;
-      for (const auto& session : registry->All()) {
-        std::lock_guard<std::mutex> lock(session->mu);
-        offloaded += session->residency != Residency::kResident;
-      }
-      sm->sessions_offloaded.Set(static_cast<double>(offloaded));
-    });
-  }
-  if (metrics != nullptr && s->auth_->enabled()) {
-    // Per tenant, at every scrape; the label values are the keys file's tenants only, so the
-    // number of series is bounded by the file, never by what clients send.
-    metrics::GaugeFamily& sessions = metrics->registry.AddGauge(
-        "streamd_tenant_sessions", "Sessions a tenant holds (resident or on disk).", {"tenant"});
-    metrics::GaugeFamily& generating = metrics->registry.AddGauge(
-        "streamd_tenant_generations", "Generations a tenant runs now.", {"tenant"});
-    metrics::GaugeFamily& blocks = metrics->registry.AddGauge(
-        "streamd_tenant_kv_blocks", "KV blocks reserved by a tenant's resident sessions.",
-        {"tenant"});
-    const Authenticator* keys = s->auth_.get();
-    SessionRegistry* registry = &s->registry_;
-    metrics->registry.AddCollectHook([&sessions, &generating, &blocks, keys, registry] {
-      for (const std::string& tenant : keys->Tenants()) {
-        const SessionRegistry::Usage u = registry->UsageOf(tenant);
-        sessions.WithLabels({tenant}).Set(u.sessions);
-        generating.WithLabels({tenant}).Set(u.generating);
-        blocks.WithLabels({tenant}).Set(static_cast<double>(u.blocks));
-      }
-    });
+  if (metrics != nullptr) {
+    AddScrapeHooks(*metrics, engine, s->registry_, s->admission_, sm, *s->auth_);
   }
   if (s->persister_ != nullptr) {
     // Before the port opens, so that listings show them; Resume finds a snapshot by its id
@@ -256,9 +172,13 @@ StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
     return UnavailableError("server.listen_address: cannot listen on \"" + options.listen_address +
                             "\" (in use, or not a host:port this machine has)");
   }
-  grpc::HealthCheckServiceInterface* health = s->server_->GetHealthCheckService();
-  health->SetServingStatus(true);
-  health->SetServingStatus(kServiceName, true);
+  s->health_ = std::make_unique<HealthMonitor>(*s->server_->GetHealthCheckService(), engine,
+                                               s->admission_, options.session_defaults, metrics,
+                                               kHealthInterval);
+  if (metrics != nullptr) {
+    // A scrape reads health as it is at that moment, not as of the last tick.
+    metrics->AddScrapeHook([health = s->health_.get()] { health->Check(); });
+  }
   s->registry_.StartReaper();
   return s;
 }
@@ -268,7 +188,7 @@ GrpcServer::~GrpcServer() { Shutdown(); }
 void GrpcServer::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
-  server_->GetHealthCheckService()->SetServingStatus(false);
+  health_->Stop();  // every health service NOT_SERVING: no new streams are routed here
   service_.Drain();
   if (!service_.WaitForStreams(Clock::now() + options_.grace_period)) {
     const auto seconds = std::chrono::duration<double>(options_.grace_period).count();

@@ -24,6 +24,7 @@
 #include <string>
 
 #include "engine/api/streamd_engine.h"
+#include "server/health_monitor.h"
 #include "server/metrics/snapshot_metrics.h"
 #include "server/server_options.h"
 #include "server/service_context.h"
@@ -70,6 +71,8 @@ class GrpcServer {
   AdmissionQueue admission_;
   StreamdService service_;
   std::unique_ptr<grpc::Server> server_;
+  // Last: it reads engine, admission_ and the server's health service until it stops.
+  std::unique_ptr<HealthMonitor> health_;
   int port_ = 0;
   bool shut_down_ = false;
 };

@@ -17,7 +17,8 @@
 #include "server/config/server_config.h"
 #include "server/grpc_server.h"
 #include "server/listen_security.h"
-#include "server/metrics/http_exporter.h"
+#include "server/metrics_wiring.h"
+#include "server/metrics/metrics_endpoint.h"
 #include "server/metrics/streamd_metrics.h"
 #include "server/serve_options.h"
 #include "server/tls_credentials.h"
@@ -67,21 +68,6 @@ bool WritePortFile(const std::string& path, int port) {
     if (!out) return false;
   }
   return std::rename(tmp.c_str(), path.c_str()) == 0;
-}
-
-// Copies one engine snapshot into the metrics at every scrape.
-void AddEngineHook(metrics::StreamdMetrics& m, const Engine& engine) {
-  auto last = std::make_shared<std::pair<std::mutex, EngineStats>>();
-  m.registry.AddCollectHook([&m, &engine, last] {
-    const EngineStats st = engine.Stats();
-    m.SetSessions(st.generating, st.sessions - st.generating, 0);
-    m.SetKvBlocks(st.blocks_used, st.blocks_total - st.blocks_used,
-                  st.bytes_per_token * engine.config().block_size);
-    std::lock_guard<std::mutex> lock(last->first);
-    m.prompt_tokens.Inc(static_cast<double>(st.tokens_in - last->second.tokens_in));
-    m.generation_tokens.Inc(static_cast<double>(st.tokens_out - last->second.tokens_out));
-    last->second = st;
-  });
 }
 
 }  // namespace
@@ -159,29 +145,39 @@ int ServeCommand(int argc, char** argv) {
                                                             : BackendChoice::kAuto;
   setup.engine = *engine_config;
   setup.streamd_version = kStreamdVersion;
+  // Before the engine: its scheduler reports every step to the metrics from the first one.
+  metrics::StreamdMetrics metrics;
+  setup.engine.step_observer = StepObserver(metrics);
   auto loaded = LoadEngine(setup);
   if (!loaded.ok()) return Fail(loaded.status().message());
   if (!loaded->backend_note.empty()) spdlog::info("engine.backend {}", loaded->backend_note);
   if (!loaded->chat_warning.empty()) spdlog::warn("chat template: {}", loaded->chat_warning);
+  if (!loaded->fault_injection.empty()) spdlog::warn("{}", loaded->fault_injection);
   auto& engine = loaded->engine;
   spdlog::info("model runs on {}; model fingerprint {}", engine->model().device_description(),
                loaded->snapshot_context.model_fingerprint);
 
-  metrics::StreamdMetrics metrics;
-  AddEngineHook(metrics, *engine);
-  metrics::MetricsHttpServer metrics_http(metrics.registry);
+  metrics.SetBuildInfo(kStreamdVersion, std::string(engine->model().backend_name()),
+                       engine->model().config().name);
+  const ServerConfig::Server::MetricsTls& mt = config->server.metrics_tls;
   std::string error;
-  if (!metrics_http.Start(metrics_host, metrics_port, &error)) return Fail(error);
+  auto metrics_endpoint = metrics::MetricsEndpoint::Start(
+      metrics_host, metrics_port, metrics.source, {mt.cert_file, mt.key_file, mt.client_ca_file},
+      &error);
+  if (metrics_endpoint == nullptr) return Fail(error);
+  const std::string metrics_url = std::string(metrics_endpoint->tls() ? "https" : "http") + "://" +
+                                  metrics_host + ":" + std::to_string(metrics_endpoint->port()) +
+                                  "/metrics";
 
   auto server =
       GrpcServer::Start(*engine, *loaded->chat, *options, &metrics, &loaded->snapshot_context);
   if (!server.ok()) return Fail(server.status().message());
   const std::string host = options->listen_address.substr(0, options->listen_address.rfind(':'));
-  std::printf("streamd: listening on %s:%d (metrics http://%s:%d/metrics)\n", host.c_str(),
-              (*server)->port(), metrics_host.c_str(), metrics_http.port());
+  std::printf("streamd: listening on %s:%d (metrics %s)\n", host.c_str(), (*server)->port(),
+              metrics_url.c_str());
   std::fflush(stdout);
-  spdlog::info("serving {} on {}:{}; metrics on {}:{}", engine->model().config().name, host,
-               (*server)->port(), metrics_host, metrics_http.port());
+  spdlog::info("serving {} on {}:{}; metrics on {}", engine->model().config().name, host,
+               (*server)->port(), metrics_url);
   if (!port_file.empty() && !WritePortFile(port_file, (*server)->port())) {
     return Fail("--port-file: cannot write \"" + port_file + "\"");
   }
@@ -190,9 +186,9 @@ int ServeCommand(int argc, char** argv) {
   sigwait(&signals, &signal);
   spdlog::info("{}: shutting down (grace period {} ms)", signal == SIGTERM ? "SIGTERM" : "SIGINT",
                options->grace_period.count());
-  (*server)->Shutdown();
+  (*server)->Shutdown();  // metrics are served while it drains
+  metrics_endpoint.reset();  // before the server: scrape hooks read its registry and queue
   server->reset();
-  metrics_http.Stop();
   spdlog::info("stopped");
   return 0;
 }

@@ -12,6 +12,31 @@
 namespace streamd::server {
 namespace {
 
+metrics::RequestKind RequestKindOf(v1::ClientMessage::KindCase kind) {
+  switch (kind) {
+    case v1::ClientMessage::kOpen: return metrics::RequestKind::kOpen;
+    case v1::ClientMessage::kResume: return metrics::RequestKind::kResume;
+    case v1::ClientMessage::kAppend: return metrics::RequestKind::kAppend;
+    case v1::ClientMessage::kGenerate: return metrics::RequestKind::kGenerate;
+    case v1::ClientMessage::kCancel: return metrics::RequestKind::kCancel;
+    case v1::ClientMessage::kClose:
+    case v1::ClientMessage::KIND_NOT_SET: break;
+  }
+  return metrics::RequestKind::kClose;
+}
+
+// vLLM's finished_reason values: an end-of-generation token is a stop, as in vLLM.
+metrics::Finished FinishedOf(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop:
+    case FinishReason::kEndOfGeneration: return metrics::Finished::kStop;
+    case FinishReason::kLength: return metrics::Finished::kLength;
+    case FinishReason::kCancelled: return metrics::Finished::kAbort;
+    case FinishReason::kError: break;
+  }
+  return metrics::Finished::kError;
+}
+
 // How long a cancelled generation may take to report its end (one forward pass at most).
 constexpr std::chrono::seconds kCancelWait{10};
 
@@ -42,6 +67,9 @@ SessionStream::Next SessionStream::OnMessage(const v1::ClientMessage& m) {
     if (released_) return Next::kStop;
   }
   Next next = Next::kRead;
+  if (ctx_.metrics != nullptr && m.kind_case() != v1::ClientMessage::KIND_NOT_SET) {
+    ctx_.metrics->RecordRequest(RequestKindOf(m.kind_case()));
+  }
   switch (m.kind_case()) {
     case v1::ClientMessage::kOpen:
       next = HandleOpen(m.open());
@@ -252,7 +280,7 @@ SessionStream::Next SessionStream::HandleOpen(const v1::Open& open) {
     }
   }
   if (!options.ok()) {
-    if (ctx_.metrics != nullptr) ctx_.metrics->sessions_rejected.Inc();
+    if (ctx_.metrics != nullptr) ctx_.metrics->sessions_rejected.Increment();
     SendError(options.status());
     return Next::kRead;
   }
@@ -276,7 +304,7 @@ SessionStream::Next SessionStream::HandleOpen(const v1::Open& open) {
           return;
         }
         if (metrics::StreamdMetrics* m = self->ctx_.metrics; m != nullptr) {
-          (s.ok() ? m->sessions_opened : m->sessions_rejected).Inc();
+          (s.ok() ? m->sessions_opened : m->sessions_rejected).Increment();
           if (s.ok()) {
             m->queue_time.Observe(std::chrono::duration<double>(Clock::now() - start).count());
           }
@@ -583,8 +611,8 @@ void SessionStream::OnEvent(const std::shared_ptr<ServerSession>& s, GenerationE
   usage->set_time_to_first_token_s(e.time_to_first_token_s);
   usage->set_total_s(e.total_s);
   if (ctx_.metrics != nullptr) {
-    if (e.output_tokens > 0) ctx_.metrics->time_to_first_token.Observe(e.time_to_first_token_s);
-    ctx_.metrics->e2e_generation_latency.Observe(e.total_s);
+    ctx_.metrics->RecordGeneration({FinishedOf(e.reason), e.prompt_tokens, e.output_tokens,
+                                    e.time_to_first_token_s, e.total_s});
   }
   if (!e.status.ok()) {
     *done->mutable_error() = ToProtoError(e.status, e.request_id);

@@ -10,6 +10,10 @@
 namespace streamd::server {
 namespace {
 
+void Count(const ServiceContext& ctx, metrics::RequestKind kind) {
+  if (ctx.metrics != nullptr) ctx.metrics->RecordRequest(kind);
+}
+
 // A unary call answered at once.
 grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, const Status& status,
                                  metrics::StreamdMetrics* metrics) {
@@ -120,6 +124,7 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StreamdService::Ses
 grpc::ServerUnaryReactor* StreamdService::GetModelInfo(grpc::CallbackServerContext* context,
                                                        const v1::GetModelInfoRequest*,
                                                        v1::ModelInfo* response) {
+  Count(ctx_, metrics::RequestKind::kGetModelInfo);
   if (auto caller = CallerOf(*context); !caller.ok()) {
     return Answer(context, caller.status(), ctx_.metrics);
   }
@@ -130,6 +135,7 @@ grpc::ServerUnaryReactor* StreamdService::GetModelInfo(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* StreamdService::ListSessions(grpc::CallbackServerContext* context,
                                                        const v1::ListSessionsRequest*,
                                                        v1::ListSessionsResponse* response) {
+  Count(ctx_, metrics::RequestKind::kListSessions);
   StatusOr<Caller> caller = CallerOf(*context);
   if (!caller.ok()) return Answer(context, caller.status(), ctx_.metrics);
   for (const std::shared_ptr<ServerSession>& s : ctx_.registry.All()) {
@@ -143,6 +149,7 @@ grpc::ServerUnaryReactor* StreamdService::ListSessions(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* StreamdService::GetSession(grpc::CallbackServerContext* context,
                                                      const v1::GetSessionRequest* request,
                                                      v1::SessionInfo* response) {
+  Count(ctx_, metrics::RequestKind::kGetSession);
   StatusOr<Caller> caller = CallerOf(*context);
   if (!caller.ok()) return Answer(context, caller.status(), ctx_.metrics);
   // A malformed id is INVALID_ARGUMENT; a well-formed one that names no session NOT_FOUND, as
@@ -160,6 +167,7 @@ grpc::ServerUnaryReactor* StreamdService::GetSession(grpc::CallbackServerContext
 grpc::ServerUnaryReactor* StreamdService::CloseSession(grpc::CallbackServerContext* context,
                                                        const v1::CloseSessionRequest* request,
                                                        v1::CloseSessionResponse*) {
+  Count(ctx_, metrics::RequestKind::kCloseSession);
   StatusOr<Caller> caller = CallerOf(*context);
   if (!caller.ok()) return Answer(context, caller.status(), ctx_.metrics);
   auto id = SessionId::Parse(request->session_id(), "session_id");
@@ -174,6 +182,7 @@ grpc::ServerUnaryReactor* StreamdService::CloseSession(grpc::CallbackServerConte
 
 grpc::ServerWriteReactor<v1::SnapshotChunk>* StreamdService::ExportSession(
     grpc::CallbackServerContext* context, const v1::ExportSessionRequest* request) {
+  Count(ctx_, metrics::RequestKind::kExportSession);
   StatusOr<Caller> caller = CallerOf(*context);
   if (!caller.ok()) {
     return Refuse<grpc::ServerWriteReactor<v1::SnapshotChunk>>(caller.status(), ctx_.metrics);
@@ -183,6 +192,7 @@ grpc::ServerWriteReactor<v1::SnapshotChunk>* StreamdService::ExportSession(
 
 grpc::ServerReadReactor<v1::SnapshotChunk>* StreamdService::ImportSession(
     grpc::CallbackServerContext* context, v1::ImportSessionResponse* response) {
+  Count(ctx_, metrics::RequestKind::kImportSession);
   StatusOr<Caller> caller = CallerOf(*context);
   Status allowed = caller.status();
   // An import creates a session of whatever tenant its snapshot names: admins only.

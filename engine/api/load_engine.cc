@@ -1,6 +1,9 @@
 #include "engine/api/streamd_engine.h"
 
+#include <cstdlib>
+
 #include "engine/backend/backend.h"
+#include "engine/backend/fault_injection.h"
 #include "engine/model/llama_model.h"
 #include "engine/snapshot/model_fingerprint.h"
 
@@ -39,6 +42,15 @@ StatusOr<LoadedEngine> LoadEngine(const EngineSetup& setup) {
   auto backend = MakeBackend(kind, std::move(model).value());
   if (!backend.ok()) {
     return Status(backend.status().code(), "engine.backend: " + backend.status().message());
+  }
+  if (const char* fault = std::getenv(kInjectBackendFaultEnv); fault != nullptr) {
+    auto steps = ParseInjectedFault(fault);
+    if (!steps.ok()) return steps.status();
+    if (steps->has_value()) {
+      *backend = InjectFaultAfterSteps(std::move(backend).value(), **steps);
+      out.fault_injection = "FAULT INJECTION: the backend breaks after " +
+                            std::to_string(**steps) + " steps (" + kInjectBackendFaultEnv + ")";
+    }
   }
   auto engine = Engine::Create(std::move(backend).value(), std::move(vocab).value(), setup.engine);
   if (!engine.ok()) return engine.status();

@@ -42,6 +42,7 @@ struct LoadedEngine {
   SnapshotContext snapshot_context;
   std::string backend_note;     // why auto picked what it picked (for the log), or empty
   std::string chat_warning;     // a chat-template fallback (for the log), or empty
+  std::string fault_injection;  // STREAMD_INJECT_BACKEND_FAULT in effect (a warning), or empty
 };
 
 // Loads the GGUF (validated), its tokenizer and chat template, picks the backend (auto: CUDA

@@ -74,6 +74,7 @@ class CudaModel final : public ModelBackend {
   Status Execute(const StepPlan& plan, float* logits) override;
   // Argmax on the device (kernels::cuda::ArgmaxRows); only the ids cross PCIe.
   Status ExecuteGreedy(const StepPlan& plan, int32_t* next_tokens) override;
+  Status Health() const override { return broken_; }
   bool greedy_ids_on_device() const override { return true; }
   // A row of the last ExecuteGreedy's logits, still on the device until the next step.
   Status CopyGreedyStepLogits(int64_t row, float* out) override;

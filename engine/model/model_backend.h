@@ -60,6 +60,9 @@ class ModelBackend {
 
   // Runs one plan (see the contract above).
   virtual Status Execute(const StepPlan& plan, float* logits) = 0;
+  // OK while the backend can run plans; once it cannot (a sticky device error: every later
+  // call would fail), why. Asked by the engine's scheduler thread after a failed Execute.
+  virtual Status Health() const { return OkStatus(); }
   // Runs one plan like Execute but returns, for each logits row, the first index of its
   // largest logit ([plan.n_out] ids) instead of the row: a greedy decode step. Backends that
   // can pick on the device copy back ids instead of rows of vocab floats (64 sessions x 128256

@@ -134,6 +134,7 @@ StatusOr<SessionId> Engine::Open(const SessionOptions& options) {
       model_->config().context_length);
   const int32_t need = SessionCache::BoundBlocks(spec, pool_->block_size());
   std::unique_lock<std::mutex> lock(mu_);
+  if (!backend_fault_.ok()) return UnavailableError(backend_fault_.message());
   if (static_cast<int32_t>(sessions_.size()) >= config_.max_sessions) {
     return ResourceExhaustedError("open sessions are at the limit of " +
                                   std::to_string(config_.max_sessions));
@@ -208,6 +209,7 @@ Status Engine::Append(SessionId id, std::span<const int32_t> tokens,
                              std::to_string(s->cache->tokens_seen() + pending));
     }
     s->pending.insert(s->pending.end(), tokens.begin(), tokens.end());
+    stats_.tokens_appended += static_cast<int64_t>(tokens.size());
     for (const auto& [key, value] : metadata) s->metadata[key] = value;
     s->context_revision = ++s->revision;
   }
@@ -223,6 +225,7 @@ Status Engine::Generate(SessionId id, GenerateOptions options, EventSink sink) {
   STREAMD_RETURN_IF_ERROR(StopStringMatcher::Validate(options.stop));
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (!backend_fault_.ok()) return UnavailableError(backend_fault_.message());
     STREAMD_ASSIGN_OR_RETURN(Session * s, Find(id));
     const SamplingParams params = options.sampling.value_or(s->options.sampling);
     STREAMD_RETURN_IF_ERROR(ValidateSamplingParams(params, model_->config().vocab_size));
@@ -342,6 +345,22 @@ EngineStats Engine::Stats() const {
   return st;
 }
 
+bool Engine::CanAdmit(const SessionOptions& options) const {
+  if (!ValidateOptions(options).ok()) return false;
+  const CacheSpec spec = SessionCache::Effective(
+      {options.mode, options.sinks, options.window, config_.max_chunk},
+      model_->config().context_length);
+  const int32_t need = SessionCache::BoundBlocks(spec, pool_->block_size());
+  std::lock_guard<std::mutex> lock(mu_);
+  return backend_fault_.ok() && static_cast<int32_t>(sessions_.size()) < config_.max_sessions &&
+         Fits(need);
+}
+
+Status Engine::BackendHealth() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return backend_fault_;
+}
+
 // A session has work when it generates (its held-back token must be run), or when it holds
 // more than the one context token an idle session keeps back. Sessions being copied wait.
 bool Engine::HasWork() const {
@@ -362,6 +381,7 @@ void Engine::Loop() {
 }
 
 void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
+  const Clock::time_point step_start = Clock::now();
   std::vector<std::pair<EventSink, GenerationEvent>> events;
   // Plan under the lock: the planner picks the chunks, PlanStep places them in their caches.
   // The planner's input and its sessions are parallel (a planned chunk names its entry).
@@ -417,6 +437,19 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
   };
 
   ++stats_.steps;
+  if (status.ok()) {
+    failed_steps_in_a_row_ = 0;
+  } else if (backend_fault_.ok()) {
+    // Only the scheduler thread calls the backend: asking it here needs no lock of its own.
+    if (Status health = model_->Health(); !health.ok()) {
+      backend_fault_ = std::move(health);
+    } else if (++failed_steps_in_a_row_ >= kMaxFailedStepsInARow) {
+      backend_fault_ = InternalError("the " + std::string(model_->backend_name()) + " backend " +
+                                     "failed " + std::to_string(failed_steps_in_a_row_) +
+                                     " steps in a row (restart the process); last: " +
+                                     status.message());
+    }
+  }
   // Sampling reads a whole vocabulary row per generating session (16 x 49152 floats a step for
   // 16 sessions of SmolLM2): run it for all of them at once on the backend's threads, which are
   // idle now, before the in-order bookkeeping below. Each session's sampler is its own.
@@ -456,9 +489,14 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
     for (size_t i = 0; i < chunks.size(); ++i) {
       kept[i] = chunks[i].n_tokens - (chunks[i].GivesBackLast() ? 1 : 0);
     }
+    std::vector<int64_t> evicted_before(chunks.size());
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      evicted_before[i] = chunks[i].session->cache->tokens_evicted();
+    }
     CommitStep(seqs, kept);
     for (size_t i = 0; i < chunks.size(); ++i) {
       Session& s = *chunks[i].session;
+      stats_.tokens_evicted += s.cache->tokens_evicted() - evicted_before[i];
       stats_.tokens_in += kept[i];
       s.pending.erase(s.pending.begin(), s.pending.begin() + kept[i]);
       if (kept[i] > 0) ++s.revision;
@@ -484,6 +522,11 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
   step_cv_.notify_all();
   admission_cv_.notify_all();
   for (auto& [sink, event] : events) sink(std::move(event));
+  if (config_.step_observer) {
+    config_.step_observer({std::chrono::duration<double>(Clock::now() - step_start).count(),
+                           static_cast<int64_t>(tokens.size()),
+                           static_cast<int32_t>(chunks.size()), status.ok()});
+  }
   lock.lock();
 }
 

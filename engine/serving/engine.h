@@ -29,7 +29,8 @@
 // the session sits out the steps, so neither holds up the scheduler.
 // Backend: any ModelBackend (CPU or CUDA); the pool is made by the backend, so it lives where
 // that backend's Forward reads it. A failed forward pass (bad input, or a device fault) ends
-// the generations of every session in that step with FinishReason::kError and its status.
+// the generations of every session in that step with FinishReason::kError and its status; a
+// backend that cannot run any more is reported by BackendHealth (the server's health check).
 #pragma once
 
 #include <condition_variable>
@@ -99,6 +100,14 @@ class Engine {
   StatusOr<SessionInfo> Get(SessionId id) const;
   std::vector<SessionInfo> List() const;
   EngineStats Stats() const;
+  // OK while the backend can run steps. After a fault it cannot recover from, the first such
+  // error for ever after: the backend said so (a sticky device error), or
+  // kMaxFailedStepsInARow steps failed with no success between (a failed allocation, any
+  // persistent fault). Open and Generate then fail with UNAVAILABLE; the process must restart.
+  Status BackendHealth() const;
+  // Whether an Open with `options` would be admitted now, without waiting (readiness).
+  bool CanAdmit(const SessionOptions& options) const;
+  static constexpr int32_t kMaxFailedStepsInARow = 8;
 
   const ModelBackend& model() const { return *model_; }
   const tokenizer::Tokenizer& tokenizer() const { return *tokenizer_; }
@@ -155,6 +164,8 @@ class Engine {
   int32_t headroom_blocks_ = 0;    // the prefill headroom, reserved once
   StepPlanner planner_;
   EngineStats stats_;
+  Status backend_fault_;            // BackendHealth()
+  int32_t failed_steps_in_a_row_ = 0;
   bool stopping_ = false;
   std::vector<float> logits_;
   // Scratch of RunStep, reused from step to step: the planner's input and each entry's session.

@@ -26,6 +26,14 @@ namespace streamd {
 int32_t DefaultPrefillHeadroom(const PlannerConfig& planner, int32_t max_chunk,
                                int32_t block_size);
 
+// One engine step as its observer sees it (EngineConfig::step_observer).
+struct StepReport {
+  double seconds = 0;      // plan, forward pass, sampling and bookkeeping
+  int64_t tokens = 0;      // tokens of the forward pass: decode tokens plus prefill chunks
+  int32_t sequences = 0;   // sessions in it
+  bool ok = true;          // false: the forward pass failed (its generations ended with kError)
+};
+
 struct EngineConfig {
   int32_t block_size = 16;
   // KV pool budget, allocated once: `pool_bytes`, or when pool_fraction > 0 that fraction of the
@@ -43,6 +51,9 @@ struct EngineConfig {
   int32_t max_sinks = 64;        // per-session limits
   int32_t max_window = 8192;     // also bounded by the model context minus sinks
   int64_t max_pending_tokens = 1 << 20;  // appended but not yet prefilled, per session
+  // Called on the scheduler thread after every step, outside the engine's lock (metrics). It
+  // must be quick and must not call into the engine.
+  std::function<void(const StepReport&)> step_observer;
 };
 
 struct SessionOptions {
@@ -114,8 +125,10 @@ struct EngineStats {
   int32_t blocks_headroom = 0;  // the pool's prefill headroom (reserved once)
   int64_t bytes_per_token = 0;
   int64_t steps = 0;
-  int64_t tokens_in = 0;   // prefilled
+  int64_t tokens_appended = 0;  // input accepted by Append (the clients' prompt tokens)
+  int64_t tokens_in = 0;   // run through the caches: prefill and fed-back sampled tokens
   int64_t tokens_out = 0;  // generated
+  int64_t tokens_evicted = 0;  // dropped from windows by steps (restored sessions' past not counted)
 };
 
 }  // namespace streamd

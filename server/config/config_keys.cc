@@ -233,6 +233,11 @@ std::vector<ConfigKey> MakeKeys() {
   k.push_back(PathKey("server.tls.cert_file", STREAMD_FIELD(server.tls.cert_file)));
   k.push_back(PathKey("server.tls.key_file", STREAMD_FIELD(server.tls.key_file)));
   k.push_back(PathKey("server.tls.client_ca_file", STREAMD_FIELD(server.tls.client_ca_file)));
+  k.push_back(PathKey("server.metrics_tls.cert_file",
+                      STREAMD_FIELD(server.metrics_tls.cert_file)));
+  k.push_back(PathKey("server.metrics_tls.key_file", STREAMD_FIELD(server.metrics_tls.key_file)));
+  k.push_back(PathKey("server.metrics_tls.client_ca_file",
+                      STREAMD_FIELD(server.metrics_tls.client_ca_file)));
   k.push_back(WholeSecondsKey("server.tls.reload_interval",
                               STREAMD_FIELD(server.tls.reload_interval), 1000, kDay));
   // auth

@@ -206,18 +206,30 @@ std::optional<KeyError> CheckKeysAndCombinations(const ServerConfig& c) {
   if ((e.kv_pool.bytes > 0) == (e.kv_pool.fraction > 0.0)) {
     return KeyError{"engine.kv_pool", "engine.kv_pool must set exactly one of bytes and fraction"};
   }
+  // The gRPC port's TLS and the metrics endpoint's follow the same rules.
+  const auto check_tls = [](const std::string& prefix, const std::string& cert,
+                            const std::string& key,
+                            const std::string& client_ca) -> std::optional<KeyError> {
+    if (cert.empty() != key.empty()) {
+      const std::string set = prefix + (cert.empty() ? ".key_file" : ".cert_file");
+      const std::string unset = prefix + (cert.empty() ? ".cert_file" : ".key_file");
+      return KeyError{set, set + " is set but " + unset +
+                               " is not: TLS needs both the certificate and its private key"};
+    }
+    if (!client_ca.empty() && cert.empty()) {
+      return KeyError{prefix + ".client_ca_file",
+                      prefix + ".client_ca_file is set but " + prefix + ".cert_file and " +
+                          prefix + ".key_file are not: mTLS is TLS with client certificates"};
+    }
+    return std::nullopt;
+  };
   const ServerConfig::Server::Tls& tls = c.server.tls;
-  if (tls.cert_file.empty() != tls.key_file.empty()) {
-    const bool cert = !tls.cert_file.empty();
-    return KeyError{cert ? "server.tls.cert_file" : "server.tls.key_file",
-                    std::string(cert ? "server.tls.cert_file" : "server.tls.key_file") +
-                        " is set but " + (cert ? "server.tls.key_file" : "server.tls.cert_file") +
-                        " is not: TLS needs both the certificate and its private key"};
+  if (auto bad = check_tls("server.tls", tls.cert_file, tls.key_file, tls.client_ca_file)) {
+    return bad;
   }
-  if (!tls.client_ca_file.empty() && tls.cert_file.empty()) {
-    return KeyError{"server.tls.client_ca_file",
-                    "server.tls.client_ca_file is set but server.tls.cert_file and "
-                    "server.tls.key_file are not: mTLS is TLS with client certificates"};
+  const ServerConfig::Server::MetricsTls& mt = c.server.metrics_tls;
+  if (auto bad = check_tls("server.metrics_tls", mt.cert_file, mt.key_file, mt.client_ca_file)) {
+    return bad;
   }
   if (SameListener(c.server.listen_address, c.server.metrics_address)) {
     return KeyError{
@@ -248,7 +260,9 @@ StatusOr<ServerConfig> LoadServerConfig(const std::string& yaml_path,
   config.model.path = config::ExpandHome(config.model.path);
   config.sessions.snapshot_dir = config::ExpandHome(config.sessions.snapshot_dir);
   for (std::string* path : {&config.server.tls.cert_file, &config.server.tls.key_file,
-                            &config.server.tls.client_ca_file, &config.auth.keys_file}) {
+                            &config.server.tls.client_ca_file, &config.server.metrics_tls.cert_file,
+                            &config.server.metrics_tls.key_file,
+                            &config.server.metrics_tls.client_ca_file, &config.auth.keys_file}) {
     *path = config::ExpandHome(*path);
   }
   if (const std::optional<KeyError> error = CheckKeysAndCombinations(config)) {

@@ -85,6 +85,13 @@ struct ServerConfig {
       std::chrono::milliseconds reload_interval{60'000};  // whole seconds; [1s, 1d]
       bool operator==(const Tls&) const = default;
     } tls;
+    // TLS on metrics_address (docs/METRICS.md): read at start; a restart rotates them.
+    struct MetricsTls {
+      std::string cert_file;       // PEM chain; empty = plain HTTP; set with key_file
+      std::string key_file;        // PEM private key (unencrypted); set with cert_file
+      std::string client_ca_file;  // PEM CAs; set = scrapers need a client certificate
+      bool operator==(const MetricsTls&) const = default;
+    } metrics_tls;
     bool operator==(const Server&) const = default;
   } server;
 

@@ -12,7 +12,11 @@
 #include <string>
 #include <string_view>
 
-#include "server/metrics/registry.h"
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
 
 namespace streamd::metrics {
 
@@ -26,27 +30,28 @@ inline constexpr std::array<double, 14> kSnapshotSecondsBuckets = {
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0};
 
 struct SnapshotMetrics {
-  explicit SnapshotMetrics(Registry& registry);
+  explicit SnapshotMetrics(prometheus::Registry& registry);
   SnapshotMetrics(const SnapshotMetrics&) = delete;
   SnapshotMetrics& operator=(const SnapshotMetrics&) = delete;
 
+  // `code_name`: one of the reasons named above (each exported from 0).
   void RecordWriteError(std::string_view code_name) {
-    write_errors.WithLabels({std::string(code_name)}).Inc();
+    write_errors.Add({{"reason", std::string(code_name)}}).Increment();
   }
   void RecordRejected(std::string_view code_name) {
-    rejected.WithLabels({std::string(code_name)}).Inc();
+    rejected.Add({{"reason", std::string(code_name)}}).Increment();
   }
 
-  Counter& writes;            // snapshots written (atomically, fsynced)
-  Counter& written_bytes;     // their bytes
-  Histogram& write_bytes;     // size of each snapshot written
-  Histogram& write_seconds;   // capture + encode + write + fsync of one snapshot
-  CounterFamily& write_errors;  // label `reason`
-  Counter& loads;             // snapshots read back into the engine (restore, Resume, import)
-  Histogram& load_seconds;    // read + decode + restore of one snapshot
-  CounterFamily& rejected;    // label `reason`: snapshots moved aside, never deleted
-  Counter& offloads;          // detached sessions written out and their blocks freed
-  Gauge& sessions_offloaded;  // sessions only on disk now
+  prometheus::Counter& writes;            // snapshots written (atomically, fsynced)
+  prometheus::Counter& written_bytes;     // their bytes
+  prometheus::Histogram& write_bytes;     // size of each snapshot written
+  prometheus::Histogram& write_seconds;   // capture + encode + write + fsync of one snapshot
+  prometheus::Family<prometheus::Counter>& write_errors;  // label `reason`
+  prometheus::Counter& loads;             // snapshots read back into the engine (restore, Resume, import)
+  prometheus::Histogram& load_seconds;    // read + decode + restore of one snapshot
+  prometheus::Family<prometheus::Counter>& rejected;    // label `reason`: snapshots moved aside, never deleted
+  prometheus::Counter& offloads;          // detached sessions written out and their blocks freed
+  prometheus::Gauge& sessions_offloaded;  // sessions only on disk now
 };
 
 }  // namespace streamd::metrics
