@@ -65,6 +65,11 @@ ds_var = next((v for v in dash.get("templating", {}).get("list", [])
                if v.get("name") == "datasource"), {})
 if ds_var and (ds_var.get("type") != "datasource" or ds_var.get("query") != "prometheus"):
     errors.append("$datasource is not a data source variable of type prometheus")
+want_ds = {"type": "prometheus", "uid": "${datasource}"}
+for v in dash.get("templating", {}).get("list", []):
+    if v.get("type") == "query" and v.get("datasource") != want_ds:
+        errors.append(f"variable ${v.get('name')}: datasource is {v.get('datasource')}, "
+                      f"not {want_ds}")
 panels = []
 for p in dash.get("panels", []):
     panels.append(p)
@@ -72,7 +77,6 @@ for p in dash.get("panels", []):
 ids = [p.get("id") for p in panels]
 for i in sorted({i for i in ids if ids.count(i) > 1}, key=str):
     errors.append(f"panel id {i} is used {ids.count(i)} times")
-want_ds = {"type": "prometheus", "uid": "${datasource}"}
 selector = re.compile(r"\b(streamd_[a-z0-9_]*[a-z0-9])\b(\{[^}]*\})?")
 exprs = []
 for p in panels:
