@@ -24,7 +24,7 @@ pass() { echo "ok:   $*"; }
 run_check() {
   local what="$1"; shift
   local out
-  if out="$("$@" 2>&1)"; then pass "$what"; else fail "$what"; echo "$out" | sed 's/^/      /'; fi
+  if out="$("$@" 2>&1)"; then pass "$what"; else fail "$what"; printf '      %s\n' "$out"; fi
 }
 
 for tool in promtool python3; do
@@ -130,7 +130,7 @@ else
     grep -oE '\bstreamd_[a-z0-9_]*[a-z0-9]' | sed -E 's/_(bucket|sum|count)$//' | sort -u)"
   missing="$(comm -23 <(echo "$used") <(echo "$documented"))"
   if [ -n "$missing" ]; then
-    fail "metric names used but not in docs/METRICS.md: $(echo $missing)"
+    fail "metric names used but not in docs/METRICS.md: $(tr '\n' ' ' <<<"$missing")"
   else
     pass "$(echo "$used" | wc -l) metric names used, all in docs/METRICS.md"
   fi
