@@ -53,8 +53,11 @@ void AdmissionQueue::Submit(SessionOptions options, std::weak_ptr<SessionOwner> 
   cv_.notify_all();
 }
 
-int32_t AdmissionQueue::size() const {
+int32_t AdmissionQueue::waiting() const {
   std::lock_guard<std::mutex> lock(mu_);
+  // FIFO: while the oldest has not been refused yet, nobody has waited (every Open passes
+  // through the queue on its way in, for an instant).
+  if (queue_.empty() || queue_.front().last_refusal.ok()) return 0;
   return static_cast<int32_t>(queue_.size());
 }
 

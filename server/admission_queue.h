@@ -38,8 +38,10 @@ class AdmissionQueue {
               Done done);
   // Blocks may have been freed: retry the oldest waiting Open now.
   void Notify();
-  // Opens waiting now (streamd_sessions{state="queued"}, readiness).
-  int32_t size() const;
+  // Opens waiting for KV blocks now: once the oldest has been tried and did not fit, every Open
+  // in the queue (streamd_sessions{state="queued"}, readiness). An Open on its way through,
+  // tried for the first time, is not counted.
+  int32_t waiting() const;
 
  private:
   struct Request {

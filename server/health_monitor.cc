@@ -37,7 +37,7 @@ void HealthMonitor::Check() {
   }
   const bool live = backend.ok();
   const bool ready =
-      live && admission_.size() == 0 && engine_.CanAdmit(default_session_);
+      live && admission_.waiting() == 0 && engine_.CanAdmit(default_session_);
   health_.SetServingStatus("", live);
   health_.SetServingStatus(kServiceName, live);
   health_.SetServingStatus(kLivenessService, live);

@@ -76,7 +76,7 @@ void AddScrapeHooks(metrics::StreamdMetrics& m, const Engine& engine,
   auto last = std::make_shared<EngineStats>();
   m.AddScrapeHook([&m, &engine, &admission, last] {
     const EngineStats st = engine.Stats();
-    m.SetSessions(st.generating, st.sessions - st.generating, admission.size());
+    m.SetSessions(st.generating, st.sessions - st.generating, admission.waiting());
     m.SetKvBlocks(st.blocks_used, st.blocks_total - st.blocks_used,
                   st.bytes_per_token * engine.config().block_size);
     m.SetKvReservedBlocks(st.blocks_reserved + st.blocks_headroom);

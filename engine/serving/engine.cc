@@ -521,12 +521,13 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   step_cv_.notify_all();
   admission_cv_.notify_all();
-  for (auto& [sink, event] : events) sink(std::move(event));
+  // Observed before the events go out: whoever sees a generation end sees its steps counted.
   if (config_.step_observer) {
     config_.step_observer({std::chrono::duration<double>(Clock::now() - step_start).count(),
                            static_cast<int64_t>(tokens.size()),
                            static_cast<int32_t>(chunks.size()), status.ok()});
   }
+  for (auto& [sink, event] : events) sink(std::move(event));
   lock.lock();
 }
 

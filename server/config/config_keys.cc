@@ -233,13 +233,13 @@ std::vector<ConfigKey> MakeKeys() {
   k.push_back(PathKey("server.tls.cert_file", STREAMD_FIELD(server.tls.cert_file)));
   k.push_back(PathKey("server.tls.key_file", STREAMD_FIELD(server.tls.key_file)));
   k.push_back(PathKey("server.tls.client_ca_file", STREAMD_FIELD(server.tls.client_ca_file)));
+  k.push_back(WholeSecondsKey("server.tls.reload_interval",
+                              STREAMD_FIELD(server.tls.reload_interval), 1000, kDay));
   k.push_back(PathKey("server.metrics_tls.cert_file",
                       STREAMD_FIELD(server.metrics_tls.cert_file)));
   k.push_back(PathKey("server.metrics_tls.key_file", STREAMD_FIELD(server.metrics_tls.key_file)));
   k.push_back(PathKey("server.metrics_tls.client_ca_file",
                       STREAMD_FIELD(server.metrics_tls.client_ca_file)));
-  k.push_back(WholeSecondsKey("server.tls.reload_interval",
-                              STREAMD_FIELD(server.tls.reload_interval), 1000, kDay));
   // auth
   k.push_back(PathKey("auth.keys_file", STREAMD_FIELD(auth.keys_file)));
   k.push_back(BoolKey("auth.allow_insecure", STREAMD_FIELD(auth.allow_insecure)));

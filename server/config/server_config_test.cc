@@ -144,7 +144,8 @@ TEST(ServerConfigTest, EveryFieldHasAKey) {
   static_assert(FieldCount<ServerConfig>() == 6);
   // A nested struct is one field of its parent and its own fields are the keys.
   constexpr size_t kLeaves =
-      FieldCount<ServerConfig::Server>() - 1 + FieldCount<ServerConfig::Server::Tls>() +
+      FieldCount<ServerConfig::Server>() - 2 + FieldCount<ServerConfig::Server::Tls>() +
+      FieldCount<ServerConfig::Server::MetricsTls>() +
       FieldCount<ServerConfig::Auth>() + FieldCount<ServerConfig::Model>() +
       FieldCount<ServerConfig::Engine>() + FieldCount<ServerConfig::Sessions>() - 1 +
       FieldCount<SamplingDefaults>() + FieldCount<ServerConfig::Logging>();
