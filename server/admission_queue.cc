@@ -109,10 +109,12 @@ void AdmissionQueue::Loop() {
       std::weak_ptr<SessionOwner> owner = queue_.front().owner;
       const std::string client = queue_.front().client;
       lock.unlock();
-      StatusOr<std::shared_ptr<ServerSession>> s = registry_.Open(options, owner, client);
+      const Status allowed = check_ ? check_(options) : OkStatus();
+      StatusOr<std::shared_ptr<ServerSession>> s =
+          allowed.ok() ? registry_.Open(options, owner, client) : allowed;
       lock.lock();
-      if (s.ok() || !Exhausted(s.status()) || stopping_) {
-        // Admitted, or refused for good (invalid options, shutdown): answered.
+      if (s.ok() || !allowed.ok() || !Exhausted(s.status()) || stopping_) {
+        // Admitted, or refused for good (a quota, invalid options, shutdown): answered.
         Request r = std::move(queue_.front());
         queue_.pop_front();
         lock.unlock();

@@ -36,6 +36,10 @@ class AdmissionQueue {
   // `client` as for SessionRegistry::Open.
   void Submit(SessionOptions options, std::weak_ptr<SessionOwner> owner, std::string client,
               Done done);
+  // Checked just before each Open is tried (Opens are tried one at a time): a refusal answers
+  // the Open at once. Set before the first Submit.
+  using Check = std::function<Status(const SessionOptions&)>;
+  void set_check(Check check) { check_ = std::move(check); }
   // Blocks may have been freed: retry the oldest waiting Open now.
   void Notify();
   // Opens waiting for KV blocks now: once the oldest has been tried and did not fit, every Open
@@ -58,6 +62,7 @@ class AdmissionQueue {
 
   SessionRegistry& registry_;
   const int32_t max_waiting_;
+  Check check_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Request> queue_;

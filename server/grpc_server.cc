@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "server/metrics_wiring.h"
+#include "server/open_quota.h"
 #include "server/tls_credentials.h"
 
 namespace streamd::server {
@@ -121,6 +122,16 @@ StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
   std::unique_ptr<GrpcServer> s(
       new GrpcServer(engine, chat, options, std::move(snapshot_metrics), std::move(persister)));
   s->auth_ = std::move(auth).value();
+  if (s->auth_->enabled()) {
+    const Authenticator* keys = s->auth_.get();
+    const SessionRegistry* registry = &s->registry_;
+    const int32_t context_length = engine.model().config().context_length;
+    s->admission_.set_check([keys, registry, &engine, context_length](const SessionOptions& o) {
+      Status q = CheckOpenQuota(*keys, *registry, engine.config(), context_length, o);
+      if (!q.ok()) keys->LogQuotaRefusal(q);
+      return q;
+    });
+  }
   s->ctx_.auth = s->auth_.get();
   s->ctx_.budget = &s->budget_;
   s->ctx_.metrics = metrics;

@@ -8,6 +8,7 @@
 #include "engine/api/streamd_engine.h"
 #include "server/admission_queue.h"
 #include "server/grpc_status.h"
+#include "server/open_quota.h"
 
 namespace streamd::server {
 namespace {
@@ -208,31 +209,8 @@ void SessionStream::Bound(StatusOr<std::shared_ptr<ServerSession>> s, bool resum
 
 Status SessionStream::CheckSessionQuota(const SessionOptions& options) const {
   if (ctx_.auth == nullptr || !caller_.authenticated) return OkStatus();
-  const TenantQuotas q = ctx_.auth->QuotasOf(caller_.tenant);
-  if (q.max_sessions <= 0 && q.max_kv_blocks <= 0) return OkStatus();
-  const SessionRegistry::Usage used = ctx_.registry.UsageOf(caller_.tenant);
-  if (q.max_sessions > 0 && used.sessions >= q.max_sessions) {
-    return ResourceExhaustedError("open: tenant " + caller_.tenant + " holds " +
-                                  std::to_string(used.sessions) +
-                                  " sessions, its quota max_sessions = " +
-                                  std::to_string(q.max_sessions) +
-                                  " (auth.keys_file); close sessions it no longer needs");
-  }
-  if (q.max_kv_blocks > 0) {
-    // What admission would reserve for this session (its bound), as the engine computes it.
-    const EngineConfig& e = ctx_.engine.config();
-    const CacheSpec spec = SessionCache::Effective(
-        {options.mode, options.sinks, options.window, e.max_chunk}, ctx_.model.context_length);
-    const int64_t need = SessionCache::BoundBlocks(spec, e.block_size);
-    if (used.blocks + need > q.max_kv_blocks) {
-      return ResourceExhaustedError(
-          "open: tenant " + caller_.tenant + " reserves " + std::to_string(used.blocks) +
-          " KV blocks and this session needs " + std::to_string(need) +
-          ", over its quota max_kv_blocks = " + std::to_string(q.max_kv_blocks) +
-          " (auth.keys_file); close sessions, or open smaller windows");
-    }
-  }
-  return OkStatus();
+  return CheckOpenQuota(*ctx_.auth, ctx_.registry, ctx_.engine.config(), ctx_.model.context_length,
+                        options);
 }
 
 Status SessionStream::CheckTokenQuota(const std::string& what) const {

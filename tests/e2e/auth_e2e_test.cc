@@ -206,6 +206,37 @@ TEST_F(AuthE2eTest, AnotherTenantsSessionDoesNotExistForItButAdminsSeeIt) {
   EXPECT_TRUE(s.Finish().ok());
 }
 
+// Opens that race: eight streams of a tenant with max_sessions 2 open at the same moment; the
+// stream checks all pass together, but admission tries Opens one at a time and checks again.
+TEST_F(AuthE2eTest, RacingOpensCannotExceedMaxSessions) {
+  StartDaemon();
+  constexpr int kStreams = 8;
+  std::vector<std::unique_ptr<RawStream>> streams;
+  for (int i = 0; i < kStreams; ++i) {
+    streams.push_back(std::make_unique<RawStream>(d_->Channel(), 60s, kGlobexKey));
+  }
+  for (auto& s : streams) ASSERT_TRUE(s->Write(OpenMsg()));
+  int opened = 0, refused = 0;
+  for (auto& s : streams) {
+    std::optional<v1::ServerMessage> m = s->Read();
+    ASSERT_TRUE(m);
+    if (m->has_opened()) {
+      ++opened;
+    } else {
+      ASSERT_TRUE(m->has_error()) << m->DebugString();
+      EXPECT_EQ(m->error().code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+      EXPECT_NE(m->error().message().find("max_sessions = 2"), std::string::npos)
+          << m->error().message();
+      ++refused;
+    }
+  }
+  EXPECT_EQ(opened, 2);
+  EXPECT_EQ(refused, kStreams - 2);
+  v1::ListSessionsResponse listed;
+  ASSERT_TRUE(List(kGlobexKey, &listed).ok());
+  EXPECT_EQ(listed.sessions_size(), 2);
+}
+
 TEST_F(AuthE2eTest, QuotasAreRefusedNamingTheQuota) {
   StartDaemon();
   RawStream first(d_->Channel(), 60s, kGlobexKey);
