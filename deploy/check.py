@@ -334,8 +334,13 @@ def check_kubernetes():
         p = container.get(probe, {})
         check(p.get("grpc", {}).get("port") == ports.get("grpc"),
               f"deployment.yaml: {probe} is not a gRPC probe on the grpc port")
-        check(p.get("grpc", {}).get("service", "") in ("", "streamd.v1.Streamd"),
-              f"deployment.yaml: {probe} names a service streamd does not report")
+        # The health services streamd reports (server/health_monitor.h): readiness must ask
+        # "readiness" (room for a new session), liveness "liveness" (the backend can run).
+        wanted = {"startupProbe": ("", "streamd.v1.Streamd", "liveness"),
+                  "readinessProbe": ("readiness",), "livenessProbe": ("liveness",)}[probe]
+        check(p.get("grpc", {}).get("service", "") in wanted,
+              f"deployment.yaml: {probe} asks service "
+              f"\"{p.get('grpc', {}).get('service', '')}\"; it should ask one of {wanted}")
     # The drain fits in the termination grace period.
     grace = duration_s(config["server"]["shutdown_grace"])
     pre_stop = container.get("lifecycle", {}).get("preStop", {})
