@@ -21,6 +21,7 @@
 #include <mutex>
 #include <utility>
 
+#include "proto/streamd/v1/session_affinity.h"
 #include "server/session_stream.h"
 
 namespace streamd::server {
@@ -28,9 +29,9 @@ namespace streamd::server {
 class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   // `on_done` runs in OnDone, before the reactor deletes itself.
-  SessionReactor(ServiceContext& ctx, Caller caller, std::string client,
-                 std::function<void(SessionStream*)> on_done)
-      : transport_(this),
+  SessionReactor(grpc::CallbackServerContext* context, ServiceContext& ctx, Caller caller,
+                 std::string client, std::function<void(SessionStream*)> on_done)
+      : transport_(this, context),
         stream_(std::make_shared<SessionStream>(ctx, &transport_, std::move(caller),
                                                 std::move(client))),
         on_done_(std::move(on_done)) {}
@@ -44,8 +45,17 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
   // outstanding, so a read started later could outlive the reactor.
   class Transport final : public SessionStream::Transport {
    public:
-    explicit Transport(SessionReactor* reactor) : reactor_(reactor) {}
+    Transport(SessionReactor* reactor, grpc::CallbackServerContext* context)
+        : reactor_(reactor), context_(context) {}
     void StartWrite(const v1::ServerMessage* message) override {
+      // The initial metadata goes with the first write: when that is Opened, it carries the
+      // session's affinity key, from which a proxy learns which replica holds the session.
+      if (!first_write_done_) {
+        first_write_done_ = true;
+        if (message->has_opened()) {
+          context_->AddInitialMetadata(v1::kSessionAffinityHeader, message->opened().session_id());
+        }
+      }
       // One write in flight, so one buffer serves them all (the serializer wants it empty).
       out_.Clear();
       bool own = false;
@@ -64,6 +74,8 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
 
    private:
     SessionReactor* reactor_;
+    grpc::CallbackServerContext* context_;
+    bool first_write_done_ = false;  // writes are serialized by the outbox
     grpc::ByteBuffer out_;
     std::mutex mu_;
     bool finished_ = false;

@@ -250,8 +250,8 @@ void SessionRegistry::DropIfStale(const std::shared_ptr<ServerSession>& s) {
   }
   // Another replica sharing the directory wrote this session after we last wrote or read it:
   // its file is the session now, our resident copy an old one.
-  auto summary = persister_->Summary(s->id);
-  if (!summary.ok() || summary->revision <= persister_->stored_revision(s->id)) return;
+  const std::optional<SnapshotSummary> summary = persister_->NewerElsewhere(s->id);
+  if (!summary) return;
   {
     std::lock_guard<std::mutex> session_lock(s->mu);
     if (s->residency != Residency::kResident || s->attached || s->closed) return;

@@ -102,7 +102,7 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StreamdService::Ses
   }
   // The per-client caps count a tenant's sessions together; without keys, a peer's.
   std::string client = caller->authenticated ? "tenant " + caller->tenant : ClientOf(*context);
-  auto* reactor = new SessionReactor(ctx_, *std::move(caller), std::move(client),
+  auto* reactor = new SessionReactor(context, ctx_, *std::move(caller), std::move(client),
                                      [this](SessionStream* stream) {
     {
       std::lock_guard<std::mutex> lock(mu_);

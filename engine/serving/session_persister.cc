@@ -307,6 +307,13 @@ StatusOr<SessionPersister::Restored> SessionPersister::Load(SessionId id) {
   return out;
 }
 
+std::optional<SnapshotSummary> SessionPersister::NewerElsewhere(SessionId id) const {
+  std::lock_guard<std::mutex> io(write_mu_);  // our write in flight lands and is noted first
+  auto summary = Summary(id);
+  if (!summary.ok() || summary->revision <= stored_revision(id)) return std::nullopt;
+  return *std::move(summary);
+}
+
 StatusOr<SnapshotSummary> SessionPersister::Summary(SessionId id) const {
   STREAMD_ASSIGN_OR_RETURN(const std::vector<uint8_t> prefix,
                            store_->ReadPrefix(id, kSnapshotSummaryPrefixBytes));

@@ -28,6 +28,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <set>
 #include <span>
@@ -114,6 +115,10 @@ class SessionPersister {
 
   // The revision of the session as last written or loaded (0 when never).
   uint64_t stored_revision(SessionId id) const;
+  // The stored snapshot of `id` when another writer (a replica sharing the directory) has
+  // written it since we last wrote or read it; nullopt when it is ours (or absent). Waits for a
+  // write of ours in flight, which would otherwise look like someone else's for an instant.
+  std::optional<SnapshotSummary> NewerElsewhere(SessionId id) const;
   const SnapshotContext& context() const { return context_; }
   SnapshotStore& store() { return *store_; }
 
@@ -151,7 +156,7 @@ class SessionPersister {
   const PersisterOptions options_;
   const PersisterHooks hooks_;
 
-  std::mutex write_mu_;  // one store write or delete of sessions at a time
+  mutable std::mutex write_mu_;  // one store write or delete of sessions at a time
   // Reused by every write (guarded by write_mu_) and every load (load_mu_): a session's K/V
   // are megabytes, and fresh buffers would fault in and zero-fill every page, each time.
   SessionState scratch_;

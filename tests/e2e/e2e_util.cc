@@ -1,14 +1,17 @@
 #include "tests/e2e/e2e_util.h"
 
+#include "proto/streamd/v1/session_affinity.h"
+
 #include <gtest/gtest.h>
 
 namespace streamd::e2e {
 
 RawStream::RawStream(const std::shared_ptr<grpc::Channel>& channel, std::chrono::seconds deadline,
-                     const std::string& api_key)
+                     const std::string& api_key, const std::string& affinity)
     : stub_(v1::Streamd::NewStub(channel)) {
   context_.set_deadline(std::chrono::system_clock::now() + deadline);
   if (!api_key.empty()) context_.AddMetadata("authorization", "Bearer " + api_key);
+  if (!affinity.empty()) context_.AddMetadata(v1::kSessionAffinityHeader, affinity);
   rw_ = stub_->Session(&context_);
 }
 

@@ -22,10 +22,11 @@ inline const std::vector<std::string> kSharedServerFlags = {
 // One Session stream; every read gives up at the deadline.
 class RawStream {
  public:
-  // With `api_key`, the stream carries `authorization: Bearer <api_key>`.
+  // With `api_key`, the stream carries `authorization: Bearer <api_key>`; with `affinity`,
+  // `x-streamd-session: <affinity>` (the session it will resume, for a proxy to route by).
   explicit RawStream(const std::shared_ptr<grpc::Channel>& channel,
                      std::chrono::seconds deadline = std::chrono::seconds(180),
-                     const std::string& api_key = "");
+                     const std::string& api_key = "", const std::string& affinity = "");
   bool Write(const v1::ClientMessage& m) { return rw_->Write(m); }
   std::optional<v1::ServerMessage> Read();
   void WritesDone() { rw_->WritesDone(); }

@@ -129,6 +129,7 @@ int ExportCommand(v1::Streamd::Stub& stub, SessionId id, const std::string& out,
   const std::string where = to_stdout ? std::string("stdout") : "\"" + partial + "\"";
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + kTransferDeadline);
+  SetSessionAffinity(&context, id.ToString());
   v1::ExportSessionRequest request;
   request.set_session_id(id.ToString());
   auto reader = stub.ExportSession(&context, request);
@@ -288,6 +289,7 @@ int SessionsCommand(int argc, char** argv) {
   if (action == "export") return ExportCommand(*stub, id, out, common);
   if (action == "import") return ImportCommand(*stub, import_path, common);
   grpc::ClientContext context;
+  if (action != "list") SetSessionAffinity(&context, id.ToString());
   if (action == "list") {
     v1::ListSessionsResponse response;
     const grpc::Status s = stub->ListSessions(WithDeadline(&context), {}, &response);

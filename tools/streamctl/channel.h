@@ -9,6 +9,7 @@
 #include <string>
 
 #include "engine/util/status.h"
+#include "proto/streamd/v1/session_affinity.h"
 
 namespace streamd::streamctl {
 
@@ -25,6 +26,12 @@ struct ConnectionOptions {
            !tls_server_name.empty();
   }
 };
+
+// Sends the session-affinity key (proto/streamd/v1/session_affinity.h) on a call that names a
+// session, so that a proxy in front of many replicas routes it to the replica that holds it.
+inline void SetSessionAffinity(grpc::ClientContext* context, const std::string& session_id) {
+  if (!session_id.empty()) context->AddMetadata(v1::kSessionAffinityHeader, session_id);
+}
 
 // The channel, or INVALID_ARGUMENT/NOT_FOUND naming the flag whose file cannot be read or whose
 // value cannot be sent. Nothing is dialled here: connection errors come with the first call.

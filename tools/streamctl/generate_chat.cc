@@ -79,6 +79,13 @@ struct SessionFlags {
     f.String("request-id", &request_id, "request id echoed by the server");
   }
 
+  // The session-affinity key of the stream: the session it resumes, if any (a malformed
+  // --session is refused by Attach, and sends nothing here).
+  std::string AffinityKey() const {
+    auto id = SessionId::Parse(session, "--session");
+    return id.ok() ? id->ToString() : "";
+  }
+
   StatusOr<v1::Opened> Attach(SessionClient& client) const {
     if (!session.empty()) {
       STREAMD_ASSIGN_OR_RETURN(const SessionId id, SessionId::Parse(session, "--session"));
@@ -214,7 +221,7 @@ int GenerateCommand(int argc, char** argv) {
   InstallSigint();
   auto channel = f.common.Connect();
   if (!channel.ok()) return Fail(channel.status());
-  SessionClient client(*channel);
+  SessionClient client(*channel, f.AffinityKey());
   auto opened = f.Attach(client);
   if (!opened.ok()) return Fail(opened.status());
   const std::string id = opened->session_id();
@@ -252,7 +259,7 @@ int ChatCommand(int argc, char** argv) {
   InstallSigint();
   auto channel = f.common.Connect();
   if (!channel.ok()) return Fail(channel.status());
-  SessionClient client(*channel);
+  SessionClient client(*channel, f.AffinityKey());
   auto opened = f.Attach(client);
   if (!opened.ok()) return Fail(opened.status());
   const std::string id = opened->session_id();

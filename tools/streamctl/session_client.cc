@@ -1,5 +1,7 @@
 #include "tools/streamctl/session_client.h"
 
+#include "tools/streamctl/channel.h"
+
 namespace streamd::streamctl {
 namespace {
 
@@ -14,8 +16,10 @@ Status FromGrpc(const grpc::Status& status) {
   return Status(static_cast<StatusCode>(status.error_code()), status.error_message());
 }
 
-SessionClient::SessionClient(const std::shared_ptr<grpc::Channel>& channel)
+SessionClient::SessionClient(const std::shared_ptr<grpc::Channel>& channel,
+                             const std::string& session_id)
     : stub_(v1::Streamd::NewStub(channel)) {
+  SetSessionAffinity(&context_, session_id);
   stream_ = stub_->Session(&context_);
 }
 

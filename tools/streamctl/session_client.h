@@ -23,7 +23,10 @@ Status FromGrpc(const grpc::Status& status);
 
 class SessionClient {
  public:
-  explicit SessionClient(const std::shared_ptr<grpc::Channel>& channel);
+  // `session_id`: the session this stream will Resume, sent as its session-affinity key
+  // (channel.h) so that a proxy routes the stream to the replica that holds it; empty to Open.
+  explicit SessionClient(const std::shared_ptr<grpc::Channel>& channel,
+                         const std::string& session_id = "");
   ~SessionClient();
 
   StatusOr<v1::Opened> Open(const v1::Open& open);
