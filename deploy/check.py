@@ -12,6 +12,7 @@ tool is missing (systemd-analyze, apt-cache, dpkg) are reported as skipped. Exit
 checks that ran passed, 1 on any failure, 77 (ctest's skip) when PyYAML is missing.
 """
 import argparse
+import os
 import pathlib
 import re
 import shlex
@@ -265,6 +266,57 @@ def check_container(streamd_binary, streamctl_binary):
                       f"run-time stage does not install ({' '.join(packages)})")
 
 
+# The header streamd and its clients route sessions by (proto/streamd/v1/session_affinity.h).
+AFFINITY_HEADER = re.search(
+    r'kSessionAffinityHeader\[\] = "([^"]+)"',
+    (DEPLOY.parent / "proto/streamd/v1/session_affinity.h").read_text()).group(1)
+
+
+def check_haproxy_config(name, text):
+    """The routing every proxy config must have: h2, the stick table learnt from the answer,
+    consistent hashing on the affinity header."""
+    for line in (f"balance hdr({AFFINITY_HEADER})", "hash-type consistent",
+                 f"stick on req.hdr({AFFINITY_HEADER})",
+                 f"stick store-response res.hdr({AFFINITY_HEADER})", "proto h2"):
+        check(line in text, f"{name}: no `{line}` (sessions would not follow their key)")
+
+
+def check_proxy(k8s, docs, kust, generated, pod_labels):
+    check_haproxy_config("haproxy/haproxy.cfg", (DEPLOY / "haproxy/haproxy.cfg").read_text())
+    check_haproxy_config("kubernetes/haproxy.cfg", (k8s / "haproxy.cfg").read_text())
+    if shutil.which("haproxy") is None:
+        skips.append("haproxy -c (needs haproxy)")
+    else:
+        env = dict(os.environ, STREAMD_PROXY_BIND="127.0.0.1:50051",
+                   STREAMD_REPLICA_0="127.0.0.1:50052", STREAMD_REPLICA_1="127.0.0.1:50053")
+        for cfg in (DEPLOY / "haproxy/haproxy.cfg", k8s / "haproxy.cfg"):
+            r = subprocess.run(["haproxy", "-c", "-q", "-f", str(cfg)], env=env,
+                               capture_output=True, text=True)
+            check(r.returncode == 0, f"{cfg.relative_to(DEPLOY)}: haproxy -c: {r.stderr.strip()}")
+    for r in ("proxy.yaml", "proxy-service.yaml", "headless-service.yaml"):
+        check(r in kust["resources"], f"kustomization.yaml: {r} is not a resource")
+    proxy = docs["proxy.yaml"]
+    (haproxy,) = proxy["spec"]["template"]["spec"]["containers"]
+    cfg_volume = proxy["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"]
+    check(generated.get(cfg_volume, {}).get("files") == ["haproxy.cfg"],
+          f"proxy.yaml: ConfigMap {cfg_volume} is not generated from haproxy.cfg")
+    check(proxy["spec"].get("replicas", 1) == 1 or "peers" in (k8s / "haproxy.cfg").read_text(),
+          "proxy.yaml: several proxies without a peers section do not share the stick table")
+    headless = docs["headless-service.yaml"]
+    check(headless["spec"].get("clusterIP") == "None" and
+          headless["spec"].get("publishNotReadyAddresses") is True and
+          subset(headless["spec"]["selector"], pod_labels),
+          "headless-service.yaml: not a headless Service of every streamd pod, ready or not")
+    server = re.search(r"server-template \S+ \d+ ([\w-]+):(\d+)",
+                       (k8s / "haproxy.cfg").read_text())
+    check(server is not None and server.group(1) == headless["metadata"]["name"],
+          "kubernetes/haproxy.cfg: the servers are not the headless Service's pods")
+    front = docs["proxy-service.yaml"]
+    check(subset(front["spec"]["selector"],
+                 proxy["spec"]["template"]["metadata"]["labels"]),
+          "proxy-service.yaml: the selector does not match the proxy pods")
+
+
 def check_kubernetes():
     k8s = DEPLOY / "kubernetes"
     docs = {}
@@ -364,6 +416,20 @@ def check_kubernetes():
           f"kubernetes/streamd.yaml: sessions.snapshot_dir is not {SNAPSHOT_DIR}")
     check(snapshot_dir in mounts.values(),
           f"deployment.yaml: nothing is mounted at sessions.snapshot_dir ({snapshot_dir})")
+    # Replicas share it: a ReadWriteMany claim, and at least two of them (a drain moves
+    # sessions to another), one at a time disrupted.
+    sessions_volume = next((n for n, m in mounts.items() if m == snapshot_dir), None)
+    claim = volumes.get(sessions_volume, {}).get("persistentVolumeClaim", {}).get("claimName")
+    pvc = docs.get("sessions-pvc.yaml", {})
+    check(claim is not None and pvc.get("metadata", {}).get("name") == claim and
+          "sessions-pvc.yaml" in kust["resources"],
+          "deployment.yaml: sessions.snapshot_dir is not the shared claim of sessions-pvc.yaml")
+    check("ReadWriteMany" in pvc.get("spec", {}).get("accessModes", []),
+          "sessions-pvc.yaml: the snapshot volume is not ReadWriteMany (replicas share it)")
+    check(dep["spec"].get("replicas", 1) >= 2, "deployment.yaml: fewer than 2 replicas")
+    check(docs["pdb.yaml"]["spec"].get("maxUnavailable") == 1,
+          "pdb.yaml: more than one replica may be disrupted at a time")
+    check_proxy(k8s, docs, kust, generated, pod_labels)
     config_volumes = [n for n, m in mounts.items() if m == "/etc/streamd"]
     if check(len(config_volumes) == 1, "deployment.yaml: nothing is mounted at /etc/streamd"):
         cm = volumes[config_volumes[0]].get("configMap", {}).get("name")
