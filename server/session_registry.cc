@@ -261,15 +261,40 @@ void SessionRegistry::DropIfStale(const std::shared_ptr<ServerSession>& s) {
   (void)engine_.Close(s->id);
 }
 
-void SessionRegistry::Detach(const std::shared_ptr<ServerSession>& session) {
+bool SessionRegistry::UsedElsewhere(const std::shared_ptr<ServerSession>& s,
+                                    Clock::time_point now) {
+  if (persister_ == nullptr) return false;
+  // Gone (closed elsewhere, or never written): nothing says it was used since.
+  const StatusOr<int64_t> modified = persister_->store().ModifiedUnixMs(s->id);
+  if (!modified.ok()) return false;
+  const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
+  const Clock::time_point used =
+      Clock::now() - std::chrono::milliseconds(std::max<int64_t>(0, now_ms - *modified));
+  if (now - used >= options_.idle_timeout) return false;
+  {
+    std::lock_guard<std::mutex> session_lock(s->mu);
+    s->detached_at = std::max(s->detached_at, used);
+  }
+  DropIfStale(s);
+  return true;
+}
+
+void SessionRegistry::Detach(const std::shared_ptr<ServerSession>& session,
+                             std::function<void()> written) {
   {
     std::lock_guard<std::mutex> lock(session->mu);
     session->attached = false;
     session->owner.reset();
     session->detached_at = Clock::now();
   }
-  if (persister_ != nullptr) persister_->Urgent(session->id);
   reaper_cv_.notify_all();
+  if (persister_ != nullptr) {
+    persister_->Urgent(session->id, std::move(written));
+  } else if (written) {
+    written();
+  }
 }
 
 void SessionRegistry::Touched(const ServerSession& session) {
@@ -487,6 +512,7 @@ int32_t SessionRegistry::ReapIdle(Clock::time_point now) {
       std::lock_guard<std::mutex> session_lock(s->mu);
       if (s->attached) continue;
     }
+    if (UsedElsewhere(s, now)) continue;
     acted += Close(id, CancelledError("idle timeout")).ok();
   }
   return acted + EnforceDetachedCaps();

@@ -9,7 +9,9 @@
 // Life of a detached session (the reaper, at least once a second):
 //   detached for offload_after -> offloaded (written, then its blocks freed) when there is a
 //     snapshot directory, closed when there is none;
-//   detached for idle_timeout  -> closed for good, its snapshot deleted.
+//   detached for idle_timeout  -> closed for good, its snapshot deleted; with a snapshot
+//     directory only once its snapshot, too, has not been written or touched for that long (a
+//     replica sharing the directory may have served it since).
 // Pressure: an Open that does not fit the pool first offloads detached sessions, least recently
 // detached first, before it waits for blocks (in the AdmissionQueue).
 // Per-client cap (the reaper, woken by every Detach): a client's resident detached sessions
@@ -140,8 +142,10 @@ class SessionRegistry {
   };
   // What one tenant holds now (its quotas).
   Usage UsageOf(const std::string& tenant) const;
-  // The stream is gone: the session waits for a Resume (its generation must be over).
-  void Detach(const std::shared_ptr<ServerSession>& session);
+  // The stream is gone: the session waits for a Resume (its generation must be over). Its
+  // snapshot is written at once; `written` (optional) runs when that write is over (at once
+  // without a snapshot directory), on the persister's thread.
+  void Detach(const std::shared_ptr<ServerSession>& session, std::function<void()> written = {});
   // Closes the session (in the engine if resident) and forgets it, deleting its snapshot. An
   // attached owner other than `caller` is told through OnSessionClosed(id, why).
   Status Close(SessionId id, const Status& why, const SessionOwner* caller = nullptr);
@@ -184,6 +188,10 @@ class SessionRegistry {
   // A detached resident session whose snapshot another replica has since rewritten (a shared
   // directory) becomes offloaded, so that the next Resume reads the newer one.
   void DropIfStale(const std::shared_ptr<ServerSession>& s);
+  // A session idle here for idle_timeout (at `now`) whose snapshot was written or touched since
+  // (by another replica sharing the directory, which served it) is not idle: its idle time
+  // restarts from then, a resident copy here that is now older is dropped, and true is returned.
+  bool UsedElsewhere(const std::shared_ptr<ServerSession>& s, Clock::time_point now);
   // A registry entry for a stored snapshot (offloaded), or the one already there.
   std::shared_ptr<ServerSession> AddOffloaded(const SnapshotSummary& summary);
   // The chat state a restored session's metadata and last context token (-1: none) say it has.

@@ -344,6 +344,95 @@ TEST(SessionRegistryTest, ReplicasSharingADirectoryTakeOverEachOthersSessions) {
   EXPECT_EQ(a.engine->Get(id)->tokens_seen, 42) << "A took B's newer snapshot, not its own copy";
 }
 
+// Replicas sharing a directory: a session that A served, detached, and that B has served since
+// is not idle on A, however long ago it left A: A neither ends it nor deletes its snapshot
+// while B writes it (a change) or touches it (used unchanged). It ends once the snapshot, too,
+// has been left alone for the idle timeout. (ReapIdle is handed a time an hour ahead.)
+TEST(SessionRegistryTest, AReplicaDoesNotEndASessionAnotherOneServedSince) {
+  const std::string dir = TempDir();
+  auto a = MakeEngine();
+  auto b = MakeEngine();
+  auto persister_a = MakePersister(a, dir);
+  auto persister_b = MakePersister(b, dir);
+  SessionRegistry replica_a(*a.engine, Timeouts(1h, 1h), persister_a.get());
+  SessionRegistry replica_b(*b.engine, Timeouts(1h, 1h), persister_b.get());
+  auto owner = std::make_shared<FakeOwner>();
+  auto s = replica_a.Open(Small(), owner);
+  ASSERT_TRUE(s.ok());
+  const SessionId id = (*s)->id;
+  ASSERT_TRUE(a.engine->Append(id, Bytes(10, 1)).ok());
+  replica_a.Detach(*s);
+  ASSERT_TRUE(replica_a.PersistAll(Clock::now() + 10s));
+  const Clock::time_point left_a = Clock::now();
+  const auto stored = [&] { return persister_a->store().ModifiedUnixMs(id).ok(); };
+
+  // B changes it 200 ms later: at an hour and 100 ms after A, A's copy is not idle.
+  std::this_thread::sleep_for(200ms);
+  auto on_b = AttachNow(replica_b, id, owner);
+  ASSERT_TRUE(on_b.ok()) << on_b.status().ToString();
+  ASSERT_TRUE(b.engine->Append(id, Bytes(5, 2)).ok());
+  replica_b.Touched(**on_b);
+  replica_b.Detach(*on_b);
+  ASSERT_TRUE(replica_b.PersistAll(Clock::now() + 10s));
+  const Clock::time_point changed_on_b = Clock::now();
+  replica_a.ReapIdle(left_a + 1h + 100ms);
+  ASSERT_TRUE(persister_a->WaitIdle(Clock::now() + 10s));
+  EXPECT_TRUE(stored()) << "A deleted the snapshot of a session B had just changed";
+  const std::shared_ptr<ServerSession> on_a = replica_a.Find(id);
+  ASSERT_NE(on_a, nullptr);
+  {
+    std::lock_guard<std::mutex> lock(on_a->mu);  // the registry's lock is never taken inside
+    EXPECT_EQ(on_a->residency, Residency::kOffloaded) << "A kept its older copy";
+  }
+
+  // B uses it unchanged 200 ms later: the touch keeps it too.
+  std::this_thread::sleep_for(200ms);
+  on_b = AttachNow(replica_b, id, owner);
+  ASSERT_TRUE(on_b.ok()) << on_b.status().ToString();
+  replica_b.Detach(*on_b);
+  ASSERT_TRUE(replica_b.PersistAll(Clock::now() + 10s));
+  replica_a.ReapIdle(changed_on_b + 1h + 100ms);
+  ASSERT_TRUE(persister_a->WaitIdle(Clock::now() + 10s));
+  EXPECT_TRUE(stored()) << "A deleted the snapshot of a session B had just used";
+
+  // Left alone for the idle timeout everywhere: ended, its snapshot deleted.
+  replica_a.ReapIdle(Clock::now() + 2h);
+  ASSERT_TRUE(persister_a->WaitIdle(Clock::now() + 10s));
+  EXPECT_FALSE(stored());
+  EXPECT_EQ(replica_a.Find(id), nullptr);
+}
+
+// Detach's callback runs once the session's snapshot is on disk (a stream ends only then, so
+// that a Resume on another replica reads what this one left), and without a snapshot directory
+// at once.
+TEST(SessionRegistryTest, DetachTellsWhenTheSnapshotIsWritten) {
+  const std::string dir = TempDir();
+  auto e = MakeEngine();
+  auto persister = MakePersister(e, dir);
+  SessionRegistry registry(*e.engine, Timeouts(1h, 1h), persister.get());
+  auto owner = std::make_shared<FakeOwner>();
+  auto s = registry.Open(Small(), owner);
+  ASSERT_TRUE(s.ok());
+  const SessionId id = (*s)->id;
+  ASSERT_TRUE(e.engine->Append(id, Bytes(30, 1)).ok());
+  std::promise<int64_t> stored;  // tokens in the snapshot when the callback runs
+  registry.Detach(*s, [&] {
+    auto summary = persister->Summary(id);
+    stored.set_value(summary.ok() ? summary->tokens_seen + summary->pending_tokens : -1);
+  });
+  auto f = stored.get_future();
+  ASSERT_EQ(f.wait_for(30s), std::future_status::ready);
+  EXPECT_EQ(f.get(), 30);
+
+  auto plain = MakeEngine();
+  SessionRegistry memory_only(*plain.engine, Timeouts(1h, 1h));
+  auto m = memory_only.Open(Small(), owner);
+  ASSERT_TRUE(m.ok());
+  bool told = false;
+  memory_only.Detach(*m, [&] { told = true; });
+  EXPECT_TRUE(told);
+}
+
 // The chat state travels with the snapshot, set in the same step as the tokens it describes;
 // a snapshot taken after the model closed its turn but before the server saved that (the
 // turn's end-of-generation token is the context's last) restores the turn as closed.

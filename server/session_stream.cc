@@ -655,25 +655,29 @@ void SessionStream::OnSessionClosed(SessionId id, const Status& why) {
                               "session " + id.ToString() + " was closed: " + why.message()));
 }
 
-void SessionStream::Release() {
+void SessionStream::Release(std::function<void()> then) {
   std::shared_ptr<ServerSession> s;
   {
     std::lock_guard<std::mutex> lock(mu_);
     released_ = true;
     s = std::move(session_);
   }
-  if (s == nullptr) return;
+  if (s == nullptr) {
+    if (then) then();
+    return;
+  }
   // A session is detached once its generation is over; the reaction does not wait for that.
   SessionRegistry& registry = ctx_.registry;
-  if (!DeferUntilStopped(s, CancelledError("the stream ended"),
-                         [&registry, s] { registry.Detach(s); })) {
-    registry.Detach(s);
-  }
+  const std::function<void()> detach = [&registry, s, then] { registry.Detach(s, then); };
+  if (!DeferUntilStopped(s, CancelledError("the stream ended"), detach)) detach();
 }
 
 void SessionStream::End(const grpc::Status& status) {
-  Release();
-  outbox_.Finish(status);
+  // The client hears that the stream is over only once its session's snapshot is written. Its
+  // next Resume may reach another replica sharing the snapshot directory (through a proxy,
+  // after this one drained or when the proxy's hash says so): that replica reads the file, and
+  // must find the session as this stream left it, not an older snapshot.
+  Release([self = shared_from_this(), status] { self->outbox_.Finish(status); });
 }
 
 void SessionStream::OnCancel() {

@@ -9,7 +9,9 @@
 //   bound     - drives one session: Append, Generate, Cancel, Close.
 //   ending    - Close, client half-close, shutdown, the session closed elsewhere: reads stop,
 //               queued messages are written, then the call finishes. A half-close or shutdown
-//               waits for the running generation to end first.
+//               waits for the running generation to end first, and the call finishes only once
+//               the detached session's snapshot is written: a client that resumes it at once on
+//               another replica sharing the snapshot directory finds it there as it left it.
 //   released  - the client cancelled, the deadline passed, or the call is done: the session's
 //               generation is cancelled and the session is detached (resumable).
 // Generation: at most one per session. An Append while one runs cancels it first (barge-in)
@@ -121,9 +123,11 @@ class SessionStream : public SessionOwner, public std::enable_shared_from_this<S
   void AfterGeneration(SessionId id, int64_t output_tokens);
   // Ends after the running generation, or now when none runs.
   void EndWhenIdle(const grpc::Status& status);
-  // Lets go of the session (cancelling its generation) so that it can be resumed.
-  void Release();
-  // Release(), then finish the call with `status` once the queue is written.
+  // Lets go of the session (cancelling its generation) so that it can be resumed; `then`, when
+  // given, runs once the detached session's snapshot is written (at once without a session).
+  void Release(std::function<void()> then = {});
+  // Release(), then finish the call with `status` once the session's snapshot is written and
+  // the queue is written.
   void End(const grpc::Status& status);
 
   ServiceContext& ctx_;

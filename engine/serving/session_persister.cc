@@ -52,14 +52,22 @@ SessionPersister::~SessionPersister() {
   }
   cv_.notify_all();
   writer_.join();
+  // Writes dropped unwritten: whoever waits for one is told all the same.
+  for (auto& [id, e] : entries_) {
+    for (auto& f : e.on_written) f();
+  }
 }
 
-void SessionPersister::Schedule(SessionId id, bool urgent) {
+void SessionPersister::Schedule(SessionId id, bool urgent, std::function<void()> written) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (stopping_) return;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stopping_ || entries_[id].forget) {
+      lock.unlock();
+      if (written) written();
+      return;
+    }
     Entry& e = entries_[id];
-    if (e.forget) return;
+    if (written) e.on_written.push_back(std::move(written));
     // A session never written is due at once: last_write is then the steady clock's epoch (the
     // boot), so epoch + interval would hold a first write back until an hour after boot with
     // snapshot_interval = 1h.
@@ -81,7 +89,9 @@ void SessionPersister::Schedule(SessionId id, bool urgent) {
 }
 
 void SessionPersister::Touch(SessionId id) { Schedule(id, false); }
-void SessionPersister::Urgent(SessionId id) { Schedule(id, true); }
+void SessionPersister::Urgent(SessionId id, std::function<void()> written) {
+  Schedule(id, true, std::move(written));
+}
 
 void SessionPersister::UrgentAll() {
   for (const SessionInfo& info : engine_.List()) Urgent(info.id);
@@ -131,6 +141,9 @@ void SessionPersister::Loop() {
     e.queued = false;
     e.urgent = false;
     const bool forget = e.forget;
+    // Urgent's callbacks wait for this write; those that come while it runs, for the next one.
+    std::vector<std::function<void()>> written = std::move(e.on_written);
+    e.on_written.clear();
     ++in_progress_;
     lock.unlock();
     Status s;
@@ -141,6 +154,7 @@ void SessionPersister::Loop() {
       bool skipped = false;
       s = WriteNow(id, &skipped);
     }
+    for (auto& f : written) f();
     lock.lock();
     --in_progress_;
     auto it = entries_.find(id);
@@ -185,10 +199,15 @@ Status SessionPersister::WriteNow(SessionId id, bool* skipped) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = entries_.find(id);
     if (it != entries_.end() && it->second.forget) return NotFoundError("session closed");
-    if (it != entries_.end() && it->second.stored && it->second.stored_revision == info.revision) {
-      *skipped = true;  // unchanged since its last write
-      return OkStatus();
-    }
+    *skipped = it != entries_.end() && it->second.stored &&
+               it->second.stored_revision == info.revision;
+  }
+  if (*skipped) {
+    // Unchanged since its last write: the file only learns that the session was used now, so
+    // that another replica sharing the directory does not end it as idle (a file that is gone,
+    // the session closed elsewhere, stays gone).
+    (void)store_->Touch(id);
+    return OkStatus();
   }
   const Clock::time_point start = Clock::now();
   // The K/V are gathered from the pool straight into the snapshot's KV section.

@@ -4,7 +4,10 @@
 //   Touch(id)   after an Append ack or a GenerationDone: the session is written within
 //               `interval` of its last write (many touches coalesce into one write);
 //   Urgent(id)  on detach and for every session on SIGTERM drain: written next, ahead of
-//               touched ones; WaitIdle waits for the queue to empty (drain).
+//               touched ones; WaitIdle waits for the queue to empty (drain). With `written`,
+//               that runs once the write is over (done, failed, or not needed): a stream ends
+//               only after its session's snapshot is on disk, so that a Resume reaching another
+//               replica that shares the directory reads the session as this one left it.
 // A write captures the session (Engine::Capture: ~1 ms in which that session alone sits out
 // the steps), encodes it and writes it atomically (SnapshotStore). Sessions whose revision is
 // the one last written are not written again; a session that generates when its turn comes is
@@ -69,7 +72,9 @@ class SessionPersister {
   SessionPersister& operator=(const SessionPersister&) = delete;
 
   void Touch(SessionId id);
-  void Urgent(SessionId id);
+  // `written` (optional) runs on the writer thread after the write this call queues has been
+  // attempted, whatever its outcome; on the caller's thread when the persister is stopping.
+  void Urgent(SessionId id, std::function<void()> written = {});
   // Urgent for every session the engine holds.
   void UrgentAll();
   // True when every queued write finished before `deadline`.
@@ -134,6 +139,7 @@ class SessionPersister {
     bool forget = false;                // delete its snapshot (the session closed)
     std::chrono::milliseconds backoff{0};
     Clock::time_point retry_at{};       // after a failed write: no offload before this
+    std::vector<std::function<void()>> on_written;  // Urgent's callbacks for the queued write
   };
   using QueueKey = std::pair<Clock::time_point, SessionId>;  // due (urgent: the epoch), id
 
@@ -143,7 +149,7 @@ class SessionPersister {
   void Loop();
   // Captures and writes one session (on the writer or the caller's thread, under write_mu_).
   Status WriteNow(SessionId id, bool* skipped);
-  void Schedule(SessionId id, bool urgent);
+  void Schedule(SessionId id, bool urgent, std::function<void()> written = {});
   // A write of `e` failed: the next attempt waits for the doubled backoff (requires mu_).
   void NoteFailedWrite(Entry& e);
   // Decodes snapshot bytes; refusals of a stored file move it aside (`file` non-empty).

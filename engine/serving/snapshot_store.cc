@@ -212,6 +212,21 @@ Status SnapshotStore::Remove(SessionId id) {
   return SyncDirectory(dir_);
 }
 
+StatusOr<int64_t> SnapshotStore::ModifiedUnixMs(SessionId id) const {
+  const std::string path = PathOf(id);
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return Errno(errno, "cannot stat", path);
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000;
+}
+
+Status SnapshotStore::Touch(SessionId id) {
+  const std::string path = PathOf(id);
+  if (::utimensat(AT_FDCWD, path.c_str(), nullptr, 0) != 0) {
+    return Errno(errno, "cannot touch", path);
+  }
+  return OkStatus();
+}
+
 StatusOr<std::vector<StoredSnapshot>> SnapshotStore::List() const {
   DIR* d = ::opendir(dir_.c_str());
   if (d == nullptr) return Errno(errno, "cannot list", dir_);

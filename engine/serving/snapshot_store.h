@@ -56,6 +56,11 @@ class SnapshotStore {
   StatusOr<std::vector<uint8_t>> ReadPrefix(SessionId id, size_t n) const;
   // Deletes the snapshot of `id` (a closed session); OK when there is none.
   Status Remove(SessionId id);
+  // When the snapshot of `id` was last written or touched (its mtime, unix ms); NOT_FOUND when
+  // there is none. Touch sets it to now without writing: the session was used here unchanged,
+  // which another replica sharing the directory must see before it ends it for idleness.
+  StatusOr<int64_t> ModifiedUnixMs(SessionId id) const;
+  Status Touch(SessionId id);
   // Every snapshot file, by file name; other files are ignored. Sweeps stale temp files.
   StatusOr<std::vector<StoredSnapshot>> List() const;
   // Moves `file` into rejected/, named <file>.<reason>.<unix seconds>; the reason is reduced

@@ -5,6 +5,7 @@
 #include "engine/serving/snapshot_store.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -16,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <ctime>
 #include <functional>
 #include <fstream>
 #include <set>
@@ -97,6 +99,27 @@ TEST(SnapshotStoreTest, WritesReadsListsAndRemoves) {
   ASSERT_TRUE((*store)->Remove(a).ok()) << "removing what is gone is fine";
   EXPECT_EQ((*store)->List()->size(), 1u);
   EXPECT_FALSE(SnapshotStore::Open(dir + "/notes.txt").ok()) << "a file is not a directory";
+}
+
+// Touch moves a snapshot's mtime to now without changing its bytes; it never creates one.
+TEST(SnapshotStoreTest, TouchMarksASnapshotUsedWithoutWritingIt) {
+  auto store = SnapshotStore::Open(TempDir());
+  ASSERT_TRUE(store.ok());
+  const SessionId id = SessionId::Random();
+  ASSERT_TRUE((*store)->Write(id, Bytes(1000, 7)).ok());
+  const timespec hour_ago[2] = {{time(nullptr) - 3600, 0}, {time(nullptr) - 3600, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, (*store)->PathOf(id).c_str(), hour_ago, 0), 0);
+  auto before = (*store)->ModifiedUnixMs(id);
+  ASSERT_TRUE(before.ok());
+  ASSERT_TRUE((*store)->Touch(id).ok());
+  auto after = (*store)->ModifiedUnixMs(id);
+  ASSERT_TRUE(after.ok());
+  EXPECT_GE(*after - *before, 3'500'000);
+  EXPECT_EQ(*(*store)->Read(id), Bytes(1000, 7));
+  const SessionId none = SessionId::Random();
+  EXPECT_EQ((*store)->Touch(none).code(), StatusCode::kNotFound);
+  EXPECT_EQ((*store)->ModifiedUnixMs(none).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(Files((*store)->dir()).size(), 1u);
 }
 
 TEST(SnapshotStoreTest, ConcurrentWritesOfOneIdLeaveOneWholeFile) {
