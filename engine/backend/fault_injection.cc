@@ -3,43 +3,27 @@
 #include <charconv>
 #include <string>
 
+#include "engine/model/forwarding_backend.h"
+
 namespace streamd {
 namespace {
 
-class FaultInjectingBackend final : public ModelBackend {
+class FaultInjectingBackend final : public ForwardingBackend {
  public:
   FaultInjectingBackend(std::unique_ptr<ModelBackend> inner, int64_t steps)
-      : inner_(std::move(inner)), steps_left_(steps) {}
+      : ForwardingBackend(std::move(inner)), steps_left_(steps) {}
 
-  const LlamaConfig& config() const override { return inner_->config(); }
-  std::string_view backend_name() const override { return inner_->backend_name(); }
   std::string device_description() const override {
-    return inner_->device_description() + " (fault injected after " +
+    return inner().device_description() + " (fault injected after " +
            std::to_string(steps_left_) + " more steps)";
-  }
-  uint64_t weight_bytes() const override { return inner_->weight_bytes(); }
-  void set_threads(int32_t n) override { inner_->set_threads(n); }
-  void RunOnHostThreads(int64_t n, const std::function<void(int64_t)>& fn) override {
-    inner_->RunOnHostThreads(n, fn);
-  }
-  StatusOr<std::unique_ptr<BlockPool>> CreatePool(const KvShape& shape, int32_t block_size,
-                                                  int64_t budget_bytes) override {
-    return inner_->CreatePool(shape, block_size, budget_bytes);
-  }
-  StatusOr<int64_t> PoolBudgetFromFraction(double fraction) const override {
-    return inner_->PoolBudgetFromFraction(fraction);
   }
   Status Execute(const StepPlan& plan, float* logits) override {
     if (Status s = Step(); !s.ok()) return s;
-    return inner_->Execute(plan, logits);
+    return inner().Execute(plan, logits);
   }
   Status ExecuteGreedy(const StepPlan& plan, int32_t* next_tokens) override {
     if (Status s = Step(); !s.ok()) return s;
-    return inner_->ExecuteGreedy(plan, next_tokens);
-  }
-  bool greedy_ids_on_device() const override { return inner_->greedy_ids_on_device(); }
-  Status CopyGreedyStepLogits(int64_t row, float* out) override {
-    return inner_->CopyGreedyStepLogits(row, out);
+    return inner().ExecuteGreedy(plan, next_tokens);
   }
   Status Health() const override { return broken_; }
 
@@ -52,7 +36,6 @@ class FaultInjectingBackend final : public ModelBackend {
     return broken_;
   }
 
-  std::unique_ptr<ModelBackend> inner_;
   int64_t steps_left_;
   Status broken_;
 };

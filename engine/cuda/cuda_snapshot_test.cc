@@ -31,6 +31,7 @@
 #include "engine/cache/kv_image.h"
 #include "engine/cuda/cuda_model.h"
 #include "engine/cuda/cuda_model_test_util.h"
+#include "engine/model/forwarding_backend.h"
 #include "engine/model/synthetic_model.h"
 #include "engine/serving/engine.h"
 #include "engine/serving/engine_test_util.h"
@@ -537,35 +538,17 @@ TEST(CudaSnapshotTest, CpuSnapshotContinuesOnCudaAndBack) {
 
 // A backend that can hold the scheduler inside its next step: the test lines up work meanwhile,
 // which the following step then takes all at once.
-class GatedBackend final : public ModelBackend {
+class GatedBackend final : public ForwardingBackend {
  public:
-  explicit GatedBackend(std::unique_ptr<ModelBackend> inner) : inner_(std::move(inner)) {}
-  const LlamaConfig& config() const override { return inner_->config(); }
-  std::string_view backend_name() const override { return inner_->backend_name(); }
-  std::string device_description() const override { return inner_->device_description(); }
-  uint64_t weight_bytes() const override { return inner_->weight_bytes(); }
-  void set_threads(int32_t n) override { inner_->set_threads(n); }
-  void RunOnHostThreads(int64_t n, const std::function<void(int64_t)>& fn) override {
-    inner_->RunOnHostThreads(n, fn);
-  }
-  StatusOr<std::unique_ptr<BlockPool>> CreatePool(const KvShape& shape, int32_t block_size,
-                                                  int64_t budget_bytes) override {
-    return inner_->CreatePool(shape, block_size, budget_bytes);
-  }
-  StatusOr<int64_t> PoolBudgetFromFraction(double fraction) const override {
-    return inner_->PoolBudgetFromFraction(fraction);
-  }
+  explicit GatedBackend(std::unique_ptr<ModelBackend> inner)
+      : ForwardingBackend(std::move(inner)) {}
   Status Execute(const StepPlan& plan, float* logits) override {
     Hold();
-    return inner_->Execute(plan, logits);
+    return inner().Execute(plan, logits);
   }
   Status ExecuteGreedy(const StepPlan& plan, int32_t* next_tokens) override {
     Hold();
-    return inner_->ExecuteGreedy(plan, next_tokens);
-  }
-  bool greedy_ids_on_device() const override { return inner_->greedy_ids_on_device(); }
-  Status CopyGreedyStepLogits(int64_t row, float* out) override {
-    return inner_->CopyGreedyStepLogits(row, out);
+    return inner().ExecuteGreedy(plan, next_tokens);
   }
 
   // The next step waits at its start until Release; WaitHeld returns once it waits there.
@@ -594,7 +577,6 @@ class GatedBackend final : public ModelBackend {
     cv_.wait(lock, [&] { return !armed_; });
   }
 
-  std::unique_ptr<ModelBackend> inner_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool armed_ = false, held_ = false;

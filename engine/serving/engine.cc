@@ -489,14 +489,14 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
     for (size_t i = 0; i < chunks.size(); ++i) {
       kept[i] = chunks[i].n_tokens - (chunks[i].GivesBackLast() ? 1 : 0);
     }
-    std::vector<int64_t> evicted_before(chunks.size());
+    step_evicted_before_.resize(chunks.size());
     for (size_t i = 0; i < chunks.size(); ++i) {
-      evicted_before[i] = chunks[i].session->cache->tokens_evicted();
+      step_evicted_before_[i] = chunks[i].session->cache->tokens_evicted();
     }
     CommitStep(seqs, kept);
     for (size_t i = 0; i < chunks.size(); ++i) {
       Session& s = *chunks[i].session;
-      stats_.tokens_evicted += s.cache->tokens_evicted() - evicted_before[i];
+      stats_.tokens_evicted += s.cache->tokens_evicted() - step_evicted_before_[i];
       stats_.tokens_in += kept[i];
       s.pending.erase(s.pending.begin(), s.pending.begin() + kept[i]);
       if (kept[i] > 0) ++s.revision;

@@ -171,6 +171,7 @@ class Engine {
   // Scratch of RunStep, reused from step to step: the planner's input and each entry's session.
   std::vector<SessionWork> step_work_;
   std::vector<Session*> step_sessions_;
+  std::vector<int64_t> step_evicted_before_;  // each chunk's evicted count before the commit
   std::thread thread_;
 };
 

@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/model/forwarding_backend.h"
 #include "engine/model/synthetic_model.h"
 #include "engine/serving/engine.h"
 
@@ -60,42 +61,25 @@ class Collector {
 // The CPU model dressed as a backend that picks greedy ids on the device (as CUDA does): the
 // engine then runs greedy steps through ExecuteGreedy and fetches single rows only when a
 // session needs more than its id. Counts which path each step took.
-class IdsOnDevice : public ModelBackend {
+class IdsOnDevice : public ForwardingBackend {
  public:
-  explicit IdsOnDevice(std::unique_ptr<ModelBackend> inner) : inner_(std::move(inner)) {}
-  const LlamaConfig& config() const override { return inner_->config(); }
-  std::string_view backend_name() const override { return inner_->backend_name(); }
-  std::string device_description() const override { return inner_->device_description(); }
-  uint64_t weight_bytes() const override { return inner_->weight_bytes(); }
-  void set_threads(int32_t n) override { inner_->set_threads(n); }
-  void RunOnHostThreads(int64_t n, const std::function<void(int64_t)>& fn) override {
-    inner_->RunOnHostThreads(n, fn);
-  }
-  StatusOr<std::unique_ptr<BlockPool>> CreatePool(const KvShape& shape, int32_t block_size,
-                                                  int64_t budget_bytes) override {
-    return inner_->CreatePool(shape, block_size, budget_bytes);
-  }
-  StatusOr<int64_t> PoolBudgetFromFraction(double fraction) const override {
-    return inner_->PoolBudgetFromFraction(fraction);
-  }
+  explicit IdsOnDevice(std::unique_ptr<ModelBackend> inner)
+      : ForwardingBackend(std::move(inner)) {}
   Status Execute(const StepPlan& plan, float* logits) override {
     ++full_rows_steps;
-    return inner_->Execute(plan, logits);
+    return inner().Execute(plan, logits);
   }
   Status ExecuteGreedy(const StepPlan& plan, int32_t* next_tokens) override {
     ++ids_only_steps;
-    return inner_->ExecuteGreedy(plan, next_tokens);
+    return inner().ExecuteGreedy(plan, next_tokens);
   }
   bool greedy_ids_on_device() const override { return true; }
   Status CopyGreedyStepLogits(int64_t row, float* out) override {
     ++rows_fetched;
-    return inner_->CopyGreedyStepLogits(row, out);
+    return inner().CopyGreedyStepLogits(row, out);
   }
 
   std::atomic<int64_t> full_rows_steps{0}, ids_only_steps{0}, rows_fetched{0};
-
- private:
-  std::unique_ptr<ModelBackend> inner_;
 };
 
 inline SyntheticModelSpec TinyModel() {

@@ -27,10 +27,7 @@ constexpr char kInitechKey[] = "initech-key-4c2d";
 
 class AuthE2eTest : public ::testing::Test {
  protected:
-  static std::string Sha256(const std::string& key) {
-    const RunResult r = RunProgram({"/bin/sh", "-c", "printf %s '" + key + "' | sha256sum"});
-    return r.out.substr(0, 64);
-  }
+  static std::string Sha256(const std::string& key) { return Sha256Hex(key); }
   static std::string KeysYaml(bool with_new_key = false) {
     std::string y =
         "tenants:\n  globex: {max_sessions: 2, max_generations: 1}\n"

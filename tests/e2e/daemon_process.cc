@@ -187,6 +187,10 @@ RunResult RunStreamd(const std::vector<std::string>& args) {
   return RunProgram(full);
 }
 
+std::string Sha256Hex(const std::string& text) {
+  return RunProgram({"/bin/sh", "-c", "printf %s '" + text + "' | sha256sum"}).out.substr(0, 64);
+}
+
 RunResult RunProgram(const std::vector<std::string>& argv) {
   const std::string dir = MakeTempDir();
   const pid_t pid = Spawn(argv, dir);

@@ -69,6 +69,9 @@ struct RunResult {
 };
 // Runs the streamd binary with `args` and waits for it.
 RunResult RunStreamd(const std::vector<std::string>& args);
+// SHA-256 of `text` in hex, computed outside the daemon (`printf %s TEXT | sha256sum`): what an
+// auth.keys_file lists for an API key.
+std::string Sha256Hex(const std::string& text);
 // Runs `argv` (argv[0] is a path: no $PATH lookup) and waits for it.
 RunResult RunProgram(const std::vector<std::string>& argv);
 

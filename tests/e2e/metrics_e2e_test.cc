@@ -33,10 +33,6 @@ using grpc::health::v1::HealthCheckResponse;
 constexpr char kUserKey[] = "metrics-user-3a1f";
 constexpr char kAdminKey[] = "metrics-admin-77c0";
 
-std::string Sha256(const std::string& key) {
-  return RunProgram({"/bin/sh", "-c", "printf %s '" + key + "' | sha256sum"}).out.substr(0, 64);
-}
-
 template <typename F>
 bool WaitUntil(F done, std::chrono::milliseconds limit = 20s) {
   const auto end = std::chrono::steady_clock::now() + limit;
@@ -102,8 +98,8 @@ class MetricsE2eTest : public ::testing::Test {
 
   std::string WriteKeys() {
     const std::string path = dir_ + "/keys.yaml";
-    std::ofstream(path) << "keys:\n  - {tenant: acme, role: user, sha256: " << Sha256(kUserKey)
-                        << "}\n  - {tenant: ops, role: admin, sha256: " << Sha256(kAdminKey)
+    std::ofstream(path) << "keys:\n  - {tenant: acme, role: user, sha256: " << Sha256Hex(kUserKey)
+                        << "}\n  - {tenant: ops, role: admin, sha256: " << Sha256Hex(kAdminKey)
                         << "}\n";
     return path;
   }
