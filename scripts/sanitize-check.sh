@@ -41,7 +41,7 @@ done
 
 # Unit test binaries of kernels/, engine/ and server/ (CUDA off: no GPU tests).
 ASAN_TARGETS=(kernels_cpu_test util_test cache_test gguf_test tokenizer_test sampling_test
-  snapshot_test model_test backend_test serving_test config_test metrics_test server_test)
+  snapshot_test plan_test model_test backend_test serving_test config_test metrics_test server_test)
 # The test binaries whose code under test runs threads; the rest are single-threaded.
 TSAN_TARGETS=(util_test backend_test serving_test server_test metrics_test)
 

@@ -12,28 +12,23 @@ namespace {
 
 using kernels::cpu::WeightType;
 
-// Rows per work item of a parallel product: about a matrix's rows / (2 threads), so every
-// thread gets two items of it, in multiples of kRowQuantum (a multiple of every kernel's row
-// tile: 16 at the AMX level, 6 at AVX-512, 3 and 4 at AVX2, so no item ends in a slow tail),
-// between kMinRowChunk and kMaxRowChunk (the head's 49152 rows still make 64 items, so a thread
-// the OS takes away holds up little). Long items are long prefetch streams: each kernel fetches
-// the rows after the ones it computes, and a thread's next item used to start cold. Measured
-// with `streamd bench --sessions 1,16 --decode-steps 30 --threads 2 --window 192` (step ms,
-// three alternations): fixed 96 rows 4.1-4.4 / 24.0-25.9, fixed 384 3.7-6.0 / 21.8-23.9, this
-// with a cap of 768 3.56-3.8 / 20.7-21.5 (1536: the same; 4096: 1 session 3.86-3.97); one thread
-// unchanged. (Earlier, fixed sizes of 32, 48, 96 and 144 rows gave 210, 235, 279 and 289 tok/s
-// for one session.)
-// Batches of kBatchedTokens or more tokens take one item per thread instead (rows / threads):
-// each item then packs its tokens' activations once (the AMX level's PackTokens) and starts one
-// cold row tile, and these batches are bound by arithmetic, not by the weight stream. Measured
-// (`--sessions 1,4,8,16 --decode-steps 100..200 --window 192`, three or four alternations, step
-// ms): 16 sessions 14.8-14.9 -> 13.8-14.0, 8 sessions 8.9-9.2 -> 8.6-9.0, one and four
-// unchanged; 16 sessions at the AVX-512 level 22.5-23.9 -> 22.2-22.5. Two items per thread for
-// these was the faster side before; four per thread made 16 sessions 15.4-16.0.
-constexpr int64_t kBatchedTokens = 6;
-constexpr int64_t kRowQuantum = 48;
-constexpr int64_t kMinRowChunk = 96;
-constexpr int64_t kMaxRowChunk = 768;
+// Rows per work item of a parallel product, by default (CpuTuning::DefaultSplits; a build plan
+// may choose others): about a matrix's rows / (2 threads), so every thread gets two items of
+// it, in multiples of kRowQuantum, between 96 and 768 rows (the head's 49152 rows still make
+// 64 items, so a thread the OS takes away holds up little). Long items are long prefetch
+// streams: each kernel fetches the rows after the ones it computes, and a thread's next item
+// used to start cold. Measured with `streamd bench --sessions 1,16 --decode-steps 30 --threads 2
+// --window 192` (step ms, three alternations): fixed 96 rows 4.1-4.4 / 24.0-25.9, fixed 384
+// 3.7-6.0 / 21.8-23.9, this with a cap of 768 3.56-3.8 / 20.7-21.5 (1536: the same; 4096: 1
+// session 3.86-3.97); one thread unchanged. (Earlier, fixed sizes of 32, 48, 96 and 144 rows gave
+// 210, 235, 279 and 289 tok/s for one session.)
+// Batches of 6 or more tokens take one item per thread instead (rows / threads): each item then
+// packs its tokens' activations once (the AMX level's PackTokens) and starts one cold row tile,
+// and these batches are bound by arithmetic, not by the weight stream. Measured (`--sessions
+// 1,4,8,16 --decode-steps 100..200 --window 192`, three or four alternations, step ms): 16
+// sessions 14.8-14.9 -> 13.8-14.0, 8 sessions 8.9-9.2 -> 8.6-9.0, one and four unchanged; 16
+// sessions at the AVX-512 level 22.5-23.9 -> 22.2-22.5. Two items per thread for these was the
+// faster side before; four per thread made 16 sessions 15.4-16.0.
 
 // One matrix product of a fused group: out[t * ldo + r] = W[r] . x[t].
 struct Product {
@@ -42,13 +37,13 @@ struct Product {
   int64_t ldo;
 };
 
-// Rows per work item for products of n tokens. E.g. at 2 threads and n < kBatchedTokens:
+// Rows per work item for products of n tokens. E.g. by default at 2 threads and n < 6:
 // SmolLM2's 576-row matrices 144 rows, 192-row ones 96, 1536-row ones 384.
-int64_t RowChunk(const WeightMatrix& w, int threads, int64_t n) {
-  const int items_per_thread = n >= kBatchedTokens ? 1 : 2;
-  const int64_t per = (w.rows + items_per_thread * threads - 1) / (items_per_thread * threads);
+int64_t RowChunk(const WeightMatrix& w, const RowSplit& split, int threads) {
+  const int64_t items = static_cast<int64_t>(split.items_per_thread) * threads;
+  const int64_t per = (w.rows + items - 1) / items;
   const int64_t rounded = (per + kRowQuantum - 1) / kRowQuantum * kRowQuantum;
-  return std::clamp(rounded, kMinRowChunk, kMaxRowChunk);
+  return std::clamp(rounded, split.min_rows, split.max_rows);
 }
 
 // Quantizes x once per weight type and runs the products of `group` (which share the input
@@ -57,8 +52,9 @@ int64_t RowChunk(const WeightMatrix& w, int threads, int64_t n) {
 // needs no loop of its own (each ParallelFor is a fork and a join of the pool; these steps are
 // ~1 us of work per token).
 template <size_t N, class Produce>
-void FusedMatMul(ThreadPool& pool, const Product (&group)[N], const float* x, int64_t n,
-                 uint8_t* xq_base, size_t xq_stride, Produce&& produce) {
+void FusedMatMul(ThreadPool& pool, const CpuTuning& tuning, const Product (&group)[N],
+                 const float* x, int64_t n, uint8_t* xq_base, size_t xq_stride,
+                 Produce&& produce) {
   const int64_t k = group[0].w->cols;
   // Distinct weight types get their own activation buffer; the usual case is one.
   WeightType types[N];
@@ -76,9 +72,10 @@ void FusedMatMul(ThreadPool& pool, const Product (&group)[N], const float* x, in
       kernels::cpu::PrepareActivations(types[s], x, k, k, t, t + 1, xq_base + s * xq_stride);
     }
   });
+  const int bucket = TokenBucket(n);
   int64_t rows[N], chunks[N], total = 0;  // per product: rows per work item, work items
   for (size_t i = 0; i < N; ++i) {
-    rows[i] = RowChunk(*group[i].w, pool.threads(), n);
+    rows[i] = RowChunk(*group[i].w, tuning.split[bucket], pool.threads());
     chunks[i] = (group[i].w->rows + rows[i] - 1) / rows[i];
     total += chunks[i];
   }
@@ -89,24 +86,40 @@ void FusedMatMul(ThreadPool& pool, const Product (&group)[N], const float* x, in
     const WeightMatrix& w = *group[i].w;
     const int64_t r0 = first * rows[i];
     const int64_t r1 = std::min(w.rows, r0 + rows[i]);
-    kernels::cpu::MatMulRows(w.type, w.data, w.row_bytes, w.cols,
-                             xq_base + slot_of[i] * xq_stride, n, group[i].out, group[i].ldo, r0,
-                             r1, w.amx_packed);
+    const int8_t isa = w.isa_by_bucket[bucket];
+    if (isa < 0) {
+      kernels::cpu::MatMulRows(w.type, w.data, w.row_bytes, w.cols,
+                               xq_base + slot_of[i] * xq_stride, n, group[i].out, group[i].ldo,
+                               r0, r1, w.amx_packed);
+    } else {
+      kernels::cpu::MatMulRowsAt(static_cast<kernels::cpu::Isa>(isa), w.type, w.data,
+                                 w.row_bytes, w.cols, xq_base + slot_of[i] * xq_stride, n,
+                                 group[i].out, group[i].ldo, r0, r1, w.amx_packed);
+    }
   });
 }
 
 }  // namespace
 
-StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& path) {
+StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& path,
+                                                       const Prepacked* prepacked) {
   STREAMD_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> file, gguf::GgufFile::Open(path));
-  return FromFile(std::move(file));
+  return FromFile(std::move(file), prepacked);
 }
 
-StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::FromFile(std::unique_ptr<gguf::GgufFile> file) {
+StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::FromFile(std::unique_ptr<gguf::GgufFile> file,
+                                                           const Prepacked* prepacked) {
   std::unique_ptr<LlamaModel> model(new LlamaModel());
   STREAMD_ASSIGN_OR_RETURN(model->config_, ReadLlamaConfig(*file));
   STREAMD_ASSIGN_OR_RETURN(model->weights_, BindLlamaWeights(*file, model->config_));
-  if (kernels::cpu::IsaSupported(kernels::cpu::Isa::kAmx)) AddAmxPackedCopies(model->weights_);
+  if (kernels::cpu::IsaSupported(kernels::cpu::Isa::kAmx)) {
+    if (prepacked != nullptr && prepacked->amx_size > 0) {
+      STREAMD_RETURN_IF_ERROR(
+          UsePrepackedAmxCopies(model->weights_, prepacked->amx_bytes, prepacked->amx_size));
+    } else {
+      AddAmxPackedCopies(model->weights_);
+    }
+  }
   model->rope_ = std::make_unique<RopeTable>(model->config_);
   model->file_ = std::move(file);
   model->set_threads(static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency())));
@@ -167,6 +180,51 @@ void LlamaModel::PrepareTokens(const StepPlan& plan) {
 void LlamaModel::set_threads(int32_t n) {
   threads_ = n > 0 ? n : 1;
   thread_pool_ = std::make_unique<ThreadPool>(threads_);
+  tuning_.threads = threads_;
+}
+
+std::vector<const WeightMatrix*> LlamaModel::ProductMatrices() const {
+  std::vector<const WeightMatrix*> out{&weights_.output};
+  for (const LlamaLayerWeights& l : weights_.layers) {
+    for (const WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      out.push_back(m);
+    }
+  }
+  return out;
+}
+
+Status LlamaModel::ApplyTuning(const CpuTuning& tuning) {
+  STREAMD_RETURN_IF_ERROR(ValidateCpuTuning(tuning));
+  std::vector<WeightMatrix*> matrices{&weights_.output};
+  for (LlamaLayerWeights& l : weights_.layers) {
+    for (WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      matrices.push_back(m);
+    }
+  }
+  // Checked in full before anything changes: a tuning is applied whole or not at all.
+  for (size_t i = 0; i < tuning.isa.size(); ++i) {
+    const ShapeIsa& s = tuning.isa[i];
+    const bool found = std::any_of(matrices.begin(), matrices.end(), [&](const WeightMatrix* m) {
+      return m->type == s.type && m->rows == s.rows && m->cols == s.cols;
+    });
+    if (!found) {
+      return InvalidArgumentError("tuning.isa[" + std::to_string(i) + "]: this model has no " +
+                                  std::to_string(s.rows) + "x" + std::to_string(s.cols) + " " +
+                                  WeightTypeName(s.type) + " matrix");
+    }
+  }
+  for (WeightMatrix* m : matrices) m->isa_by_bucket.fill(-1);
+  for (const ShapeIsa& s : tuning.isa) {
+    for (WeightMatrix* m : matrices) {
+      if (m->type == s.type && m->rows == s.rows && m->cols == s.cols) {
+        m->isa_by_bucket[s.bucket] = static_cast<int8_t>(s.isa);
+      }
+    }
+  }
+  tuning_ = tuning;
+  if (tuning.threads > 0 && tuning.threads != threads_) set_threads(tuning.threads);
+  tuning_.threads = threads_;
+  return OkStatus();
 }
 
 void LlamaModel::RunOnHostThreads(int64_t n, const std::function<void(int64_t)>& fn) {
@@ -237,7 +295,7 @@ Status LlamaModel::Execute(const StepPlan& plan, float* logits) {
     const Product qkv[] = {{&w.wq, ws.q.data(), q_dim},
                            {&w.wk, ws.k.data(), kv_dim},
                            {&w.wv, ws.v.data(), kv_dim}};
-    FusedMatMul(tp, qkv, ws.xb.data(), n, ws.xq.data(), xq_stride, residual_and_norm);
+    FusedMatMul(tp, tuning_, qkv, ws.xb.data(), n, ws.xq.data(), xq_stride, residual_and_norm);
     // Keys are rotated by their text position and written once; queries are rotated by
     // their text position and, once eviction has begun, by their cache position for sinks.
     const auto rope_and_write = [&](int64_t t) {
@@ -256,7 +314,8 @@ Status LlamaModel::Execute(const StepPlan& plan, float* logits) {
     };
     // One task per (token, KV head): the group's query heads g * group .. (g + 1) * group - 1
     // are contiguous in q ([n_heads, hd]) and read each K/V row once between them.
-    const int32_t heads_per_task = n >= 4 * tp.threads() ? c.n_kv_heads : 1;
+    const int32_t heads_per_task =
+        n >= int64_t{tuning_.attention_batch_factor} * tp.threads() ? c.n_kv_heads : 1;
     const int32_t tasks_per_token = c.n_kv_heads / heads_per_task;
     // A token attends to its own sequence's keys only. In a decode step (one token per
     // sequence) with one task per token, the task writes the only new key its attention reads:
@@ -278,15 +337,15 @@ Status LlamaModel::Execute(const StepPlan& plan, float* logits) {
       }
     });
     const Product wo[] = {{&w.wo, ws.proj.data(), dim}};
-    FusedMatMul(tp, wo, ws.attn.data(), n, ws.xq.data(), xq_stride, no_step);
+    FusedMatMul(tp, tuning_, wo, ws.attn.data(), n, ws.xq.data(), xq_stride, no_step);
     // --- feed-forward block ---
     const Product gate_up[] = {{&w.w_gate, ws.gate.data(), ffn}, {&w.w_up, ws.up.data(), ffn}};
-    FusedMatMul(tp, gate_up, ws.xb.data(), n, ws.xq.data(), xq_stride, [&](int64_t t) {
+    FusedMatMul(tp, tuning_, gate_up, ws.xb.data(), n, ws.xq.data(), xq_stride, [&](int64_t t) {
       kernels::cpu::AddRmsNormRow(&ws.x[t * dim], &ws.proj[t * dim], w.ffn_norm, c.rms_eps, dim,
                                   &ws.xb[t * dim]);
     });
     const Product down[] = {{&w.w_down, ws.proj.data(), dim}};
-    FusedMatMul(tp, down, ws.gate.data(), n, ws.xq.data(), xq_stride, [&](int64_t t) {
+    FusedMatMul(tp, tuning_, down, ws.gate.data(), n, ws.xq.data(), xq_stride, [&](int64_t t) {
       kernels::cpu::SiluMul(&ws.gate[t * ffn], &ws.up[t * ffn], ffn);
     });
     // The FFN output is added to x by the next layer's first step (or just below).
@@ -301,7 +360,7 @@ Status LlamaModel::Execute(const StepPlan& plan, float* logits) {
     }
   });
   const Product head[] = {{&weights_.output, logits, c.vocab_size}};
-  FusedMatMul(tp, head, ws.xb.data(), n_out, ws.xq.data(), xq_stride, no_step);
+  FusedMatMul(tp, tuning_, head, ws.xb.data(), n_out, ws.xq.data(), xq_stride, no_step);
   return OkStatus();
 }
 

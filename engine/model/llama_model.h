@@ -17,6 +17,7 @@
 
 #include "engine/gguf/gguf_file.h"
 #include "engine/cache/session_cache.h"
+#include "engine/model/cpu_tuning.h"
 #include "engine/model/llama_config.h"
 #include "engine/model/llama_weights.h"
 #include "engine/model/model_backend.h"
@@ -29,9 +30,17 @@ namespace streamd {
 // The CPU backend (ModelBackend); also the reference the CUDA backend is tested against.
 class LlamaModel : public ModelBackend {
  public:
-  static StatusOr<std::unique_ptr<LlamaModel>> Load(const std::string& path);
+  // AMX-packed weight copies made earlier (a build plan's, engine/plan) to use instead of
+  // packing at load; ignored where the AMX level does not run. The bytes need only outlive Load.
+  struct Prepacked {
+    const uint8_t* amx_bytes = nullptr;
+    uint64_t amx_size = 0;
+  };
+  static StatusOr<std::unique_ptr<LlamaModel>> Load(const std::string& path,
+                                                    const Prepacked* prepacked = nullptr);
   // Takes ownership of an already opened file (tests build synthetic models in memory).
-  static StatusOr<std::unique_ptr<LlamaModel>> FromFile(std::unique_ptr<gguf::GgufFile> file);
+  static StatusOr<std::unique_ptr<LlamaModel>> FromFile(std::unique_ptr<gguf::GgufFile> file,
+                                                        const Prepacked* prepacked = nullptr);
   // Parses GGUF bytes held in memory; the model keeps them.
   static StatusOr<std::unique_ptr<LlamaModel>> FromBytes(std::vector<uint8_t> bytes);
 
@@ -53,6 +62,15 @@ class LlamaModel : public ModelBackend {
   void RunOnHostThreads(int64_t n, const std::function<void(int64_t)>& fn) override;
   int32_t threads() const { return threads_; }
 
+  // Kernel choices (a build plan's, or candidates while one is tuned). Validated first
+  // (ValidateCpuTuning); every ShapeIsa must name a product shape of this model. threads 0
+  // keeps the current thread count. Not thread-safe with Execute.
+  Status ApplyTuning(const CpuTuning& tuning);
+  const CpuTuning& tuning() const { return tuning_; }
+  // The matrices products run over (output head, then each layer's projections): the shapes a
+  // tuner times.
+  std::vector<const WeightMatrix*> ProductMatrices() const;
+
   // Runs one step plan (ModelBackend's contract). Errors: a plan over a pool in device memory,
   // or sequences the plan does not describe consistently.
   Status Execute(const StepPlan& plan, float* logits) override;
@@ -69,6 +87,7 @@ class LlamaModel : public ModelBackend {
   LlamaWeights weights_;
   std::unique_ptr<RopeTable> rope_;
   int32_t threads_ = 1;
+  CpuTuning tuning_;
   std::unique_ptr<ThreadPool> thread_pool_;  // threads_ threads (the caller included)
 
   // Scratch reused across calls; sized for the largest batch seen so far.

@@ -1,6 +1,9 @@
 #include "engine/model/llama_weights.h"
 
+#include <cstring>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 namespace streamd {
 namespace {
@@ -59,17 +62,50 @@ class Binder {
 
 }  // namespace
 
-void AddAmxPackedCopies(LlamaWeights& w) {
-  std::vector<WeightMatrix*> matrices{&w.output};
-  for (LlamaLayerWeights& l : w.layers) {
-    for (WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+namespace {
+
+// The matrices that get AMX-packed copies, in the order the copies are laid out (a plan's
+// stored copies depend on it): the output head, then each layer's projections.
+template <class Weights>
+auto PackedMatrices(Weights& w) {
+  using Matrix = std::conditional_t<std::is_const_v<Weights>, const WeightMatrix, WeightMatrix>;
+  std::vector<Matrix*> matrices{&w.output};
+  for (auto& l : w.layers) {
+    for (Matrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
       matrices.push_back(m);
     }
   }
-  size_t total = 0;
+  return matrices;
+}
+
+template <class Matrix>
+uint64_t PackedBytes(const std::vector<Matrix*>& matrices) {
+  uint64_t total = 0;
   for (const WeightMatrix* m : matrices) {
     total += kernels::cpu::AmxPackedBytes(m->type, m->rows, m->cols);
   }
+  return total;
+}
+
+// Points every packable matrix at its copy inside w.amx_storage.
+void AssignPackedCopies(const std::vector<WeightMatrix*>& matrices, uint8_t* at) {
+  for (WeightMatrix* m : matrices) {
+    const size_t bytes = kernels::cpu::AmxPackedBytes(m->type, m->rows, m->cols);
+    if (bytes == 0) continue;
+    m->amx_packed = at;
+    at += bytes;
+  }
+}
+
+}  // namespace
+
+uint64_t AmxPackedCopiesBytes(const LlamaWeights& w) {
+  return PackedBytes(PackedMatrices(w));
+}
+
+void AddAmxPackedCopies(LlamaWeights& w) {
+  const std::vector<WeightMatrix*> matrices = PackedMatrices(w);
+  const uint64_t total = PackedBytes(matrices);
   if (total == 0) return;
   // Every copy is a whole number of 64-byte-multiple records, so each starts 64-byte aligned.
   w.amx_storage.reset(static_cast<uint8_t*>(AllocateHugePageBacked(total)));
@@ -80,9 +116,28 @@ void AddAmxPackedCopies(LlamaWeights& w) {
     const size_t bytes = kernels::cpu::AmxPackedBytes(m->type, m->rows, m->cols);
     if (bytes == 0) continue;
     kernels::cpu::PackForAmx(m->type, m->data, m->row_bytes, m->rows, m->cols, at);
-    m->amx_packed = at;
     at += bytes;
   }
+  AssignPackedCopies(matrices, w.amx_storage.get());
+}
+
+Status UsePrepackedAmxCopies(LlamaWeights& w, const uint8_t* bytes, uint64_t size) {
+  const std::vector<WeightMatrix*> matrices = PackedMatrices(w);
+  const uint64_t total = PackedBytes(matrices);
+  if (size != total) {
+    return InvalidArgumentError("the plan's AMX-packed weights are " + std::to_string(size) +
+                                " bytes; this model's are " + std::to_string(total));
+  }
+  if (total == 0) return OkStatus();
+  w.amx_storage.reset(static_cast<uint8_t*>(AllocateHugePageBacked(total)));
+  if (!w.amx_storage) {
+    return ResourceExhaustedError("no memory for the " + std::to_string(total) +
+                                  " bytes of AMX-packed weights");
+  }
+  std::memcpy(w.amx_storage.get(), bytes, total);
+  w.amx_packed_bytes = total;
+  AssignPackedCopies(matrices, w.amx_storage.get());
+  return OkStatus();
 }
 
 StatusOr<LlamaWeights> BindLlamaWeights(const gguf::GgufFile& file, const LlamaConfig& c) {

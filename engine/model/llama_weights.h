@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/gguf/gguf_file.h"
+#include "engine/model/cpu_tuning.h"
 #include "engine/model/llama_config.h"
 #include "engine/util/huge_pages.h"
 #include "engine/util/status.h"
@@ -25,6 +26,9 @@ struct WeightMatrix {
   int64_t cols = 0;  // input features (k)
   // The matrix in the order the AMX level reads it (kernels::cpu::PackForAmx), or null.
   const uint8_t* amx_packed = nullptr;
+  // The level its products run at per token bucket (a build plan's choice), or -1: the active
+  // level (CpuTuning, LlamaModel::ApplyTuning).
+  std::array<int8_t, kTokenBuckets> isa_by_bucket = {-1, -1, -1, -1, -1};
 };
 
 struct LlamaLayerWeights {
@@ -59,5 +63,14 @@ StatusOr<LlamaWeights> BindLlamaWeights(const gguf::GgufFile& file, const LlamaC
 // (98 MB = 94 MiB for SmolLM2-135M Q4_1: 66 MB of projections, 32 MB of Q8_0 head). Without
 // memory for them the model runs as before, on the GGUF rows. Measured in docs/PERFORMANCE.md.
 void AddAmxPackedCopies(LlamaWeights& weights);
+
+// Bytes AddAmxPackedCopies allocates for these weights (0: nothing to pack).
+uint64_t AmxPackedCopiesBytes(const LlamaWeights& weights);
+
+// Copies made earlier instead of packing at load: a build plan's (engine/plan), which stores
+// the bytes AddAmxPackedCopies made, in its order. They are copied once onto huge pages (the
+// tile loops' TLB reach; a file mapping has 4 KiB pages), which takes a fraction of packing.
+// Errors: a size other than AmxPackedCopiesBytes (another model or layout).
+Status UsePrepackedAmxCopies(LlamaWeights& weights, const uint8_t* bytes, uint64_t size);
 
 }  // namespace streamd

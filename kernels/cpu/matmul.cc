@@ -3,15 +3,27 @@
 // weights, empty or inverted ranges) are caller bugs and abort.
 #include "kernels/cpu/matmul.h"
 
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/quant_blocks.h"
 
 namespace streamd::kernels::cpu {
 namespace {
+
+// IsaSupported, asked once per level (it queries cpuid; MatMulRowsAt runs per work item).
+bool SupportedOnce(Isa isa) {
+  static const auto supported = [] {
+    std::array<bool, std::size(kAllIsas)> s{};
+    for (Isa level : kAllIsas) s[static_cast<size_t>(level)] = IsaSupported(level);
+    return s;
+  }();
+  return supported[static_cast<size_t>(isa)];
+}
 
 [[noreturn]] void Fail(const char* what) {
   std::fprintf(stderr, "streamd kernels/cpu: %s\n", what);
@@ -85,28 +97,38 @@ void PrepareActivations(WeightType type, const float* x, int64_t ldx, int64_t k,
 void MatMulRows(WeightType type, const void* w, size_t w_row_bytes, int64_t k, const void* xq,
                 int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin, int64_t row_end,
                 const void* amx_packed) {
+  MatMulRowsAt(ActiveIsa(), type, w, w_row_bytes, k, xq, n_tokens, out, ldo, row_begin, row_end,
+               amx_packed);
+}
+
+void MatMulRowsAt(Isa level, WeightType type, const void* w, size_t w_row_bytes, int64_t k,
+                  const void* xq, int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin,
+                  int64_t row_end, const void* amx_packed) {
   static_cast<void>(amx_packed);  // read only at the AMX level, which a build may lack
+  // Levels are not a chain (AVX-512 VNNI without AVX-VNNI exists): a level above the active one,
+  // or one this CPU lacks, runs at the active one, never at something in between.
+  const Isa isa = level <= ActiveIsa() && SupportedOnce(level) ? level : ActiveIsa();
   CheckK(type, k);
   if (row_begin < 0 || row_end < row_begin || n_tokens < 0) Fail("bad row or token range");
   if (n_tokens > 1 && ldo < row_end) Fail("ldo smaller than row_end");
   if (w_row_bytes < WeightRowBytes(type, k)) Fail("w_row_bytes smaller than one row");
   if (row_begin == row_end || n_tokens == 0) return;
   const auto* w_bytes = static_cast<const uint8_t*>(w);
-  const bool avx2 = ActiveIsa() != Isa::kPortable;
+  const bool avx2 = isa != Isa::kPortable;
   if (IsQuantized(type)) {
     const auto* x_blocks = static_cast<const BlockQ16_1*>(xq);
 #if !defined(STREAMD_NO_AMX)
-    if (ActiveIsa() == Isa::kAmx) {
+    if (isa == Isa::kAmx) {
       internal::MatMulQuantAmx(type, w_bytes, w_row_bytes,
                                static_cast<const uint8_t*>(amx_packed), k, x_blocks, n_tokens,
                                out, ldo, row_begin, row_end);
       return;
     }
 #endif
-    if (ActiveIsa() == Isa::kAvx512Vnni) {
+    if (isa == Isa::kAvx512Vnni) {
       internal::MatMulQuantAvx512Vnni(type, w_bytes, w_row_bytes, k, x_blocks, n_tokens, out, ldo,
                                       row_begin, row_end);
-    } else if (ActiveIsa() == Isa::kAvxVnni) {
+    } else if (isa == Isa::kAvxVnni) {
       internal::MatMulQuantAvxVnni(type, w_bytes, w_row_bytes, k, x_blocks, n_tokens, out, ldo,
                                    row_begin, row_end);
     } else if (avx2) {

@@ -67,6 +67,13 @@ void PrepareActivations(WeightType type, const float* x, int64_t ldx, int64_t k,
 void MatMulRows(WeightType type, const void* w, size_t w_row_bytes, int64_t k, const void* xq,
                 int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin, int64_t row_end,
                 const void* amx_packed = nullptr);
+// The same product at a chosen level instead of ActiveIsa() (a build plan's per-shape choice,
+// docs/BUILD.md). A level above ActiveIsa() runs at ActiveIsa(): the choice can never reach code
+// the CPU lacks, or a level a test forced lower. xq must come from PrepareActivations, whose
+// blocks are the same at every level.
+void MatMulRowsAt(Isa isa, WeightType type, const void* w, size_t w_row_bytes, int64_t k,
+                  const void* xq, int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin,
+                  int64_t row_end, const void* amx_packed = nullptr);
 
 // A copy of a quantized weight matrix in the order the AMX level reads it. The GGUF layout keeps
 // each row's blocks together; the AMX kernel reads block b of 16 rows at a time, scattered over

@@ -1,0 +1,73 @@
+// BuildPlan: what `streamd build` decided for one model on one machine (docs/BUILD.md). A plain
+// value; plan_file.h turns it into a file and back.
+//
+// A plan is bound three ways: to the model (its fingerprint, engine/snapshot/model_fingerprint.h),
+// to the hardware it was tuned on (hardware_fingerprint.h) and to the streamd version that
+// built it (its kernels, and the layout of its pre-packed weights, are that version's). Every
+// choice comes with the measurements that made it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/model/cpu_tuning.h"
+#include "engine/plan/hardware_fingerprint.h"
+#include "engine/util/status.h"
+
+namespace streamd {
+
+inline constexpr int32_t kPlanFormatVersion = 1;
+
+// One number the build measured: a candidate's time, a step time with and without the plan,
+// a perplexity. `what` says what was measured in words ("decode step, 16 sessions, tuned").
+struct PlanMeasurement {
+  std::string what;
+  double value = 0;
+  std::string unit;  // "ms", "tok/s", "ppl", "%", "s"
+  bool operator==(const PlanMeasurement&) const = default;
+};
+
+// A precision cut the build considered, and the eval gate's verdict on it.
+struct PrecisionDecision {
+  std::string name;          // "kernel choices", "int8 kv cache", ...
+  bool accepted = false;
+  double baseline_ppl = 0;   // streaming (sink) perplexity on the eval text without it
+  double ppl = 0;            // ... with it
+  double increase_pct = 0;   // 100 * (ppl / baseline_ppl - 1)
+  double max_increase_pct = 0;
+  std::string eval_text;     // the file it was measured on, and how many tokens
+  int64_t eval_tokens = 0;
+  bool operator==(const PrecisionDecision&) const = default;
+};
+
+struct BuildPlan {
+  int32_t format_version = kPlanFormatVersion;
+  std::string streamd_version;
+  std::string target = "cpu";
+  std::string model_fingerprint;  // 32 hex digits
+  std::string model_name;
+  std::string model_path;         // where the model was at build time (informational)
+  HardwareFingerprint hardware;
+  std::string built_at;           // UTC, ISO 8601
+  double build_seconds = 0;
+  CpuTuning tuning;
+  // Pre-packed weights stored after the manifest: "amx-packed" (LlamaModel's AMX copies, in
+  // their layout) or "none".
+  std::string weights_layout = "none";
+  uint64_t weights_bytes = 0;
+  std::vector<PrecisionDecision> precision;
+  std::vector<PlanMeasurement> measurements;
+  bool operator==(const BuildPlan&) const = default;
+};
+
+// What a plan must match to be used here; errors name the plan file and both sides.
+struct PlanExpectations {
+  std::string model_fingerprint;
+  std::string streamd_version;
+  HardwareFingerprint hardware;
+};
+Status CheckPlanMatches(const BuildPlan& plan, const std::string& plan_path,
+                        const PlanExpectations& here);
+
+}  // namespace streamd

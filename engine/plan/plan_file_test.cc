@@ -1,0 +1,289 @@
+// The plan file: round trips, every kind of damage refused with a reason, the binding checks, and
+// that a plan's kernel choices and pre-packed weights leave the model's outputs as they were.
+#include "engine/plan/plan_file.h"
+
+#include <filesystem>
+#include <random>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "engine/cache/session_cache.h"
+#include "engine/model/llama_model.h"
+#include "engine/model/synthetic_model.h"
+
+namespace streamd {
+namespace {
+
+using ::testing::HasSubstr;
+using kernels::cpu::Isa;
+using kernels::cpu::WeightType;
+
+BuildPlan SamplePlan() {
+  BuildPlan p;
+  p.streamd_version = "0.9.0-test";
+  p.model_fingerprint = "0123456789abcdef0123456789abcdef";
+  p.model_name = "synthetic";
+  p.model_path = "/models/m.gguf";
+  p.hardware = ParseCpuInfo("vendor_id\t: GenuineIntel\nmodel name\t: Test CPU\n"
+                            "flags\t\t: fpu avx2 fma f16c avx512f avx512_vnni\n\n");
+  p.hardware.kernel_level = "avx512-vnni";
+  p.hardware.cpus = 8;
+  p.built_at = "2026-12-02T20:00:00Z";
+  p.build_seconds = 12.5;
+  p.tuning.threads = 6;
+  p.tuning.attention_batch_factor = 8;
+  p.tuning.split[3] = {4, 48, 1536};
+  p.tuning.isa.push_back({WeightType::kQ4_1, 576, 576, 2, Isa::kAvx2});
+  p.tuning.isa.push_back({WeightType::kQ8_0, 49152, 576, 4, Isa::kAmx});
+  p.weights_layout = "amx-packed";
+  p.precision.push_back({"kernel choices", true, 16.31, 16.32, 0.06, 1.0, "eval.txt", 4096});
+  p.measurements.push_back({"decode step, 1 session, defaults", 3.7, "ms"});
+  p.measurements.push_back({"decode step, 1 session, tuned", 3.5, "ms"});
+  return p;
+}
+
+std::vector<uint8_t> SampleWeights(size_t n) {
+  std::vector<uint8_t> w(n);
+  std::mt19937 rng(std::random_device{}());
+  for (uint8_t& b : w) b = static_cast<uint8_t>(rng());
+  return w;
+}
+
+TEST(PlanFileTest, RoundTripsThroughBytesAndFiles) {
+  const BuildPlan plan = SamplePlan();
+  const std::vector<uint8_t> weights = SampleWeights(10000);
+  const std::vector<uint8_t> bytes = SerializePlan(plan, weights);
+  auto parsed = ParsePlanBytes(bytes);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  BuildPlan expected = plan;
+  expected.weights_bytes = weights.size();
+  EXPECT_EQ(parsed->plan, expected);
+  EXPECT_EQ(parsed->weights_offset % kPlanWeightsAlignment, 0u);
+
+  const std::string path = testing::TempDir() + "/round_trip.plan";
+  ASSERT_TRUE(WritePlanFile(path, plan, weights).ok());
+  auto file = PlanFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  EXPECT_EQ((*file)->plan(), expected);
+  const std::span<const uint8_t> mapped = (*file)->weights();
+  EXPECT_TRUE(std::equal(mapped.begin(), mapped.end(), weights.begin(), weights.end()));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(mapped.data()) % kPlanWeightsAlignment, 0u);
+  std::filesystem::remove(path);
+}
+
+TEST(PlanFileTest, EveryTruncationIsRefused) {
+  const std::vector<uint8_t> bytes = SerializePlan(SamplePlan(), SampleWeights(300));
+  for (size_t n = 0; n < bytes.size(); n += (n < 200 ? 1 : 37)) {
+    auto parsed = ParsePlanBytes({bytes.data(), n});
+    EXPECT_FALSE(parsed.ok()) << "a plan cut to " << n << " bytes was accepted";
+  }
+}
+
+TEST(PlanFileTest, EveryFlippedByteIsRefused) {
+  const std::vector<uint8_t> clean = SerializePlan(SamplePlan(), SampleWeights(300));
+  std::mt19937 rng(std::random_device{}());
+  for (size_t at = 0; at < clean.size(); at += 1 + rng() % 5) {
+    std::vector<uint8_t> bytes = clean;
+    bytes[at] ^= static_cast<uint8_t>(1 + rng() % 255);
+    auto parsed = ParsePlanBytes(bytes);
+    // Padding between the manifest and the weights is the only part no check covers.
+    if (parsed.ok()) {
+      const uint64_t manifest_end = kPlanHeaderBytes + PlanManifestJson(SamplePlan()).size();
+      EXPECT_GE(at, manifest_end) << "a flipped byte at " << at << " was accepted";
+      EXPECT_LT(at, parsed->weights_offset);
+    }
+  }
+}
+
+TEST(PlanFileTest, ErrorsNameTheReason) {
+  std::vector<uint8_t> bytes = SerializePlan(SamplePlan(), {});
+  EXPECT_THAT(ParsePlanBytes({bytes.data(), 10}).status().message(), HasSubstr("truncated"));
+  std::vector<uint8_t> other = bytes;
+  other[0] = 'X';
+  EXPECT_THAT(ParsePlanBytes(other).status().message(), HasSubstr("not a streamd plan"));
+  other = bytes;
+  other[8] = 7;  // format version
+  EXPECT_THAT(ParsePlanBytes(other).status().message(), HasSubstr("format version 7"));
+  other = bytes;
+  other[80] ^= 1;  // inside the manifest
+  EXPECT_EQ(ParsePlanBytes(other).status().code(), StatusCode::kDataLoss);
+  // A manifest that parses but breaks a rule names the field.
+  BuildPlan bad = SamplePlan();
+  bad.tuning.split[1].max_rows = 50;  // not a multiple of kRowQuantum
+  EXPECT_THAT(ParsePlanBytes(SerializePlan(bad, SampleWeights(10))).status().message(),
+              HasSubstr("tuning.split[1].max_rows"));
+  EXPECT_THAT(ParsePlanManifest("{\"format_version\": 1}").status().message(),
+              HasSubstr("streamd_version is missing"));
+  EXPECT_THAT(ParsePlanManifest("[1,2").status().message(), HasSubstr("not valid JSON"));
+  EXPECT_THAT(PlanFile::Open(testing::TempDir() + "/no-such.plan").status().message(),
+              HasSubstr("no-such.plan: cannot open"));
+}
+
+TEST(PlanFileTest, APlanIsBoundToModelVersionAndHardware) {
+  const BuildPlan plan = SamplePlan();
+  PlanExpectations here{plan.model_fingerprint, plan.streamd_version, plan.hardware};
+  EXPECT_TRUE(CheckPlanMatches(plan, "m.plan", here).ok());
+
+  PlanExpectations other_model = here;
+  other_model.model_fingerprint = "ffffffffffffffffffffffffffffffff";
+  Status s = CheckPlanMatches(plan, "m.plan", other_model);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("another model"));
+  EXPECT_THAT(s.message(), HasSubstr(plan.model_fingerprint));
+
+  PlanExpectations other_version = here;
+  other_version.streamd_version = "1.0.0";
+  EXPECT_THAT(CheckPlanMatches(plan, "m.plan", other_version).message(),
+              HasSubstr("built by streamd 0.9.0-test; this is streamd 1.0.0"));
+
+  PlanExpectations other_cpu = here;
+  other_cpu.hardware.model = "AMD EPYC 9654";
+  other_cpu.hardware.isa_flags = {"avx2", "avx512_vnni", "avx512f"};
+  s = CheckPlanMatches(plan, "m.plan", other_cpu);
+  EXPECT_THAT(s.message(), HasSubstr("Test CPU"));       // the plan's machine
+  EXPECT_THAT(s.message(), HasSubstr("AMD EPYC 9654"));  // and this one
+}
+
+// ---- a plan's choices applied to a model ------------------------------------------------------
+
+SyntheticModelSpec QuantSpec() {
+  SyntheticModelSpec spec;
+  spec.dim = 128;
+  spec.n_heads = 4;
+  spec.n_kv_heads = 2;
+  spec.ffn_dim = 320;
+  spec.weight_type = gguf::TensorType::kQ4_1;
+  spec.embedding_type = gguf::TensorType::kQ8_0;
+  spec.seed = std::random_device{}();
+  return spec;
+}
+
+// Logits of every token of `tokens` streamed through a fresh sink cache in chunks of 8.
+std::vector<float> Logits(LlamaModel& model, const std::vector<int32_t>& tokens) {
+  const LlamaConfig& c = model.config();
+  const KvShape shape{c.n_layers, c.n_kv_heads, c.head_dim};
+  const CacheSpec spec{CacheMode::kSink, 4, 28, 8};
+  auto pool = BlockPool::Create(shape, 16, 8 * BlockPool::BlockBytes(shape, 16));
+  EXPECT_TRUE(pool.ok());
+  auto cache = SessionCache::Create(pool->get(), spec, c.context_length);
+  EXPECT_TRUE(cache.ok());
+  std::vector<float> all, chunk(8 * static_cast<size_t>(c.vocab_size));
+  for (size_t i = 0; i < tokens.size(); i += 8) {
+    const size_t n = std::min<size_t>(8, tokens.size() - i);
+    EXPECT_TRUE(model.Forward({tokens.data() + i, n}, **cache, LogitsMode::kAll, chunk.data()).ok());
+    all.insert(all.end(), chunk.begin(), chunk.begin() + n * c.vocab_size);
+  }
+  return all;
+}
+
+std::vector<int32_t> RandomTokens(int32_t vocab, size_t n) {
+  std::mt19937 rng(std::random_device{}());
+  std::vector<int32_t> t(n);
+  for (int32_t& x : t) x = static_cast<int32_t>(rng() % vocab);
+  return t;
+}
+
+TEST(PlanTuningTest, SplitsAndAttentionGroupingLeaveLogitsBitIdentical) {
+  auto model = MakeSyntheticModel(QuantSpec());
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  const std::vector<int32_t> tokens = RandomTokens((*model)->config().vocab_size, 60);
+  const std::vector<float> before = Logits(**model, tokens);
+  CpuTuning t;
+  t.threads = 3;
+  t.attention_batch_factor = 1;  // one attention task per token from 3 tokens on
+  for (RowSplit& s : t.split) s = {4, 48, 96};
+  ASSERT_TRUE((*model)->ApplyTuning(t).ok());
+  EXPECT_EQ((*model)->threads(), 3);
+  EXPECT_EQ(Logits(**model, tokens), before);  // the same arithmetic, cut differently
+}
+
+CpuTuning EveryShapeAt(const LlamaModel& model, Isa isa) {
+  CpuTuning t;
+  for (const WeightMatrix* m : model.ProductMatrices()) {
+    for (int b = 0; b < kTokenBuckets; ++b) {
+      ShapeIsa s{m->type, m->rows, m->cols, b, isa};
+      if (std::find(t.isa.begin(), t.isa.end(), s) == t.isa.end()) t.isa.push_back(s);
+    }
+  }
+  return t;
+}
+
+float MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  float d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(a[i] - b[i]));
+  return d;
+}
+
+TEST(PlanTuningTest, PerShapeLevelsRunTheChosenKernels) {
+  auto model = MakeSyntheticModel(QuantSpec());
+  ASSERT_TRUE(model.ok());
+  const std::vector<int32_t> tokens = RandomTokens((*model)->config().vocab_size, 40);
+  const std::vector<float> active = Logits(**model, tokens);
+  // Naming the active level for every shape changes nothing, bit for bit.
+  ASSERT_TRUE((*model)->ApplyTuning(EveryShapeAt(**model, kernels::cpu::ActiveIsa())).ok());
+  EXPECT_EQ(Logits(**model, tokens), active);
+  if (kernels::cpu::ActiveIsa() == Isa::kPortable) GTEST_SKIP() << "only the portable level here";
+  // The portable products for every shape: the outputs move by rounding (the f32 sums run in
+  // another order), as much as a whole model forced to that level moves them, and not more
+  // (forcing also quantizes the activations at that level).
+  ASSERT_TRUE((*model)->ApplyTuning(EveryShapeAt(**model, Isa::kPortable)).ok());
+  const std::vector<float> chosen = Logits(**model, tokens);
+  const Isa saved = kernels::cpu::ActiveIsa();
+  ASSERT_TRUE((*model)->ApplyTuning(CpuTuning{}).ok());
+  kernels::cpu::ForceIsa(Isa::kPortable);
+  const std::vector<float> forced = Logits(**model, tokens);
+  kernels::cpu::ForceIsa(saved);
+  ASSERT_EQ(chosen.size(), active.size());
+  EXPECT_NE(chosen, active) << "the chosen level did not run";
+  EXPECT_LE(MaxAbsDiff(chosen, active), 2 * MaxAbsDiff(forced, active) + 1e-4f);
+}
+
+TEST(PlanTuningTest, BadTuningIsRefusedWholeAndNamesTheField) {
+  auto model = MakeSyntheticModel(QuantSpec());
+  ASSERT_TRUE(model.ok());
+  const CpuTuning original = (*model)->tuning();
+  CpuTuning t;
+  t.split[2].items_per_thread = 0;
+  EXPECT_THAT((*model)->ApplyTuning(t).message(), HasSubstr("tuning.split[2].items_per_thread"));
+  CpuTuning unknown;
+  unknown.threads = 5;
+  unknown.isa.push_back({WeightType::kQ4_0, 4096, 4096, 0, Isa::kAvx2});
+  EXPECT_THAT((*model)->ApplyTuning(unknown).message(),
+              HasSubstr("tuning.isa[0]: this model has no 4096x4096 q4_0 matrix"));
+  EXPECT_EQ((*model)->tuning(), original);
+  CpuTuning twice;
+  twice.isa.push_back({WeightType::kQ4_1, 128, 128, 1, Isa::kAvx2});
+  twice.isa.push_back({WeightType::kQ4_1, 128, 128, 1, Isa::kPortable});
+  EXPECT_THAT((*model)->ApplyTuning(twice).message(), HasSubstr("listed twice"));
+}
+
+TEST(PlanTuningTest, PrepackedAmxCopiesGiveTheSameLogits) {
+  const SyntheticModelSpec spec = QuantSpec();
+  auto first = MakeSyntheticModel(spec);
+  ASSERT_TRUE(first.ok());
+  const LlamaWeights& w = (*first)->weights();
+  if (w.amx_packed_bytes == 0) {
+    // Without AMX there are no copies to store; a size mismatch is still refused.
+    LlamaWeights copy;
+    EXPECT_TRUE(UsePrepackedAmxCopies(copy, nullptr, 0).ok());
+    GTEST_SKIP() << "this CPU has no AMX: no packed copies to compare";
+  }
+  const std::vector<uint8_t> stored(w.amx_storage.get(), w.amx_storage.get() + w.amx_packed_bytes);
+  auto bytes = BuildSyntheticModel(spec);
+  ASSERT_TRUE(bytes.ok());
+  auto file = gguf::GgufFile::FromBuffer(bytes->data(), bytes->size());
+  ASSERT_TRUE(file.ok());
+  LlamaModel::Prepacked prepacked{stored.data(), stored.size()};
+  auto second = LlamaModel::FromFile(std::move(file).value(), &prepacked);
+  ASSERT_TRUE(second.ok()) << second.status().message();
+  const std::vector<int32_t> tokens = RandomTokens(spec.vocab_size, 40);  // 8-token chunks: AMX
+  EXPECT_EQ(Logits(**second, tokens), Logits(**first, tokens));
+  auto wrong = gguf::GgufFile::FromBuffer(bytes->data(), bytes->size());
+  LlamaModel::Prepacked short_copy{stored.data(), stored.size() - 64};
+  EXPECT_THAT(LlamaModel::FromFile(std::move(wrong).value(), &short_copy).status().message(),
+              HasSubstr("AMX-packed weights are"));
+}
+
+}  // namespace
+}  // namespace streamd
