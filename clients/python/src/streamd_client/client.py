@@ -509,6 +509,9 @@ class Session:
                         e.code, f"session {self.id} could not be resumed: {e.message}", e.field))
                     return
             else:
+                if self._closing:  # closed or detached here while the Resume was on its way
+                    call.cancel()
+                    return
                 self._call = call
                 self.opened = opened
                 self.cache = opened.cache
