@@ -197,12 +197,14 @@ async def test_auto_resume_across_kill9_and_restart():
     try:
         async with Client(d.address, resume_timeout=60) as c:
             s = await c.open()
+            await asyncio.sleep(0.2)
+            before = d.snapshot_mtime(s.id)
             ack = await s.append("Tell me a long story about the sea.", role="user")
-            for _ in range(200):  # snapshot_interval 0: written right after the ack
-                if d.snapshot_written(s.id):
+            for _ in range(200):  # snapshot_interval 0: written (asynchronously) after the ack
+                if d.snapshot_mtime(s.id) > before:
                     break
                 await asyncio.sleep(0.05)
-            assert d.snapshot_written(s.id)
+            assert d.snapshot_mtime(s.id) > before, "no snapshot was written after the Append"
             gen = s.generate(300, temperature=0.0)
             await gen.__anext__()
             d.kill9()  # a generation in flight at the disconnect

@@ -77,8 +77,13 @@ class Daemon:
         self.kill9()
         self.start()
 
-    def snapshot_written(self, session_id: str) -> bool:
-        return os.path.exists(os.path.join(self.snapshot_dir, session_id + ".snap"))
+    def snapshot_mtime(self, session_id: str) -> int:
+        """mtime_ns of the session's snapshot file, 0 while there is none (written atomically,
+        by rename, so a new mtime means a complete new snapshot)."""
+        try:
+            return os.stat(os.path.join(self.snapshot_dir, session_id + ".snap")).st_mtime_ns
+        except FileNotFoundError:
+            return 0
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
