@@ -598,12 +598,29 @@ class Client:
                       session_id: Optional[str]) -> Tuple[pb.Opened, Any]:
         call = self.stub.Session(metadata=self._md(session_id))
         try:
-            await call.write(first)
+            try:
+                await call.write(first)
+            except (grpc.aio.AioRpcError, grpc.aio.UsageError, asyncio.InvalidStateError):
+                # The server may end the stream before reading anything (a refused API key):
+                # a write then fails with a generic error; the call's own status says why.
+                pass
             reply = await call.read()
             if reply is grpc.aio.EOF:
                 code = await call.code()
                 raise errors.make_error(code, await call.details() or "the stream ended")
         except grpc.aio.AioRpcError as e:
+            if e.code() == grpc.StatusCode.INTERNAL:
+                # grpcio reports a stream the server refused before reading (an API key it does
+                # not know) as "Internal error from Core" when the write raced the refusal: a
+                # unary call with the same metadata tells the real reason.
+                try:
+                    await self.stub.GetModelInfo(pb.GetModelInfoRequest(), metadata=self._md(),
+                                                 timeout=10)
+                except grpc.aio.AioRpcError as probe:
+                    if probe.code() in (grpc.StatusCode.UNAUTHENTICATED,
+                                        grpc.StatusCode.PERMISSION_DENIED,
+                                        grpc.StatusCode.UNAVAILABLE):
+                        raise errors.from_unary(probe) from None
             raise errors.from_rpc(e) from None
         except grpc.aio.UsageError as e:
             raise errors.UnavailableError(grpc.StatusCode.UNAVAILABLE, str(e)) from None
