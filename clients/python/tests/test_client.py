@@ -272,3 +272,18 @@ async def test_partial_append_is_replaced(daemon):
         assert ra.tokens == rb.tokens
         await a.close()
         await b.close()
+
+
+async def test_closed_elsewhere_is_final_not_resumed(daemon):
+    async with Client(daemon.address) as c, Client(daemon.address) as other:
+        s = await c.open()
+        await s.append("Hello", role="user")
+        await other.close_session(s.id)  # its stream ends with ABORTED: nothing to resume
+        for _ in range(100):
+            if not s.connected or s._fatal is not None:
+                break
+            await asyncio.sleep(0.02)
+        with pytest.raises(sc.SessionClosedError) as e:
+            await s.generate(4).wait()
+        assert e.value.code == grpc.StatusCode.ABORTED
+        assert s.resumes == 0
