@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""A voice loop: simulated ASR partial transcripts, a TTS playback clock, barge-in, and the
+context truncated to what was actually played.
+
+Per turn: the "ASR" sends growing partial transcripts of the user's utterance (Append
+partial=True, each replaced by the next) and then the final one; the assistant's reply is
+generated and "played" by a TTS clock at --tts-rate tokens/s (a token counts as played once
+the clock passes it); after --barge-in-after played tokens the user speaks again: the reply is
+cancelled and truncated to the played tokens (Truncate), so the model's context holds what the
+user heard, not what was generated ahead of the playback.
+
+REDUCED MODE (flagged in the output): a client built from a streamd.proto without Truncate and
+Append.partial (before the engine branch is merged) cannot send them. Then partials stay in the
+client (only finals are appended) and the unplayed tail of a barged-in reply stays in the
+context. Everything else, and every measurement, is the same.
+
+Measures: barge-in to first new token (the user's final transcript appended during playback ->
+the first token of the new reply), inter-token latency (median/p90). Exits non-zero on failure.
+"""
+import argparse
+import asyncio
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import List
+
+import streamd_client as sc
+from streamd_client.client import HAS_PARTIAL_APPEND, HAS_TRUNCATE_FORK
+from _common import add_connection_args, connect_target, inter_token_gaps, summary_ms
+
+UTTERANCES = ["tell me about the moon", "no wait, tell me about the sea",
+              "what about mountains", "and rivers in spring", "say something about cities"]
+FULL = HAS_TRUNCATE_FORK and HAS_PARTIAL_APPEND
+
+
+@dataclass
+class VoiceStats:
+    barge_in_to_first_token: List[float] = field(default_factory=list)
+    inter_token: List[float] = field(default_factory=list)
+    turns: int = 0
+    truncated_tokens: int = 0
+
+
+async def _deltas(first, gen):
+    if first is not None:
+        yield first
+    async for d in gen:
+        yield d
+
+
+async def play(gen: sc.Generation, rate: float, stop_after: int, stats: VoiceStats,
+               first_delta=None):
+    """The TTS clock: token k is played at start + k/rate. Returns (played, first_token_time)."""
+    played, start, first, times = 0, None, None, []
+    async for d in _deltas(first_delta, gen):
+        times.append(d.received_at)
+        if first is None:
+            first, start = d.received_at, d.received_at
+        for _ in d.tokens:
+            await asyncio.sleep(max(0.0, start + played / rate - time.monotonic()))
+            played += 1
+            if played >= stop_after:
+                break
+        if played >= stop_after:
+            break
+    stats.inter_token.extend(inter_token_gaps(times))
+    return played, first
+
+
+async def voice_session(client: sc.Client, turns: int, rate: float, barge_after: int,
+                        max_tokens: int, full: bool, log=print) -> VoiceStats:
+    stats = VoiceStats()
+    s = await client.open()
+    log(f"session {s.id} opened")
+    await s.append("You are a friendly voice assistant. Answer in two sentences.",
+                   role="system")
+    await asr_partials_only(s, UTTERANCES[0], full, log)
+    await s.append(UTTERANCES[0], role="user")
+    gen = s.generate(max_tokens, temperature=0.0)
+    first = None
+    for turn in range(1, turns + 1):
+        played, _ = await play(gen, rate, barge_after, stats, first)
+        log(f"  turn {turn}: played {played} tokens; the user barges in")
+        utterance = UTTERANCES[turn % len(UTTERANCES)]
+        if not full:
+            # REDUCED MODE: the final transcript is appended while the reply still streams:
+            # the server cancels it (barge-in) and appends; nothing can be truncated.
+            await asr_partials_only(s, utterance, full, log)
+            t0 = time.monotonic()
+            await s.append(utterance, role="user")
+            r = await gen
+            if r.reason != sc.FinishReason.CANCELLED:
+                raise RuntimeError(f"barge-in did not cancel the reply ({r.reason.name})")
+            log(f"    REDUCED MODE: barge-in cancelled the reply; no Truncate, so "
+                f"{r.usage.output_tokens - played} unplayed tokens stay in the context")
+        else:
+            # barge-in: stop the reply, keep only what was played, then the new utterance
+            await gen.cancel()
+            r = await gen
+        generated = r.usage.output_tokens
+        if full:
+            st = await s.truncate(r.request_id, min(played, generated))
+            stats.truncated_tokens += generated - min(played, generated)
+            log(f"    truncated to the {min(played, generated)} played of {generated} "
+                f"generated tokens (tokens_seen {st.tokens_seen})")
+            await asr_partials_only(s, utterance, full, log)
+            t0 = time.monotonic()
+            await s.append(utterance, role="user")
+        gen = s.generate(max_tokens, temperature=0.0)
+        first = await gen.__anext__()
+        stats.barge_in_to_first_token.append(first.received_at - t0)
+        log(f"    asr final {utterance!r} -> first new token in "
+            f"{(first.received_at - t0) * 1e3:.1f} ms: {first.text!r}")
+        stats.turns += 1
+    await gen.cancel()
+    await gen
+    await s.close()
+    return stats
+
+
+async def asr_partials_only(session, utterance, full, log):
+    words = utterance.split()
+    for i in range(1, len(words)):
+        partial = " ".join(words[:i])
+        if full:
+            await session.append(partial, partial=True)
+        log(f"    asr partial: {partial!r}" + ("" if full else " (kept client-side)"))
+
+
+async def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_connection_args(p)
+    p.add_argument("--turns", type=int, default=3)
+    p.add_argument("--tts-rate", type=float, default=25.0, help="tokens played per second")
+    p.add_argument("--barge-in-after", type=int, default=8, help="played tokens before barge-in")
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--json", action="store_true", help="print one JSON object last")
+    args = p.parse_args()
+    if not FULL:
+        print("MODE: REDUCED - this client's streamd.proto has no Truncate / Append.partial "
+              "(engine branch not merged): partials stay client-side, no truncation")
+    address, daemon = connect_target(args)
+    try:
+        async with sc.Client(address, ca=args.ca, api_key=args.api_key) as client:
+            st = await voice_session(client, args.turns, args.tts_rate, args.barge_in_after,
+                                     args.max_tokens, FULL)
+        if st.turns != args.turns or not st.barge_in_to_first_token:
+            raise RuntimeError("not every turn completed")
+        print(summary_ms("barge-in to first new token", st.barge_in_to_first_token))
+        print(summary_ms("inter-token latency", st.inter_token))
+        if args.json:
+            print(json.dumps({"mode": "full" if FULL else "reduced", "turns": st.turns,
+                              "barge_in_ms": [round(x * 1e3, 2) for x in
+                                              st.barge_in_to_first_token]}))
+        return 0
+    finally:
+        if daemon is not None:
+            daemon.stop()
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(asyncio.run(main()))
+    except (sc.StreamdError, RuntimeError) as e:
+        print(f"voice_loop: FAILED: {e}", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The Python client (clients/python) against the freshly built daemon: a venv under the build
+# directory, `pip install ./clients/python pytest pytest-asyncio` (from PyPI: no index = FAIL,
+# never a skip), the pytest suite, then examples/agent_loop.py (a kill -9 + restart of its own
+# daemon mid-run) and examples/voice_loop.py.
+# Usage: STREAMD_MODEL=PATH python_client_test.sh SOURCE_DIR BUILD_DIR STREAMD_BINARY
+set -u
+src="$1"
+build="$2"
+streamd="$3"
+model="${STREAMD_MODEL:-}"
+if [ -z "$model" ] || [ ! -f "$model" ]; then
+  echo "FAIL: model path '$model' missing (set STREAMD_MODEL; make test does)"; exit 1
+fi
+command -v openssl >/dev/null || { echo "FAIL: openssl is missing (apt-get install openssl)"; exit 1; }
+venv="$build/python-client-venv"
+# Wheels are cached under the build directory (kept between runs: pip reuses what it has and
+# asks the index only what is new); PIP_CACHE_DIR from the caller wins.
+export PIP_CACHE_DIR="${PIP_CACHE_DIR:-$build/pip-cache}"
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+if [ ! -x "$venv/bin/python" ]; then
+  python3 -m venv "$venv" ||
+    { echo "FAIL: python3 -m venv failed (apt-get install python3-venv)"; exit 1; }
+fi
+# The package is always reinstalled, so its stubs are generated from this tree's proto. A pip
+# that cannot reach an index fails here (exit 1): this test never skips.
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/clients" "$work/proto/streamd/v1"  # a clean copy: no build/ in the source tree
+cp -r "$src/clients/python" "$work/clients/python"
+rm -rf "$work/clients/python/build" "$work/clients/python/src/"*.egg-info
+cp "$src/proto/streamd/v1/streamd.proto" "$work/proto/streamd/v1/"
+if ! "$venv/bin/python" -m pip install --quiet --timeout 30 --retries 2 \
+    "$work/clients/python" pytest pytest-asyncio; then
+  echo "FAIL: pip install of clients/python, pytest, pytest-asyncio failed (is PyPI reachable?)"
+  exit 1
+fi
+export STREAMD_BINARY="$streamd" STREAMD_MODEL="$model"
+failed=0
+cd "$src/clients/python"
+# needs_truncate_fork: Truncate, Fork and Append.partial are built on the engine branch; this
+# branch's daemon does not implement them yet, so their tests are deselected here. The lead
+# drops this -m after merging the engine branch.
+"$venv/bin/python" -m pytest -q -p no:cacheprovider -m "not needs_truncate_fork" tests ||
+  { echo "FAIL: pytest"; failed=1; }
+cd examples
+"$venv/bin/python" agent_loop.py --spawn "$streamd" --turns 4 --restart-at 2 ||
+  { echo "FAIL: examples/agent_loop.py"; failed=1; }
+"$venv/bin/python" voice_loop.py --spawn "$streamd" --turns 3 ||
+  { echo "FAIL: examples/voice_loop.py"; failed=1; }
+[ "$failed" -eq 0 ] && echo "PASS: python client"
+exit "$failed"
