@@ -309,6 +309,13 @@ int32_t SessionCache::last_id() const {
   return sink_ids_.empty() ? -1 : sink_ids_.back();
 }
 
+int32_t SessionCache::IdAt(int64_t p) const {
+  if (p < 0 || p >= seen_) return -1;
+  if (p < static_cast<int64_t>(sink_ids_.size())) return sink_ids_[p];
+  if (p < held_from()) return -1;
+  return window_ids_[static_cast<size_t>(p - held_from())];
+}
+
 StatusOr<std::unique_ptr<SessionCache>> SessionCache::Fork() const {
   if (!placed_.empty()) {
     return FailedPreconditionError("fork: a chunk of " + std::to_string(placed_.size()) +

@@ -150,8 +150,10 @@ class SessionCache {
   // here without reaching evicted rows (tokens_seen() when nothing is evicted).
   bool CanRewind(int64_t n) const;
   int64_t MaxRewind() const;
-  // The id of the last committed token (-1 when none).
+  // The id of the last committed token (-1 when none), and of the one at text position p (-1
+  // when its id is no longer held).
   int32_t last_id() const;
+  int32_t IdAt(int64_t p) const;
   // A new cache with this one's spec and context that shares every block (one more reference
   // each); FAILED_PRECONDITION while a chunk is placed.
   StatusOr<std::unique_ptr<SessionCache>> Fork() const;
