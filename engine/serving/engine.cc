@@ -179,7 +179,8 @@ StatusOr<Engine::Session*> Engine::Find(SessionId id) const {
 }
 
 Status Engine::Append(SessionId id, std::span<const int32_t> tokens,
-                      const MetadataUpdates& metadata, bool partial) {
+                      const MetadataUpdates& metadata, AppendMode mode) {
+  const bool partial = mode == AppendMode::kPartial;
   if (tokens.empty()) return InvalidArgumentError("append: tokens is empty");
   const int32_t vocab = tokenizer_->vocab_size();
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -198,7 +199,7 @@ Status Engine::Append(SessionId id, std::span<const int32_t> tokens,
     STREAMD_ASSIGN_OR_RETURN(Session * s, Find(id));
     int64_t start = s->context_length();  // where these tokens begin in the context
     const std::span<const int32_t> all = tokens;
-    if (s->partial) {
+    if (s->partial && mode != AppendMode::kAfterPartial) {
       // Replacing a partial Append: keep the common prefix, rewind the rest of the context.
       const std::vector<int32_t>& old = s->partial->tokens;
       const size_t common = static_cast<size_t>(
@@ -246,7 +247,7 @@ Status Engine::Append(SessionId id, std::span<const int32_t> tokens,
     }
     s->pending.insert(s->pending.end(), tokens.begin(), tokens.end());
     // The partial's tokens: all of this Append's (a replacement's kept prefix included).
-    if (s->partial) s->partial->tokens.assign(all.begin(), all.end());
+    if (partial) s->partial->tokens.assign(all.begin(), all.end());
     stats_.tokens_appended += static_cast<int64_t>(tokens.size());
     for (const auto& [key, value] : metadata) s->metadata[key] = value;
     s->context_revision = ++s->revision;

@@ -73,8 +73,11 @@ class Engine {
   // tokens. An Append identical to the partial changes nothing, and a generation running on the
   // partial goes on. FAILED_PRECONDITION (naming the limit) when the rewind would need rows the
   // window has evicted.
+  // kAfterPartial adds input behind an open partial without replacing it (the server's chat
+  // prompt before a Generate): the partial's replacement rewinds it too.
+  enum class AppendMode { kFinal, kPartial, kAfterPartial };
   Status Append(SessionId id, std::span<const int32_t> tokens,
-                const MetadataUpdates& metadata = {}, bool partial = false);
+                const MetadataUpdates& metadata = {}, AppendMode mode = AppendMode::kFinal);
   Status Generate(SessionId id, GenerateOptions options, EventSink sink);
   // Ends the running generation with FinishReason::kCancelled (OK if none is running).
   Status Cancel(SessionId id);

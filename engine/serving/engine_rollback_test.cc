@@ -279,7 +279,7 @@ TEST_F(RollbackTest, PartialAppendIsReplacedKeepingTheCommonPrefix) {
   for (int32_t t : RandomTokens(9, 23)) final_input.push_back(t);
   SessionId a = *engine_->Open(Greedy());
   ASSERT_TRUE(engine_->Append(a, head).ok());
-  ASSERT_TRUE(engine_->Append(a, partial, {}, /*partial=*/true).ok());
+  ASSERT_TRUE(engine_->Append(a, partial, {}, Engine::AppendMode::kPartial).ok());
   Generate(a, 8, "spec");  // a speculative answer to the partial input
   ASSERT_TRUE(engine_->Append(a, final_input).ok());
   SessionId b = *engine_->Open(Greedy());
@@ -295,14 +295,14 @@ TEST_F(RollbackTest, PartialAppendIsReplacedKeepingTheCommonPrefix) {
 TEST_F(RollbackTest, GenerationOnAPartialIsCancelledOnlyWhenTheInputChanges) {
   const std::vector<int32_t> partial = RandomTokens(15, 31);
   SessionId a = *engine_->Open(Greedy());
-  ASSERT_TRUE(engine_->Append(a, partial, {}, true).ok());
+  ASSERT_TRUE(engine_->Append(a, partial, {}, Engine::AppendMode::kPartial).ok());
   // The same input, now final, while a speculative generation runs: it goes on.
   ASSERT_TRUE(engine_->Generate(a, Gen(15, "spec"), events_.Sink()).ok());
   ASSERT_TRUE(engine_->Append(a, partial).ok());
   EXPECT_EQ(events_.WaitDone(a).reason, FinishReason::kLength);
   // A partial replaced by different input while generating: cancelled and rolled back.
   SessionId c = *engine_->Open(Greedy());
-  ASSERT_TRUE(engine_->Append(c, partial, {}, true).ok());
+  ASSERT_TRUE(engine_->Append(c, partial, {}, Engine::AppendMode::kPartial).ok());
   ASSERT_TRUE(engine_->Generate(c, Gen(100000, "spec"), events_.Sink()).ok());
   while (events_.Tokens(c).size() < 2) std::this_thread::sleep_for(1ms);
   std::vector<int32_t> changed = partial;
