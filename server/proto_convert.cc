@@ -92,6 +92,15 @@ StatusOr<SamplingParams> MergeSampling(const v1::SamplingParams& p, const Sampli
   return s;
 }
 
+Status ValidateTruncate(const v1::Truncate& t, const ServerLimits& limits) {
+  STREAMD_RETURN_IF_ERROR(ValidateRequestId(t.request_id(), limits, "truncate.request_id"));
+  if (t.keep_tokens() < 0) {
+    return InvalidArgumentError("truncate.keep_tokens = " + std::to_string(t.keep_tokens()) +
+                                " must be >= 0 (output tokens of the generation that stay)");
+  }
+  return OkStatus();
+}
+
 Status ValidateRequestId(std::string_view id, const ServerLimits& limits, std::string_view path) {
   if (id.size() > static_cast<size_t>(limits.max_request_id_bytes)) {
     return InvalidArgumentError(Str(path) + " is " + std::to_string(id.size()) +

@@ -41,6 +41,10 @@ StatusOr<GenerateOptions> ToGenerateOptions(const v1::Generate& g,
 // vocabulary and within max_append_tokens; the role is known and used with text only.
 Status ValidateAppend(const v1::Append& a, const ServerLimits& limits, int32_t vocab_size);
 
+// Truncate: request_id as Generate's, keep_tokens >= 0 (its upper bound, the generation's
+// length, is the engine's check).
+Status ValidateTruncate(const v1::Truncate& t, const ServerLimits& limits);
+
 // request_id: at most max_request_id_bytes, printable ASCII.
 Status ValidateRequestId(std::string_view id, const ServerLimits& limits, std::string_view path);
 

@@ -161,6 +161,39 @@ StatusOr<std::shared_ptr<ServerSession>> SessionRegistry::Open(const SessionOpti
   return s;
 }
 
+StatusOr<std::shared_ptr<ServerSession>> SessionRegistry::Fork(
+    const std::shared_ptr<ServerSession>& parent) {
+  StatusOr<SessionId> id = engine_.Fork(parent->id);
+  if (!id.ok() && id.status().code() == StatusCode::kResourceExhausted && OffloadOneForRoom()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the offload's step ends
+    id = engine_.Fork(parent->id);
+  }
+  if (!id.ok()) return id.status();
+  auto s = std::make_shared<ServerSession>();
+  s->id = *id;
+  s->options = parent->options;
+  s->spec = parent->spec;
+  s->max_blocks = parent->max_blocks;
+  s->client = parent->client;
+  {
+    std::lock_guard<std::mutex> parent_lock(parent->mu);
+    s->has_input = parent->has_input;
+    s->chat = parent->chat;
+    s->partial_open = parent->partial_open;
+    s->partial_tokens = parent->partial_tokens;
+    s->chat_before_partial = parent->chat_before_partial;
+    s->has_input_before_partial = parent->has_input_before_partial;
+  }
+  s->detached_at = Clock::now();  // detached from the start: it waits for its Resume
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    sessions_.emplace(*id, s);
+  }
+  if (persister_ != nullptr) persister_->Touch(*id);  // written like any new session
+  reaper_cv_.notify_all();  // the per-client cap counts it
+  return s;
+}
+
 StatusOr<std::shared_ptr<ServerSession>> SessionRegistry::AttachResident(
     const std::shared_ptr<ServerSession>& s, std::weak_ptr<SessionOwner> owner) {
   std::lock_guard<std::mutex> session_lock(s->mu);

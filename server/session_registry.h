@@ -83,6 +83,12 @@ struct ServerSession {
   uint64_t generation = 0;  // counts generations started; names the running one
   std::string request_id;   // of the running generation
   Status cancel_reason;     // set when the server cancels it (slow client, shutdown)
+  // An open partial Append (Append.partial): its tokens, and the chat state before it, from
+  // which its replacement is encoded.
+  bool partial_open = false;
+  std::vector<int32_t> partial_tokens;
+  ChatState chat_before_partial = ChatState::kNone;
+  bool has_input_before_partial = false;
 };
 
 struct RegistryOptions {
@@ -127,6 +133,10 @@ class SessionRegistry {
   StatusOr<std::shared_ptr<ServerSession>> Open(const SessionOptions& options,
                                                 std::weak_ptr<SessionOwner> owner,
                                                 std::string client = {});
+  // A fork of `parent` (Engine::Fork): a new detached, resident session of the same tenant and
+  // client with the parent's settings and chat state, resumable at once. Offloads detached
+  // sessions to make room once, like Open; never waits.
+  StatusOr<std::shared_ptr<ServerSession>> Fork(const std::shared_ptr<ServerSession>& parent);
   using AttachDone = std::function<void(StatusOr<std::shared_ptr<ServerSession>>)>;
   // Attaches `owner` to session `id`. A resident session is attached before this returns
   // (done runs inline); an offloaded one is loaded first on the loader thread, and done runs

@@ -20,6 +20,8 @@ metrics::RequestKind RequestKindOf(v1::ClientMessage::KindCase kind) {
     case v1::ClientMessage::kAppend: return metrics::RequestKind::kAppend;
     case v1::ClientMessage::kGenerate: return metrics::RequestKind::kGenerate;
     case v1::ClientMessage::kCancel: return metrics::RequestKind::kCancel;
+    case v1::ClientMessage::kTruncate: return metrics::RequestKind::kTruncate;
+    case v1::ClientMessage::kFork: return metrics::RequestKind::kFork;
     case v1::ClientMessage::kClose:
     case v1::ClientMessage::KIND_NOT_SET: break;
   }
@@ -87,13 +89,19 @@ SessionStream::Next SessionStream::OnMessage(const v1::ClientMessage& m) {
     case v1::ClientMessage::kCancel:
       HandleCancel(m.cancel());
       break;
+    case v1::ClientMessage::kTruncate:
+      next = HandleTruncate(m.truncate());
+      break;
+    case v1::ClientMessage::kFork:
+      next = HandleFork(m.fork());
+      break;
     case v1::ClientMessage::kClose:
       HandleClose();
       return Next::kStop;
     case v1::ClientMessage::KIND_NOT_SET:
       SendError(InvalidArgumentError(
           "message.kind: the client message is empty (set open, resume, append, generate, "
-          "cancel or close)"));
+          "cancel, close, truncate or fork)"));
       break;
   }
   if (next == Next::kLater) return next;
@@ -374,9 +382,26 @@ SessionStream::Next SessionStream::HandleAppend(const v1::Append& a) {
     return Next::kRead;
   }
   bool generating;
+  bool replaces_partial;
+  ChatState chat_before;
+  bool first_input;
+  std::vector<int32_t> partial_tokens;
   {
     std::lock_guard<std::mutex> lock(s->mu);
     generating = s->generating;
+    replaces_partial = s->partial_open;
+    chat_before = s->chat_before_partial;
+    first_input = !s->has_input_before_partial;
+    partial_tokens = s->partial_tokens;
+  }
+  // Input equal to the open partial's (its final version) keeps a generation started on the
+  // partial: the engine changes nothing (Engine::Append).
+  if (generating && replaces_partial) {
+    auto tokens = TokensOf(a, first_input, &chat_before);
+    if (tokens.ok() && *tokens == partial_tokens) {
+      AppendNow(s, a);
+      return Next::kRead;
+    }
   }
   // Barge-in: the client's new input wins. The generation is cancelled and the Append goes on
   // after its GenerationDone, so the context never changes under a generation.
@@ -393,34 +418,52 @@ SessionStream::Next SessionStream::HandleAppend(const v1::Append& a) {
   return Next::kRead;
 }
 
+StatusOr<std::vector<int32_t>> SessionStream::TokensOf(const v1::Append& a, bool first_input,
+                                                       ChatState* chat) const {
+  if (a.tokens_size() > 0) {
+    *chat = ChatState::kNone;
+    return std::vector<int32_t>(a.tokens().begin(), a.tokens().end());
+  }
+  if (a.role() == v1::CHAT_ROLE_UNSPECIFIED) {
+    return ctx_.chat.Raw(a.text(), a.parse_special(), first_input, chat);
+  }
+  const ChatRoleKind role = a.role() == v1::CHAT_ROLE_SYSTEM ? ChatRoleKind::kSystem
+                            : a.role() == v1::CHAT_ROLE_USER ? ChatRoleKind::kUser
+                                                             : ChatRoleKind::kAssistant;
+  return ctx_.chat.Turn(role, a.text(), first_input, chat);
+}
+
 void SessionStream::AppendNow(const std::shared_ptr<ServerSession>& s, const v1::Append& a) {
   ChatState chat;
   bool first_input;
+  bool replaces_partial;
   {
     std::lock_guard<std::mutex> lock(s->mu);
-    chat = s->chat;
-    first_input = !s->has_input;
+    replaces_partial = s->partial_open;
+    // The replacement of a partial is encoded as if the partial had never been sent.
+    chat = replaces_partial ? s->chat_before_partial : s->chat;
+    first_input = replaces_partial ? !s->has_input_before_partial : !s->has_input;
   }
-  StatusOr<std::vector<int32_t>> tokens =
-      std::vector<int32_t>(a.tokens().begin(), a.tokens().end());
-  if (a.tokens_size() > 0) {
-    chat = ChatState::kNone;
-  } else if (a.role() == v1::CHAT_ROLE_UNSPECIFIED) {
-    tokens = ctx_.chat.Raw(a.text(), a.parse_special(), first_input, &chat);
-  } else {
-    const ChatRoleKind role = a.role() == v1::CHAT_ROLE_SYSTEM ? ChatRoleKind::kSystem
-                              : a.role() == v1::CHAT_ROLE_USER ? ChatRoleKind::kUser
-                                                               : ChatRoleKind::kAssistant;
-    tokens = ctx_.chat.Turn(role, a.text(), first_input, &chat);
-  }
+  const ChatState chat_before = chat;
+  StatusOr<std::vector<int32_t>> tokens = TokensOf(a, first_input, &chat);
   if (!tokens.ok()) return SendError(tokens.status());
   if (tokens->empty()) return SendError(InvalidArgumentError("append.text encodes to no tokens"));
   ChargeTokens(static_cast<int64_t>(tokens->size()));
   // The chat state goes into the session's snapshot together with the tokens it describes.
-  const Status appended = ctx_.engine.Append(s->id, *tokens, ChatMetadata(chat, true));
+  const Status appended =
+      ctx_.engine.Append(s->id, *tokens, ChatMetadata(chat, true),
+                         a.partial() ? Engine::AppendMode::kPartial : Engine::AppendMode::kFinal);
   if (!appended.ok()) return SendError(appended);
   {
     std::lock_guard<std::mutex> lock(s->mu);
+    if (a.partial()) {
+      if (!replaces_partial) {
+        s->chat_before_partial = chat_before;
+        s->has_input_before_partial = !first_input;
+      }
+      s->partial_tokens = *tokens;
+    }
+    s->partial_open = a.partial();
     s->chat = chat;
     s->has_input = true;
   }
@@ -476,7 +519,9 @@ void SessionStream::HandleGenerate(const v1::Generate& g) {
   // After a system/user turn the answer starts with the template's assistant header.
   const std::vector<int32_t> prompt = ctx_.chat.GenerationPrompt(&chat);
   if (!prompt.empty()) {
-    const Status appended = ctx_.engine.Append(s->id, prompt, ChatMetadata(chat, true));
+    // Behind an open partial: its replacement rewinds this prompt too.
+    const Status appended = ctx_.engine.Append(s->id, prompt, ChatMetadata(chat, true),
+                                               Engine::AppendMode::kAfterPartial);
     if (!appended.ok()) return SendError(appended, g.request_id());
   }
   {
@@ -520,6 +565,91 @@ void SessionStream::HandleCancel(const v1::Cancel& c) {
     }
   }
   (void)ctx_.engine.Cancel(s->id);
+}
+
+SessionStream::Next SessionStream::HandleTruncate(const v1::Truncate& t) {
+  std::shared_ptr<ServerSession> s = session();
+  if (s == nullptr) {
+    SendError(FailedPreconditionError("truncate: open or resume a session first"));
+    return Next::kRead;
+  }
+  if (Status valid = ValidateTruncate(t, ctx_.options.limits); !valid.ok()) {
+    SendError(valid, t.request_id());
+    return Next::kRead;
+  }
+  auto copy = std::make_shared<v1::Truncate>(t);
+  // A running generation of that request_id is cancelled first; its GenerationDone goes out
+  // before the truncation's CacheState.
+  bool running_other = false;
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    running_other = s->generating && s->request_id != t.request_id();
+  }
+  if (running_other || !DeferUntilStopped(s, OkStatus(), [self = shared_from_this(), s, copy] {
+        self->TruncateNow(s, *copy);
+        self->ReadNext();
+      })) {
+    ctx_.tasks.Post([self = shared_from_this(), s, copy] {
+      self->TruncateNow(s, *copy);
+      self->ReadNext();
+    });
+  }
+  return Next::kLater;
+}
+
+void SessionStream::TruncateNow(const std::shared_ptr<ServerSession>& s, const v1::Truncate& t) {
+  auto before = ctx_.engine.Get(s->id);
+  auto info = ctx_.engine.Truncate(s->id, t.request_id(), t.keep_tokens());
+  if (!info.ok()) return SendError(info.status(), t.request_id());
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    // A dropped tail holds the turn's end-of-generation token, if any (always the last): the
+    // assistant's turn is open again.
+    if (s->chat == ChatState::kAssistantClosed && before.ok() &&
+        info->tokens_seen < before->tokens_seen) {
+      s->chat = ChatState::kAssistantOpen;
+    }
+  }
+  v1::ServerMessage m;
+  *m.mutable_cache_state() = ToCacheState(*info);
+  outbox_.Push(std::move(m));
+  SaveSessionState(*s);
+}
+
+SessionStream::Next SessionStream::HandleFork(const v1::Fork& f) {
+  std::shared_ptr<ServerSession> s = session();
+  if (s == nullptr) {
+    SendError(FailedPreconditionError("fork: open or resume a session first"), f.request_id());
+    return Next::kRead;
+  }
+  if (ctx_.draining) {
+    SendError(UnavailableError("fork: streamd is shutting down"), f.request_id());
+    return Next::kRead;
+  }
+  Status valid = ValidateRequestId(f.request_id(), ctx_.options.limits, "fork.request_id");
+  if (valid.ok()) valid = CheckSessionQuota(s->options);  // a fork is one more session
+  if (!valid.ok()) {
+    SendError(valid, f.request_id());
+    return Next::kRead;
+  }
+  ctx_.tasks.Post([self = shared_from_this(), s, request_id = f.request_id()] {
+    auto fork = self->ctx_.registry.Fork(s);
+    if (!fork.ok()) {
+      self->SendError(fork.status(), request_id);
+    } else {
+      v1::ServerMessage m;
+      v1::Forked* forked = m.mutable_forked();
+      forked->set_request_id(request_id);
+      forked->set_session_id((*fork)->id.ToString());
+      if (auto info = self->ctx_.engine.Get((*fork)->id); info.ok()) {
+        *forked->mutable_cache() = ToCacheState(*info);
+      }
+      self->outbox_.Push(std::move(m));
+      if (self->ctx_.metrics != nullptr) self->ctx_.metrics->sessions_opened.Increment();
+    }
+    self->ReadNext();
+  });
+  return Next::kLater;
 }
 
 void SessionStream::HandleClose() {

@@ -87,6 +87,14 @@ class SessionStream : public SessionOwner, public std::enable_shared_from_this<S
   void AppendNow(const std::shared_ptr<ServerSession>& s, const v1::Append& append);
   void HandleGenerate(const v1::Generate& generate);
   void HandleCancel(const v1::Cancel& cancel);
+  // Truncate and Fork wait for the engine (a cancelled generation's last step, a fork's copy of
+  // the parent's bookkeeping): they run on the task thread and read on from there.
+  Next HandleTruncate(const v1::Truncate& truncate);
+  void TruncateNow(const std::shared_ptr<ServerSession>& s, const v1::Truncate& truncate);
+  Next HandleFork(const v1::Fork& fork);
+  // The tokens an Append adds, encoded from `*chat` (updated) with `first_input`.
+  StatusOr<std::vector<int32_t>> TokensOf(const v1::Append& append, bool first_input,
+                                          ChatState* chat) const;
   void HandleClose();
 
   std::shared_ptr<ServerSession> session() const;

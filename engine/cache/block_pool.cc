@@ -7,6 +7,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <vector>
 
 namespace streamd {
 
@@ -45,6 +46,24 @@ Status PoolStorage::CopyIn(int64_t first, int64_t pitch, int64_t run, int64_t ro
   }
   for (int64_t r = 0; r < rows; ++r) {
     std::memcpy(data() + first + r * pitch, host + r * run, static_cast<size_t>(run) * 2);
+  }
+  return OkStatus();
+}
+
+Status PoolStorage::CopyWithin(int64_t src, int64_t dst, int64_t pitch, int64_t run,
+                               int64_t rows) {
+  if (host_accessible()) {
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(data() + dst + r * pitch, data() + src + r * pitch,
+                  static_cast<size_t>(run) * 2);
+    }
+    return OkStatus();
+  }
+  // Storage the host cannot touch: through a host buffer, one run at a time.
+  std::vector<uint16_t> staging(static_cast<size_t>(run));
+  for (int64_t r = 0; r < rows; ++r) {
+    STREAMD_RETURN_IF_ERROR(CopyOut(src + r * pitch, pitch, run, 1, staging.data()));
+    STREAMD_RETURN_IF_ERROR(CopyIn(dst + r * pitch, pitch, run, 1, staging.data()));
   }
   return OkStatus();
 }
@@ -95,7 +114,7 @@ StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(const KvShape& shape, int
   pool->data_ = pool->storage_->data();
   pool->free_.reserve(blocks);
   for (int32_t b = static_cast<int32_t>(blocks) - 1; b >= 0; --b) pool->free_.push_back(b);
-  pool->allocated_.assign(blocks, 0);
+  pool->refs_.assign(blocks, 0);
   return pool;
 }
 
@@ -118,8 +137,23 @@ int32_t BlockPool::Allocate() {
   if (free_.empty()) return -1;
   const int32_t b = free_.back();
   free_.pop_back();
-  allocated_[b] = 1;
+  refs_[b] = 1;
   return b;
+}
+
+void BlockPool::AddRef(int32_t block) {
+  if (block < 0 || block >= total_blocks() || refs_[block] == 0) {
+    std::fprintf(stderr, "BlockPool::AddRef: block %d is not allocated\n", block);
+    std::abort();
+  }
+  ++refs_[block];
+}
+
+Status BlockPool::CopyBlock(int32_t src, int32_t dst) {
+  const int32_t ids[2] = {src, dst};
+  STREAMD_RETURN_IF_ERROR(CheckIds(ids));
+  const int64_t run = layout_.block_elems();
+  return storage_->CopyWithin(src * run, dst * run, layout_.layer_elems(), run, layout_.n_layers);
 }
 
 Status BlockPool::CheckIds(std::span<const int32_t> ids) const {
@@ -154,12 +188,11 @@ Status BlockPool::WriteBlocks(std::span<const int32_t> ids, const uint16_t* host
 }
 
 void BlockPool::Free(int32_t block) {
-  if (block < 0 || block >= total_blocks() || !allocated_[block]) {
+  if (block < 0 || block >= total_blocks() || refs_[block] == 0) {
     std::fprintf(stderr, "BlockPool::Free: block %d is not allocated\n", block);
     std::abort();
   }
-  allocated_[block] = 0;
-  free_.push_back(block);
+  if (--refs_[block] == 0) free_.push_back(block);
 }
 
 }  // namespace streamd

@@ -6,6 +6,12 @@
 // by all layers. The memory is touched once at creation, so the process's resident size does
 // not creep as sessions come and go.
 //
+// Sharing: a block may belong to several sessions at once (a fork shares its parent's blocks).
+// Each block has a reference count: Allocate hands out a block with one reference, AddRef adds
+// one, Free drops one and the block is free again only when none is left. A session about to
+// write into a block that others also hold copies it first (copy-on-write, SessionCache);
+// CopyBlock does that copy wherever the storage lives.
+//
 // Storage is pluggable: host memory by default, or memory a backend supplies (the CUDA backend
 // hands in device memory). The bookkeeping (free stack, block tables, eviction) is always on
 // the host; only the K/V bytes live wherever the storage says.
@@ -48,6 +54,11 @@ class PoolStorage {
                          uint16_t* host);
   virtual Status CopyIn(int64_t first, int64_t pitch, int64_t run, int64_t rows,
                         const uint16_t* host);
+  // Copy `rows` runs of `run` elements within the storage: run r from element
+  // src + r * pitch to dst + r * pitch (the ranges do not overlap). The default memcpys host
+  // storage and stages other storage through host memory with CopyOut/CopyIn; device storage
+  // overrides it with a device-to-device copy.
+  virtual Status CopyWithin(int64_t src, int64_t dst, int64_t pitch, int64_t run, int64_t rows);
 };
 // Makes storage of `bytes` bytes; errors name the amount and what is available.
 using PoolStorageFactory = std::function<StatusOr<std::unique_ptr<PoolStorage>>(int64_t bytes)>;
@@ -70,10 +81,17 @@ class BlockPool {
   // A budget of `fraction` (0, 1] of the memory available now (/proc/meminfo MemAvailable).
   static StatusOr<int64_t> BudgetFromFraction(double fraction);
 
-  // A free block id, or -1 when none is left.
+  // A free block id with one reference, or -1 when none is left.
   int32_t Allocate();
-  // Returns a block; freeing a block that is not allocated is a bug (aborts).
+  // Drops one reference; the block is free again when none is left. Freeing a block that is
+  // not allocated is a bug (aborts).
   void Free(int32_t block);
+  // One more reference to an allocated block (a fork shares it); a free block aborts.
+  void AddRef(int32_t block);
+  // References to the block: 0 when free, above 1 when shared.
+  int32_t refs(int32_t block) const { return refs_[block]; }
+  // Copies block `src`'s K and V (every layer) into block `dst` (copy-on-write).
+  Status CopyBlock(int32_t src, int32_t dst);
 
   int32_t total_blocks() const { return layout_.num_blocks; }
   int32_t free_blocks() const { return static_cast<int32_t>(free_.size()); }
@@ -108,7 +126,7 @@ class BlockPool {
   std::unique_ptr<PoolStorage> storage_;
   uint16_t* data_ = nullptr;  // storage_->data()
   std::vector<int32_t> free_;       // stack of free ids
-  std::vector<uint8_t> allocated_;  // per block: 1 when handed out (catches double frees)
+  std::vector<int32_t> refs_;  // per block: references; 0 = free (catches double frees)
 };
 
 }  // namespace streamd

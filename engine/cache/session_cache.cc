@@ -158,12 +158,14 @@ Status SessionCache::BeginChunk(std::span<const int32_t> tokens) {
                            " are used and " + std::to_string(n) + " more were appended");
   }
   const int32_t b = pool_->block_size();
-  const int32_t need = BlocksForChunk(n) - blocks_held();
+  // Copies of shared blocks replace held ones: they need free blocks, not a larger bound.
+  const int32_t need = BlocksForChunk(n) - blocks_held() + SharedWrites(last);
   if (need > pool_->free_blocks()) {
     return ResourceExhaustedError("the KV pool has " + std::to_string(pool_->free_blocks()) +
                                   " free blocks; a chunk of " + std::to_string(n) +
                                   " tokens needs " + std::to_string(need) + " more");
   }
+  STREAMD_RETURN_IF_ERROR(CopySharedWrites(last));
   const int64_t sink_end = std::min<int64_t>(last + 1, spec_.sinks);
   while (static_cast<int64_t>(sink_blocks_.size()) * b < sink_end) {
     sink_blocks_.push_back(pool_->Allocate());
@@ -196,11 +198,146 @@ void SessionCache::Commit(int32_t kept) {
   }
   seen_ += kept;
   placed_.clear();
-  const CachedSpan span = cached_span();
-  while (static_cast<int64_t>(window_ids_.size()) > span.window_end - span.window_begin) {
-    window_ids_.pop_front();
-  }
   Trim();
+  // Keep the ids of every window row still held: the cached window and the older tokens in
+  // its oldest block (what a rewind may need again).
+  const int64_t oldest_held =
+      window_blocks_.empty() ? seen_ : spec_.sinks + first_block_ * pool_->block_size();
+  while (!window_ids_.empty() && held_from() < oldest_held) window_ids_.pop_front();
+}
+
+int32_t SessionCache::SharedWrites(int64_t last) const {
+  const int32_t b = pool_->block_size();
+  int32_t shared = 0;
+  // Sink blocks the chunk writes into that are already held.
+  if (seen_ < spec_.sinks) {
+    const int64_t end = std::min<int64_t>(last + 1, spec_.sinks);
+    for (int64_t k = seen_ / b; k * b < end && k < static_cast<int64_t>(sink_blocks_.size());
+         ++k) {
+      shared += pool_->refs(sink_blocks_[k]) > 1;
+    }
+  }
+  // Window blocks likewise: from the block of the chunk's first window token.
+  if (last >= spec_.sinks && !window_blocks_.empty()) {
+    const int64_t first = WindowBlock(std::max<int64_t>(seen_, spec_.sinks) - spec_.sinks);
+    const int64_t end = first_block_ + static_cast<int64_t>(window_blocks_.size());
+    for (int64_t k = std::max(first, first_block_); k < end && k <= WindowBlock(last - spec_.sinks);
+         ++k) {
+      shared += pool_->refs(window_blocks_[k - first_block_]) > 1;
+    }
+  }
+  return shared;
+}
+
+Status SessionCache::CopySharedWrites(int64_t last) {
+  const int32_t b = pool_->block_size();
+  // BeginChunk checked that the pool has a free block for each copy.
+  const auto copy = [&](int32_t& block) -> Status {
+    if (pool_->refs(block) <= 1) return OkStatus();
+    const int32_t fresh = pool_->Allocate();
+    if (Status copied = pool_->CopyBlock(block, fresh); !copied.ok()) {
+      pool_->Free(fresh);
+      return copied;
+    }
+    pool_->Free(block);  // the other holders keep it
+    block = fresh;
+    return OkStatus();
+  };
+  if (seen_ < spec_.sinks) {
+    const int64_t end = std::min<int64_t>(last + 1, spec_.sinks);
+    for (int64_t k = seen_ / b; k * b < end && k < static_cast<int64_t>(sink_blocks_.size());
+         ++k) {
+      STREAMD_RETURN_IF_ERROR(copy(sink_blocks_[k]));
+    }
+  }
+  if (last >= spec_.sinks && !window_blocks_.empty()) {
+    const int64_t first = WindowBlock(std::max<int64_t>(seen_, spec_.sinks) - spec_.sinks);
+    const int64_t end = first_block_ + static_cast<int64_t>(window_blocks_.size());
+    for (int64_t k = std::max(first, first_block_); k < end && k <= WindowBlock(last - spec_.sinks);
+         ++k) {
+      STREAMD_RETURN_IF_ERROR(copy(window_blocks_[k - first_block_]));
+    }
+  }
+  return OkStatus();
+}
+
+bool SessionCache::CanRewind(int64_t n) const {
+  if (n < 0 || n > seen_ || !placed_.empty()) return false;
+  const CachedSpan span = CachedSpanAt(seen_ - n);
+  // Only sinks left (always held), or a window whose every row is still held.
+  return span.window_begin == span.window_end || span.window_begin >= held_from();
+}
+
+int64_t SessionCache::MaxRewind() const {
+  if (seen_ <= spec_.sinks || held_from() <= spec_.sinks) return seen_;  // nothing evicted
+  // The window of a context of s tokens starts at s - W + 1 (past the sinks): it must not
+  // start before the oldest held row.
+  return std::clamp<int64_t>(seen_ - (held_from() + spec_.window - 1), 0, seen_);
+}
+
+Status SessionCache::Rewind(int64_t n) {
+  if (!placed_.empty()) {
+    return FailedPreconditionError("rewind: a chunk of " + std::to_string(placed_.size()) +
+                                   " tokens is placed and not committed");
+  }
+  if (n < 0 || n > seen_) {
+    return InvalidArgumentError("rewind: " + std::to_string(n) + " tokens is outside [0, " +
+                                std::to_string(seen_) + "] (the tokens committed)");
+  }
+  if (!CanRewind(n)) {
+    return FailedPreconditionError(
+        "rewind: dropping " + std::to_string(n) + " tokens needs the K/V of text position " +
+        std::to_string(CachedSpanAt(seen_ - n).window_begin) +
+        ", which the window has evicted (the oldest row held is position " +
+        std::to_string(held_from()) + "); at most " + std::to_string(MaxRewind()) +
+        " tokens can be dropped now (window " + std::to_string(spec_.window) + ")");
+  }
+  const int64_t new_seen = seen_ - n;
+  if (new_seen <= spec_.sinks) {
+    window_ids_.clear();
+    sink_ids_.resize(static_cast<size_t>(new_seen));
+  } else {
+    window_ids_.resize(window_ids_.size() - static_cast<size_t>(n));
+  }
+  seen_ = new_seen;
+  Trim();  // blocks past the new end go back to the pool
+  return OkStatus();
+}
+
+int32_t SessionCache::last_id() const {
+  if (!window_ids_.empty()) return window_ids_.back();
+  return sink_ids_.empty() ? -1 : sink_ids_.back();
+}
+
+int32_t SessionCache::IdAt(int64_t p) const {
+  if (p < 0 || p >= seen_) return -1;
+  if (p < static_cast<int64_t>(sink_ids_.size())) return sink_ids_[p];
+  if (p < held_from()) return -1;
+  return window_ids_[static_cast<size_t>(p - held_from())];
+}
+
+StatusOr<std::unique_ptr<SessionCache>> SessionCache::Fork() const {
+  if (!placed_.empty()) {
+    return FailedPreconditionError("fork: a chunk of " + std::to_string(placed_.size()) +
+                                   " tokens is placed and not committed");
+  }
+  std::unique_ptr<SessionCache> f(new SessionCache(pool_, spec_));
+  f->seen_ = seen_;
+  f->sink_blocks_ = sink_blocks_;
+  f->window_blocks_ = window_blocks_;
+  f->first_block_ = first_block_;
+  f->sink_ids_ = sink_ids_;
+  f->window_ids_ = window_ids_;
+  for (int32_t block : sink_blocks_) pool_->AddRef(block);
+  for (int32_t block : window_blocks_) pool_->AddRef(block);
+  return f;
+}
+
+int32_t SessionCache::shared_blocks() const {
+  int32_t shared = 0;
+  for (int32_t block : sink_blocks_) shared += pool_->refs(block) > 1;
+  for (int32_t block : window_blocks_) shared += pool_->refs(block) > 1;
+  return shared;
 }
 
 void SessionCache::Trim() {
@@ -274,7 +411,10 @@ Status SessionCache::Restore(int64_t tokens_seen, std::span<const int32_t> cache
 
 std::vector<int32_t> SessionCache::cached_ids() const {
   std::vector<int32_t> ids(sink_ids_.begin(), sink_ids_.end());
-  ids.insert(ids.end(), window_ids_.begin(), window_ids_.end());
+  // window_ids_ may also hold older tokens of the oldest block: the cached ones are the last.
+  const CachedSpan span = cached_span();
+  const int64_t window = span.window_end - span.window_begin;
+  ids.insert(ids.end(), window_ids_.end() - window, window_ids_.end());
   return ids;
 }
 

@@ -23,6 +23,18 @@
 // So a 4 + 252 session of 16-token blocks reserves 18 blocks, not 34 as with a per-session
 // chunk slack.
 //
+// Rollback (Rewind): the last n tokens leave the context as if they had never been committed:
+// the ids go, blocks past the new end return to the pool, and the next chunk writes its K/V
+// over the stale rows. The result is exact only when every row the shorter context's next
+// query reads is still held: the window's oldest block may still hold some tokens older than
+// the window (the ring drops whole blocks), and those make up how far a cache that has already
+// evicted can rewind (MaxRewind). A cache that has evicted nothing rewinds any distance.
+//
+// Sharing (Fork): a fork holds the same blocks as its parent, one more reference each in the
+// pool. Before a chunk writes into a held block that another cache also holds, BeginChunk
+// copies it to a fresh block (copy-on-write): only the block being written is copied, and the
+// fork's count of held blocks does not change, so the bound and admission stay exact.
+//
 // Two-phase steps: BeginChunk(tokens) places the chunk (allocates the blocks it lands in; the
 // engine then builds the step plan from table()), and after the forward pass Commit(kept) makes
 // the first `kept` tokens part of the context, or Abort() undoes the placement. Nothing else
@@ -130,6 +142,24 @@ class SessionCache {
   // INVALID_ARGUMENT when the ids do not match the span, RESOURCE_EXHAUSTED without blocks.
   Status Restore(int64_t tokens_seen, std::span<const int32_t> cached_ids);
 
+  // Drops the last n (0 <= n <= tokens_seen) committed tokens, between steps (no chunk
+  // placed). FAILED_PRECONDITION naming the limit when the shorter context needs rows the
+  // window has evicted (then nothing changes), INVALID_ARGUMENT for n outside [0, seen].
+  Status Rewind(int64_t n);
+  // Whether Rewind(n) would succeed, and the most tokens a rewind can drop in one go from
+  // here without reaching evicted rows (tokens_seen() when nothing is evicted).
+  bool CanRewind(int64_t n) const;
+  int64_t MaxRewind() const;
+  // The id of the last committed token (-1 when none), and of the one at text position p (-1
+  // when its id is no longer held).
+  int32_t last_id() const;
+  int32_t IdAt(int64_t p) const;
+  // A new cache with this one's spec and context that shares every block (one more reference
+  // each); FAILED_PRECONDITION while a chunk is placed.
+  StatusOr<std::unique_ptr<SessionCache>> Fork() const;
+  // Held blocks that other caches hold too (their next write there copies them first).
+  int32_t shared_blocks() const;
+
   // The block table the kernels read; valid until the next BeginChunk, Commit or Restore.
   kernels::SinkWindowTable table() const;
   std::span<const int32_t> sink_block_ids() const { return sink_blocks_; }
@@ -158,6 +188,12 @@ class SessionCache {
   int64_t WindowBlock(int64_t i) const { return i / pool_->block_size(); }
   // Frees the sink and window blocks no query after `seen_` can see, and the placed ones.
   void Trim();
+  // Text position of window_ids_[0].
+  int64_t held_from() const { return seen_ - static_cast<int64_t>(window_ids_.size()); }
+  // Before a chunk at seen_..last writes: copies every held block it writes into that another
+  // cache also holds (counted by SharedWrites).
+  int32_t SharedWrites(int64_t last) const;
+  Status CopySharedWrites(int64_t last);
 
   BlockPool* pool_;
   CacheSpec spec_;
@@ -168,7 +204,10 @@ class SessionCache {
   int64_t first_block_ = 0;
   std::vector<int32_t> placed_;    // the chunk between BeginChunk and Commit
   std::vector<int32_t> sink_ids_;  // ids at text positions 0 .. min(S, seen) - 1
-  std::deque<int32_t> window_ids_;  // ids of the cached window, oldest first
+  // Ids of the window tokens whose rows are still held, oldest first: the cached window and
+  // the older tokens that share its oldest block (what Rewind can bring back into view).
+  // A restored cache knows only its cached span.
+  std::deque<int32_t> window_ids_;
 };
 
 }  // namespace streamd

@@ -81,6 +81,13 @@ class DevicePoolStorage final : public PoolStorage {
                 static_cast<size_t>(run) * 2, static_cast<size_t>(run) * 2,
                 static_cast<size_t>(rows), cudaMemcpyHostToDevice);
   }
+  // Copy-on-write of a shared block (a fork): device to device, never through the host.
+  Status CopyWithin(int64_t src, int64_t dst, int64_t pitch, int64_t run, int64_t rows) override {
+    uint16_t* base = buffer_.get<uint16_t>();
+    return Copy(base + dst, static_cast<size_t>(pitch) * 2, base + src,
+                static_cast<size_t>(pitch) * 2, static_cast<size_t>(run) * 2,
+                static_cast<size_t>(rows), cudaMemcpyDeviceToDevice);
+  }
 
  private:
   DevicePoolStorage(DeviceBuffer buffer, int device, size_t max_pitch)

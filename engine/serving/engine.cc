@@ -179,7 +179,8 @@ StatusOr<Engine::Session*> Engine::Find(SessionId id) const {
 }
 
 Status Engine::Append(SessionId id, std::span<const int32_t> tokens,
-                      const MetadataUpdates& metadata) {
+                      const MetadataUpdates& metadata, AppendMode mode) {
+  const bool partial = mode == AppendMode::kPartial;
   if (tokens.empty()) return InvalidArgumentError("append: tokens is empty");
   const int32_t vocab = tokenizer_->vocab_size();
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -189,13 +190,49 @@ Status Engine::Append(SessionId id, std::span<const int32_t> tokens,
                                   std::to_string(vocab) + ")");
     }
   }
+  std::vector<std::pair<EventSink, GenerationEvent>> events;
+  const auto deliver = [&] {
+    for (auto& [sink, event] : events) sink(std::move(event));
+  };
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     STREAMD_ASSIGN_OR_RETURN(Session * s, Find(id));
-    if (s->gen) {
+    int64_t start = s->context_length();  // where these tokens begin in the context
+    const std::span<const int32_t> all = tokens;
+    if (s->partial && mode != AppendMode::kAfterPartial) {
+      // Replacing a partial Append: keep the common prefix, rewind the rest of the context.
+      const std::vector<int32_t>& old = s->partial->tokens;
+      const size_t common = static_cast<size_t>(
+          std::mismatch(old.begin(), old.end(), tokens.begin(), tokens.end()).first - old.begin());
+      if (common == old.size() && common == tokens.size()) {
+        if (!partial) s->partial.reset();  // the same input, now final: everything stays
+        for (const auto& [key, value] : metadata) s->metadata[key] = value;
+        s->context_revision = ++s->revision;
+        return OkStatus();
+      }
+      if (s->gen) Finish(*s, FinishReason::kCancelled, OkStatus(), events);
+      WaitUntilIdle(lock, *s);
+      if (s->closing || stopping_) {
+        lock.unlock();
+        deliver();
+        return NotFoundError("session " + id.ToString() + " was closed");
+      }
+      const int64_t keep = s->partial->start + static_cast<int64_t>(common);
+      if (Status rewound = RewindContext(*s, s->context_length() - keep, "append.partial");
+          !rewound.ok()) {
+        lock.unlock();
+        deliver();
+        return rewound;
+      }
+      if (s->last_gen && s->last_gen->context_end > keep) s->last_gen.reset();
+      start = s->partial->start;
+      tokens = tokens.subspan(common);
+      s->partial.reset();
+    } else if (s->gen) {
       return FailedPreconditionError("session " + id.ToString() +
                                      " is generating; cancel the generation before appending");
     }
+    if (partial) s->partial = PartialInput{{}, start};
     const int64_t pending = static_cast<int64_t>(s->pending.size() + tokens.size());
     if (pending > config_.max_pending_tokens) {
       return ResourceExhaustedError("append: " + std::to_string(pending) +
@@ -209,11 +246,14 @@ Status Engine::Append(SessionId id, std::span<const int32_t> tokens,
                              std::to_string(s->cache->tokens_seen() + pending));
     }
     s->pending.insert(s->pending.end(), tokens.begin(), tokens.end());
+    // The partial's tokens: all of this Append's (a replacement's kept prefix included).
+    if (partial) s->partial->tokens.assign(all.begin(), all.end());
     stats_.tokens_appended += static_cast<int64_t>(tokens.size());
     for (const auto& [key, value] : metadata) s->metadata[key] = value;
     s->context_revision = ++s->revision;
   }
   work_cv_.notify_one();
+  deliver();
   return OkStatus();
 }
 
@@ -580,6 +620,7 @@ void Engine::Finish(Session& s, FinishReason reason, Status status,
       g.produced > 0 ? std::chrono::duration<double>(g.first_token - g.start).count() : 0.0;
   e.total_s = std::chrono::duration<double>(now - g.start).count();
   out.emplace_back(g.sink, std::move(e));
+  s.last_gen = LastGeneration{g.options.request_id, g.produced, s.context_length()};
   s.gen.reset();
 }
 

@@ -39,6 +39,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -65,11 +66,38 @@ class Engine {
   // `metadata` (the caller's facts about the context, SetMetadata) is set in the same step as
   // the tokens: a snapshot never holds one without the other.
   using MetadataUpdates = std::vector<std::pair<std::string, std::string>>;
+  // With `partial`, the tokens are speculative: the next Append replaces them. That Append
+  // keeps their common prefix with its own tokens, rewinds the rest of the context after it
+  // (the partial's other tokens and whatever followed them: a generation started on the
+  // partial is cancelled first, its GenerationDone says CANCELLED) and appends its remaining
+  // tokens. An Append identical to the partial changes nothing, and a generation running on the
+  // partial goes on. FAILED_PRECONDITION (naming the limit) when the rewind would need rows the
+  // window has evicted.
+  // kAfterPartial adds input behind an open partial without replacing it (the server's chat
+  // prompt before a Generate): the partial's replacement rewinds it too.
+  enum class AppendMode { kFinal, kPartial, kAfterPartial };
   Status Append(SessionId id, std::span<const int32_t> tokens,
-                const MetadataUpdates& metadata = {});
+                const MetadataUpdates& metadata = {}, AppendMode mode = AppendMode::kFinal);
   Status Generate(SessionId id, GenerateOptions options, EventSink sink);
   // Ends the running generation with FinishReason::kCancelled (OK if none is running).
   Status Cancel(SessionId id);
+  // Drops the output of the session's last generation (named by its request_id) after its
+  // first `keep_tokens` from the context, as if it had never been produced: the K/V rows leave
+  // the cache and the counters go back. A generation still running is cancelled first (its
+  // GenerationDone says CANCELLED). Errors name the field: NOT_FOUND "truncate.request_id"
+  // when it is not the last generation, INVALID_ARGUMENT "truncate.keep_tokens" outside
+  // [0, generated], FAILED_PRECONDITION when input was appended after it, or when the shorter
+  // context needs rows the window has evicted (the message names how many can be dropped).
+  StatusOr<SessionInfo> Truncate(SessionId id, const std::string& request_id,
+                                 int64_t keep_tokens);
+  // A new session of the same tenant with a copy of this one's context, settings and pending
+  // input; its K/V blocks are shared with the parent (copy-on-write in the pool), so it costs
+  // blocks only as it writes. Admission reserves its full bound (once its window slides it holds
+  // only blocks of its own), never preempting: RESOURCE_EXHAUSTED when that does not fit.
+  // FAILED_PRECONDITION while the session generates. Sampling: a session's generations seed
+  // their sampler afresh from its settings (SamplingParams::seed), so the copied settings are
+  // the copied RNG state: with a fixed seed the fork samples as the parent would.
+  StatusOr<SessionId> Fork(SessionId id);
   // Frees the session's blocks at once (after the step in flight, if it is in one).
   Status Close(SessionId id);
 
@@ -138,6 +166,10 @@ class Engine {
   void Finish(Session& s, FinishReason reason, Status status,
               std::vector<std::pair<EventSink, GenerationEvent>>& out);
   void DestroyClosed();  // requires mu_
+  // Drops the last n tokens of the session's context (pending input first, then the cache,
+  // keeping the idle session's last token pending); nothing changes on error. Requires mu_
+  // and a session that is not in a step.
+  Status RewindContext(Session& s, int64_t n, std::string_view field);
   // The planner's key for a tenant (SessionOptions::tenant), counted per open session; a
   // tenant whose last session goes is forgotten (requires mu_).
   uint32_t AddTenantSession(const std::string& tenant);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,21 @@ struct Engine::Generation {
   Clock::time_point start, first_token;
 };
 
+// The session's last generation, for Truncate: its tokens are the tail of the context until
+// anything else is appended.
+struct LastGeneration {
+  std::string request_id;
+  int64_t produced = 0;     // its tokens in the context (an end-of-generation token included)
+  int64_t context_end = 0;  // the context's length when it ended
+};
+
+// The input of the last Append marked partial: it is the context from `start` on until the next
+// Append replaces it (Engine::Append).
+struct PartialInput {
+  std::vector<int32_t> tokens;
+  int64_t start = 0;
+};
+
 struct Engine::Session {
   SessionId id;
   uint64_t key = 0;         // the planner's name for it
@@ -47,6 +63,9 @@ struct Engine::Session {
   std::vector<int32_t> pending;
   std::unique_ptr<Generation> gen;
   std::map<std::string, std::string> metadata;  // the caller's (SetMetadata)
+  std::optional<LastGeneration> last_gen;
+  std::optional<PartialInput> partial;
+  int64_t context_length() const { return cache->tokens_seen() + static_cast<int64_t>(pending.size()); }
   // Bumped by every change of the state (prefill commits too); context_revision is the
   // revision of the last change of the context itself (input, tokens, metadata): a snapshot
   // taken since then still describes the session, only with more of it pending.

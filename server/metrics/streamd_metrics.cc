@@ -40,6 +40,7 @@ constexpr std::array<std::string_view, kNumRequestKinds> kRequestKindNames = {
     "open",           "resume",        "append",      "generate",
     "cancel",         "close",         "get_model_info", "list_sessions",
     "get_session",    "close_session", "export_session", "import_session",
+    "truncate",       "fork",
 };
 constexpr std::array<std::string_view, kNumFinished> kFinishedNames = {"stop", "length", "abort",
                                                                        "error"};

@@ -71,8 +71,9 @@ std::string_view GrpcCodeName(int code);
 enum class RequestKind {
   kOpen, kResume, kAppend, kGenerate, kCancel, kClose,             // Session stream messages
   kGetModelInfo, kListSessions, kGetSession, kCloseSession, kExportSession, kImportSession,
+  kTruncate, kFork,                                                 // Session stream messages
 };
-inline constexpr int kNumRequestKinds = 12;
+inline constexpr int kNumRequestKinds = 14;
 std::string_view RequestKindName(RequestKind kind);  // "open", ..., "import_session"
 
 // How a generation ended (label `finished_reason`, vLLM's values): stop = an end-of-generation
