@@ -184,23 +184,12 @@ void LlamaModel::set_threads(int32_t n) {
 }
 
 std::vector<const WeightMatrix*> LlamaModel::ProductMatrices() const {
-  std::vector<const WeightMatrix*> out{&weights_.output};
-  for (const LlamaLayerWeights& l : weights_.layers) {
-    for (const WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
-      out.push_back(m);
-    }
-  }
-  return out;
+  return streamd::ProductMatrices(weights_);
 }
 
 Status LlamaModel::ApplyTuning(const CpuTuning& tuning) {
   STREAMD_RETURN_IF_ERROR(ValidateCpuTuning(tuning));
-  std::vector<WeightMatrix*> matrices{&weights_.output};
-  for (LlamaLayerWeights& l : weights_.layers) {
-    for (WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
-      matrices.push_back(m);
-    }
-  }
+  const std::vector<WeightMatrix*> matrices = streamd::ProductMatrices(weights_);
   // Checked in full before anything changes: a tuning is applied whole or not at all.
   for (size_t i = 0; i < tuning.isa.size(); ++i) {
     const ShapeIsa& s = tuning.isa[i];

@@ -64,10 +64,8 @@ class Binder {
 
 namespace {
 
-// The matrices that get AMX-packed copies, in the order the copies are laid out (a plan's
-// stored copies depend on it): the output head, then each layer's projections.
 template <class Weights>
-auto PackedMatrices(Weights& w) {
+auto MatricesOf(Weights& w) {
   using Matrix = std::conditional_t<std::is_const_v<Weights>, const WeightMatrix, WeightMatrix>;
   std::vector<Matrix*> matrices{&w.output};
   for (auto& l : w.layers) {
@@ -99,12 +97,15 @@ void AssignPackedCopies(const std::vector<WeightMatrix*>& matrices, uint8_t* at)
 
 }  // namespace
 
+std::vector<WeightMatrix*> ProductMatrices(LlamaWeights& w) { return MatricesOf(w); }
+std::vector<const WeightMatrix*> ProductMatrices(const LlamaWeights& w) { return MatricesOf(w); }
+
 uint64_t AmxPackedCopiesBytes(const LlamaWeights& w) {
-  return PackedBytes(PackedMatrices(w));
+  return PackedBytes(ProductMatrices(w));
 }
 
 void AddAmxPackedCopies(LlamaWeights& w) {
-  const std::vector<WeightMatrix*> matrices = PackedMatrices(w);
+  const std::vector<WeightMatrix*> matrices = ProductMatrices(w);
   const uint64_t total = PackedBytes(matrices);
   if (total == 0) return;
   // Every copy is a whole number of 64-byte-multiple records, so each starts 64-byte aligned.
@@ -122,7 +123,7 @@ void AddAmxPackedCopies(LlamaWeights& w) {
 }
 
 Status UsePrepackedAmxCopies(LlamaWeights& w, const uint8_t* bytes, uint64_t size) {
-  const std::vector<WeightMatrix*> matrices = PackedMatrices(w);
+  const std::vector<WeightMatrix*> matrices = ProductMatrices(w);
   const uint64_t total = PackedBytes(matrices);
   if (size != total) {
     return InvalidArgumentError("the plan's AMX-packed weights are " + std::to_string(size) +

@@ -64,6 +64,11 @@ StatusOr<LlamaWeights> BindLlamaWeights(const gguf::GgufFile& file, const LlamaC
 // memory for them the model runs as before, on the GGUF rows. Measured in docs/PERFORMANCE.md.
 void AddAmxPackedCopies(LlamaWeights& weights);
 
+// The matrices products run over, in a fixed order: the output head, then each layer's
+// projections (AddAmxPackedCopies lays the copies out in it; tuners and plans walk it).
+std::vector<WeightMatrix*> ProductMatrices(LlamaWeights& weights);
+std::vector<const WeightMatrix*> ProductMatrices(const LlamaWeights& weights);
+
 // Bytes AddAmxPackedCopies allocates for these weights (0: nothing to pack).
 uint64_t AmxPackedCopiesBytes(const LlamaWeights& weights);
 

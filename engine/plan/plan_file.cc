@@ -73,13 +73,12 @@ class Fields {
   Status Integer(const char* key, Int* out, int64_t lo, int64_t hi) const {
     STREAMD_ASSIGN_OR_RETURN(const json* v, Find(key));
     if (!v->is_number_integer()) return Wrong(key, "an integer");
-    const bool neg = v->is_number_unsigned() ? false : v->get<int64_t>() < 0;
     const int64_t x = v->is_number_unsigned()
                           ? (v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
                                  ? INT64_MAX
                                  : static_cast<int64_t>(v->get<uint64_t>()))
                           : v->get<int64_t>();
-    if (x < lo || x > hi || (neg && lo >= 0)) {
+    if (x < lo || x > hi) {
       return InvalidArgumentError(Name(key) + " = " + v->dump() + " is outside [" +
                                   std::to_string(lo) + ", " + std::to_string(hi) + "]");
     }
