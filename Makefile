@@ -52,8 +52,20 @@ sanitize: deps model vocab
 	JOBS=$(JOBS) STREAMD_MODEL=$(MODEL) STREAMD_SPM_VOCAB=$$(scripts/fetch-test-vocab.sh) \
 	  scripts/sanitize-check.sh $(SANITIZERS)
 
+# The model's build plan for this machine (docs/BUILD.md), made once beside the model and kept
+# while it matches the model, the streamd version and the machine; a build that would take over
+# two minutes is given up, and the daemon runs with the built-in defaults.
+PLAN ?= $(MODEL:.gguf=.plan)
 run: build model
-	$(BUILD_DIR)/tools/streamd serve --config $(CONFIG) --model.path=$(MODEL)
+	@if $(BUILD_DIR)/tools/streamd build --model $(MODEL) --out $(PLAN) --reuse --max-seconds 120 \
+	    --quiet; then \
+	  echo "make run: serving with the build plan $(PLAN) (streamd build; docs/BUILD.md)"; \
+	  plan="--plan $(PLAN)"; \
+	else \
+	  echo "make run: no build plan (streamd build did not finish); the built-in defaults"; \
+	  plan=""; \
+	fi; \
+	exec $(BUILD_DIR)/tools/streamd serve --config $(CONFIG) --model.path=$(MODEL) $$plan
 
 clean:
 	rm -rf $(BUILD_DIR) build-fuzz build-asan build-tsan

@@ -4,9 +4,9 @@
 # leak, timeout or oversized allocation. `make test` runs it after ctest, so CI fuzzes every
 # change a little.
 #
-# Targets: gguf_fuzz (GGUF reader), snapshot_fuzz (snapshot reader), tokenizer_fuzz (encode,
-# decode, streaming detokenizer on both real vocabularies), chat_template_fuzz (template
-# detection and rendering). The last two need the real vocabularies: STREAMD_MODEL and
+# Targets: gguf_fuzz (GGUF reader), snapshot_fuzz (snapshot reader), plan_fuzz (build-plan
+# reader), tokenizer_fuzz (encode, decode, streaming detokenizer on both real vocabularies),
+# chat_template_fuzz (template detection and rendering). The last two need the real vocabularies: STREAMD_MODEL and
 # STREAMD_SPM_VOCAB (`make fuzz-smoke` sets both).
 #
 # It builds in its own directory (clang, sanitizers, no daemon, no benchmarks, no CUDA) and only
@@ -14,8 +14,8 @@
 # one core each), each in a temporary corpus directory that is removed afterwards. Findings are
 # kept in $BUILD/fuzz-artifacts/ (reproduce: $BUILD/tests/fuzz/<fuzzer> <artifact>).
 #
-# Environment: FUZZ_SECONDS (per fuzzer, default 45: two rounds of two on 2 cores, about 100 s
-#   in all after the build), FUZZ_PARALLEL, FUZZ_BUILD_DIR (default build-fuzz), JOBS (build
+# Environment: FUZZ_SECONDS (per fuzzer, default 45: three rounds on 2 cores, about 140 s in
+#   all after the build), FUZZ_PARALLEL, FUZZ_BUILD_DIR (default build-fuzz), JOBS (build
 #   parallelism, default nproc), STREAMD_MODEL (required; the GGUF seeds include prefixes of
 #   it), STREAMD_SPM_VOCAB (required).
 set -euo pipefail
@@ -47,7 +47,7 @@ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DSTREAMD_FUZZ=ON -DSTREAMD_SERVER=OFF -DSTREAMD_BENCHMARKS=OFF -DSTREAMD_CUDA=OFF \
   > "$BUILD/fuzz-smoke-configure.log" 2>&1 || { cat "$BUILD/fuzz-smoke-configure.log" >&2; exit 1; }
-FUZZERS=(gguf_fuzz snapshot_fuzz tokenizer_fuzz chat_template_fuzz)
+FUZZERS=(gguf_fuzz snapshot_fuzz tokenizer_fuzz chat_template_fuzz plan_fuzz)
 log "build ${FUZZERS[*]} and their seed writers"
 TARGETS=()
 for name in "${FUZZERS[@]}"; do TARGETS+=("$name" "${name}_seeds"); done
@@ -60,6 +60,7 @@ mkdir -p "$ARTIFACTS"
 for name in "${FUZZERS[@]}"; do mkdir -p "$WORK/${name%_fuzz}"; done
 "$BUILD/tests/fuzz/gguf_fuzz_seeds" "$WORK/gguf" "$STREAMD_MODEL"
 "$BUILD/tests/fuzz/snapshot_fuzz_seeds" "$WORK/snapshot"
+"$BUILD/tests/fuzz/plan_fuzz_seeds" "$WORK/plan"
 # These two check every seed they write against the fuzzer's properties (and fail if one breaks).
 "$BUILD/tests/fuzz/tokenizer_fuzz_seeds" "$WORK/tokenizer"
 "$BUILD/tests/fuzz/chat_template_fuzz_seeds" "$WORK/chat_template"
@@ -71,6 +72,7 @@ log "seeds: $(for name in "${FUZZERS[@]}"; do
 declare -A FLAGS=(
   [gguf_fuzz]="-max_len=65536"
   [snapshot_fuzz]="-max_len=16384 -malloc_limit_mb=64 -dict=tests/fuzz/snapshot.dict"
+  [plan_fuzz]="-max_len=16384 -malloc_limit_mb=64 -dict=tests/fuzz/plan.dict"
   [tokenizer_fuzz]="-max_len=4096 -malloc_limit_mb=256 -dict=tests/fuzz/tokenizer.dict"
   [chat_template_fuzz]="-max_len=4096 -malloc_limit_mb=256 -dict=tests/fuzz/chat_template.dict"
 )

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/api/streamd_engine.h"
+#include "engine/util/version.h"
 #include "server/config/logging.h"
 #include "server/config/server_config.h"
 #include "server/grpc_server.h"
@@ -26,15 +27,14 @@
 namespace streamd::server {
 namespace {
 
-// Stamped into every snapshot (informational: snapshots load across versions of one format).
-constexpr const char* kStreamdVersion = "0.2.0";
-
 constexpr const char* kUsage =
-    "usage: streamd serve [--config PATH] [--port-file PATH] [--section.key=value ...]\n"
+    "usage: streamd serve [--config PATH] [--plan PATH] [--port-file PATH] [--section.key=value ...]\n"
     "Runs the gRPC daemon until SIGTERM or SIGINT, then shuts down gracefully (exit 0).\n"
     "\n"
     "  --config PATH      YAML config (config/streamd.yaml documents every key); without it the\n"
     "                     built-in defaults apply\n"
+    "  --plan PATH        a build plan of the model for this machine (streamd build); the same\n"
+    "                     as --model.plan=PATH\n"
     "  --port-file PATH   write the bound gRPC port there once listening (for port 0)\n"
     "  --section.key=V    override one config key, e.g. --server.listen_address=127.0.0.1:0\n"
     "                     --model.path=M.gguf --sessions.idle_timeout=1m\n"
@@ -81,11 +81,13 @@ int ServeCommand(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       return 0;
     }
+    std::string plan;
     std::string* dest = arg.rfind("--config", 0) == 0      ? &config_path
                         : arg.rfind("--port-file", 0) == 0 ? &port_file
+                        : arg.rfind("--plan", 0) == 0      ? &plan
                                                            : nullptr;
     const std::string name = arg.substr(0, arg.find('='));
-    if (dest != nullptr && (name == "--config" || name == "--port-file")) {
+    if (dest != nullptr && (name == "--config" || name == "--port-file" || name == "--plan")) {
       if (arg.find('=') != std::string::npos) {
         *dest = arg.substr(arg.find('=') + 1);
       } else if (i + 1 < argc) {
@@ -94,6 +96,7 @@ int ServeCommand(int argc, char** argv) {
         std::fprintf(stderr, "streamd: error: %s needs a value\n", arg.c_str());
         return 2;
       }
+      if (dest == &plan) overrides.push_back("--model.plan=" + plan);
     } else if (LooksLikeConfigOverride(arg)) {
       overrides.push_back(arg);
     } else {
@@ -140,6 +143,7 @@ int ServeCommand(int argc, char** argv) {
 
   EngineSetup setup;
   setup.model_path = config->model.path;
+  setup.plan_path = config->model.plan;
   setup.backend = config->engine.backend == Backend::kCuda  ? BackendChoice::kCuda
                   : config->engine.backend == Backend::kCpu ? BackendChoice::kCpu
                                                             : BackendChoice::kAuto;
@@ -150,6 +154,7 @@ int ServeCommand(int argc, char** argv) {
   setup.engine.step_observer = StepObserver(metrics);
   auto loaded = LoadEngine(setup);
   if (!loaded.ok()) return Fail(loaded.status().message());
+  if (!loaded->plan_note.empty()) spdlog::info("model.plan {}", loaded->plan_note);
   if (!loaded->backend_note.empty()) spdlog::info("engine.backend {}", loaded->backend_note);
   if (!loaded->chat_warning.empty()) spdlog::warn("chat template: {}", loaded->chat_warning);
   if (!loaded->fault_injection.empty()) spdlog::warn("{}", loaded->fault_injection);

@@ -1,23 +1,17 @@
 #include "tools/bench_decode.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <iostream>
-#include <random>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
-#include "engine/cache/session_cache.h"
+#include "engine/plan/step_timer.h"
 #include "tools/commands.h"
 
 namespace streamd::tools {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-constexpr int32_t kBlockSize = 16;
-constexpr int32_t kMaxChunk = 256;
 
 struct Row {
   int64_t sessions = 0;
@@ -29,66 +23,24 @@ struct Row {
 };
 
 StatusOr<Row> RunOne(ModelBackend& model, const DecodeStepBenchOptions& o, int64_t n) {
-  const LlamaConfig& c = model.config();
-  const CacheSpec spec = SessionCache::Effective(
-      {CacheMode::kSink, static_cast<int32_t>(o.sinks), static_cast<int32_t>(o.window),
-       std::min(kMaxChunk, c.context_length)},
-      c.context_length);
-  const KvShape shape{c.n_layers, c.n_kv_heads, c.head_dim};
-  const int64_t pool_bytes = n * SessionCache::PeakBlocks(spec, kBlockSize) *
-                             BlockPool::BlockBytes(shape, kBlockSize);
   Row row;
   row.sessions = n;
-  auto pool = model.CreatePool(shape, kBlockSize, pool_bytes);
-  if (!pool.ok()) {
-    row.fits = false;
-    row.error = pool.status().message();
+  auto timer = StepTimer::Create(model, {n, 1, o.sinks, o.window});
+  if (!timer.ok()) {
+    if (timer.status().code() == StatusCode::kInvalidArgument) return timer.status();
+    row.fits = false;  // the pool does not fit
+    row.error = timer.status().message();
     return row;
   }
-  std::vector<std::unique_ptr<SessionCache>> caches;
-  for (int64_t s = 0; s < n; ++s) {
-    STREAMD_ASSIGN_OR_RETURN(std::unique_ptr<SessionCache> cache,
-                             SessionCache::Create(pool->get(), spec, c.context_length));
-    // Fast-forward past S + W (eviction has begun), staggered so sessions differ: the
-    // bookkeeping only (the K/V stay whatever the pool holds, which is all a timing needs).
-    int64_t left = spec.sinks + spec.window + 1 + s % kBlockSize;
-    const std::vector<int32_t> zeros(static_cast<size_t>(spec.max_chunk), 0);
-    while (left > 0) {
-      const int32_t chunk = static_cast<int32_t>(std::min<int64_t>(left, spec.max_chunk));
-      STREAMD_RETURN_IF_ERROR(cache->BeginChunk({zeros.data(), static_cast<size_t>(chunk)}));
-      cache->Commit(chunk);
-      left -= chunk;
-    }
-    caches.push_back(std::move(cache));
-  }
-  std::mt19937 rng(1234);
-  std::uniform_int_distribution<int32_t> pick(0, c.vocab_size - 1);
-  std::vector<int32_t> tokens(static_cast<size_t>(n));
-  std::vector<SequenceInput> seqs;
-  for (auto& cache : caches) seqs.push_back({cache.get(), 1, LogitsMode::kLast});
-  for (int32_t& t : tokens) t = pick(rng);
-  std::vector<int32_t> next(tokens.size());
-  std::vector<double> ms;
-  // Greedy decode: each step's argmax ids are the next step's input (picked on the device by
-  // the CUDA backend, so only ids cross PCIe).
-  for (int64_t step = 0; step < o.steps + 3; ++step) {  // 3 warm-up steps (graph capture)
-    const auto t0 = Clock::now();
-    STREAMD_RETURN_IF_ERROR(model.ForwardGreedy(tokens, seqs, next.data()));
-    tokens.swap(next);
-    const auto t1 = Clock::now();
-    if (step >= 3) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-  }
-  std::sort(ms.begin(), ms.end());
-  row.step_ms_p50 = ms[ms.size() / 2];
-  row.step_ms_min = ms.front();
+  STREAMD_RETURN_IF_ERROR((*timer)->Run(3).status());  // warm-up (CUDA graph capture)
+  STREAMD_ASSIGN_OR_RETURN(std::vector<double> ms, (*timer)->Run(o.steps));
+  row.step_ms_p50 = Median(ms);
+  row.step_ms_min = *std::min_element(ms.begin(), ms.end());
   row.tokens_per_s = 1e3 * static_cast<double>(n) / row.step_ms_p50;
-  // Per step: every weight once, every session's S + W cached keys and values once.
-  row.kv_bytes = static_cast<double>(n) * (spec.sinks + spec.window) *
-                 static_cast<double>((*pool)->bytes_per_token());
-  row.total_bytes = static_cast<double>(model.weight_bytes()) + row.kv_bytes;
+  row.kv_bytes = (*timer)->kv_bytes_per_step();
+  row.total_bytes = (*timer)->bytes_per_step();
   row.gbps = row.total_bytes / (row.step_ms_p50 * 1e6);
   if (o.reference_gbps > 0) row.x_ideal = row.step_ms_p50 * 1e6 / (row.total_bytes / o.reference_gbps);
-  caches.clear();  // blocks back before the pool goes
   return row;
 }
 

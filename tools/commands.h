@@ -13,6 +13,8 @@ int TokenizeCommand(int argc, char** argv);
 int BenchCommand(int argc, char** argv);
 int EvalCommand(int argc, char** argv);
 int BenchMemoryCommand(int argc, char** argv);
+int BuildCommand(int argc, char** argv);
+int PlanCommand(int argc, char** argv);
 
 // Prints "streamd: error: <message>" (prefixed by `context` when given) and returns exit code 1.
 int Fail(const Status& status, const std::string& context = "");

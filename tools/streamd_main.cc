@@ -35,6 +35,8 @@ constexpr const char* kUsage =
     "  bench         measure prefill and decode throughput\n"
     "  eval          streaming perplexity of a text per KV-cache mode (dense/window/sink/recompute)\n"
     "  bench-memory  stream many tokens through one sink session; record RSS and blocks held\n"
+    "  build         compile the model for this machine into a build plan (serve --plan)\n"
+    "  plan inspect  print a build plan's choices and measurements\n"
     "\n"
     "`streamd <command> --help` lists a command's flags.\n";
 
@@ -56,9 +58,11 @@ int main(int argc, char** argv) {
   if (command == "bench") return BenchCommand(argc, argv);
   if (command == "eval") return EvalCommand(argc, argv);
   if (command == "bench-memory") return BenchMemoryCommand(argc, argv);
+  if (command == "build") return BuildCommand(argc, argv);
+  if (command == "plan") return PlanCommand(argc, argv);
   std::fprintf(stderr,
                "streamd: error: unknown command \"%s\" (commands: generate, tokenize, bench, eval, "
-               "bench-memory; "
+               "bench-memory, build, plan; "
                "see streamd --help)\n",
                command.c_str());
   return 2;

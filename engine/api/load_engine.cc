@@ -5,16 +5,37 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/fault_injection.h"
 #include "engine/model/llama_model.h"
+#include "engine/plan/plan_binding.h"
 #include "engine/snapshot/model_fingerprint.h"
 
 namespace streamd {
 
 StatusOr<LoadedEngine> LoadEngine(const EngineSetup& setup) {
-  auto model = LlamaModel::Load(setup.model_path);
+  auto file = gguf::GgufFile::Open(setup.model_path);
+  if (!file.ok()) {
+    return Status(file.status().code(), setup.model_path + ": " + file.status().message());
+  }
+  // The plan is checked against the model before anything is packed: a plan for another model,
+  // version or machine fails the start in milliseconds, naming both sides.
+  std::unique_ptr<PlanFile> plan;
+  LlamaModel::Prepacked prepacked;
+  if (!setup.plan_path.empty()) {
+    auto opened = OpenPlanFor(setup.plan_path, **file);
+    if (!opened.ok()) return Status(opened.status().code(), "model.plan: " + opened.status().message());
+    plan = std::move(opened).value();
+    prepacked = PrepackedWeights(*plan);
+  }
+  auto model = LlamaModel::FromFile(std::move(file).value(), plan != nullptr ? &prepacked : nullptr);
   if (!model.ok()) {
     return Status(model.status().code(), setup.model_path + ": " + model.status().message());
   }
   LoadedEngine out;
+  if (plan != nullptr) {
+    if (Status s = (*model)->ApplyTuning(plan->plan().tuning); !s.ok()) {
+      return Status(s.code(), "model.plan: " + setup.plan_path + ": " + s.message());
+    }
+    out.plan_note = DescribePlan(*plan);
+  }
   const LlamaConfig config = (*model)->config();
   SnapshotContext& ctx = out.snapshot_context;
   ctx.model_fingerprint = ModelFingerprint((*model)->file());
@@ -39,6 +60,16 @@ StatusOr<LoadedEngine> LoadEngine(const EngineSetup& setup) {
                                               ? BackendKind::kCpu
                                               : BackendKind::kAuto,
                                           &out.backend_note);
+  if (plan != nullptr && kind != BackendKind::kCpu) {
+    if (setup.backend == BackendChoice::kCuda) {
+      return FailedPreconditionError("model.plan: " + setup.plan_path +
+                                     " is a cpu plan, and engine.backend is cuda; set "
+                                     "engine.backend: cpu to use it");
+    }
+    // auto picked the GPU: the best backend here wins over a plan for the other one.
+    out.plan_note = "ignored: " + setup.plan_path + " is a cpu plan, and engine.backend auto " +
+                    "picked cuda (" + out.backend_note + ")";
+  }
   auto backend = MakeBackend(kind, std::move(model).value());
   if (!backend.ok()) {
     return Status(backend.status().code(), "engine.backend: " + backend.status().message());

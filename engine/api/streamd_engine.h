@@ -30,6 +30,10 @@ enum class BackendChoice { kAuto, kCpu, kCuda };
 
 struct EngineSetup {
   std::string model_path;
+  // A build plan for this model and machine (`streamd build`, docs/BUILD.md), or empty: the
+  // defaults. Only the CPU backend runs plans: with backend cuda a plan is an error, with auto
+  // picking cuda it is ignored (plan_note says so).
+  std::string plan_path;
   BackendChoice backend = BackendChoice::kAuto;
   EngineConfig engine;
   std::string streamd_version;  // stamped into snapshots
@@ -40,6 +44,7 @@ struct LoadedEngine {
   std::unique_ptr<tokenizer::ChatTemplate> chat;
   // What snapshots of this engine are stamped with and checked against.
   SnapshotContext snapshot_context;
+  std::string plan_note;        // the plan in use (for the log), or empty
   std::string backend_note;     // why auto picked what it picked (for the log), or empty
   std::string chat_warning;     // a chat-template fallback (for the log), or empty
   std::string fault_injection;  // STREAMD_INJECT_BACKEND_FAULT in effect (a warning), or empty

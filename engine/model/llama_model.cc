@@ -187,6 +187,13 @@ std::vector<const WeightMatrix*> LlamaModel::ProductMatrices() const {
   return streamd::ProductMatrices(weights_);
 }
 
+void LlamaModel::RunProduct(const WeightMatrix& w, const float* x, int64_t n, float* y) {
+  const size_t bytes = kernels::cpu::ActivationBytes(w.type, n, w.cols);
+  if (product_xq_.size() < bytes) product_xq_.resize(bytes);
+  const Product one[] = {{&w, y, w.rows}};
+  FusedMatMul(*thread_pool_, tuning_, one, x, n, product_xq_.data(), bytes, [](int64_t) {});
+}
+
 Status LlamaModel::ApplyTuning(const CpuTuning& tuning) {
   STREAMD_RETURN_IF_ERROR(ValidateCpuTuning(tuning));
   const std::vector<WeightMatrix*> matrices = streamd::ProductMatrices(weights_);

@@ -70,6 +70,10 @@ class LlamaModel : public ModelBackend {
   // The matrices products run over (output head, then each layer's projections): the shapes a
   // tuner times.
   std::vector<const WeightMatrix*> ProductMatrices() const;
+  // One product y[t * w.rows + r] = W[r] . x[t] over n tokens (x: [n, w.cols] f32) through the
+  // same activation quantization, row split and per-shape level as Execute: what the tuner
+  // times one shape with. w must be one of ProductMatrices(). Not thread-safe with Execute.
+  void RunProduct(const WeightMatrix& w, const float* x, int64_t n, float* y);
 
   // Runs one step plan (ModelBackend's contract). Errors: a plan over a pool in device memory,
   // or sequences the plan does not describe consistently.
@@ -89,6 +93,7 @@ class LlamaModel : public ModelBackend {
   int32_t threads_ = 1;
   CpuTuning tuning_;
   std::unique_ptr<ThreadPool> thread_pool_;  // threads_ threads (the caller included)
+  std::vector<uint8_t> product_xq_;          // RunProduct's quantized activations
 
   // Scratch reused across calls; sized for the largest batch seen so far.
   struct Workspace {

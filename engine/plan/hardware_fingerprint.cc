@@ -1,14 +1,8 @@
 #include "engine/plan/hardware_fingerprint.h"
 
-#include <sched.h>
-
 #include <algorithm>
-#include <fstream>
 #include <set>
 #include <sstream>
-#include <thread>
-
-#include "kernels/cpu/matmul.h"
 
 namespace streamd {
 namespace {
@@ -28,13 +22,6 @@ std::string Trim(const std::string& s) {
   if (b == std::string::npos) return "";
   const size_t e = s.find_last_not_of(" \t\r");
   return s.substr(b, e - b + 1);
-}
-
-int32_t AllowedCpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 }  // namespace
@@ -70,17 +57,6 @@ HardwareFingerprint ParseCpuInfo(const std::string& cpuinfo) {
   return fp;
 }
 
-HardwareFingerprint CpuFingerprint() {
-  std::ifstream f("/proc/cpuinfo");
-  std::stringstream text;
-  text << f.rdbuf();
-  HardwareFingerprint fp = ParseCpuInfo(text.str());
-  if (fp.vendor.empty()) fp.vendor = "unknown";
-  if (fp.model.empty()) fp.model = "unknown";
-  fp.kernel_level = kernels::cpu::IsaName(kernels::cpu::DetectIsa());
-  fp.cpus = AllowedCpus();
-  return fp;
-}
 
 std::string HardwareFingerprint::Describe() const {
   std::string out = kind + " " + vendor + " \"" + model + "\", " + std::to_string(cpus) +

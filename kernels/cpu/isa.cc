@@ -85,20 +85,4 @@ void ForceIsa(Isa isa) {
   ActiveIsaSlot().store(isa, std::memory_order_relaxed);
 }
 
-const char* IsaName(Isa isa) {
-  switch (isa) {
-    case Isa::kPortable:
-      return "portable";
-    case Isa::kAvx2:
-      return "avx2";
-    case Isa::kAvxVnni:
-      return "avx-vnni";
-    case Isa::kAvx512Vnni:
-      return "avx512-vnni";
-    case Isa::kAmx:
-      return "amx-int8";
-  }
-  return "unknown";
-}
-
 }  // namespace streamd::kernels::cpu

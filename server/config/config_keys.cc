@@ -251,6 +251,7 @@ std::vector<ConfigKey> MakeKeys() {
                  return OkStatus();
                },
                [](const ServerConfig& c) { return c.model.path; }});
+  k.push_back(PathKey("model.plan", STREAMD_FIELD(model.plan)));
   // engine
   k.push_back(EnumKey("engine.backend", STREAMD_FIELD(engine.backend), ParseBackend, BackendName));
   k.push_back(IntKey("engine.threads", STREAMD_FIELD(engine.threads), 0, 1024));

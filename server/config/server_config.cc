@@ -262,7 +262,8 @@ StatusOr<ServerConfig> LoadServerConfig(const std::string& yaml_path,
   for (std::string* path : {&config.server.tls.cert_file, &config.server.tls.key_file,
                             &config.server.tls.client_ca_file, &config.server.metrics_tls.cert_file,
                             &config.server.metrics_tls.key_file,
-                            &config.server.metrics_tls.client_ca_file, &config.auth.keys_file}) {
+                            &config.server.metrics_tls.client_ca_file, &config.auth.keys_file,
+                            &config.model.plan}) {
     *path = config::ExpandHome(*path);
   }
   if (const std::optional<KeyError> error = CheckKeysAndCombinations(config)) {

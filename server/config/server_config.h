@@ -106,6 +106,8 @@ struct ServerConfig {
   struct Model {
     // GGUF file. A leading "~/" is expanded to $HOME when the config is loaded.
     std::string path = "~/.cache/streamd/models/SmolLM2-135M-Instruct.Q4_1.gguf";
+    // A build plan for this model and machine (`streamd build`), or empty: the defaults.
+    std::string plan;
     bool operator==(const Model&) const = default;
   } model;
 

@@ -1,0 +1,224 @@
+// The tuner and what it times with: StepTimer's workloads and errors, TuneCpu's result (valid,
+// applied, numerics-exact when asked, bounded by its deadline) and OpenPlanFor's binding of a
+// plan file to a model, a version and this machine.
+#include "engine/plan/cpu_tuner.h"
+
+#include <chrono>
+#include <filesystem>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "engine/plan/machine_load.h"
+#include "engine/plan/plan_binding.h"
+#include "engine/plan/plan_test_util.h"
+#include "engine/plan/step_timer.h"
+#include "engine/snapshot/model_fingerprint.h"
+#include "engine/util/version.h"
+
+namespace streamd {
+namespace {
+
+using ::testing::HasSubstr;
+using plan_test::Logits;
+using plan_test::QuantSpec;
+using plan_test::RandomTokens;
+
+CpuTunerOptions QuickOptions() {
+  CpuTunerOptions o;
+  o.sinks = 4;
+  o.window = 28;
+  o.rounds = 1;
+  o.steps_per_sample = 1;
+  o.thread_candidates = {1, 2};
+  return o;
+}
+
+TEST(StepTimerTest, TimesTheStepsAskedFor) {
+  auto model = MakeSyntheticModel(QuantSpec());
+  ASSERT_TRUE(model.ok()) << model.status().message();
+  for (const StepWorkload w : {StepWorkload{3, 1, 4, 28}, StepWorkload{1, 16, 4, 28}}) {
+    auto timer = StepTimer::Create(**model, w);
+    ASSERT_TRUE(timer.ok()) << timer.status().message();
+    auto ms = (*timer)->Run(4);
+    ASSERT_TRUE(ms.ok()) << ms.status().message();
+    ASSERT_EQ(ms->size(), 4u);
+    for (double v : *ms) EXPECT_GT(v, 0.0);
+    EXPECT_GT((*timer)->kv_bytes_per_step(), 0.0);
+    EXPECT_GT((*timer)->bytes_per_step(), (*timer)->kv_bytes_per_step());
+  }
+}
+
+TEST(StepTimerTest, BadWorkloadsNameTheField) {
+  auto model = MakeSyntheticModel(QuantSpec());
+  ASSERT_TRUE(model.ok());
+  EXPECT_THAT(StepTimer::Create(**model, {0, 1, 4, 28}).status().message(),
+              HasSubstr("sessions = 0 outside [1, 4096]"));
+  EXPECT_THAT(StepTimer::Create(**model, {1, 257, 4, 28}).status().message(),
+              HasSubstr("tokens_per_session = 257 outside [1, 256]"));
+  EXPECT_THAT(StepTimer::Create(**model, {1, 1, 4, 0}).status().message(),
+              HasSubstr("window = 0"));
+}
+
+TEST(StepTimerTest, MedianIsTheMiddleValue) {
+  EXPECT_EQ(Median({}), 0.0);
+  EXPECT_EQ(Median({3.0}), 3.0);
+  EXPECT_EQ(Median({5.0, 1.0, 3.0}), 3.0);
+  EXPECT_EQ(Median({4.0, 1.0, 3.0, 2.0}), 3.0);  // the upper middle
+}
+
+TEST(CpuTunerTest, NumericsExactTuningIsValidAppliedAndChangesNoLogit) {
+  auto model = MakeSyntheticModel(QuantSpec());
+  ASSERT_TRUE(model.ok());
+  const std::vector<int32_t> tokens = RandomTokens((*model)->config().vocab_size, 48);
+  const std::vector<float> before = Logits(**model, tokens);
+  CpuTunerOptions o = QuickOptions();
+  o.numerics_exact_only = true;
+  std::vector<std::string> lines;
+  o.progress = [&](const std::string& line) { lines.push_back(line); };
+  auto result = TuneCpu(**model, o);
+  ASSERT_TRUE(result.ok()) << result.status().message();
+  EXPECT_TRUE(ValidateCpuTuning(result->tuning).ok());
+  EXPECT_TRUE(result->tuning.isa.empty()) << "numerics-exact tuning chose a level per shape";
+  EXPECT_EQ((*model)->tuning(), result->tuning) << "the result is not the applied tuning";
+  EXPECT_THAT(result->tuning.threads, ::testing::AnyOf(1, 2));
+  // Every comparison was logged and measured: threads, attention grouping, 3 knobs x 5 buckets.
+  EXPECT_GE(lines.size(), 2u + 3u * kTokenBuckets);
+  EXPECT_FALSE(result->measurements.empty());
+  for (const PlanMeasurement& m : result->measurements) {
+    if (m.unit == "%") {
+      EXPECT_GE(m.value, 0.0) << m.what;  // the machine's load while threads were timed
+      EXPECT_LE(m.value, 100.0) << m.what;
+    } else {
+      EXPECT_GT(m.value, 0.0) << m.what;
+    }
+  }
+  EXPECT_EQ(Logits(**model, tokens), before);
+}
+
+TEST(MachineLoadTest, OthersShareIsAFraction) {
+  const MachineLoad load;
+  volatile double sink = 0;
+  for (int i = 0; i < 20000000; ++i) sink = sink + 1e-9 * i;  // our own CPU time, not others'
+  const double share = load.OthersShare();
+  EXPECT_GE(share, 0.0);
+  EXPECT_LE(share, 1.0);
+}
+
+TEST(CpuTunerTest, LevelChoicesNameShapesOfTheModel) {
+  auto model = MakeSyntheticModel(QuantSpec());
+  ASSERT_TRUE(model.ok());
+  CpuTunerOptions o = QuickOptions();
+  o.min_gain = 0;  // any faster level wins: exercises the choice, whatever this CPU prefers
+  auto result = TuneCpu(**model, o);
+  ASSERT_TRUE(result.ok()) << result.status().message();
+  // Whatever was chosen is a shape of this model at a level this CPU runs, and applies.
+  for (const ShapeIsa& s : result->tuning.isa) {
+    EXPECT_TRUE(kernels::cpu::IsaSupported(s.isa));
+    EXPECT_LT(static_cast<int>(s.isa), static_cast<int>(kernels::cpu::ActiveIsa()));
+  }
+  EXPECT_TRUE((*model)->ApplyTuning(result->tuning).ok());
+  const bool several_levels = kernels::cpu::ActiveIsa() > kernels::cpu::Isa::kAvx2;
+  const bool timed_products = std::any_of(
+      result->measurements.begin(), result->measurements.end(),
+      [](const PlanMeasurement& m) { return m.what.rfind("product ", 0) == 0; });
+  EXPECT_EQ(timed_products, several_levels);
+}
+
+TEST(CpuTunerTest, BadOptionsAndAPassedDeadlineAreRefused) {
+  auto model = MakeSyntheticModel(QuantSpec());
+  ASSERT_TRUE(model.ok());
+  const CpuTuning original = (*model)->tuning();
+  CpuTunerOptions o = QuickOptions();
+  o.rounds = 0;
+  EXPECT_THAT(TuneCpu(**model, o).status().message(), HasSubstr("rounds = 0 outside [1, 101]"));
+  o = QuickOptions();
+  o.min_gain = 1.5;
+  EXPECT_THAT(TuneCpu(**model, o).status().message(), HasSubstr("min_gain"));
+  o = QuickOptions();
+  o.thread_candidates = {0};
+  EXPECT_THAT(TuneCpu(**model, o).status().message(), HasSubstr("thread candidate 0"));
+  o = QuickOptions();
+  o.deadline = std::chrono::steady_clock::now() - std::chrono::seconds(1);
+  EXPECT_EQ(TuneCpu(**model, o).status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ((*model)->tuning().split, original.split);
+}
+
+TEST(CpuTunerTest, ComparisonWithDefaultsMeasuresBoth) {
+  auto model = MakeSyntheticModel(QuantSpec());
+  ASSERT_TRUE(model.ok());
+  CpuTuning tuned;
+  tuned.threads = 1;
+  tuned.split[0] = {1, 48, 384};
+  CpuTunerOptions o = QuickOptions();
+  auto m = CompareWithDefaults(**model, tuned, o);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ASSERT_EQ(m->size(), 6u);
+  EXPECT_EQ((*m)[0].what, "decode step, 1 session, default");
+  EXPECT_EQ((*m)[3].what, "decode step, 16 sessions, tuned");
+  for (const PlanMeasurement& x : *m) EXPECT_GT(x.value, 0.0) << x.what;
+  EXPECT_EQ((*model)->tuning().threads, 1) << "the tuned knobs are left applied";
+}
+
+// A plan for the synthetic model, as `streamd build` would write it for this machine.
+BuildPlan PlanFor(const gguf::GgufFile& file) {
+  BuildPlan p;
+  const PlanExpectations here = ExpectationsHere(file);
+  p.streamd_version = here.streamd_version;
+  p.model_fingerprint = here.model_fingerprint;
+  p.hardware = here.hardware;
+  p.model_name = "synthetic";
+  p.built_at = "2026-12-03T10:00:00Z";
+  p.tuning.threads = 1;
+  return p;
+}
+
+TEST(PlanBindingTest, OpensOnlyAPlanForThisModelVersionAndMachine) {
+  const SyntheticModelSpec spec = QuantSpec();
+  auto bytes = BuildSyntheticModel(spec);
+  ASSERT_TRUE(bytes.ok());
+  auto file = gguf::GgufFile::FromBuffer(bytes->data(), bytes->size());
+  ASSERT_TRUE(file.ok());
+  const std::string dir = testing::TempDir() + "/plan_binding";
+  std::filesystem::create_directories(dir);
+
+  const std::string good = dir + "/good.plan";
+  ASSERT_TRUE(WritePlanFile(good, PlanFor(**file), {}).ok());
+  auto opened = OpenPlanFor(good, **file);
+  ASSERT_TRUE(opened.ok()) << opened.status().message();
+  EXPECT_THAT(DescribePlan(**opened), HasSubstr("1 threads"));
+  EXPECT_EQ(PrepackedWeights(**opened).amx_size, 0u);
+
+  SyntheticModelSpec other_spec = spec;
+  other_spec.ffn_dim = 384;
+  auto other_bytes = BuildSyntheticModel(other_spec);
+  ASSERT_TRUE(other_bytes.ok());
+  auto other = gguf::GgufFile::FromBuffer(other_bytes->data(), other_bytes->size());
+  ASSERT_TRUE(other.ok());
+  const Status wrong_model = OpenPlanFor(good, **other).status();
+  EXPECT_EQ(wrong_model.code(), StatusCode::kFailedPrecondition);
+  EXPECT_THAT(wrong_model.message(), HasSubstr(good + ": the plan is for another model"));
+
+  BuildPlan old = PlanFor(**file);
+  old.streamd_version = "0.0.1";
+  ASSERT_TRUE(WritePlanFile(dir + "/old.plan", old, {}).ok());
+  EXPECT_THAT(OpenPlanFor(dir + "/old.plan", **file).status().message(),
+              HasSubstr("built by streamd 0.0.1; this is streamd " + std::string(kStreamdVersion)));
+
+  BuildPlan elsewhere = PlanFor(**file);
+  elsewhere.hardware.model = "Some Other CPU";
+  ASSERT_TRUE(WritePlanFile(dir + "/elsewhere.plan", elsewhere, {}).ok());
+  EXPECT_THAT(OpenPlanFor(dir + "/elsewhere.plan", **file).status().message(),
+              HasSubstr("tuned on other hardware: plan: cpu"));
+
+  BuildPlan gpu = PlanFor(**file);
+  gpu.target = "cuda";
+  ASSERT_TRUE(WritePlanFile(dir + "/gpu.plan", gpu, {}).ok());
+  EXPECT_THAT(OpenPlanFor(dir + "/gpu.plan", **file).status().message(),
+              HasSubstr("target \"cuda\" is not one this streamd runs"));
+
+  EXPECT_EQ(OpenPlanFor(dir + "/missing.plan", **file).status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace streamd

@@ -1,0 +1,34 @@
+// Opening a plan for a model about to be loaded: the one place `serve --plan`, `streamd build
+// --reuse` and `streamd plan inspect` decide whether a plan file may be used here.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "engine/gguf/gguf_file.h"
+#include "engine/model/llama_model.h"
+#include "engine/plan/plan_file.h"
+#include "engine/util/status.h"
+
+namespace streamd {
+
+// What a plan must match on this machine for `model_file`, this streamd version and the CPU
+// this process runs on.
+PlanExpectations ExpectationsHere(const gguf::GgufFile& model_file);
+
+// Opens `plan_path` (every byte checked, plan_file.h; the reader knows only cpu plans) and checks
+// it is for `model_file`, this streamd version and this machine. Errors name the file and the reason:
+// FAILED_PRECONDITION for a plan that is well formed but bound to something else, the reader's
+// code for a damaged one.
+StatusOr<std::unique_ptr<PlanFile>> OpenPlanFor(const std::string& plan_path,
+                                                const gguf::GgufFile& model_file);
+
+// The pre-packed weights of an opened plan, in the form LlamaModel::Load takes them.
+LlamaModel::Prepacked PrepackedWeights(const PlanFile& plan);
+
+// One line for the log: "plan P: built 2026-12-03T10:00:00Z in 41 s; 2 threads, 3 level
+// choices, split ..., weights amx-packed 94 MiB".
+std::string DescribePlan(const PlanFile& plan);
+
+}  // namespace streamd

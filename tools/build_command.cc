@@ -1,0 +1,297 @@
+// `streamd build`: compiles a model for this machine into a build plan (docs/BUILD.md): kernel
+// choices timed here (engine/plan/cpu_tuner.h), the pre-packed weights those kernels read, and
+// the eval gate's verdict on every choice that changes the numerics.
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/cache/session_cache.h"
+#include "engine/gguf/gguf_file.h"
+#include "engine/model/llama_model.h"
+#include "engine/plan/cpu_tuner.h"
+#include "engine/plan/machine_load.h"
+#include "engine/plan/plan_binding.h"
+#include "engine/plan/plan_file.h"
+#include "engine/snapshot/model_fingerprint.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/util/version.h"
+#include "tools/commands.h"
+#include "tools/model_path.h"
+#include "tools/perplexity.h"
+
+namespace streamd::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int32_t kEvalChunk = 64;
+constexpr int32_t kEvalBlockSize = 16;
+
+std::string UtcNow() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// "1%", "1", "0.5%" -> percent.
+StatusOr<double> ParsePercent(const std::string& text) {
+  std::string digits = text;
+  if (!digits.empty() && digits.back() == '%') digits.pop_back();
+  char* end = nullptr;
+  const double v = std::strtod(digits.c_str(), &end);
+  if (digits.empty() || *end != '\0' || !std::isfinite(v) || v < 0 || v > 100) {
+    return InvalidArgumentError("--max-ppl-increase = \"" + text +
+                                "\" is not a percentage in [0, 100] (e.g. 1%)");
+  }
+  return v;
+}
+
+StatusOr<std::vector<int32_t>> EvalTokens(const gguf::GgufFile& file, const std::string& path,
+                                          int64_t max_tokens, int64_t min_tokens) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFoundError("--eval-text: cannot read " + path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  STREAMD_ASSIGN_OR_RETURN(auto vocab, tokenizer::Tokenizer::FromGguf(file));
+  STREAMD_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
+                           vocab->Encode(text.str(), vocab->add_bos(), /*parse_special=*/false));
+  if (static_cast<int64_t>(ids.size()) < min_tokens) {
+    return InvalidArgumentError("--eval-text " + path + ": " + std::to_string(ids.size()) +
+                                " tokens; the gate needs at least " + std::to_string(min_tokens) +
+                                " (twice the sink cache, so most are scored after eviction)");
+  }
+  if (static_cast<int64_t>(ids.size()) > max_tokens) ids.resize(static_cast<size_t>(max_tokens));
+  return ids;
+}
+
+// Streaming perplexity of `tokens` through one sink cache (S + W), in chunks of kEvalChunk:
+// what `streamd eval --modes sink` reports, under the model's current tuning.
+StatusOr<double> SinkPerplexity(LlamaModel& model, const std::vector<int32_t>& tokens,
+                                int64_t sinks, int64_t window) {
+  const LlamaConfig& c = model.config();
+  const CacheSpec spec = SessionCache::Effective(
+      {CacheMode::kSink, static_cast<int32_t>(sinks), static_cast<int32_t>(window), kEvalChunk},
+      c.context_length);
+  const KvShape shape{c.n_layers, c.n_kv_heads, c.head_dim};
+  STREAMD_ASSIGN_OR_RETURN(
+      auto pool, BlockPool::Create(shape, kEvalBlockSize,
+                                   SessionCache::PeakBlocks(spec, kEvalBlockSize) *
+                                       BlockPool::BlockBytes(shape, kEvalBlockSize)));
+  STREAMD_ASSIGN_OR_RETURN(auto cache, SessionCache::Create(pool.get(), spec, c.context_length));
+  NllAccumulator nll(static_cast<int64_t>(tokens.size()));
+  std::vector<float> logits(static_cast<size_t>(kEvalChunk) * c.vocab_size);
+  const std::span<const int32_t> all(tokens);
+  for (size_t i = 0; i + 1 < tokens.size(); i += kEvalChunk) {
+    const size_t len = std::min<size_t>(kEvalChunk, tokens.size() - 1 - i);
+    STREAMD_RETURN_IF_ERROR(model.Forward(all.subspan(i, len), *cache, LogitsMode::kAll, logits.data()));
+    for (size_t k = 0; k < len; ++k) {
+      const size_t target = i + k + 1;
+      nll.Add(static_cast<int64_t>(target),
+              TokenNll(logits.data() + k * c.vocab_size, c.vocab_size, tokens[target]));
+    }
+  }
+  cache.reset();
+  return nll.Perplexity();
+}
+
+std::string DefaultPlanPath(const std::string& model_path) {
+  const std::string ext = ".gguf";
+  if (model_path.size() > ext.size() &&
+      model_path.compare(model_path.size() - ext.size(), ext.size(), ext) == 0) {
+    return model_path.substr(0, model_path.size() - ext.size()) + ".plan";
+  }
+  return model_path + ".plan";
+}
+
+bool Exists(const std::string& path) {
+  struct stat st{};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+}  // namespace
+
+int BuildCommand(int argc, char** argv) {
+  std::string model_path = DefaultModelPath(), out_path, target = "cpu", eval_text,
+              calibration_text, max_increase_text = "1%";
+  int64_t eval_tokens = 4096, rounds = 5, sinks = 4, window = 252, max_seconds = 0;
+  bool reuse = false, quiet = false;
+  FlagParser flags(
+      "streamd build [--model M.gguf] [--out M.plan] [--target cpu] [--eval-text F]\n"
+      "              [--max-ppl-increase 1%] [--reuse] [--max-seconds N]\n"
+      "Compiles the model for this machine into a build plan (docs/BUILD.md): kernel choices\n"
+      "timed here and the weights pre-packed for them. Choices that change the numerics (the\n"
+      "instruction-set level per product shape) are taken only with --eval-text, and only when\n"
+      "the streaming (sink) perplexity on it rises by at most --max-ppl-increase.\n"
+      "Serve it with `streamd serve --plan M.plan`.");
+  flags.String("model", &model_path, "GGUF model file");
+  flags.String("out", &out_path, "plan file to write (default: the model's path with .plan)");
+  flags.String("target", &target, "cpu (cuda: not built yet)");
+  flags.String("eval-text", &eval_text, "text the eval gate measures perplexity on");
+  flags.String("calibration-text", &calibration_text,
+               "text to calibrate precision cuts on (the int8 KV cache: not built yet)");
+  flags.String("max-ppl-increase", &max_increase_text,
+               "largest streaming-perplexity rise a choice may cost, in percent (default 1%)");
+  flags.Int("eval-tokens", &eval_tokens, 2, 1 << 20, "tokens of --eval-text scored (default 4096)");
+  flags.Int("rounds", &rounds, 1, 101, "alternated timing rounds per comparison (default 5)");
+  flags.Int("sinks", &sinks, 0, 1 << 16, "sinks of the cache the build times on (default 4)");
+  flags.Int("window", &window, 1, 1 << 20, "window of the cache the build times on (default 252)");
+  flags.Int("max-seconds", &max_seconds, 0, 1 << 20,
+            "give up (exit 3, no plan written) when tuning runs longer (0: no limit)");
+  flags.Bool("reuse", &reuse, "keep --out when it is a plan for this model, version and machine");
+  flags.Bool("quiet", &quiet, "print only the result line");
+  if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(s);
+  if (flags.help_requested()) return PrintHelp(flags);
+  if (target == "cuda") {
+    return Fail(UnimplementedError(
+        "--target cuda: the CUDA target of streamd build does not exist yet; build a cpu plan"));
+  }
+  if (target != "cpu") return Fail(InvalidArgumentError("--target = \"" + target + "\": cpu or cuda"));
+  if (!calibration_text.empty()) {
+    return Fail(UnimplementedError(
+        "--calibration-text: the precision cut it calibrates (an int8 KV cache) does not exist "
+        "yet"));
+  }
+  auto max_increase = ParsePercent(max_increase_text);
+  if (!max_increase.ok()) return Fail(max_increase.status());
+  if (out_path.empty()) out_path = DefaultPlanPath(model_path);
+
+  const auto started = Clock::now();
+  auto file = gguf::GgufFile::Open(model_path);
+  if (!file.ok()) return Fail(file.status(), model_path);
+  if (reuse && Exists(out_path)) {
+    auto current = OpenPlanFor(out_path, **file);
+    if (current.ok()) {
+      std::printf("streamd build: %s is current for this model, streamd version and machine; "
+                  "kept\n", out_path.c_str());
+      return 0;
+    }
+    std::printf("streamd build: rebuilding %s\n", current.status().message().c_str());
+  }
+  std::vector<int32_t> eval_ids;
+  if (!eval_text.empty()) {
+    auto ids = EvalTokens(**file, eval_text, eval_tokens, 2 * (sinks + window));
+    if (!ids.ok()) return Fail(ids.status());
+    eval_ids = std::move(ids).value();
+  }
+
+  BuildPlan plan;
+  plan.streamd_version = kStreamdVersion;
+  plan.target = target;
+  plan.model_fingerprint = ModelFingerprint(**file);
+  plan.model_path = model_path;
+  plan.hardware = CpuFingerprint();
+  auto loaded = LlamaModel::FromFile(std::move(file).value());
+  if (!loaded.ok()) return Fail(loaded.status(), model_path);
+  LlamaModel& model = **loaded;
+  const LlamaConfig& config = model.config();
+  plan.model_name = config.name.empty() ? config.architecture : config.name;
+  const auto say = [&](const std::string& line) {
+    if (!quiet) std::printf("  %s\n", line.c_str());
+    std::fflush(stdout);
+  };
+  if (!quiet) {
+    std::printf("streamd build: %s on %s\n  hardware: %s\n", plan.model_name.c_str(),
+                model.device_description().c_str(), plan.hardware.Describe().c_str());
+  }
+
+  CpuTunerOptions options;
+  options.sinks = sinks;
+  options.window = window;
+  options.rounds = static_cast<int32_t>(rounds);
+  options.numerics_exact_only = eval_ids.empty();
+  options.progress = say;
+  if (max_seconds > 0) options.deadline = started + std::chrono::seconds(max_seconds);
+  if (eval_ids.empty()) {
+    say("no --eval-text: only choices that leave the logits bit for bit unchanged are tuned");
+  }
+  const MachineLoad load;
+  auto tuned = TuneCpu(model, options);
+  if (!tuned.ok()) {
+    if (tuned.status().code() == StatusCode::kDeadlineExceeded) {
+      std::fprintf(stderr, "streamd build: gave up after --max-seconds %lld; no plan written\n",
+                   static_cast<long long>(max_seconds));
+      return 3;
+    }
+    return Fail(tuned.status());
+  }
+  plan.tuning = tuned->tuning;
+  plan.measurements = tuned->measurements;
+
+  // The eval gate: the level choices change rounding; keep them only if perplexity allows.
+  if (!plan.tuning.isa.empty()) {
+    CpuTuning exact = plan.tuning;
+    exact.isa.clear();
+    PrecisionDecision d;
+    d.name = "instruction-set level per product shape";
+    d.max_increase_pct = *max_increase;
+    d.eval_text = eval_text;
+    d.eval_tokens = static_cast<int64_t>(eval_ids.size());
+    Status s = model.ApplyTuning(exact);
+    auto base = s.ok() ? SinkPerplexity(model, eval_ids, sinks, window) : StatusOr<double>(s);
+    if (!base.ok()) return Fail(base.status(), "eval gate");
+    s = model.ApplyTuning(plan.tuning);
+    auto with = s.ok() ? SinkPerplexity(model, eval_ids, sinks, window) : StatusOr<double>(s);
+    if (!with.ok()) return Fail(with.status(), "eval gate");
+    d.baseline_ppl = *base;
+    d.ppl = *with;
+    d.increase_pct = 100.0 * (*with / *base - 1.0);
+    d.accepted = d.increase_pct <= d.max_increase_pct;
+    char line[256];
+    std::snprintf(line, sizeof line, "eval gate, %s: perplexity %.4f -> %.4f (%+.3f%%, limit %.3f%%): %s",
+                  d.name.c_str(), d.baseline_ppl, d.ppl, d.increase_pct, d.max_increase_pct,
+                  d.accepted ? "accepted" : "refused");
+    say(line);
+    if (!d.accepted) plan.tuning = exact;
+    plan.precision.push_back(d);
+  }
+
+  auto compared = CompareWithDefaults(model, plan.tuning, options);
+  if (!compared.ok()) {
+    if (compared.status().code() == StatusCode::kDeadlineExceeded) {
+      std::fprintf(stderr, "streamd build: gave up after --max-seconds %lld; no plan written\n",
+                   static_cast<long long>(max_seconds));
+      return 3;
+    }
+    return Fail(compared.status());
+  }
+  for (const PlanMeasurement& m : *compared) {
+    char line[256];
+    std::snprintf(line, sizeof line, "%s: %.3f %s", m.what.c_str(), m.value, m.unit.c_str());
+    say(line);
+    plan.measurements.push_back(m);
+  }
+
+  const double others = load.OthersShare();
+  plan.measurements.push_back({"CPU time other processes took during the build", 100 * others, "%"});
+  if (others > options.max_others_share) {
+    std::fprintf(stderr,
+                 "streamd build: warning: other processes took %.0f%% of the CPU during the "
+                 "build; its timings may not hold on a quiet machine (rebuild then)\n",
+                 100 * others);
+  }
+  const LlamaWeights& w = model.weights();
+  std::span<const uint8_t> packed;
+  if (w.amx_packed_bytes > 0) {
+    plan.weights_layout = "amx-packed";
+    packed = {w.amx_storage.get(), static_cast<size_t>(w.amx_packed_bytes)};
+  }
+  plan.built_at = UtcNow();
+  plan.build_seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  if (Status s = WritePlanFile(out_path, plan, packed); !s.ok()) return Fail(s);
+  auto written = PlanFile::Open(out_path);
+  if (!written.ok()) return Fail(written.status());
+  std::printf("streamd build: wrote %s in %.1f s\n  %s\n", out_path.c_str(), plan.build_seconds,
+              DescribePlan(**written).c_str());
+  return 0;
+}
+
+}  // namespace streamd::tools
