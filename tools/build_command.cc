@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -101,6 +102,58 @@ StatusOr<double> SinkPerplexity(LlamaModel& model, const std::vector<int32_t>& t
   }
   cache.reset();
   return nll.Perplexity();
+}
+
+struct Gated {
+  CpuTuning tuning;
+  std::vector<PrecisionDecision> decisions;
+};
+
+// The eval gate. The per-shape choices change rounding: first the other levels, then 8-bit
+// activations, each taken on top of those accepted before it only while the streaming
+// perplexity on the eval text stays within `max_increase_pct` of the tuning without any.
+StatusOr<Gated> GateNumericsCuts(LlamaModel& model, const CpuTuning& tuned,
+                                 const std::vector<int32_t>& eval_ids, const std::string& eval_text,
+                                 int64_t sinks, int64_t window, double max_increase_pct,
+                                 const std::function<void(const std::string&)>& say) {
+  Gated out;
+  out.tuning = tuned;
+  out.tuning.isa.clear();
+  STREAMD_RETURN_IF_ERROR(model.ApplyTuning(out.tuning));
+  STREAMD_ASSIGN_OR_RETURN(const double baseline, SinkPerplexity(model, eval_ids, sinks, window));
+  const struct {
+    const char* name;
+    int32_t bits;
+  } cuts[] = {{"instruction-set level per product shape", kDefaultActivationBits},
+              {"8-bit activations per product shape", 8}};
+  for (const auto& cut : cuts) {
+    CpuTuning candidate = out.tuning;
+    for (const ShapeIsa& s : tuned.isa) {
+      if (s.activation_bits == cut.bits) candidate.isa.push_back(s);
+    }
+    if (candidate.isa.size() == out.tuning.isa.size()) continue;  // nothing of this kind chosen
+    STREAMD_RETURN_IF_ERROR(model.ApplyTuning(candidate));
+    STREAMD_ASSIGN_OR_RETURN(const double ppl, SinkPerplexity(model, eval_ids, sinks, window));
+    PrecisionDecision d;
+    d.name = cut.name;
+    d.baseline_ppl = baseline;
+    d.ppl = ppl;
+    d.increase_pct = 100.0 * (ppl / baseline - 1.0);
+    d.max_increase_pct = max_increase_pct;
+    d.accepted = d.increase_pct <= max_increase_pct;
+    d.eval_text = eval_text;
+    d.eval_tokens = static_cast<int64_t>(eval_ids.size());
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "eval gate, %s (%zu choices): perplexity %.4f -> %.4f (%+.3f%%, limit %.3f%%): %s",
+                  d.name.c_str(), candidate.isa.size() - out.tuning.isa.size(), d.baseline_ppl,
+                  d.ppl, d.increase_pct, d.max_increase_pct, d.accepted ? "accepted" : "refused");
+    say(line);
+    if (d.accepted) out.tuning = candidate;
+    out.decisions.push_back(d);
+  }
+  STREAMD_RETURN_IF_ERROR(model.ApplyTuning(out.tuning));
+  return out;
 }
 
 std::string DefaultPlanPath(const std::string& model_path) {
@@ -226,32 +279,12 @@ int BuildCommand(int argc, char** argv) {
   plan.tuning = tuned->tuning;
   plan.measurements = tuned->measurements;
 
-  // The eval gate: the level choices change rounding; keep them only if perplexity allows.
   if (!plan.tuning.isa.empty()) {
-    CpuTuning exact = plan.tuning;
-    exact.isa.clear();
-    PrecisionDecision d;
-    d.name = "instruction-set level per product shape";
-    d.max_increase_pct = *max_increase;
-    d.eval_text = eval_text;
-    d.eval_tokens = static_cast<int64_t>(eval_ids.size());
-    Status s = model.ApplyTuning(exact);
-    auto base = s.ok() ? SinkPerplexity(model, eval_ids, sinks, window) : StatusOr<double>(s);
-    if (!base.ok()) return Fail(base.status(), "eval gate");
-    s = model.ApplyTuning(plan.tuning);
-    auto with = s.ok() ? SinkPerplexity(model, eval_ids, sinks, window) : StatusOr<double>(s);
-    if (!with.ok()) return Fail(with.status(), "eval gate");
-    d.baseline_ppl = *base;
-    d.ppl = *with;
-    d.increase_pct = 100.0 * (*with / *base - 1.0);
-    d.accepted = d.increase_pct <= d.max_increase_pct;
-    char line[256];
-    std::snprintf(line, sizeof line, "eval gate, %s: perplexity %.4f -> %.4f (%+.3f%%, limit %.3f%%): %s",
-                  d.name.c_str(), d.baseline_ppl, d.ppl, d.increase_pct, d.max_increase_pct,
-                  d.accepted ? "accepted" : "refused");
-    say(line);
-    if (!d.accepted) plan.tuning = exact;
-    plan.precision.push_back(d);
+    auto gated = GateNumericsCuts(model, plan.tuning, eval_ids, eval_text, sinks, window,
+                                  *max_increase, say);
+    if (!gated.ok()) return Fail(gated.status(), "eval gate");
+    plan.tuning = gated->tuning;
+    plan.precision = gated->decisions;
   }
 
   auto compared = CompareWithDefaults(model, plan.tuning, options);

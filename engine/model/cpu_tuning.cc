@@ -73,6 +73,13 @@ Status ValidateCpuTuning(const CpuTuning& t) {
     if (static_cast<int>(s.isa) < 0 || static_cast<int>(s.isa) > static_cast<int>(Isa::kAmx)) {
       return OutOfRange(at + "isa", static_cast<int>(s.isa), "is not a known level");
     }
+    const bool quantized = s.type == kernels::cpu::WeightType::kQ4_0 ||
+                           s.type == kernels::cpu::WeightType::kQ4_1 ||
+                           s.type == kernels::cpu::WeightType::kQ8_0;
+    if (s.activation_bits != kDefaultActivationBits && !(s.activation_bits == 8 && quantized)) {
+      return OutOfRange(at + "activation_bits", s.activation_bits,
+                        quantized ? "must be 12 or 8" : "must be 12 for unquantized weights");
+    }
     if (!seen.insert({static_cast<int>(s.type), s.rows, s.cols, s.bucket}).second) {
       return InvalidArgumentError(at + "bucket: the shape " + std::to_string(s.rows) + "x" +
                                   std::to_string(s.cols) + " " + WeightTypeName(s.type) +

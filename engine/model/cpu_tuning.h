@@ -41,13 +41,17 @@ struct RowSplit {
   bool operator==(const RowSplit&) const = default;
 };
 
-// The instruction-set level one product shape runs at, for one token bucket.
+// The kernel one product shape runs, for one token bucket: its instruction-set level and the
+// bits of its activations (12, or 8: kernels::cpu::MatMulRows8, a precision cut that only a
+// build's eval gate lets through; quantized weights only).
+inline constexpr int32_t kDefaultActivationBits = 12;
 struct ShapeIsa {
   kernels::cpu::WeightType type = kernels::cpu::WeightType::kF32;
   int64_t rows = 0;
   int64_t cols = 0;
   int32_t bucket = 0;
   kernels::cpu::Isa isa = kernels::cpu::Isa::kPortable;
+  int32_t activation_bits = kDefaultActivationBits;
   bool operator==(const ShapeIsa&) const = default;
 };
 
@@ -71,7 +75,7 @@ struct CpuTuning {
 // Checks every field (threads in [0, 4096], items_per_thread in [1, 64], min_rows and max_rows
 // positive multiples of kRowQuantum with min <= max <= 1 << 20, attention_batch_factor in
 // [1, 1 << 20], buckets in range, shapes positive, no shape and bucket listed twice, levels
-// known). Errors name the field ("tuning.split[2].max_rows") and the limit.
+// known, activation bits 12, or 8 for a quantized type). Errors name the field ("tuning.split[2].max_rows") and the limit.
 Status ValidateCpuTuning(const CpuTuning& tuning);
 
 // Names used in plan files and `streamd plan inspect`: "q4_1", "avx512-vnni" ...

@@ -56,23 +56,33 @@ void FusedMatMul(ThreadPool& pool, const CpuTuning& tuning, const Product (&grou
                  const float* x, int64_t n, uint8_t* xq_base, size_t xq_stride,
                  Produce&& produce) {
   const int64_t k = group[0].w->cols;
-  // Distinct weight types get their own activation buffer; the usual case is one.
+  const int bucket = TokenBucket(n);
+  // Distinct weight types, and 12- or 8-bit activations, get their own activation buffer; the
+  // usual case is one.
   WeightType types[N];
+  bool int8[N];
   int slot_of[N];
   int n_types = 0;
   for (size_t i = 0; i < N; ++i) {
+    const bool eight = group[i].w->int8_by_bucket[bucket];
     int s = 0;
-    while (s < n_types && types[s] != group[i].w->type) ++s;
-    if (s == n_types) types[n_types++] = group[i].w->type;
+    while (s < n_types && (types[s] != group[i].w->type || int8[s] != eight)) ++s;
+    if (s == n_types) {
+      types[n_types] = group[i].w->type;
+      int8[n_types++] = eight;
+    }
     slot_of[i] = s;
   }
   pool.ParallelFor(n, [&](int64_t t, int) {
     produce(t);
     for (int s = 0; s < n_types; ++s) {
-      kernels::cpu::PrepareActivations(types[s], x, k, k, t, t + 1, xq_base + s * xq_stride);
+      if (int8[s]) {
+        kernels::cpu::PrepareActivations8(x, k, k, t, t + 1, xq_base + s * xq_stride);
+      } else {
+        kernels::cpu::PrepareActivations(types[s], x, k, k, t, t + 1, xq_base + s * xq_stride);
+      }
     }
   });
-  const int bucket = TokenBucket(n);
   int64_t rows[N], chunks[N], total = 0;  // per product: rows per work item, work items
   for (size_t i = 0; i < N; ++i) {
     rows[i] = RowChunk(*group[i].w, tuning.split[bucket], pool.threads());
@@ -87,7 +97,11 @@ void FusedMatMul(ThreadPool& pool, const CpuTuning& tuning, const Product (&grou
     const int64_t r0 = first * rows[i];
     const int64_t r1 = std::min(w.rows, r0 + rows[i]);
     const int8_t isa = w.isa_by_bucket[bucket];
-    if (isa < 0) {
+    if (int8[slot_of[i]]) {
+      kernels::cpu::MatMulRows8(w.type, w.data, w.row_bytes, w.cols,
+                                xq_base + slot_of[i] * xq_stride, n, group[i].out, group[i].ldo,
+                                r0, r1);
+    } else if (isa < 0) {
       kernels::cpu::MatMulRows(w.type, w.data, w.row_bytes, w.cols,
                                xq_base + slot_of[i] * xq_stride, n, group[i].out, group[i].ldo,
                                r0, r1, w.amx_packed);
@@ -209,11 +223,15 @@ Status LlamaModel::ApplyTuning(const CpuTuning& tuning) {
                                   WeightTypeName(s.type) + " matrix");
     }
   }
-  for (WeightMatrix* m : matrices) m->isa_by_bucket.fill(-1);
+  for (WeightMatrix* m : matrices) {
+    m->isa_by_bucket.fill(-1);
+    m->int8_by_bucket.fill(false);
+  }
   for (const ShapeIsa& s : tuning.isa) {
     for (WeightMatrix* m : matrices) {
       if (m->type == s.type && m->rows == s.rows && m->cols == s.cols) {
         m->isa_by_bucket[s.bucket] = static_cast<int8_t>(s.isa);
+        m->int8_by_bucket[s.bucket] = s.activation_bits == 8;
       }
     }
   }

@@ -29,6 +29,8 @@ struct WeightMatrix {
   // The level its products run at per token bucket (a build plan's choice), or -1: the active
   // level (CpuTuning, LlamaModel::ApplyTuning).
   std::array<int8_t, kTokenBuckets> isa_by_bucket = {-1, -1, -1, -1, -1};
+  // Per token bucket: whether its products take 8-bit activations (kernels::cpu::MatMulRows8).
+  std::array<bool, kTokenBuckets> int8_by_bucket = {};
 };
 
 struct LlamaLayerWeights {

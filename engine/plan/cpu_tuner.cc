@@ -264,21 +264,17 @@ class Tuner {
   }
 
   // Stage 1: per distinct product shape and token bucket, every level this CPU runs (the
-  // portable one aside: never the fastest where a vector level exists), timed on the product
-  // alone through the model's own split and threads.
+  // portable one aside: never the fastest where a vector level exists) and, where the active
+  // level has the kernel, 8-bit activations; timed on the product alone through the model's own
+  // split and threads.
   Status TuneIsaPerShape() {
     std::vector<Isa> levels;
     const Isa active = kernels::cpu::ActiveIsa();
     for (Isa isa : kernels::cpu::kAllIsas) {
-      if (isa != Isa::kPortable && isa != active && kernels::cpu::IsaSupported(isa) &&
+      if (isa != Isa::kPortable && kernels::cpu::IsaSupported(isa) &&
           static_cast<int>(isa) < static_cast<int>(active)) {
         levels.push_back(isa);
       }
-    }
-    if (levels.empty()) {
-      Say("level per shape: only " + std::string(kernels::cpu::IsaName(active)) +
-          " runs here; nothing to choose");
-      return OkStatus();
     }
     std::vector<const WeightMatrix*> shapes;
     for (const WeightMatrix* m : model_.ProductMatrices()) {
@@ -303,6 +299,13 @@ class Tuner {
           candidates.push_back(std::move(c));
           labels.push_back(kernels::cpu::IsaName(isa));
         }
+        if (kernels::cpu::FastInt8Activations(w->type)) {
+          CpuTuning c = result_.tuning;
+          c.isa.push_back({w->type, w->rows, w->cols, b, active, 8});
+          candidates.push_back(std::move(c));
+          labels.push_back(std::string(kernels::cpu::IsaName(active)) + " 8-bit");
+        }
+        if (candidates.size() < 2) continue;
         STREAMD_ASSIGN_OR_RETURN(std::vector<double> us,
                                  TimeProduct(*w, x.data(), n, y.data(), candidates));
         const size_t win = PickWinner(us, o_.min_gain);

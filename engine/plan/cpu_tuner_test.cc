@@ -115,7 +115,12 @@ TEST(CpuTunerTest, LevelChoicesNameShapesOfTheModel) {
   // Whatever was chosen is a shape of this model at a level this CPU runs, and applies.
   for (const ShapeIsa& s : result->tuning.isa) {
     EXPECT_TRUE(kernels::cpu::IsaSupported(s.isa));
-    EXPECT_LT(static_cast<int>(s.isa), static_cast<int>(kernels::cpu::ActiveIsa()));
+    if (s.activation_bits == 8) {  // 8-bit activations: at the active level, where it has them
+      EXPECT_EQ(s.isa, kernels::cpu::ActiveIsa());
+      EXPECT_TRUE(kernels::cpu::FastInt8Activations(s.type));
+    } else {
+      EXPECT_LT(static_cast<int>(s.isa), static_cast<int>(kernels::cpu::ActiveIsa()));
+    }
   }
   EXPECT_TRUE((*model)->ApplyTuning(result->tuning).ok());
   const bool several_levels = kernels::cpu::ActiveIsa() > kernels::cpu::Isa::kAvx2;

@@ -128,7 +128,8 @@ json TuningJson(const CpuTuning& t) {
                    {"rows", s.rows},
                    {"cols", s.cols},
                    {"bucket", s.bucket},
-                   {"isa", kernels::cpu::IsaName(s.isa)}});
+                   {"isa", kernels::cpu::IsaName(s.isa)},
+                   {"activation_bits", s.activation_bits}});
   }
   return {{"threads", t.threads},
           {"attention_batch_factor", t.attention_batch_factor},
@@ -176,6 +177,7 @@ StatusOr<CpuTuning> ParseTuning(const json& j) {
     STREAMD_RETURN_IF_ERROR(fs.Integer("rows", &choice.rows, 1, int64_t{1} << 31));
     STREAMD_RETURN_IF_ERROR(fs.Integer("cols", &choice.cols, 1, int64_t{1} << 31));
     STREAMD_RETURN_IF_ERROR(fs.Integer("bucket", &choice.bucket, 0, kTokenBuckets - 1));
+    STREAMD_RETURN_IF_ERROR(fs.Integer("activation_bits", &choice.activation_bits, 8, 12));
     t.isa.push_back(choice);
   }
   STREAMD_RETURN_IF_ERROR(ValidateCpuTuning(t));

@@ -40,6 +40,7 @@ BuildPlan SamplePlan() {
   p.tuning.split[3] = {4, 48, 1536};
   p.tuning.isa.push_back({WeightType::kQ4_1, 576, 576, 2, Isa::kAvx2});
   p.tuning.isa.push_back({WeightType::kQ8_0, 49152, 576, 4, Isa::kAmx});
+  p.tuning.isa.push_back({WeightType::kQ4_1, 1536, 576, 3, Isa::kAvx512Vnni, 8});
   p.weights_layout = "amx-packed";
   p.precision.push_back({"kernel choices", true, 16.31, 16.32, 0.06, 1.0, "eval.txt", 4096});
   p.measurements.push_back({"decode step, 1 session, defaults", 3.7, "ms"});
@@ -206,6 +207,32 @@ TEST(PlanTuningTest, PerShapeLevelsRunTheChosenKernels) {
   EXPECT_LE(MaxAbsDiff(chosen, active), 2 * MaxAbsDiff(forced, active) + 1e-4f);
 }
 
+TEST(PlanTuningTest, EightBitActivationsRunTheirKernelsAndStayClose) {
+  auto model = MakeSyntheticModel(QuantSpec());
+  ASSERT_TRUE(model.ok());
+  const std::vector<int32_t> tokens = RandomTokens((*model)->config().vocab_size, 40);
+  const std::vector<float> twelve = Logits(**model, tokens);
+  CpuTuning t;
+  for (const WeightMatrix* m : (*model)->ProductMatrices()) {
+    for (int b = 0; b < kTokenBuckets; ++b) {
+      ShapeIsa s{m->type, m->rows, m->cols, b, kernels::cpu::ActiveIsa(), 8};
+      if (std::find(t.isa.begin(), t.isa.end(), s) == t.isa.end()) t.isa.push_back(s);
+    }
+  }
+  ASSERT_TRUE((*model)->ApplyTuning(t).ok());
+  const std::vector<float> eight = Logits(**model, tokens);
+  ASSERT_EQ(eight.size(), twelve.size());
+  EXPECT_NE(eight, twelve) << "the 8-bit activations did not run";
+  float peak = 0;
+  for (float v : twelve) peak = std::max(peak, std::abs(v));
+  // 8-bit blocks round each activation to 1/254 of its block's largest value; through two
+  // layers that moves a logit by a small fraction of the largest one, never by its size.
+  EXPECT_LE(MaxAbsDiff(eight, twelve), 0.05f * peak);
+  // Back to 12 bits: the same bits as before.
+  ASSERT_TRUE((*model)->ApplyTuning(CpuTuning{}).ok());
+  EXPECT_EQ(Logits(**model, tokens), twelve);
+}
+
 TEST(PlanTuningTest, BadTuningIsRefusedWholeAndNamesTheField) {
   auto model = MakeSyntheticModel(QuantSpec());
   ASSERT_TRUE(model.ok());
@@ -223,6 +250,14 @@ TEST(PlanTuningTest, BadTuningIsRefusedWholeAndNamesTheField) {
   twice.isa.push_back({WeightType::kQ4_1, 128, 128, 1, Isa::kAvx2});
   twice.isa.push_back({WeightType::kQ4_1, 128, 128, 1, Isa::kPortable});
   EXPECT_THAT((*model)->ApplyTuning(twice).message(), HasSubstr("listed twice"));
+  CpuTuning nine;
+  nine.isa.push_back({WeightType::kQ4_1, 128, 128, 1, Isa::kAvx2, 9});
+  EXPECT_THAT((*model)->ApplyTuning(nine).message(),
+              HasSubstr("tuning.isa[0].activation_bits = 9 must be 12 or 8"));
+  CpuTuning float_eight;
+  float_eight.isa.push_back({WeightType::kF32, 128, 128, 1, Isa::kAvx2, 8});
+  EXPECT_THAT((*model)->ApplyTuning(float_eight).message(),
+              HasSubstr("must be 12 for unquantized weights"));
 }
 
 TEST(PlanTuningTest, PrepackedAmxCopiesGiveTheSameLogits) {

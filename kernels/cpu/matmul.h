@@ -75,6 +75,22 @@ void MatMulRowsAt(Isa isa, WeightType type, const void* w, size_t w_row_bytes, i
                   const void* xq, int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin,
                   int64_t row_end, const void* amx_packed = nullptr);
 
+// Quantized weights times 8-bit activations (BlockQ8A): a precision cut (8 bits instead of 12
+// per activation, quantized per block of 32 with round-to-nearest-even) that halves the
+// multiply-accumulate instructions of batched products where a fast kernel exists, the AVX-512
+// VNNI level. A build plan takes it per product shape and token bucket only when the streaming
+// perplexity on an eval text allows (docs/BUILD.md). Elsewhere MatMulRows8 runs the portable
+// reference, which the fast kernel equals bit for bit.
+size_t ActivationBytes8(int64_t n_tokens, int64_t k);
+// Like PrepareActivations; k a multiple of 32.
+void PrepareActivations8(const float* x, int64_t ldx, int64_t k, int64_t token_begin,
+                         int64_t token_end, void* xq8);
+// Whether MatMulRows8 has its fast kernel for `type` at the active level.
+bool FastInt8Activations(WeightType type);
+// Like MatMulRows, for Q4_0, Q4_1 and Q8_0 weights and xq8 from PrepareActivations8.
+void MatMulRows8(WeightType type, const void* w, size_t w_row_bytes, int64_t k, const void* xq8,
+                 int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin, int64_t row_end);
+
 // A copy of a quantized weight matrix in the order the AMX level reads it. The GGUF layout keeps
 // each row's blocks together; the AMX kernel reads block b of 16 rows at a time, scattered over
 // 16 rows: it transposes them and gathers their scales for every block, and its 16 short strided

@@ -59,6 +59,16 @@ void MatMulQuantAvxVnni(WeightType type, const uint8_t* w, size_t w_row_bytes, i
 void MatMulQuantAvx512Vnni(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
                            const BlockQ16_1* xq, int64_t n_tokens, float* out, int64_t ldo,
                            int64_t row_begin, int64_t row_end);
+// 8-bit activations (matmul_quant8.cc, matmul_quant8_avx512.cc).
+void QuantizeRowQ8APortable(const float* x, int64_t k, BlockQ8A* out);
+void QuantizeRowQ8AAvx512(const float* x, int64_t k, BlockQ8A* out);
+void MatMulQuant8Portable(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
+                          const BlockQ8A* xq, int64_t n_tokens, float* out, int64_t ldo,
+                          int64_t row_begin, int64_t row_end);
+void MatMulQuant8Avx512Vnni(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
+                            const BlockQ8A* xq, int64_t n_tokens, float* out, int64_t ldo,
+                            int64_t row_begin, int64_t row_end);
+
 // packed: the PackForAmx copy of w, or null.
 void MatMulQuantAmx(WeightType type, const uint8_t* w, size_t w_row_bytes, const uint8_t* packed,
                     int64_t k, const BlockQ16_1* xq, int64_t n_tokens, float* out, int64_t ldo,

@@ -40,10 +40,20 @@ struct BlockQ16_1 {
   int16_t qs[kQuantBlock];
 };
 
+// 8-bit activations, a precision cut a build plan takes only behind its eval gate (docs/BUILD.md):
+// half the multiply-accumulate instructions of BlockQ16_1 at the AVX-512 VNNI level (vpdpbusd
+// sums 4 byte products per lane where vpdpwssd sums 2 i16 ones).
+inline constexpr int kQ8Max = 127;
+struct BlockQ8A {
+  float d;  // scale amax / kQ8Max
+  float s;  // d * sum(qs)
+  int8_t qs[kQuantBlock];
+};
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ16_1) == 72);
+static_assert(sizeof(BlockQ8A) == 40);
 
 // IEEE half <-> float, exact for every half value (subnormals, inf, NaN included).
 inline float HalfToFloat(uint16_t h) {

@@ -1,0 +1,161 @@
+// 8-bit activations (MatMulRows8, PrepareActivations8): the AVX-512 VNNI kernel and quantizer
+// equal the portable reference bit for bit, and both stay within the 8-bit quantization bound
+// of a double-precision product of independently decoded weights (DequantizeRow) and the
+// original float activations; fresh random inputs over awkward shapes (rows not a multiple of
+// the tile, partial chunks of 16 tokens, two block chunks).
+//
+// Bound per output (nb blocks of 32, amax_b the block's largest |x|, u = 2^-24):
+//   |out - ref| <= sum_b (amax_b / 254) * sum_{j in b} |w_j| * 1.01 + (2 nb + 8) u M
+// with M = sum_b amax_b * sum_{j in b} (|w_j| + 24 |d_b| + |m_b|) as in matmul_test.cc.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_internal.h"
+#include "kernels/cpu/quant_blocks.h"
+#include "kernels/cpu/test_util.h"
+
+namespace streamd::kernels::cpu {
+namespace {
+
+using testing::SeedTrace;
+using testing::TestSeed;
+
+struct Case {
+  WeightType type;
+  int64_t rows, k, tokens;
+};
+
+std::vector<uint8_t> RandomWeights(WeightType type, int64_t rows, int64_t k, std::mt19937_64& rng) {
+  const size_t row_bytes = WeightRowBytes(type, k);
+  std::vector<uint8_t> w(row_bytes * static_cast<size_t>(rows));
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.001f, 0.05f), minimum(-0.3f, 0.3f);
+  for (uint8_t& b : w) b = static_cast<uint8_t>(byte(rng));
+  const int64_t nb = k / kQuantBlock;
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = w.data() + static_cast<size_t>(r) * row_bytes;
+    for (int64_t b = 0; b < nb; ++b) {
+      if (type == WeightType::kQ4_1) {
+        auto* blk = reinterpret_cast<BlockQ4_1*>(row) + b;
+        blk->d = FloatToHalf(scale(rng));
+        blk->m = FloatToHalf(minimum(rng));
+      } else if (type == WeightType::kQ4_0) {
+        reinterpret_cast<BlockQ4_0*>(row)[b].d = FloatToHalf(scale(rng));
+      } else {
+        reinterpret_cast<BlockQ8_0*>(row)[b].d = FloatToHalf(scale(rng));
+      }
+    }
+  }
+  return w;
+}
+
+std::vector<float> RandomActivations(int64_t n, int64_t k, std::mt19937_64& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n * k));
+  for (float& v : x) v = normal(rng);
+  // An all-zero block and a spike: amax 0 and one dominant value.
+  if (k >= 64) {
+    std::fill(x.begin(), x.begin() + 32, 0.0f);
+    x[40] = 25.0f;
+  }
+  return x;
+}
+
+TEST(MatMul8Test, QuantizersAgreeBitForBitAndRoundTrip) {
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  const int64_t k = 256;
+  const std::vector<float> x = RandomActivations(1, k, rng);
+  std::vector<BlockQ8A> portable(k / kQuantBlock), fast(k / kQuantBlock);
+  internal::QuantizeRowQ8APortable(x.data(), k, portable.data());
+  for (int64_t b = 0; b < k / kQuantBlock; ++b) {
+    float amax = 0;
+    int32_t sum = 0;
+    for (int j = 0; j < kQuantBlock; ++j) {
+      amax = std::max(amax, std::fabs(x[b * kQuantBlock + j]));
+      sum += portable[b].qs[j];
+      // Each value is within half a step of its float.
+      EXPECT_LE(std::fabs(portable[b].d * portable[b].qs[j] - x[b * kQuantBlock + j]),
+                0.5f * portable[b].d * 1.01f + 1e-7f);
+    }
+    EXPECT_EQ(portable[b].d, amax / 127.0f);
+    EXPECT_EQ(portable[b].s, portable[b].d * static_cast<float>(sum));
+  }
+  if (!IsaSupported(Isa::kAvx512Vnni)) GTEST_SKIP() << "no AVX-512 VNNI: only the portable quantizer";
+  internal::QuantizeRowQ8AAvx512(x.data(), k, fast.data());
+  for (int64_t b = 0; b < k / kQuantBlock; ++b) {
+    EXPECT_EQ(fast[b].d, portable[b].d) << "block " << b;
+    EXPECT_EQ(fast[b].s, portable[b].s) << "block " << b;
+    for (int j = 0; j < kQuantBlock; ++j) EXPECT_EQ(fast[b].qs[j], portable[b].qs[j]);
+  }
+}
+
+TEST(MatMul8Test, KernelEqualsReferenceAndStaysWithinTheQuantizationBound) {
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  const bool fast = IsaSupported(Isa::kAvx512Vnni);
+  const Case cases[] = {
+      {WeightType::kQ4_1, 45, 64, 1},    {WeightType::kQ4_1, 13, 1536, 16},
+      {WeightType::kQ4_1, 37, 576, 20},  {WeightType::kQ4_0, 19, 128, 7},
+      {WeightType::kQ4_0, 12, 1088, 33}, {WeightType::kQ8_0, 25, 576, 16},
+      {WeightType::kQ8_0, 7, 1056, 5},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "type " << static_cast<int>(c.type) << " rows " << c.rows
+                                      << " k " << c.k << " tokens " << c.tokens);
+    const std::vector<uint8_t> w = RandomWeights(c.type, c.rows, c.k, rng);
+    const size_t row_bytes = WeightRowBytes(c.type, c.k);
+    const std::vector<float> x = RandomActivations(c.tokens, c.k, rng);
+    std::vector<uint8_t> xq(ActivationBytes8(c.tokens, c.k));
+    PrepareActivations8(x.data(), c.k, c.k, 0, c.tokens, xq.data());
+    const int64_t ldo = c.rows + 3;
+    std::vector<float> reference(static_cast<size_t>(c.tokens * ldo), -1.0f);
+    std::vector<float> out(reference.size(), -1.0f);
+    const auto* blocks = reinterpret_cast<const BlockQ8A*>(xq.data());
+    internal::MatMulQuant8Portable(c.type, w.data(), row_bytes, c.k, blocks, c.tokens,
+                                   reference.data(), ldo, 0, c.rows);
+    // Two row ranges, as the thread pool cuts them.
+    const int64_t cut = c.rows / 2 + 1;
+    MatMulRows8(c.type, w.data(), row_bytes, c.k, xq.data(), c.tokens, out.data(), ldo, 0, cut);
+    MatMulRows8(c.type, w.data(), row_bytes, c.k, xq.data(), c.tokens, out.data(), ldo, cut,
+                c.rows);
+    EXPECT_EQ(FastInt8Activations(c.type), fast);
+    EXPECT_EQ(out, reference) << (fast ? "the AVX-512 kernel" : "the portable path")
+                              << " differs from the reference";
+    // Against exact arithmetic on the decoded weights and the float activations.
+    const int64_t nb = c.k / kQuantBlock;
+    std::vector<float> row(static_cast<size_t>(c.k));
+    for (int64_t r = 0; r < c.rows; ++r) {
+      DequantizeRow(c.type, w.data() + static_cast<size_t>(r) * row_bytes, c.k, row.data());
+      for (int64_t t = 0; t < c.tokens; ++t) {
+        double exact = 0, bound = 0, magnitude = 0;
+        for (int64_t b = 0; b < nb; ++b) {
+          double amax = 0, wsum = 0;
+          for (int j = 0; j < kQuantBlock; ++j) {
+            const int64_t i = b * kQuantBlock + j;
+            exact += static_cast<double>(row[i]) * x[t * c.k + i];
+            amax = std::max(amax, static_cast<double>(std::fabs(x[t * c.k + i])));
+            wsum += std::fabs(row[i]);
+          }
+          bound += amax / 254.0 * wsum * 1.01;
+          magnitude += amax * (wsum + 24 * 0.05 + 0.3);
+        }
+        bound += (2.0 * nb + 8) * std::ldexp(1.0, -24) * magnitude;
+        EXPECT_LE(std::fabs(out[t * ldo + r] - exact), bound) << "row " << r << " token " << t;
+      }
+    }
+    for (int64_t t = 0; t < c.tokens; ++t) {
+      for (int64_t r = c.rows; r < ldo; ++r) EXPECT_EQ(out[t * ldo + r], -1.0f) << "wrote past rows";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace streamd::kernels::cpu
