@@ -96,7 +96,7 @@ int BenchCommand(int argc, char** argv) {
   int64_t sinks = 4, max_batch_tokens = 512, decode_steps = 0;
   int64_t flood = 100, max_batch_sessions = 16;
   std::string window_text, tokens_seen_text = "10000,1000000", snapshot_every_text = "0", dir;
-  std::string backend = "cpu", synthetic;
+  std::string backend = "cpu", synthetic, plan;
   std::string reference_gbps_text, isa_name;
   bool json = false, snapshot = false, tenants = false;
   FlagParser flags(
@@ -140,6 +140,9 @@ int BenchCommand(int argc, char** argv) {
   flags.Int("max-batch-tokens", &max_batch_tokens, 1, 1 << 20,
             "--sessions: the scheduler's token budget per step");
   flags.String("backend", &backend, "cpu, cuda or auto (cuda when built with it and a GPU is seen)");
+  flags.String("plan", &plan,
+               "a build plan of the model (streamd build) to run with, cpu backend; with "
+               "--sessions only");
   flags.String("synthetic", &synthetic,
                std::string("random-weight model of a known shape instead of --model: ") +
                    kSyntheticShapes);
@@ -164,6 +167,10 @@ int BenchCommand(int argc, char** argv) {
                    " (default: the best this CPU has)");
   if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(s);
   if (flags.help_requested()) return PrintHelp(flags);
+  if (flags.was_set("plan") && (!flags.was_set("sessions") || flags.was_set("tenants") ||
+                                flags.was_set("snapshot"))) {
+    return Fail(InvalidArgumentError("--plan applies to --sessions (with or without --decode-steps)"));
+  }
   if (!isa_name.empty()) {
     if (Status s = ForceIsaByName(isa_name); !s.ok()) return Fail(s);
   }
@@ -264,7 +271,7 @@ int BenchCommand(int argc, char** argv) {
     }
     auto sessions = ParseCountList("sessions", sessions_text, 4096);
     if (!sessions.ok()) return Fail(sessions.status());
-    const BenchModelSource source{model_path, synthetic, backend};
+    const BenchModelSource source{model_path, synthetic, backend, plan};
     auto snapshot_every = ParseCountList("snapshot-every", snapshot_every_text, 3600000, 0);
     if (!snapshot_every.ok()) return Fail(snapshot_every.status());
     if (flags.was_set("decode-steps")) {

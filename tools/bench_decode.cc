@@ -50,8 +50,11 @@ int RunDecodeStepBench(const DecodeStepBenchOptions& o) {
   auto loaded = LoadBenchModel(o.source, /*with_tokenizer=*/false);
   if (!loaded.ok()) return Fail(loaded.status(), o.source.synthetic.empty() ? o.source.model_path : "");
   ModelBackend& model = *loaded->model;
-  model.set_threads(o.threads > 0 ? static_cast<int32_t>(o.threads)
-                                  : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency())));
+  if (o.threads > 0) {
+    model.set_threads(static_cast<int32_t>(o.threads));
+  } else if (o.source.plan_path.empty()) {  // else the plan's thread count
+    model.set_threads(static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency())));
+  }
   std::printf("decode step: model %s on %s; sinks %lld window %lld; median of %lld steps\n",
               loaded->name.c_str(), model.device_description().c_str(),
               static_cast<long long>(o.sinks), static_cast<long long>(o.window),

@@ -19,6 +19,7 @@
 #include "engine/gguf/gguf_file.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/synthetic_model.h"
+#include "engine/plan/plan_binding.h"
 #include "engine/serving/engine.h"
 #include "engine/serving/session_persister.h"
 #include "engine/serving/snapshot_store.h"
@@ -326,6 +327,9 @@ StatusOr<BenchModel> LoadBenchModel(const BenchModelSource& source, bool with_to
   STREAMD_ASSIGN_OR_RETURN(const BackendKind kind, ParseBackendKind(source.backend));
   BenchModel out;
   if (!source.synthetic.empty()) {
+    if (!source.plan_path.empty()) {
+      return InvalidArgumentError("--plan: a plan is for a model file, not --synthetic");
+    }
     SyntheticModelSpec spec;
     if (source.synthetic == "smollm2") {
       spec = SmolLm2Shape();
@@ -354,7 +358,11 @@ StatusOr<BenchModel> LoadBenchModel(const BenchModelSource& source, bool with_to
     out.name = "synthetic-" + source.synthetic;
     return out;
   }
-  STREAMD_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> cpu, LlamaModel::Load(source.model_path));
+  if (!source.plan_path.empty() && kind != BackendKind::kCpu) {
+    return InvalidArgumentError("--plan: build plans run on the cpu backend (--backend cpu)");
+  }
+  STREAMD_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> cpu,
+                           LoadCpuModel(source.model_path, source.plan_path));
   if (with_tokenizer) {
     STREAMD_ASSIGN_OR_RETURN(out.tokenizer, tokenizer::Tokenizer::FromGguf(cpu->file()));
   }
@@ -421,9 +429,11 @@ int RunSessionsBench(const SessionsBenchOptions& o) {
   session.sampling.seed = 1;
 
   EngineConfig config;
-  config.threads = o.threads > 0
-                       ? static_cast<int32_t>(o.threads)
-                       : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+  // A plan's thread count holds unless --threads says otherwise.
+  config.threads = o.threads > 0                  ? static_cast<int32_t>(o.threads)
+                   : !o.source.plan_path.empty() ? 0
+                                                  : static_cast<int32_t>(
+                                                        std::max(1u, std::thread::hardware_concurrency()));
   config.planner.max_batch_tokens = static_cast<int32_t>(o.max_batch_tokens);
   config.max_chunk = static_cast<int32_t>(std::min<int64_t>(config.max_chunk, c.context_length));
   // The pool holds every session's bound and the prefill headroom, so all of them are admitted.

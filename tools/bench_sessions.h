@@ -32,6 +32,7 @@ struct BenchModelSource {
   std::string model_path;
   std::string synthetic;        // "" = the file
   std::string backend = "cpu";  // the bench measures the CPU unless asked otherwise
+  std::string plan_path;        // a build plan of the model (cpu backend), or "": the defaults
 };
 struct BenchModel {
   std::unique_ptr<ModelBackend> model;

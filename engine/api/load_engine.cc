@@ -11,31 +11,10 @@
 namespace streamd {
 
 StatusOr<LoadedEngine> LoadEngine(const EngineSetup& setup) {
-  auto file = gguf::GgufFile::Open(setup.model_path);
-  if (!file.ok()) {
-    return Status(file.status().code(), setup.model_path + ": " + file.status().message());
-  }
-  // The plan is checked against the model before anything is packed: a plan for another model,
-  // version or machine fails the start in milliseconds, naming both sides.
-  std::unique_ptr<PlanFile> plan;
-  LlamaModel::Prepacked prepacked;
-  if (!setup.plan_path.empty()) {
-    auto opened = OpenPlanFor(setup.plan_path, **file);
-    if (!opened.ok()) return Status(opened.status().code(), "model.plan: " + opened.status().message());
-    plan = std::move(opened).value();
-    prepacked = PrepackedWeights(*plan);
-  }
-  auto model = LlamaModel::FromFile(std::move(file).value(), plan != nullptr ? &prepacked : nullptr);
-  if (!model.ok()) {
-    return Status(model.status().code(), setup.model_path + ": " + model.status().message());
-  }
   LoadedEngine out;
-  if (plan != nullptr) {
-    if (Status s = (*model)->ApplyTuning(plan->plan().tuning); !s.ok()) {
-      return Status(s.code(), "model.plan: " + setup.plan_path + ": " + s.message());
-    }
-    out.plan_note = DescribePlan(*plan);
-  }
+  auto model = LoadCpuModel(setup.model_path, setup.plan_path, &out.plan_note);
+  if (!model.ok()) return model.status();
+  const bool planned = !setup.plan_path.empty();
   const LlamaConfig config = (*model)->config();
   SnapshotContext& ctx = out.snapshot_context;
   ctx.model_fingerprint = ModelFingerprint((*model)->file());
@@ -60,7 +39,7 @@ StatusOr<LoadedEngine> LoadEngine(const EngineSetup& setup) {
                                               ? BackendKind::kCpu
                                               : BackendKind::kAuto,
                                           &out.backend_note);
-  if (plan != nullptr && kind != BackendKind::kCpu) {
+  if (planned && kind != BackendKind::kCpu) {
     if (setup.backend == BackendChoice::kCuda) {
       return FailedPreconditionError("model.plan: " + setup.plan_path +
                                      " is a cpu plan, and engine.backend is cuda; set "

@@ -100,7 +100,7 @@ void FusedMatMul(ThreadPool& pool, const CpuTuning& tuning, const Product (&grou
     if (int8[slot_of[i]]) {
       kernels::cpu::MatMulRows8(w.type, w.data, w.row_bytes, w.cols,
                                 xq_base + slot_of[i] * xq_stride, n, group[i].out, group[i].ldo,
-                                r0, r1);
+                                r0, r1, w.vnni8_packed);
     } else if (isa < 0) {
       kernels::cpu::MatMulRows(w.type, w.data, w.row_bytes, w.cols,
                                xq_base + slot_of[i] * xq_stride, n, group[i].out, group[i].ldo,
@@ -235,6 +235,7 @@ Status LlamaModel::ApplyTuning(const CpuTuning& tuning) {
       }
     }
   }
+  AddVnni8PackedCopies(weights_);
   tuning_ = tuning;
   if (tuning.threads > 0 && tuning.threads != threads_) set_threads(tuning.threads);
   tuning_.threads = threads_;

@@ -1,5 +1,7 @@
 #include "engine/model/llama_weights.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -120,6 +122,24 @@ void AddAmxPackedCopies(LlamaWeights& w) {
     at += bytes;
   }
   AssignPackedCopies(matrices, w.amx_storage.get());
+}
+
+void AddVnni8PackedCopies(LlamaWeights& w) {
+  for (WeightMatrix* m : ProductMatrices(w)) {
+    const bool wanted = std::any_of(m->int8_by_bucket.begin(), m->int8_by_bucket.end(),
+                                    [](bool b) { return b; });
+    if (!wanted || m->vnni8_packed != nullptr) continue;
+    const size_t bytes = kernels::cpu::Vnni8PackedBytes(m->type, m->rows, m->cols);
+    if (bytes == 0) continue;
+    // Tied embeddings: the output head and the embedding table are one matrix, packed once.
+    std::unique_ptr<uint8_t, FreeDeleter> copy(
+        static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+    if (!copy) continue;
+    kernels::cpu::PackForVnni8(m->type, m->data, m->row_bytes, m->rows, m->cols, copy.get());
+    m->vnni8_packed = copy.get();
+    w.vnni8_packed_bytes += bytes;
+    w.vnni8_storage.push_back(std::move(copy));
+  }
 }
 
 Status UsePrepackedAmxCopies(LlamaWeights& w, const uint8_t* bytes, uint64_t size) {

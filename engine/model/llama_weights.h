@@ -29,8 +29,10 @@ struct WeightMatrix {
   // The level its products run at per token bucket (a build plan's choice), or -1: the active
   // level (CpuTuning, LlamaModel::ApplyTuning).
   std::array<int8_t, kTokenBuckets> isa_by_bucket = {-1, -1, -1, -1, -1};
-  // Per token bucket: whether its products take 8-bit activations (kernels::cpu::MatMulRows8).
+  // Per token bucket: whether its products take 8-bit activations (kernels::cpu::MatMulRows8),
+  // and the matrix's copy for that kernel (kernels::cpu::PackForVnni8), or null.
   std::array<bool, kTokenBuckets> int8_by_bucket = {};
+  const uint8_t* vnni8_packed = nullptr;
 };
 
 struct LlamaLayerWeights {
@@ -54,6 +56,9 @@ struct LlamaWeights {
 
   std::unique_ptr<uint8_t, FreeDeleter> amx_storage;  // every amx_packed copy
   uint64_t amx_packed_bytes = 0;
+  // The vnni8_packed copies made so far (AddVnni8PackedCopies), kept once made.
+  std::vector<std::unique_ptr<uint8_t, FreeDeleter>> vnni8_storage;
+  uint64_t vnni8_packed_bytes = 0;
 };
 
 StatusOr<LlamaWeights> BindLlamaWeights(const gguf::GgufFile& file, const LlamaConfig& config);
@@ -65,6 +70,12 @@ StatusOr<LlamaWeights> BindLlamaWeights(const gguf::GgufFile& file, const LlamaC
 // (98 MB = 94 MiB for SmolLM2-135M Q4_1: 66 MB of projections, 32 MB of Q8_0 head). Without
 // memory for them the model runs as before, on the GGUF rows. Measured in docs/PERFORMANCE.md.
 void AddAmxPackedCopies(LlamaWeights& weights);
+
+// Gives every matrix that some token bucket runs with 8-bit activations (int8_by_bucket) and
+// that kernels::cpu::Vnni8Packable accepts its PackForVnni8 copy, unless it has one: the 8-bit
+// kernel then reads 16 rows per vector (same bits). Memory: those matrices once more. Without
+// memory for a copy that matrix runs on its GGUF rows, as before.
+void AddVnni8PackedCopies(LlamaWeights& weights);
 
 // The matrices products run over, in a fixed order: the output head, then each layer's
 // projections (AddAmxPackedCopies lays the copies out in it; tuners and plans walk it).

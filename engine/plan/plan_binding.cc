@@ -25,6 +25,32 @@ LlamaModel::Prepacked PrepackedWeights(const PlanFile& plan) {
   return p;
 }
 
+StatusOr<std::unique_ptr<LlamaModel>> LoadCpuModel(const std::string& model_path,
+                                                   const std::string& plan_path,
+                                                   std::string* plan_note) {
+  auto file = gguf::GgufFile::Open(model_path);
+  if (!file.ok()) return Status(file.status().code(), model_path + ": " + file.status().message());
+  std::unique_ptr<PlanFile> plan;
+  LlamaModel::Prepacked prepacked;
+  if (!plan_path.empty()) {
+    auto opened = OpenPlanFor(plan_path, **file);
+    if (!opened.ok()) {
+      return Status(opened.status().code(), "model.plan: " + opened.status().message());
+    }
+    plan = std::move(opened).value();
+    prepacked = PrepackedWeights(*plan);
+  }
+  auto model = LlamaModel::FromFile(std::move(file).value(), plan != nullptr ? &prepacked : nullptr);
+  if (!model.ok()) return Status(model.status().code(), model_path + ": " + model.status().message());
+  if (plan != nullptr) {
+    if (Status s = (*model)->ApplyTuning(plan->plan().tuning); !s.ok()) {
+      return Status(s.code(), "model.plan: " + plan_path + ": " + s.message());
+    }
+    if (plan_note != nullptr) *plan_note = DescribePlan(*plan);
+  }
+  return model;
+}
+
 std::string DescribePlan(const PlanFile& file) {
   const BuildPlan& p = file.plan();
   const CpuTuning& t = p.tuning;

@@ -27,6 +27,14 @@ StatusOr<std::unique_ptr<PlanFile>> OpenPlanFor(const std::string& plan_path,
 // The pre-packed weights of an opened plan, in the form LlamaModel::Load takes them.
 LlamaModel::Prepacked PrepackedWeights(const PlanFile& plan);
 
+// The CPU model of `model_path` under the plan at `plan_path` (checked first with OpenPlanFor,
+// before anything is packed; its pre-packed weights used, its tuning applied), or with the
+// built-in defaults when plan_path is empty. `plan_note` (optional) gets DescribePlan's line.
+// Errors: "<model path>: ..." for the model, "model.plan: <plan path>: ..." for the plan.
+StatusOr<std::unique_ptr<LlamaModel>> LoadCpuModel(const std::string& model_path,
+                                                   const std::string& plan_path,
+                                                   std::string* plan_note = nullptr);
+
 // One line for the log: "plan P: built 2026-12-03T10:00:00Z in 41 s; 2 threads, 3 level
 // choices, split ..., weights amx-packed 94 MiB".
 std::string DescribePlan(const PlanFile& plan);

@@ -68,6 +68,14 @@ void MatMulQuant8Portable(WeightType type, const uint8_t* w, size_t w_row_bytes,
 void MatMulQuant8Avx512Vnni(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
                             const BlockQ8A* xq, int64_t n_tokens, float* out, int64_t ldo,
                             int64_t row_begin, int64_t row_end);
+// Rows [row_begin, row_end), multiples of 16, from the PackForVnni8 copy.
+void MatMulQuant8PackedAvx512Vnni(WeightType type, const uint8_t* packed, int64_t k,
+                                  const BlockQ8A* xq, int64_t n_tokens, float* out, int64_t ldo,
+                                  int64_t row_begin, int64_t row_end);
+// PackForVnni8's record of one tile of 16 rows and one block.
+inline constexpr size_t Vnni8RecordBytes(WeightType type) {
+  return type == WeightType::kQ8_0 ? 576 : 320;
+}
 
 // packed: the PackForAmx copy of w, or null.
 void MatMulQuantAmx(WeightType type, const uint8_t* w, size_t w_row_bytes, const uint8_t* packed,

@@ -3,7 +3,9 @@
 // equals bit for bit: per (token, row) the exact i32 sum of each block, then in block order
 //   acc = fma(f32(sum), dw * dx, acc); acc = fma(ow, os, acc)   (the offset term: Q4_0, Q4_1)
 // with the block chunks of kBlockChunk the multi-token kernels use.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 
@@ -141,7 +143,8 @@ bool FastInt8Activations(WeightType type) {
 }
 
 void MatMulRows8(WeightType type, const void* w, size_t w_row_bytes, int64_t k, const void* xq8,
-                 int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin, int64_t row_end) {
+                 int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin, int64_t row_end,
+                 const void* packed) {
   if (!Int8Type(type)) Fail("8-bit activations need Q4_0, Q4_1 or Q8_0 weights");
   if (k <= 0 || k % kQuantBlock != 0) Fail("quantized k must be a multiple of 32");
   if (row_begin < 0 || row_end < row_begin || n_tokens < 0) Fail("bad row or token range");
@@ -151,11 +154,89 @@ void MatMulRows8(WeightType type, const void* w, size_t w_row_bytes, int64_t k, 
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* x = static_cast<const BlockQ8A*>(xq8);
   if (FastInt8Activations(type)) {
-    internal::MatMulQuant8Avx512Vnni(type, wb, w_row_bytes, k, x, n_tokens, out, ldo, row_begin,
-                                     row_end);
+    if (packed == nullptr) {
+      internal::MatMulQuant8Avx512Vnni(type, wb, w_row_bytes, k, x, n_tokens, out, ldo, row_begin,
+                                       row_end);
+      return;
+    }
+    // Whole tiles of 16 rows from the packed copy; rows before and after them from the GGUF rows.
+    const int64_t tiles_begin = std::min((row_begin + 15) / 16 * 16, row_end);
+    const int64_t tiles_end = std::max(tiles_begin, row_end / 16 * 16);
+    if (row_begin < tiles_begin) {
+      internal::MatMulQuant8Avx512Vnni(type, wb, w_row_bytes, k, x, n_tokens, out, ldo, row_begin,
+                                       tiles_begin);
+    }
+    if (tiles_begin < tiles_end) {
+      internal::MatMulQuant8PackedAvx512Vnni(type, static_cast<const uint8_t*>(packed), k, x,
+                                             n_tokens, out, ldo, tiles_begin, tiles_end);
+    }
+    if (tiles_end < row_end) {
+      internal::MatMulQuant8Avx512Vnni(type, wb, w_row_bytes, k, x, n_tokens, out, ldo, tiles_end,
+                                       row_end);
+    }
   } else {
     internal::MatMulQuant8Portable(type, wb, w_row_bytes, k, x, n_tokens, out, ldo, row_begin,
                                    row_end);
+  }
+}
+
+}  // namespace streamd::kernels::cpu
+
+namespace streamd::kernels::cpu {
+
+bool Vnni8Packable(WeightType type, int64_t rows, int64_t k) {
+  return Int8Type(type) && rows > 0 && rows % 16 == 0 && k > 0 && k % kQuantBlock == 0;
+}
+
+size_t Vnni8PackedBytes(WeightType type, int64_t rows, int64_t k) {
+  if (!Vnni8Packable(type, rows, k)) return 0;
+  return static_cast<size_t>(rows / 16) * static_cast<size_t>(k / kQuantBlock) *
+         internal::Vnni8RecordBytes(type);
+}
+
+void PackForVnni8(WeightType type, const void* w, size_t w_row_bytes, int64_t rows, int64_t k,
+                  void* out) {
+  if (!Vnni8Packable(type, rows, k)) Fail("PackForVnni8: not a packable matrix");
+  const int64_t nb = k / kQuantBlock;
+  const size_t record = internal::Vnni8RecordBytes(type);
+  const auto* src = static_cast<const uint8_t*>(w);
+  auto* dst = static_cast<uint8_t*>(out);
+  for (int64_t tile = 0; tile < rows / 16; ++tile) {
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* rec = dst + static_cast<size_t>(tile * nb + b) * record;
+      std::memset(rec, 0, record);
+      auto* d = reinterpret_cast<uint16_t*>(rec);
+      auto* m = reinterpret_cast<uint16_t*>(rec + 32);
+      uint8_t* quants = rec + 64;
+      for (int r = 0; r < 16; ++r) {
+        const uint8_t* row = src + static_cast<size_t>(tile * 16 + r) * w_row_bytes;
+        if (type == WeightType::kQ8_0) {
+          const auto& blk = reinterpret_cast<const BlockQ8_0*>(row)[b];
+          d[r] = blk.d;
+          for (int i = 0; i < kQuantBlock / 4; ++i) {
+            for (int e = 0; e < 4; ++e) {
+              quants[64 * i + 4 * r + e] = static_cast<uint8_t>(blk.qs[4 * i + e] ^ 0x80);
+            }
+          }
+        } else {
+          const uint8_t* qs;
+          if (type == WeightType::kQ4_1) {
+            const auto& blk = reinterpret_cast<const BlockQ4_1*>(row)[b];
+            d[r] = blk.d;
+            m[r] = blk.m;
+            qs = blk.qs;
+          } else {
+            const auto& blk = reinterpret_cast<const BlockQ4_0*>(row)[b];
+            d[r] = blk.d;
+            qs = blk.qs;
+          }
+          // Vector j: bytes 4j..4j+3 of each row (low nibbles: values 4j.., high: 16+4j..).
+          for (int j = 0; j < 4; ++j) {
+            for (int e = 0; e < 4; ++e) quants[64 * j + 4 * r + e] = qs[4 * j + e];
+          }
+        }
+      }
+    }
   }
 }
 

@@ -18,6 +18,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/quant_blocks.h"
@@ -199,7 +200,156 @@ void MatMul8(const uint8_t* w, size_t w_row_bytes, int64_t k, const BlockQ8A* xq
   }
 }
 
+// ---- Rows in lanes, from the PackForVnni8 copy ------------------------------------------------
+// One zmm holds the same 4 values of 16 rows; a token's 4 activation bytes are broadcast from
+// its block ({1to16}). The 8 weight vectors of a block are unpacked once and serve every token
+// of a group of kGroup, whose 8-instruction chains interleave. 4-bit weights are the unsigned
+// side as they are (0..15); Q8_0's are stored + 128, and 128 * sum(q) of the token's block is
+// taken off again.
+
+constexpr int kGroup = 8;
+
+// The activations' integer sums per (token, block), for Q8_0's shift.
+void ActivationSums(const BlockQ8A* x, int64_t n, int64_t nb, int32_t* sums) {
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t b = 0; b < nb; ++b) {
+      int32_t s = 0;
+      for (int j = 0; j < kQuantBlock; ++j) s += x[t * nb + b].qs[j];
+      sums[t * nb + b] = 128 * s;
+    }
+  }
+}
+
+// Tokens [0, G) of a group (tokens nb blocks apart in x), one tile of 16 rows, blocks [kb0, kb1).
+// acc[t] holds the 16 rows' sums of token t over these blocks.
+template <Format F, int G>
+inline void PackedChunk(const uint8_t* tile, int64_t nb, const BlockQ8A* x, const int32_t* shifts,
+                        int64_t kb0, int64_t kb1, __m512* acc) {
+  constexpr size_t kRecord = F == Format::kQ8_0 ? 576 : 320;
+  const float os_factor = OffsetFactor<F>();
+  for (int t = 0; t < G; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = kb0; b < kb1; ++b) {
+    const uint8_t* rec = tile + static_cast<size_t>(b) * kRecord;
+    _mm_prefetch(reinterpret_cast<const char*>(rec + 4 * kRecord), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(rec + 4 * kRecord + 64), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(rec + 4 * kRecord + 128), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(rec + 4 * kRecord + 192), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(rec + 4 * kRecord + 256), _MM_HINT_T0);
+    const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(rec)));
+    __m512i wv[kQuads];
+    if constexpr (F == Format::kQ8_0) {
+      for (int i = 0; i < kQuads; ++i) {
+        wv[i] = _mm512_load_si512(rec + 64 + 64 * i);
+      }
+    } else {
+      const __m512i mask = _mm512_set1_epi8(0x0f);
+      for (int j = 0; j < 4; ++j) {
+        const __m512i v = _mm512_load_si512(rec + 64 + 64 * j);
+        wv[j] = _mm512_and_si512(v, mask);
+        wv[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
+      }
+    }
+    __m512 ow = _mm512_setzero_ps();
+    if constexpr (F == Format::kQ4_1) {
+      ow = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(rec + 32)));
+    } else if constexpr (F == Format::kQ4_0) {
+      ow = dw;
+    }
+    __m512i sum[G];
+    for (int t = 0; t < G; ++t) sum[t] = _mm512_setzero_si512();
+    for (int i = 0; i < kQuads; ++i) {
+      for (int t = 0; t < G; ++t) {
+        int32_t quad;
+        std::memcpy(&quad, x[t * nb + b].qs + 4 * i, sizeof quad);
+        sum[t] = _mm512_dpbusd_epi32(sum[t], wv[i], _mm512_set1_epi32(quad));
+      }
+    }
+    for (int t = 0; t < G; ++t) {
+      const BlockQ8A& xb = x[t * nb + b];
+      __m512i s = sum[t];
+      if constexpr (F == Format::kQ8_0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(shifts[t * nb + b]));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(xb.d)),
+                               acc[t]);
+      if constexpr (F != Format::kQ8_0) {
+        acc[t] = _mm512_fmadd_ps(ow, _mm512_set1_ps(os_factor * xb.s), acc[t]);
+      }
+    }
+  }
+}
+
+template <Format F, int G>
+void PackedGroup(const uint8_t* tile, int64_t nb, const BlockQ8A* x, const int32_t* shifts,
+                 float* out, int64_t ldo) {
+  for (int64_t kb0 = 0; kb0 < nb; kb0 += kBlockChunk) {
+    const int64_t kb1 = nb - kb0 < kBlockChunk ? nb : kb0 + kBlockChunk;
+    __m512 acc[G];
+    PackedChunk<F, G>(tile, nb, x, shifts, kb0, kb1, acc);
+    for (int t = 0; t < G; ++t) {
+      float* o = out + t * ldo;
+      if (kb0 == 0) {
+        _mm512_storeu_ps(o, acc[t]);
+      } else {
+        _mm512_storeu_ps(o, _mm512_add_ps(_mm512_loadu_ps(o), acc[t]));
+      }
+    }
+  }
+}
+
+template <Format F>
+void MatMul8Packed(const uint8_t* packed, int64_t k, const BlockQ8A* xq, int64_t n_tokens,
+                   float* out, int64_t ldo, int64_t row_begin, int64_t row_end) {
+  constexpr size_t kRecord = F == Format::kQ8_0 ? 576 : 320;
+  const int64_t nb = k / kQuantBlock;
+  // Q8_0's shifts, for up to 64 tokens at a time (a stack table; batches are chunks).
+  constexpr int64_t kTokensPerPass = 64;
+  alignas(64) int32_t shifts[kTokensPerPass * 64];
+  for (int64_t p0 = 0; p0 < n_tokens; p0 += kTokensPerPass) {
+    const int64_t np = n_tokens - p0 < kTokensPerPass ? n_tokens - p0 : kTokensPerPass;
+    const bool table = F == Format::kQ8_0 && nb <= 64;
+    std::vector<int32_t> big;
+    int32_t* sh = shifts;
+    if (F == Format::kQ8_0 && !table) {
+      big.resize(static_cast<size_t>(np * nb));
+      sh = big.data();
+    }
+    if (F == Format::kQ8_0) ActivationSums(xq + p0 * nb, np, nb, sh);
+    for (int64_t r0 = row_begin; r0 < row_end; r0 += 16) {
+      const uint8_t* tile = packed + static_cast<size_t>(r0 / 16 * nb) * kRecord;
+      for (int64_t t0 = 0; t0 < np; t0 += kGroup) {
+        const BlockQ8A* x = xq + (p0 + t0) * nb;
+        const int32_t* s = sh + t0 * nb;
+        float* o = out + (p0 + t0) * ldo + r0;
+        switch (np - t0 < kGroup ? np - t0 : kGroup) {
+          case 1: PackedGroup<F, 1>(tile, nb, x, s, o, ldo); break;
+          case 2: PackedGroup<F, 2>(tile, nb, x, s, o, ldo); break;
+          case 3: PackedGroup<F, 3>(tile, nb, x, s, o, ldo); break;
+          case 4: PackedGroup<F, 4>(tile, nb, x, s, o, ldo); break;
+          case 5: PackedGroup<F, 5>(tile, nb, x, s, o, ldo); break;
+          case 6: PackedGroup<F, 6>(tile, nb, x, s, o, ldo); break;
+          case 7: PackedGroup<F, 7>(tile, nb, x, s, o, ldo); break;
+          default: PackedGroup<F, 8>(tile, nb, x, s, o, ldo); break;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
+
+void MatMulQuant8PackedAvx512Vnni(WeightType type, const uint8_t* packed, int64_t k,
+                                  const BlockQ8A* xq, int64_t n_tokens, float* out, int64_t ldo,
+                                  int64_t row_begin, int64_t row_end) {
+  switch (type) {
+    case WeightType::kQ4_0:
+      return MatMul8Packed<Format::kQ4_0>(packed, k, xq, n_tokens, out, ldo, row_begin, row_end);
+    case WeightType::kQ4_1:
+      return MatMul8Packed<Format::kQ4_1>(packed, k, xq, n_tokens, out, ldo, row_begin, row_end);
+    case WeightType::kQ8_0:
+      return MatMul8Packed<Format::kQ8_0>(packed, k, xq, n_tokens, out, ldo, row_begin, row_end);
+    default:
+      return;
+  }
+}
 
 void QuantizeRowQ8AAvx512(const float* x, int64_t k, BlockQ8A* out) {
   for (int64_t b = 0; b < k / kQuantBlock; ++b) {

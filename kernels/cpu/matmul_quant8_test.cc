@@ -157,5 +157,53 @@ TEST(MatMul8Test, KernelEqualsReferenceAndStaysWithinTheQuantizationBound) {
   }
 }
 
+TEST(MatMul8Test, PackedCopyGivesTheSameBits) {
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  EXPECT_FALSE(Vnni8Packable(WeightType::kQ4_1, 40, 64));  // rows not a multiple of 16
+  EXPECT_FALSE(Vnni8Packable(WeightType::kF32, 16, 64));
+  EXPECT_EQ(Vnni8PackedBytes(WeightType::kQ4_1, 32, 64), 2u * 2u * 320u);
+  EXPECT_EQ(Vnni8PackedBytes(WeightType::kQ8_0, 16, 96), 3u * 576u);
+  const Case cases[] = {
+      {WeightType::kQ4_1, 48, 576, 16},  {WeightType::kQ4_1, 64, 1536, 20},
+      {WeightType::kQ4_1, 32, 64, 1},    {WeightType::kQ4_0, 48, 1088, 7},
+      {WeightType::kQ8_0, 48, 576, 16},  {WeightType::kQ8_0, 32, 2304, 70},
+      {WeightType::kQ4_1, 16, 128, 70},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "type " << static_cast<int>(c.type) << " rows " << c.rows
+                                      << " k " << c.k << " tokens " << c.tokens);
+    const std::vector<uint8_t> w = RandomWeights(c.type, c.rows, c.k, rng);
+    const size_t row_bytes = WeightRowBytes(c.type, c.k);
+    ASSERT_TRUE(Vnni8Packable(c.type, c.rows, c.k));
+    std::vector<uint8_t> storage(Vnni8PackedBytes(c.type, c.rows, c.k) + 64);
+    uint8_t* packed = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64;
+    PackForVnni8(c.type, w.data(), row_bytes, c.rows, c.k, packed);
+    const std::vector<float> x = RandomActivations(c.tokens, c.k, rng);
+    std::vector<uint8_t> xq(ActivationBytes8(c.tokens, c.k));
+    PrepareActivations8(x.data(), c.k, c.k, 0, c.tokens, xq.data());
+    const int64_t ldo = c.rows + 5;
+    std::vector<float> reference(static_cast<size_t>(c.tokens * ldo), -1.0f);
+    internal::MatMulQuant8Portable(c.type, w.data(), row_bytes, c.k,
+                                   reinterpret_cast<const BlockQ8A*>(xq.data()), c.tokens,
+                                   reference.data(), ldo, 0, c.rows);
+    // Whole tiles, and ranges that start and end inside a tile (those rows come from the GGUF
+    // rows, the tiles between from the copy).
+    for (const auto& [begin, end] : {std::pair<int64_t, int64_t>{0, c.rows},
+                                    std::pair<int64_t, int64_t>{5, c.rows - 3},
+                                    std::pair<int64_t, int64_t>{3, 9}}) {
+      std::vector<float> out(reference.size(), -1.0f);
+      MatMulRows8(c.type, w.data(), row_bytes, c.k, xq.data(), c.tokens, out.data(), ldo, 0, begin,
+                  packed);
+      MatMulRows8(c.type, w.data(), row_bytes, c.k, xq.data(), c.tokens, out.data(), ldo, begin,
+                  end, packed);
+      MatMulRows8(c.type, w.data(), row_bytes, c.k, xq.data(), c.tokens, out.data(), ldo, end,
+                  c.rows, packed);
+      EXPECT_EQ(out, reference) << "rows [" << begin << ", " << end << ")";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace streamd::kernels::cpu
