@@ -31,7 +31,8 @@ namespace streamd::tools {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int32_t kEvalChunk = 64;
+// The largest chunk the eval gate feeds (the 64+ bucket's probe).
+constexpr int32_t kEvalChunk = static_cast<int32_t>(kBucketProbeTokens[kTokenBuckets - 1]);
 constexpr int32_t kEvalBlockSize = 16;
 
 std::string UtcNow() {
@@ -74,8 +75,9 @@ StatusOr<std::vector<int32_t>> EvalTokens(const gguf::GgufFile& file, const std:
   return ids;
 }
 
-// Streaming perplexity of `tokens` through one sink cache (S + W), in chunks of kEvalChunk:
-// what `streamd eval --modes sink` reports, under the model's current tuning.
+// Streaming perplexity of `tokens` through one sink cache (S + W), under the model's current
+// tuning. The chunks cycle through every token bucket's probe size (64, 16, 8, 4, 1 tokens), so
+// the products of every bucket, and the kernels a tuning picks for it, score some of the text.
 StatusOr<double> SinkPerplexity(LlamaModel& model, const std::vector<int32_t>& tokens,
                                 int64_t sinks, int64_t window) {
   const LlamaConfig& c = model.config();
@@ -91,8 +93,11 @@ StatusOr<double> SinkPerplexity(LlamaModel& model, const std::vector<int32_t>& t
   NllAccumulator nll(static_cast<int64_t>(tokens.size()));
   std::vector<float> logits(static_cast<size_t>(kEvalChunk) * c.vocab_size);
   const std::span<const int32_t> all(tokens);
-  for (size_t i = 0; i + 1 < tokens.size(); i += kEvalChunk) {
-    const size_t len = std::min<size_t>(kEvalChunk, tokens.size() - 1 - i);
+  size_t step = 0;
+  for (size_t i = 0, len = 0; i + 1 < tokens.size(); i += len, ++step) {
+    const size_t probe = static_cast<size_t>(
+        kBucketProbeTokens[kTokenBuckets - 1 - static_cast<int>(step % kTokenBuckets)]);
+    len = std::min(probe, tokens.size() - 1 - i);
     STREAMD_RETURN_IF_ERROR(model.Forward(all.subspan(i, len), *cache, LogitsMode::kAll, logits.data()));
     for (size_t k = 0; k < len; ++k) {
       const size_t target = i + k + 1;

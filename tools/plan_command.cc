@@ -31,11 +31,14 @@ void PrintPlan(const PlanFile& file) {
                 TokenBucketName(b), s.items_per_thread, static_cast<long long>(s.min_rows),
                 static_cast<long long>(s.max_rows));
   }
-  if (t.isa.empty()) std::printf("  level per shape: the active level for every shape\n");
+  if (t.isa.empty()) {
+    std::printf("  kernel per shape: the active level, 12-bit activations, for every shape\n");
+  }
   for (const ShapeIsa& s : t.isa) {
-    std::printf("  level %lldx%lld %s, %s tokens: %s\n", static_cast<long long>(s.rows),
-                static_cast<long long>(s.cols), WeightTypeName(s.type), TokenBucketName(s.bucket),
-                kernels::cpu::IsaName(s.isa));
+    std::printf("  kernel %lldx%lld %s, %s tokens: %s, %d-bit activations\n",
+                static_cast<long long>(s.rows), static_cast<long long>(s.cols),
+                WeightTypeName(s.type), TokenBucketName(s.bucket), kernels::cpu::IsaName(s.isa),
+                s.activation_bits);
   }
   std::printf("  weights %s, %llu bytes\n", p.weights_layout.c_str(),
               static_cast<unsigned long long>(p.weights_bytes));
