@@ -54,11 +54,14 @@ sanitize: deps model vocab
 
 # The model's build plan for this machine (docs/BUILD.md), made once beside the model and kept
 # while it matches the model, the streamd version and the machine; a build that would take over
-# two minutes is given up, and the daemon runs with the built-in defaults.
+# two minutes is given up, and the daemon runs with the built-in defaults. With an eval text
+# (the team's shared one when it is there, or EVAL_TEXT=F) the build may take precision cuts
+# that its eval gate measures on it; without one, only choices that change no logit.
 PLAN ?= $(MODEL:.gguf=.plan)
+EVAL_TEXT ?= $(wildcard ../shared/data/pride-and-prejudice.txt)
 run: build model
 	@if $(BUILD_DIR)/tools/streamd build --model $(MODEL) --out $(PLAN) --reuse --max-seconds 120 \
-	    --quiet; then \
+	    $(if $(EVAL_TEXT),--eval-text $(EVAL_TEXT)) --quiet; then \
 	  echo "make run: serving with the build plan $(PLAN) (streamd build; docs/BUILD.md)"; \
 	  plan="--plan $(PLAN)"; \
 	else \
