@@ -63,5 +63,24 @@ expect_error unknown-command "unknown command" -- frobnicate
 python3 -c "print('word ' * 9000)" >"$tmp/long.txt"
 expect_error long-prompt "over the model context of 8192" -- generate --model "$model" --prompt "$(cat "$tmp/long.txt")" -n 1
 
+# streamd build and streamd plan (docs/BUILD.md): flags, missing and damaged files.
+expect_error build-cuda-target "--target cuda: the CUDA target" -- build --model "$model" --target cuda --out "$tmp/p.plan"
+expect_error build-bad-target '--target = "tpu"' -- build --model "$model" --target tpu --out "$tmp/p.plan"
+expect_error build-calibration "--calibration-text" -- build --model "$model" --calibration-text x --out "$tmp/p.plan"
+expect_error build-bad-percent 'is not a percentage in [0, 100]' -- build --model "$model" --max-ppl-increase 5x --out "$tmp/p.plan"
+expect_error build-negative-percent 'is not a percentage in [0, 100]' -- build --model "$model" --max-ppl-increase -1% --out "$tmp/p.plan"
+expect_error build-missing-model "$tmp/none.gguf" -- build --model "$tmp/none.gguf" --out "$tmp/p.plan"
+expect_error build-missing-eval "--eval-text: cannot read" -- build --model "$model" --eval-text "$tmp/none.txt" --out "$tmp/p.plan"
+printf 'just a few words' >"$tmp/short.txt"
+expect_error build-short-eval "the gate needs at least 512" -- build --model "$model" --eval-text "$tmp/short.txt" --out "$tmp/p.plan"
+expect_error build-bad-rounds "--rounds" -- build --model "$model" --rounds 0 --out "$tmp/p.plan"
+[ -e "$tmp/p.plan" ] && { failed=$((failed + 1)); echo "FAIL: a refused build left $tmp/p.plan"; }
+printf 'STRMPLAN' >"$tmp/cut.plan"
+expect_error plan-truncated "$tmp/cut.plan: " -- plan inspect "$tmp/cut.plan"
+expect_error plan-missing "$tmp/none.plan" -- plan inspect "$tmp/none.plan"
+expect_error plan-no-file "which plan file" -- plan inspect
+expect_error plan-no-verb "usage: streamd plan inspect" -- plan show x
+expect_error bench-plan-needs-sessions "--plan applies to --sessions" -- bench --model "$model" --plan "$tmp/cut.plan"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
