@@ -11,6 +11,8 @@
 #include <cstring>
 #include <string>
 
+#include "engine/util/atomic_file.h"
+
 namespace streamd {
 namespace {
 
@@ -23,26 +25,6 @@ int64_t UnixMillisNow() {
       .count();
 }
 
-// The status of a failed system call on `path`: full disks and read-only or forbidden
-// directories get codes of their own.
-Status Errno(int err, const std::string& what, const std::string& path) {
-  const std::string m = what + " " + path + ": " + std::strerror(err);
-  switch (err) {
-    case ENOSPC:
-    case EDQUOT:
-    case EFBIG:
-      return ResourceExhaustedError(m);
-    case EROFS:
-    case EACCES:
-    case EPERM:
-      return Status(StatusCode::kPermissionDenied, m);
-    case ENOENT:
-      return NotFoundError(m);
-    default:
-      return InternalError(m);
-  }
-}
-
 Status MakeDirectories(const std::string& dir) {
   std::string at;
   size_t i = 0;
@@ -53,26 +35,13 @@ Status MakeDirectories(const std::string& dir) {
     i = end + 1;
     if (at.empty()) continue;
     if (::mkdir(at.c_str(), 0700) != 0 && errno != EEXIST) {
-      return Errno(errno, "cannot create the snapshot directory", at);
+      return ErrnoStatus(errno, "cannot create the snapshot directory", at);
     }
   }
   struct stat st;
-  if (::stat(dir.c_str(), &st) != 0) return Errno(errno, "cannot stat", dir);
+  if (::stat(dir.c_str(), &st) != 0) return ErrnoStatus(errno, "cannot stat", dir);
   if (!S_ISDIR(st.st_mode)) {
     return FailedPreconditionError("snapshot directory " + dir + " is not a directory");
-  }
-  return OkStatus();
-}
-
-Status WriteAll(int fd, std::span<const uint8_t> bytes, const std::string& path) {
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Errno(errno, "cannot write", path);
-    }
-    done += static_cast<size_t>(n);
   }
   return OkStatus();
 }
@@ -115,11 +84,11 @@ struct Fd {
 StatusOr<size_t> ReadFile(const std::string& path, int64_t limit, bool whole,
                           std::vector<uint8_t>* buffer) {
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) return Errno(errno, "cannot open", path);
+  if (f.fd < 0) return ErrnoStatus(errno, "cannot open", path);
   size_t want = static_cast<size_t>(limit);
   if (whole) {
     struct stat st;
-    if (::fstat(f.fd, &st) != 0) return Errno(errno, "cannot stat", path);
+    if (::fstat(f.fd, &st) != 0) return ErrnoStatus(errno, "cannot stat", path);
     if (st.st_size > limit) {
       return OutOfRangeError(path + " has " + std::to_string(st.st_size) +
                              " bytes, over the limit of " + std::to_string(limit));
@@ -131,7 +100,7 @@ StatusOr<size_t> ReadFile(const std::string& path, int64_t limit, bool whole,
   while (done < want) {
     const ssize_t n = ::read(f.fd, buffer->data() + done, want - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return Errno(errno, "cannot read", path);
+    if (n < 0) return ErrnoStatus(errno, "cannot read", path);
     if (n == 0) break;
     done += static_cast<size_t>(n);
   }
@@ -151,36 +120,8 @@ std::string SnapshotStore::PathOf(SessionId id) const {
   return dir_ + "/" + id.ToString() + std::string(kSuffix);
 }
 
-Status SnapshotStore::SyncDirectory(const std::string& dir) const {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Errno(errno, "cannot open", dir);
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  // Some file systems cannot fsync a directory (EINVAL): the rename is then as durable as
-  // they make it.
-  if (rc != 0 && err != EINVAL) return Errno(err, "cannot fsync", dir);
-  return OkStatus();
-}
-
 Status SnapshotStore::Write(SessionId id, std::span<const uint8_t> bytes) {
-  const std::string path = PathOf(id);
-  const SessionId nonce = SessionId::Random();
-  const std::string tmp = dir_ + "/." + id.ToString() + "." + std::to_string(::getpid()) + "." +
-                          nonce.ToString().substr(0, 8) + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) return Errno(errno, "cannot create", tmp);
-  Status s = WriteAll(fd, bytes, tmp);
-  if (s.ok() && ::fsync(fd) != 0) s = Errno(errno, "cannot fsync", tmp);
-  if (::close(fd) != 0 && s.ok()) s = Errno(errno, "cannot close", tmp);
-  if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    s = Errno(errno, "cannot rename to", path);
-  }
-  if (!s.ok()) {
-    ::unlink(tmp.c_str());  // never leave a partial file behind
-    return s;
-  }
-  return SyncDirectory(dir_);
+  return WriteFileAtomically(PathOf(id), bytes, 0600);
 }
 
 StatusOr<std::vector<uint8_t>> SnapshotStore::Read(SessionId id, int64_t max_bytes) const {
@@ -207,7 +148,7 @@ Status SnapshotStore::Remove(SessionId id) {
   const std::string path = PathOf(id);
   if (::unlink(path.c_str()) != 0) {
     if (errno == ENOENT) return OkStatus();
-    return Errno(errno, "cannot remove", path);
+    return ErrnoStatus(errno, "cannot remove", path);
   }
   return SyncDirectory(dir_);
 }
@@ -215,21 +156,21 @@ Status SnapshotStore::Remove(SessionId id) {
 StatusOr<int64_t> SnapshotStore::ModifiedUnixMs(SessionId id) const {
   const std::string path = PathOf(id);
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return Errno(errno, "cannot stat", path);
+  if (::stat(path.c_str(), &st) != 0) return ErrnoStatus(errno, "cannot stat", path);
   return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000;
 }
 
 Status SnapshotStore::Touch(SessionId id) {
   const std::string path = PathOf(id);
   if (::utimensat(AT_FDCWD, path.c_str(), nullptr, 0) != 0) {
-    return Errno(errno, "cannot touch", path);
+    return ErrnoStatus(errno, "cannot touch", path);
   }
   return OkStatus();
 }
 
 StatusOr<std::vector<StoredSnapshot>> SnapshotStore::List() const {
   DIR* d = ::opendir(dir_.c_str());
-  if (d == nullptr) return Errno(errno, "cannot list", dir_);
+  if (d == nullptr) return ErrnoStatus(errno, "cannot list", dir_);
   std::vector<StoredSnapshot> out;
   const int64_t now = UnixMillisNow();
   while (const dirent* e = ::readdir(d)) {
@@ -262,12 +203,12 @@ StatusOr<std::string> SnapshotStore::Reject(const std::string& file, std::string
   }
   const std::string rejected = dir_ + "/rejected";
   if (::mkdir(rejected.c_str(), 0700) != 0 && errno != EEXIST) {
-    return Errno(errno, "cannot create", rejected);
+    return ErrnoStatus(errno, "cannot create", rejected);
   }
   const int64_t seconds = UnixMillisNow() / 1000;
   const std::string to = rejected + "/" + file + "." + Slug(reason) + "." + std::to_string(seconds);
   const std::string from = dir_ + "/" + file;
-  if (::rename(from.c_str(), to.c_str()) != 0) return Errno(errno, "cannot move aside", from);
+  if (::rename(from.c_str(), to.c_str()) != 0) return ErrnoStatus(errno, "cannot move aside", from);
   STREAMD_RETURN_IF_ERROR(SyncDirectory(rejected));
   STREAMD_RETURN_IF_ERROR(SyncDirectory(dir_));
   return to;

@@ -72,7 +72,6 @@ class SnapshotStore {
 
  private:
   explicit SnapshotStore(std::string dir) : dir_(std::move(dir)) {}
-  Status SyncDirectory(const std::string& dir) const;
 
   std::string dir_;
 };

@@ -62,7 +62,7 @@ std::string Joined(const std::vector<std::string>& names) {
   return out.empty() ? "(none)" : out;
 }
 
-// Temp files a writer leaves while it writes (SnapshotStore: .<id>.<pid>.<random>.tmp).
+// Temp files a writer leaves while it writes (WriteFileAtomically: .<id>.snap.<pid>.<random>.tmp).
 std::vector<std::string> TempFilesIn(const std::string& dir) {
   std::vector<std::string> tmp;
   for (const std::string& n : FilesIn(dir)) {
