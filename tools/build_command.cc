@@ -316,12 +316,21 @@ int BuildCommand(int argc, char** argv) {
                  "build; its timings may not hold on a quiet machine (rebuild then)\n",
                  100 * others);
   }
+  // The pre-packed weights: the AMX copies (CPUs with AMX), then the 8-bit rows-in-lanes copies
+  // of the matrices the plan runs at 8 bits, so that a start with the plan packs nothing.
   const LlamaWeights& w = model.weights();
-  std::span<const uint8_t> packed;
+  std::vector<uint8_t> packed;
   if (w.amx_packed_bytes > 0) {
-    plan.weights_layout = "amx-packed";
-    packed = {w.amx_storage.get(), static_cast<size_t>(w.amx_packed_bytes)};
+    packed.assign(w.amx_storage.get(), w.amx_storage.get() + w.amx_packed_bytes);
+    plan.amx_bytes = w.amx_packed_bytes;
   }
+  const std::vector<uint8_t> vnni8 = Vnni8CopiesBlob(w);
+  packed.insert(packed.end(), vnni8.begin(), vnni8.end());
+  const bool amx = plan.amx_bytes > 0, eight = !vnni8.empty();
+  plan.weights_layout = amx && eight ? "amx-packed+vnni8-packed"
+                        : amx        ? "amx-packed"
+                        : eight      ? "vnni8-packed"
+                                     : "none";
   plan.built_at = UtcNow();
   plan.build_seconds = std::chrono::duration<double>(Clock::now() - started).count();
   if (Status s = WritePlanFile(out_path, plan, packed); !s.ok()) return Fail(s);

@@ -208,7 +208,7 @@ void LlamaModel::RunProduct(const WeightMatrix& w, const float* x, int64_t n, fl
   FusedMatMul(*thread_pool_, tuning_, one, x, n, product_xq_.data(), bytes, [](int64_t) {});
 }
 
-Status LlamaModel::ApplyTuning(const CpuTuning& tuning) {
+Status LlamaModel::ApplyTuning(const CpuTuning& tuning, std::span<const uint8_t> vnni8_copies) {
   STREAMD_RETURN_IF_ERROR(ValidateCpuTuning(tuning));
   const std::vector<WeightMatrix*> matrices = streamd::ProductMatrices(weights_);
   // Checked in full before anything changes: a tuning is applied whole or not at all.
@@ -223,6 +223,20 @@ Status LlamaModel::ApplyTuning(const CpuTuning& tuning) {
                                   WeightTypeName(s.type) + " matrix");
     }
   }
+  if (!vnni8_copies.empty()) {
+    uint64_t expected = 0;
+    for (const WeightMatrix* m : matrices) {
+      const bool eight = std::any_of(tuning.isa.begin(), tuning.isa.end(), [&](const ShapeIsa& s) {
+        return s.activation_bits == 8 && m->type == s.type && m->rows == s.rows && m->cols == s.cols;
+      });
+      if (eight) expected += kernels::cpu::Vnni8PackedBytes(m->type, m->rows, m->cols);
+    }
+    if (expected != vnni8_copies.size()) {
+      return InvalidArgumentError("the 8-bit packed weights are " +
+                                  std::to_string(vnni8_copies.size()) +
+                                  " bytes; this tuning's are " + std::to_string(expected));
+    }
+  }
   for (WeightMatrix* m : matrices) {
     m->isa_by_bucket.fill(-1);
     m->int8_by_bucket.fill(false);
@@ -234,6 +248,11 @@ Status LlamaModel::ApplyTuning(const CpuTuning& tuning) {
         m->int8_by_bucket[s.bucket] = s.activation_bits == 8;
       }
     }
+  }
+  // A plan's copies if it has them (only an allocation can fail now: then they are packed, or
+  // the GGUF rows serve), else packed here once.
+  if (!vnni8_copies.empty()) {
+    static_cast<void>(UsePrepackedVnni8Copies(weights_, vnni8_copies.data(), vnni8_copies.size()));
   }
   AddVnni8PackedCopies(weights_);
   tuning_ = tuning;

@@ -64,8 +64,10 @@ class LlamaModel : public ModelBackend {
 
   // Kernel choices (a build plan's, or candidates while one is tuned). Validated first
   // (ValidateCpuTuning); every ShapeIsa must name a product shape of this model. threads 0
-  // keeps the current thread count. Not thread-safe with Execute.
-  Status ApplyTuning(const CpuTuning& tuning);
+  // keeps the current thread count. The matrices it runs at 8 bits get their rows-in-lanes
+  // copies: `vnni8_copies` (a plan's, Vnni8CopiesBlob's layout; checked to be the size this
+  // tuning needs) or packed here. Not thread-safe with Execute.
+  Status ApplyTuning(const CpuTuning& tuning, std::span<const uint8_t> vnni8_copies = {});
   const CpuTuning& tuning() const { return tuning_; }
   // The matrices products run over (output head, then each layer's projections): the shapes a
   // tuner times.

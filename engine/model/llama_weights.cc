@@ -142,6 +142,59 @@ void AddVnni8PackedCopies(LlamaWeights& w) {
   }
 }
 
+namespace {
+
+bool RunsAtEightBits(const WeightMatrix& m) {
+  return std::any_of(m.int8_by_bucket.begin(), m.int8_by_bucket.end(), [](bool b) { return b; });
+}
+
+}  // namespace
+
+uint64_t Vnni8CopiesBytes(const LlamaWeights& w) {
+  uint64_t total = 0;
+  for (const WeightMatrix* m : ProductMatrices(w)) {
+    if (RunsAtEightBits(*m)) total += kernels::cpu::Vnni8PackedBytes(m->type, m->rows, m->cols);
+  }
+  return total;
+}
+
+std::vector<uint8_t> Vnni8CopiesBlob(const LlamaWeights& w) {
+  std::vector<uint8_t> blob;
+  blob.reserve(Vnni8CopiesBytes(w));
+  for (const WeightMatrix* m : ProductMatrices(w)) {
+    const size_t bytes = kernels::cpu::Vnni8PackedBytes(m->type, m->rows, m->cols);
+    if (!RunsAtEightBits(*m) || bytes == 0) continue;
+    if (m->vnni8_packed == nullptr) return {};
+    blob.insert(blob.end(), m->vnni8_packed, m->vnni8_packed + bytes);
+  }
+  return blob;
+}
+
+Status UsePrepackedVnni8Copies(LlamaWeights& w, const uint8_t* bytes, uint64_t size) {
+  const uint64_t total = Vnni8CopiesBytes(w);
+  if (size != total) {
+    return InvalidArgumentError("the plan's 8-bit packed weights are " + std::to_string(size) +
+                                " bytes; this tuning's are " + std::to_string(total));
+  }
+  if (total == 0) return OkStatus();
+  std::unique_ptr<uint8_t, FreeDeleter> copy(static_cast<uint8_t*>(AllocateHugePageBacked(total)));
+  if (!copy) {
+    return ResourceExhaustedError("no memory for the " + std::to_string(total) +
+                                  " bytes of 8-bit packed weights");
+  }
+  std::memcpy(copy.get(), bytes, total);
+  uint8_t* at = copy.get();
+  for (WeightMatrix* m : ProductMatrices(w)) {
+    const size_t n = kernels::cpu::Vnni8PackedBytes(m->type, m->rows, m->cols);
+    if (!RunsAtEightBits(*m) || n == 0) continue;
+    m->vnni8_packed = at;
+    at += n;
+  }
+  w.vnni8_packed_bytes += total;
+  w.vnni8_storage.push_back(std::move(copy));
+  return OkStatus();
+}
+
 Status UsePrepackedAmxCopies(LlamaWeights& w, const uint8_t* bytes, uint64_t size) {
   const std::vector<WeightMatrix*> matrices = ProductMatrices(w);
   const uint64_t total = PackedBytes(matrices);

@@ -77,6 +77,15 @@ void AddAmxPackedCopies(LlamaWeights& weights);
 // memory for a copy that matrix runs on its GGUF rows, as before.
 void AddVnni8PackedCopies(LlamaWeights& weights);
 
+// What a build plan stores of those copies: the ones of the matrices some bucket runs at 8 bits
+// (and Vnni8Packable), concatenated in ProductMatrices order. Vnni8CopiesBlob is empty when one
+// of them is missing (no memory for it at packing).
+uint64_t Vnni8CopiesBytes(const LlamaWeights& weights);
+std::vector<uint8_t> Vnni8CopiesBlob(const LlamaWeights& weights);
+// Installs such a blob (a plan's) instead of packing: copied once onto huge pages. Call with the
+// 8-bit choices in place (int8_by_bucket). Errors: a size other than Vnni8CopiesBytes.
+Status UsePrepackedVnni8Copies(LlamaWeights& weights, const uint8_t* bytes, uint64_t size);
+
 // The matrices products run over, in a fixed order: the output head, then each layer's
 // projections (AddAmxPackedCopies lays the copies out in it; tuners and plans walk it).
 std::vector<WeightMatrix*> ProductMatrices(LlamaWeights& weights);

@@ -52,10 +52,13 @@ struct BuildPlan {
   std::string built_at;           // UTC, ISO 8601
   double build_seconds = 0;
   CpuTuning tuning;
-  // Pre-packed weights stored after the manifest: "amx-packed" (LlamaModel's AMX copies, in
-  // their layout) or "none".
+  // Pre-packed weights stored after the manifest: "none", "amx-packed" (LlamaModel's AMX copies,
+  // in their layout), "vnni8-packed" (the rows-in-lanes copies of the matrices the tuning runs
+  // with 8-bit activations, kernels::cpu::PackForVnni8, in ProductMatrices order) or
+  // "amx-packed+vnni8-packed": the AMX copies are the first amx_bytes, the 8-bit ones the rest.
   std::string weights_layout = "none";
   uint64_t weights_bytes = 0;
+  uint64_t amx_bytes = 0;
   std::vector<PrecisionDecision> precision;
   std::vector<PlanMeasurement> measurements;
   bool operator==(const BuildPlan&) const = default;

@@ -18,11 +18,15 @@ StatusOr<std::unique_ptr<PlanFile>> OpenPlanFor(const std::string& plan_path,
 
 LlamaModel::Prepacked PrepackedWeights(const PlanFile& plan) {
   LlamaModel::Prepacked p;
-  if (plan.plan().weights_layout == "amx-packed") {
+  if (plan.plan().amx_bytes > 0) {
     p.amx_bytes = plan.weights().data();
-    p.amx_size = plan.weights().size();
+    p.amx_size = plan.plan().amx_bytes;
   }
   return p;
+}
+
+std::span<const uint8_t> PrepackedVnni8Weights(const PlanFile& plan) {
+  return plan.weights().subspan(plan.plan().amx_bytes);
 }
 
 StatusOr<std::unique_ptr<LlamaModel>> LoadCpuModel(const std::string& model_path,
@@ -43,7 +47,8 @@ StatusOr<std::unique_ptr<LlamaModel>> LoadCpuModel(const std::string& model_path
   auto model = LlamaModel::FromFile(std::move(file).value(), plan != nullptr ? &prepacked : nullptr);
   if (!model.ok()) return Status(model.status().code(), model_path + ": " + model.status().message());
   if (plan != nullptr) {
-    if (Status s = (*model)->ApplyTuning(plan->plan().tuning); !s.ok()) {
+    if (Status s = (*model)->ApplyTuning(plan->plan().tuning, PrepackedVnni8Weights(*plan));
+        !s.ok()) {
       return Status(s.code(), "model.plan: " + plan_path + ": " + s.message());
     }
     if (plan_note != nullptr) *plan_note = DescribePlan(*plan);

@@ -24,8 +24,10 @@ PlanExpectations ExpectationsHere(const gguf::GgufFile& model_file);
 StatusOr<std::unique_ptr<PlanFile>> OpenPlanFor(const std::string& plan_path,
                                                 const gguf::GgufFile& model_file);
 
-// The pre-packed weights of an opened plan, in the form LlamaModel::Load takes them.
+// The pre-packed weights of an opened plan: the AMX copies in the form LlamaModel::Load takes
+// them, and the 8-bit copies as LlamaModel::ApplyTuning takes them (empty when none).
 LlamaModel::Prepacked PrepackedWeights(const PlanFile& plan);
+std::span<const uint8_t> PrepackedVnni8Weights(const PlanFile& plan);
 
 // The CPU model of `model_path` under the plan at `plan_path` (checked first with OpenPlanFor,
 // before anything is packed; its pre-packed weights used, its tuning applied), or with the

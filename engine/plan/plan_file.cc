@@ -45,6 +45,31 @@ constexpr size_t kAtVersion = 8, kAtManifestOffset = 16, kAtManifestBytes = 24,
 
 // ---- manifest fields ---------------------------------------------------------------------------
 
+// The layout names the parts the weights hold, and each part it names is there: AMX copies are
+// the first amx_bytes (a multiple of 64, so the 8-bit copies after them stay aligned), the
+// 8-bit copies the rest.
+Status CheckWeightsLayout(const BuildPlan& p) {
+  const std::string& l = p.weights_layout;
+  if (l != "none" && l != "amx-packed" && l != "vnni8-packed" && l != "amx-packed+vnni8-packed") {
+    return InvalidArgumentError("weights.layout \"" + l +
+                                "\" is not one of none, amx-packed, vnni8-packed, "
+                                "amx-packed+vnni8-packed");
+  }
+  if (p.amx_bytes > p.weights_bytes || p.amx_bytes % 64 != 0) {
+    return InvalidArgumentError("weights.amx_bytes = " + std::to_string(p.amx_bytes) +
+                                " must be a multiple of 64 within weights.bytes = " +
+                                std::to_string(p.weights_bytes));
+  }
+  const bool amx = l.find("amx-packed") != std::string::npos;
+  const bool vnni8 = l.find("vnni8-packed") != std::string::npos;
+  if (amx != (p.amx_bytes > 0) || vnni8 != (p.weights_bytes > p.amx_bytes)) {
+    return InvalidArgumentError("weights.layout \"" + l + "\" with " +
+                                std::to_string(p.amx_bytes) + " AMX bytes of " +
+                                std::to_string(p.weights_bytes));
+  }
+  return OkStatus();
+}
+
 // Reads one field of a JSON object with its type checked; `at` is the field's dotted name for
 // errors ("tuning.split[2].max_rows").
 class Fields {
@@ -234,7 +259,10 @@ std::string PlanManifestJson(const BuildPlan& p) {
                   {"built_at", p.built_at},
                   {"build_seconds", p.build_seconds},
                   {"tuning", TuningJson(p.tuning)},
-                  {"weights", {{"layout", p.weights_layout}, {"bytes", p.weights_bytes}}},
+                  {"weights",
+                   {{"layout", p.weights_layout},
+                    {"bytes", p.weights_bytes},
+                    {"amx_bytes", p.amx_bytes}}},
                   {"precision", precision},
                   {"measurements", measurements}};
   // Invalid UTF-8 in a string (a model path) is replaced rather than thrown on.
@@ -272,11 +300,9 @@ StatusOr<BuildPlan> ParsePlanManifest(std::string_view text) {
   STREAMD_ASSIGN_OR_RETURN(const json* weights, f.Object("weights"));
   const Fields fw(*weights, "weights");
   STREAMD_RETURN_IF_ERROR(fw.String("layout", &p.weights_layout));
-  if (p.weights_layout != "none" && p.weights_layout != "amx-packed") {
-    return InvalidArgumentError("weights.layout \"" + p.weights_layout +
-                                "\" is not one of none, amx-packed");
-  }
   STREAMD_RETURN_IF_ERROR(fw.Integer("bytes", &p.weights_bytes, 0, INT64_MAX));
+  STREAMD_RETURN_IF_ERROR(fw.Integer("amx_bytes", &p.amx_bytes, 0, INT64_MAX));
+  STREAMD_RETURN_IF_ERROR(CheckWeightsLayout(p));
   STREAMD_ASSIGN_OR_RETURN(const json* precision, f.Array("precision", 64));
   for (size_t i = 0; i < precision->size(); ++i) {
     const json& d = (*precision)[i];
@@ -387,10 +413,6 @@ StatusOr<ParsedPlan> ParsePlanBytes(std::span<const uint8_t> bytes) {
     return InvalidArgumentError("manifest: weights.bytes = " +
                                 std::to_string(plan->weights_bytes) + " but the file holds " +
                                 std::to_string(w_len));
-  }
-  if ((plan->weights_layout == "none") != (w_len == 0)) {
-    return InvalidArgumentError("manifest: weights.layout \"" + plan->weights_layout +
-                                "\" with " + std::to_string(w_len) + " bytes of weights");
   }
   return ParsedPlan{std::move(plan).value(), w_off};
 }

@@ -41,7 +41,8 @@ BuildPlan SamplePlan() {
   p.tuning.isa.push_back({WeightType::kQ4_1, 576, 576, 2, Isa::kAvx2});
   p.tuning.isa.push_back({WeightType::kQ8_0, 49152, 576, 4, Isa::kAmx});
   p.tuning.isa.push_back({WeightType::kQ4_1, 1536, 576, 3, Isa::kAvx512Vnni, 8});
-  p.weights_layout = "amx-packed";
+  p.weights_layout = "amx-packed+vnni8-packed";
+  p.amx_bytes = 192;
   p.precision.push_back({"kernel choices", true, 16.31, 16.32, 0.06, 1.0, "eval.txt", 4096});
   p.measurements.push_back({"decode step, 1 session, defaults", 3.7, "ms"});
   p.measurements.push_back({"decode step, 1 session, tuned", 3.5, "ms"});
@@ -118,6 +119,19 @@ TEST(PlanFileTest, ErrorsNameTheReason) {
   bad.tuning.split[1].max_rows = 50;  // not a multiple of kRowQuantum
   EXPECT_THAT(ParsePlanBytes(SerializePlan(bad, SampleWeights(10))).status().message(),
               HasSubstr("tuning.split[1].max_rows"));
+  // The weights' layout must name the parts they hold.
+  BuildPlan no_vnni = SamplePlan();
+  no_vnni.weights_layout = "amx-packed";
+  EXPECT_THAT(ParsePlanBytes(SerializePlan(no_vnni, SampleWeights(300))).status().message(),
+              HasSubstr("weights.layout \"amx-packed\" with 192 AMX bytes of 300"));
+  BuildPlan odd = SamplePlan();
+  odd.amx_bytes = 100;
+  EXPECT_THAT(ParsePlanBytes(SerializePlan(odd, SampleWeights(300))).status().message(),
+              HasSubstr("weights.amx_bytes = 100 must be a multiple of 64"));
+  BuildPlan unknown = SamplePlan();
+  unknown.weights_layout = "tiles";
+  EXPECT_THAT(ParsePlanBytes(SerializePlan(unknown, SampleWeights(300))).status().message(),
+              HasSubstr("weights.layout \"tiles\" is not one of"));
   EXPECT_THAT(ParsePlanManifest("{\"format_version\": 1}").status().message(),
               HasSubstr("streamd_version is missing"));
   EXPECT_THAT(ParsePlanManifest("[1,2").status().message(), HasSubstr("not valid JSON"));
@@ -231,6 +245,32 @@ TEST(PlanTuningTest, EightBitActivationsRunTheirKernelsAndStayClose) {
   // Back to 12 bits: the same bits as before.
   ASSERT_TRUE((*model)->ApplyTuning(CpuTuning{}).ok());
   EXPECT_EQ(Logits(**model, tokens), twelve);
+}
+
+TEST(PlanTuningTest, PrepackedEightBitCopiesGiveTheSameLogits) {
+  const SyntheticModelSpec spec = QuantSpec();
+  auto first = MakeSyntheticModel(spec);
+  auto second = MakeSyntheticModel(spec);  // same seed: the same weights
+  ASSERT_TRUE(first.ok() && second.ok());
+  CpuTuning t;
+  for (const WeightMatrix* m : (*first)->ProductMatrices()) {
+    ShapeIsa s{m->type, m->rows, m->cols, 2, kernels::cpu::ActiveIsa(), 8};  // 6-15 tokens
+    if (std::find(t.isa.begin(), t.isa.end(), s) == t.isa.end()) t.isa.push_back(s);
+  }
+  ASSERT_TRUE((*first)->ApplyTuning(t).ok());
+  const std::vector<uint8_t> blob = Vnni8CopiesBlob((*first)->weights());
+  ASSERT_EQ(blob.size(), Vnni8CopiesBytes((*first)->weights()));
+  ASSERT_GT(blob.size(), 0u);
+  // A blob of the wrong size is refused before anything changes.
+  const std::vector<uint8_t> short_blob(blob.begin(), blob.end() - 64);
+  EXPECT_THAT((*second)->ApplyTuning(t, short_blob).message(),
+              HasSubstr("the 8-bit packed weights are"));
+  EXPECT_EQ((*second)->tuning(), CpuTuning{.threads = (*second)->threads()});
+  ASSERT_TRUE((*second)->ApplyTuning(t, blob).ok());
+  // One allocation (the blob, copied) rather than one packed copy per matrix.
+  EXPECT_EQ((*second)->weights().vnni8_storage.size(), 1u) << "it packed instead";
+  const std::vector<int32_t> tokens = RandomTokens(spec.vocab_size, 40);  // 8-token chunks
+  EXPECT_EQ(Logits(**second, tokens), Logits(**first, tokens));
 }
 
 TEST(PlanTuningTest, BadTuningIsRefusedWholeAndNamesTheField) {

@@ -141,12 +141,17 @@ int main(int argc, char** argv) {
   const std::string dir = argv[1];
   const BuildPlan plan = SeedPlan();
   Save(dir, "no_weights", SerializePlan(plan, {}));
-  std::vector<uint8_t> weights(300);
+  std::vector<uint8_t> weights(320);
   for (size_t i = 0; i < weights.size(); ++i) weights[i] = static_cast<uint8_t>(i * 7);
   BuildPlan packed = plan;
   packed.weights_layout = "amx-packed";
-  const std::vector<uint8_t> full = SerializePlan(packed, weights);
-  Save(dir, "amx_packed", full);
+  packed.amx_bytes = 320;
+  Save(dir, "amx_packed", SerializePlan(packed, weights));
+  BuildPlan both = plan;
+  both.weights_layout = "amx-packed+vnni8-packed";
+  both.amx_bytes = 128;
+  const std::vector<uint8_t> full = SerializePlan(both, weights);
+  Save(dir, "amx_and_vnni8", full);
   BuildPlan bare;  // defaults everywhere
   bare.streamd_version = "fuzz";
   bare.model_fingerprint = plan.model_fingerprint;
