@@ -433,6 +433,35 @@ TEST(SessionRegistryTest, DetachTellsWhenTheSnapshotIsWritten) {
   EXPECT_TRUE(told);
 }
 
+// A session's snapshot imported right after the session was closed: the closed session's file
+// is still waiting for the writer thread to remove it, which must neither refuse the import
+// (ALREADY_EXISTS) nor delete the imported file afterwards. Repeated, since the removal races
+// the import.
+TEST(SessionRegistryTest, ASnapshotCanBeImportedRightAfterItsSessionClosed) {
+  const std::string dir = TempDir();
+  auto e = MakeEngine();
+  auto persister = MakePersister(e, dir);
+  SessionRegistry registry(*e.engine, Timeouts(1h, 1h), persister.get());
+  auto owner = std::make_shared<FakeOwner>();
+  for (int round = 0; round < 20; ++round) {
+    auto s = registry.Open(Small(), owner);
+    ASSERT_TRUE(s.ok());
+    const SessionId id = (*s)->id;
+    ASSERT_TRUE(e.engine->Append(id, Bytes(20, round)).ok());
+    auto bytes = persister->Export(id);  // written to the store too
+    ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+    ASSERT_TRUE(registry.Close(id, CancelledError("closed")).ok());
+    auto imported = persister->Import(*bytes);
+    ASSERT_TRUE(imported.ok()) << "round " << round << ": " << imported.status().ToString();
+    ASSERT_TRUE(persister->WaitIdle(Clock::now() + 10s));
+    EXPECT_TRUE(persister->store().ModifiedUnixMs(id).ok()) << "round " << round
+                                                            << ": the imported file was removed";
+    EXPECT_EQ(e.engine->Get(id)->tokens_seen, 20);
+    ASSERT_TRUE(e.engine->Close(id).ok());
+    persister->Forget(id);
+  }
+}
+
 // The chat state travels with the snapshot, set in the same step as the tokens it describes;
 // a snapshot taken after the model closed its turn but before the server saved that (the
 // turn's end-of-generation token is the context's last) restores the turn as closed.
