@@ -229,7 +229,6 @@ async def test_auto_resume_across_kill9_and_restart():
         d.stop()
 
 
-@pytest.mark.needs_truncate_fork
 async def test_truncate_keeps_what_was_played(daemon):
     async with Client(daemon.address) as c:
         s = await c.open()
@@ -243,7 +242,6 @@ async def test_truncate_keeps_what_was_played(daemon):
         await s.close()
 
 
-@pytest.mark.needs_truncate_fork
 async def test_fork_gives_a_resumable_copy(daemon):
     async with Client(daemon.address) as c:
         s = await c.open()
@@ -259,7 +257,6 @@ async def test_fork_gives_a_resumable_copy(daemon):
         await s.close()
 
 
-@pytest.mark.needs_truncate_fork
 async def test_partial_append_is_replaced(daemon):
     async with Client(daemon.address) as c:
         a, b = await c.open(), await c.open()
