@@ -215,10 +215,11 @@ void SessionStream::Bound(StatusOr<std::shared_ptr<ServerSession>> s, bool resum
   ReadNext();
 }
 
-Status SessionStream::CheckSessionQuota(const SessionOptions& options) const {
+Status SessionStream::CheckSessionQuota(const SessionOptions& options,
+                                        std::string_view what) const {
   if (ctx_.auth == nullptr || !caller_.authenticated) return OkStatus();
   return CheckOpenQuota(*ctx_.auth, ctx_.registry, ctx_.engine.config(), ctx_.model.context_length,
-                        options);
+                        options, what);
 }
 
 Status SessionStream::CheckTokenQuota(const std::string& what) const {
@@ -627,7 +628,10 @@ SessionStream::Next SessionStream::HandleFork(const v1::Fork& f) {
     return Next::kRead;
   }
   Status valid = ValidateRequestId(f.request_id(), ctx_.options.limits, "fork.request_id");
-  if (valid.ok()) valid = CheckSessionQuota(s->options);  // a fork is one more session
+  if (valid.ok()) {
+    valid = CheckSessionQuota(s->options, "fork");  // a fork is one more session
+    if (!valid.ok()) ctx_.auth->LogQuotaRefusal(valid);
+  }
   if (!valid.ok()) {
     SendError(valid, f.request_id());
     return Next::kRead;

@@ -98,8 +98,9 @@ class SessionStream : public SessionOwner, public std::enable_shared_from_this<S
   void HandleClose();
 
   std::shared_ptr<ServerSession> session() const;
-  // RESOURCE_EXHAUSTED naming the tenant's quota (auth.keys_file) when it is used up.
-  Status CheckSessionQuota(const SessionOptions& options) const;
+  // RESOURCE_EXHAUSTED naming the tenant's quota (auth.keys_file) when it is used up; the
+  // message starts with `what` (the request: "open" or "fork").
+  Status CheckSessionQuota(const SessionOptions& options, std::string_view what = "open") const;
   Status CheckGenerationQuota() const;
   // tokens_per_second: `what` is refused while the tenant's bucket is below zero; Charge takes
   // tokens from it.
