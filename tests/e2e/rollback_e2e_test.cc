@@ -2,8 +2,8 @@
 // truncations are errors naming the field and the limit (and the limit the message names is
 // exact), the stream goes on serving; a truncated session continues token for token like one
 // that never saw the dropped tokens; a fork continues like its parent would have, while both
-// generate (their steps interleaving); request ids that are not printable ASCII are refused naming the field; a
-// fork belongs to its parent's tenant and does not exist for any other.
+// generate (their steps interleaving); request ids that are not printable ASCII are refused
+// naming the field; a fork belongs to its parent's tenant and does not exist for any other.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
