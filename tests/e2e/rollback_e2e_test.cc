@@ -403,6 +403,73 @@ TEST_F(RollbackE2eTest, RequestIdsThatAreNotPrintableAsciiAreRefusedNamingTheFie
   CloseStream(s);
 }
 
+v1::Append PartialMsg(const std::string& text, v1::ChatRole role = v1::CHAT_ROLE_UNSPECIFIED) {
+  v1::Append a = TextMsg(text, role).append();
+  a.set_partial(true);
+  return a;
+}
+
+// Growing partials, each replacing the last, then the final turn: the context is the final
+// turn's alone, as in a session that only ever got that.
+TEST_F(RollbackE2eTest, PartialAppendsAreReplacedByTheNextAppend) {
+  RawStream a(Channel(), 60s);
+  RawStream b(Channel(), 60s);
+  ASSERT_TRUE(a.Open());
+  ASSERT_TRUE(b.Open());
+  v1::CacheState first, second, final_a, final_b;
+  ASSERT_FALSE(a.Append(PartialMsg("Name three rivers of As"), &first));
+  ASSERT_FALSE(a.Append(PartialMsg("Name three rivers of Asia and Europe, please"), &second));
+  EXPECT_GT(second.tokens_seen(), first.tokens_seen()) << "the longer partial replaced the first";
+  ASSERT_FALSE(a.Append(TextMsg(kQuestion, v1::CHAT_ROLE_USER).append(), &final_a));
+  ASSERT_FALSE(b.Append(TextMsg(kQuestion, v1::CHAT_ROLE_USER).append(), &final_b));
+  ExpectSameState(final_a, final_b);
+  const Generation ga = GenerateExactly(a, 10, "a");
+  const Generation gb = GenerateExactly(b, 10, "b");
+  EXPECT_EQ(ga.ids, gb.ids) << ga.text << "\n" << gb.text;
+  CloseStream(a);
+  CloseStream(b);
+}
+
+// A generation started on a partial: the same input as final keeps it running; other input
+// cancels it (barge-in) and replaces the partial.
+TEST_F(RollbackE2eTest, AFinalEqualToTheOpenPartialKeepsItsGeneration) {
+  RawStream s(Channel(), 60s);
+  ASSERT_TRUE(s.Open());
+  ASSERT_FALSE(s.Append(PartialMsg(kCounting)));
+  ASSERT_TRUE(s.Write(GenerateMsg(40, true, "on-partial")));
+  const Generation kept = ReadGeneration(s, [&] {
+    v1::ClientMessage m;
+    *m.mutable_append() = TextMsg(kCounting).append();  // the partial's final version
+    ASSERT_TRUE(s.Write(m));
+  });
+  EXPECT_EQ(kept.done.reason(), v1::FINISH_REASON_LENGTH) << kept.done.ShortDebugString();
+  EXPECT_EQ(kept.done.usage().output_tokens(), 40);
+
+  ASSERT_FALSE(s.Append(PartialMsg(" And then")));
+  ASSERT_TRUE(s.Write(GenerateMsg(400, true, "replaced")));
+  const Generation replaced = ReadGeneration(s, [&] {
+    v1::ClientMessage m;
+    *m.mutable_append() = TextMsg(" But first").append();
+    ASSERT_TRUE(s.Write(m));
+  });
+  EXPECT_EQ(replaced.done.reason(), v1::FINISH_REASON_CANCELLED)
+      << replaced.done.ShortDebugString();
+  // The replacement rewound the partial and the cancelled generation: the context is the 40
+  // tokens' generation plus " But first" only.
+  auto ack = s.Read();
+  ASSERT_TRUE(ack && ack->has_cache_state()) << (ack ? ack->ShortDebugString() : "end");
+  RawStream control(Channel(), 60s);
+  ASSERT_TRUE(control.Open());
+  ASSERT_FALSE(control.Append(TextMsg(kCounting).append()));
+  const Generation control_gen = GenerateExactly(control, 40, "control");
+  EXPECT_EQ(control_gen.ids, kept.ids);
+  v1::CacheState control_state;
+  ASSERT_FALSE(control.Append(TextMsg(" But first").append(), &control_state));
+  EXPECT_EQ(ack->cache_state().tokens_seen(), control_state.tokens_seen());
+  CloseStream(control);
+  CloseStream(s);
+}
+
 // Tenants (auth.keys_file): a fork is its parent's tenant's, counts against its max_sessions,
 // and for any other tenant does not exist (NOT_FOUND exactly like an unknown id, not listed).
 class RollbackTenantE2eTest : public ::testing::Test {
