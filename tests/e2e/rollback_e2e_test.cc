@@ -470,6 +470,33 @@ TEST_F(RollbackE2eTest, AFinalEqualToTheOpenPartialKeepsItsGeneration) {
   CloseStream(s);
 }
 
+// A partial whose start the window has slid past (a long generation on it) cannot be rewound:
+// its replacement is refused naming append.partial and the window, the stream goes on, and the
+// partial's own input, sent again, makes it final.
+TEST_F(RollbackE2eTest, APartialTheWindowHasSlidPastCanOnlyBeMadeFinal) {
+  RawStream s(Channel(), 60s);
+  ASSERT_TRUE(s.Open(OpenMsg(16).open()));
+  ASSERT_FALSE(s.Append(TextMsg(kCounting).append()));
+  ASSERT_FALSE(s.Append(PartialMsg(" 9, 10,")));
+  GenerateExactly(s, 40, "long");
+  v1::ClientMessage other;
+  *other.mutable_append() = TextMsg(" Stop.").append();
+  ASSERT_TRUE(s.Write(other));
+  const v1::Error refused = s.ExpectError();
+  EXPECT_EQ(refused.code(), static_cast<int>(grpc::StatusCode::FAILED_PRECONDITION));
+  EXPECT_EQ(refused.field(), "append.partial") << refused.message();
+  EXPECT_NE(refused.message().find("window 16"), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find("send the partial's input again"), std::string::npos)
+      << "says the way out: " << refused.message();
+  v1::CacheState before, after;
+  ASSERT_FALSE(s.Append(TextMsg(" 9, 10,").append(), &before));  // the partial, now final
+  ASSERT_FALSE(s.Append(TextMsg(" Stop.").append(), &after));     // and input after it
+  EXPECT_GT(after.tokens_seen(), before.tokens_seen());
+  ASSERT_TRUE(s.Write(GenerateMsg(3, true, "next")));
+  EXPECT_TRUE(ReadGeneration(s).ended);
+  CloseStream(s);
+}
+
 // Tenants (auth.keys_file): a fork is its parent's tenant's, counts against its max_sessions,
 // and for any other tenant does not exist (NOT_FOUND exactly like an unknown id, not listed).
 class RollbackTenantE2eTest : public ::testing::Test {
