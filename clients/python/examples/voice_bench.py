@@ -39,6 +39,7 @@ async def main() -> int:
         itl = [x for r in results for x in r.inter_token]
         if len(barge) != args.sessions * args.turns:
             raise RuntimeError(f"{len(barge)} of {args.sessions * args.turns} barge-ins measured")
+        full = all(r.full for r in results)  # each session asked its daemon
         mode = "full" if full else "reduced (no Truncate/partial Append)"
         print(f"{args.sessions} voice sessions x {args.turns} turns, mode {mode}, "
               f"TTS {args.tts_rate:g} tokens/s, {wall:.1f} s")

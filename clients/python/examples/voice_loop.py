@@ -12,9 +12,9 @@ user heard, not what was generated ahead of the playback.
 FULL MODE is the default: partials are appended (partial=True) and every barged-in reply is
 truncated to what was played; each Truncate's answer is checked (tokens_seen must go back by
 exactly the unplayed tokens), so a daemon that gets it wrong fails the run.
-REDUCED MODE (--reduced, flagged in the output; forced when this client's streamd.proto has no
-Truncate or Append.partial): for a daemon from before Truncate/partial Append, which would take a
-partial for final input. Partials stay in the client (only finals are appended) and the unplayed
+REDUCED MODE (flagged in the output): --reduced; or this client's streamd.proto has no Truncate
+or Append.partial; or the daemon has not (each session asks it first, daemon_has_truncate): a
+daemon from before them would take a partial for final input. Partials stay in the client (only finals are appended) and the unplayed
 tail of a barged-in reply stays in the context. Everything else, and every measurement, is the
 same.
 
@@ -45,6 +45,7 @@ class VoiceStats:
     inter_token: List[float] = field(default_factory=list)
     turns: int = 0
     truncated_tokens: int = 0
+    full: bool = False  # the mode it ran in
 
 
 async def _deltas(first, gen):
@@ -78,6 +79,10 @@ async def voice_session(client: sc.Client, turns: int, rate: float, barge_after:
     stats = VoiceStats()
     s = await client.open()
     log(f"session {s.id} opened")
+    if full and not await daemon_has_truncate(s):
+        full = False
+        log("  the daemon has no Truncate / partial Append (older than them): REDUCED MODE")
+    stats.full = full
     await s.append("You are a friendly voice assistant. Answer in two sentences.",
                    role="system")
     await asr_partials_only(s, UTTERANCES[0], full, log)
@@ -130,6 +135,21 @@ async def voice_session(client: sc.Client, turns: int, rate: float, barge_after:
     return stats
 
 
+async def daemon_has_truncate(session: sc.Session) -> bool:
+    """Asks with a Truncate that cannot succeed (nothing was generated yet): a daemon that has
+    Truncate answers NOT_FOUND; one from before it has no such message, so to it the
+    ClientMessage is empty (INVALID_ARGUMENT message.kind). Both leave the session as it was."""
+    try:
+        await session.truncate("probe", 0)
+    except sc.NotFoundError:
+        return True
+    except sc.InvalidArgumentError as e:
+        if e.field == "message.kind":
+            return False
+        raise
+    raise RuntimeError("a Truncate of a session that never generated succeeded")
+
+
 async def asr_partials_only(session, utterance, full, log):
     words = utterance.split()
     for i in range(1, len(words)):
@@ -145,14 +165,19 @@ def add_mode_arg(p: argparse.ArgumentParser) -> None:
 
 
 def resolve_mode(args) -> bool:
-    """True for full mode; says so, or why not, on stdout."""
+    """True to try full mode (each session still checks that its daemon has Truncate); says
+    why not on stdout."""
     if args.reduced or not CAN_FULL:
         why = ("--reduced" if args.reduced else
                "this client's streamd.proto has no Truncate / Append.partial")
-        print(f"MODE: REDUCED ({why}): partials stay client-side, no truncation")
+        print(f"reduced mode asked for: {why}")
         return False
-    print("MODE: FULL (partial Appends, Truncate to what was played after each barge-in)")
     return True
+
+
+def mode_line(full: bool) -> str:
+    return ("MODE: FULL (partial Appends, Truncate to what was played after each barge-in)"
+            if full else "MODE: REDUCED (partials stay client-side, no truncation)")
 
 
 async def main() -> int:
@@ -173,10 +198,11 @@ async def main() -> int:
                                      args.max_tokens, full)
         if st.turns != args.turns or not st.barge_in_to_first_token:
             raise RuntimeError("not every turn completed")
+        print(mode_line(st.full))
         print(summary_ms("barge-in to first new token", st.barge_in_to_first_token))
         print(summary_ms("inter-token latency", st.inter_token))
         if args.json:
-            print(json.dumps({"mode": "full" if full else "reduced", "turns": st.turns,
+            print(json.dumps({"mode": "full" if st.full else "reduced", "turns": st.turns,
                               "barge_in_ms": [round(x * 1e3, 2) for x in
                                               st.barge_in_to_first_token]}))
         return 0
