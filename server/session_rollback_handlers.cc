@@ -72,17 +72,18 @@ SessionStream::Next SessionStream::HandleFork(const v1::Fork& f) {
     SendError(UnavailableError("fork: streamd is shutting down"), f.request_id());
     return Next::kRead;
   }
-  Status valid = ValidateRequestId(f.request_id(), ctx_.options.limits, "fork.request_id");
-  if (valid.ok()) {
-    valid = CheckSessionQuota(s->options, "fork");  // a fork is one more session
-    if (!valid.ok()) ctx_.auth->LogQuotaRefusal(valid);
-  }
-  if (!valid.ok()) {
+  if (Status valid = ValidateRequestId(f.request_id(), ctx_.options.limits, "fork.request_id");
+      !valid.ok()) {
     SendError(valid, f.request_id());
     return Next::kRead;
   }
   ctx_.tasks.Post([self = shared_from_this(), s, request_id = f.request_id()] {
-    auto fork = self->ctx_.registry.Fork(s);
+    // A fork is one more session of the tenant. Checked here, on the one task thread, so that
+    // forks of several streams of one tenant are checked one at a time and cannot all pass.
+    const Status quota = self->CheckSessionQuota(s->options, "fork");
+    if (!quota.ok()) self->ctx_.auth->LogQuotaRefusal(quota);
+    const StatusOr<std::shared_ptr<ServerSession>> fork =
+        quota.ok() ? self->ctx_.registry.Fork(s) : StatusOr<std::shared_ptr<ServerSession>>(quota);
     if (!fork.ok()) {
       self->SendError(fork.status(), request_id);
     } else {

@@ -503,12 +503,14 @@ class RollbackTenantE2eTest : public ::testing::Test {
  protected:
   static constexpr char kAcme[] = "acme-fork-key-3b9e";
   static constexpr char kGlobex[] = "globex-fork-key-81d0";
+  static constexpr char kInitech[] = "initech-fork-key-5a7c";
   void SetUp() override {
     char tmpl[] = "/tmp/streamd-fork-e2e-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
     std::ofstream(dir_ + "/keys.yaml")
-        << "tenants:\n  globex: {max_sessions: 2}\nkeys:\n"
+        << "tenants:\n  globex: {max_sessions: 2}\n  initech: {max_sessions: 3}\nkeys:\n"
+        << "  - {tenant: initech, role: user, sha256: " << Sha256Hex(kInitech) << "}\n"
         << "  - {tenant: acme, role: user, sha256: " << Sha256Hex(kAcme) << "}\n"
         << "  - {tenant: globex, role: user, sha256: " << Sha256Hex(kGlobex) << "}\n";
     d_ = DaemonProcess::Start({"--auth.keys_file=" + dir_ + "/keys.yaml"});
@@ -615,6 +617,37 @@ TEST_F(RollbackTenantE2eTest, AForkCountsAgainstItsTenantsSessionQuota) {
   EXPECT_EQ(List(kGlobex).size(), 2u);
   GenerateExactly(globex, 3, "still-serving");
   CloseStream(globex);
+}
+
+// Two streams of a tenant at max_sessions 3, two sessions open, fork at the same moment: one
+// fork fits the quota, and only one is made.
+TEST_F(RollbackTenantE2eTest, ForksThatRaceForTheLastSessionOfAQuotaGetOneOfThem) {
+  RawStream one(d_->Channel(), 60s, kInitech);
+  RawStream two(d_->Channel(), 60s, kInitech);
+  ASSERT_TRUE(one.Open());
+  ASSERT_TRUE(two.Open());
+  ASSERT_TRUE(one.Write(ForkMsg("a")));
+  ASSERT_TRUE(two.Write(ForkMsg("b")));
+  int forked = 0, refused = 0;
+  for (RawStream* s : {&one, &two}) {
+    auto m = s->Read();
+    ASSERT_TRUE(m) << "the stream ended";
+    if (m->has_forked()) {
+      ++forked;
+    } else if (m->has_error()) {
+      ++refused;
+      EXPECT_EQ(m->error().code(), static_cast<int>(grpc::StatusCode::RESOURCE_EXHAUSTED));
+      EXPECT_NE(m->error().message().find("max_sessions = 3"), std::string::npos)
+          << m->error().message();
+    } else {
+      ADD_FAILURE() << m->ShortDebugString();
+    }
+  }
+  EXPECT_EQ(forked, 1);
+  EXPECT_EQ(refused, 1);
+  EXPECT_EQ(List(kInitech).size(), 3u);
+  CloseStream(one);
+  CloseStream(two);
 }
 
 }  // namespace
