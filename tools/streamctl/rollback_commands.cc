@@ -50,7 +50,8 @@ int TruncateCommand(int argc, char** argv) {
       "--request-id it was generated with; default \"\") and drops the rest from its context.\n"
       "The session must be detached; it stays so.");
   common.Register(flags);
-  flags.Int("keep", &keep, 0, INT32_MAX, "output tokens of the generation that stay; required (-1: not given)");
+  flags.Int("keep", &keep, 0, INT32_MAX,
+            "output tokens of the generation that stay; required (-1: not given)");
   flags.String("request-id", &request_id, "the request id of the session's last generation");
   if (Status s = flags.Parse(argc, argv, HelpFirst(argc, argv) ? 3 : 4); !s.ok()) {
     return Fail(s);
