@@ -266,7 +266,8 @@ int SessionsCommand(int argc, char** argv) {
       first_flag = 4;
     } else if (action != "list") {
       return Fail(InvalidArgumentError("sessions: unknown action \"" + action +
-                                       "\" (list, get ID, close ID, export ID, import FILE, truncate ID, fork ID)"));
+                                       "\" (list, get ID, close ID, export ID, import FILE, "
+                                       "truncate ID, fork ID)"));
     }
   }
   CommonFlags common;
