@@ -6,14 +6,14 @@ namespace streamd::server {
 
 Status CheckOpenQuota(const Authenticator& auth, const SessionRegistry& registry,
                       const EngineConfig& engine, int32_t context_length,
-                      const SessionOptions& options) {
+                      const SessionOptions& options, std::string_view what) {
   if (options.tenant.empty()) return OkStatus();
   const std::string& tenant = options.tenant;
   const TenantQuotas q = auth.QuotasOf(tenant);
   if (q.max_sessions <= 0 && q.max_kv_blocks <= 0) return OkStatus();
   const SessionRegistry::Usage used = registry.UsageOf(tenant);
   if (q.max_sessions > 0 && used.sessions >= q.max_sessions) {
-    return ResourceExhaustedError("open: tenant " + tenant + " holds " +
+    return ResourceExhaustedError(std::string(what) + ": tenant " + tenant + " holds " +
                                   std::to_string(used.sessions) +
                                   " sessions, its quota max_sessions = " +
                                   std::to_string(q.max_sessions) +
@@ -26,7 +26,7 @@ Status CheckOpenQuota(const Authenticator& auth, const SessionRegistry& registry
     const int64_t need = SessionCache::BoundBlocks(spec, engine.block_size);
     if (used.blocks + need > q.max_kv_blocks) {
       return ResourceExhaustedError(
-          "open: tenant " + tenant + " reserves " + std::to_string(used.blocks) +
+          std::string(what) + ": tenant " + tenant + " reserves " + std::to_string(used.blocks) +
           " KV blocks and this session needs " + std::to_string(need) +
           ", over its quota max_kv_blocks = " + std::to_string(q.max_kv_blocks) +
           " (auth.keys_file); close sessions, or open smaller windows");

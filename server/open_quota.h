@@ -5,6 +5,8 @@
 // tenant that race can both pass the first check, never the second.
 #pragma once
 
+#include <string_view>
+
 #include "engine/api/streamd_engine.h"
 #include "server/authenticator.h"
 #include "server/session_registry.h"
@@ -13,8 +15,10 @@ namespace streamd::server {
 
 // OK, or RESOURCE_EXHAUSTED naming the tenant, the quota and its value. options.tenant says
 // whose Open it is ("" or a tenant without quotas: OK); `context_length` bounds windows.
+// `what` is the request the message names: "open", or "fork" (a fork is one more session with
+// its parent's options).
 Status CheckOpenQuota(const Authenticator& auth, const SessionRegistry& registry,
                       const EngineConfig& engine, int32_t context_length,
-                      const SessionOptions& options);
+                      const SessionOptions& options, std::string_view what = "open");
 
 }  // namespace streamd::server

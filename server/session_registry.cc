@@ -6,6 +6,15 @@
 namespace streamd::server {
 namespace {
 
+// A snapshot holds no open partial Append (the engine keeps it in memory only): the session that
+// comes back from disk has it as final input. The stream's bookkeeping must agree, or the next
+// Append would be encoded as the partial's replacement (from the chat state before it) while
+// the engine appends it after the partial.
+void ForgetPartial(ServerSession& s) {
+  s.partial_open = false;
+  s.partial_tokens.clear();
+}
+
 std::string Seconds(std::chrono::milliseconds d) { return std::to_string(d.count() / 1000); }
 
 // Longer than any one step (a full prefill chunk on a slow CPU); only ever waited for on the
@@ -290,6 +299,7 @@ void SessionRegistry::DropIfStale(const std::shared_ptr<ServerSession>& s) {
     if (s->residency != Residency::kResident || s->attached || s->closed) return;
     s->residency = Residency::kOffloaded;
     s->stored = *summary;
+    ForgetPartial(*s);
   }
   (void)engine_.Close(s->id);
 }
@@ -559,6 +569,7 @@ Status SessionRegistry::OffloadResident(const std::shared_ptr<ServerSession>& s)
     std::lock_guard<std::mutex> session_lock(s->mu);
     s->residency = Residency::kOffloaded;
     if (summary.ok()) s->stored = *summary;
+    ForgetPartial(*s);
   }
   if (hooks_.on_offload) hooks_.on_offload();
   return OkStatus();

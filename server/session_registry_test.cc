@@ -221,6 +221,37 @@ TEST(SessionRegistryTest, OffloadedSessionsComeBackOnResumeAndGoAfterTheIdleTime
   EXPECT_EQ(persister->store().List()->size(), 0u);
 }
 
+// An open partial Append is memory-only: a session offloaded with one comes back with it as
+// final input (the next Append goes after it), and the stream's bookkeeping says so too.
+TEST(SessionRegistryTest, AnOffloadedSessionComesBackWithItsPartialAsFinalInput) {
+  auto e = MakeEngine();
+  auto persister = MakePersister(e, TempDir());
+  SessionRegistry registry(*e.engine, Timeouts(1h, 60s), persister.get());
+  auto owner = std::make_shared<FakeOwner>();
+  auto s = registry.Open(Small(), owner);
+  ASSERT_TRUE(s.ok());
+  const SessionId id = (*s)->id;
+  ASSERT_TRUE(e.engine->Append(id, Bytes(10, 1)).ok());
+  ASSERT_TRUE(e.engine->Append(id, Bytes(6, 2), {}, Engine::AppendMode::kPartial).ok());
+  {
+    std::lock_guard<std::mutex> lock((*s)->mu);  // what SessionStream records for it
+    (*s)->partial_open = true;
+    (*s)->partial_tokens = Bytes(6, 2);
+  }
+  registry.Detach(*s);
+  ASSERT_EQ(registry.ReapIdle(Clock::now() + 61s), 1);
+  auto back = AttachNow(registry, id, owner);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  {
+    std::lock_guard<std::mutex> lock((*back)->mu);
+    EXPECT_FALSE((*back)->partial_open);
+    EXPECT_TRUE((*back)->partial_tokens.empty());
+  }
+  // The engine's side of it: the next Append is added after the 16 tokens, replacing nothing.
+  ASSERT_TRUE(e.engine->Append(id, Bytes(4, 3)).ok());
+  EXPECT_EQ(e.engine->Get(id)->tokens_seen, 20);
+}
+
 TEST(SessionRegistryTest, AnOpenThatDoesNotFitOffloadsTheLeastRecentlyDetached) {
   // Room for two 4 + 32 sessions beside the prefill headroom.
   const int64_t block = BlockPool::BlockBytes({2, 2, 16}, 16);
@@ -431,6 +462,35 @@ TEST(SessionRegistryTest, DetachTellsWhenTheSnapshotIsWritten) {
   bool told = false;
   memory_only.Detach(*m, [&] { told = true; });
   EXPECT_TRUE(told);
+}
+
+// A session's snapshot imported right after the session was closed: the closed session's file
+// is still waiting for the writer thread to remove it, which must neither refuse the import
+// (ALREADY_EXISTS) nor delete the imported file afterwards. Repeated, since the removal races
+// the import.
+TEST(SessionRegistryTest, ASnapshotCanBeImportedRightAfterItsSessionClosed) {
+  const std::string dir = TempDir();
+  auto e = MakeEngine();
+  auto persister = MakePersister(e, dir);
+  SessionRegistry registry(*e.engine, Timeouts(1h, 1h), persister.get());
+  auto owner = std::make_shared<FakeOwner>();
+  for (int round = 0; round < 20; ++round) {
+    auto s = registry.Open(Small(), owner);
+    ASSERT_TRUE(s.ok());
+    const SessionId id = (*s)->id;
+    ASSERT_TRUE(e.engine->Append(id, Bytes(20, round)).ok());
+    auto bytes = persister->Export(id);  // written to the store too
+    ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+    ASSERT_TRUE(registry.Close(id, CancelledError("closed")).ok());
+    auto imported = persister->Import(*bytes);
+    ASSERT_TRUE(imported.ok()) << "round " << round << ": " << imported.status().ToString();
+    ASSERT_TRUE(persister->WaitIdle(Clock::now() + 10s));
+    EXPECT_TRUE(persister->store().ModifiedUnixMs(id).ok()) << "round " << round
+                                                            << ": the imported file was removed";
+    EXPECT_EQ(e.engine->Get(id)->tokens_seen, 20);
+    ASSERT_TRUE(e.engine->Close(id).ok());
+    persister->Forget(id);
+  }
 }
 
 // The chat state travels with the snapshot, set in the same step as the tokens it describes;

@@ -215,10 +215,11 @@ void SessionStream::Bound(StatusOr<std::shared_ptr<ServerSession>> s, bool resum
   ReadNext();
 }
 
-Status SessionStream::CheckSessionQuota(const SessionOptions& options) const {
+Status SessionStream::CheckSessionQuota(const SessionOptions& options,
+                                        std::string_view what) const {
   if (ctx_.auth == nullptr || !caller_.authenticated) return OkStatus();
   return CheckOpenQuota(*ctx_.auth, ctx_.registry, ctx_.engine.config(), ctx_.model.context_length,
-                        options);
+                        options, what);
 }
 
 Status SessionStream::CheckTokenQuota(const std::string& what) const {
@@ -382,26 +383,13 @@ SessionStream::Next SessionStream::HandleAppend(const v1::Append& a) {
     return Next::kRead;
   }
   bool generating;
-  bool replaces_partial;
-  ChatState chat_before;
-  bool first_input;
-  std::vector<int32_t> partial_tokens;
   {
     std::lock_guard<std::mutex> lock(s->mu);
     generating = s->generating;
-    replaces_partial = s->partial_open;
-    chat_before = s->chat_before_partial;
-    first_input = !s->has_input_before_partial;
-    partial_tokens = s->partial_tokens;
   }
-  // Input equal to the open partial's (its final version) keeps a generation started on the
-  // partial: the engine changes nothing (Engine::Append).
-  if (generating && replaces_partial) {
-    auto tokens = TokensOf(a, first_input, &chat_before);
-    if (tokens.ok() && *tokens == partial_tokens) {
-      AppendNow(s, a);
-      return Next::kRead;
-    }
+  if (generating && RepeatsOpenPartial(*s, a)) {
+    AppendNow(s, a);
+    return Next::kRead;
   }
   // Barge-in: the client's new input wins. The generation is cancelled and the Append goes on
   // after its GenerationDone, so the context never changes under a generation.
@@ -434,18 +422,9 @@ StatusOr<std::vector<int32_t>> SessionStream::TokensOf(const v1::Append& a, bool
 }
 
 void SessionStream::AppendNow(const std::shared_ptr<ServerSession>& s, const v1::Append& a) {
-  ChatState chat;
-  bool first_input;
-  bool replaces_partial;
-  {
-    std::lock_guard<std::mutex> lock(s->mu);
-    replaces_partial = s->partial_open;
-    // The replacement of a partial is encoded as if the partial had never been sent.
-    chat = replaces_partial ? s->chat_before_partial : s->chat;
-    first_input = replaces_partial ? !s->has_input_before_partial : !s->has_input;
-  }
-  const ChatState chat_before = chat;
-  StatusOr<std::vector<int32_t>> tokens = TokensOf(a, first_input, &chat);
+  const AppendBase base = AppendBaseOf(*s);
+  ChatState chat = base.chat;
+  StatusOr<std::vector<int32_t>> tokens = TokensOf(a, base.first_input, &chat);
   if (!tokens.ok()) return SendError(tokens.status());
   if (tokens->empty()) return SendError(InvalidArgumentError("append.text encodes to no tokens"));
   ChargeTokens(static_cast<int64_t>(tokens->size()));
@@ -454,19 +433,7 @@ void SessionStream::AppendNow(const std::shared_ptr<ServerSession>& s, const v1:
       ctx_.engine.Append(s->id, *tokens, ChatMetadata(chat, true),
                          a.partial() ? Engine::AppendMode::kPartial : Engine::AppendMode::kFinal);
   if (!appended.ok()) return SendError(appended);
-  {
-    std::lock_guard<std::mutex> lock(s->mu);
-    if (a.partial()) {
-      if (!replaces_partial) {
-        s->chat_before_partial = chat_before;
-        s->has_input_before_partial = !first_input;
-      }
-      s->partial_tokens = *tokens;
-    }
-    s->partial_open = a.partial();
-    s->chat = chat;
-    s->has_input = true;
-  }
+  RecordAppend(*s, a.partial(), base, *std::move(tokens), chat);
   SendCacheState(s->id);
   SaveSessionState(*s);
 }
@@ -565,91 +532,6 @@ void SessionStream::HandleCancel(const v1::Cancel& c) {
     }
   }
   (void)ctx_.engine.Cancel(s->id);
-}
-
-SessionStream::Next SessionStream::HandleTruncate(const v1::Truncate& t) {
-  std::shared_ptr<ServerSession> s = session();
-  if (s == nullptr) {
-    SendError(FailedPreconditionError("truncate: open or resume a session first"));
-    return Next::kRead;
-  }
-  if (Status valid = ValidateTruncate(t, ctx_.options.limits); !valid.ok()) {
-    SendError(valid, t.request_id());
-    return Next::kRead;
-  }
-  auto copy = std::make_shared<v1::Truncate>(t);
-  // A running generation of that request_id is cancelled first; its GenerationDone goes out
-  // before the truncation's CacheState.
-  bool running_other = false;
-  {
-    std::lock_guard<std::mutex> lock(s->mu);
-    running_other = s->generating && s->request_id != t.request_id();
-  }
-  if (running_other || !DeferUntilStopped(s, OkStatus(), [self = shared_from_this(), s, copy] {
-        self->TruncateNow(s, *copy);
-        self->ReadNext();
-      })) {
-    ctx_.tasks.Post([self = shared_from_this(), s, copy] {
-      self->TruncateNow(s, *copy);
-      self->ReadNext();
-    });
-  }
-  return Next::kLater;
-}
-
-void SessionStream::TruncateNow(const std::shared_ptr<ServerSession>& s, const v1::Truncate& t) {
-  auto before = ctx_.engine.Get(s->id);
-  auto info = ctx_.engine.Truncate(s->id, t.request_id(), t.keep_tokens());
-  if (!info.ok()) return SendError(info.status(), t.request_id());
-  {
-    std::lock_guard<std::mutex> lock(s->mu);
-    // A dropped tail holds the turn's end-of-generation token, if any (always the last): the
-    // assistant's turn is open again.
-    if (s->chat == ChatState::kAssistantClosed && before.ok() &&
-        info->tokens_seen < before->tokens_seen) {
-      s->chat = ChatState::kAssistantOpen;
-    }
-  }
-  v1::ServerMessage m;
-  *m.mutable_cache_state() = ToCacheState(*info);
-  outbox_.Push(std::move(m));
-  SaveSessionState(*s);
-}
-
-SessionStream::Next SessionStream::HandleFork(const v1::Fork& f) {
-  std::shared_ptr<ServerSession> s = session();
-  if (s == nullptr) {
-    SendError(FailedPreconditionError("fork: open or resume a session first"), f.request_id());
-    return Next::kRead;
-  }
-  if (ctx_.draining) {
-    SendError(UnavailableError("fork: streamd is shutting down"), f.request_id());
-    return Next::kRead;
-  }
-  Status valid = ValidateRequestId(f.request_id(), ctx_.options.limits, "fork.request_id");
-  if (valid.ok()) valid = CheckSessionQuota(s->options);  // a fork is one more session
-  if (!valid.ok()) {
-    SendError(valid, f.request_id());
-    return Next::kRead;
-  }
-  ctx_.tasks.Post([self = shared_from_this(), s, request_id = f.request_id()] {
-    auto fork = self->ctx_.registry.Fork(s);
-    if (!fork.ok()) {
-      self->SendError(fork.status(), request_id);
-    } else {
-      v1::ServerMessage m;
-      v1::Forked* forked = m.mutable_forked();
-      forked->set_request_id(request_id);
-      forked->set_session_id((*fork)->id.ToString());
-      if (auto info = self->ctx_.engine.Get((*fork)->id); info.ok()) {
-        *forked->mutable_cache() = ToCacheState(*info);
-      }
-      self->outbox_.Push(std::move(m));
-      if (self->ctx_.metrics != nullptr) self->ctx_.metrics->sessions_opened.Increment();
-    }
-    self->ReadNext();
-  });
-  return Next::kLater;
 }
 
 void SessionStream::HandleClose() {

@@ -87,19 +87,37 @@ class SessionStream : public SessionOwner, public std::enable_shared_from_this<S
   void AppendNow(const std::shared_ptr<ServerSession>& s, const v1::Append& append);
   void HandleGenerate(const v1::Generate& generate);
   void HandleCancel(const v1::Cancel& cancel);
+  // Rollback (session_rollback_handlers.cc): Truncate, Fork, and the partial Append replaced by
+  // the next one.
   // Truncate and Fork wait for the engine (a cancelled generation's last step, a fork's copy of
   // the parent's bookkeeping): they run on the task thread and read on from there.
   Next HandleTruncate(const v1::Truncate& truncate);
   void TruncateNow(const std::shared_ptr<ServerSession>& s, const v1::Truncate& truncate);
   Next HandleFork(const v1::Fork& fork);
+  // What an Append's tokens are encoded from. The replacement of an open partial is encoded as
+  // if the partial had never been sent: from the chat state before it.
+  struct AppendBase {
+    ChatState chat = ChatState::kNone;
+    bool first_input = false;       // the session's first input (BOS, template start)
+    bool replaces_partial = false;  // an open partial is replaced
+  };
+  AppendBase AppendBaseOf(ServerSession& s) const;
+  // True when `a` encodes to exactly the open partial's tokens (its final version): a
+  // generation started on the partial goes on, as the engine changes nothing.
+  bool RepeatsOpenPartial(ServerSession& s, const v1::Append& a) const;
+  // After the engine took an Append's `tokens` (encoded from `base`, leaving `chat`): the
+  // session's chat state, and which partial is open now.
+  void RecordAppend(ServerSession& s, bool partial, const AppendBase& base,
+                    std::vector<int32_t> tokens, ChatState chat);
   // The tokens an Append adds, encoded from `*chat` (updated) with `first_input`.
   StatusOr<std::vector<int32_t>> TokensOf(const v1::Append& append, bool first_input,
                                           ChatState* chat) const;
   void HandleClose();
 
   std::shared_ptr<ServerSession> session() const;
-  // RESOURCE_EXHAUSTED naming the tenant's quota (auth.keys_file) when it is used up.
-  Status CheckSessionQuota(const SessionOptions& options) const;
+  // RESOURCE_EXHAUSTED naming the tenant's quota (auth.keys_file) when it is used up; the
+  // message starts with `what` (the request: "open" or "fork").
+  Status CheckSessionQuota(const SessionOptions& options, std::string_view what = "open") const;
   Status CheckGenerationQuota() const;
   // tokens_per_second: `what` is refused while the tenant's bucket is below zero; Charge takes
   // tokens from it.

@@ -38,15 +38,22 @@ fi
 export STREAMD_BINARY="$streamd" STREAMD_MODEL="$model"
 failed=0
 cd "$src/clients/python"
-# needs_truncate_fork: Truncate, Fork and Append.partial are built on the engine branch; this
-# branch's daemon does not implement them yet, so their tests are deselected here. The lead
-# drops this -m after merging the engine branch.
-"$venv/bin/python" -m pytest -q -p no:cacheprovider -m "not needs_truncate_fork" tests ||
+# Every test runs, needs_truncate_fork included: the daemon implements Truncate, Fork and
+# Append.partial, and a client or server bug there must fail this test.
+"$venv/bin/python" -m pytest -q -p no:cacheprovider tests ||
   { echo "FAIL: pytest"; failed=1; }
 cd examples
 "$venv/bin/python" agent_loop.py --spawn "$streamd" --turns 4 --restart-at 2 ||
   { echo "FAIL: examples/agent_loop.py"; failed=1; }
-"$venv/bin/python" voice_loop.py --spawn "$streamd" --turns 3 ||
-  { echo "FAIL: examples/voice_loop.py"; failed=1; }
+# Full mode (the default): partial Appends and a checked Truncate after every barge-in. A run
+# that fell back to the reduced mode would test neither, so it fails here.
+if "$venv/bin/python" voice_loop.py --spawn "$streamd" --turns 3 >"$work/voice.out" 2>&1; then
+  cat "$work/voice.out"
+  grep -q '^MODE: FULL' "$work/voice.out" ||
+    { echo "FAIL: examples/voice_loop.py did not run in full mode"; failed=1; }
+else
+  cat "$work/voice.out"
+  echo "FAIL: examples/voice_loop.py"; failed=1
+fi
 [ "$failed" -eq 0 ] && echo "PASS: python client"
 exit "$failed"

@@ -222,7 +222,12 @@ Status Engine::Append(SessionId id, std::span<const int32_t> tokens,
           !rewound.ok()) {
         lock.unlock();
         deliver();
-        return rewound;
+        // The partial stays open, and every other replacement would fail alike: say the one
+        // Append that still works.
+        return Status(rewound.code(),
+                      rewound.message() +
+                          "; the partial Append stays open: send the partial's input again, "
+                          "as final, to keep it");
       }
       if (s->last_gen && s->last_gen->context_end > keep) s->last_gen.reset();
       start = s->partial->start;

@@ -7,6 +7,9 @@ namespace streamd {
 namespace {
 
 constexpr std::chrono::milliseconds kMaxBackoff{30'000};
+// How long an Import waits for the removal of a just-closed session's file (one file delete,
+// behind at most one write in flight).
+constexpr std::chrono::seconds kForgetWait{5};
 
 double SecondsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -160,6 +163,7 @@ void SessionPersister::Loop() {
     auto it = entries_.find(id);
     if (forget) {
       if (it != entries_.end() && it->second.forget && !it->second.queued) entries_.erase(it);
+      forgotten_cv_.notify_all();
       if (!s.ok() && hooks_.on_write_failed) {
         lock.unlock();
         hooks_.on_write_failed(id, s);
@@ -396,6 +400,17 @@ StatusOr<SessionPersister::Imported> SessionPersister::Import(std::span<const ui
   STREAMD_ASSIGN_OR_RETURN(SessionState state, Decode(bytes, ""));
   STREAMD_ASSIGN_OR_RETURN(SnapshotSummary summary, ReadSnapshotSummary(bytes));
   const SessionId id = state.id;
+  {
+    // A session closed just before (Forget) keeps its file until the writer thread removes it;
+    // importing its snapshot back is allowed, so wait for that removal rather than refuse.
+    // The removal decided on, it must also run before this write, or it would delete the
+    // imported file.
+    std::unique_lock<std::mutex> lock(mu_);
+    forgotten_cv_.wait_for(lock, kForgetWait, [&] {
+      auto it = entries_.find(id);
+      return stopping_ || it == entries_.end() || !it->second.forget;
+    });
+  }
   if (engine_.Get(id).ok() || store_->ReadPrefix(id, 1).ok()) {
     return AlreadyExistsError("import: session " + id.ToString() + " already exists here");
   }

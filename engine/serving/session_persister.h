@@ -110,7 +110,9 @@ class SessionPersister {
   StatusOr<std::vector<uint8_t>> Export(SessionId id);
   // Creates the session of a snapshot made by another daemon (same id): checked like a stored
   // one, written to the store, then restored into the engine if it fits (else it stays
-  // offloaded, on disk). ALREADY_EXISTS for an id in use here (resident or stored).
+  // offloaded, on disk). ALREADY_EXISTS for an id in use here (resident or stored). The file
+  // of a session closed a moment ago is not in use: Import waits (at most kForgetWait) for its
+  // removal instead of refusing.
   struct Imported {
     SnapshotSummary summary;
     Restored restored;
@@ -172,6 +174,7 @@ class SessionPersister {
   mutable std::mutex mu_;
   std::condition_variable cv_;       // the writer waits for due work
   std::condition_variable idle_cv_;  // WaitIdle waits for an empty queue
+  std::condition_variable forgotten_cv_;  // Import waits for a closed session's file removal
   std::map<SessionId, Entry> entries_;
   std::set<QueueKey> queue_;  // queued entries by due time
   int64_t in_progress_ = 0;  // writes the writer thread is doing now

@@ -115,6 +115,7 @@ Generation ReadGeneration(RawStream& s, const std::function<void()>& on_first_de
       g.ended = true;
       auto state = s.Read();
       EXPECT_TRUE(state && state->has_cache_state()) << "no CacheState after GenerationDone";
+      if (state && state->has_cache_state()) g.cache = state->cache_state();
       return g;
     } else if (m->has_error()) {
       ADD_FAILURE() << "error during generation: " << m->error().ShortDebugString();

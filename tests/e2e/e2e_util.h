@@ -70,6 +70,7 @@ struct Generation {
   std::string text;
   v1::GenerationDone done;
   bool ended = false;  // a GenerationDone arrived
+  v1::CacheState cache;  // the CacheState that follows the GenerationDone
 };
 
 // Reads TokenDeltas until the GenerationDone (and the CacheState after it); checks that the

@@ -1,5 +1,6 @@
 // `streamctl sessions list|get|close|export|import` and `streamctl health`: unary calls, and
 // the snapshot transfers (ExportSession streams a snapshot out, ImportSession streams one in).
+// `sessions truncate|fork` are stream commands (rollback_commands.cc).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -245,6 +246,9 @@ int SessionsCommand(int argc, char** argv) {
   if (argc > 2 && argv[2][0] != '-') {
     action = argv[2];
     first_flag = 3;
+    // Stream commands with flags of their own (rollback_commands.cc).
+    if (action == "truncate") return TruncateCommand(argc, argv);
+    if (action == "fork") return ForkCommand(argc, argv);
     if (action == "get" || action == "close" || action == "export") {
       if (argc <= 3 || argv[3][0] == '-') {
         return Fail(InvalidArgumentError("sessions " + action + " needs a session id"));
@@ -262,7 +266,8 @@ int SessionsCommand(int argc, char** argv) {
       first_flag = 4;
     } else if (action != "list") {
       return Fail(InvalidArgumentError("sessions: unknown action \"" + action +
-                                       "\" (list, get ID, close ID, export ID, import FILE)"));
+                                       "\" (list, get ID, close ID, export ID, import FILE, "
+                                       "truncate ID, fork ID)"));
     }
   }
   CommonFlags common;
@@ -270,6 +275,7 @@ int SessionsCommand(int argc, char** argv) {
   tools::FlagParser flags(
       "streamctl sessions [list | get ID | close ID | export ID [--out FILE] | import FILE|-] "
       "[--json]\n"
+      "(truncate ID and fork ID take flags of their own: streamctl sessions truncate --help)\n"
       "export writes the session's snapshot to stdout (never a terminal) or --out FILE; import\n"
       "creates the session of a snapshot (same id) on this daemon, which must serve the same\n"
       "model.");

@@ -24,6 +24,9 @@ struct CommonFlags {
 int ChatCommand(int argc, char** argv);
 int GenerateCommand(int argc, char** argv);
 int SessionsCommand(int argc, char** argv);
+// `sessions truncate ID ...` and `sessions fork ID ...` (argv[2] is the action).
+int TruncateCommand(int argc, char** argv);
+int ForkCommand(int argc, char** argv);
 int HealthCommand(int argc, char** argv);
 
 // "streamctl: error: CODE: message" on stderr; exit code 1.

@@ -100,6 +100,31 @@ StatusOr<v1::GenerationDone> SessionClient::Generate(
   }
 }
 
+StatusOr<v1::CacheState> SessionClient::Truncate(const v1::Truncate& truncate) {
+  v1::ClientMessage m;
+  *m.mutable_truncate() = truncate;
+  if (!Write(m)) return Finish();
+  while (true) {  // a generation it cancels first delivers its end (and that end's CacheState)
+    STREAMD_ASSIGN_OR_RETURN(v1::ServerMessage reply, Read());
+    if (reply.has_error()) return FromError(reply.error());
+    if (reply.has_generation_done()) {
+      (void)Read();  // the generation's own CacheState, not the truncation's
+      continue;
+    }
+    if (reply.has_cache_state()) return reply.cache_state();
+  }
+}
+
+StatusOr<v1::Forked> SessionClient::Fork(const v1::Fork& fork) {
+  v1::ClientMessage m;
+  *m.mutable_fork() = fork;
+  if (!Write(m)) return Finish();
+  STREAMD_ASSIGN_OR_RETURN(v1::ServerMessage reply, Read());
+  if (reply.has_error()) return FromError(reply.error());
+  if (!reply.has_forked()) return InternalError("expected Forked, got another message");
+  return reply.forked();
+}
+
 void SessionClient::Cancel() {
   v1::ClientMessage m;
   m.mutable_cancel();

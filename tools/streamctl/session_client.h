@@ -1,6 +1,6 @@
 // SessionClient: a blocking client of one streamd Session stream, for streamctl and the
-// end-to-end tests. One thread drives it (Open, Append, Generate, Close); Cancel() may be
-// called from any other thread while Generate runs (Ctrl-C).
+// end-to-end tests. One thread drives it (Open, Append, Generate, Truncate, Fork, Close);
+// Cancel() may be called from any other thread while Generate runs (Ctrl-C).
 //
 // Error messages on the stream come back as Status (code and message as sent); the end of the
 // stream comes back as the gRPC status it ended with.
@@ -37,6 +37,10 @@ class SessionClient {
   // Streams `on_delta` for each TokenDelta until the GenerationDone, which is returned.
   StatusOr<v1::GenerationDone> Generate(const v1::Generate& generate,
                                         const std::function<void(const v1::TokenDelta&)>& on_delta);
+  // Truncate: waits for its CacheState (the context after the truncation).
+  StatusOr<v1::CacheState> Truncate(const v1::Truncate& truncate);
+  // Fork: waits for the Forked that names the new (detached) session.
+  StatusOr<v1::Forked> Fork(const v1::Fork& fork);
   // Thread-safe: asks the server to cancel the running generation.
   void Cancel();
   // Closes the session and ends the stream; returns the stream's final status.

@@ -229,7 +229,6 @@ async def test_auto_resume_across_kill9_and_restart():
         d.stop()
 
 
-@pytest.mark.needs_truncate_fork
 async def test_truncate_keeps_what_was_played(daemon):
     async with Client(daemon.address) as c:
         s = await c.open()
@@ -243,7 +242,36 @@ async def test_truncate_keeps_what_was_played(daemon):
         await s.close()
 
 
-@pytest.mark.needs_truncate_fork
+async def test_truncate_during_its_generation(daemon):
+    async with Client(daemon.address) as c:
+        s = await c.open()
+        await s.append(PROMPT, role="user")
+        _, first = await greedy(s, 8)
+        back = await s.truncate(first.request_id, 0)
+        assert back.tokens_seen == first.cache.tokens_seen - 8
+        gen = s.generate(400, temperature=0.0)
+        await gen.__anext__()
+        # A refused Truncate naming the running generation is the Truncate's error: the
+        # generation goes on.
+        with pytest.raises(sc.InvalidArgumentError) as e:
+            await asyncio.wait_for(s.truncate(gen.request_id, -1), 30)
+        assert e.value.field == "truncate.keep_tokens", e.value
+        # The server's own refusal (sent past the client's check) reaches the Truncate too.
+        raw = sc.pb.ClientMessage(truncate=sc.pb.Truncate(
+            request_id=gen.request_id.encode(), keep_tokens=-2))
+        with pytest.raises(sc.InvalidArgumentError) as e:
+            await asyncio.wait_for(s._request("truncate", raw, gen.request_id), 30)
+        assert e.value.field == "truncate.keep_tokens" and "-2" in e.value.message, e.value
+        assert not gen.done
+        st = await asyncio.wait_for(s.truncate(gen.request_id, 0), 30)  # cancels it first
+        r = await gen
+        assert r.reason == FinishReason.CANCELLED and r.error is None
+        assert st.tokens_seen == back.tokens_seen
+        _, again = await greedy(s, 8)
+        assert again.tokens == first.tokens  # the same context again
+        await s.close()
+
+
 async def test_fork_gives_a_resumable_copy(daemon):
     async with Client(daemon.address) as c:
         s = await c.open()
@@ -259,7 +287,6 @@ async def test_fork_gives_a_resumable_copy(daemon):
         await s.close()
 
 
-@pytest.mark.needs_truncate_fork
 async def test_partial_append_is_replaced(daemon):
     async with Client(daemon.address) as c:
         a, b = await c.open(), await c.open()

@@ -291,6 +291,13 @@ class Session:
         session's last) in the context. Needs a daemon with Truncate."""
         if not HAS_TRUNCATE_FORK:
             raise _unimplemented("truncate")
+        if keep_tokens < 0:
+            # Refused here, as the server would: its Error would name the request_id of a
+            # generation that may be running, and could not be told from that generation's own.
+            raise errors.InvalidArgumentError(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"truncate.keep_tokens = {keep_tokens} must be >= 0 (output tokens of the "
+                "generation that stay)", "truncate.keep_tokens", request_id)
         return await self._request("truncate", pb.ClientMessage(truncate=pb.Truncate(
             request_id=request_id.encode(), keep_tokens=keep_tokens)), request_id)
 
@@ -435,8 +442,13 @@ class Session:
         elif kind == "error":
             e = errors.from_proto(m.error)
             rid = m.error.request_id
+            # An Error naming the running generation is its own (a refused Generate), unless a
+            # Truncate of it is pending and the generation already streamed: the server answers
+            # in order, so a refused Generate comes before any of its tokens.
+            truncating = gen is not None and gen._tokens and any(
+                p.kind == "truncate" and p.request_id == rid for p in self._pending)
             if gen is not None and not gen.done and rid and rid == gen.request_id \
-                    and gen._done is None:
+                    and gen._done is None and not truncating:
                 gen._fail(e)
                 return
             p = self._pop(("append", "truncate", "fork"), rid, error=True)
