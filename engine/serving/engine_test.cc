@@ -322,13 +322,15 @@ TEST(EngineTest, OpenNamesSessionsWithRandomIds) {
 TEST(EngineTest, TenantsShareContendedStepsEvenly) {
   for (bool fair : {true, false}) {
     SCOPED_TRACE(fair ? "fair_tenants on" : "fair_tenants off");
-    auto engine = MakeEngine(64 << 20, 64, TinyModel(), nullptr, 16, {128, 2, fair});
+    // What the sinks write outlives the engine (declared first, destroyed last), which is reset
+    // before the log is read: no event can arrive during the analysis or after an early return.
     std::mutex mu;
     std::condition_variable cv;
     std::vector<char> log;  // 'a' or 'b' for each token event, in delivery order
     std::set<SessionId> a_started;
     int done = 0;
     int done_when_b_finished = -1;  // generations ended by the time B's ended (B's included)
+    auto engine = MakeEngine(64 << 20, 64, TinyModel(), nullptr, 16, {128, 2, fair});
     const auto sink = [&](char who) {
       return [&, who](GenerationEvent&& e) {
         std::lock_guard<std::mutex> lock(mu);
@@ -373,6 +375,8 @@ TEST(EngineTest, TenantsShareContendedStepsEvenly) {
       std::unique_lock<std::mutex> lock(mu);
       ASSERT_TRUE(cv.wait_for(lock, 60s, [&] { return done == 7; }));
     }
+    for (SessionId id : ids) ASSERT_TRUE(engine->Close(id).ok());
+    engine.reset();  // its thread joined: every event delivered
     ASSERT_EQ(done_when_b_finished, 1) << "A must outlast B";
     // Between B's first and last token.
     const auto first = std::find(log.begin(), log.end(), 'b');
@@ -388,7 +392,6 @@ TEST(EngineTest, TenantsShareContendedStepsEvenly) {
     } else {
       EXPECT_GE(most, 4) << "A's tokens in a row while B generates";
     }
-    for (SessionId id : ids) ASSERT_TRUE(engine->Close(id).ok());
   }
 }
 
