@@ -191,11 +191,10 @@ Status Engine::Append(SessionId id, std::span<const int32_t> tokens,
     }
   }
   std::vector<std::pair<EventSink, GenerationEvent>> events;
-  const auto deliver = [&] {
-    for (auto& [sink, event] : events) sink(std::move(event));
-  };
-  {
-    std::unique_lock<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
+  // Every exit delivers what the body made: a speculative generation cancelled by a partial's
+  // replacement ends with its GenerationDone even when the Append then fails.
+  const Status result = [&]() -> Status {
     STREAMD_ASSIGN_OR_RETURN(Session * s, Find(id));
     int64_t start = s->context_length();  // where these tokens begin in the context
     const std::span<const int32_t> all = tokens;
@@ -213,15 +212,11 @@ Status Engine::Append(SessionId id, std::span<const int32_t> tokens,
       if (s->gen) Finish(*s, FinishReason::kCancelled, OkStatus(), events);
       WaitUntilIdle(lock, *s);
       if (s->closing || stopping_) {
-        lock.unlock();
-        deliver();
         return NotFoundError("session " + id.ToString() + " was closed");
       }
       const int64_t keep = s->partial->start + static_cast<int64_t>(common);
       if (Status rewound = RewindContext(*s, s->context_length() - keep, "append.partial");
           !rewound.ok()) {
-        lock.unlock();
-        deliver();
         // The partial stays open, and every other replacement would fail alike: say the one
         // Append that still works.
         return Status(rewound.code(),
@@ -256,10 +251,11 @@ Status Engine::Append(SessionId id, std::span<const int32_t> tokens,
     stats_.tokens_appended += static_cast<int64_t>(tokens.size());
     for (const auto& [key, value] : metadata) s->metadata[key] = value;
     s->context_revision = ++s->revision;
-  }
-  work_cv_.notify_one();
-  deliver();
-  return OkStatus();
+    work_cv_.notify_one();
+    return OkStatus();
+  }();
+  Deliver(lock, events);
+  return result;
 }
 
 Status Engine::Generate(SessionId id, GenerateOptions options, EventSink sink) {
@@ -297,27 +293,46 @@ Status Engine::Generate(SessionId id, GenerateOptions options, EventSink sink) {
 
 Status Engine::Cancel(SessionId id) {
   std::vector<std::pair<EventSink, GenerationEvent>> events;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    STREAMD_ASSIGN_OR_RETURN(Session * s, Find(id));
-    if (s->gen) Finish(*s, FinishReason::kCancelled, OkStatus(), events);
-  }
-  for (auto& [sink, event] : events) sink(std::move(event));
+  std::unique_lock<std::mutex> lock(mu_);
+  STREAMD_ASSIGN_OR_RETURN(Session * s, Find(id));
+  if (s->gen) Finish(*s, FinishReason::kCancelled, OkStatus(), events);
+  Deliver(lock, events);
   return OkStatus();
 }
 
 Status Engine::Close(SessionId id) {
   std::vector<std::pair<EventSink, GenerationEvent>> events;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    STREAMD_ASSIGN_OR_RETURN(Session * s, Find(id));
-    if (s->gen) Finish(*s, FinishReason::kCancelled, OkStatus(), events);
-    s->closing = true;
-    DestroyClosed();
-  }
+  std::unique_lock<std::mutex> lock(mu_);
+  STREAMD_ASSIGN_OR_RETURN(Session * s, Find(id));
+  if (s->gen) Finish(*s, FinishReason::kCancelled, OkStatus(), events);
+  s->closing = true;
+  DestroyClosed();
   admission_cv_.notify_all();
-  for (auto& [sink, event] : events) sink(std::move(event));
+  Deliver(lock, events);
   return OkStatus();
+}
+
+void Engine::Deliver(std::unique_lock<std::mutex>& lock,
+                     std::vector<std::pair<EventSink, GenerationEvent>>& events) {
+  if (events.empty()) {
+    lock.unlock();
+    return;
+  }
+  const uint64_t ticket = next_delivery_ticket_++;
+  lock.unlock();
+  DeliverInTurn(ticket, events);
+}
+
+void Engine::DeliverInTurn(uint64_t ticket,
+                           std::vector<std::pair<EventSink, GenerationEvent>>& events) {
+  std::unique_lock<std::mutex> turn(delivery_mu_);
+  delivery_cv_.wait(turn, [&] { return delivered_tickets_ == ticket; });
+  turn.unlock();  // the sinks run with no engine lock held: only the turn orders them
+  for (auto& [sink, event] : events) sink(std::move(event));
+  events.clear();
+  turn.lock();
+  ++delivered_tickets_;
+  delivery_cv_.notify_all();
 }
 
 void Engine::DestroyClosed() {
@@ -563,6 +578,10 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
     if (!sample_errors[i].ok()) Finish(s, FinishReason::kError, sample_errors[i], events);
   }
   DestroyClosed();
+  // As Deliver: the step's events go out before any made after it (a Cancel's GenerationDone
+  // never overtakes the generation's last tokens).
+  const bool deliver = !events.empty();
+  const uint64_t ticket = deliver ? next_delivery_ticket_++ : 0;
   lock.unlock();
   step_cv_.notify_all();
   admission_cv_.notify_all();
@@ -572,7 +591,7 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
                            static_cast<int64_t>(tokens.size()),
                            static_cast<int32_t>(chunks.size()), status.ok()});
   }
-  for (auto& [sink, event] : events) sink(std::move(event));
+  if (deliver) DeliverInTurn(ticket, events);
   lock.lock();
 }
 

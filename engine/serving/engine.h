@@ -166,6 +166,14 @@ class Engine {
   void Finish(Session& s, FinishReason reason, Status status,
               std::vector<std::pair<EventSink, GenerationEvent>>& out);
   void DestroyClosed();  // requires mu_
+  // Calls the sinks of `events` in the order the engine made them: every batch is made under
+  // mu_ and takes a ticket there; `lock` holds mu_ and is released, and the batch goes out once
+  // the batches before it have (DeliverInTurn, no engine lock held while waiting or while the
+  // sinks run; sinks never call into the engine). So a Cancel's GenerationDone never overtakes
+  // the tokens of the step before it.
+  void Deliver(std::unique_lock<std::mutex>& lock,
+               std::vector<std::pair<EventSink, GenerationEvent>>& events);
+  void DeliverInTurn(uint64_t ticket, std::vector<std::pair<EventSink, GenerationEvent>>& events);
   // Drops the last n tokens of the session's context (pending input first, then the cache,
   // keeping the idle session's last token pending); nothing changes on error. Requires mu_
   // and a session that is not in a step.
@@ -181,6 +189,10 @@ class Engine {
   std::unique_ptr<BlockPool> pool_;
 
   mutable std::mutex mu_;
+  uint64_t next_delivery_ticket_ = 0;  // guarded by mu_
+  std::mutex delivery_mu_;             // guards delivered_tickets_
+  std::condition_variable delivery_cv_;
+  uint64_t delivered_tickets_ = 0;
   std::condition_variable work_cv_;       // the scheduler waits for work
   std::condition_variable admission_cv_;  // Open waits for blocks
   std::condition_variable step_cv_;       // a step ended, or a capture finished

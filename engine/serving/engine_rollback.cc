@@ -42,8 +42,8 @@ Status Engine::RewindContext(Session& s, int64_t n, std::string_view field) {
 StatusOr<SessionInfo> Engine::Truncate(SessionId id, const std::string& request_id,
                                        int64_t keep_tokens) {
   std::vector<std::pair<EventSink, GenerationEvent>> events;
+  std::unique_lock<std::mutex> lock(mu_);
   StatusOr<SessionInfo> result = [&]() -> StatusOr<SessionInfo> {
-    std::unique_lock<std::mutex> lock(mu_);
     STREAMD_ASSIGN_OR_RETURN(Session * found, Find(id));
     Session& s = *found;
     const auto not_last = [&](const std::string& last) {
@@ -85,7 +85,7 @@ StatusOr<SessionInfo> Engine::Truncate(SessionId id, const std::string& request_
     return InfoOf(s);
   }();
   step_cv_.notify_all();
-  for (auto& [sink, event] : events) sink(std::move(event));
+  Deliver(lock, events);
   return result;
 }
 
