@@ -395,5 +395,54 @@ TEST(EngineTest, TenantsShareContendedStepsEvenly) {
   }
 }
 
+// A Cancel racing the scheduler's delivery of a step: whatever the timing, a generation's sink
+// sees its events in the order they were made, so never a token after its GenerationDone, and
+// the GenerationDone has arrived when Cancel returns. (Before events were delivered in turn, a
+// Cancel landing between a step's unlock and its delivery sent the done event first.)
+TEST(EngineTest, NoTokenArrivesAfterItsGenerationDone) {
+  struct Seen {
+    std::mutex mu;
+    std::condition_variable cv;
+    int tokens = 0, tokens_after_done = 0, dones = 0;
+  };
+  std::vector<std::shared_ptr<Seen>> all;
+  auto engine = MakeEngine();
+  for (int round = 0; round < 100; ++round) {
+    auto id = engine->Open(Greedy());
+    ASSERT_TRUE(id.ok());
+    ASSERT_TRUE(engine->Append(*id, RandomTokens(8, round)).ok());
+    auto seen = std::make_shared<Seen>();
+    all.push_back(seen);
+    ASSERT_TRUE(engine
+                    ->Generate(*id, UpTo(1000),
+                               [seen](GenerationEvent&& e) {
+                                 std::lock_guard<std::mutex> lock(seen->mu);
+                                 if (e.kind == GenerationEvent::Kind::kToken) {
+                                   ++seen->tokens;
+                                   if (seen->dones > 0) ++seen->tokens_after_done;
+                                 } else {
+                                   ++seen->dones;
+                                 }
+                                 seen->cv.notify_all();
+                               })
+                    .ok());
+    {
+      std::unique_lock<std::mutex> lock(seen->mu);
+      ASSERT_TRUE(seen->cv.wait_for(lock, 60s, [&] { return seen->tokens > round % 4; }));
+    }
+    ASSERT_TRUE(engine->Cancel(*id).ok());
+    {
+      std::lock_guard<std::mutex> lock(seen->mu);
+      EXPECT_EQ(seen->dones, 1) << "round " << round << ": Cancel returned before the done";
+    }
+    ASSERT_TRUE(engine->Close(*id).ok());
+  }
+  engine.reset();  // its thread joined: nothing more can arrive
+  for (size_t i = 0; i < all.size(); ++i) {
+    EXPECT_EQ(all[i]->tokens_after_done, 0) << "round " << i;
+    EXPECT_EQ(all[i]->dones, 1) << "round " << i;
+  }
+}
+
 }  // namespace
 }  // namespace streamd
