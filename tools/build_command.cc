@@ -13,10 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "engine/cache/kv_image.h"
 #include "engine/cache/session_cache.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/model/llama_model.h"
 #include "engine/plan/cpu_tuner.h"
+#include "engine/plan/kv_calibration.h"
 #include "engine/plan/machine_load.h"
 #include "engine/plan/plan_binding.h"
 #include "engine/plan/plan_file.h"
@@ -57,40 +59,35 @@ StatusOr<double> ParsePercent(const std::string& text) {
   return v;
 }
 
-StatusOr<std::vector<int32_t>> EvalTokens(const gguf::GgufFile& file, const std::string& path,
-                                          int64_t max_tokens, int64_t min_tokens) {
+// Every token of the text file at `path` (`flag` names it in errors).
+StatusOr<std::vector<int32_t>> TextTokens(const gguf::GgufFile& file, const std::string& flag,
+                                          const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFoundError("--eval-text: cannot read " + path);
+  if (!in) return NotFoundError("--" + flag + ": cannot read " + path);
   std::ostringstream text;
   text << in.rdbuf();
   STREAMD_ASSIGN_OR_RETURN(auto vocab, tokenizer::Tokenizer::FromGguf(file));
-  STREAMD_ASSIGN_OR_RETURN(std::vector<int32_t> ids,
-                           vocab->Encode(text.str(), vocab->add_bos(), /*parse_special=*/false));
-  if (static_cast<int64_t>(ids.size()) < min_tokens) {
-    return InvalidArgumentError("--eval-text " + path + ": " + std::to_string(ids.size()) +
-                                " tokens; the gate needs at least " + std::to_string(min_tokens) +
-                                " (twice the sink cache, so most are scored after eviction)");
-  }
-  if (static_cast<int64_t>(ids.size()) > max_tokens) ids.resize(static_cast<size_t>(max_tokens));
-  return ids;
+  return vocab->Encode(text.str(), vocab->add_bos(), /*parse_special=*/false);
 }
 
-// Streaming perplexity of `tokens` through one sink cache (S + W), under the model's current
-// tuning. The chunks cycle through every token bucket's probe size (64, 16, 8, 4, 1 tokens), so
-// the products of every bucket, and the kernels a tuning picks for it, score some of the text.
-StatusOr<double> SinkPerplexity(LlamaModel& model, const std::vector<int32_t>& tokens,
-                                int64_t sinks, int64_t window) {
+// Streams `tokens` through one sink cache (S + W) of the model's CacheShape (f16, or the int8
+// cache SetInt8KvCache set), under its current tuning, and calls chunk(cache, i, len, logits)
+// after each chunk of tokens [i, i + len) with their logits. The chunks cycle through every
+// token bucket's probe size (64, 16, 8, 4, 1 tokens), so the products of every bucket, and the
+// kernels a tuning picks for it, see some of the text.
+using ChunkFn = std::function<Status(const SessionCache&, size_t, size_t, const float*)>;
+Status StreamThroughSinkCache(LlamaModel& model, const std::vector<int32_t>& tokens,
+                              int64_t sinks, int64_t window, const ChunkFn& chunk) {
   const LlamaConfig& c = model.config();
   const CacheSpec spec = SessionCache::Effective(
       {CacheMode::kSink, static_cast<int32_t>(sinks), static_cast<int32_t>(window), kEvalChunk},
       c.context_length);
-  const KvShape shape{c.n_layers, c.n_kv_heads, c.head_dim};
+  const KvShape shape = model.CacheShape();
   STREAMD_ASSIGN_OR_RETURN(
       auto pool, BlockPool::Create(shape, kEvalBlockSize,
                                    SessionCache::PeakBlocks(spec, kEvalBlockSize) *
                                        BlockPool::BlockBytes(shape, kEvalBlockSize)));
   STREAMD_ASSIGN_OR_RETURN(auto cache, SessionCache::Create(pool.get(), spec, c.context_length));
-  NllAccumulator nll(static_cast<int64_t>(tokens.size()));
   std::vector<float> logits(static_cast<size_t>(kEvalChunk) * c.vocab_size);
   const std::span<const int32_t> all(tokens);
   size_t step = 0;
@@ -99,14 +96,68 @@ StatusOr<double> SinkPerplexity(LlamaModel& model, const std::vector<int32_t>& t
         kBucketProbeTokens[kTokenBuckets - 1 - static_cast<int>(step % kTokenBuckets)]);
     len = std::min(probe, tokens.size() - 1 - i);
     STREAMD_RETURN_IF_ERROR(model.Forward(all.subspan(i, len), *cache, LogitsMode::kAll, logits.data()));
-    for (size_t k = 0; k < len; ++k) {
-      const size_t target = i + k + 1;
-      nll.Add(static_cast<int64_t>(target),
-              TokenNll(logits.data() + k * c.vocab_size, c.vocab_size, tokens[target]));
-    }
+    STREAMD_RETURN_IF_ERROR(chunk(*cache, i, len, logits.data()));
   }
-  cache.reset();
+  return OkStatus();
+}
+
+// Streaming perplexity of `tokens` (StreamThroughSinkCache: every token after the first scored).
+StatusOr<double> SinkPerplexity(LlamaModel& model, const std::vector<int32_t>& tokens,
+                                int64_t sinks, int64_t window) {
+  const int32_t vocab = model.config().vocab_size;
+  NllAccumulator nll(static_cast<int64_t>(tokens.size()));
+  STREAMD_RETURN_IF_ERROR(StreamThroughSinkCache(
+      model, tokens, sinks, window,
+      [&](const SessionCache&, size_t i, size_t len, const float* logits) {
+        for (size_t k = 0; k < len; ++k) {
+          const size_t target = i + k + 1;
+          nll.Add(static_cast<int64_t>(target), TokenNll(logits + k * vocab, vocab, tokens[target]));
+        }
+        return OkStatus();
+      }));
   return nll.Perplexity();
+}
+
+// The int8 KV cache's scales from the f16 K/V `tokens` leave in a sink cache: after each chunk
+// (at most 64 tokens, under the window) every cached token's K and V widen the ranges, so each
+// token is seen at least once (kv_calibration.h).
+StatusOr<std::shared_ptr<const KvInt8Scales>> CalibrateInt8Kv(LlamaModel& model,
+                                                             const std::vector<int32_t>& tokens,
+                                                             int64_t sinks, int64_t window) {
+  STREAMD_RETURN_IF_ERROR(model.SetInt8KvCache(nullptr));
+  const LlamaConfig& c = model.config();
+  KvRangeTracker tracker(c.n_layers, c.n_kv_heads, c.head_dim);
+  KvImage image;
+  const Status streamed = StreamThroughSinkCache(
+      model, tokens, sinks, window, [&](const SessionCache& cache, size_t, size_t, const float*) {
+        STREAMD_RETURN_IF_ERROR(ReadCacheKvInto(cache, &image));
+        return tracker.Observe(image);
+      });
+  if (!streamed.ok()) return streamed;
+  return tracker.Scales();
+}
+
+PrecisionDecision Decide(const char* name, double baseline, double ppl, double max_increase_pct,
+                         const std::string& eval_text, int64_t eval_tokens) {
+  PrecisionDecision d;
+  d.name = name;
+  d.baseline_ppl = baseline;
+  d.ppl = ppl;
+  d.increase_pct = 100.0 * (ppl / baseline - 1.0);
+  d.max_increase_pct = max_increase_pct;
+  d.accepted = d.increase_pct <= max_increase_pct;
+  d.eval_text = eval_text;
+  d.eval_tokens = eval_tokens;
+  return d;
+}
+
+std::string Verdict(const PrecisionDecision& d, const std::string& detail) {
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "eval gate, %s%s: perplexity %.4f -> %.4f (%+.3f%%, limit %.3f%%): %s",
+                d.name.c_str(), detail.c_str(), d.baseline_ppl, d.ppl, d.increase_pct,
+                d.max_increase_pct, d.accepted ? "accepted" : "refused");
+  return line;
 }
 
 struct Gated {
@@ -139,26 +190,50 @@ StatusOr<Gated> GateNumericsCuts(LlamaModel& model, const CpuTuning& tuned,
     if (candidate.isa.size() == out.tuning.isa.size()) continue;  // nothing of this kind chosen
     STREAMD_RETURN_IF_ERROR(model.ApplyTuning(candidate));
     STREAMD_ASSIGN_OR_RETURN(const double ppl, SinkPerplexity(model, eval_ids, sinks, window));
-    PrecisionDecision d;
-    d.name = cut.name;
-    d.baseline_ppl = baseline;
-    d.ppl = ppl;
-    d.increase_pct = 100.0 * (ppl / baseline - 1.0);
-    d.max_increase_pct = max_increase_pct;
-    d.accepted = d.increase_pct <= max_increase_pct;
-    d.eval_text = eval_text;
-    d.eval_tokens = static_cast<int64_t>(eval_ids.size());
-    char line[256];
-    std::snprintf(line, sizeof line,
-                  "eval gate, %s (%zu choices): perplexity %.4f -> %.4f (%+.3f%%, limit %.3f%%): %s",
-                  d.name.c_str(), candidate.isa.size() - out.tuning.isa.size(), d.baseline_ppl,
-                  d.ppl, d.increase_pct, d.max_increase_pct, d.accepted ? "accepted" : "refused");
-    say(line);
+    const PrecisionDecision d = Decide(cut.name, baseline, ppl, max_increase_pct, eval_text,
+                                       static_cast<int64_t>(eval_ids.size()));
+    say(Verdict(d, " (" + std::to_string(candidate.isa.size() - out.tuning.isa.size()) +
+                       " choices)"));
     if (d.accepted) out.tuning = candidate;
     out.decisions.push_back(d);
   }
   STREAMD_RETURN_IF_ERROR(model.ApplyTuning(out.tuning));
   return out;
+}
+
+// The int8 KV cache cut, under the tuning the gate kept: scales calibrated on `calibration_ids`,
+// then the streaming perplexity on the eval text with them against the f16 cache. Accepted:
+// the plan's kv_cache holds the scales, and the model keeps them.
+StatusOr<PrecisionDecision> GateInt8KvCache(LlamaModel& model,
+                                            const std::vector<int32_t>& calibration_ids,
+                                            const std::string& calibration_source,
+                                            const std::vector<int32_t>& eval_ids,
+                                            const std::string& eval_text, int64_t sinks,
+                                            int64_t window, double max_increase_pct,
+                                            PlanKvCache* kv,
+                                            const std::function<void(const std::string&)>& say) {
+  STREAMD_ASSIGN_OR_RETURN(auto scales, CalibrateInt8Kv(model, calibration_ids, sinks, window));
+  STREAMD_ASSIGN_OR_RETURN(const double baseline, SinkPerplexity(model, eval_ids, sinks, window));
+  STREAMD_RETURN_IF_ERROR(model.SetInt8KvCache(scales));
+  STREAMD_ASSIGN_OR_RETURN(const double ppl, SinkPerplexity(model, eval_ids, sinks, window));
+  const PrecisionDecision d =
+      Decide("int8 KV cache, per-channel scales", baseline, ppl, max_increase_pct, eval_text,
+             static_cast<int64_t>(eval_ids.size()));
+  say(Verdict(d, " (calibrated on " + calibration_source + ")"));
+  if (!d.accepted) {
+    STREAMD_RETURN_IF_ERROR(model.SetInt8KvCache(nullptr));
+    return d;
+  }
+  const LlamaConfig& c = model.config();
+  kv->dtype = "int8";
+  kv->n_layers = c.n_layers;
+  kv->n_kv_heads = c.n_kv_heads;
+  kv->head_dim = c.head_dim;
+  kv->k_scales = scales->k();
+  kv->v_scales = scales->v();
+  kv->calibration_text = calibration_source;
+  kv->calibration_tokens = static_cast<int64_t>(calibration_ids.size());
+  return d;
 }
 
 std::string DefaultPlanPath(const std::string& model_path) {
@@ -179,23 +254,31 @@ bool Exists(const std::string& path) {
 
 int BuildCommand(int argc, char** argv) {
   std::string model_path = DefaultModelPath(), out_path, target = "cpu", eval_text,
-              calibration_text, max_increase_text = "1%";
-  int64_t eval_tokens = 4096, rounds = 5, sinks = 4, window = 252, max_seconds = 0;
+              calibration_text, max_increase_text = "1%", kv_cache = "auto";
+  int64_t eval_tokens = 4096, calibration_tokens = 4096, rounds = 5, sinks = 4, window = 252,
+          max_seconds = 0;
   bool reuse = false, quiet = false;
   FlagParser flags(
       "streamd build [--model M.gguf] [--out M.plan] [--target cpu] [--eval-text F]\n"
-      "              [--max-ppl-increase 1%] [--reuse] [--max-seconds N]\n"
+      "              [--calibration-text F] [--max-ppl-increase 1%] [--kv-cache auto|f16]\n"
+      "              [--reuse] [--max-seconds N]\n"
       "Compiles the model for this machine into a build plan (docs/BUILD.md): kernel choices\n"
       "timed here and the weights pre-packed for them. Choices that change the numerics (the\n"
-      "instruction-set level per product shape) are taken only with --eval-text, and only when\n"
-      "the streaming (sink) perplexity on it rises by at most --max-ppl-increase.\n"
+      "instruction-set level per product shape, 8-bit activations, an int8 KV cache calibrated\n"
+      "on --calibration-text) are taken only with --eval-text, and only when the streaming\n"
+      "(sink) perplexity on it rises by at most --max-ppl-increase.\n"
       "Serve it with `streamd serve --plan M.plan`.");
   flags.String("model", &model_path, "GGUF model file");
   flags.String("out", &out_path, "plan file to write (default: the model's path with .plan)");
   flags.String("target", &target, "cpu (cuda: not built yet)");
   flags.String("eval-text", &eval_text, "text the eval gate measures perplexity on");
   flags.String("calibration-text", &calibration_text,
-               "text to calibrate precision cuts on (the int8 KV cache: not built yet)");
+               "text the int8 KV cache's scales are calibrated on (default: the eval text's "
+               "tokens after the scored ones)");
+  flags.Int("calibration-tokens", &calibration_tokens, 1, 1 << 20,
+            "tokens of the calibration text used (default 4096)");
+  flags.String("kv-cache", &kv_cache,
+               "auto: an int8 KV cache when the eval gate accepts it; f16: keep f16 K/V");
   flags.String("max-ppl-increase", &max_increase_text,
                "largest streaming-perplexity rise a choice may cost, in percent (default 1%)");
   flags.Int("eval-tokens", &eval_tokens, 2, 1 << 20, "tokens of --eval-text scored (default 4096)");
@@ -213,10 +296,13 @@ int BuildCommand(int argc, char** argv) {
         "--target cuda: the CUDA target of streamd build does not exist yet; build a cpu plan"));
   }
   if (target != "cpu") return Fail(InvalidArgumentError("--target = \"" + target + "\": cpu or cuda"));
-  if (!calibration_text.empty()) {
-    return Fail(UnimplementedError(
-        "--calibration-text: the precision cut it calibrates (an int8 KV cache) does not exist "
-        "yet"));
+  if (kv_cache != "auto" && kv_cache != "f16") {
+    return Fail(InvalidArgumentError("--kv-cache = \"" + kv_cache + "\": auto or f16"));
+  }
+  if (!calibration_text.empty() && eval_text.empty()) {
+    return Fail(InvalidArgumentError(
+        "--calibration-text needs --eval-text: a calibrated cut is taken only after the eval "
+        "gate measured it"));
   }
   auto max_increase = ParsePercent(max_increase_text);
   if (!max_increase.ok()) return Fail(max_increase.status());
@@ -234,11 +320,38 @@ int BuildCommand(int argc, char** argv) {
     }
     std::printf("streamd build: rebuilding %s\n", current.status().message().c_str());
   }
-  std::vector<int32_t> eval_ids;
+  // The eval text's first --eval-tokens are scored; calibration reads --calibration-text, or
+  // else the eval text's tokens after those (held out from the scoring).
+  std::vector<int32_t> eval_ids, calibration_ids;
+  std::string calibration_source;
   if (!eval_text.empty()) {
-    auto ids = EvalTokens(**file, eval_text, eval_tokens, 2 * (sinks + window));
+    auto ids = TextTokens(**file, "eval-text", eval_text);
     if (!ids.ok()) return Fail(ids.status());
-    eval_ids = std::move(ids).value();
+    const int64_t min_tokens = 2 * (sinks + window);
+    if (static_cast<int64_t>(ids->size()) < min_tokens) {
+      return Fail(InvalidArgumentError(
+          "--eval-text " + eval_text + ": " + std::to_string(ids->size()) +
+          " tokens; the gate needs at least " + std::to_string(min_tokens) +
+          " (twice the sink cache, so most are scored after eviction)"));
+    }
+    const size_t scored = std::min(ids->size(), static_cast<size_t>(eval_tokens));
+    eval_ids.assign(ids->begin(), ids->begin() + static_cast<std::ptrdiff_t>(scored));
+    if (calibration_text.empty()) {
+      const size_t end = std::min(ids->size(), scored + static_cast<size_t>(calibration_tokens));
+      calibration_ids.assign(ids->begin() + static_cast<std::ptrdiff_t>(scored),
+                             ids->begin() + static_cast<std::ptrdiff_t>(end));
+      calibration_source = eval_text + " tokens " + std::to_string(scored) + ".." +
+                           std::to_string(end);
+    } else {
+      auto calib = TextTokens(**file, "calibration-text", calibration_text);
+      if (!calib.ok()) return Fail(calib.status());
+      calibration_ids = std::move(calib).value();
+      if (calibration_ids.size() > static_cast<size_t>(calibration_tokens)) {
+        calibration_ids.resize(static_cast<size_t>(calibration_tokens));
+      }
+      calibration_source =
+          calibration_text + " tokens 0.." + std::to_string(calibration_ids.size());
+    }
   }
 
   BuildPlan plan;
@@ -290,6 +403,20 @@ int BuildCommand(int argc, char** argv) {
     if (!gated.ok()) return Fail(gated.status(), "eval gate");
     plan.tuning = gated->tuning;
     plan.precision = gated->decisions;
+  }
+  // The int8 KV cache: considered with an eval text and enough calibration tokens to fill the
+  // window once (the scales of a cache that never evicted would miss late positions' keys).
+  if (kv_cache == "auto" && !eval_ids.empty()) {
+    if (static_cast<int64_t>(calibration_ids.size()) < sinks + window) {
+      say("int8 KV cache: not considered, " + std::to_string(calibration_ids.size()) +
+          " calibration tokens (" + calibration_source + ") do not fill the " +
+          std::to_string(sinks + window) + "-token cache; give --calibration-text");
+    } else {
+      auto decided = GateInt8KvCache(model, calibration_ids, calibration_source, eval_ids,
+                                     eval_text, sinks, window, *max_increase, &plan.kv_cache, say);
+      if (!decided.ok()) return Fail(decided.status(), "eval gate");
+      plan.precision.push_back(*decided);
+    }
   }
 
   auto compared = CompareWithDefaults(model, plan.tuning, options);

@@ -1,5 +1,6 @@
 // `streamd plan inspect P [--model M.gguf] [--json]`: every choice a build plan made and every
 // measurement behind it, and whether it may be used here (docs/BUILD.md).
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -42,6 +43,17 @@ void PrintPlan(const PlanFile& file) {
   }
   std::printf("  weights %s, %llu bytes\n", p.weights_layout.c_str(),
               static_cast<unsigned long long>(p.weights_bytes));
+  const PlanKvCache& kv = p.kv_cache;
+  if (kv.dtype == "int8") {
+    const auto [k_lo, k_hi] = std::minmax_element(kv.k_scales.begin(), kv.k_scales.end());
+    const auto [v_lo, v_hi] = std::minmax_element(kv.v_scales.begin(), kv.v_scales.end());
+    std::printf("  KV cache int8, per-channel scales for %d layers x %d KV heads x %d (K %.3g..%.3g, "
+                "V %.3g..%.3g), calibrated on %lld tokens of %s\n",
+                kv.n_layers, kv.n_kv_heads, kv.head_dim, *k_lo, *k_hi, *v_lo, *v_hi,
+                static_cast<long long>(kv.calibration_tokens), kv.calibration_text.c_str());
+  } else {
+    std::printf("  KV cache f16\n");
+  }
   std::printf("precision\n");
   if (p.precision.empty()) std::printf("  none considered (no --eval-text, or nothing to judge)\n");
   for (const PrecisionDecision& d : p.precision) {

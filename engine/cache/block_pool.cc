@@ -89,12 +89,33 @@ StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(const KvShape& shape, int
   if (shape.n_layers < 1 || shape.n_kv_heads < 1 || shape.head_dim < 1) {
     return InvalidArgumentError("KV shape must have at least one layer, head and dimension");
   }
+  const bool int8 = shape.dtype == kernels::KvDtype::kInt8;
+  if (!int8 && shape.dtype != kernels::KvDtype::kF16) {
+    return InvalidArgumentError("KV dtype " + std::to_string(static_cast<int>(shape.dtype)) +
+                                " is neither f16 nor int8");
+  }
+  if (int8 != (shape.int8_scales != nullptr)) {
+    return InvalidArgumentError(int8 ? "an int8 KV pool needs its scales"
+                                     : "an f16 KV pool takes no int8 scales");
+  }
+  if (int8 && (shape.int8_scales->n_layers() != shape.n_layers ||
+               shape.int8_scales->n_kv_heads() != shape.n_kv_heads ||
+               shape.int8_scales->head_dim() != shape.head_dim)) {
+    return InvalidArgumentError(
+        "int8 KV scales for " + std::to_string(shape.int8_scales->n_layers()) + " layers x " +
+        std::to_string(shape.int8_scales->n_kv_heads()) + " KV heads x " +
+        std::to_string(shape.int8_scales->head_dim()) + " do not fit a cache of " +
+        std::to_string(shape.n_layers) + " x " + std::to_string(shape.n_kv_heads) + " x " +
+        std::to_string(shape.head_dim));
+  }
   std::unique_ptr<BlockPool> pool(new BlockPool());
   kernels::KvPoolLayout& l = pool->layout_;
   l.n_layers = shape.n_layers;
   l.n_kv_heads = shape.n_kv_heads;
   l.head_dim = shape.head_dim;
   l.block_size = block_size;
+  l.dtype = shape.dtype;
+  pool->int8_scales_ = shape.int8_scales;
   const int64_t per_block = pool->bytes_per_block();
   const int64_t blocks = budget_bytes / per_block;
   if (blocks < 1) {
@@ -111,6 +132,9 @@ StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(const KvShape& shape, int
   const int64_t bytes = pool->total_bytes();
   STREAMD_ASSIGN_OR_RETURN(pool->storage_,
                            storage ? storage(bytes) : MakeHostPoolStorage(bytes));
+  if (int8 && !pool->storage_->host_accessible()) {
+    return UnimplementedError("an int8 KV cache lives in host memory only (CPU backend)");
+  }
   pool->data_ = pool->storage_->data();
   pool->free_.reserve(blocks);
   for (int32_t b = static_cast<int32_t>(blocks) - 1; b >= 0; --b) pool->free_.push_back(b);
@@ -152,8 +176,9 @@ void BlockPool::AddRef(int32_t block) {
 Status BlockPool::CopyBlock(int32_t src, int32_t dst) {
   const int32_t ids[2] = {src, dst};
   STREAMD_RETURN_IF_ERROR(CheckIds(ids));
-  const int64_t run = layout_.block_elems();
-  return storage_->CopyWithin(src * run, dst * run, layout_.layer_elems(), run, layout_.n_layers);
+  const int64_t run = Units(layout_.block_elems());
+  return storage_->CopyWithin(src * run, dst * run, Units(layout_.layer_elems()), run,
+                              layout_.n_layers);
 }
 
 Status BlockPool::CheckIds(std::span<const int32_t> ids) const {
@@ -166,7 +191,15 @@ Status BlockPool::CheckIds(std::span<const int32_t> ids) const {
   return OkStatus();
 }
 
+Status BlockPool::CheckRawCopies() const {
+  if (layout_.dtype != kernels::KvDtype::kF16) {
+    return FailedPreconditionError("whole-block f16 copies of an int8 KV pool");
+  }
+  return OkStatus();
+}
+
 Status BlockPool::ReadBlocks(std::span<const int32_t> ids, uint16_t* host) const {
+  STREAMD_RETURN_IF_ERROR(CheckRawCopies());
   STREAMD_RETURN_IF_ERROR(CheckIds(ids));
   const int64_t run = layout_.block_elems();
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -178,6 +211,7 @@ Status BlockPool::ReadBlocks(std::span<const int32_t> ids, uint16_t* host) const
 
 Status BlockPool::WriteBlocks(std::span<const int32_t> ids, const uint16_t* host) {
   // Every id first: a refused list writes nothing (the blocks before a bad id stay as they were).
+  STREAMD_RETURN_IF_ERROR(CheckRawCopies());
   STREAMD_RETURN_IF_ERROR(CheckIds(ids));
   const int64_t run = layout_.block_elems();
   for (size_t i = 0; i < ids.size(); ++i) {

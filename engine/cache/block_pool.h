@@ -2,7 +2,8 @@
 // start-up from a memory budget. Allocate/Free are O(1) (a free stack); accounting is exact.
 //
 // Layout (kernels/common/paged_kv.h): per layer [num_blocks][2][n_kv_heads][block_size][head_dim],
-// f16. A block id names the same block in every layer, so a session's block table is shared
+// f16, or int8 with static per-channel scales (KvShape::dtype, kv_scales.h: half the bytes, CPU
+// pools only). A block id names the same block in every layer, so a session's block table is shared
 // by all layers. The memory is touched once at creation, so the process's resident size does
 // not creep as sessions come and go.
 //
@@ -25,6 +26,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/cache/kv_scales.h"
 #include "engine/util/status.h"
 #include "kernels/common/paged_kv.h"
 
@@ -34,6 +36,9 @@ struct KvShape {
   int32_t n_layers = 0;
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;
+  kernels::KvDtype dtype = kernels::KvDtype::kF16;
+  // The scales of an int8 cache (required for kInt8, absent for kF16).
+  std::shared_ptr<const KvInt8Scales> int8_scales;
 };
 
 inline constexpr int32_t kMaxBlockSize = 256;
@@ -68,7 +73,8 @@ StatusOr<std::unique_ptr<PoolStorage>> MakeHostPoolStorage(int64_t bytes);
 class BlockPool {
  public:
   // Blocks of `block_size` tokens, as many as fit in `budget_bytes`. Errors name the value and
-  // the limit: block_size outside [1, 256], or a budget smaller than one block.
+  // the limit: block_size outside [1, 256], or a budget smaller than one block; an int8 shape
+  // without scales of its shape, or with storage the host cannot touch.
   // `storage` makes the memory (default: host memory).
   static StatusOr<std::unique_ptr<BlockPool>> Create(const KvShape& shape, int32_t block_size,
                                                      int64_t budget_bytes,
@@ -76,7 +82,7 @@ class BlockPool {
   // Bytes of one block of `block_size` tokens, every layer's K and V.
   static int64_t BlockBytes(const KvShape& shape, int32_t block_size) {
     return 2LL * shape.n_layers * shape.n_kv_heads * shape.head_dim * block_size *
-           static_cast<int64_t>(sizeof(uint16_t));
+           kernels::KvDtypeBytes(shape.dtype);
   }
   // A budget of `fraction` (0, 1] of the memory available now (/proc/meminfo MemAvailable).
   static StatusOr<int64_t> BudgetFromFraction(double fraction);
@@ -99,30 +105,48 @@ class BlockPool {
   int32_t block_size() const { return layout_.block_size; }
   int64_t bytes_per_token() const { return bytes_per_block() / layout_.block_size; }
   int64_t bytes_per_block() const {
-    return layout_.block_elems() * layout_.n_layers * static_cast<int64_t>(sizeof(uint16_t));
+    return layout_.block_elems() * layout_.n_layers * layout_.elem_bytes();
   }
   int64_t total_bytes() const { return bytes_per_block() * total_blocks(); }
 
   // Whole blocks, every layer's K and V, to or from host memory laid out
-  // [ids.size()][n_layers][block_elems] (what capture and restore move). Works for pools in
-  // device memory too. Thread-safe with respect to steps that do not touch these blocks.
-  // INVALID_ARGUMENT naming the first id outside the pool; then nothing is copied.
+  // [ids.size()][n_layers][block_elems] f16 (what capture and restore move for device pools).
+  // Works for pools in device memory too; an int8 pool is refused (FAILED_PRECONDITION: its
+  // rows go through kv_image's conversions instead). Thread-safe with respect to steps that do
+  // not touch these blocks. INVALID_ARGUMENT naming the first id outside the pool; then
+  // nothing is copied.
   Status ReadBlocks(std::span<const int32_t> ids, uint16_t* host) const;
   Status WriteBlocks(std::span<const int32_t> ids, const uint16_t* host);
 
   const kernels::KvPoolLayout& layout() const { return layout_; }
+  kernels::KvDtype dtype() const { return layout_.dtype; }
+  // The scales of an int8 pool (null for f16).
+  const KvInt8Scales* int8_scales() const { return int8_scales_.get(); }
   // Whether layer_data may be dereferenced on the host (false for a device pool).
   bool host_accessible() const { return storage_->host_accessible(); }
-  uint16_t* layer_data(int32_t layer) { return data_ + layer * layout_.layer_elems(); }
+  // A layer's base: f16 elements (layer_data) or int8 ones (layer_data_i8), as dtype() says.
+  uint16_t* layer_data(int32_t layer) { return reinterpret_cast<uint16_t*>(LayerBase(layer)); }
   const uint16_t* layer_data(int32_t layer) const {
-    return data_ + layer * layout_.layer_elems();
+    return reinterpret_cast<const uint16_t*>(LayerBase(layer));
+  }
+  int8_t* layer_data_i8(int32_t layer) { return reinterpret_cast<int8_t*>(LayerBase(layer)); }
+  const int8_t* layer_data_i8(int32_t layer) const {
+    return reinterpret_cast<const int8_t*>(LayerBase(layer));
   }
 
  private:
   BlockPool() = default;
   Status CheckIds(std::span<const int32_t> ids) const;
+  Status CheckRawCopies() const;
+  // Storage is addressed in 2-byte units; every block and layer is a whole number of them
+  // (2 * n_kv_heads * block_size * head_dim elements).
+  int64_t Units(int64_t elems) const { return elems * layout_.elem_bytes() / 2; }
+  char* LayerBase(int32_t layer) const {
+    return reinterpret_cast<char*>(data_) + layer * layout_.layer_elems() * layout_.elem_bytes();
+  }
 
   kernels::KvPoolLayout layout_;
+  std::shared_ptr<const KvInt8Scales> int8_scales_;
   std::unique_ptr<PoolStorage> storage_;
   uint16_t* data_ = nullptr;  // storage_->data()
   std::vector<int32_t> free_;       // stack of free ids

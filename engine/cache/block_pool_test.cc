@@ -11,7 +11,7 @@
 namespace streamd {
 namespace {
 
-constexpr KvShape kShape{30, 3, 64};  // SmolLM2-135M
+const KvShape kShape{30, 3, 64};  // SmolLM2-135M
 
 TEST(BlockPoolTest, SizesFollowTheLayout) {
   auto pool = BlockPool::Create(kShape, 16, 64 << 20);

@@ -82,6 +82,21 @@ Status ReadCacheKvTo(const SessionCache& cache, uint16_t* out) {
     staged.resize(static_cast<size_t>(block_run) * BlockList(cache).size());
     STREAMD_RETURN_IF_ERROR(pool.ReadBlocks(BlockList(cache), staged.data()));
   }
+  if (const KvInt8Scales* scales = pool.int8_scales()) {
+    // An int8 pool (always host memory): each run dequantized into the f16 image.
+    ForEachRun(cache, [&](int32_t block, int64_t, int32_t slot, int64_t index, int64_t run) {
+      for (int32_t layer = 0; layer < l.n_layers; ++layer) {
+        for (int32_t kv = 0; kv < 2; ++kv) {
+          for (int32_t h = 0; h < l.n_kv_heads; ++h) {
+            DequantizeRowsToF16(pool.layer_data_i8(layer) + l.Offset(block, kv, h, slot), run,
+                                l.head_dim, scales->scales(layer, kv) + h * l.head_dim,
+                                out + layout.Offset(layer, kv, h, index));
+          }
+        }
+      }
+    });
+    return OkStatus();
+  }
   ForEachRun(cache, [&](int32_t block, int64_t listed, int32_t slot, int64_t index, int64_t run) {
     for (int32_t layer = 0; layer < l.n_layers; ++layer) {
       const uint16_t* base = pool.host_accessible()
@@ -119,6 +134,20 @@ Status WriteCacheKv(const SessionCache& cache, const KvView& kv) {
   STREAMD_RETURN_IF_ERROR(CheckShape(cache, kv, kv.size));
   BlockPool& pool = *cache.pool();
   const kernels::KvPoolLayout& l = pool.layout();
+  if (const KvInt8Scales* scales = pool.int8_scales()) {
+    ForEachRun(cache, [&](int32_t block, int64_t, int32_t slot, int64_t index, int64_t run) {
+      for (int32_t layer = 0; layer < l.n_layers; ++layer) {
+        for (int32_t k = 0; k < 2; ++k) {
+          for (int32_t h = 0; h < l.n_kv_heads; ++h) {
+            QuantizeRowsFromF16(kv.data + kv.Offset(layer, k, h, index), run, l.head_dim,
+                                scales->inverses(layer, k) + h * l.head_dim,
+                                pool.layer_data_i8(layer) + l.Offset(block, k, h, slot));
+          }
+        }
+      }
+    });
+    return OkStatus();
+  }
   const int64_t block_run = l.block_elems() * l.n_layers;
   std::vector<uint16_t> staged;
   if (!pool.host_accessible()) {

@@ -7,7 +7,8 @@
 // window oldest first), head_dim f16 values each: [n_layers][2][n_kv_heads][n_tokens][head_dim].
 // One (layer, K/V, head) run of a block's slots is one contiguous copy on either side. Pools
 // in host memory are copied to and from directly; device pools go through a host staging copy
-// of their blocks (one 2D copy per block).
+// of their blocks (one 2D copy per block). An int8 pool's rows are dequantized on the way out and
+// quantized on the way in with the pool's scales (kv_scales.h), so the image stays f16.
 #pragma once
 
 #include <cstdint>

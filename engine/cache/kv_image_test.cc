@@ -10,7 +10,7 @@
 namespace streamd {
 namespace {
 
-constexpr KvShape kShape{3, 2, 4};
+const KvShape kShape{3, 2, 4};
 
 // The value stored at (layer, K/V, head, text position, dim): distinct everywhere that matters.
 uint16_t ValueAt(int32_t layer, int32_t kv, int32_t head, int64_t p, int32_t d) {

@@ -11,7 +11,7 @@
 namespace streamd {
 namespace {
 
-constexpr KvShape kShape{2, 1, 4};
+const KvShape kShape{2, 1, 4};
 
 std::vector<int32_t> Ids(int32_t n, int32_t base) {
   std::vector<int32_t> v(n);

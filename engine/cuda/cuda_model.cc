@@ -221,6 +221,9 @@ StatusOr<std::unique_ptr<BlockPool>> CudaModel::CreatePool(const KvShape& shape,
       shape.head_dim != config_.head_dim) {
     return InvalidArgumentError("KV pool shape does not match the model " + config_.name);
   }
+  if (shape.dtype != kernels::KvDtype::kF16) {
+    return UnimplementedError("the CUDA backend keeps K/V in f16; an int8 KV cache is CPU only");
+  }
   STREAMD_CUDA_CHECK(cudaSetDevice(options_.device));
   const PoolStorageFactory device_memory =
       [this](int64_t bytes) -> StatusOr<std::unique_ptr<PoolStorage>> {

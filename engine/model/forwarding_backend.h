@@ -24,6 +24,7 @@ class ForwardingBackend : public ModelBackend {
   void RunOnHostThreads(int64_t n, const std::function<void(int64_t)>& fn) override {
     inner_->RunOnHostThreads(n, fn);
   }
+  KvShape CacheShape() const override { return inner_->CacheShape(); }
   StatusOr<std::unique_ptr<BlockPool>> CreatePool(const KvShape& shape, int32_t block_size,
                                                   int64_t budget_bytes) override {
     return inner_->CreatePool(shape, block_size, budget_bytes);

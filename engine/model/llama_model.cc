@@ -173,7 +173,8 @@ void LlamaModel::ReserveWorkspace(int64_t n, int64_t max_keys) {
   xq = (xq + 63) / 64 * 64;
   if (ws_.xq.size() < 3 * xq) ws_.xq.resize(3 * xq);
   // Each attention task scores one KV head's group of query heads at once.
-  const size_t scores = static_cast<size_t>(threads_) * (c.n_heads / c.n_kv_heads) * max_keys;
+  const size_t scores = static_cast<size_t>(threads_) * (c.n_heads / c.n_kv_heads) *
+                        (max_keys + 2 * static_cast<size_t>(c.head_dim));
   if (ws_.scores.size() < scores) ws_.scores.resize(scores);
 }
 
@@ -275,6 +276,30 @@ std::string LlamaModel::device_description() const {
          std::to_string(threads_) + " threads" + amx + ")";
 }
 
+KvShape LlamaModel::CacheShape() const {
+  KvShape shape{config_.n_layers, config_.n_kv_heads, config_.head_dim};
+  if (kv_int8_scales_ != nullptr) {
+    shape.dtype = kernels::KvDtype::kInt8;
+    shape.int8_scales = kv_int8_scales_;
+  }
+  return shape;
+}
+
+Status LlamaModel::SetInt8KvCache(std::shared_ptr<const KvInt8Scales> scales) {
+  if (scales != nullptr &&
+      (scales->n_layers() != config_.n_layers || scales->n_kv_heads() != config_.n_kv_heads ||
+       scales->head_dim() != config_.head_dim)) {
+    return InvalidArgumentError(
+        "int8 KV scales for " + std::to_string(scales->n_layers()) + " layers x " +
+        std::to_string(scales->n_kv_heads()) + " KV heads x " +
+        std::to_string(scales->head_dim()) + " do not fit " + config_.name + " (" +
+        std::to_string(config_.n_layers) + " x " + std::to_string(config_.n_kv_heads) + " x " +
+        std::to_string(config_.head_dim) + ")");
+  }
+  kv_int8_scales_ = std::move(scales);
+  return OkStatus();
+}
+
 StatusOr<std::unique_ptr<BlockPool>> LlamaModel::CreatePool(const KvShape& shape,
                                                             int32_t block_size,
                                                             int64_t budget_bytes) {
@@ -315,7 +340,10 @@ Status LlamaModel::Execute(const StepPlan& plan, float* logits) {
   const auto no_step = [](int64_t) {};
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const LlamaLayerWeights& w = weights_.layers[l];
-    uint16_t* layer_kv = pool.layer_data(l);
+    // An int8 pool: the same steps over int8 rows, with this layer's scales.
+    const KvInt8Scales* kv_scales = pool.int8_scales();
+    uint16_t* layer_kv = kv_scales == nullptr ? pool.layer_data(l) : nullptr;
+    int8_t* layer_kv_i8 = kv_scales != nullptr ? pool.layer_data_i8(l) : nullptr;
     // --- attention block ---
     // The residual stream x: the token's embedding, or x plus the previous layer's FFN output.
     const auto residual_and_norm = [&](int64_t t) {
@@ -343,8 +371,14 @@ Status LlamaModel::Execute(const StepPlan& plan, float* logits) {
       }
       kernels::cpu::RotatePairs(q, c.n_heads, hd, cs, sn);
       kernels::cpu::RotatePairs(&ws.k[t * kv_dim], c.n_kv_heads, hd, cs, sn);
-      kernels::cpu::WriteKv(layout, layer_kv, ws.tables[plan.seq_of[t]], plan.position[t],
-                            &ws.k[t * kv_dim], &ws.v[t * kv_dim]);
+      if (kv_scales == nullptr) {
+        kernels::cpu::WriteKv(layout, layer_kv, ws.tables[plan.seq_of[t]], plan.position[t],
+                              &ws.k[t * kv_dim], &ws.v[t * kv_dim]);
+      } else {
+        kernels::cpu::WriteKvI8(layout, layer_kv_i8, kv_scales->inverses(l, 0),
+                                kv_scales->inverses(l, 1), ws.tables[plan.seq_of[t]],
+                                plan.position[t], &ws.k[t * kv_dim], &ws.v[t * kv_dim]);
+      }
     };
     // One task per (token, KV head): the group's query heads g * group .. (g + 1) * group - 1
     // are contiguous in q ([n_heads, hd]) and read each K/V row once between them.
@@ -364,10 +398,17 @@ Status LlamaModel::Execute(const StepPlan& plan, float* logits) {
         const int64_t first = t * q_dim + static_cast<int64_t>(g) * group * hd;
         const float* q = &ws.q[first];
         const float* q_sink = ws.has_sink_rope[t] ? &ws.q_sink[first] : q;
-        float* scores = &ws.scores[static_cast<size_t>(thread) * group * max_keys];
-        kernels::cpu::PagedAttentionGroup(layout, layer_kv, ws.tables[plan.seq_of[t]],
-                                          plan.position[t], g, group, q, q_sink, scale, scores,
-                                          &ws.attn[first]);
+        float* scores = &ws.scores[static_cast<size_t>(thread) * group * (max_keys + 2 * hd)];
+        if (kv_scales == nullptr) {
+          kernels::cpu::PagedAttentionGroup(layout, layer_kv, ws.tables[plan.seq_of[t]],
+                                            plan.position[t], g, group, q, q_sink, scale, scores,
+                                            &ws.attn[first]);
+        } else {
+          kernels::cpu::PagedAttentionGroupI8(layout, layer_kv_i8, kv_scales->scales(l, 0),
+                                              kv_scales->scales(l, 1), ws.tables[plan.seq_of[t]],
+                                              plan.position[t], g, group, q, q_sink, scale,
+                                              scores, &ws.attn[first]);
+        }
       }
     });
     const Product wo[] = {{&w.wo, ws.proj.data(), dim}};

@@ -48,6 +48,11 @@ class LlamaModel : public ModelBackend {
   std::string_view backend_name() const override { return "cpu"; }
   std::string device_description() const override;
   uint64_t weight_bytes() const override { return weights_.total_bytes; }
+  // f16 K/V, or int8 with the scales SetInt8KvCache gave (a plan's int8 KV cache).
+  KvShape CacheShape() const override;
+  // From now on CacheShape says int8 with these scales (they must fit the model); null goes
+  // back to f16. Execute runs pools of either kind, whatever this says.
+  Status SetInt8KvCache(std::shared_ptr<const KvInt8Scales> scales);
   // A host-memory pool (BlockPool::Create).
   StatusOr<std::unique_ptr<BlockPool>> CreatePool(const KvShape& shape, int32_t block_size,
                                                   int64_t budget_bytes) override;
@@ -94,6 +99,7 @@ class LlamaModel : public ModelBackend {
   std::unique_ptr<RopeTable> rope_;
   int32_t threads_ = 1;
   CpuTuning tuning_;
+  std::shared_ptr<const KvInt8Scales> kv_int8_scales_;  // SetInt8KvCache
   std::unique_ptr<ThreadPool> thread_pool_;  // threads_ threads (the caller included)
   std::vector<uint8_t> product_xq_;          // RunProduct's quantized activations
 
@@ -103,7 +109,9 @@ class LlamaModel : public ModelBackend {
     std::vector<float> x, xb, q, q_sink, k, v, attn, proj, gate, up;
     std::vector<float> rope_cos, rope_sin, sink_cos, sink_sin;  // [n_tokens, head_dim / 2]
     std::vector<uint8_t> xq;
-    std::vector<float> scores;  // [threads, query heads per KV head, max keys one query sees]
+    // [threads][query heads per KV head * (max keys one query sees + 2 * head_dim)]: the
+    // scores, and an int8 cache's scaled queries after them.
+    std::vector<float> scores;
     // Per token of the step: whether its sink rotation differs from its window rotation
     // (only after eviction starts); per sequence its table over the plan's block ids.
     std::vector<uint8_t> has_sink_rope;

@@ -49,6 +49,12 @@ class ModelBackend {
     for (int64_t i = 0; i < n; ++i) fn(i);
   }
 
+  // What the engine's KV pool holds for this model: f16 K/V of its shape by default; the CPU
+  // backend under a plan with an int8 KV cache says int8 and its scales (kv_scales.h).
+  virtual KvShape CacheShape() const {
+    const LlamaConfig& c = config();
+    return {c.n_layers, c.n_kv_heads, c.head_dim};
+  }
   // The KV pool this backend's Forward reads and writes: host memory for the CPU, device
   // memory for CUDA. Errors name the budget and the memory available.
   virtual StatusOr<std::unique_ptr<BlockPool>> CreatePool(const KvShape& shape,

@@ -17,7 +17,8 @@
 
 namespace streamd {
 
-inline constexpr int32_t kPlanFormatVersion = 1;
+// 2: the manifest gained kv_cache.
+inline constexpr int32_t kPlanFormatVersion = 2;
 
 // One number the build measured: a candidate's time, a step time with and without the plan,
 // a perplexity. `what` says what was measured in words ("decode step, 16 sessions, tuned").
@@ -41,6 +42,18 @@ struct PrecisionDecision {
   bool operator==(const PrecisionDecision&) const = default;
 };
 
+// What the KV cache holds under the plan: "f16" (as without a plan), or "int8" with the
+// calibrated scales (engine/cache/kv_scales.h, [n_layers][n_kv_heads][head_dim] each for K and
+// V) and where they were calibrated.
+struct PlanKvCache {
+  std::string dtype = "f16";
+  int32_t n_layers = 0, n_kv_heads = 0, head_dim = 0;
+  std::vector<float> k_scales, v_scales;
+  std::string calibration_text;  // the file, and which of its tokens
+  int64_t calibration_tokens = 0;
+  bool operator==(const PlanKvCache&) const = default;
+};
+
 struct BuildPlan {
   int32_t format_version = kPlanFormatVersion;
   std::string streamd_version;
@@ -59,6 +72,7 @@ struct BuildPlan {
   std::string weights_layout = "none";
   uint64_t weights_bytes = 0;
   uint64_t amx_bytes = 0;
+  PlanKvCache kv_cache;
   std::vector<PrecisionDecision> precision;
   std::vector<PlanMeasurement> measurements;
   bool operator==(const BuildPlan&) const = default;

@@ -29,6 +29,13 @@ std::span<const uint8_t> PrepackedVnni8Weights(const PlanFile& plan) {
   return plan.weights().subspan(plan.plan().amx_bytes);
 }
 
+Status ApplyKvCache(const PlanKvCache& kv, LlamaModel& model) {
+  if (kv.dtype != "int8") return model.SetInt8KvCache(nullptr);
+  STREAMD_ASSIGN_OR_RETURN(auto scales, KvInt8Scales::Make(kv.n_layers, kv.n_kv_heads,
+                                                           kv.head_dim, kv.k_scales, kv.v_scales));
+  return model.SetInt8KvCache(std::move(scales));
+}
+
 StatusOr<std::unique_ptr<LlamaModel>> LoadCpuModel(const std::string& model_path,
                                                    const std::string& plan_path,
                                                    std::string* plan_note) {
@@ -51,6 +58,9 @@ StatusOr<std::unique_ptr<LlamaModel>> LoadCpuModel(const std::string& model_path
         !s.ok()) {
       return Status(s.code(), "model.plan: " + plan_path + ": " + s.message());
     }
+    if (Status s = ApplyKvCache(plan->plan().kv_cache, **model); !s.ok()) {
+      return Status(s.code(), "model.plan: " + plan_path + ": kv_cache: " + s.message());
+    }
     if (plan_note != nullptr) *plan_note = DescribePlan(*plan);
   }
   return model;
@@ -69,7 +79,7 @@ std::string DescribePlan(const PlanFile& file) {
     line += std::string(" ") + TokenBucketName(b) + ":" + std::to_string(s.items_per_thread) +
             "/" + std::to_string(s.min_rows) + "-" + std::to_string(s.max_rows);
   }
-  line += "; weights " + p.weights_layout;
+  line += "; KV cache " + p.kv_cache.dtype + "; weights " + p.weights_layout;
   if (p.weights_bytes > 0) line += " " + std::to_string((p.weights_bytes + (1 << 19)) >> 20) + " MiB";
   return line;
 }

@@ -29,8 +29,11 @@ StatusOr<std::unique_ptr<PlanFile>> OpenPlanFor(const std::string& plan_path,
 LlamaModel::Prepacked PrepackedWeights(const PlanFile& plan);
 std::span<const uint8_t> PrepackedVnni8Weights(const PlanFile& plan);
 
+// Makes `model`'s KV cache what the plan says (CacheShape: int8 with the plan's scales, or f16).
+Status ApplyKvCache(const PlanKvCache& kv, LlamaModel& model);
+
 // The CPU model of `model_path` under the plan at `plan_path` (checked first with OpenPlanFor,
-// before anything is packed; its pre-packed weights used, its tuning applied), or with the
+// before anything is packed; its pre-packed weights used, its tuning and KV cache applied), or with the
 // built-in defaults when plan_path is empty. `plan_note` (optional) gets DescribePlan's line.
 // Errors: "<model path>: ..." for the model, "model.plan: <plan path>: ..." for the plan.
 StatusOr<std::unique_ptr<LlamaModel>> LoadCpuModel(const std::string& model_path,

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
 
+#include "engine/cache/kv_scales.h"
 #include "engine/util/atomic_file.h"
 
 namespace streamd {
@@ -231,6 +232,54 @@ StatusOr<HardwareFingerprint> ParseHardware(const json& j) {
   return h;
 }
 
+json KvCacheJson(const PlanKvCache& kv) {
+  return {{"dtype", kv.dtype},
+          {"n_layers", kv.n_layers},
+          {"n_kv_heads", kv.n_kv_heads},
+          {"head_dim", kv.head_dim},
+          {"k_scales", kv.k_scales},
+          {"v_scales", kv.v_scales},
+          {"calibration_text", kv.calibration_text},
+          {"calibration_tokens", kv.calibration_tokens}};
+}
+
+// An int8 cache's scales must be what KvInt8Scales takes (a size per shape, finite, > 0); an f16
+// cache has none.
+StatusOr<PlanKvCache> ParseKvCache(const json& j) {
+  PlanKvCache kv;
+  const Fields f(j, "kv_cache");
+  STREAMD_RETURN_IF_ERROR(f.String("dtype", &kv.dtype));
+  if (kv.dtype != "f16" && kv.dtype != "int8") {
+    return InvalidArgumentError("kv_cache.dtype \"" + kv.dtype + "\" is not f16 or int8");
+  }
+  STREAMD_RETURN_IF_ERROR(f.Integer("n_layers", &kv.n_layers, 0, 4096));
+  STREAMD_RETURN_IF_ERROR(f.Integer("n_kv_heads", &kv.n_kv_heads, 0, 4096));
+  STREAMD_RETURN_IF_ERROR(f.Integer("head_dim", &kv.head_dim, 0, 4096));
+  STREAMD_RETURN_IF_ERROR(f.String("calibration_text", &kv.calibration_text));
+  STREAMD_RETURN_IF_ERROR(f.Integer("calibration_tokens", &kv.calibration_tokens, 0, INT64_MAX));
+  // The manifest's size cap bounds the arrays; a float needs at least 2 bytes of JSON.
+  for (const auto& [key, out] : {std::pair<const char*, std::vector<float>*>{"k_scales",
+                                                                             &kv.k_scales},
+                                 {"v_scales", &kv.v_scales}}) {
+    STREAMD_ASSIGN_OR_RETURN(const json* a, f.Array(key, kMaxPlanManifestBytes / 2));
+    out->reserve(a->size());
+    for (const json& x : *a) {
+      if (!x.is_number()) return InvalidArgumentError(f.Name(key) + " must hold numbers");
+      out->push_back(x.get<float>());
+    }
+  }
+  if (kv.dtype == "f16") {
+    if (!kv.k_scales.empty() || !kv.v_scales.empty()) {
+      return InvalidArgumentError("kv_cache: an f16 cache has no scales");
+    }
+    return kv;
+  }
+  auto scales = KvInt8Scales::Make(kv.n_layers, kv.n_kv_heads, kv.head_dim, kv.k_scales,
+                                   kv.v_scales);
+  if (!scales.ok()) return InvalidArgumentError("kv_cache: " + scales.status().message());
+  return kv;
+}
+
 }  // namespace
 
 std::string PlanManifestJson(const BuildPlan& p) {
@@ -263,6 +312,7 @@ std::string PlanManifestJson(const BuildPlan& p) {
                    {{"layout", p.weights_layout},
                     {"bytes", p.weights_bytes},
                     {"amx_bytes", p.amx_bytes}}},
+                  {"kv_cache", KvCacheJson(p.kv_cache)},
                   {"precision", precision},
                   {"measurements", measurements}};
   // Invalid UTF-8 in a string (a model path) is replaced rather than thrown on.
@@ -303,6 +353,8 @@ StatusOr<BuildPlan> ParsePlanManifest(std::string_view text) {
   STREAMD_RETURN_IF_ERROR(fw.Integer("bytes", &p.weights_bytes, 0, INT64_MAX));
   STREAMD_RETURN_IF_ERROR(fw.Integer("amx_bytes", &p.amx_bytes, 0, INT64_MAX));
   STREAMD_RETURN_IF_ERROR(CheckWeightsLayout(p));
+  STREAMD_ASSIGN_OR_RETURN(const json* kv_cache, f.Object("kv_cache"));
+  STREAMD_ASSIGN_OR_RETURN(p.kv_cache, ParseKvCache(*kv_cache));
   STREAMD_ASSIGN_OR_RETURN(const json* precision, f.Array("precision", 64));
   for (size_t i = 0; i < precision->size(); ++i) {
     const json& d = (*precision)[i];
@@ -375,7 +427,7 @@ StatusOr<ParsedPlan> ParsePlanBytes(std::span<const uint8_t> bytes) {
   if (GetU32(&bytes[kAtVersion + 4]) != kPlanHeaderBytes) {
     return InvalidArgumentError("corrupt: the header claims " +
                                 std::to_string(GetU32(&bytes[kAtVersion + 4])) +
-                                " bytes; version 1 headers are " +
+                                " bytes; headers are " +
                                 std::to_string(kPlanHeaderBytes));
   }
   const uint64_t size = bytes.size();

@@ -132,7 +132,9 @@ TEST(PlanFileTest, ErrorsNameTheReason) {
   unknown.weights_layout = "tiles";
   EXPECT_THAT(ParsePlanBytes(SerializePlan(unknown, SampleWeights(300))).status().message(),
               HasSubstr("weights.layout \"tiles\" is not one of"));
-  EXPECT_THAT(ParsePlanManifest("{\"format_version\": 1}").status().message(),
+  EXPECT_THAT(ParsePlanManifest("{\"format_version\": " + std::to_string(kPlanFormatVersion) + "}")
+                  .status()
+                  .message(),
               HasSubstr("streamd_version is missing"));
   EXPECT_THAT(ParsePlanManifest("[1,2").status().message(), HasSubstr("not valid JSON"));
   EXPECT_THAT(PlanFile::Open(testing::TempDir() + "/no-such.plan").status().message(),

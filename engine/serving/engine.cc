@@ -63,8 +63,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<ModelBackend> m
   }
   STREAMD_ASSIGN_OR_RETURN(
       std::unique_ptr<BlockPool> pool,
-      model->CreatePool({c.n_layers, c.n_kv_heads, c.head_dim}, config.block_size,
-                        config.pool_bytes));
+      model->CreatePool(model->CacheShape(), config.block_size, config.pool_bytes));
   if (config.prefill_headroom_blocks < 0) {
     config.prefill_headroom_blocks =
         DefaultPrefillHeadroom(config.planner, config.max_chunk, config.block_size);

@@ -6,7 +6,8 @@
 //   [num_blocks][2 (0 = K, 1 = V)][n_kv_heads][block_size][head_dim]
 // A block holds block_size consecutive tokens of one session for every kv head; one head's
 // keys of a block are block_size * head_dim contiguous elements, so decode attention streams
-// them with unit stride. Elements are f16 (or f32 on the CPU).
+// them with unit stride. Elements are f16, or int8 with static per-channel scales (KvDtype::kInt8,
+// CPU only): the layout is the same, in elements of that type.
 //
 // Sink + window addressing (StreamingLLM). Text positions t = 0, 1, 2, ... of a session:
 //   t <  S: sink token, pinned: block sink_blocks[t / B], slot t % B;
@@ -30,13 +31,21 @@
 
 namespace streamd::kernels {
 
+// What one cached K or V value is: an IEEE binary16, or an int8 that a per-(layer, kv head,
+// channel) scale turns back into the value (engine/cache/kv_scales.h).
+enum class KvDtype : int32_t { kF16 = 0, kInt8 = 1 };
+
+STREAMD_HOST_DEVICE int32_t KvDtypeBytes(KvDtype d) { return d == KvDtype::kInt8 ? 1 : 2; }
+
 struct KvPoolLayout {
   int32_t num_blocks = 0;
   int32_t n_layers = 0;
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;
   int32_t block_size = 0;
+  KvDtype dtype = KvDtype::kF16;
 
+  STREAMD_HOST_DEVICE int32_t elem_bytes() const { return KvDtypeBytes(dtype); }
   // Elements of one head's keys (or values) in one block: [block_size, head_dim].
   STREAMD_HOST_DEVICE int64_t head_elems() const {
     return static_cast<int64_t>(block_size) * head_dim;

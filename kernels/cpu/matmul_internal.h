@@ -128,6 +128,10 @@ void DotRowsF16Avx512(const float* q, int64_t n_q, const uint16_t* k, int64_t n_
                       float scale, float* out, int64_t ldo);
 void AxpyRowsF16Avx512(const float* w, int64_t ldw, int64_t n_q, const uint16_t* v,
                        int64_t n_rows, int64_t hd, float* y);
+void DotRowsI8Avx512(const float* q, int64_t n_q, const int8_t* k, int64_t n_rows, int64_t hd,
+                     float scale, float* out, int64_t ldo);
+void AxpyRowsI8Avx512(const float* w, int64_t ldw, int64_t n_q, const int8_t* v, int64_t n_rows,
+                      int64_t hd, float* y);
 float MaxF32Avx512(const float* x, int64_t n);
 float ExpShiftedSumAvx512(float* x, int64_t n, float shift);
 void SiluMulAvx512(float* gate, const float* up, int64_t n);

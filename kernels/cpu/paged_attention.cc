@@ -1,16 +1,19 @@
 #include "kernels/cpu/paged_attention.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "kernels/cpu/vec_ops.h"
 
 namespace streamd::kernels::cpu {
 namespace {
 
-// One run of consecutive slots of a block: `n` keys' K and V rows ([n, head_dim] each).
+// One run of consecutive slots of a block: `n` keys' K and V rows ([n, head_dim] each) of
+// element type T (f16 bits or int8).
+template <class T>
 struct Run {
-  const uint16_t* k;
-  const uint16_t* v;
+  const T* k;
+  const T* v;
   int64_t n;
   bool sink;  // scored with q_sink
 };
@@ -18,9 +21,10 @@ struct Run {
 // The visible keys of the query at position p in score order (the sinks 0 .. VisibleSinks(p) - 1,
 // then the window WindowStart(p) .. p), as runs: one per block touched, a run also stopping at
 // the sink/window boundary (a different table).
+template <class T>
 class KeyRuns {
  public:
-  KeyRuns(const KvPoolLayout& layout, const uint16_t* layer_kv, const SinkWindowTable& table,
+  KeyRuns(const KvPoolLayout& layout, const T* layer_kv, const SinkWindowTable& table,
           int32_t kv_head, int64_t p)
       : layout_(layout),
         layer_kv_(layer_kv),
@@ -31,7 +35,7 @@ class KeyRuns {
         p_(p),
         t_(n_sinks_ > 0 ? 0 : w_start_) {}
 
-  bool Next(Run* run) {
+  bool Next(Run<T>* run) {
     if (t_ > p_) return false;
     int32_t block, slot;
     table_.Locate(t_, &block, &slot);
@@ -47,22 +51,23 @@ class KeyRuns {
 
  private:
   const KvPoolLayout& layout_;
-  const uint16_t* layer_kv_;
+  const T* layer_kv_;
   const SinkWindowTable& table_;
   int32_t kv_head_;
   int64_t n_sinks_, w_start_, p_;
   int64_t t_;  // next text position
 };
 
-// The cache lines of `n` contiguous halves, asked for in `slices` about equal calls of Next()
+// The cache lines of `n` contiguous elements, asked for in `slices` about equal calls of Next()
 // (one slice: all of them at once).
 class SlicedPrefetch {
  public:
   SlicedPrefetch() = default;
-  SlicedPrefetch(const uint16_t* rows, int64_t n, int64_t slices)
+  template <class T>
+  SlicedPrefetch(const T* rows, int64_t n, int64_t slices)
       : next_(reinterpret_cast<const char*>(rows)),
         end_(reinterpret_cast<const char*>(rows + n)),
-        step_(((n * 2 + 63) / 64 + slices - 1) / slices * 64) {}
+        step_(((n * static_cast<int64_t>(sizeof(T)) + 63) / 64 + slices - 1) / slices * 64) {}
 
   void Next() {
     const char* stop = end_ - next_ > step_ ? next_ + step_ : end_;
@@ -82,12 +87,29 @@ class SlicedPrefetch {
 // the hardware prefetcher to follow) were no better.
 constexpr int kPrefetchRuns = 2;
 
-}  // namespace
+// The score and value passes over rows of T: DotRowsF16 / AxpyRowsF16 for f16 rows, the int8
+// ones for int8 rows.
+void DotRows(const float* q, int64_t n_q, const uint16_t* k, int64_t n, int64_t hd, float scale,
+             float* out, int64_t ldo) {
+  DotRowsF16(q, n_q, k, n, hd, scale, out, ldo);
+}
+void DotRows(const float* q, int64_t n_q, const int8_t* k, int64_t n, int64_t hd, float scale,
+             float* out, int64_t ldo) {
+  DotRowsI8(q, n_q, k, n, hd, scale, out, ldo);
+}
+void AxpyRows(const float* w, int64_t ldw, int64_t n_q, const uint16_t* v, int64_t n, int64_t hd,
+              float* y) {
+  AxpyRowsF16(w, ldw, n_q, v, n, hd, y);
+}
+void AxpyRows(const float* w, int64_t ldw, int64_t n_q, const int8_t* v, int64_t n, int64_t hd,
+              float* y) {
+  AxpyRowsI8(w, ldw, n_q, v, n, hd, y);
+}
 
-void PagedAttentionGroup(const KvPoolLayout& layout, const uint16_t* layer_kv,
-                         const SinkWindowTable& table, int64_t p, int32_t kv_head, int32_t n_q,
-                         const float* q_window, const float* q_sink, float scale, float* scratch,
-                         float* out) {
+template <class T>
+void AttendGroup(const KvPoolLayout& layout, const T* layer_kv, const SinkWindowTable& table,
+                 int64_t p, int32_t kv_head, int32_t n_q, const float* q_window,
+                 const float* q_sink, float scale, float* scratch, float* out) {
   const int32_t hd = layout.head_dim;
   const int64_t n_keys = table.VisibleSinks(p) + (p - table.WindowStart(p) + 1);
 
@@ -95,13 +117,13 @@ void PagedAttentionGroup(const KvPoolLayout& layout, const uint16_t* layer_kv,
   // keys are contiguous rows of a block; each block is a separate stretch of memory (2 KiB of K
   // for one head at B = 16, hd = 64) too short for the hardware prefetcher to pick up, so the K
   // rows kPrefetchRuns runs ahead and this run's V rows (for pass 2) are asked for explicitly.
-  KeyRuns ahead(layout, layer_kv, table, kv_head, p);
-  Run a;
+  KeyRuns<T> ahead(layout, layer_kv, table, kv_head, p);
+  Run<T> a;
   for (int i = 0; i < kPrefetchRuns && ahead.Next(&a); ++i) {
     SlicedPrefetch(a.k, a.n * hd, 1).Next();
   }
-  KeyRuns runs(layout, layer_kv, table, kv_head, p);
-  Run r;
+  KeyRuns<T> runs(layout, layer_kv, table, kv_head, p);
+  Run<T> r;
   int64_t col = 0;
   // Keys per slice: what DotRowsF16 scores in one register tile for this many queries (16 for
   // one, 8 for two, 4 for more), so slicing adds no partial tiles. Measured on the 16-session
@@ -117,8 +139,8 @@ void PagedAttentionGroup(const KvPoolLayout& layout, const uint16_t* layer_kv,
     for (int64_t g = 0; g < r.n; g += key_group) {
       k_ahead.Next();
       v_now.Next();
-      DotRowsF16(r.sink ? q_sink : q_window, n_q, r.k + g * hd, std::min(key_group, r.n - g), hd,
-                 scale, scratch + col + g, n_keys);
+      DotRows(r.sink ? q_sink : q_window, n_q, r.k + g * hd, std::min(key_group, r.n - g), hd,
+              scale, scratch + col + g, n_keys);
     }
     col += r.n;
   }
@@ -134,12 +156,51 @@ void PagedAttentionGroup(const KvPoolLayout& layout, const uint16_t* layer_kv,
 
   // Pass 2: out = sum_j p_j V_j, in the same key order.
   std::fill(out, out + static_cast<int64_t>(n_q) * hd, 0.0f);
-  KeyRuns values(layout, layer_kv, table, kv_head, p);
+  KeyRuns<T> values(layout, layer_kv, table, kv_head, p);
   col = 0;
   while (values.Next(&r)) {
-    AxpyRowsF16(scratch + col, n_keys, n_q, r.v, r.n, hd, out);
+    AxpyRows(scratch + col, n_keys, n_q, r.v, r.n, hd, out);
     col += r.n;
   }
+}
+
+// Round to nearest (ties to even, the FPU's mode) and saturate to [-127, 127]: -128 is never
+// stored, so the code is symmetric around zero. NaN (a model fault) becomes -127 rather than
+// an undefined conversion.
+int8_t QuantizeI8(float x, float inv_scale) {
+  const float r = std::nearbyint(x * inv_scale);
+  return static_cast<int8_t>(r > 127.0f ? 127.0f : r >= -127.0f ? r : -127.0f);
+}
+
+}  // namespace
+
+void PagedAttentionGroup(const KvPoolLayout& layout, const uint16_t* layer_kv,
+                         const SinkWindowTable& table, int64_t p, int32_t kv_head, int32_t n_q,
+                         const float* q_window, const float* q_sink, float scale, float* scratch,
+                         float* out) {
+  AttendGroup(layout, layer_kv, table, p, kv_head, n_q, q_window, q_sink, scale, scratch, out);
+}
+
+void PagedAttentionGroupI8(const KvPoolLayout& layout, const int8_t* layer_kv,
+                           const float* k_scale, const float* v_scale,
+                           const SinkWindowTable& table, int64_t p, int32_t kv_head, int32_t n_q,
+                           const float* q_window, const float* q_sink, float scale,
+                           float* scratch, float* out) {
+  // s_j = sum_c q_c * (k_scale_c * K8_jc) = sum_c (q_c * k_scale_c) * K8_jc: the scales go into
+  // the queries once, not into every key; likewise out_c = v_scale_c * sum_j p_j V8_jc.
+  const int32_t hd = layout.head_dim;
+  const int64_t n_keys = table.VisibleSinks(p) + (p - table.WindowStart(p) + 1);
+  const int64_t q_elems = static_cast<int64_t>(n_q) * hd;
+  float* qw = scratch + static_cast<int64_t>(n_q) * n_keys;
+  float* qs = q_sink == q_window ? qw : qw + q_elems;
+  const float* ks = k_scale + static_cast<int64_t>(kv_head) * hd;
+  const float* vs = v_scale + static_cast<int64_t>(kv_head) * hd;
+  for (int64_t e = 0; e < q_elems; ++e) qw[e] = q_window[e] * ks[e % hd];
+  if (qs != qw) {
+    for (int64_t e = 0; e < q_elems; ++e) qs[e] = q_sink[e] * ks[e % hd];
+  }
+  AttendGroup(layout, layer_kv, table, p, kv_head, n_q, qw, qs, scale, scratch, out);
+  for (int64_t e = 0; e < q_elems; ++e) out[e] *= vs[e % hd];
 }
 
 void PagedAttentionHead(const KvPoolLayout& layout, const uint16_t* layer_kv,
@@ -159,6 +220,22 @@ void WriteKv(const KvPoolLayout& layout, uint16_t* layer_kv, const SinkWindowTab
                    layout.head_dim);
     FloatToHalfRow(v + h * layout.head_dim, layer_kv + layout.Offset(block, 1, h, slot),
                    layout.head_dim);
+  }
+}
+
+void QuantizeRowI8(const float* x, const float* inv_scale, int64_t n, int8_t* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = QuantizeI8(x[i], inv_scale[i]);
+}
+
+void WriteKvI8(const KvPoolLayout& layout, int8_t* layer_kv, const float* k_inv_scale,
+               const float* v_inv_scale, const SinkWindowTable& table, int64_t t, const float* k,
+               const float* v) {
+  int32_t block, slot;
+  table.Locate(t, &block, &slot);
+  const int32_t hd = layout.head_dim;
+  for (int32_t h = 0; h < layout.n_kv_heads; ++h) {
+    QuantizeRowI8(k + h * hd, k_inv_scale + h * hd, hd, layer_kv + layout.Offset(block, 0, h, slot));
+    QuantizeRowI8(v + h * hd, v_inv_scale + h * hd, hd, layer_kv + layout.Offset(block, 1, h, slot));
   }
 }
 

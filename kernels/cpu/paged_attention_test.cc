@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -60,10 +61,17 @@ Cache MakeCache(int32_t hd, int32_t block, int32_t sinks, int32_t window, std::m
   return c;
 }
 
-// Query i of the group at position p, straight from the definition, in float64.
+// The value of pool element `offset` (a layer-relative Offset() plus d) of K (kv = 0) or V.
+using ValueAt = std::function<double(int32_t kv, int64_t offset, int32_t d)>;
+
+// Query i of the group at position p, straight from the definition, in float64, over the
+// values `value` reads (by default the f16 pool's).
 std::vector<double> Reference(const Cache& c, int64_t p, int32_t kv_head, int32_t n_q,
                               const std::vector<float>& q_window, const std::vector<float>& q_sink,
-                              float scale) {
+                              float scale, ValueAt value = {}) {
+  if (!value) {
+    value = [&c](int32_t, int64_t offset, int32_t) { return double{HalfToFloat(c.pool[offset])}; };
+  }
   const int32_t hd = c.layout.head_dim;
   const SinkWindowTable table = c.At(p);
   std::vector<int64_t> keys;
@@ -75,10 +83,10 @@ std::vector<double> Reference(const Cache& c, int64_t p, int32_t kv_head, int32_
     for (size_t j = 0; j < keys.size(); ++j) {
       int32_t block, slot;
       table.Locate(keys[j], &block, &slot);
-      const uint16_t* k = c.pool.data() + c.layout.Offset(block, 0, kv_head, slot);
+      const int64_t k = c.layout.Offset(block, 0, kv_head, slot);
       const float* q = (keys[j] < table.sinks ? q_sink : q_window).data() + i * hd;
       double dot = 0;
-      for (int32_t d = 0; d < hd; ++d) dot += double{q[d]} * HalfToFloat(k[d]);
+      for (int32_t d = 0; d < hd; ++d) dot += double{q[d]} * value(0, k + d, d);
       s[j] = dot * scale;
     }
     const double max = *std::max_element(s.begin(), s.end());
@@ -87,8 +95,8 @@ std::vector<double> Reference(const Cache& c, int64_t p, int32_t kv_head, int32_
     for (size_t j = 0; j < keys.size(); ++j) {
       int32_t block, slot;
       table.Locate(keys[j], &block, &slot);
-      const uint16_t* v = c.pool.data() + c.layout.Offset(block, 1, kv_head, slot);
-      for (int32_t d = 0; d < hd; ++d) out[i * hd + d] += s[j] / sum * HalfToFloat(v[d]);
+      const int64_t v = c.layout.Offset(block, 1, kv_head, slot);
+      for (int32_t d = 0; d < hd; ++d) out[i * hd + d] += s[j] / sum * value(1, v + d, d);
     }
   }
   return out;
@@ -173,6 +181,113 @@ TEST(PagedAttentionTest, SharedSinkQuery) {
                         scratch.data(), out.data());
     const std::vector<double> ref = Reference(c, 70, 0, n_q, q, q, 0.125f);
     for (size_t e = 0; e < out.size(); ++e) ASSERT_NEAR(out[e], ref[e], 1e-5) << e;
+  }
+}
+
+// The int8 cache: the same blocks holding int8 values with per-channel scales, against the
+// float64 definition over the dequantized values (scale * int8), at every level. Scales differ
+// per channel and between K and V, so folding them into the wrong side (or the wrong head's)
+// fails; the second KV head's scales are other numbers.
+TEST(PagedAttentionTest, Int8GroupMatchesReferenceOverDequantizedValues) {
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> i8(-127, 127);
+  for (const Shape sh : {Shape{4, 37, 16}, Shape{3, 21, 1}, Shape{0, 29, 7}, Shape{4, 192, 16}}) {
+    for (int32_t hd : {64, 40}) {
+      Cache c = MakeCache(hd, sh.block, sh.sinks, sh.window, rng);
+      c.layout.dtype = KvDtype::kInt8;
+      std::vector<int8_t> pool(c.layout.layer_elems());
+      for (int8_t& x : pool) x = static_cast<int8_t>(i8(rng));
+      const int32_t n_heads = c.layout.n_kv_heads;
+      std::vector<float> k_scale(n_heads * hd), v_scale(n_heads * hd);
+      for (float& x : k_scale) x = 0.002f + 0.02f * (u(rng) + 1.0f);
+      for (float& x : v_scale) x = 0.002f + 0.01f * (u(rng) + 1.0f);
+      const ValueAt value = [&](int32_t kv, int64_t offset, int32_t d) {
+        // offset's head: the layout puts (kv, head) runs of head_elems() in each block.
+        const int64_t head = offset % c.layout.block_elems() / c.layout.head_elems() % n_heads;
+        return double{(kv == 0 ? k_scale : v_scale)[head * hd + d]} * pool[offset];
+      };
+      const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+      const int64_t full = sh.sinks + sh.window;
+      for (int64_t p : {int64_t{0}, full - 1, full, 1000 * full + 13}) {
+        for (int32_t n_q : {1, 3, 4}) {
+          for (bool shared_sink_query : {false, true}) {
+            SCOPED_TRACE(::testing::Message()
+                         << "S " << sh.sinks << " W " << sh.window << " B " << sh.block << " hd "
+                         << hd << " p " << p << " n_q " << n_q << " shared " << shared_sink_query);
+            const int32_t kv_head = 1;
+            std::vector<float> q_window(n_q * hd), q_sink(n_q * hd);
+            for (float& x : q_window) x = 4 * u(rng);
+            for (float& x : q_sink) x = 4 * u(rng);
+            if (shared_sink_query) q_sink = q_window;
+            const std::vector<double> ref =
+                Reference(c, p, kv_head, n_q, q_window, q_sink, scale, value);
+            for (Isa isa : SupportedIsas()) {
+              SCOPED_TRACE(IsaName(isa));
+              ScopedIsa scoped(isa);
+              std::vector<float> scratch(static_cast<size_t>(n_q) * (full + 2 * hd) + 1, NAN);
+              scratch.back() = 7.0f;
+              std::vector<float> out(n_q * hd, NAN);
+              PagedAttentionGroupI8(c.layout, pool.data(), k_scale.data(), v_scale.data(),
+                                    c.At(p), p, kv_head, n_q, q_window.data(),
+                                    shared_sink_query ? q_window.data() : q_sink.data(), scale,
+                                    scratch.data(), out.data());
+              ASSERT_EQ(scratch.back(), 7.0f);
+              // Values are within 0.042 * 127 = 5.3; f32 rounding stays far under 1e-4 of them.
+              for (int64_t e = 0; e < n_q * hd; ++e) {
+                ASSERT_NEAR(out[e], ref[e], 1e-4) << "element " << e;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// WriteKvI8 stores round(x / scale) saturated to [-127, 127] in the slot of position t, per
+// channel scale, K and V each with their own, and touches nothing else.
+TEST(PagedAttentionTest, WriteKvI8RoundsSaturatesAndPlacesEachValue) {
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Cache c = MakeCache(40, 7, 4, 30, rng);
+  c.layout.dtype = KvDtype::kInt8;
+  const int32_t hd = 40, heads = c.layout.n_kv_heads;
+  std::vector<int8_t> pool(c.layout.layer_elems(), 55);
+  std::vector<float> k_inv(heads * hd), v_inv(heads * hd), k(heads * hd), v(heads * hd);
+  for (float& x : k_inv) x = 50.0f + 100.0f * (u(rng) + 1.0f);
+  for (float& x : v_inv) x = 20.0f + 50.0f * (u(rng) + 1.0f);
+  for (float& x : k) x = 1.2f * u(rng);  // some saturate
+  for (float& x : v) x = 1.2f * u(rng);
+  k_inv[3] = k_inv[4] = 128.0f;  // exact ties: round to even
+  k[3] = 0.5f / 128.0f;          // -> 0
+  k[4] = 1.5f / 128.0f;          // -> 2
+  const int64_t t = 40;     // in the window, past block 0 of it
+  WriteKvI8(c.layout, pool.data(), k_inv.data(), v_inv.data(), c.At(t), t, k.data(), v.data());
+  int32_t block, slot;
+  c.At(t).Locate(t, &block, &slot);
+  std::vector<bool> written(pool.size(), false);
+  for (int32_t kv = 0; kv < 2; ++kv) {
+    for (int32_t h = 0; h < heads; ++h) {
+      for (int32_t d = 0; d < hd; ++d) {
+        const int64_t at = c.layout.Offset(block, kv, h, slot) + d;
+        const float x = (kv == 0 ? k : v)[h * hd + d] * (kv == 0 ? k_inv : v_inv)[h * hd + d];
+        const double want = std::clamp(std::nearbyint(double{x}), -127.0, 127.0);
+        ASSERT_EQ(pool[at], static_cast<int8_t>(want)) << "kv " << kv << " h " << h << " d " << d;
+        written[at] = true;
+      }
+    }
+  }
+  EXPECT_EQ(pool[c.layout.Offset(block, 0, 0, slot) + 3], 0);
+  EXPECT_EQ(pool[c.layout.Offset(block, 0, 0, slot) + 4], 2);
+  for (size_t e = 0; e < pool.size(); ++e) {
+    if (!written[e]) {
+      ASSERT_EQ(pool[e], 55) << "element " << e << " was touched";
+    }
   }
 }
 

@@ -71,6 +71,29 @@ void AxpyRowsF16(const float* w, int64_t ldw, int64_t n_q, const uint16_t* v, in
   }
 }
 
+void DotRowsI8(const float* q, int64_t n_q, const int8_t* k, int64_t n_rows, int64_t hd,
+               float scale, float* out, int64_t ldo) {
+  if (UseAvx512()) return internal::DotRowsI8Avx512(q, n_q, k, n_rows, hd, scale, out, ldo);
+  for (int64_t i = 0; i < n_q; ++i) {
+    for (int64_t r = 0; r < n_rows; ++r) {
+      float acc = 0.0f;
+      for (int64_t d = 0; d < hd; ++d) acc += q[i * hd + d] * static_cast<float>(k[r * hd + d]);
+      out[i * ldo + r] = acc * scale;
+    }
+  }
+}
+
+void AxpyRowsI8(const float* w, int64_t ldw, int64_t n_q, const int8_t* v, int64_t n_rows,
+                int64_t hd, float* y) {
+  if (UseAvx512()) return internal::AxpyRowsI8Avx512(w, ldw, n_q, v, n_rows, hd, y);
+  for (int64_t i = 0; i < n_q; ++i) {
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const float a = w[i * ldw + r];
+      for (int64_t d = 0; d < hd; ++d) y[i * hd + d] += a * static_cast<float>(v[r * hd + d]);
+    }
+  }
+}
+
 float MaxF32(const float* x, int64_t n) {
   if (UseAvx512()) return internal::MaxF32Avx512(x, n);
   if (UseAvx2()) return internal::MaxF32Avx2(x, n);

@@ -29,6 +29,14 @@ void DotRowsF16(const float* q, int64_t n_q, const uint16_t* k, int64_t n_rows, 
                 float scale, float* out, int64_t ldo);
 void AxpyRowsF16(const float* w, int64_t ldw, int64_t n_q, const uint16_t* v, int64_t n_rows,
                  int64_t hd, float* y);
+// The same over rows of int8 values (an int8 KV cache): the rows' integers, unscaled; the caller
+// folds the per-channel scales into q before and into y after (paged_attention.h). Every int8
+// is exact in f32, so only the order of the additions differs between levels. AVX-512 at
+// kAvx512Vnni and above; portable code below.
+void DotRowsI8(const float* q, int64_t n_q, const int8_t* k, int64_t n_rows, int64_t hd,
+               float scale, float* out, int64_t ldo);
+void AxpyRowsI8(const float* w, int64_t ldw, int64_t n_q, const int8_t* v, int64_t n_rows,
+                int64_t hd, float* y);
 // Softmax helpers.
 // max_i x[i] (n >= 1). With a NaN in x the result is NaN or the max of the others; either way
 // ExpShiftedSum then turns the NaN into a NaN sum.

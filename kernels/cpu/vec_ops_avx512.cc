@@ -29,12 +29,21 @@ constexpr int kScoreKeys = QG == 1   ? 16
 template <int QG>
 constexpr int kAccumulateChunks = QG <= 2 ? 8 : 4;
 
-__m512 LoadHalf16(const uint16_t* p) {
+__m512 Load16(const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
 
-__m512 LoadHalf16(const uint16_t* p, __mmask16 m) {
+__m512 Load16(const uint16_t* p, __mmask16 m) {
   return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
+
+// 16 int8 values of an int8 KV row as floats (exact).
+__m512 Load16(const int8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
+__m512 Load16(const int8_t* p, __mmask16 m) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(m, p)));
 }
 
 // Lane L of the result = the sum of the 16 lanes of acc[L % N] (lanes >= N repeat earlier
@@ -72,8 +81,8 @@ template <int N>
 // masked (zeros past hd); without, hd % 16 == 0. Separate instantiations because the masked
 // code in the same function made GCC keep the accumulators in memory (and zero them with
 // rep stos) for both paths: 18% of this function's time at hd = 64 when it did.
-template <int QG, int KR, bool kTail>
-[[gnu::always_inline]] inline void ScoreTile(const float* q, const uint16_t* k, int64_t hd,
+template <int QG, int KR, bool kTail, class T>
+[[gnu::always_inline]] inline void ScoreTile(const float* q, const T* k, int64_t hd,
                                              float scale, float* out, int64_t ldo) {
   __m512 acc[QG * KR];
   for (auto& a : acc) a = _mm512_setzero_ps();
@@ -82,7 +91,7 @@ template <int QG, int KR, bool kTail>
     __m512 qv[QG];
     for (int i = 0; i < QG; ++i) qv[i] = _mm512_loadu_ps(q + i * hd + d);
     for (int r = 0; r < KR; ++r) {
-      const __m512 kv = LoadHalf16(k + r * hd + d);
+      const __m512 kv = Load16(k + r * hd + d);
       for (int i = 0; i < QG; ++i) acc[i * KR + r] = _mm512_fmadd_ps(qv[i], kv, acc[i * KR + r]);
     }
   }
@@ -91,7 +100,7 @@ template <int QG, int KR, bool kTail>
     __m512 qv[QG];
     for (int i = 0; i < QG; ++i) qv[i] = _mm512_maskz_loadu_ps(m, q + i * hd + full);
     for (int r = 0; r < KR; ++r) {
-      const __m512 kv = LoadHalf16(k + r * hd + full, m);
+      const __m512 kv = Load16(k + r * hd + full, m);
       for (int i = 0; i < QG; ++i) acc[i * KR + r] = _mm512_fmadd_ps(qv[i], kv, acc[i * KR + r]);
     }
   }
@@ -114,8 +123,8 @@ template <int QG, int KR, bool kTail>
 }
 
 // Rows [0, n_rows), KR at a time, then KR/2, KR/4, ... for the rest.
-template <int QG, int KR, bool kTail>
-void ScoreRows(const float* q, const uint16_t* k, int64_t n_rows, int64_t hd, float scale,
+template <int QG, int KR, bool kTail, class T>
+void ScoreRows(const float* q, const T* k, int64_t n_rows, int64_t hd, float scale,
                float* out, int64_t ldo) {
   int64_t r = 0;
   for (; r + KR <= n_rows; r += KR) {
@@ -128,8 +137,8 @@ void ScoreRows(const float* q, const uint16_t* k, int64_t n_rows, int64_t hd, fl
   }
 }
 
-template <int QG>
-void ScoreRowsAnyHd(const float* q, const uint16_t* k, int64_t n_rows, int64_t hd, float scale,
+template <int QG, class T>
+void ScoreRowsAnyHd(const float* q, const T* k, int64_t n_rows, int64_t hd, float scale,
                     float* out, int64_t ldo) {
   if (hd % 16 == 0) {
     ScoreRows<QG, kScoreKeys<QG>, false>(q, k, n_rows, hd, scale, out, ldo);
@@ -140,8 +149,8 @@ void ScoreRowsAnyHd(const float* q, const uint16_t* k, int64_t n_rows, int64_t h
 
 // y[i * hd + c] += sum_r w[i * ldw + r] * v[r * hd + c] for the DC chunks of 16 columns at v, y;
 // with kPartial the last chunk only in the lanes of `last`.
-template <int QG, int DC, bool kPartial>
-[[gnu::always_inline]] inline void AccumulateTile(const float* w, int64_t ldw, const uint16_t* v,
+template <int QG, int DC, bool kPartial, class T>
+[[gnu::always_inline]] inline void AccumulateTile(const float* w, int64_t ldw, const T* v,
                                                   int64_t n_rows, int64_t hd, float* y,
                                                   __mmask16 last) {
   __m512 acc[QG][DC];
@@ -155,8 +164,8 @@ template <int QG, int DC, bool kPartial>
     __m512 wv[QG];
     for (int i = 0; i < QG; ++i) wv[i] = _mm512_set1_ps(w[i * ldw + r]);
     for (int j = 0; j < DC; ++j) {
-      const uint16_t* vj = v + r * hd + 16 * j;
-      const __m512 vv = kPartial && j == DC - 1 ? LoadHalf16(vj, last) : LoadHalf16(vj);
+      const T* vj = v + r * hd + 16 * j;
+      const __m512 vv = kPartial && j == DC - 1 ? Load16(vj, last) : Load16(vj);
       for (int i = 0; i < QG; ++i) acc[i][j] = _mm512_fmadd_ps(wv[i], vv, acc[i][j]);
     }
   }
@@ -173,8 +182,8 @@ template <int QG, int DC, bool kPartial>
 }
 
 // Columns [0, cols), DC chunks of 16 at a time, then DC/2, ..., then a masked partial chunk.
-template <int QG, int DC>
-void AccumulateCols(const float* w, int64_t ldw, const uint16_t* v, int64_t n_rows, int64_t hd,
+template <int QG, int DC, class T>
+void AccumulateCols(const float* w, int64_t ldw, const T* v, int64_t n_rows, int64_t hd,
                     int64_t cols, float* y) {
   int64_t c = 0;
   for (; c + 16 * DC <= cols; c += 16 * DC) {
@@ -218,6 +227,21 @@ void DotRowsF16Avx512(const float* q, int64_t n_q, const uint16_t* k, int64_t n_
 
 void AxpyRowsF16Avx512(const float* w, int64_t ldw, int64_t n_q, const uint16_t* v, int64_t n_rows,
                        int64_t hd, float* y) {
+  ForEachQuerySubGroup(n_q, [&]<int QG>(int64_t i) {
+    AccumulateCols<QG, kAccumulateChunks<QG>>(w + i * ldw, ldw, v, n_rows, hd, hd, y + i * hd);
+  });
+}
+
+// The int8 rows: the same tiles, each 16 values widened to f32 instead of converted from f16.
+void DotRowsI8Avx512(const float* q, int64_t n_q, const int8_t* k, int64_t n_rows, int64_t hd,
+                     float scale, float* out, int64_t ldo) {
+  ForEachQuerySubGroup(n_q, [&]<int QG>(int64_t i) {
+    ScoreRowsAnyHd<QG>(q + i * hd, k, n_rows, hd, scale, out + i * ldo, ldo);
+  });
+}
+
+void AxpyRowsI8Avx512(const float* w, int64_t ldw, int64_t n_q, const int8_t* v, int64_t n_rows,
+                      int64_t hd, float* y) {
   ForEachQuerySubGroup(n_q, [&]<int QG>(int64_t i) {
     AccumulateCols<QG, kAccumulateChunks<QG>>(w + i * ldw, ldw, v, n_rows, hd, hd, y + i * hd);
   });

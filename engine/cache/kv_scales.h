@@ -1,0 +1,57 @@
+// KvInt8Scales: the static scales of an int8 KV cache. A cached K or V value is stored as
+// q = round(x / scale) in [-127, 127] and read back as scale * q, with one scale per (layer,
+// kv head, channel) for K and for V, calibrated once by `streamd build` (engine/plan/
+// kv_calibration.h) and kept in the plan. Static scales keep a block's bytes plain int8 (half
+// of f16: twice the sessions per GiB), attention folds them into the query and the output
+// (kernels/cpu/paged_attention.h), and a row is written without looking at other rows.
+//
+// Outside the pool, K/V stay f16 (kv_image.h, snapshots): DequantizeRowsToF16 and
+// QuantizeRowsFromF16 convert at the boundary, so a snapshot of an int8 cache loads into an f16
+// pool (or the CUDA backend) and back. Quantizing a row dequantized with the same scales gives
+// the same int8 values (|error of the f16 rounding| < 0.06 scale < 0.5 scale).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/util/status.h"
+
+namespace streamd {
+
+class KvInt8Scales {
+ public:
+  // k, v: [n_layers][n_kv_heads][head_dim], each finite and > 0. Errors name the first bad
+  // entry or the size that does not match the shape.
+  static StatusOr<std::shared_ptr<const KvInt8Scales>> Make(int32_t n_layers, int32_t n_kv_heads,
+                                                            int32_t head_dim, std::vector<float> k,
+                                                            std::vector<float> v);
+
+  int32_t n_layers() const { return n_layers_; }
+  int32_t n_kv_heads() const { return n_kv_heads_; }
+  int32_t head_dim() const { return head_dim_; }
+  const std::vector<float>& k() const { return k_; }
+  const std::vector<float>& v() const { return v_; }
+  // One layer's [n_kv_heads][head_dim] scales (kv 0 = K, 1 = V) and their inverses.
+  const float* scales(int32_t layer, int32_t kv) const { return At(kv == 0 ? k_ : v_, layer); }
+  const float* inverses(int32_t layer, int32_t kv) const {
+    return At(kv == 0 ? k_inv_ : v_inv_, layer);
+  }
+
+ private:
+  KvInt8Scales() = default;
+  const float* At(const std::vector<float>& s, int32_t layer) const {
+    return s.data() + static_cast<int64_t>(layer) * n_kv_heads_ * head_dim_;
+  }
+  int32_t n_layers_ = 0, n_kv_heads_ = 0, head_dim_ = 0;
+  std::vector<float> k_, v_, k_inv_, v_inv_;
+};
+
+// `rows` rows of head_dim values: f16 out[r][c] = scale[c] * q[r][c], and back:
+// q[r][c] = round(f16 in[r][c] * inverse[c]) saturated to [-127, 127].
+void DequantizeRowsToF16(const int8_t* q, int64_t rows, int32_t head_dim, const float* scale,
+                         uint16_t* out);
+void QuantizeRowsFromF16(const uint16_t* in, int64_t rows, int32_t head_dim,
+                         const float* inverse, int8_t* q);
+
+}  // namespace streamd
