@@ -24,6 +24,16 @@
 
 namespace streamd::kernels::cpu::internal {
 
+// Prints "streamd kernels/cpu: <what>" and aborts: a broken precondition is a caller bug
+// (matmul.cc, matmul_quant8.cc). Defined in matmul.cc, not inline (see the note above).
+[[noreturn]] void Fail(const char* what);
+
+// The block formats the integer kernels read (Q4_0, Q4_1, Q8_0); the others are float weights.
+// static: each file's copy is compiled with its own flags (see the note on inline functions).
+static constexpr bool IsQuantized(WeightType type) {
+  return type == WeightType::kQ4_0 || type == WeightType::kQ4_1 || type == WeightType::kQ8_0;
+}
+
 // Blocks per pass of the multi-token kernels: bounds their stack tables (GroupFactors: 16 KiB).
 // Their f32 sums restart at each chunk and are then added to the output, so every level that
 // is to give the same bits (AVX2 and AVX-512 for whole chunks of 16 tokens, AMX) uses this one.

@@ -6,8 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <cstdio>
-#include <cstdlib>
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_internal.h"
@@ -103,18 +101,8 @@ void MatMulQuant8Portable(WeightType type, const uint8_t* w, size_t w_row_bytes,
 
 }  // namespace internal
 
-namespace {
-
-[[noreturn]] void Fail(const char* what) {
-  std::fprintf(stderr, "streamd kernels/cpu: %s\n", what);
-  std::abort();
-}
-
-bool Int8Type(WeightType type) {
-  return type == WeightType::kQ4_0 || type == WeightType::kQ4_1 || type == WeightType::kQ8_0;
-}
-
-}  // namespace
+using internal::Fail;
+using internal::IsQuantized;
 
 size_t ActivationBytes8(int64_t n_tokens, int64_t k) {
   if (k <= 0 || k % kQuantBlock != 0 || n_tokens < 0) Fail("bad 8-bit activation shape");
@@ -139,13 +127,13 @@ void PrepareActivations8(const float* x, int64_t ldx, int64_t k, int64_t token_b
 }
 
 bool FastInt8Activations(WeightType type) {
-  return Int8Type(type) && ActiveIsa() >= Isa::kAvx512Vnni;
+  return IsQuantized(type) && ActiveIsa() >= Isa::kAvx512Vnni;
 }
 
 void MatMulRows8(WeightType type, const void* w, size_t w_row_bytes, int64_t k, const void* xq8,
                  int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin, int64_t row_end,
                  const void* packed) {
-  if (!Int8Type(type)) Fail("8-bit activations need Q4_0, Q4_1 or Q8_0 weights");
+  if (!IsQuantized(type)) Fail("8-bit activations need Q4_0, Q4_1 or Q8_0 weights");
   if (k <= 0 || k % kQuantBlock != 0) Fail("quantized k must be a multiple of 32");
   if (row_begin < 0 || row_end < row_begin || n_tokens < 0) Fail("bad row or token range");
   if (n_tokens > 1 && ldo < row_end) Fail("ldo smaller than row_end");
@@ -185,7 +173,7 @@ void MatMulRows8(WeightType type, const void* w, size_t w_row_bytes, int64_t k, 
 namespace streamd::kernels::cpu {
 
 bool Vnni8Packable(WeightType type, int64_t rows, int64_t k) {
-  return Int8Type(type) && rows > 0 && rows % 16 == 0 && k > 0 && k % kQuantBlock == 0;
+  return IsQuantized(type) && rows > 0 && rows % 16 == 0 && k > 0 && k % kQuantBlock == 0;
 }
 
 size_t Vnni8PackedBytes(WeightType type, int64_t rows, int64_t k) {
