@@ -75,9 +75,6 @@ void QuantizeRowQ8AAvx512(const float* x, int64_t k, BlockQ8A* out);
 void MatMulQuant8Portable(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
                           const BlockQ8A* xq, int64_t n_tokens, float* out, int64_t ldo,
                           int64_t row_begin, int64_t row_end);
-void MatMulQuant8Avx512Vnni(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
-                            const BlockQ8A* xq, int64_t n_tokens, float* out, int64_t ldo,
-                            int64_t row_begin, int64_t row_end);
 // Rows [row_begin, row_end), multiples of 16, from the PackForVnni8 copy.
 void MatMulQuant8PackedAvx512Vnni(WeightType type, const uint8_t* packed, int64_t k,
                                   const BlockQ8A* xq, int64_t n_tokens, float* out, int64_t ldo,

@@ -141,29 +141,26 @@ void MatMulRows8(WeightType type, const void* w, size_t w_row_bytes, int64_t k, 
   if (row_begin == row_end || n_tokens == 0) return;
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* x = static_cast<const BlockQ8A*>(xq8);
-  if (FastInt8Activations(type)) {
-    if (packed == nullptr) {
-      internal::MatMulQuant8Avx512Vnni(type, wb, w_row_bytes, k, x, n_tokens, out, ldo, row_begin,
-                                       row_end);
-      return;
-    }
-    // Whole tiles of 16 rows from the packed copy; rows before and after them from the GGUF rows.
-    const int64_t tiles_begin = std::min((row_begin + 15) / 16 * 16, row_end);
-    const int64_t tiles_end = std::max(tiles_begin, row_end / 16 * 16);
-    if (row_begin < tiles_begin) {
-      internal::MatMulQuant8Avx512Vnni(type, wb, w_row_bytes, k, x, n_tokens, out, ldo, row_begin,
-                                       tiles_begin);
-    }
-    if (tiles_begin < tiles_end) {
-      internal::MatMulQuant8PackedAvx512Vnni(type, static_cast<const uint8_t*>(packed), k, x,
-                                             n_tokens, out, ldo, tiles_begin, tiles_end);
-    }
-    if (tiles_end < row_end) {
-      internal::MatMulQuant8Avx512Vnni(type, wb, w_row_bytes, k, x, n_tokens, out, ldo, tiles_end,
-                                       row_end);
-    }
-  } else {
+  // The fast kernel reads whole tiles of 16 rows from the packed copy. Rows outside them, and a
+  // matrix without a copy (not Vnni8Packable, or its allocation failed), take the portable
+  // reference: every matrix of a Llama model has rows in multiples of 16, the engine cuts them in
+  // multiples of 48 and AddVnni8PackedCopies packs each one that runs at 8 bits, so a second
+  // fast kernel on the GGUF rows would serve no product of a model.
+  int64_t tiles_begin = row_end, tiles_end = row_end;
+  if (FastInt8Activations(type) && packed != nullptr) {
+    tiles_begin = std::min((row_begin + 15) / 16 * 16, row_end);
+    tiles_end = std::max(tiles_begin, row_end / 16 * 16);
+  }
+  if (row_begin < tiles_begin) {
     internal::MatMulQuant8Portable(type, wb, w_row_bytes, k, x, n_tokens, out, ldo, row_begin,
+                                   tiles_begin);
+  }
+  if (tiles_begin < tiles_end) {
+    internal::MatMulQuant8PackedAvx512Vnni(type, static_cast<const uint8_t*>(packed), k, x,
+                                           n_tokens, out, ldo, tiles_begin, tiles_end);
+  }
+  if (tiles_end < row_end) {
+    internal::MatMulQuant8Portable(type, wb, w_row_bytes, k, x, n_tokens, out, ldo, tiles_end,
                                    row_end);
   }
 }
