@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_internal.h"
@@ -126,6 +127,19 @@ void PrepareActivations8(const float* x, int64_t ldx, int64_t k, int64_t token_b
   }
 }
 
+namespace {
+
+// The packed kernel's scratch, per thread (the pool's threads run products concurrently), grown
+// to the largest k it has seen and then reused: no allocation in a decode step's product.
+int32_t* ShiftScratch(size_t ints) {
+  if (ints == 0) return nullptr;
+  thread_local std::vector<int32_t> scratch;
+  if (scratch.size() < ints) scratch.resize(ints);
+  return scratch.data();
+}
+
+}  // namespace
+
 bool FastInt8Activations(WeightType type) {
   return IsQuantized(type) && ActiveIsa() >= Isa::kAvx512Vnni;
 }
@@ -157,7 +171,8 @@ void MatMulRows8(WeightType type, const void* w, size_t w_row_bytes, int64_t k, 
   }
   if (tiles_begin < tiles_end) {
     internal::MatMulQuant8PackedAvx512Vnni(type, static_cast<const uint8_t*>(packed), k, x,
-                                           n_tokens, out, ldo, tiles_begin, tiles_end);
+                                           n_tokens, out, ldo, tiles_begin, tiles_end,
+                                           ShiftScratch(internal::Vnni8ShiftInts(type, k)));
   }
   if (tiles_end < row_end) {
     internal::MatMulQuant8Portable(type, wb, w_row_bytes, k, x, n_tokens, out, ldo, tiles_end,

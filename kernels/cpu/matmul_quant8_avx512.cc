@@ -17,7 +17,6 @@
 #include <immintrin.h>
 
 #include <cstring>
-#include <vector>
 
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/quant_blocks.h"
@@ -128,27 +127,19 @@ void PackedGroup(const uint8_t* tile, int64_t nb, const BlockQ8A* x, const int32
 
 template <Format F>
 void MatMul8Packed(const uint8_t* packed, int64_t k, const BlockQ8A* xq, int64_t n_tokens,
-                   float* out, int64_t ldo, int64_t row_begin, int64_t row_end) {
+                   float* out, int64_t ldo, int64_t row_begin, int64_t row_end, int32_t* shifts) {
   constexpr size_t kRecord = F == Format::kQ8_0 ? 576 : 320;
   const int64_t nb = k / kQuantBlock;
-  // Q8_0's shifts, for up to 64 tokens at a time (a stack table; batches are chunks).
-  constexpr int64_t kTokensPerPass = 64;
-  alignas(64) int32_t shifts[kTokensPerPass * 64];
-  for (int64_t p0 = 0; p0 < n_tokens; p0 += kTokensPerPass) {
-    const int64_t np = n_tokens - p0 < kTokensPerPass ? n_tokens - p0 : kTokensPerPass;
-    const bool table = F == Format::kQ8_0 && nb <= 64;
-    std::vector<int32_t> big;
-    int32_t* sh = shifts;
-    if (F == Format::kQ8_0 && !table) {
-      big.resize(static_cast<size_t>(np * nb));
-      sh = big.data();
-    }
-    if (F == Format::kQ8_0) ActivationSums(xq + p0 * nb, np, nb, sh);
+  // Q8_0's shifts for up to kVnni8TokensPerPass tokens at a time, in the caller's scratch.
+  for (int64_t p0 = 0; p0 < n_tokens; p0 += kVnni8TokensPerPass) {
+    const int64_t np =
+        n_tokens - p0 < kVnni8TokensPerPass ? n_tokens - p0 : kVnni8TokensPerPass;
+    if (F == Format::kQ8_0) ActivationSums(xq + p0 * nb, np, nb, shifts);
     for (int64_t r0 = row_begin; r0 < row_end; r0 += 16) {
       const uint8_t* tile = packed + static_cast<size_t>(r0 / 16 * nb) * kRecord;
       for (int64_t t0 = 0; t0 < np; t0 += kGroup) {
         const BlockQ8A* x = xq + (p0 + t0) * nb;
-        const int32_t* s = sh + t0 * nb;
+        const int32_t* s = F == Format::kQ8_0 ? shifts + t0 * nb : nullptr;
         float* o = out + (p0 + t0) * ldo + r0;
         switch (np - t0 < kGroup ? np - t0 : kGroup) {
           case 1: PackedGroup<F, 1>(tile, nb, x, s, o, ldo); break;
@@ -169,14 +160,17 @@ void MatMul8Packed(const uint8_t* packed, int64_t k, const BlockQ8A* xq, int64_t
 
 void MatMulQuant8PackedAvx512Vnni(WeightType type, const uint8_t* packed, int64_t k,
                                   const BlockQ8A* xq, int64_t n_tokens, float* out, int64_t ldo,
-                                  int64_t row_begin, int64_t row_end) {
+                                  int64_t row_begin, int64_t row_end, int32_t* shifts) {
   switch (type) {
     case WeightType::kQ4_0:
-      return MatMul8Packed<Format::kQ4_0>(packed, k, xq, n_tokens, out, ldo, row_begin, row_end);
+      return MatMul8Packed<Format::kQ4_0>(packed, k, xq, n_tokens, out, ldo, row_begin, row_end,
+                                          shifts);
     case WeightType::kQ4_1:
-      return MatMul8Packed<Format::kQ4_1>(packed, k, xq, n_tokens, out, ldo, row_begin, row_end);
+      return MatMul8Packed<Format::kQ4_1>(packed, k, xq, n_tokens, out, ldo, row_begin, row_end,
+                                          shifts);
     case WeightType::kQ8_0:
-      return MatMul8Packed<Format::kQ8_0>(packed, k, xq, n_tokens, out, ldo, row_begin, row_end);
+      return MatMul8Packed<Format::kQ8_0>(packed, k, xq, n_tokens, out, ldo, row_begin, row_end,
+                                          shifts);
     default:
       return;
   }

@@ -170,6 +170,9 @@ TEST(MatMul8Test, PackedCopyGivesTheSameBits) {
       {WeightType::kQ4_1, 32, 64, 1},    {WeightType::kQ4_0, 48, 1088, 7},
       {WeightType::kQ8_0, 48, 576, 16},  {WeightType::kQ8_0, 32, 2304, 70},
       {WeightType::kQ4_1, 16, 128, 70},
+      // Q8_0 past 64 blocks: the shifts of a pass outgrow a 64-block table (a decode step, and
+      // a wider matrix after the one above, whose scratch then grows).
+      {WeightType::kQ8_0, 16, 4096, 1},  {WeightType::kQ8_0, 32, 8192, 9},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "type " << static_cast<int>(c.type) << " rows " << c.rows
