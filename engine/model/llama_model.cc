@@ -224,31 +224,37 @@ Status LlamaModel::ApplyTuning(const CpuTuning& tuning, std::span<const uint8_t>
                                   WeightTypeName(s.type) + " matrix");
     }
   }
-  if (!vnni8_copies.empty()) {
-    uint64_t expected = 0;
-    for (const WeightMatrix* m : matrices) {
-      const bool eight = std::any_of(tuning.isa.begin(), tuning.isa.end(), [&](const ShapeIsa& s) {
-        return s.activation_bits == 8 && m->type == s.type && m->rows == s.rows && m->cols == s.cols;
-      });
-      if (eight) expected += kernels::cpu::Vnni8PackedBytes(m->type, m->rows, m->cols);
+  // The levels and 8-bit choices this tuning gives each matrix, set on scratch copies first, so
+  // that the size its 8-bit copies need is Vnni8CopiesBytes's (what UsePrepackedVnni8Copies
+  // checks) and nothing changes before it is checked.
+  std::vector<WeightMatrix> tuned;
+  tuned.reserve(matrices.size());
+  for (const WeightMatrix* m : matrices) {
+    tuned.push_back(*m);
+    tuned.back().isa_by_bucket.fill(-1);
+    tuned.back().int8_by_bucket.fill(false);
+  }
+  for (const ShapeIsa& s : tuning.isa) {
+    for (WeightMatrix& m : tuned) {
+      if (m.type == s.type && m.rows == s.rows && m.cols == s.cols) {
+        m.isa_by_bucket[s.bucket] = static_cast<int8_t>(s.isa);
+        m.int8_by_bucket[s.bucket] = s.activation_bits == 8;
+      }
     }
+  }
+  if (!vnni8_copies.empty()) {
+    std::vector<const WeightMatrix*> views;
+    for (const WeightMatrix& m : tuned) views.push_back(&m);
+    const uint64_t expected = Vnni8CopiesBytes(views);
     if (expected != vnni8_copies.size()) {
       return InvalidArgumentError("the 8-bit packed weights are " +
                                   std::to_string(vnni8_copies.size()) +
                                   " bytes; this tuning's are " + std::to_string(expected));
     }
   }
-  for (WeightMatrix* m : matrices) {
-    m->isa_by_bucket.fill(-1);
-    m->int8_by_bucket.fill(false);
-  }
-  for (const ShapeIsa& s : tuning.isa) {
-    for (WeightMatrix* m : matrices) {
-      if (m->type == s.type && m->rows == s.rows && m->cols == s.cols) {
-        m->isa_by_bucket[s.bucket] = static_cast<int8_t>(s.isa);
-        m->int8_by_bucket[s.bucket] = s.activation_bits == 8;
-      }
-    }
+  for (size_t i = 0; i < matrices.size(); ++i) {
+    matrices[i]->isa_by_bucket = tuned[i].isa_by_bucket;
+    matrices[i]->int8_by_bucket = tuned[i].int8_by_bucket;
   }
   // A plan's copies if it has them (only an allocation can fail now: then they are packed, or
   // the GGUF rows serve), else packed here once.

@@ -150,13 +150,15 @@ bool RunsAtEightBits(const WeightMatrix& m) {
 
 }  // namespace
 
-uint64_t Vnni8CopiesBytes(const LlamaWeights& w) {
+uint64_t Vnni8CopiesBytes(std::span<const WeightMatrix* const> matrices) {
   uint64_t total = 0;
-  for (const WeightMatrix* m : ProductMatrices(w)) {
+  for (const WeightMatrix* m : matrices) {
     if (RunsAtEightBits(*m)) total += kernels::cpu::Vnni8PackedBytes(m->type, m->rows, m->cols);
   }
   return total;
 }
+
+uint64_t Vnni8CopiesBytes(const LlamaWeights& w) { return Vnni8CopiesBytes(ProductMatrices(w)); }
 
 std::vector<uint8_t> Vnni8CopiesBlob(const LlamaWeights& w) {
   std::vector<uint8_t> blob;

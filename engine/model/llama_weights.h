@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "engine/gguf/gguf_file.h"
@@ -81,6 +82,9 @@ void AddVnni8PackedCopies(LlamaWeights& weights);
 // (and Vnni8Packable), concatenated in ProductMatrices order. Vnni8CopiesBlob is empty when one
 // of them is missing (no memory for it at packing).
 uint64_t Vnni8CopiesBytes(const LlamaWeights& weights);
+// The same for matrices (ProductMatrices order) by their own int8_by_bucket: the size a tuning
+// would need, from scratch copies of the matrices with its flags (LlamaModel::ApplyTuning).
+uint64_t Vnni8CopiesBytes(std::span<const WeightMatrix* const> matrices);
 std::vector<uint8_t> Vnni8CopiesBlob(const LlamaWeights& weights);
 // Installs such a blob (a plan's) instead of packing: copied once onto huge pages. Call with the
 // 8-bit choices in place (int8_by_bucket). Errors: a size other than Vnni8CopiesBytes.

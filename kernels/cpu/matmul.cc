@@ -13,7 +13,19 @@
 #include "kernels/cpu/quant_blocks.h"
 
 namespace streamd::kernels::cpu {
+namespace internal {
+
+void Fail(const char* what) {
+  std::fprintf(stderr, "streamd kernels/cpu: %s\n", what);
+  std::abort();
+}
+
+}  // namespace internal
+
 namespace {
+
+using internal::Fail;
+using internal::IsQuantized;
 
 // IsaSupported, asked once per level (it queries cpuid; MatMulRowsAt runs per work item).
 bool SupportedOnce(Isa isa) {
@@ -23,15 +35,6 @@ bool SupportedOnce(Isa isa) {
     return s;
   }();
   return supported[static_cast<size_t>(isa)];
-}
-
-[[noreturn]] void Fail(const char* what) {
-  std::fprintf(stderr, "streamd kernels/cpu: %s\n", what);
-  std::abort();
-}
-
-bool IsQuantized(WeightType type) {
-  return type == WeightType::kQ4_0 || type == WeightType::kQ4_1 || type == WeightType::kQ8_0;
 }
 
 void CheckK(WeightType type, int64_t k) {

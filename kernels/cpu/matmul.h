@@ -88,8 +88,9 @@ void PrepareActivations8(const float* x, int64_t ldx, int64_t k, int64_t token_b
 // Whether MatMulRows8 has its fast kernel for `type` at the active level.
 bool FastInt8Activations(WeightType type);
 // Like MatMulRows, for Q4_0, Q4_1 and Q8_0 weights and xq8 from PrepareActivations8.
-// packed: null, or w's PackForVnni8 copy, which the fast kernel then reads for whole tiles of 16
-// rows (the result is the same, bit for bit).
+// packed: null, or w's PackForVnni8 copy. The fast kernel reads only the copy, for whole tiles of
+// 16 rows; other rows, and every row when packed is null, run the portable reference (the result
+// is the same, bit for bit, but that path is for odd shapes: give the copy).
 void MatMulRows8(WeightType type, const void* w, size_t w_row_bytes, int64_t k, const void* xq8,
                  int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin, int64_t row_end,
                  const void* packed = nullptr);
@@ -97,7 +98,7 @@ void MatMulRows8(WeightType type, const void* w, size_t w_row_bytes, int64_t k, 
 // 16 rows and block, the rows' f16 scales, their f16 minimums (Q4_1; zero otherwise) and their
 // quants transposed so that one 64-byte load holds the same 4 values of all 16 rows (Q8_0's
 // shifted by 128 to the unsigned side of vpdpbusd). Each weight load then serves every token
-// of the batch, where the tokens-in-lanes kernel unpacks each row's block once per 16 tokens.
+// of the batch, where a kernel on the GGUF rows would unpack each row's block once per 16 tokens.
 // The same size as the GGUF rows (Q4_x: 320 bytes per 16 rows and block; Q8_0: 576).
 // Whether a matrix can have one: Q4_0, Q4_1 or Q8_0, rows a multiple of 16, k of 32.
 bool Vnni8Packable(WeightType type, int64_t rows, int64_t k);

@@ -24,6 +24,16 @@
 
 namespace streamd::kernels::cpu::internal {
 
+// Prints "streamd kernels/cpu: <what>" and aborts: a broken precondition is a caller bug
+// (matmul.cc, matmul_quant8.cc). Defined in matmul.cc, not inline (see the note above).
+[[noreturn]] void Fail(const char* what);
+
+// The block formats the integer kernels read (Q4_0, Q4_1, Q8_0); the others are float weights.
+// static: each file's copy is compiled with its own flags (see the note on inline functions).
+static constexpr bool IsQuantized(WeightType type) {
+  return type == WeightType::kQ4_0 || type == WeightType::kQ4_1 || type == WeightType::kQ8_0;
+}
+
 // Blocks per pass of the multi-token kernels: bounds their stack tables (GroupFactors: 16 KiB).
 // Their f32 sums restart at each chunk and are then added to the output, so every level that
 // is to give the same bits (AVX2 and AVX-512 for whole chunks of 16 tokens, AMX) uses this one.
@@ -65,13 +75,20 @@ void QuantizeRowQ8AAvx512(const float* x, int64_t k, BlockQ8A* out);
 void MatMulQuant8Portable(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
                           const BlockQ8A* xq, int64_t n_tokens, float* out, int64_t ldo,
                           int64_t row_begin, int64_t row_end);
-void MatMulQuant8Avx512Vnni(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
-                            const BlockQ8A* xq, int64_t n_tokens, float* out, int64_t ldo,
-                            int64_t row_begin, int64_t row_end);
-// Rows [row_begin, row_end), multiples of 16, from the PackForVnni8 copy.
+// Rows [row_begin, row_end), multiples of 16, from the PackForVnni8 copy. shifts: Q8_0's
+// scratch, Vnni8ShiftInts(type, k) int32s (null for the 4-bit formats), owned by the caller so
+// that this file needs no allocation (and no std:: template that the linker could pick from
+// here for code of a lower level).
 void MatMulQuant8PackedAvx512Vnni(WeightType type, const uint8_t* packed, int64_t k,
                                   const BlockQ8A* xq, int64_t n_tokens, float* out, int64_t ldo,
-                                  int64_t row_begin, int64_t row_end);
+                                  int64_t row_begin, int64_t row_end, int32_t* shifts);
+// Tokens per pass of that kernel, and the size of its scratch: Q8_0's 128 * sum(x) of each
+// (token, block) of one pass, which it takes off the sums of its weights stored + 128.
+inline constexpr int64_t kVnni8TokensPerPass = 64;
+static constexpr size_t Vnni8ShiftInts(WeightType type, int64_t k) {
+  return type == WeightType::kQ8_0 ? static_cast<size_t>(kVnni8TokensPerPass * (k / kQuantBlock))
+                                   : 0;
+}
 // PackForVnni8's record of one tile of 16 rows and one block.
 inline constexpr size_t Vnni8RecordBytes(WeightType type) {
   return type == WeightType::kQ8_0 ? 576 : 320;

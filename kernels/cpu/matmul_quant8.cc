@@ -6,8 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <cstdio>
-#include <cstdlib>
+#include <vector>
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_internal.h"
@@ -103,18 +102,8 @@ void MatMulQuant8Portable(WeightType type, const uint8_t* w, size_t w_row_bytes,
 
 }  // namespace internal
 
-namespace {
-
-[[noreturn]] void Fail(const char* what) {
-  std::fprintf(stderr, "streamd kernels/cpu: %s\n", what);
-  std::abort();
-}
-
-bool Int8Type(WeightType type) {
-  return type == WeightType::kQ4_0 || type == WeightType::kQ4_1 || type == WeightType::kQ8_0;
-}
-
-}  // namespace
+using internal::Fail;
+using internal::IsQuantized;
 
 size_t ActivationBytes8(int64_t n_tokens, int64_t k) {
   if (k <= 0 || k % kQuantBlock != 0 || n_tokens < 0) Fail("bad 8-bit activation shape");
@@ -138,14 +127,27 @@ void PrepareActivations8(const float* x, int64_t ldx, int64_t k, int64_t token_b
   }
 }
 
+namespace {
+
+// The packed kernel's scratch, per thread (the pool's threads run products concurrently), grown
+// to the largest k it has seen and then reused: no allocation in a decode step's product.
+int32_t* ShiftScratch(size_t ints) {
+  if (ints == 0) return nullptr;
+  thread_local std::vector<int32_t> scratch;
+  if (scratch.size() < ints) scratch.resize(ints);
+  return scratch.data();
+}
+
+}  // namespace
+
 bool FastInt8Activations(WeightType type) {
-  return Int8Type(type) && ActiveIsa() >= Isa::kAvx512Vnni;
+  return IsQuantized(type) && ActiveIsa() >= Isa::kAvx512Vnni;
 }
 
 void MatMulRows8(WeightType type, const void* w, size_t w_row_bytes, int64_t k, const void* xq8,
                  int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin, int64_t row_end,
                  const void* packed) {
-  if (!Int8Type(type)) Fail("8-bit activations need Q4_0, Q4_1 or Q8_0 weights");
+  if (!IsQuantized(type)) Fail("8-bit activations need Q4_0, Q4_1 or Q8_0 weights");
   if (k <= 0 || k % kQuantBlock != 0) Fail("quantized k must be a multiple of 32");
   if (row_begin < 0 || row_end < row_begin || n_tokens < 0) Fail("bad row or token range");
   if (n_tokens > 1 && ldo < row_end) Fail("ldo smaller than row_end");
@@ -153,29 +155,27 @@ void MatMulRows8(WeightType type, const void* w, size_t w_row_bytes, int64_t k, 
   if (row_begin == row_end || n_tokens == 0) return;
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* x = static_cast<const BlockQ8A*>(xq8);
-  if (FastInt8Activations(type)) {
-    if (packed == nullptr) {
-      internal::MatMulQuant8Avx512Vnni(type, wb, w_row_bytes, k, x, n_tokens, out, ldo, row_begin,
-                                       row_end);
-      return;
-    }
-    // Whole tiles of 16 rows from the packed copy; rows before and after them from the GGUF rows.
-    const int64_t tiles_begin = std::min((row_begin + 15) / 16 * 16, row_end);
-    const int64_t tiles_end = std::max(tiles_begin, row_end / 16 * 16);
-    if (row_begin < tiles_begin) {
-      internal::MatMulQuant8Avx512Vnni(type, wb, w_row_bytes, k, x, n_tokens, out, ldo, row_begin,
-                                       tiles_begin);
-    }
-    if (tiles_begin < tiles_end) {
-      internal::MatMulQuant8PackedAvx512Vnni(type, static_cast<const uint8_t*>(packed), k, x,
-                                             n_tokens, out, ldo, tiles_begin, tiles_end);
-    }
-    if (tiles_end < row_end) {
-      internal::MatMulQuant8Avx512Vnni(type, wb, w_row_bytes, k, x, n_tokens, out, ldo, tiles_end,
-                                       row_end);
-    }
-  } else {
+  // The fast kernel reads whole tiles of 16 rows from the packed copy. Rows outside them, and a
+  // matrix without a copy (not Vnni8Packable, or its allocation failed), take the portable
+  // reference: every matrix of a Llama model has rows in multiples of 16, the engine cuts them in
+  // multiples of 48 and AddVnni8PackedCopies packs each one that runs at 8 bits, so a second
+  // fast kernel on the GGUF rows would serve no product of a model.
+  int64_t tiles_begin = row_end, tiles_end = row_end;
+  if (FastInt8Activations(type) && packed != nullptr) {
+    tiles_begin = std::min((row_begin + 15) / 16 * 16, row_end);
+    tiles_end = std::max(tiles_begin, row_end / 16 * 16);
+  }
+  if (row_begin < tiles_begin) {
     internal::MatMulQuant8Portable(type, wb, w_row_bytes, k, x, n_tokens, out, ldo, row_begin,
+                                   tiles_begin);
+  }
+  if (tiles_begin < tiles_end) {
+    internal::MatMulQuant8PackedAvx512Vnni(type, static_cast<const uint8_t*>(packed), k, x,
+                                           n_tokens, out, ldo, tiles_begin, tiles_end,
+                                           ShiftScratch(internal::Vnni8ShiftInts(type, k)));
+  }
+  if (tiles_end < row_end) {
+    internal::MatMulQuant8Portable(type, wb, w_row_bytes, k, x, n_tokens, out, ldo, tiles_end,
                                    row_end);
   }
 }
@@ -185,7 +185,7 @@ void MatMulRows8(WeightType type, const void* w, size_t w_row_bytes, int64_t k, 
 namespace streamd::kernels::cpu {
 
 bool Vnni8Packable(WeightType type, int64_t rows, int64_t k) {
-  return Int8Type(type) && rows > 0 && rows % 16 == 0 && k > 0 && k % kQuantBlock == 0;
+  return IsQuantized(type) && rows > 0 && rows % 16 == 0 && k > 0 && k % kQuantBlock == 0;
 }
 
 size_t Vnni8PackedBytes(WeightType type, int64_t rows, int64_t k) {

@@ -28,22 +28,23 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/quant_blocks.h"
 #include "kernels/cpu/test_util.h"
 
 namespace streamd::kernels::cpu {
 namespace {
 
+using internal::IsQuantized;
+using testing::RandomActivations;
+using testing::RandomWeights;
 using testing::ScopedIsa;
 using testing::SeedTrace;
 using testing::SupportedIsas;
 using testing::TestSeed;
+using testing::Weights;
 
 constexpr int kBlock = kQuantBlock;
-
-bool IsQuantized(WeightType t) {
-  return t == WeightType::kQ4_0 || t == WeightType::kQ4_1 || t == WeightType::kQ8_0;
-}
 
 const char* TypeName(WeightType t) {
   switch (t) {
@@ -61,134 +62,6 @@ const char* TypeName(WeightType t) {
       return "Q8_0";
   }
   return "?";
-}
-
-// Independent IEEE half decode (no bit tricks), for the reference.
-double RefHalf(uint16_t h) {
-  const int sign = (h >> 15) ? -1 : 1;
-  const int exp = (h >> 10) & 0x1f;
-  const int mant = h & 0x3ff;
-  if (exp == 0) return sign * std::ldexp(static_cast<double>(mant), -24);
-  if (exp == 31) return mant ? std::numeric_limits<double>::quiet_NaN() : sign * INFINITY;
-  return sign * std::ldexp(static_cast<double>(mant + 1024), exp - 25);
-}
-
-double RefBf16(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
-
-struct Weights {
-  WeightType type;
-  int64_t rows = 0, k = 0;
-  size_t row_bytes = 0;
-  std::vector<uint8_t> data;  // [rows, row_bytes]
-  std::vector<double> w;      // [rows, k] decoded
-  std::vector<double> d_abs;  // [rows, k/32] |d| of each block (quantized types)
-  std::vector<double> m_abs;  // [rows, k/32] |m| of each block (Q4_1)
-};
-
-uint16_t RandomHalf(std::mt19937_64& rng, double lo, double hi) {
-  std::uniform_real_distribution<double> mag(lo, hi);
-  const double v = mag(rng) * ((rng() & 1) ? -1.0 : 1.0);
-  return FloatToHalf(static_cast<float>(v));
-}
-
-Weights RandomWeights(WeightType type, int64_t rows, int64_t k, std::mt19937_64& rng) {
-  Weights wt;
-  wt.type = type;
-  wt.rows = rows;
-  wt.k = k;
-  wt.row_bytes = WeightRowBytes(type, k);
-  wt.data.resize(wt.row_bytes * rows);
-  wt.w.resize(rows * k);
-  const int64_t nb = k / kBlock;
-  wt.d_abs.assign(rows * nb, 0.0);
-  wt.m_abs.assign(rows * nb, 0.0);
-  std::normal_distribution<float> normal(0.0f, 0.1f);
-  for (int64_t r = 0; r < rows; ++r) {
-    uint8_t* row = wt.data.data() + r * wt.row_bytes;
-    double* w = wt.w.data() + r * k;
-    switch (type) {
-      case WeightType::kF32:
-        for (int64_t j = 0; j < k; ++j) {
-          const float v = normal(rng);
-          std::memcpy(row + 4 * j, &v, 4);
-          w[j] = v;
-        }
-        break;
-      case WeightType::kF16:
-      case WeightType::kBF16:
-        for (int64_t j = 0; j < k; ++j) {
-          const float v = normal(rng);
-          uint32_t bits;
-          std::memcpy(&bits, &v, 4);
-          const uint16_t h =
-              type == WeightType::kF16 ? FloatToHalf(v) : static_cast<uint16_t>(bits >> 16);
-          std::memcpy(row + 2 * j, &h, 2);
-          w[j] = type == WeightType::kF16 ? RefHalf(h) : RefBf16(h);
-        }
-        break;
-      case WeightType::kQ4_0:
-        for (int64_t b = 0; b < nb; ++b) {
-          auto* blk = reinterpret_cast<BlockQ4_0*>(row) + b;
-          blk->d = RandomHalf(rng, 1e-3, 5e-2);
-          for (auto& q : blk->qs) q = static_cast<uint8_t>(rng());
-          const double d = RefHalf(blk->d);
-          wt.d_abs[r * nb + b] = std::fabs(d);
-          for (int j = 0; j < kBlock / 2; ++j) {
-            w[b * kBlock + j] = d * ((blk->qs[j] & 0xf) - 8);
-            w[b * kBlock + j + kBlock / 2] = d * ((blk->qs[j] >> 4) - 8);
-          }
-        }
-        break;
-      case WeightType::kQ4_1:
-        for (int64_t b = 0; b < nb; ++b) {
-          auto* blk = reinterpret_cast<BlockQ4_1*>(row) + b;
-          blk->d = RandomHalf(rng, 1e-3, 5e-2);
-          blk->m = RandomHalf(rng, 1e-3, 3e-1);
-          for (auto& q : blk->qs) q = static_cast<uint8_t>(rng());
-          const double d = RefHalf(blk->d), m = RefHalf(blk->m);
-          wt.d_abs[r * nb + b] = std::fabs(d);
-          wt.m_abs[r * nb + b] = std::fabs(m);
-          for (int j = 0; j < kBlock / 2; ++j) {
-            w[b * kBlock + j] = d * (blk->qs[j] & 0xf) + m;
-            w[b * kBlock + j + kBlock / 2] = d * (blk->qs[j] >> 4) + m;
-          }
-        }
-        break;
-      case WeightType::kQ8_0:
-        for (int64_t b = 0; b < nb; ++b) {
-          auto* blk = reinterpret_cast<BlockQ8_0*>(row) + b;
-          blk->d = RandomHalf(rng, 1e-4, 1e-2);
-          for (auto& q : blk->qs) q = static_cast<int8_t>(rng());
-          blk->qs[rng() % kBlock] = -128;  // the asymmetric extreme must work too
-          const double d = RefHalf(blk->d);
-          wt.d_abs[r * nb + b] = std::fabs(d);
-          for (int j = 0; j < kBlock; ++j) w[b * kBlock + j] = d * blk->qs[j];
-        }
-        break;
-    }
-  }
-  return wt;
-}
-
-// x: [n, ldx] with per-token scales spanning 1e-2..1e2, a few outliers, and NaN in the padding.
-std::vector<float> RandomActivations(int64_t n, int64_t k, int64_t ldx, std::mt19937_64& rng) {
-  std::vector<float> x(n * ldx, std::numeric_limits<float>::quiet_NaN());
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> log_scale(-2.0f, 2.0f);
-  for (int64_t t = 0; t < n; ++t) {
-    const float scale = std::pow(10.0f, log_scale(rng));
-    for (int64_t j = 0; j < k; ++j) {
-      float v = normal(rng) * scale;
-      if (rng() % 100 == 0) v *= 20.0f;
-      x[t * ldx + j] = v;
-    }
-  }
-  return x;
 }
 
 struct Reference {

@@ -4,32 +4,12 @@
 # as its parent; the errors (out of range, another generation, malformed ids, unknown sessions,
 # missing flags, bad request ids) come with their code, the field and a non-zero exit.
 # Usage: STREAMD_MODEL=PATH streamctl_rollback_test.sh STREAMD_BINARY STREAMCTL_BINARY
-set -u
-streamd="$1"
-streamctl="$2"
-model="${STREAMD_MODEL:-}"
-if [ -z "$model" ] || [ ! -f "$model" ]; then
-  echo "FAIL: model path '$model' missing (set STREAMD_MODEL; make test does)"; exit 1
-fi
-tmp="$(mktemp -d)"
-pid=""
-cleanup() { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
-failed=0
-fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
+# shellcheck source=streamctl_test_lib.sh
+. "$(dirname "$0")/streamctl_test_lib.sh"
 
 # One session per step: greedy tokens of different sessions are compared, and on the CPU a
 # step's sums differ in their last bits between batch shapes.
-"$streamd" serve --port-file "$tmp/port" --model.path="$model" \
-  --server.listen_address=127.0.0.1:0 --server.metrics_address=127.0.0.1:0 \
-  --engine.kv_pool=64MiB --engine.max_chunk=64 --engine.max_batch_sessions=1 \
-  --sessions.default_window=128 --sessions.snapshot_dir="$tmp/sessions" \
-  --logging.level=warn >"$tmp/out" 2>"$tmp/err" &
-pid=$!
-for _ in $(seq 1 600); do [ -s "$tmp/port" ] && break; sleep 0.1; done
-[ -s "$tmp/port" ] || { echo "FAIL: daemon did not start: $(cat "$tmp/err")"; exit 1; }
-addr="127.0.0.1:$(cat "$tmp/port")"
-ctl() { "$streamctl" "$@" --address "$addr"; }
+start_streamd --engine.max_batch_sessions=1 --sessions.snapshot_dir="$tmp/sessions"
 # A field of the last JSON line of stdin: a number, or a "string" / [array] as written.
 field() { tail -1 | grep -oE "\"$1\":(\"[^\"]*\"|\[[^]]*\]|-?[0-9]+)" | head -1 | cut -d: -f2-; }
 # Expects the command to fail with stderr matching the pattern.
@@ -114,11 +94,6 @@ seen=$(ctl sessions get "$a" --json | field tokens_seen)
 [ "$(ctl sessions truncate "$a" --request-id g2 --keep 6 --json | field tokens_seen)" = "$seen" ] ||
   fail "truncate --keep all changed tokens_seen"
 
-kill -TERM "$pid"
-for _ in $(seq 1 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-wait "$pid"
-rc=$?
-pid=""
-[ "$rc" -eq 0 ] || fail "daemon exit code $rc after SIGTERM"
+stop_streamd
 [ "$failed" -eq 0 ] && echo "PASS: streamctl truncate and fork"
 exit "$failed"

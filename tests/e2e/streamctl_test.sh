@@ -5,29 +5,10 @@
 # sessions export/import between two daemons (the session continues alike on both), the
 # offloaded column of sessions list, and the transfers' errors.
 # Usage: STREAMD_MODEL=PATH streamctl_test.sh STREAMD_BINARY STREAMCTL_BINARY
-set -u
-streamd="$1"
-streamctl="$2"
-model="${STREAMD_MODEL:-}"
-if [ -z "$model" ] || [ ! -f "$model" ]; then
-  echo "FAIL: model path '$model' missing (set STREAMD_MODEL; make test does)"; exit 1
-fi
-tmp="$(mktemp -d)"
-pid=""
-cleanup() { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
-failed=0
-fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
+# shellcheck source=streamctl_test_lib.sh
+. "$(dirname "$0")/streamctl_test_lib.sh"
 
-"$streamd" serve --port-file "$tmp/port" --model.path="$model" \
-  --server.listen_address=127.0.0.1:0 --server.metrics_address=127.0.0.1:0 \
-  --engine.kv_pool=64MiB --engine.max_chunk=64 --sessions.default_window=128 \
-  --sessions.snapshot_dir="$tmp/sessions" --logging.level=warn >"$tmp/out" 2>"$tmp/err" &
-pid=$!
-for _ in $(seq 1 600); do [ -s "$tmp/port" ] && break; sleep 0.1; done
-[ -s "$tmp/port" ] || { echo "FAIL: daemon did not start: $(cat "$tmp/err")"; exit 1; }
-addr="127.0.0.1:$(cat "$tmp/port")"
-ctl() { "$streamctl" "$@" --address "$addr"; }
+start_streamd --sessions.snapshot_dir="$tmp/sessions"
 
 [ "$(ctl health)" = "SERVING" ] || fail "health is not SERVING"
 
@@ -89,12 +70,7 @@ if ctl generate --prompt "x" -n 0 --max-tokens 99999 2>"$tmp/e" >/dev/null; then
 fi
 grep -q "generate.max_tokens" "$tmp/e" || fail "max_tokens: $(cat "$tmp/e")"
 
-kill -TERM "$pid"
-for _ in $(seq 1 600); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-wait "$pid"
-rc=$?
-pid=""
-[ "$rc" -eq 0 ] || fail "daemon exit code $rc after SIGTERM"
+stop_streamd
 
 # sessions export / import: a session moves from daemon A to daemon B (same model, each its own
 # snapshot directory) and continues there as it does on A. One token per step on both, so that

@@ -4,20 +4,9 @@
 # without a client certificate, with plaintext, or trusting another CA fail; bad TLS and
 # API-key flags are refused with a message naming the flag, before any call.
 # Usage: STREAMD_MODEL=PATH streamctl_tls_test.sh STREAMD_BINARY STREAMCTL_BINARY
-set -u
-streamd="$1"
-streamctl="$2"
-model="${STREAMD_MODEL:-}"
-if [ -z "$model" ] || [ ! -f "$model" ]; then
-  echo "FAIL: model path '$model' missing (set STREAMD_MODEL; make test does)"; exit 1
-fi
+# shellcheck source=streamctl_test_lib.sh
+. "$(dirname "$0")/streamctl_test_lib.sh"
 command -v openssl >/dev/null || { echo "FAIL: openssl is missing (apt-get install openssl)"; exit 1; }
-tmp="$(mktemp -d)"
-pid=""
-cleanup() { [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; rm -rf "$tmp"; }
-trap cleanup EXIT
-failed=0
-fail() { echo "FAIL: $*"; failed=$((failed + 1)); }
 
 # A CA and an unrelated one; a server certificate for 127.0.0.1 and a client one from the CA.
 printf '[req]\ndistinguished_name = dn\n[dn]\n[ca]\nbasicConstraints = critical, CA:TRUE\nkeyUsage = critical, keyCertSign\n' >"$tmp/req.cnf"
@@ -37,16 +26,8 @@ for leaf in server client; do
     2>>"$tmp/openssl.log" || { echo "FAIL: openssl: $(cat "$tmp/openssl.log")"; exit 1; }
 done
 
-"$streamd" serve --port-file "$tmp/port" --model.path="$model" \
-  --server.listen_address=127.0.0.1:0 --server.metrics_address=127.0.0.1:0 \
-  --server.tls.cert_file="$tmp/server.pem" --server.tls.key_file="$tmp/server.key" \
-  --server.tls.client_ca_file="$tmp/ca.pem" \
-  --engine.kv_pool=64MiB --engine.max_chunk=64 --sessions.default_window=128 \
-  --sessions.snapshot_dir= --logging.level=warn >"$tmp/out" 2>"$tmp/err" &
-pid=$!
-for _ in $(seq 1 600); do [ -s "$tmp/port" ] && break; sleep 0.1; done
-[ -s "$tmp/port" ] || { echo "FAIL: daemon did not start: $(cat "$tmp/err")"; exit 1; }
-addr="127.0.0.1:$(cat "$tmp/port")"
+start_streamd --server.tls.cert_file="$tmp/server.pem" --server.tls.key_file="$tmp/server.key" \
+  --server.tls.client_ca_file="$tmp/ca.pem" --sessions.snapshot_dir=
 mtls=(--address "$addr" --tls-ca "$tmp/ca.pem" --tls-cert "$tmp/client.pem" --tls-key "$tmp/client.key")
 
 [ "$("$streamctl" health "${mtls[@]}")" = "SERVING" ] || fail "health over mTLS is not SERVING"
@@ -97,8 +78,6 @@ fi
 grep -q "INVALID_ARGUMENT: --api-key / \$STREAMD_API_KEY holds a character" "$tmp/e" ||
   fail "bad API key: $(cat "$tmp/e")"
 
-kill -TERM "$pid"
-wait "$pid" || fail "daemon exit status $? after SIGTERM: $(cat "$tmp/err")"
-pid=""
+stop_streamd
 [ "$failed" -eq 0 ] && echo "streamctl_tls_test: all passed"
 exit "$failed"
