@@ -66,7 +66,8 @@ expect_error long-prompt "over the model context of 8192" -- generate --model "$
 # streamd build and streamd plan (docs/BUILD.md): flags, missing and damaged files.
 expect_error build-cuda-target "--target cuda: the CUDA target" -- build --model "$model" --target cuda --out "$tmp/p.plan"
 expect_error build-bad-target '--target = "tpu"' -- build --model "$model" --target tpu --out "$tmp/p.plan"
-expect_error build-calibration "--calibration-text" -- build --model "$model" --calibration-text x --out "$tmp/p.plan"
+expect_error build-calibration "--calibration-text needs --eval-text" -- build --model "$model" --calibration-text x --out "$tmp/p.plan"
+expect_error build-bad-kv-cache '--kv-cache = "int4": auto or f16' -- build --model "$model" --kv-cache int4 --out "$tmp/p.plan"
 expect_error build-bad-percent 'is not a percentage in [0, 100]' -- build --model "$model" --max-ppl-increase 5x --out "$tmp/p.plan"
 expect_error build-negative-percent 'is not a percentage in [0, 100]' -- build --model "$model" --max-ppl-increase -1% --out "$tmp/p.plan"
 expect_error build-missing-model "$tmp/none.gguf" -- build --model "$tmp/none.gguf" --out "$tmp/p.plan"

@@ -141,7 +141,8 @@ int BenchCommand(int argc, char** argv) {
             "--sessions: the scheduler's token budget per step");
   flags.String("backend", &backend, "cpu, cuda or auto (cuda when built with it and a GPU is seen)");
   flags.String("plan", &plan,
-               "a build plan of the model (streamd build) to run with, cpu backend; with "
+               "a build plan of the model (streamd build) to run with, cpu backend (--sessions, "
+               "--snapshot: its KV cache too); with "
                "--sessions only");
   flags.String("synthetic", &synthetic,
                std::string("random-weight model of a known shape instead of --model: ") +
@@ -167,9 +168,10 @@ int BenchCommand(int argc, char** argv) {
                    " (default: the best this CPU has)");
   if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(s);
   if (flags.help_requested()) return PrintHelp(flags);
-  if (flags.was_set("plan") && (!flags.was_set("sessions") || flags.was_set("tenants") ||
-                                flags.was_set("snapshot"))) {
-    return Fail(InvalidArgumentError("--plan applies to --sessions (with or without --decode-steps)"));
+  if (flags.was_set("plan") && ((!flags.was_set("sessions") && !flags.was_set("snapshot")) ||
+                                flags.was_set("tenants"))) {
+    return Fail(InvalidArgumentError(
+        "--plan applies to --sessions (with or without --decode-steps) and --snapshot"));
   }
   if (!isa_name.empty()) {
     if (Status s = ForceIsaByName(isa_name); !s.ok()) return Fail(s);
@@ -244,7 +246,7 @@ int BenchCommand(int argc, char** argv) {
                                        "] (the engine's limit)"));
     }
     SnapshotBenchOptions so;
-    so.source = {model_path, synthetic, backend};
+    so.source = {model_path, synthetic, backend, plan};
     if (flags.was_set("window")) {
       auto windows = ParseCountList("window", window_text, EngineConfig{}.max_window);
       if (!windows.ok()) return Fail(windows.status());

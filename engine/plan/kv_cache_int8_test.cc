@@ -3,6 +3,7 @@
 // a snapshot round trip), the model's int8 path against its f16 path on fresh random weights,
 // and the plan's kv_cache section (round trip, every bad field refused, applied to a model).
 #include <cmath>
+#include <cstdio>
 #include <random>
 
 #include <gmock/gmock.h>
@@ -183,7 +184,9 @@ TEST(Int8PoolTest, HalfTheBytesAndStableF16RoundTrips) {
             const int64_t at = view.Offset(l, kv, h, t) + c;
             const double x = kernels::HalfToFloat(image.data[at]);
             const double want = std::clamp(x, -127.0 * s[c], 127.0 * s[c]);
-            ASSERT_NEAR(kernels::HalfToFloat(back->data[at]), want, 0.51 * s[c] + 1e-3 * s[c]);
+            // Half a step of quantization, plus the f16 rounding of the value read back.
+            ASSERT_NEAR(kernels::HalfToFloat(back->data[at]), want,
+                        0.5 * s[c] + std::fabs(want) / 1024);
           }
         }
       }
@@ -196,16 +199,21 @@ TEST(Int8PoolTest, HalfTheBytesAndStableF16RoundTrips) {
 }
 
 // The model's int8 path: logits within a small distance of its f16 path on fresh random weights
-// (the int8 rounding is ~1/254 of each channel's range), and clearly not equal (it does run).
+// (the int8 rounding is ~1/254 of each channel's range; seen: under 0.7% of the largest logit,
+// bound 2%), and clearly not equal (it does run).
 // Its cache restored into an f16 pool continues like the int8 one within the same bound.
 TEST(Int8KvModelTest, LogitsFollowTheF16CacheAndSnapshotsMoveBetweenKinds) {
   auto model = MakeSyntheticModel(QuantSpec());
   ASSERT_TRUE(model.ok()) << model.status().message();
   LlamaModel& m = **model;
   const int32_t vocab = m.config().vocab_size;
-  const std::vector<int32_t> calibration = RandomTokens(vocab, 96);
+  // Calibrated on the very tokens it streams, so no value saturates and the difference is the
+  // int8 rounding alone (a random-weight model's K/V on other tokens can exceed the ranges).
   const std::vector<int32_t> tokens = RandomTokens(vocab, 80);  // past eviction (S + W = 32)
-  auto scales = Calibrate(m, calibration);
+  const std::vector<int32_t> more = RandomTokens(vocab, 8);     // continued after a restore
+  std::vector<int32_t> both = tokens;
+  both.insert(both.end(), more.begin(), more.end());
+  auto scales = Calibrate(m, both);
   ASSERT_NE(scales, nullptr);
 
   const Streamed f16 = Stream(m, tokens);
@@ -220,10 +228,10 @@ TEST(Int8KvModelTest, LogitsFollowTheF16CacheAndSnapshotsMoveBetweenKinds) {
     max_logit = std::max(max_logit, double{std::fabs(f16.logits[i])});
   }
   EXPECT_GT(max_diff, 0.0) << "the int8 path gave the f16 logits bit for bit: was it used?";
-  EXPECT_LT(max_diff, 0.05 * max_logit) << "max |logit| " << max_logit;
+  EXPECT_LT(max_diff, 0.02 * max_logit) << "max |logit| " << max_logit;
+  std::printf("int8 vs f16 KV: max |logit difference| %.4f of max |logit| %.4f\n", max_diff, max_logit);
 
   // The int8 cache's image (f16) into an f16 pool, then 8 more tokens on each.
-  const std::vector<int32_t> more = RandomTokens(vocab, 8);
   const LlamaConfig& c = m.config();
   const auto continue_from = [&](const KvShape& shape, std::vector<float>* logits) {
     auto pool = BlockPool::Create(shape, 16, 8 * BlockPool::BlockBytes(shape, 16));
@@ -243,7 +251,7 @@ TEST(Int8KvModelTest, LogitsFollowTheF16CacheAndSnapshotsMoveBetweenKinds) {
   continue_from({c.n_layers, c.n_kv_heads, c.head_dim}, &on_f16);
   double diff = 0;
   for (size_t i = 0; i < on_i8.size(); ++i) diff = std::max(diff, double{std::fabs(on_i8[i] - on_f16[i])});
-  EXPECT_LT(diff, 0.05 * max_logit);
+  EXPECT_LT(diff, 0.02 * max_logit);
   ASSERT_TRUE(m.SetInt8KvCache(nullptr).ok());
   EXPECT_EQ(m.CacheShape().dtype, kernels::KvDtype::kF16);
 }

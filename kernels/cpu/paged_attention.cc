@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/vec_ops.h"
 
 namespace streamd::kernels::cpu {
@@ -224,6 +226,7 @@ void WriteKv(const KvPoolLayout& layout, uint16_t* layer_kv, const SinkWindowTab
 }
 
 void QuantizeRowI8(const float* x, const float* inv_scale, int64_t n, int8_t* out) {
+  if (ActiveIsa() >= Isa::kAvx512Vnni) return internal::QuantizeRowI8Avx512(x, inv_scale, n, out);
   for (int64_t i = 0; i < n; ++i) out[i] = QuantizeI8(x[i], inv_scale[i]);
 }
 

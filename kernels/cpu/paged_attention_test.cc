@@ -248,7 +248,7 @@ TEST(PagedAttentionTest, Int8GroupMatchesReferenceOverDequantizedValues) {
 }
 
 // WriteKvI8 stores round(x / scale) saturated to [-127, 127] in the slot of position t, per
-// channel scale, K and V each with their own, and touches nothing else.
+// channel scale, K and V each with their own, and touches nothing else, at every level.
 TEST(PagedAttentionTest, WriteKvI8RoundsSaturatesAndPlacesEachValue) {
   const uint64_t seed = TestSeed();
   SCOPED_TRACE(SeedTrace(seed));
@@ -266,27 +266,35 @@ TEST(PagedAttentionTest, WriteKvI8RoundsSaturatesAndPlacesEachValue) {
   k_inv[3] = k_inv[4] = 128.0f;  // exact ties: round to even
   k[3] = 0.5f / 128.0f;          // -> 0
   k[4] = 1.5f / 128.0f;          // -> 2
-  const int64_t t = 40;     // in the window, past block 0 of it
-  WriteKvI8(c.layout, pool.data(), k_inv.data(), v_inv.data(), c.At(t), t, k.data(), v.data());
-  int32_t block, slot;
-  c.At(t).Locate(t, &block, &slot);
-  std::vector<bool> written(pool.size(), false);
-  for (int32_t kv = 0; kv < 2; ++kv) {
-    for (int32_t h = 0; h < heads; ++h) {
-      for (int32_t d = 0; d < hd; ++d) {
-        const int64_t at = c.layout.Offset(block, kv, h, slot) + d;
-        const float x = (kv == 0 ? k : v)[h * hd + d] * (kv == 0 ? k_inv : v_inv)[h * hd + d];
-        const double want = std::clamp(std::nearbyint(double{x}), -127.0, 127.0);
-        ASSERT_EQ(pool[at], static_cast<int8_t>(want)) << "kv " << kv << " h " << h << " d " << d;
-        written[at] = true;
+  v[7] = NAN;                    // a broken model's value: stored as -127, never UB
+  const int64_t t = 40;          // in the window, past block 0 of it
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(IsaName(isa));
+    ScopedIsa scoped(isa);
+    std::fill(pool.begin(), pool.end(), int8_t{55});
+    WriteKvI8(c.layout, pool.data(), k_inv.data(), v_inv.data(), c.At(t), t, k.data(), v.data());
+    int32_t block, slot;
+    c.At(t).Locate(t, &block, &slot);
+    std::vector<bool> written(pool.size(), false);
+    for (int32_t kv = 0; kv < 2; ++kv) {
+      for (int32_t h = 0; h < heads; ++h) {
+        for (int32_t d = 0; d < hd; ++d) {
+          const int64_t at = c.layout.Offset(block, kv, h, slot) + d;
+          const float x = (kv == 0 ? k : v)[h * hd + d] * (kv == 0 ? k_inv : v_inv)[h * hd + d];
+          const double want =
+              std::isnan(x) ? -127.0 : std::clamp(std::nearbyint(double{x}), -127.0, 127.0);
+          ASSERT_EQ(pool[at], static_cast<int8_t>(want)) << "kv " << kv << " h " << h << " d " << d;
+          written[at] = true;
+        }
       }
     }
-  }
-  EXPECT_EQ(pool[c.layout.Offset(block, 0, 0, slot) + 3], 0);
-  EXPECT_EQ(pool[c.layout.Offset(block, 0, 0, slot) + 4], 2);
-  for (size_t e = 0; e < pool.size(); ++e) {
-    if (!written[e]) {
-      ASSERT_EQ(pool[e], 55) << "element " << e << " was touched";
+    EXPECT_EQ(pool[c.layout.Offset(block, 0, 0, slot) + 3], 0);
+    EXPECT_EQ(pool[c.layout.Offset(block, 0, 0, slot) + 4], 2);
+    EXPECT_EQ(pool[c.layout.Offset(block, 1, 0, slot) + 7], -127);
+    for (size_t e = 0; e < pool.size(); ++e) {
+      if (!written[e]) {
+        ASSERT_EQ(pool[e], 55) << "element " << e << " was touched";
+      }
     }
   }
 }

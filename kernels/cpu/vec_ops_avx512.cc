@@ -232,6 +232,20 @@ void AxpyRowsF16Avx512(const float* w, int64_t ldw, int64_t n_q, const uint16_t*
   });
 }
 
+// paged_attention.h's QuantizeRowI8, 16 values at a time: the same rounding (to nearest even),
+// and the same saturation, NaN included (vmaxps with NaN first returns the -127).
+void QuantizeRowI8Avx512(const float* x, const float* inv_scale, int64_t n, int8_t* out) {
+  const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const auto live = static_cast<__mmask16>(n - i >= 16 ? 0xffff : (1u << (n - i)) - 1);
+    const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(live, x + i),
+                                   _mm512_maskz_loadu_ps(live, inv_scale + i));
+    const __m512 r = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 c = _mm512_min_ps(_mm512_max_ps(r, lo), hi);
+    _mm_mask_storeu_epi8(out + i, live, _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(c)));
+  }
+}
+
 // The int8 rows: the same tiles, each 16 values widened to f32 instead of converted from f16.
 void DotRowsI8Avx512(const float* q, int64_t n_q, const int8_t* k, int64_t n_rows, int64_t hd,
                      float scale, float* out, int64_t ldo) {
