@@ -2,10 +2,7 @@
 
 #include <cmath>
 #include <string>
-#include <vector>
 
-#include "kernels/cpu/paged_attention.h"
-#include "kernels/cpu/vec_ops.h"
 
 namespace streamd {
 
@@ -50,28 +47,6 @@ StatusOr<std::shared_ptr<const KvInt8Scales>> KvInt8Scales::Make(int32_t n_layer
   s->k_ = std::move(k);
   s->v_ = std::move(v);
   return std::shared_ptr<const KvInt8Scales>(std::move(s));
-}
-
-// Through f32 rows, with the kernels' vector f16 conversions (scalar ones made an int8 session's
-// snapshot capture ~20x slower than an f16 one's).
-void DequantizeRowsToF16(const int8_t* q, int64_t rows, int32_t head_dim, const float* scale,
-                         uint16_t* out) {
-  thread_local std::vector<float> row;
-  row.resize(static_cast<size_t>(head_dim));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int32_t c = 0; c < head_dim; ++c) row[c] = scale[c] * q[r * head_dim + c];
-    kernels::cpu::FloatToHalfRow(row.data(), out + r * head_dim, head_dim);
-  }
-}
-
-void QuantizeRowsFromF16(const uint16_t* in, int64_t rows, int32_t head_dim,
-                         const float* inverse, int8_t* q) {
-  thread_local std::vector<float> row;
-  row.resize(static_cast<size_t>(head_dim));
-  for (int64_t r = 0; r < rows; ++r) {
-    kernels::cpu::HalfToFloatRow(in + r * head_dim, row.data(), head_dim);
-    kernels::cpu::QuantizeRowI8(row.data(), inverse, head_dim, q + r * head_dim);
-  }
 }
 
 }  // namespace streamd

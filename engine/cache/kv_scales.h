@@ -5,8 +5,7 @@
 // of f16: twice the sessions per GiB), attention folds them into the query and the output
 // (kernels/cpu/paged_attention.h), and a row is written without looking at other rows.
 //
-// Outside the pool, K/V stay f16 (kv_image.h, snapshots): DequantizeRowsToF16 and
-// QuantizeRowsFromF16 convert at the boundary, so a snapshot of an int8 cache loads into an f16
+// Outside the pool, K/V stay f16 (kv_image.h, snapshots): kv_image.cc converts at the boundary, so a snapshot of an int8 cache loads into an f16
 // pool (or the CUDA backend) and back. Quantizing a row dequantized with the same scales gives
 // the same int8 values (|error of the f16 rounding| < 0.06 scale < 0.5 scale).
 #pragma once
@@ -46,12 +45,5 @@ class KvInt8Scales {
   int32_t n_layers_ = 0, n_kv_heads_ = 0, head_dim_ = 0;
   std::vector<float> k_, v_, k_inv_, v_inv_;
 };
-
-// `rows` rows of head_dim values: f16 out[r][c] = scale[c] * q[r][c], and back:
-// q[r][c] = round(f16 in[r][c] * inverse[c]) saturated to [-127, 127].
-void DequantizeRowsToF16(const int8_t* q, int64_t rows, int32_t head_dim, const float* scale,
-                         uint16_t* out);
-void QuantizeRowsFromF16(const uint16_t* in, int64_t rows, int32_t head_dim,
-                         const float* inverse, int8_t* q);
 
 }  // namespace streamd

@@ -122,6 +122,14 @@ BuildPlan SeedPlan() {
   p.built_at = "2026-12-03T10:00:00Z";
   p.build_seconds = 20.5;
   p.tuning.threads = 2;
+  p.kv_cache.dtype = "int8";  // a small int8 KV section, so mutations reach its checks
+  p.kv_cache.n_layers = 2;
+  p.kv_cache.n_kv_heads = 1;
+  p.kv_cache.head_dim = 4;
+  p.kv_cache.k_scales = {0.01f, 0.02f, 0.03f, 0.04f, 0.05f, 0.06f, 0.07f, 0.08f};
+  p.kv_cache.v_scales = {0.5f, 0.25f, 0.125f, 1.0f, 2.0f, 0.1f, 0.2f, 0.3f};
+  p.kv_cache.calibration_text = "calib.txt tokens 0..4096";
+  p.kv_cache.calibration_tokens = 4096;
   p.tuning.split[1] = {1, 48, 3072};
   p.tuning.isa.push_back({WeightType::kQ4_1, 576, 1536, 0, Isa::kAvx2});
   p.precision.push_back({"instruction-set level per product shape", true, 17.8, 17.81, 0.05, 1.0,
