@@ -59,6 +59,7 @@ StatusOr<ServerOptions> ToServerOptions(const ServerConfig& config) {
   o.limits.max_queued_tokens = s.max_queued_tokens;
   o.limits.idle_timeout = s.idle_timeout;
   o.limits.max_snapshot_bytes = s.max_snapshot_bytes;
+  o.limits.max_transfers = s.max_transfers;
   o.persistence.snapshot_dir = s.snapshot_dir;
   o.persistence.snapshot_interval = s.snapshot_interval;
   o.persistence.offload_after = s.offload_after;

@@ -26,6 +26,10 @@ struct ServerLimits {
   std::chrono::milliseconds idle_timeout{std::chrono::hours(24 * 7)};
   // The largest snapshot ImportSession takes.
   int64_t max_snapshot_bytes = int64_t{1} << 30;
+  // ExportSession and ImportSession calls in flight at once; beyond, RESOURCE_EXHAUSTED. Each
+  // holds a whole snapshot in memory (an import up to max_snapshot_bytes) until it ends, so
+  // this bounds what they can take: max_transfers * max_snapshot_bytes.
+  int32_t max_transfers = 4;
   // Opens waiting for KV blocks at once; beyond, an Open is refused (RESOURCE_EXHAUSTED).
   int32_t max_waiting_opens = 1024;
   // The share of the KV pool one client's resident detached sessions may reserve

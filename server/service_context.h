@@ -38,6 +38,8 @@ struct ServiceContext {
   TokenBudget* budget = nullptr;  // tenants' tokens_per_second; with auth
   // What snapshots are stamped with and checked against; null when the engine gave none.
   const SnapshotContext* snapshots = nullptr;
+  // ExportSession and ImportSession calls in flight (at most options.limits.max_transfers).
+  std::atomic<int32_t> transfers{0};
 };
 
 }  // namespace streamd::server

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -26,6 +27,36 @@ v1::CacheState StoredCacheState(const SnapshotSummary& s) {
   return c;
 }
 
+// One of the limits.max_transfers places for an export or import, held from the call's start
+// until its reactor is gone (the snapshot bytes it holds go with it). A call that finds none is
+// refused at once: waiting would hold its bytes, or a gRPC thread, all the same.
+class TransferSlot {
+ public:
+  TransferSlot(ServiceContext& ctx, std::string_view what) : ctx_(ctx) {
+    const int32_t limit = ctx.options.limits.max_transfers;
+    int32_t n = ctx.transfers.load();
+    while (n < limit && !ctx.transfers.compare_exchange_weak(n, n + 1)) {
+    }
+    if (n >= limit) {
+      refused_ = ResourceExhaustedError(
+          std::string(what) + ": " + std::to_string(n) +
+          " snapshot transfers are in flight, the most sessions.max_transfers = " +
+          std::to_string(limit) + " allows; retry once one has ended");
+    }
+  }
+  ~TransferSlot() {
+    if (refused_.ok()) ctx_.transfers.fetch_sub(1);
+  }
+  TransferSlot(const TransferSlot&) = delete;
+  TransferSlot& operator=(const TransferSlot&) = delete;
+  // OK when the call holds a place.
+  const Status& status() const { return refused_; }
+
+ private:
+  ServiceContext& ctx_;
+  Status refused_;
+};
+
 void Count(const ServiceContext& ctx, const Status& status) {
   if (ctx.metrics != nullptr && !status.ok()) {
     ctx.metrics->RecordError(static_cast<int>(status.code()));
@@ -37,7 +68,11 @@ void Count(const ServiceContext& ctx, const Status& status) {
 class ExportReactor final : public grpc::ServerWriteReactor<v1::SnapshotChunk> {
  public:
   ExportReactor(ServiceContext& ctx, const v1::ExportSessionRequest& request, Caller caller)
-      : ctx_(ctx), caller_(std::move(caller)) {
+      : ctx_(ctx), caller_(std::move(caller)), slot_(ctx, "export") {
+    if (!slot_.status().ok()) {
+      End(slot_.status());
+      return;
+    }
     auto id = SessionId::Parse(request.session_id(), "session_id");
     if (!id.ok()) {
       End(id.status());
@@ -97,6 +132,7 @@ class ExportReactor final : public grpc::ServerWriteReactor<v1::SnapshotChunk> {
 
   ServiceContext& ctx_;
   const Caller caller_;
+  const TransferSlot slot_;
   std::vector<uint8_t> bytes_;
   size_t at_ = 0;
   v1::SnapshotChunk chunk_;
@@ -105,7 +141,11 @@ class ExportReactor final : public grpc::ServerWriteReactor<v1::SnapshotChunk> {
 class ImportReactor final : public grpc::ServerReadReactor<v1::SnapshotChunk> {
  public:
   ImportReactor(ServiceContext& ctx, v1::ImportSessionResponse* response)
-      : ctx_(ctx), response_(response) {
+      : ctx_(ctx), response_(response), slot_(ctx, "import") {
+    if (!slot_.status().ok()) {
+      End(slot_.status());
+      return;
+    }
     StartRead(&chunk_);
   }
 
@@ -161,6 +201,7 @@ class ImportReactor final : public grpc::ServerReadReactor<v1::SnapshotChunk> {
 
   ServiceContext& ctx_;
   v1::ImportSessionResponse* response_;
+  const TransferSlot slot_;
   v1::SnapshotChunk chunk_;
   std::vector<uint8_t> bytes_;
 };

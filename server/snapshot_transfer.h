@@ -10,6 +10,8 @@
 // created here with the same id: written to the snapshot directory and loaded into the pool
 // when it fits, else left on disk as offloaded (ImportSessionResponse.resident says which).
 // Without a snapshot directory an import must fit the pool at once.
+// At most limits.max_transfers exports and imports run at once (each holds a whole snapshot in
+// memory); one more is refused with RESOURCE_EXHAUSTED naming the key.
 #pragma once
 
 #include <cstddef>

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/model/synthetic_model.h"
@@ -201,6 +202,71 @@ TEST_F(StreamdServiceTest, MalformedIdsAreInvalidArgumentAndUnknownOnesNotFound)
   // A closed session's id is well-formed: NOT_FOUND.
   EXPECT_EQ(GetSession(opened.opened().session_id(), &info).error_code(),
             grpc::StatusCode::NOT_FOUND);
+}
+
+
+// Exports and imports hold a whole snapshot in memory while they stream, so only
+// limits.max_transfers of them run at once; one more is refused at once with
+// RESOURCE_EXHAUSTED naming the key, and the place comes back when a call ends.
+TEST_F(StreamdServiceTest, SnapshotTransfersBeyondMaxTransfersAreRefused) {
+  server_.reset();
+  options_.limits.max_transfers = 1;
+  auto server = GrpcServer::Start(*engine_, *chat_, options_);
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  server_ = std::move(server).value();
+  stub_ = v1::Streamd::NewStub(grpc::CreateChannel(
+      "127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials()));
+  auto export_unknown = [&] {
+    grpc::ClientContext ctx;
+    v1::ExportSessionRequest request;
+    request.set_session_id(kUnknownId);
+    auto reader = stub_->ExportSession(&ctx, request);
+    v1::SnapshotChunk chunk;
+    while (reader->Read(&chunk)) {
+    }
+    return reader->Finish();
+  };
+  // Polls export_unknown until it answers `code` (the server sees calls a moment after the
+  // client starts them, and lets go of them a moment after they end).
+  auto export_until = [&](grpc::StatusCode code) {
+    grpc::Status st;
+    for (int i = 0; i < 500; ++i) {
+      st = export_unknown();
+      if (st.error_code() == code) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return st;
+  };
+  EXPECT_EQ(export_unknown().error_code(), grpc::StatusCode::NOT_FOUND);
+
+  // An import that has sent one chunk and not finished holds the only place.
+  grpc::ClientContext import_ctx;
+  v1::ImportSessionResponse response;
+  auto writer = stub_->ImportSession(&import_ctx, &response);
+  v1::SnapshotChunk chunk;
+  chunk.set_data(std::string(1000, 'x'));
+  ASSERT_TRUE(writer->Write(chunk));
+  const grpc::Status refused = export_until(grpc::StatusCode::RESOURCE_EXHAUSTED);
+  ASSERT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
+  EXPECT_NE(refused.error_message().find("sessions.max_transfers = 1"), std::string::npos)
+      << refused.error_message();
+  {
+    grpc::ClientContext ctx;
+    v1::ImportSessionResponse other;
+    auto second = stub_->ImportSession(&ctx, &other);
+    (void)second->Write(chunk);  // may fail once the server has refused the call
+    (void)second->WritesDone();
+    const grpc::Status st = second->Finish();
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << st.error_message();
+    EXPECT_EQ(st.error_message().rfind("import: ", 0), 0u) << st.error_message();
+  }
+
+  // The held import ends (its bytes are no snapshot); its place is free again.
+  ASSERT_TRUE(writer->WritesDone());
+  const grpc::Status done = writer->Finish();
+  EXPECT_FALSE(done.ok());
+  EXPECT_NE(done.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << done.error_message();
+  EXPECT_EQ(export_until(grpc::StatusCode::NOT_FOUND).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
 }  // namespace

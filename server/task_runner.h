@@ -2,6 +2,13 @@
 // calls triggered from an EventSink (which runs on the scheduler thread and must neither block
 // nor call into the engine): cancelling a slow client's generation, reporting the cache state
 // after a generation ends. Tasks run in the order they were posted.
+//
+// Bounded by what clients hold, not by what they send (issue 14's "bounded task queues"): each
+// task belongs to a session, and a session has at most a few queued at once: one per
+// generation end (a session runs one generation at a time), one slow-client cancel per
+// generation, and the Truncate or Fork its stream is waiting on (a stream reads its next
+// message only once the last one is handled). So the queue stays under a small multiple of
+// sessions.max_sessions. The io runner (export and import) is bounded by limits.max_transfers.
 #pragma once
 
 #include <condition_variable>

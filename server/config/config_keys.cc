@@ -297,6 +297,7 @@ std::vector<ConfigKey> MakeKeys() {
                       kMiB, 64 * kGiB));
   k.push_back(DurationKey("sessions.admission_timeout", STREAMD_FIELD(sessions.admission_timeout),
                           0, 10 * kMinute));
+  k.push_back(IntKey("sessions.max_transfers", STREAMD_FIELD(sessions.max_transfers), 1, 1024));
   k.push_back(IntKey("sessions.max_waiting_opens", STREAMD_FIELD(sessions.max_waiting_opens), 1,
                      1'000'000));
   k.push_back(FloatKey("sessions.max_detached_share", STREAMD_FIELD(sessions.max_detached_share),

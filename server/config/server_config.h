@@ -142,6 +142,7 @@ struct ServerConfig {
     std::chrono::milliseconds offload_after{600'000};   // detached -> disk (or closed); 0 = never
     bool restore_on_start = true;                       // read snapshots back at start
     int64_t max_snapshot_bytes = 1LL << 30;              // ImportSession; [1MiB, 64GiB]
+    int32_t max_transfers = 4;  // ExportSession + ImportSession calls at once; [1, 1024]
     std::chrono::milliseconds admission_timeout{10'000};  // wait for KV blocks; 0 = fail at once
     int32_t max_waiting_opens = 1024;  // Opens waiting for blocks at once; [1, 1000000]
     float max_detached_share = 0.5f;   // of the pool, per client's detached sessions; (0, 1]

@@ -71,6 +71,7 @@ TEST(ServerConfigTest, DefaultsAreTheDocumentedOnes) {
   EXPECT_EQ(c.sessions.offload_after, milliseconds(600'000));
   EXPECT_TRUE(c.sessions.restore_on_start);
   EXPECT_EQ(c.sessions.max_snapshot_bytes, int64_t{1} << 30);
+  EXPECT_EQ(c.sessions.max_transfers, 4);
   if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
     EXPECT_EQ(c.sessions.snapshot_dir, std::string(home) + "/.local/state/streamd/sessions");
   }
@@ -221,6 +222,8 @@ TEST(ServerConfigTest, BadValuesNameTheKeyAndTheLimit) {
               StartsWith("config: sessions.snapshot_interval = 2h is outside [0s, 1h]"));
   EXPECT_THAT(OverrideError({"--sessions.max_snapshot_bytes=1KiB"}),
               StartsWith("config: sessions.max_snapshot_bytes = 1KiB is outside [1MiB, 64GiB]"));
+  EXPECT_THAT(OverrideError({"--sessions.max_transfers=0"}),
+              StartsWith("config: sessions.max_transfers = 0 is outside [1, 1024]"));
   EXPECT_THAT(OverrideError({"--server.max_send_message_bytes=2GiB"}),
               StartsWith("config: server.max_send_message_bytes = 2GiB is outside [1KiB, 1GiB]"));
   EXPECT_THAT(OverrideError({"--sessions.default_sampling.top_p=0"}),
