@@ -15,6 +15,7 @@ StatusOr<EngineConfig> ToEngineConfig(const ServerConfig& config) {
   out.pool_fraction = e.kv_pool.fraction;
   out.planner.max_batch_tokens = e.max_batch_tokens;
   out.planner.max_batch_sessions = e.max_batch_sessions;
+  out.planner.shared_step_tokens = e.shared_step_tokens;
   out.threads = e.threads;
   out.max_chunk = e.max_chunk;
   out.max_sessions = s.max_sessions;

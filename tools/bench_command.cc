@@ -94,7 +94,7 @@ int BenchCommand(int argc, char** argv) {
   int64_t prompt_tokens = 512, gen_tokens = 128, reps = 5;
   std::string sessions_text;
   int64_t sinks = 4, max_batch_tokens = 512, decode_steps = 0;
-  int64_t flood = 100, max_batch_sessions = 16;
+  int64_t flood = 100, max_batch_sessions = 16, shared_step_tokens = 0;
   std::string window_text, tokens_seen_text = "10000,1000000", snapshot_every_text = "0", dir;
   std::string backend = "cpu", synthetic, plan;
   std::string reference_gbps_text, isa_name;
@@ -156,6 +156,9 @@ int BenchCommand(int argc, char** argv) {
   flags.Int("flood", &flood, 1, 4096, "--tenants: tenant A's busy sessions");
   flags.Int("max-batch-sessions", &max_batch_sessions, 1, 65536,
             "--tenants: the scheduler's session slots per step");
+  flags.Int("shared-step-tokens", &shared_step_tokens, 0, 65536,
+            "--tenants: also run the flood with steps of at most N tokens while both tenants "
+            "have work (engine.shared_step_tokens)");
   flags.String("tokens-seen", &tokens_seen_text,
                "--snapshot: comma-separated counts of tokens each session has seen");
   flags.String("dir", &dir,
@@ -212,6 +215,7 @@ int BenchCommand(int argc, char** argv) {
     t.source = {model_path, synthetic, backend};
     t.flood = flood;
     t.max_batch_sessions = max_batch_sessions;
+    t.shared_step_tokens = shared_step_tokens;
     t.max_batch_tokens = max_batch_tokens;
     t.prompt_tokens = flags.was_set("prompt-tokens") ? prompt_tokens : t.prompt_tokens;
     t.gen_tokens = flags.was_set("gen-tokens") ? gen_tokens : t.gen_tokens;
@@ -222,7 +226,7 @@ int BenchCommand(int argc, char** argv) {
     t.json = json;
     return RunTenantsBench(t);
   }
-  for (const char* name : {"flood", "max-batch-sessions"}) {
+  for (const char* name : {"flood", "max-batch-sessions", "shared-step-tokens"}) {
     if (flags.was_set(name)) {
       return Fail(InvalidArgumentError(std::string("--") + name + " needs --tenants"));
     }

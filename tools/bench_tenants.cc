@@ -27,13 +27,14 @@ const char* const kTenantsBenchDefinitions =
     "without end; once all of them decode, tenant B's one session appends P tokens and generates\n"
     "G (greedy). Runs, in turn within every repetition: alone (no A), full (max-batch-sessions - 1\n"
     "of A: a full step, not over-subscribed), flood (N of A), flood off (N of A, fair_tenants off:\n"
-    "the policy before tenants, on a second engine).\n"
+    "the policy before tenants, on a second engine), and with --shared-step-tokens N flood shared\n"
+    "(N of A on a third engine whose steps run at most N tokens while both tenants have work).\n"
     "  itl            = gaps between B's consecutive token events, p50/p90/p99\n"
     "  x alone        = B's itl over alone's in the same repetition, median over repetitions\n"
     "  x full         = the same over full's: what the flood adds to a full step's latency\n"
     "  ttft           = B's Generate to its first token\n"
     "  tok/s          = tokens of every session between B's first and last token, over that time\n"
-    "  goal           = flood's x alone (p50) <= 1.5";
+    "  goal           = flood's (and flood shared's) x alone (p50) <= 1.5";
 
 namespace {
 
@@ -181,7 +182,7 @@ StatusOr<TenantsRun> RunOnce(Engine& engine, int64_t n_flood, const SessionOptio
 struct RunKind {
   const char* name;
   int64_t flood;
-  bool fair;
+  size_t engine;  // 0: fair_tenants on, 1: off, 2: on with shared_step_tokens
 };
 
 }  // namespace
@@ -200,15 +201,21 @@ int RunTenantsBench(const TenantsBenchOptions& o) {
         " is over --max-batch-tokens = " + std::to_string(o.max_batch_tokens)));
   }
   if (o.reps < 1) return Fail(InvalidArgumentError("--reps must be >= 1"));
+  if (o.shared_step_tokens < 0 || o.shared_step_tokens > o.max_batch_tokens) {
+    return Fail(InvalidArgumentError(
+        "--shared-step-tokens = " + std::to_string(o.shared_step_tokens) +
+        " is outside [0, --max-batch-tokens = " + std::to_string(o.max_batch_tokens) + "]"));
+  }
 
-  // Two engines over two copies of the model: fair_tenants on and off.
-  std::unique_ptr<Engine> engines[2];
+  // Engines over copies of the model: fair_tenants on, off, and on with the shared cap.
+  const int n_engines = o.shared_step_tokens > 0 ? 3 : 2;
+  std::unique_ptr<Engine> engines[3];
   std::string model_name, device, backend_name;
   int64_t weight_bytes = 0;
   EngineConfig config;
   SessionOptions session;
   std::vector<std::vector<int32_t>> prompts;  // [0]: B's, [1 + i]: A's session i
-  for (int k = 0; k < 2; ++k) {
+  for (int k = 0; k < n_engines; ++k) {
     auto loaded = LoadBenchModel(o.source, /*with_tokenizer=*/true);
     if (!loaded.ok()) {
       return Fail(loaded.status(), o.source.synthetic.empty() ? o.source.model_path : "");
@@ -262,7 +269,8 @@ int RunTenantsBench(const TenantsBenchOptions& o) {
           BlockPool::BlockBytes(shape, config.block_size);
     }
     EngineConfig this_config = config;
-    this_config.planner.fair_tenants = k == 0;
+    this_config.planner.fair_tenants = k != 1;
+    if (k == 2) this_config.planner.shared_step_tokens = static_cast<int32_t>(o.shared_step_tokens);
     auto engine = Engine::Create(std::move(loaded->model), std::move(loaded->tokenizer),
                                  this_config);
     if (!engine.ok()) return Fail(engine.status());
@@ -273,12 +281,14 @@ int RunTenantsBench(const TenantsBenchOptions& o) {
   b_options.tenant = "b";
 
   const int64_t full = std::min(o.flood, std::max<int64_t>(0, o.max_batch_sessions - 1));
-  const std::vector<RunKind> kinds = {{"alone", 0, true},
-                                      {"full", full, true},
-                                      {"flood", o.flood, true},
-                                      {"flood, off", o.flood, false}};
+  std::vector<RunKind> kinds = {{"alone", 0, 0},
+                                {"full", full, 0},
+                                {"flood", o.flood, 0},
+                                {"flood, off", o.flood, 1}};
+  if (o.shared_step_tokens > 0) kinds.push_back({"flood, shared", o.flood, 2});
   // Warm-up: a short run on each engine pages the weights in and sizes the workspaces.
-  for (auto& engine : engines) {
+  for (int k = 0; k < n_engines; ++k) {
+    Engine* engine = engines[k].get();
     if (auto warm = RunOnce(*engine, 1, a_options, b_options, prompts, 3); !warm.ok()) {
       return Fail(warm.status());
     }
@@ -287,7 +297,7 @@ int RunTenantsBench(const TenantsBenchOptions& o) {
   for (int64_t rep = 0; rep < o.reps; ++rep) {
     for (size_t step = 0; step < kinds.size(); ++step) {
       const size_t k = rep % 2 == 0 ? step : kinds.size() - 1 - step;
-      Engine& engine = *engines[kinds[k].fair ? 0 : 1];
+      Engine& engine = *engines[kinds[k].engine];
       auto run = RunOnce(engine, kinds[k].flood, a_options, b_options, prompts, o.gen_tokens);
       if (!run.ok()) return Fail(run.status(), kinds[k].name);
       runs[k].push_back(*run);
@@ -303,7 +313,7 @@ int RunTenantsBench(const TenantsBenchOptions& o) {
               static_cast<long long>(o.sinks), static_cast<long long>(o.window),
               static_cast<long long>(o.max_batch_sessions),
               static_cast<long long>(o.max_batch_tokens), isa, static_cast<long long>(o.reps));
-  std::printf("%-11s %10s %26s %18s %18s %10s %10s %10s\n", "run", "A sessions",
+  std::printf("%-13s %10s %26s %18s %18s %10s %10s %10s\n", "run", "A sessions",
               "B itl p50/p90/p99 (ms)", "x alone p50/p90", "x full p50/p90", "B ttft ms",
               "A tokens", "tok/s");
   // Paired ratios of run k's B latency over run `base`'s, median over repetitions.
@@ -316,7 +326,7 @@ int RunTenantsBench(const TenantsBenchOptions& o) {
     return Median(x);
   };
   nlohmann::json results = nlohmann::json::array();
-  double flood_x = 0;
+  double flood_x = 0, shared_x = 0;
   for (size_t k = 0; k < kinds.size(); ++k) {
     TenantsRun m = MedianOfRuns(runs[k], [](TenantsRun& r) { return Fields(r); });
     const double x_p50 = paired(k, 0, &TenantsRun::itl_ms_p50);
@@ -324,14 +334,16 @@ int RunTenantsBench(const TenantsBenchOptions& o) {
     const double f_p50 = paired(k, 1, &TenantsRun::itl_ms_p50);
     const double f_p90 = paired(k, 1, &TenantsRun::itl_ms_p90);
     if (k == 2) flood_x = x_p50;
-    std::printf("%-11s %10lld %8.2f %8.2f %8.2f %9.2f %8.2f %9.2f %8.2f %10.1f %10.0f %10.1f\n",
+    if (k == 4) shared_x = x_p50;
+    std::printf("%-13s %10lld %8.2f %8.2f %8.2f %9.2f %8.2f %9.2f %8.2f %10.1f %10.0f %10.1f\n",
                 kinds[k].name, static_cast<long long>(kinds[k].flood), m.itl_ms_p50,
                 m.itl_ms_p90, m.itl_ms_p99, x_p50, x_p90, f_p50, f_p90, m.ttft_ms,
                 m.flood_tokens, m.tokens_per_s);
     nlohmann::json row = ToJson(m);
     row["run"] = kinds[k].name;
     row["a_sessions"] = kinds[k].flood;
-    row["fair_tenants"] = kinds[k].fair;
+    row["fair_tenants"] = kinds[k].engine != 1;
+    row["shared_step_tokens"] = kinds[k].engine == 2 ? o.shared_step_tokens : 0;
     row["x_alone_p50"] = x_p50;
     row["x_alone_p90"] = x_p90;
     row["x_full_p50"] = f_p50;
@@ -346,6 +358,12 @@ int RunTenantsBench(const TenantsBenchOptions& o) {
               "over in a full step: %.2fx (%.2fx with fair_tenants off)\n",
               flood_x, goal_met ? "met" : "not met", paired(2, 1, &TenantsRun::itl_ms_p50),
               paired(3, 1, &TenantsRun::itl_ms_p50));
+  const bool shared_met = shared_x > 0 && shared_x <= 1.5;
+  if (o.shared_step_tokens > 0) {
+    std::printf("goal with --shared-step-tokens %lld: %.2fx alone, %s\n",
+                static_cast<long long>(o.shared_step_tokens), shared_x,
+                shared_met ? "met" : "not met");
+  }
   if (o.json) {
     const nlohmann::json out = {{"model", model_name},
                                 {"backend", backend_name},
@@ -363,6 +381,8 @@ int RunTenantsBench(const TenantsBenchOptions& o) {
                                 {"reps", o.reps},
                                 {"goal_x_alone", 1.5},
                                 {"goal_met", goal_met},
+                                {"shared_step_tokens", o.shared_step_tokens},
+                                {"shared_goal_met", shared_met},
                                 {"results", results}};
     std::cout << out.dump() << std::endl;
   }

@@ -10,6 +10,9 @@
 //               over-subscribed (what B's latency costs when the batch is as large as it gets)
 //   flood       B beside N of A's sessions, tenants on (PlannerConfig::fair_tenants)
 //   flood, off  the same on a second engine with fair_tenants off (the policy before tenants)
+//   flood, shared  with --shared-step-tokens N only: the flood on a third engine whose steps
+//               run at most N tokens while both tenants have work
+//               (PlannerConfig::shared_step_tokens)
 // Ratios are paired: the median over repetitions of (that run's figure) / (alone's, or full's,
 // figure in the same repetition). On a CPU a full step of S sessions costs several times a
 // one-session step, so x alone mixes the batch's cost into the figure; x full (flood over
@@ -32,6 +35,7 @@ struct TenantsBenchOptions {
   int64_t window = 252;
   int64_t max_batch_tokens = 512;
   int64_t max_batch_sessions = 16;  // < flood + 1, so the flood over-subscribes every step
+  int64_t shared_step_tokens = 0;   // > 0: the "flood, shared" run with this cap
   int64_t reps = 5;
   bool json = false;
 };

@@ -48,6 +48,11 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<ModelBackend> m
   if (config.planner.max_batch_tokens < 1 || config.planner.max_batch_sessions < 1) {
     return InvalidArgumentError("max_batch_tokens and max_batch_sessions must be >= 1");
   }
+  if (config.planner.shared_step_tokens < 0) {
+    return InvalidArgumentError("shared_step_tokens = " +
+                                std::to_string(config.planner.shared_step_tokens) +
+                                " must be >= 0 (0 = off)");
+  }
   if (config.prefill_headroom_blocks < -1) {
     return InvalidArgumentError("prefill_headroom_blocks = " +
                                 std::to_string(config.prefill_headroom_blocks) +

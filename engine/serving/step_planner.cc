@@ -123,7 +123,12 @@ std::vector<PlannedChunk> StepPlanner::Plan(const std::vector<SessionWork>& work
     }
   };
   int64_t budget = config_.max_batch_tokens;
-  const size_t cap = static_cast<size_t>(std::max(1, config_.max_batch_sessions));
+  size_t cap = static_cast<size_t>(std::max(1, config_.max_batch_sessions));
+  if (config_.shared_step_tokens > 0 && tenants_.size() > 1) {  // tenants_: those with work
+    budget = std::min<int64_t>(budget, config_.shared_step_tokens);
+    cap = std::min(cap, static_cast<size_t>(config_.shared_step_tokens));
+  }
+  const int64_t step_budget = budget;
   // When appends wait, decoders leave them a share (1/8 of the budget, one session slot), so
   // prefill progresses even when decoders alone would fill every step.
   const auto [decode_cap, decode_budget] = DecodeLimits(cap, budget, !prefills_.empty());
@@ -184,7 +189,7 @@ std::vector<PlannedChunk> StepPlanner::Plan(const std::vector<SessionWork>& work
   const bool prefill_contended = prefills_.size() > cap - plan.size() || asked > budget;
   EnterLane(kPrefill, work, prefills_, prefill_contended);
   if (prefill_contended) {
-    Deal(kPrefill, work, prefills_, config_.max_batch_tokens, take_prefill, full_chunk);
+    Deal(kPrefill, work, prefills_, step_budget, take_prefill, full_chunk);
   } else {
     for (uint32_t i : prefills_) {
       if (take_prefill(i) < 0) break;

@@ -34,6 +34,13 @@
 // lanes, the least recently served tenant's longest-waiting session of either lane takes it.
 // PlannerConfig::fair_tenants = false puts every session in one tenant (the policy before
 // tenants, step for step; benchmarks compare the two).
+// Latency while tenants share: on a CPU a step costs in proportion to its tokens, so a tenant's
+// one session decoding beside another tenant's full steps waits for the whole step at every
+// token (~4x its latency alone at 16 tokens). PlannerConfig::shared_step_tokens, when set,
+// is the step's token budget (and session cap) whenever sessions of more than one tenant have
+// work: each tenant's inter-token latency then stays near what it is alone, and the engine's
+// throughput drops to what steps of that size give, only while tenants share it. A step with
+// work of one tenant (or fair_tenants off) plans exactly as without it.
 #pragma once
 
 #include <array>
@@ -52,6 +59,9 @@ struct PlannerConfig {
   int32_t max_batch_tokens = 512;
   int32_t max_batch_sessions = 256;
   bool fair_tenants = true;  // false: SessionWork::tenant is ignored (one tenant)
+  // The token budget and session cap of a step while more than one tenant has work; 0 = none
+  // (max_batch_tokens and max_batch_sessions). Above.
+  int32_t shared_step_tokens = 0;
 };
 
 struct SessionWork {

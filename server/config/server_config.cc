@@ -203,6 +203,12 @@ std::optional<KeyError> CheckKeysAndCombinations(const ServerConfig& c) {
                         " is above engine.max_batch_tokens = " + n(e.max_batch_tokens) +
                         " (a chunk must fit in one step)"};
   }
+  if (e.shared_step_tokens > e.max_batch_tokens) {
+    return KeyError{"engine.shared_step_tokens",
+                    "engine.shared_step_tokens = " + n(e.shared_step_tokens) +
+                        " is above engine.max_batch_tokens = " + n(e.max_batch_tokens) +
+                        " (it can only make steps smaller)"};
+  }
   if ((e.kv_pool.bytes > 0) == (e.kv_pool.fraction > 0.0)) {
     return KeyError{"engine.kv_pool", "engine.kv_pool must set exactly one of bytes and fraction"};
   }

@@ -119,6 +119,8 @@ struct ServerConfig {
     int32_t max_batch_tokens = 512;    // tokens per forward pass; [1, 65536]
     int32_t max_batch_sessions = 256;  // sessions per forward pass; [1, max_batch_tokens]
     int32_t max_chunk = 256;  // prefill tokens of one session per step; [1, max_batch_tokens]
+    // A step's token budget while more than one tenant has work; 0 = none; [0, max_batch_tokens]
+    int32_t shared_step_tokens = 0;
     bool operator==(const Engine&) const = default;
   } engine;
 

@@ -260,6 +260,9 @@ TEST(ServerConfigTest, CrossFieldChecks) {
                          "server.max_receive_message_bytes = 512KiB"));
   EXPECT_THAT(OverrideError({"--engine.max_chunk=1024"}),
               StartsWith("config: engine.max_chunk = 1024 is above engine.max_batch_tokens = 512"));
+  EXPECT_THAT(
+      OverrideError({"--engine.shared_step_tokens=513"}),
+      StartsWith("config: engine.shared_step_tokens = 513 is above engine.max_batch_tokens = 512"));
   EXPECT_THAT(OverrideError({"--engine.max_batch_sessions=600"}),
               StartsWith("config: engine.max_batch_sessions = 600 is above "
                          "engine.max_batch_tokens = 512"));
