@@ -127,20 +127,34 @@ Status ReadCacheKvTo(const SessionCache& cache, uint16_t* out) {
     });
     return OkStatus();
   }
+  // The runs first, then one pass per (layer, K/V, head) over them: `out` is then written front
+  // to back (each pass fills one contiguous [tokens][head_dim] stretch), which streams at
+  // memory speed where block-major order scattered 2-KiB writes over the whole image.
+  struct Run {
+    int32_t block;
+    int32_t slot;
+    int64_t listed, index, tokens;
+  };
+  thread_local std::vector<Run> runs;
+  runs.clear();
   ForEachRun(cache, [&](int32_t block, int64_t listed, int32_t slot, int64_t index, int64_t run) {
-    for (int32_t layer = 0; layer < l.n_layers; ++layer) {
-      const uint16_t* base = pool.host_accessible()
-                                 ? pool.layer_data(layer)
-                                 : staged.data() + listed * block_run + layer * l.block_elems();
-      const int32_t at = pool.host_accessible() ? block : 0;
-      for (int32_t kv = 0; kv < 2; ++kv) {
-        for (int32_t h = 0; h < l.n_kv_heads; ++h) {
-          std::copy_n(base + l.Offset(at, kv, h, slot), run * l.head_dim,
-                      out + layout.Offset(layer, kv, h, index));
+    runs.push_back({block, slot, listed, index, run});
+  });
+  for (int32_t layer = 0; layer < l.n_layers; ++layer) {
+    for (int32_t kv = 0; kv < 2; ++kv) {
+      for (int32_t h = 0; h < l.n_kv_heads; ++h) {
+        uint16_t* dest = out + layout.Offset(layer, kv, h, 0);
+        for (const Run& r : runs) {
+          const uint16_t* base =
+              pool.host_accessible()
+                  ? pool.layer_data(layer) + l.Offset(r.block, kv, h, r.slot)
+                  : staged.data() + r.listed * block_run + layer * l.block_elems() +
+                        l.Offset(0, kv, h, r.slot);
+          std::copy_n(base, r.tokens * l.head_dim, dest + r.index * l.head_dim);
         }
       }
     }
-  });
+  }
   return OkStatus();
 }
 

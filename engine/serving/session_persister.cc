@@ -217,14 +217,15 @@ Status SessionPersister::WriteNow(SessionId id, bool* skipped) {
   // The K/V are gathered from the pool straight into the snapshot's KV section.
   STREAMD_RETURN_IF_ERROR(engine_.CaptureInto(id, &scratch_, [this](const SessionState& meta) {
     const size_t size = EncodedSnapshotSizeForKv(meta, context_);
-    if (encoded_.size() < size) encoded_.resize(size);  // grows once, then is reused
+    encoded_.Reserve(size);  // grows once, then is reused
     return reinterpret_cast<uint16_t*>(encoded_.data() + SnapshotKvOffset(meta, context_));
   }));
   const SessionState& state = scratch_;
-  STREAMD_ASSIGN_OR_RETURN(const size_t encoded,
-                           EncodeSnapshotAroundKv(state, context_, std::span<uint8_t>(encoded_)));
+  STREAMD_ASSIGN_OR_RETURN(
+      const size_t encoded,
+      EncodeSnapshotAroundKv(state, context_, {encoded_.data(), encoded_.capacity()}));
   const std::span<const uint8_t> bytes(encoded_.data(), encoded);
-  const Status written = store_->Write(id, bytes);
+  const Status written = store_->Write(id, encoded_, encoded);
   if (!written.ok()) {
     if (hooks_.on_write_failed) hooks_.on_write_failed(id, written);
     return written;

@@ -168,7 +168,7 @@ class SessionPersister {
   // Reused by every write (guarded by write_mu_) and every load (load_mu_): a session's K/V
   // are megabytes, and fresh buffers would fault in and zero-fill every page, each time.
   SessionState scratch_;
-  std::vector<uint8_t> encoded_;
+  PageAlignedBuffer encoded_;  // written with direct I/O (SnapshotStore::Write)
   std::mutex load_mu_;
   std::vector<uint8_t> read_buffer_;
   mutable std::mutex mu_;

@@ -124,6 +124,10 @@ Status SnapshotStore::Write(SessionId id, std::span<const uint8_t> bytes) {
   return WriteFileAtomically(PathOf(id), bytes, 0600);
 }
 
+Status SnapshotStore::Write(SessionId id, PageAlignedBuffer& buffer, size_t size) {
+  return WriteFileAtomically(PathOf(id), buffer, size, 0600);
+}
+
 StatusOr<std::vector<uint8_t>> SnapshotStore::Read(SessionId id, int64_t max_bytes) const {
   std::vector<uint8_t> out;
   STREAMD_ASSIGN_OR_RETURN(const size_t n, ReadFile(PathOf(id), max_bytes, true, &out));

@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/util/page_aligned_buffer.h"
 #include "engine/util/session_id.h"
 #include "engine/util/status.h"
 
@@ -44,6 +45,9 @@ class SnapshotStore {
 
   // Atomically replaces the snapshot of `id` with `bytes` (see above).
   Status Write(SessionId id, std::span<const uint8_t> bytes);
+  // The same with the first `size` bytes of `buffer`, written with direct I/O where the file
+  // system takes it (engine/util/atomic_file.h): the daemon's writes, off the page cache.
+  Status Write(SessionId id, PageAlignedBuffer& buffer, size_t size);
   // NOT_FOUND when there is none; files over max_bytes are refused (OUT_OF_RANGE).
   StatusOr<std::vector<uint8_t>> Read(SessionId id, int64_t max_bytes = int64_t{4} << 30) const;
   // Reads the snapshot of `id` into *buffer, which only grows (a loader that reads snapshot

@@ -3,12 +3,19 @@
 // failure's code.
 #include "engine/util/atomic_file.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -46,6 +53,69 @@ TEST(AtomicFileTest, WritesAndReplacesWholeWithNothingLeftBehind) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   EXPECT_EQ(Entries(dir), 2) << "a temporary file was left behind";
   std::filesystem::remove_all(dir);
+}
+
+// Pages of `path` in the page cache (mincore over a mapping of it).
+size_t ResidentPages(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return 0;
+  struct stat st{};
+  ::fstat(fd, &st);
+  size_t resident = 0;
+  if (st.st_size > 0) {
+    void* map = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
+    if (map != MAP_FAILED) {
+      std::vector<unsigned char> pages((static_cast<size_t>(st.st_size) + 4095) / 4096);
+      if (::mincore(map, static_cast<size_t>(st.st_size), pages.data()) == 0) {
+        for (unsigned char p : pages) resident += p & 1;
+      }
+      ::munmap(map, static_cast<size_t>(st.st_size));
+    }
+  }
+  ::close(fd);
+  return resident;
+}
+
+// The direct-I/O path (PageAlignedBuffer): every length, page multiple or not, gives a file of
+// exactly those bytes, the buffer's tail up to the page boundary is zeroed, nothing temporary is
+// left; on /dev/shm (tmpfs, which may refuse O_DIRECT) the fallback gives the same. On ext4 and
+// XFS, which take direct I/O, the file's pages stay out of the page cache.
+TEST(AtomicFileTest, DirectWritesGiveExactlyTheBytesOnEveryFileSystem) {
+  std::mt19937 rng(::getpid());
+  for (const std::string& base : {testing::TempDir(), std::string("/dev/shm")}) {
+    if (!std::filesystem::is_directory(base)) continue;
+    const std::string dir = base + "/atomic_direct_" + std::to_string(::getpid());
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    struct statfs fs{};
+    ASSERT_EQ(::statfs(dir.c_str(), &fs), 0);
+    const bool takes_direct_io = fs.f_type == 0xEF53 /* ext4 */ || fs.f_type == 0x58465342 /* xfs */;
+    PageAlignedBuffer buffer;
+    for (const size_t size : {size_t{0}, size_t{1}, size_t{4095}, size_t{4096}, size_t{4097},
+                              size_t{(1 << 20) + 3}, size_t{100}}) {
+      SCOPED_TRACE(dir + ", " + std::to_string(size) + " bytes");
+      buffer.Reserve(std::max<size_t>(size, 1));
+      ASSERT_EQ(reinterpret_cast<uintptr_t>(buffer.data()) % PageAlignedBuffer::kAlignment, 0u);
+      std::memset(buffer.data(), 0xAB, buffer.capacity());  // stale bytes past `size`
+      std::string want(size, '\0');
+      for (char& c : want) c = static_cast<char>(rng());
+      std::memcpy(buffer.data(), want.data(), size);
+      const std::string path = dir + "/f.snap";
+      const Status s = WriteFileAtomically(path, buffer, size, 0600);
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      if (takes_direct_io && size > 0) {  // before anything reads it
+        EXPECT_EQ(ResidentPages(path), 0u) << "written through the page cache, not directly";
+      }
+      EXPECT_EQ(Contents(path), want);
+      for (size_t i = size; i < PageAlignedBuffer::RoundUp(size); ++i) {
+        ASSERT_EQ(buffer.data()[i], 0) << "byte " << i << " of the written page is not zeroed";
+      }
+      EXPECT_EQ(Entries(dir), 1) << "a temporary file was left behind";
+    }
+    EXPECT_EQ(WriteFileAtomically(dir + "/g", buffer, buffer.capacity() + 1).code(),
+              StatusCode::kInvalidArgument);
+    std::filesystem::remove_all(dir);
+  }
 }
 
 TEST(AtomicFileTest, AMissingDirectoryIsNotFoundNamingThePath) {
