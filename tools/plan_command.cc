@@ -24,8 +24,9 @@ void PrintPlan(const PlanFile& file) {
               p.model_fingerprint.c_str(), p.model_path.c_str());
   std::printf("  hardware %s\n", p.hardware.Describe().c_str());
   const CpuTuning& t = p.tuning;
-  std::printf("choices\n  threads %d\n  attention: one task per token from %d tokens per thread\n",
-              t.threads, t.attention_batch_factor);
+  std::printf("choices\n  threads %d\n  attention: one task per token from %d tokens per thread\n"
+              "  attention: keys prefetched %d blocks ahead\n",
+              t.threads, t.attention_batch_factor, t.attention_prefetch_runs);
   for (int b = 0; b < kTokenBuckets; ++b) {
     const RowSplit& s = t.split[static_cast<size_t>(b)];
     std::printf("  split %s tokens: %d items per thread, %lld..%lld rows per item\n",

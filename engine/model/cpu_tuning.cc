@@ -60,6 +60,11 @@ Status ValidateCpuTuning(const CpuTuning& t) {
     return OutOfRange("tuning.attention_batch_factor", t.attention_batch_factor,
                       "is outside [1, 1048576]");
   }
+  if (t.attention_prefetch_runs < 0 ||
+      t.attention_prefetch_runs > kernels::cpu::kMaxPrefetchRuns) {
+    return OutOfRange("tuning.attention_prefetch_runs", t.attention_prefetch_runs,
+                      "is outside [0, " + std::to_string(kernels::cpu::kMaxPrefetchRuns) + "]");
+  }
   std::set<std::tuple<int, int64_t, int64_t, int32_t>> seen;
   for (size_t i = 0; i < t.isa.size(); ++i) {
     const ShapeIsa& s = t.isa[i];

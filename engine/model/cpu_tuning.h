@@ -15,6 +15,7 @@
 
 #include "engine/util/status.h"
 #include "kernels/cpu/matmul.h"
+#include "kernels/cpu/paged_attention.h"
 
 namespace streamd {
 
@@ -62,6 +63,10 @@ struct CpuTuning {
   // (all its KV heads) instead of one per (token, KV head): fewer, longer tasks once there are
   // enough of them to keep every thread busy.
   int32_t attention_batch_factor = 4;
+  // How many blocks of keys the attention's score pass asks the memory for ahead of the one it
+  // scores (kernels::cpu::PagedAttentionGroup's prefetch_runs; 0: none); any value gives the
+  // same result bit for bit.
+  int32_t attention_prefetch_runs = kernels::cpu::kDefaultPrefetchRuns;
   // Per product shape and bucket; a shape or bucket not listed runs at the active level.
   std::vector<ShapeIsa> isa;
 
@@ -74,7 +79,7 @@ struct CpuTuning {
 
 // Checks every field (threads in [0, 4096], items_per_thread in [1, 64], min_rows and max_rows
 // positive multiples of kRowQuantum with min <= max <= 1 << 20, attention_batch_factor in
-// [1, 1 << 20], buckets in range, shapes positive, no shape and bucket listed twice, levels
+// [1, 1 << 20], attention_prefetch_runs in [0, kernels::cpu::kMaxPrefetchRuns], buckets in range, shapes positive, no shape and bucket listed twice, levels
 // known, activation bits 12, or 8 for a quantized type). Errors name the field ("tuning.split[2].max_rows") and the limit.
 Status ValidateCpuTuning(const CpuTuning& tuning);
 

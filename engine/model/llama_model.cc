@@ -408,12 +408,13 @@ Status LlamaModel::Execute(const StepPlan& plan, float* logits) {
         if (kv_scales == nullptr) {
           kernels::cpu::PagedAttentionGroup(layout, layer_kv, ws.tables[plan.seq_of[t]],
                                             plan.position[t], g, group, q, q_sink, scale, scores,
-                                            &ws.attn[first]);
+                                            &ws.attn[first], tuning_.attention_prefetch_runs);
         } else {
           kernels::cpu::PagedAttentionGroupI8(layout, layer_kv_i8, kv_scales->scales(l, 0),
                                               kv_scales->scales(l, 1), ws.tables[plan.seq_of[t]],
                                               plan.position[t], g, group, q, q_sink, scale,
-                                              scores, &ws.attn[first]);
+                                              scores, &ws.attn[first],
+                                              tuning_.attention_prefetch_runs);
         }
       }
     });

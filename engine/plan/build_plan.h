@@ -18,7 +18,7 @@
 namespace streamd {
 
 // 2: the manifest gained kv_cache.
-inline constexpr int32_t kPlanFormatVersion = 2;
+inline constexpr int32_t kPlanFormatVersion = 3;
 
 // One number the build measured: a candidate's time, a step time with and without the plan,
 // a perplexity. `what` says what was measured in words ("decode step, 16 sessions, tuned").

@@ -141,6 +141,7 @@ class Tuner {
     if (!o_.numerics_exact_only) STREAMD_RETURN_IF_ERROR(TuneIsaPerShape());
     STREAMD_RETURN_IF_ERROR(TuneThreads());
     STREAMD_RETURN_IF_ERROR(TuneAttentionGrouping());
+    STREAMD_RETURN_IF_ERROR(TuneAttentionPrefetch());
     for (int b = 0; b < kTokenBuckets; ++b) STREAMD_RETURN_IF_ERROR(TuneSplit(b));
     STREAMD_RETURN_IF_ERROR(model_.ApplyTuning(result_.tuning));
     return std::move(result_);
@@ -228,6 +229,20 @@ class Tuner {
     STREAMD_ASSIGN_OR_RETURN(StepTimer * chunk, workloads_.Get(1, kPrefillProbeTokens));
     return Decide("attention grouping factor", candidates, labels, {eight, sixteen, chunk})
         .status();
+  }
+
+  Status TuneAttentionPrefetch() {
+    std::vector<CpuTuning> candidates{result_.tuning};
+    std::vector<std::string> labels{std::to_string(result_.tuning.attention_prefetch_runs)};
+    for (int32_t runs : {0, 1, 2, 3, 4, 6}) {
+      if (runs == result_.tuning.attention_prefetch_runs) continue;
+      candidates.push_back(result_.tuning);
+      candidates.back().attention_prefetch_runs = runs;
+      labels.push_back(std::to_string(runs));
+    }
+    STREAMD_ASSIGN_OR_RETURN(StepTimer * one, workloads_.Get(1, 1));
+    STREAMD_ASSIGN_OR_RETURN(StepTimer * sixteen, workloads_.Get(16, 1));
+    return Decide("attention prefetch blocks", candidates, labels, {one, sixteen}).status();
   }
 
   // One knob of the bucket's split at a time (items per thread, then the largest and the

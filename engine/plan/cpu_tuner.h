@@ -13,8 +13,10 @@
 //      another level rounds differently (the build's eval gate judges these);
 //   2. worker threads, on decode steps of 1 and 16 sessions (kept when others loaded the machine);
 //   3. the attention grouping factor, on decode steps of 8 and 16 sessions and a prefill chunk;
-//   4. the row split of each token bucket, on a step whose products fall in that bucket.
-// Stages 2-4 leave logits bit for bit unchanged (llama_model_tuning_test.cc).
+//   4. the attention's prefetch distance (blocks of keys asked for ahead), on decode steps of 1
+//      and 16 sessions, where the K/V mostly come from DRAM;
+//   5. the row split of each token bucket, on a step whose products fall in that bucket.
+// Stages 2-5 leave logits bit for bit unchanged (llama_model_tuning_test.cc).
 #pragma once
 
 #include <chrono>

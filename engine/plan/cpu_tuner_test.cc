@@ -3,6 +3,7 @@
 // plan file to a model, a version and this machine.
 #include "engine/plan/cpu_tuner.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 
@@ -82,8 +83,12 @@ TEST(CpuTunerTest, NumericsExactTuningIsValidAppliedAndChangesNoLogit) {
   EXPECT_TRUE(result->tuning.isa.empty()) << "numerics-exact tuning chose a level per shape";
   EXPECT_EQ((*model)->tuning(), result->tuning) << "the result is not the applied tuning";
   EXPECT_THAT(result->tuning.threads, ::testing::AnyOf(1, 2));
-  // Every comparison was logged and measured: threads, attention grouping, 3 knobs x 5 buckets.
-  EXPECT_GE(lines.size(), 2u + 3u * kTokenBuckets);
+  // Every comparison was logged and measured: threads, attention grouping and prefetch, 3 knobs
+  // x 5 buckets.
+  EXPECT_GE(lines.size(), 3u + 3u * kTokenBuckets);
+  EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
+    return l.rfind("attention prefetch blocks:", 0) == 0;
+  }));
   EXPECT_FALSE(result->measurements.empty());
   for (const PlanMeasurement& m : result->measurements) {
     if (m.unit == "%") {

@@ -73,6 +73,7 @@ std::string DescribePlan(const PlanFile& file) {
                      std::to_string(static_cast<int64_t>(p.build_seconds + 0.5)) + " s; " +
                      std::to_string(t.threads) + " threads, attention grouping from " +
                      std::to_string(t.attention_batch_factor) + " tokens per thread, " +
+                     "prefetch " + std::to_string(t.attention_prefetch_runs) + " blocks ahead, " +
                      std::to_string(t.isa.size()) + " kernel choices per shape, splits";
   for (int b = 0; b < kTokenBuckets; ++b) {
     const RowSplit& s = t.split[static_cast<size_t>(b)];

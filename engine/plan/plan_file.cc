@@ -159,6 +159,7 @@ json TuningJson(const CpuTuning& t) {
   }
   return {{"threads", t.threads},
           {"attention_batch_factor", t.attention_batch_factor},
+          {"attention_prefetch_runs", t.attention_prefetch_runs},
           {"split", split},
           {"isa", isa}};
 }
@@ -169,6 +170,8 @@ StatusOr<CpuTuning> ParseTuning(const json& j) {
   STREAMD_RETURN_IF_ERROR(f.Integer("threads", &t.threads, 0, 4096));
   STREAMD_RETURN_IF_ERROR(
       f.Integer("attention_batch_factor", &t.attention_batch_factor, 1, 1 << 20));
+  STREAMD_RETURN_IF_ERROR(f.Integer("attention_prefetch_runs", &t.attention_prefetch_runs, 0,
+                                    kernels::cpu::kMaxPrefetchRuns));
   STREAMD_ASSIGN_OR_RETURN(const json* split, f.Array("split", kTokenBuckets));
   if (split->size() != kTokenBuckets) {
     return InvalidArgumentError("tuning.split has " + std::to_string(split->size()) +

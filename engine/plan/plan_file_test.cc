@@ -37,6 +37,7 @@ BuildPlan SamplePlan() {
   p.build_seconds = 12.5;
   p.tuning.threads = 6;
   p.tuning.attention_batch_factor = 8;
+  p.tuning.attention_prefetch_runs = 5;
   p.tuning.split[3] = {4, 48, 1536};
   p.tuning.isa.push_back({WeightType::kQ4_1, 576, 576, 2, Isa::kAvx2});
   p.tuning.isa.push_back({WeightType::kQ8_0, 49152, 576, 4, Isa::kAmx});
@@ -119,6 +120,10 @@ TEST(PlanFileTest, ErrorsNameTheReason) {
   bad.tuning.split[1].max_rows = 50;  // not a multiple of kRowQuantum
   EXPECT_THAT(ParsePlanBytes(SerializePlan(bad, SampleWeights(10))).status().message(),
               HasSubstr("tuning.split[1].max_rows"));
+  BuildPlan far = SamplePlan();
+  far.tuning.attention_prefetch_runs = kernels::cpu::kMaxPrefetchRuns + 1;
+  EXPECT_THAT(ParsePlanBytes(SerializePlan(far, SampleWeights(10))).status().message(),
+              HasSubstr("tuning.attention_prefetch_runs"));
   // The weights' layout must name the parts they hold.
   BuildPlan no_vnni = SamplePlan();
   no_vnni.weights_layout = "amx-packed";
@@ -168,7 +173,7 @@ TEST(PlanFileTest, APlanIsBoundToModelVersionAndHardware) {
 
 // ---- a plan's choices applied to a model ------------------------------------------------------
 
-TEST(PlanTuningTest, SplitsAndAttentionGroupingLeaveLogitsBitIdentical) {
+TEST(PlanTuningTest, SplitsAttentionGroupingAndPrefetchLeaveLogitsBitIdentical) {
   auto model = MakeSyntheticModel(QuantSpec());
   ASSERT_TRUE(model.ok()) << model.status().message();
   const std::vector<int32_t> tokens = RandomTokens((*model)->config().vocab_size, 60);
@@ -180,6 +185,11 @@ TEST(PlanTuningTest, SplitsAndAttentionGroupingLeaveLogitsBitIdentical) {
   ASSERT_TRUE((*model)->ApplyTuning(t).ok());
   EXPECT_EQ((*model)->threads(), 3);
   EXPECT_EQ(Logits(**model, tokens), before);  // the same arithmetic, cut differently
+  for (int32_t runs : {0, 1, kernels::cpu::kMaxPrefetchRuns}) {
+    t.attention_prefetch_runs = runs;
+    ASSERT_TRUE((*model)->ApplyTuning(t).ok());
+    EXPECT_EQ(Logits(**model, tokens), before) << "prefetch_runs " << runs;
+  }
 }
 
 CpuTuning EveryShapeAt(const LlamaModel& model, Isa isa) {
@@ -282,6 +292,10 @@ TEST(PlanTuningTest, BadTuningIsRefusedWholeAndNamesTheField) {
   CpuTuning t;
   t.split[2].items_per_thread = 0;
   EXPECT_THAT((*model)->ApplyTuning(t).message(), HasSubstr("tuning.split[2].items_per_thread"));
+  CpuTuning prefetch;
+  prefetch.attention_prefetch_runs = -1;
+  EXPECT_THAT((*model)->ApplyTuning(prefetch).message(),
+              HasSubstr("tuning.attention_prefetch_runs = -1 is outside [0, 8]"));
   CpuTuning unknown;
   unknown.threads = 5;
   unknown.isa.push_back({WeightType::kQ4_0, 4096, 4096, 0, Isa::kAvx2});

@@ -82,12 +82,11 @@ class SlicedPrefetch {
   int64_t step_ = 0;
 };
 
-// Runs of keys the score pass asks for ahead of the one it scores. Measured on the decode
-// bench's attention alone (16 sessions x 30 layers of SmolLM2, window 192, one thread, 72 MB of
-// K and V per step, 4 KiB pages): 7.3 ms per step without prefetches, 6.0 with 2 runs ahead and
-// this run's V; 1 or 4 runs ahead, V further ahead, or only the first 4 lines of each run (for
-// the hardware prefetcher to follow) were no better.
-constexpr int kPrefetchRuns = 2;
+// The default of kDefaultPrefetchRuns (paged_attention.h), measured on the decode bench's
+// attention alone (16 sessions x 30 layers of SmolLM2, window 192, one thread, 72 MB of K and V
+// per step, 4 KiB pages, Sapphire Rapids): 7.3 ms per step without prefetches, 6.0 with 2 runs
+// ahead and this run's V; 1 or 4 runs ahead, V further ahead, or only the first 4 lines of each
+// run (for the hardware prefetcher to follow) were no better there.
 
 // The score and value passes over rows of T: DotRowsF16 / AxpyRowsF16 for f16 rows, the int8
 // ones for int8 rows.
@@ -111,17 +110,18 @@ void AxpyRows(const float* w, int64_t ldw, int64_t n_q, const int8_t* v, int64_t
 template <class T>
 void AttendGroup(const KvPoolLayout& layout, const T* layer_kv, const SinkWindowTable& table,
                  int64_t p, int32_t kv_head, int32_t n_q, const float* q_window,
-                 const float* q_sink, float scale, float* scratch, float* out) {
+                 const float* q_sink, float scale, float* scratch, float* out,
+                 int32_t prefetch_runs) {
   const int32_t hd = layout.head_dim;
   const int64_t n_keys = table.VisibleSinks(p) + (p - table.WindowStart(p) + 1);
 
   // Pass 1: scores, scratch [n_q, n_keys]: per query the sinks first, then the window. A run's
   // keys are contiguous rows of a block; each block is a separate stretch of memory (2 KiB of K
   // for one head at B = 16, hd = 64) too short for the hardware prefetcher to pick up, so the K
-  // rows kPrefetchRuns runs ahead and this run's V rows (for pass 2) are asked for explicitly.
+  // rows prefetch_runs runs ahead and this run's V rows (for pass 2) are asked for explicitly.
   KeyRuns<T> ahead(layout, layer_kv, table, kv_head, p);
   Run<T> a;
-  for (int i = 0; i < kPrefetchRuns && ahead.Next(&a); ++i) {
+  for (int i = 0; i < prefetch_runs && ahead.Next(&a); ++i) {
     SlicedPrefetch(a.k, a.n * hd, 1).Next();
   }
   KeyRuns<T> runs(layout, layer_kv, table, kv_head, p);
@@ -135,9 +135,11 @@ void AttendGroup(const KvPoolLayout& layout, const T* layer_kv, const SinkWindow
     const int64_t slices = (r.n + key_group - 1) / key_group;
     // Asked for a slice at a time between groups of keys, not as one burst: a prefetch waits
     // for a free fill buffer, and a burst of 64 lines held up the scoring behind it.
-    SlicedPrefetch k_ahead = ahead.Next(&a) ? SlicedPrefetch(a.k, a.n * hd, slices)
-                                            : SlicedPrefetch();
-    SlicedPrefetch v_now(r.v, r.n * hd, slices);
+    SlicedPrefetch k_ahead = prefetch_runs > 0 && ahead.Next(&a)
+                                 ? SlicedPrefetch(a.k, a.n * hd, slices)
+                                 : SlicedPrefetch();
+    SlicedPrefetch v_now =
+        prefetch_runs > 0 ? SlicedPrefetch(r.v, r.n * hd, slices) : SlicedPrefetch();
     for (int64_t g = 0; g < r.n; g += key_group) {
       k_ahead.Next();
       v_now.Next();
@@ -179,15 +181,16 @@ int8_t QuantizeI8(float x, float inv_scale) {
 void PagedAttentionGroup(const KvPoolLayout& layout, const uint16_t* layer_kv,
                          const SinkWindowTable& table, int64_t p, int32_t kv_head, int32_t n_q,
                          const float* q_window, const float* q_sink, float scale, float* scratch,
-                         float* out) {
-  AttendGroup(layout, layer_kv, table, p, kv_head, n_q, q_window, q_sink, scale, scratch, out);
+                         float* out, int32_t prefetch_runs) {
+  AttendGroup(layout, layer_kv, table, p, kv_head, n_q, q_window, q_sink, scale, scratch, out,
+              prefetch_runs);
 }
 
 void PagedAttentionGroupI8(const KvPoolLayout& layout, const int8_t* layer_kv,
                            const float* k_scale, const float* v_scale,
                            const SinkWindowTable& table, int64_t p, int32_t kv_head, int32_t n_q,
                            const float* q_window, const float* q_sink, float scale,
-                           float* scratch, float* out) {
+                           float* scratch, float* out, int32_t prefetch_runs) {
   // s_j = sum_c q_c * (k_scale_c * K8_jc) = sum_c (q_c * k_scale_c) * K8_jc: the scales go into
   // the queries once, not into every key; likewise out_c = v_scale_c * sum_j p_j V8_jc.
   const int32_t hd = layout.head_dim;
@@ -201,7 +204,8 @@ void PagedAttentionGroupI8(const KvPoolLayout& layout, const int8_t* layer_kv,
   if (qs != qw) {
     for (int64_t e = 0; e < q_elems; ++e) qs[e] = q_sink[e] * ks[e % hd];
   }
-  AttendGroup(layout, layer_kv, table, p, kv_head, n_q, qw, qs, scale, scratch, out);
+  AttendGroup(layout, layer_kv, table, p, kv_head, n_q, qw, qs, scale, scratch, out,
+              prefetch_runs);
   for (int64_t e = 0; e < q_elems; ++e) out[e] *= vs[e % hd];
 }
 

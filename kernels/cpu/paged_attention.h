@@ -28,13 +28,22 @@
 
 namespace streamd::kernels::cpu {
 
+// How many runs of keys (a run: the keys of one block) the score pass asks the memory for ahead
+// of the one it scores: each block is a separate 2 KiB stretch of K for one head (B = 16,
+// hd = 64), too short for the hardware prefetcher to pick up. Any distance gives the same
+// result, bit for bit; which is fastest depends on the machine's memory, so a build plan times
+// them (CpuTuning::attention_prefetch_runs). 0 asks for nothing (nor for the V rows of the run
+// being scored, which the others ask for during the score pass): the hardware's prefetch only.
+inline constexpr int32_t kDefaultPrefetchRuns = 2;
+inline constexpr int32_t kMaxPrefetchRuns = 8;
+
 // The n_q query heads of KV head kv_head, all at text position p. layer_kv: the layer's base in
 // the pool (f16). q_window, q_sink, out: [n_q, head_dim]. scratch: at least n_q * (S + W) floats.
-// q_sink may equal q_window (no eviction yet).
+// q_sink may equal q_window (no eviction yet). prefetch_runs in [0, kMaxPrefetchRuns].
 void PagedAttentionGroup(const KvPoolLayout& layout, const uint16_t* layer_kv,
                          const SinkWindowTable& table, int64_t p, int32_t kv_head, int32_t n_q,
                          const float* q_window, const float* q_sink, float scale, float* scratch,
-                         float* out);
+                         float* out, int32_t prefetch_runs = kDefaultPrefetchRuns);
 
 // One query head: PagedAttentionGroup with n_q = 1. q_window, q_sink, out: [head_dim]; scratch:
 // at least S + W floats.
@@ -55,7 +64,8 @@ void PagedAttentionGroupI8(const KvPoolLayout& layout, const int8_t* layer_kv,
                            const float* k_scale, const float* v_scale,
                            const SinkWindowTable& table, int64_t p, int32_t kv_head, int32_t n_q,
                            const float* q_window, const float* q_sink, float scale,
-                           float* scratch, float* out);
+                           float* scratch, float* out,
+                           int32_t prefetch_runs = kDefaultPrefetchRuns);
 // out[i] = round(x[i] * inv_scale[i]) saturated to [-127, 127] (ties to even).
 void QuantizeRowI8(const float* x, const float* inv_scale, int64_t n, int8_t* out);
 // WriteKv for an int8 cache: each value times the inverse scale of its channel
