@@ -179,8 +179,9 @@ TEST_F(ReflectionStreamTest, AClosedGateRefusesAStreamWithoutAValidKey) {
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   dir_ = tmpl;
   // `printf %s test | sha256sum`
-  std::ofstream(dir_ + "/keys.yaml") << "keys:\n  - {tenant: ops, role: user, sha256: "
-                                        "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08}\n";
+  std::ofstream(dir_ + "/keys.yaml")
+      << "keys:\n  - {tenant: ops, role: user, sha256: "
+         "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08}\n";
   std::vector<AuthFailure> refused;
   auto auth = Authenticator::Create(dir_ + "/keys.yaml",
                                     [&](AuthFailure why) { refused.push_back(why); });
