@@ -2,24 +2,28 @@
 """Checks deploy/ without a cluster, a container engine or systemd running: every file parses,
 and the numbers that must agree across files do (ports, the drain grace against the stop
 timeouts, the user id, the config path, the model path, the run-time packages against the
-binaries' shared libraries). Run by ctest (deploy_check) and by hand:
+binaries' shared libraries); every deployment serves TLS with API keys and probes health over
+TLS, and HAProxy verifies the replicas (tls_checks.py). Run by ctest (deploy_check) and by
+hand:
 
     deploy/check.py [--streamd build/tools/streamd] [--streamctl build/tools/streamctl/streamctl]
 
 With the binaries, the systemd unit is also run through `systemd-analyze verify` (ExecStart
 pointed at the built binary) and the image's package list is checked against `ldd`. Checks whose
-tool is missing (systemd-analyze, apt-cache, dpkg) are reported as skipped. Exit 0 when all
-checks that ran passed, 1 on any failure, 77 (ctest's skip) when PyYAML is missing.
+tool is missing (systemd-analyze, apt-cache, dpkg, haproxy, openssl) are reported as skipped.
+Exit 0 when all checks that ran passed, 1 on any failure, 77 (ctest's skip) when PyYAML is
+missing.
 """
 import argparse
 import os
 import pathlib
 import re
-import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+
+import tls_checks
 
 try:
     import yaml
@@ -122,21 +126,20 @@ def check_listen_guard(name, config, args):
 def check_systemd(streamd_binary):
     unit = DEPLOY / "systemd" / "streamd.service"
     text = unit.read_text(encoding="utf-8")
-    values = {}
-    for line in text.splitlines():
-        if "=" in line and not line.lstrip().startswith(("#", ";", "[")):
-            key, value = line.split("=", 1)
-            values.setdefault(key.strip(), []).append(value.strip())
+    values = tls_checks.unit_values(text)
     config = load_yaml(DEPLOY / "streamd.yaml")
     grace = duration_s(config["server"]["shutdown_grace"])
     stop = duration_s(values["TimeoutStopSec"][0])
     check(stop > grace + SHUTDOWN_SLACK_S,
           f"{unit.name}: TimeoutStopSec={stop:g}s does not exceed server.shutdown_grace "
           f"({grace:g}s in deploy/streamd.yaml) + {SHUTDOWN_SLACK_S}s")
-    exec_start = shlex.split(values["ExecStart"][0])
-    check(exec_start[1:] == ["serve", "--config", "/etc/streamd/streamd.yaml"],
+    exec_start = tls_checks.exec_start_argv(values)
+    check(exec_start[1:4] == ["serve", "--config", "/etc/streamd/streamd.yaml"],
           f"{unit.name}: ExecStart is {exec_start}, not streamd serve --config "
-          "/etc/streamd/streamd.yaml")
+          "/etc/streamd/streamd.yaml ...")
+    for f in tls_checks.systemd_failures(values, exec_start,
+                                         lambda key: effective(config, exec_start[2:], key)):
+        check(False, f)
     check(config.get("sessions", {}).get("snapshot_dir") == SNAPSHOT_DIR,
           f"deploy/streamd.yaml: sessions.snapshot_dir is not {SNAPSHOT_DIR}")
     check_listen_guard(unit.name, config, exec_start[2:])
@@ -206,12 +209,20 @@ def check_container(streamd_binary, streamctl_binary):
     check(len(user) == 1 and re.fullmatch(r"[1-9]\d*:\d+", user[0]),
           f"{name}: USER {user} is not one numeric, non-root uid:gid")
     health = next((l for l in lines if l.startswith("HEALTHCHECK ")), "")
-    check("streamctl" in health and "health" in health and listen and
-          f"127.0.0.1:{port_of(listen[0])}" in health,
-          f"{name}: HEALTHCHECK does not run streamctl health against the gRPC port")
+    config = load_yaml(DEPLOY / "streamd.yaml")
+    failures, _ = tls_checks.containerfile_failures(
+        health, lambda key: effective(config, cmd_args, key),
+        port_of(listen[0]) if listen else None, duration_s)
+    for f in failures:
+        check(False, f)
+    # The image reads its TLS files and keys where the pod mounts its Secrets, so that one
+    # description of the files (deploy/README.md) serves both.
+    pod = load_yaml(DEPLOY / "kubernetes" / "streamd.yaml")
+    for key in ("server.tls.cert_file", "server.tls.key_file", "auth.keys_file"):
+        check(effective(config, cmd_args, key) == effective(pod, [], key),
+              f"{name}: CMD's {key} is not kubernetes/streamd.yaml's")
     check(any(l.startswith("STOPSIGNAL SIGTERM") for l in lines), f"{name}: no STOPSIGNAL SIGTERM")
     # The model path of the config the image runs with lies where the image puts the models.
-    config = load_yaml(DEPLOY / "streamd.yaml")
     model = pathlib.PurePosixPath(config["model"]["path"])
     copies = [l.split()[-1] for l in lines if l.startswith("COPY --from=build /models/")]
     check(copies == [str(model.parent) + "/"],
@@ -281,18 +292,38 @@ def check_haproxy_config(name, text):
         check(line in text, f"{name}: no `{line}` (sessions would not follow their key)")
 
 
-def check_proxy(k8s, docs, kust, generated, pod_labels):
-    check_haproxy_config("haproxy/haproxy.cfg", (DEPLOY / "haproxy/haproxy.cfg").read_text())
-    check_haproxy_config("kubernetes/haproxy.cfg", (k8s / "haproxy.cfg").read_text())
-    if shutil.which("haproxy") is None:
-        skips.append("haproxy -c (needs haproxy)")
+def check_proxy(k8s, docs, kust, generated, pod_labels, replicas_name):
+    local_cfg = (DEPLOY / "haproxy/haproxy.cfg").read_text()
+    k8s_cfg = (k8s / "haproxy.cfg").read_text()
+    check_haproxy_config("haproxy/haproxy.cfg", local_cfg)
+    check_haproxy_config("kubernetes/haproxy.cfg", k8s_cfg)
+    # TLS to clients and to the replicas, verified (tls_checks.py).
+    local_failures, _ = tls_checks.haproxy_failures("haproxy/haproxy.cfg", local_cfg)
+    k8s_failures, found = tls_checks.haproxy_failures("kubernetes/haproxy.cfg", k8s_cfg)
+    for f in local_failures + k8s_failures + \
+            tls_checks.proxy_pod_failures(docs["proxy.yaml"], found, replicas_name):
+        check(False, f)
+    if shutil.which("haproxy") is None or shutil.which("openssl") is None:
+        skips.append("haproxy -c (needs haproxy and openssl)")
     else:
-        env = dict(os.environ, STREAMD_PROXY_BIND="127.0.0.1:50051",
-                   STREAMD_REPLICA_0="127.0.0.1:50052", STREAMD_REPLICA_1="127.0.0.1:50053")
-        for cfg in (DEPLOY / "haproxy/haproxy.cfg", k8s / "haproxy.cfg"):
-            r = subprocess.run(["haproxy", "-c", "-q", "-f", str(cfg)], env=env,
-                               capture_output=True, text=True)
-            check(r.returncode == 0, f"{cfg.relative_to(DEPLOY)}: haproxy -c: {r.stderr.strip()}")
+        with tempfile.TemporaryDirectory() as tmp:
+            # Files as the configs name them: the pod's mounts become directories of test
+            # certificates; the host config takes its files from the environment.
+            tls = tls_checks.make_test_tls(tmp)
+            shutil.copy(tls["tls.key"], tls["tls.crt"] + ".key")
+            env = dict(os.environ, STREAMD_PROXY_BIND="127.0.0.1:50051",
+                       STREAMD_PROXY_CERT=tls["tls.crt"], STREAMD_REPLICA_CA=tls["ca.crt"],
+                       STREAMD_REPLICA_NAME="streamd",
+                       STREAMD_REPLICA_0="127.0.0.1:50052", STREAMD_REPLICA_1="127.0.0.1:50053")
+            rendered = k8s_cfg
+            for path, file in ((found.get("crt"), tls["tls.crt"]),
+                               (found.get("ca-file"), tls["ca.crt"])):
+                if path:
+                    rendered = rendered.replace(path, file)
+            for cfg, text in (("haproxy/haproxy.cfg", local_cfg),
+                              ("kubernetes/haproxy.cfg", rendered)):
+                error = tls_checks.haproxy_check(text, env, tmp)
+                check(error is None, f"{cfg}: haproxy -c: {error}")
     for r in ("proxy.yaml", "proxy-service.yaml", "headless-service.yaml"):
         check(r in kust["resources"], f"kustomization.yaml: {r} is not a resource")
     proxy = docs["proxy.yaml"]
@@ -356,19 +387,15 @@ def check_kubernetes():
     check(config["server"]["listen_address"].startswith(("0.0.0.0:", "[::]:")),
           "kubernetes/streamd.yaml: a pod must listen on every interface, not loopback")
     check_listen_guard("kubernetes/streamd.yaml", config, container.get("args", []))
-    # The keys file comes from the Secret streamd-keys, mounted where auth.keys_file points.
-    keys_file = effective(config, container.get("args", []), "auth.keys_file")
-    check(bool(keys_file), "kubernetes/streamd.yaml: a pod on every interface needs API keys "
-          "(auth.keys_file)")
-    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
-    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
-    keys_dir = str(keys_file).rsplit("/", 1)[0]
-    mount = mounts.get(keys_dir)
-    check(mount is not None and mount.get("readOnly") is True,
-          f"deployment.yaml: no read-only volume mounted at {keys_dir} (auth.keys_file)")
-    check(volumes.get((mount or {}).get("name"), {}).get("secret", {}).get("secretName") ==
-          "streamd-keys",
-          f"deployment.yaml: {keys_dir} is not the Secret streamd-keys")
+    # TLS files, the keys file and the probes' CA from their Secrets; exec probes over TLS
+    # (tls_checks.py).
+    check(bool(effective(config, container.get("args", []), "auth.keys_file")),
+          "kubernetes/streamd.yaml: a pod on every interface needs API keys (auth.keys_file)")
+    failures, replicas_name = tls_checks.pod_failures(
+        pod["spec"], container, lambda key: effective(config, container.get("args", []), key),
+        port_of(config["server"]["listen_address"]))
+    for f in failures:
+        check(False, f)
     check((k8s / "keys.example.yaml").exists() and
           "keys.example.yaml" not in kust["resources"],
           "kustomization.yaml: keys.example.yaml documents the Secret's format; it is no resource")
@@ -382,17 +409,15 @@ def check_kubernetes():
     check(ann.get("prometheus.io/scrape") == "true" and
           int(ann.get("prometheus.io/port", 0)) == ports.get("metrics"),
           "deployment.yaml: prometheus.io annotations do not point at the metrics port")
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        p = container.get(probe, {})
-        check(p.get("grpc", {}).get("port") == ports.get("grpc"),
-              f"deployment.yaml: {probe} is not a gRPC probe on the grpc port")
-        # The health services streamd reports (server/health_monitor.h): readiness must ask
-        # "readiness" (room for a new session), liveness "liveness" (the backend can run).
-        wanted = {"startupProbe": ("", "streamd.v1.Streamd", "liveness"),
-                  "readinessProbe": ("readiness",), "livenessProbe": ("liveness",)}[probe]
-        check(p.get("grpc", {}).get("service", "") in wanted,
-              f"deployment.yaml: {probe} asks service "
-              f"\"{p.get('grpc', {}).get('service', '')}\"; it should ask one of {wanted}")
+    # The ServiceMonitor scrapes what the pod serves: plain HTTP unless server.metrics_tls.
+    metrics_tls = bool(effective(config, container.get("args", []),
+                                 "server.metrics_tls.cert_file"))
+    for e in mon["spec"]["endpoints"]:
+        check(e.get("scheme", "http") == ("https" if metrics_tls else "http"),
+              f"servicemonitor.yaml: scheme {e.get('scheme', 'http')} on a metrics port that "
+              f"serves {'HTTPS' if metrics_tls else 'plain HTTP'}")
+    check(ann.get("prometheus.io/scheme", "http") == ("https" if metrics_tls else "http"),
+          "deployment.yaml: prometheus.io/scheme does not match the metrics port")
     # The drain fits in the termination grace period.
     grace = duration_s(config["server"]["shutdown_grace"])
     pre_stop = container.get("lifecycle", {}).get("preStop", {})
@@ -429,7 +454,7 @@ def check_kubernetes():
     check(dep["spec"].get("replicas", 1) >= 2, "deployment.yaml: fewer than 2 replicas")
     check(docs["pdb.yaml"]["spec"].get("maxUnavailable") == 1,
           "pdb.yaml: more than one replica may be disrupted at a time")
-    check_proxy(k8s, docs, kust, generated, pod_labels)
+    check_proxy(k8s, docs, kust, generated, pod_labels, replicas_name)
     config_volumes = [n for n, m in mounts.items() if m == "/etc/streamd"]
     if check(len(config_volumes) == 1, "deployment.yaml: nothing is mounted at /etc/streamd"):
         cm = volumes[config_volumes[0]].get("configMap", {}).get("name")
@@ -473,6 +498,8 @@ def main():
                 f()
         except (KeyError, IndexError, StopIteration, ValueError, TypeError) as e:
             failures.append(f"{f.__name__}: missing or malformed field: {e!r}")
+    for f in tls_checks.insecure_failures(DEPLOY):
+        failures.append(f)
     for s in skips:
         print(f"skipped: {s}")
     for m in failures:

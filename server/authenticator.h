@@ -6,7 +6,8 @@
 // Without a keys file every caller is the one anonymous admin (as before keys existed; the
 // listen policy keeps such a daemon on loopback or behind mTLS unless auth.allow_insecure).
 //
-// Health and reflection are other services: they stay reachable without a key.
+// Health and reflection are other services: open, or behind a KeyGate that asks this class
+// (key_gate.h; auth.health_requires_key, auth.reflection_requires_key).
 #pragma once
 
 #include <grpcpp/server_context.h>

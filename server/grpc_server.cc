@@ -1,7 +1,5 @@
 #include "server/grpc_server.h"
 
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
@@ -162,8 +160,16 @@ StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
     spdlog::info("sessions.snapshot_dir {}: {} session snapshots found{}", p.snapshot_dir, found,
                  found > 0 && p.restore_on_start ? ", restoring them in the background" : "");
   }
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // Health and reflection: open, or closed to callers without a key (key_gate.h).
+  const auto gate = [&](bool requires_key) {
+    return requires_key ? KeyGate(s->auth_.get(), metrics) : KeyGate();
+  };
+  s->health_service_ = std::make_unique<HealthService>(gate(options.auth.health_requires_key));
+  s->reflection_ = std::make_unique<ReflectionService>(
+      std::vector<std::string>{v1::Streamd::service_full_name(),
+                               grpc::health::v1::Health::service_full_name(),
+                               grpc::reflection::v1alpha::ServerReflection::service_full_name()},
+      gate(options.auth.reflection_requires_key));
   // Plaintext, TLS or mTLS (server/tls_credentials.h); unusable files fail the start here.
   auto credentials = MakeServerCredentials(options.tls);
   if (!credentials.ok()) {
@@ -173,6 +179,8 @@ StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen_address, *credentials, &s->port_);
   builder.RegisterService(&s->service_);
+  builder.RegisterService(s->health_service_.get());
+  builder.RegisterService(s->reflection_.get());
   builder.SetMaxReceiveMessageSize(options.limits.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_send_message_bytes);
   ApplyTransportLimits(options.transport, &builder);
@@ -183,7 +191,7 @@ StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
     return UnavailableError("server.listen_address: cannot listen on \"" + options.listen_address +
                             "\" (in use, or not a host:port this machine has)");
   }
-  s->health_ = std::make_unique<HealthMonitor>(*s->server_->GetHealthCheckService(), engine,
+  s->health_ = std::make_unique<HealthMonitor>(*s->health_service_, engine,
                                                s->admission_, options.session_defaults, metrics,
                                                kHealthInterval);
   if (metrics != nullptr) {
@@ -216,6 +224,7 @@ void GrpcServer::Shutdown() {
     spdlog::error("shutdown: not every session snapshot was written within {} ms",
                   options_.persistence.flush_timeout.count());
   }
+  health_service_->Shutdown();  // Watch streams end now rather than at the deadline below
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server_->Wait();
 }

@@ -1,5 +1,6 @@
 // GrpcServer: the gRPC side of the daemon. Builds the server (streamd.v1.Streamd, the standard
-// grpc.health.v1.Health service, server reflection), binds the listening address (port 0
+// grpc.health.v1.Health service and server reflection, both served by streamd so that they can
+// require a key: health_service.h, reflection_service.h), binds the listening address (port 0
 // picks a free port) and runs the graceful shutdown.
 //
 // Shutdown (Shutdown()):
@@ -25,7 +26,9 @@
 
 #include "engine/api/streamd_engine.h"
 #include "server/health_monitor.h"
+#include "server/health_service.h"
 #include "server/metrics/snapshot_metrics.h"
+#include "server/reflection_service.h"
 #include "server/server_options.h"
 #include "server/service_context.h"
 #include "server/streamd_service.h"
@@ -70,6 +73,9 @@ class GrpcServer {
   // After ctx_ (its streams' answers use it), before service_; it calls into registry_.
   AdmissionQueue admission_;
   StreamdService service_;
+  // Registered with server_, so they outlive it.
+  std::unique_ptr<HealthService> health_service_;
+  std::unique_ptr<ReflectionService> reflection_;
   std::unique_ptr<grpc::Server> server_;
   // Last: it reads engine, admission_ and the server's health service until it stops.
   std::unique_ptr<HealthMonitor> health_;

@@ -50,6 +50,8 @@ StatusOr<ServerOptions> ToServerOptions(const ServerConfig& config) {
       std::chrono::duration_cast<std::chrono::seconds>(config.server.tls.reload_interval);
   o.auth.allow_insecure = config.auth.allow_insecure;
   o.auth.keys_file = config.auth.keys_file;
+  o.auth.health_requires_key = config.auth.health_requires_key;
+  o.auth.reflection_requires_key = config.auth.reflection_requires_key;
   o.limits.max_message_bytes = static_cast<int32_t>(config.server.max_receive_message_bytes);
   o.max_send_message_bytes = static_cast<int32_t>(config.server.max_send_message_bytes);
   o.limits.max_tokens = s.max_tokens;

@@ -96,6 +96,10 @@ struct AuthOptions {
   // Serve a non-loopback address with no client authentication at all (no mTLS, no keys):
   // anyone who reaches the port may list, resume and close every session.
   bool allow_insecure = false;
+  // Health (grpc.health.v1) and reflection (grpc.reflection.v1alpha) need a key too; false
+  // (the default) leaves them open to callers without one (key_gate.h). Need keys_file.
+  bool health_requires_key = false;
+  bool reflection_requires_key = false;
 };
 
 struct ServerOptions {

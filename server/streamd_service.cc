@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "server/grpc_status.h"
+#include "server/refused_reactor.h"
 #include "server/session_reactor.h"
 #include "server/snapshot_transfer.h"
 
@@ -21,20 +22,6 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, const Sta
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
-}
-
-// A streaming call refused before it starts (no key, not an admin): finished at once.
-template <typename Reactor>
-class RefusedReactor final : public Reactor {
- public:
-  explicit RefusedReactor(const Status& why) { this->Finish(ToGrpcStatus(why)); }
-  void OnDone() override { delete this; }
-};
-
-template <typename Reactor>
-Reactor* Refuse(const Status& why, metrics::StreamdMetrics* metrics) {
-  if (metrics != nullptr) metrics->RecordError(static_cast<int>(why.code()));
-  return new RefusedReactor<Reactor>(why);
 }
 
 }  // namespace

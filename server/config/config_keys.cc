@@ -243,6 +243,9 @@ std::vector<ConfigKey> MakeKeys() {
   // auth
   k.push_back(PathKey("auth.keys_file", STREAMD_FIELD(auth.keys_file)));
   k.push_back(BoolKey("auth.allow_insecure", STREAMD_FIELD(auth.allow_insecure)));
+  k.push_back(BoolKey("auth.health_requires_key", STREAMD_FIELD(auth.health_requires_key)));
+  k.push_back(
+      BoolKey("auth.reflection_requires_key", STREAMD_FIELD(auth.reflection_requires_key)));
   // model
   k.push_back({"model.path",
                [](std::string_view v, ServerConfig& c) -> Status {

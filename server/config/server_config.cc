@@ -237,6 +237,16 @@ std::optional<KeyError> CheckKeysAndCombinations(const ServerConfig& c) {
   if (auto bad = check_tls("server.metrics_tls", mt.cert_file, mt.key_file, mt.client_ca_file)) {
     return bad;
   }
+  // A key can only be required where there are keys; without a keys file every caller is the
+  // anonymous admin and the setting would silently change nothing.
+  for (const auto& [key, set] : {std::pair{"auth.health_requires_key", c.auth.health_requires_key},
+                                 {"auth.reflection_requires_key", c.auth.reflection_requires_key}}) {
+    if (set && c.auth.keys_file.empty()) {
+      return KeyError{key, std::string(key) +
+                               " = true needs auth.keys_file: without API keys there is no key "
+                               "to require"};
+    }
+  }
   if (SameListener(c.server.listen_address, c.server.metrics_address)) {
     return KeyError{
         "server.metrics_address",

@@ -100,6 +100,9 @@ struct ServerConfig {
     std::string keys_file;
     // Listen on a non-loopback address with no client authentication (no mTLS, no API keys).
     bool allow_insecure = false;
+    // Health and reflection need a key too (needs keys_file); false = open to every caller.
+    bool health_requires_key = false;
+    bool reflection_requires_key = false;
     bool operator==(const Auth&) const = default;
   } auth;
 

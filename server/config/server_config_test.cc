@@ -315,6 +315,36 @@ TEST(ServerConfigTest, TlsKeys) {
               StartsWith("config: auth.allow_insecure = yes is not true or false"));
 }
 
+TEST(ServerConfigTest, HealthAndReflectionKeys) {
+  // Open by default, as before the keys existed: probes and load balancers hold no key.
+  const ServerConfig d = DefaultServerConfig();
+  EXPECT_FALSE(d.auth.health_requires_key);
+  EXPECT_FALSE(d.auth.reflection_requires_key);
+  auto c = LoadServerConfig("", {"--auth.keys_file=/etc/s/keys.yaml",
+                                 "--auth.health_requires_key=true",
+                                 "--auth.reflection_requires_key=true"});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->auth.health_requires_key);
+  EXPECT_TRUE(c->auth.reflection_requires_key);
+  // Each may be closed alone.
+  c = LoadServerConfig("", {"--auth.keys_file=/k.yaml", "--auth.reflection_requires_key=true"});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->auth.health_requires_key);
+  EXPECT_TRUE(c->auth.reflection_requires_key);
+  // Without keys there is no key to require: an error naming the key, not a silent no-op.
+  EXPECT_EQ(OverrideError({"--auth.health_requires_key=true"}),
+            "config: auth.health_requires_key = true needs auth.keys_file: without API keys "
+            "there is no key to require (from the command line)");
+  EXPECT_THAT(OverrideError({"--auth.reflection_requires_key=true"}),
+              StartsWith("config: auth.reflection_requires_key = true needs auth.keys_file"));
+  EXPECT_THAT(OverrideError({"--auth.keys_file=/k.yaml", "--auth.health_requires_key=1"}),
+              StartsWith("config: auth.health_requires_key = 1 is not true or false"));
+  ServerConfig built = DefaultServerConfig();
+  built.auth.reflection_requires_key = true;
+  EXPECT_THAT(ValidateServerConfig(built).message(),
+              StartsWith("config: auth.reflection_requires_key = true needs auth.keys_file"));
+}
+
 TEST(ServerConfigTest, ValidateChecksConfigsBuiltInCode) {
   ServerConfig c = DefaultServerConfig();
   c.engine.threads = -5;

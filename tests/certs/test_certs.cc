@@ -97,17 +97,19 @@ Status TestCerts::MakeCa(const std::string& name) {
                                         "-extensions", "ca", "-out", Cert(name)})));
 }
 
-Status TestCerts::MakeLeaf(const std::string& name, const std::string& ca, LeafKind kind) {
+Status TestCerts::MakeLeaf(const std::string& name, const std::string& ca, LeafKind kind,
+                          const std::vector<std::string>& dns_names) {
   const bool server = kind == LeafKind::kServer;
+  std::string names = "DNS:localhost, IP:127.0.0.1";
+  for (const std::string& n : dns_names) names += ", DNS:" + n;
   const std::string config = dir_ + "/req.cnf";
   const std::string csr = dir_ + "/" + name + ".csr", ext = dir_ + "/" + name + ".ext";
   STREAMD_RETURN_IF_ERROR(WriteFile(config, kReqConfig));
   STREAMD_RETURN_IF_ERROR(
       WriteFile(ext, std::string("basicConstraints = critical, CA:FALSE\n"
                                  "keyUsage = critical, digitalSignature\n") +
-                         (server ? "extendedKeyUsage = serverAuth\n"
-                                   "subjectAltName = DNS:localhost, IP:127.0.0.1\n"
-                                 : "extendedKeyUsage = clientAuth\n")));
+                         (server ? "extendedKeyUsage = serverAuth\nsubjectAltName = " + names + "\n"
+                                 : std::string("extendedKeyUsage = clientAuth\n"))));
   const std::string subject = server ? "/CN=localhost" : "/CN=streamd test client " + name;
   STREAMD_RETURN_IF_ERROR(RunOpenssl(
       Concat({"req", "-new"},

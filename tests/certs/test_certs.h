@@ -20,8 +20,10 @@ class TestCerts {
 
   // A self-signed CA called `name`.
   Status MakeCa(const std::string& name);
-  // A certificate called `name` for a server or a client, signed by the CA `ca`.
-  Status MakeLeaf(const std::string& name, const std::string& ca, LeafKind kind);
+  // A certificate called `name` for a server or a client, signed by the CA `ca`. A server's
+  // also names each of `dns_names` (a deployment's own name: "streamd").
+  Status MakeLeaf(const std::string& name, const std::string& ca, LeafKind kind,
+                  const std::vector<std::string>& dns_names = {});
 
   std::string Cert(const std::string& name) const { return dir_ + "/" + name + ".pem"; }
   std::string Key(const std::string& name) const { return dir_ + "/" + name + ".key"; }

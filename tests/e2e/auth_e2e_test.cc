@@ -1,7 +1,8 @@
 // End-to-end: API keys and tenants (auth.keys_file). No key, a wrong key and another tenant's
 // key get the right codes and see nothing; a session belongs to the tenant that opened it, in
 // memory and in its snapshot across a restart; admins see every session; quotas are refused
-// naming the quota; the keys file is read again when it changes; health needs no key.
+// naming the quota; the keys file is read again when it changes; health and reflection need no
+// key unless auth.health_requires_key / auth.reflection_requires_key close them.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <thread>
 
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "tests/e2e/daemon_process.h"
 #include "tests/e2e/e2e_util.h"
 
@@ -39,10 +41,10 @@ class AuthE2eTest : public ::testing::Test {
     if (with_new_key) y += "  - {tenant: acme, role: user, sha256: " + Sha256("rotated") + "}\n";
     return y;
   }
-  void StartDaemon(const std::string& snapshot_dir = "") {
+  void StartDaemon(const std::string& snapshot_dir = "", std::vector<std::string> flags = {}) {
     keys_ = dir_ + "/keys.yaml";
     std::ofstream(keys_) << KeysYaml();
-    std::vector<std::string> flags = {"--auth.keys_file=" + keys_};
+    flags.push_back("--auth.keys_file=" + keys_);
     if (!snapshot_dir.empty()) flags.push_back("--sessions.snapshot_dir=" + snapshot_dir);
     d_ = DaemonProcess::Start(flags);
     ASSERT_NE(d_, nullptr);
@@ -90,6 +92,53 @@ class AuthE2eTest : public ::testing::Test {
     }
     return false;
   }
+  // The status of a health Check, of a health Watch's first answer and of a reflection
+  // list_services, each with `key` (none when empty); `answered` counts the answers that came.
+  struct OpenCalls {
+    grpc::Status check, watch, reflect;
+    int answered = 0;
+  };
+  OpenCalls CallHealthAndReflection(const std::string& key) {
+    OpenCalls out;
+    auto health = grpc::health::v1::Health::NewStub(d_->Channel());
+    grpc::health::v1::HealthCheckResponse r;
+    {
+      grpc::ClientContext c;
+      WithKey(&c, key);
+      out.check = health->Check(&c, {}, &r);
+      out.answered += r.status() == grpc::health::v1::HealthCheckResponse::SERVING;
+    }
+    {
+      grpc::ClientContext c;
+      WithKey(&c, key);
+      auto watch = health->Watch(&c, {});
+      if (watch->Read(&r)) {
+        ++out.answered;
+        c.TryCancel();  // a Watch never ends by itself: its first answer is enough
+      }
+      out.watch = watch->Finish();
+      if (out.watch.error_code() == grpc::StatusCode::CANCELLED) out.watch = grpc::Status::OK;
+    }
+    {
+      namespace reflection = grpc::reflection::v1alpha;
+      grpc::ClientContext c;
+      WithKey(&c, key);
+      auto stream = reflection::ServerReflection::NewStub(d_->Channel())->ServerReflectionInfo(&c);
+      reflection::ServerReflectionRequest list;
+      list.set_list_services("");
+      stream->Write(list);
+      stream->WritesDone();
+      reflection::ServerReflectionResponse response;
+      while (stream->Read(&response)) out.answered += response.has_list_services_response();
+      out.reflect = stream->Finish();
+    }
+    return out;
+  }
+  double AuthFailures(const std::string& reason) {
+    return MetricValue(d_->ScrapeMetrics(),
+                       "streamd_auth_failures_total{reason=\"" + reason + "\"}");
+  }
+
   // Opens a session as `key` with some context; its id.
   std::string OpenWithContext(const std::string& key) {
     RawStream s(d_->Channel(), 60s, key);
@@ -346,6 +395,51 @@ TEST_F(AuthE2eTest, TheKeysFileIsReadAgainWhenItChanges) {
     std::this_thread::sleep_for(100ms);
   }
   EXPECT_TRUE(s.ok()) << s.error_message();
+}
+
+TEST_F(AuthE2eTest, HealthAndReflectionNeedNoKeyByDefault) {
+  StartDaemon();
+  for (const std::string& key : {std::string(), std::string("not-a-key"), std::string(kAcmeKey)}) {
+    const OpenCalls calls = CallHealthAndReflection(key);
+    EXPECT_TRUE(calls.check.ok()) << key << ": " << calls.check.error_message();
+    EXPECT_TRUE(calls.watch.ok()) << key << ": " << calls.watch.error_message();
+    EXPECT_TRUE(calls.reflect.ok()) << key << ": " << calls.reflect.error_message();
+    EXPECT_EQ(calls.answered, 3) << key;
+  }
+  // A key that is not one is not even looked at: nothing is refused.
+  EXPECT_EQ(AuthFailures("missing"), 0);
+  EXPECT_EQ(AuthFailures("unknown_key"), 0);
+}
+
+TEST_F(AuthE2eTest, HealthAndReflectionCanRequireAKey) {
+  StartDaemon("", {"--auth.health_requires_key=true", "--auth.reflection_requires_key=true"});
+  for (const std::string& key : {std::string(), std::string("not-a-key")}) {
+    const OpenCalls calls = CallHealthAndReflection(key);
+    for (const grpc::Status& s : {calls.check, calls.watch, calls.reflect}) {
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << key << ": "
+                                                                   << s.error_message();
+    }
+    EXPECT_EQ(calls.answered, 0) << "answered without a valid key: " << key;
+  }
+  // Counted as every other refusal: three calls without a key, three with a wrong one.
+  EXPECT_EQ(AuthFailures("missing"), 3);
+  EXPECT_EQ(AuthFailures("unknown_key"), 3);
+  // Any tenant's key will do, a user's as an admin's.
+  for (const char* key : {kAcmeKey, kAdminKey}) {
+    const OpenCalls calls = CallHealthAndReflection(key);
+    EXPECT_TRUE(calls.check.ok() && calls.watch.ok() && calls.reflect.ok()) << key;
+    EXPECT_EQ(calls.answered, 3) << key;
+  }
+  EXPECT_EQ(AuthFailures("missing"), 3);
+}
+
+TEST_F(AuthE2eTest, HealthAndReflectionAreClosedApart) {
+  StartDaemon("", {"--auth.reflection_requires_key=true"});
+  const OpenCalls calls = CallHealthAndReflection("");
+  EXPECT_TRUE(calls.check.ok()) << calls.check.error_message();
+  EXPECT_TRUE(calls.watch.ok()) << calls.watch.error_message();
+  EXPECT_EQ(calls.reflect.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(calls.answered, 2);
 }
 
 }  // namespace

@@ -109,7 +109,7 @@ DaemonProcess::~DaemonProcess() {
 }
 
 std::shared_ptr<grpc::Channel> DaemonProcess::Channel(const grpc::ChannelArguments& args) const {
-  return grpc::CreateCustomChannel(address(), grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(address(), credentials_, args);
 }
 
 std::shared_ptr<grpc::Channel> DaemonProcess::Channel(

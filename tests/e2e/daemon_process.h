@@ -10,6 +10,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace streamd::e2e {
@@ -32,7 +33,13 @@ class DaemonProcess {
   int port() const { return port_; }
   pid_t pid() const { return pid_; }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  // A channel with the credentials of UseCredentials (plaintext until then).
   std::shared_ptr<grpc::Channel> Channel(const grpc::ChannelArguments& args = {}) const;
+  // What Channel(args) connects with from now on: a daemon that serves TLS gets
+  // grpc::SslCredentials, so that helpers taking a DaemonProcess reach it.
+  void UseCredentials(std::shared_ptr<grpc::ChannelCredentials> credentials) {
+    credentials_ = std::move(credentials);
+  }
   // A channel with `credentials` (TLS: grpc::SslCredentials) on a subchannel of its own, so that
   // each such channel makes its own connection and handshake, never sharing one with another
   // channel to the daemon.
@@ -61,6 +68,7 @@ class DaemonProcess {
   pid_t pid_ = -1;
   int port_ = 0;
   std::string dir_;  // temporary directory: port file, logs
+  std::shared_ptr<grpc::ChannelCredentials> credentials_ = grpc::InsecureChannelCredentials();
 };
 
 struct RunResult {

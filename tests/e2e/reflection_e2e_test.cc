@@ -2,7 +2,8 @@
 // (grpcurl, grpc_cli, Postman) must list streamd.v1.Streamd and the standard health service and
 // describe the Session stream; grpc.health.v1.Health (Kubernetes gRPC probes, `streamctl
 // health`) must answer for "" and for "streamd.v1.Streamd", and turn NOT_SERVING for both as
-// soon as a drain begins. The reflection client uses tests/e2e/proto/reflection_client.proto.
+// soon as a drain begins. The reflection client uses proto/grpc/reflection/v1alpha/, the
+// protocol the daemon serves itself (server/reflection_service.h).
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/descriptor.pb.h>
 #include <gtest/gtest.h>
@@ -11,7 +12,7 @@
 #include <thread>
 
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "reflection_client.grpc.pb.h"
+#include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "tests/e2e/daemon_process.h"
 #include "tests/e2e/shared_daemon_test.h"
 #include "tests/e2e/e2e_util.h"

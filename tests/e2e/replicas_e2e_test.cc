@@ -6,6 +6,8 @@
 // (its greedy continuation equals that of a control session with the same history on a
 // daemon of its own). Then a rolling
 // restart: A comes back, B is drained, and again every session resumes, now on A, intact.
+// TLS on both sides, as the config demands: the replicas serve certificates of a test CA (made
+// by openssl, tests/certs) that HAProxy verifies, and the test connects to HAProxy over TLS.
 // Loopback only; HAProxy must be installed (scripts/install-deps.sh does).
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -16,12 +18,16 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "tests/certs/test_certs.h"
 #include "tests/e2e/daemon_process.h"
 #include "tests/e2e/durability_util.h"
 #include "tests/e2e/e2e_util.h"
@@ -51,13 +57,32 @@ int FreePort() {
   return ntohs(a.sin_port);
 }
 
-// HAProxy in the foreground (-db) with the shipped config and its addresses in the environment.
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Client credentials trusting the test CA: what the test and its daemons' helpers connect with.
+std::shared_ptr<grpc::ChannelCredentials> Trusting(const streamd::testing::TestCerts& certs) {
+  grpc::SslCredentialsOptions o;
+  o.pem_root_certs = ReadAll(certs.Cert("ca"));
+  return grpc::SslCredentials(o);
+}
+
+// HAProxy in the foreground (-db) with the shipped config, and its addresses and TLS files in
+// the environment: its certificate "proxy", the replicas' CA "ca" and their name "localhost".
 class Proxy {
  public:
-  Proxy(int port, const std::vector<int>& replicas) : port_(port) {
+  Proxy(int port, const std::vector<int>& replicas, const streamd::testing::TestCerts& certs)
+      : port_(port), credentials_(Trusting(certs)) {
     std::vector<std::string> env;
     for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
     env.push_back("STREAMD_PROXY_BIND=127.0.0.1:" + std::to_string(port));
+    env.push_back("STREAMD_PROXY_CERT=" + certs.Cert("proxy"));  // its key: proxy.pem.key
+    env.push_back("STREAMD_REPLICA_CA=" + certs.Cert("ca"));
+    env.push_back("STREAMD_REPLICA_NAME=localhost");
     for (size_t i = 0; i < replicas.size(); ++i) {
       env.push_back("STREAMD_REPLICA_" + std::to_string(i) +
                     "=127.0.0.1:" + std::to_string(replicas[i]));
@@ -79,12 +104,12 @@ class Proxy {
   }
   bool running() const { return pid_ > 0 && waitpid(pid_, nullptr, WNOHANG) == 0; }
   std::shared_ptr<grpc::Channel> Channel() const {
-    return grpc::CreateChannel("127.0.0.1:" + std::to_string(port_),
-                               grpc::InsecureChannelCredentials());
+    return grpc::CreateChannel("127.0.0.1:" + std::to_string(port_), credentials_);
   }
 
  private:
   int port_;
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;
   pid_t pid_ = -1;
 };
 
@@ -107,18 +132,33 @@ class ReplicasE2eTest : public ::testing::Test {
     char tmpl[] = "/tmp/streamd-replicas-e2e-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
+    std::filesystem::create_directory(dir_ + "/certs");
+    certs_ = std::make_unique<streamd::testing::TestCerts>(dir_ + "/certs");
+    using streamd::testing::LeafKind;
+    for (const Status& s : {certs_->MakeCa("ca"),
+                            certs_->MakeLeaf("replica", "ca", LeafKind::kServer),
+                            certs_->MakeLeaf("proxy", "ca", LeafKind::kServer)}) {
+      ASSERT_TRUE(s.ok()) << s.ToString();
+    }
+    // HAProxy finds a certificate's key in the file of the same name + ".key".
+    std::filesystem::copy_file(certs_->Key("proxy"), certs_->Cert("proxy") + ".key");
   }
   void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
 
-  // A replica on `port` with the shared snapshot directory.
+  // A replica on `port` with the shared snapshot directory, serving TLS.
   std::unique_ptr<DaemonProcess> StartReplica(int port, bool shared = true) {
-    return DaemonProcess::Start({"--server.listen_address=127.0.0.1:" + std::to_string(port),
-                                 "--sessions.snapshot_dir=" + dir_ + (shared ? "/shared" : "/own"),
-                                 "--sessions.default_window=128", "--engine.kv_pool=256MiB",
-                                 // Behind a proxy every stream comes from the proxy's address:
-                                 // without API keys (tenants) all sessions are one "client",
-                                 // whose detached share would offload them (OPERATIONS.md).
-                                 "--sessions.max_detached_share=1"});
+    auto d = DaemonProcess::Start(
+        {"--server.listen_address=127.0.0.1:" + std::to_string(port),
+         "--server.tls.cert_file=" + certs_->Cert("replica"),
+         "--server.tls.key_file=" + certs_->Key("replica"),
+         "--sessions.snapshot_dir=" + dir_ + (shared ? "/shared" : "/own"),
+         "--sessions.default_window=128", "--engine.kv_pool=256MiB",
+         // Behind a proxy every stream comes from the proxy's address: without API keys
+         // (tenants) all sessions are one "client", whose detached share would offload them
+         // (OPERATIONS.md).
+         "--sessions.max_detached_share=1"});
+    if (d != nullptr) d->UseCredentials(Trusting(*certs_));
+    return d;
   }
 
   // Resumes `s` through the proxy by its affinity key and generates one greedy turn; retried
@@ -155,6 +195,7 @@ class ReplicasE2eTest : public ::testing::Test {
   }
 
   std::string dir_;
+  std::unique_ptr<streamd::testing::TestCerts> certs_;
 };
 
 TEST_F(ReplicasE2eTest, SessionsFollowTheirKeyThroughDrainsAndARollingRestart) {
@@ -165,7 +206,7 @@ TEST_F(ReplicasE2eTest, SessionsFollowTheirKeyThroughDrainsAndARollingRestart) {
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   ASSERT_NE(control, nullptr);
-  Proxy proxy(port_proxy, {port_a, port_b});
+  Proxy proxy(port_proxy, {port_a, port_b}, *certs_);
   // Up once its health checks see both replicas.
   ASSERT_TRUE(WaitFor([&] {
     if (!proxy.running()) return true;  // failed below

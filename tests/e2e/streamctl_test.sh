@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# streamctl against a real `streamd serve` (port 0): health, generate (text, --tokens, --json),
+# streamctl against a real `streamd serve` (port 0): health (every service name a probe asks,
+# an unknown one, --timeout against a port that never answers), generate (text, --tokens, --json),
 # sessions list/get/close and --session by their 32-hex-digit ids, and errors reported with their
 # code and a non-zero exit (malformed ids before any call, unknown ones from the server); then
 # sessions export/import between two daemons (the session continues alike on both), the
@@ -11,6 +12,32 @@
 start_streamd --sessions.snapshot_dir="$tmp/sessions"
 
 [ "$(ctl health)" = "SERVING" ] || fail "health is not SERVING"
+# The names the probes ask (deploy/kubernetes/deployment.yaml): each SERVING, exit 0.
+for service in "" streamd.v1.Streamd liveness readiness; do
+  out=$(ctl health --service "$service" --timeout 5) || fail "health --service '$service' exit $?"
+  [ "$out" = "SERVING" ] || fail "health --service '$service': $out"
+done
+ctl health --service readiness --json | grep -q '"status":"SERVING"' || fail "health --json"
+if ctl health --service nope 2>"$tmp/e" >/dev/null; then fail "health of an unknown service"; fi
+grep -q 'NOT_FOUND.*nope' "$tmp/e" || fail "health --service nope: $(cat "$tmp/e")"
+# --timeout bounds the wait: a port that accepts and never answers (a listen backlog nobody
+# accepts from) fails within it, saying so, instead of hanging for the default 10 s.
+python3 -c 'import socket,sys,time
+s=socket.socket(); s.bind(("127.0.0.1",0)); s.listen(8); print(s.getsockname()[1], flush=True)
+time.sleep(60)' >"$tmp/silent_port" &
+silent=$!
+for _ in $(seq 1 50); do [ -s "$tmp/silent_port" ] && break; sleep 0.1; done
+start=$(date +%s%N)
+if "$streamctl" health --address "127.0.0.1:$(cat "$tmp/silent_port")" --timeout 0.5 \
+    2>"$tmp/e" >/dev/null; then
+  fail "health of a silent port succeeded"
+fi
+elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+kill "$silent" 2>/dev/null
+grep -q "DEADLINE_EXCEEDED" "$tmp/e" || fail "health --timeout: $(cat "$tmp/e")"
+[ "$elapsed_ms" -lt 5000 ] || fail "health --timeout 0.5 took ${elapsed_ms} ms"
+if ctl health --timeout 0 2>"$tmp/e"; then fail "health --timeout 0 was accepted"; fi
+grep -q -- "--timeout" "$tmp/e" || fail "health --timeout 0: $(cat "$tmp/e")"
 
 out=$(ctl generate --prompt "Once upon a time" -n 4 --temperature 0 --json | tail -1)
 echo "$out" | grep -q '"reason":"length"' || fail "generate --json: $out"

@@ -338,11 +338,18 @@ int SessionsCommand(int argc, char** argv) {
 int HealthCommand(int argc, char** argv) {
   CommonFlags common;
   std::string service;
+  double timeout_s = 10;
   tools::FlagParser flags(
-      "streamctl health [--service NAME] [--json]\n"
-      "Asks grpc.health.v1.Health; exits 0 when SERVING, 1 otherwise.");
+      "streamctl health [--service NAME] [--timeout SECONDS] [--json]\n"
+      "Asks grpc.health.v1.Health; exits 0 when SERVING, 1 otherwise (NOT_SERVING, no answer\n"
+      "within the timeout, a refused connection or handshake). As a probe: --service liveness\n"
+      "(the backend can run) or --service readiness (room for a new session now).");
   common.Register(flags);
-  flags.String("service", &service, "service name (\"\" = the whole server)");
+  flags.String("service", &service,
+               "service name: \"\" (the whole server), streamd.v1.Streamd, liveness, readiness");
+  // Below a probe's own timeout, so that a slow answer is reported (DEADLINE_EXCEEDED) rather
+  // than the process being killed without a word.
+  flags.Float("timeout", &timeout_s, 0.001, 3600, "seconds to wait for the answer");
   if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(s);
   if (flags.help_requested()) {
     std::cout << flags.Help();
@@ -352,10 +359,12 @@ int HealthCommand(int argc, char** argv) {
   if (!channel.ok()) return Fail(channel.status());
   auto stub = grpc::health::v1::Health::NewStub(*channel);
   grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::microseconds(static_cast<int64_t>(timeout_s * 1e6)));
   grpc::health::v1::HealthCheckRequest request;
   request.set_service(service);
   grpc::health::v1::HealthCheckResponse response;
-  const grpc::Status s = stub->Check(WithDeadline(&context), request, &response);
+  const grpc::Status s = stub->Check(&context, request, &response);
   if (!s.ok()) return Fail(FromGrpc(s));
   const std::string status =
       grpc::health::v1::HealthCheckResponse::ServingStatus_Name(response.status());
