@@ -28,8 +28,10 @@ v1::CacheState StoredCacheState(const SnapshotSummary& s) {
 }
 
 // One of the limits.max_transfers places for an export or import, held from the call's start
-// until its reactor is gone (the snapshot bytes it holds go with it). A call that finds none is
-// refused at once: waiting would hold its bytes, or a gRPC thread, all the same.
+// until its answer is decided (End lets go of the place and of the snapshot bytes before it
+// finishes the call, so a client that has its answer can count on the place being free). A
+// call that finds none is refused at once: waiting would hold its bytes, or a gRPC thread, all
+// the same.
 class TransferSlot {
  public:
   TransferSlot(ServiceContext& ctx, std::string_view what) : ctx_(ctx) {
@@ -44,17 +46,20 @@ class TransferSlot {
           std::to_string(limit) + " allows; retry once one has ended");
     }
   }
-  ~TransferSlot() {
-    if (refused_.ok()) ctx_.transfers.fetch_sub(1);
-  }
+  ~TransferSlot() { Release(); }
   TransferSlot(const TransferSlot&) = delete;
   TransferSlot& operator=(const TransferSlot&) = delete;
-  // OK when the call holds a place.
+  // OK when the call got a place.
   const Status& status() const { return refused_; }
+  void Release() {
+    if (refused_.ok() && !released_) ctx_.transfers.fetch_sub(1);
+    released_ = true;
+  }
 
  private:
   ServiceContext& ctx_;
   Status refused_;
+  bool released_ = false;
 };
 
 void Count(const ServiceContext& ctx, const Status& status) {
@@ -127,12 +132,14 @@ class ExportReactor final : public grpc::ServerWriteReactor<v1::SnapshotChunk> {
 
   void End(const Status& status) {
     Count(ctx_, status);
+    std::vector<uint8_t>().swap(bytes_);
+    slot_.Release();
     Finish(ToGrpcStatus(status));
   }
 
   ServiceContext& ctx_;
   const Caller caller_;
-  const TransferSlot slot_;
+  TransferSlot slot_;
   std::vector<uint8_t> bytes_;
   size_t at_ = 0;
   v1::SnapshotChunk chunk_;
@@ -196,12 +203,14 @@ class ImportReactor final : public grpc::ServerReadReactor<v1::SnapshotChunk> {
 
   void End(const Status& status) {
     Count(ctx_, status);
+    std::vector<uint8_t>().swap(bytes_);
+    slot_.Release();
     Finish(ToGrpcStatus(status));
   }
 
   ServiceContext& ctx_;
   v1::ImportSessionResponse* response_;
-  const TransferSlot slot_;
+  TransferSlot slot_;
   v1::SnapshotChunk chunk_;
   std::vector<uint8_t> bytes_;
 };
