@@ -10,14 +10,15 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/serving/step_planner_test_util.h"
+
 namespace streamd {
 namespace {
 
-int64_t Tokens(const std::vector<PlannedChunk>& plan) {
-  int64_t n = 0;
-  for (const PlannedChunk& c : plan) n += c.n_tokens;
-  return n;
-}
+using planner_test::Geometry;
+using planner_test::NewSeed;
+using planner_test::Population;
+using planner_test::Tokens;
 
 TEST(StepPlannerTest, DecodeGoesFirstAndAHugeAppendIsChunked) {
   StepPlanner planner({512, 256});
@@ -208,67 +209,6 @@ std::string Describe(const std::vector<PlannedChunk>& plan) {
   return out;
 }
 
-// A fresh seed per run (printed by each test on failure); STREAMD_PLANNER_SEED replays one.
-uint32_t NewSeed() {
-  if (const char* fixed = std::getenv("STREAMD_PLANNER_SEED")) {
-    return static_cast<uint32_t>(std::strtoul(fixed, nullptr, 10));
-  }
-  std::random_device device;
-  return device();
-}
-
-// A sink + window session's geometry with `seen` tokens committed (real headroom arithmetic).
-CacheGeometry Geometry(int32_t window, int32_t max_chunk, int64_t seen) {
-  const CacheSpec spec{CacheMode::kSink, 4, window, max_chunk};
-  return {4, window, 16, SessionCache::BoundBlocks(spec, 16), seen};
-}
-
-// A random population of sessions of `tenants` tenants that changes from step to step: new
-// decoders and appends of any size arrive, planned tokens are consumed, finished sessions go.
-struct Population {
-  std::mt19937* rng;
-  int tenants = 1;
-  size_t max_live = 60;
-  int32_t max_chunk_limit = 300;
-  std::map<uint64_t, SessionWork> live;
-  uint64_t next_id = 1;
-
-  void Arrive() {
-    std::mt19937& r = *rng;
-    while (r() % 3 == 0 && live.size() < max_live) {
-      SessionWork w;
-      w.id = next_id++;
-      w.decoding = r() % 2 == 0;
-      w.pending = w.decoding ? 1 : 1 + static_cast<int64_t>(r() % 3000);
-      w.max_chunk = 1 + static_cast<int32_t>(r() % static_cast<uint32_t>(max_chunk_limit));
-      w.cache = Geometry(16 + static_cast<int32_t>(r() % 200), w.max_chunk, r() % 50);
-      w.tenant = static_cast<uint32_t>(r() % static_cast<uint32_t>(tenants)) * 7 + 3;
-      live[w.id] = w;
-    }
-  }
-  std::vector<SessionWork> Work() const {
-    std::vector<SessionWork> work;
-    for (const auto& [id, w] : live) work.push_back(w);
-    return work;
-  }
-  // Served tokens leave; a decoder's generation goes on for a while (its next token is
-  // pending again), and an append that is done may start a generation.
-  void Consume(const std::vector<PlannedChunk>& plan) {
-    std::mt19937& r = *rng;
-    for (const PlannedChunk& c : plan) {
-      SessionWork& w = live.at(c.id);
-      w.pending -= c.n_tokens;
-      w.cache.seen += c.n_tokens;
-      if (w.pending > 0) continue;
-      if (w.decoding ? r() % 8 != 0 : r() % 2 == 0) {
-        w.decoding = true;
-        w.pending = 1;
-      }
-    }
-    std::erase_if(live, [](const auto& e) { return e.second.pending <= 0; });
-  }
-};
-
 // With one tenant (any key, or fair_tenants off with many keys) the planner is the old policy,
 // step for step, contended or not, headroom included.
 TEST(StepPlannerTenantTest, OneTenantPlansExactlyAsBefore) {
@@ -397,89 +337,6 @@ TEST(StepPlannerTenantTest, AFloodOfDecodersDoesNotStarveASingleSession) {
     } else {
       EXPECT_LE(b_steps, 10) << "fair_tenants off";
     }
-  }
-}
-
-// shared_step_tokens: while the flood and B both decode, every step runs at most that many
-// tokens, B's among them; once B is done the flood has whole steps again. Fairness off (one
-// tenant) never caps.
-TEST(StepPlannerTenantTest, SharedStepTokensCapStepsOnlyWhileTenantsShare) {
-  for (bool fair : {true, false}) {
-    PlannerConfig config{4096, 16, fair};
-    config.shared_step_tokens = 3;
-    StepPlanner planner(config);
-    std::vector<SessionWork> work;
-    for (uint64_t id = 1; id <= 100; ++id) work.push_back({id, 1, true, 64, {}, 1});
-    work.push_back({500, 1, true, 64, {}, 2});
-    for (int step = 0; step < 20; ++step) {
-      const auto plan = planner.Plan(work);
-      if (!fair) {
-        ASSERT_EQ(plan.size(), 16u) << "fair_tenants off: one tenant, no cap";
-        continue;
-      }
-      ASSERT_EQ(plan.size(), 3u) << "step " << step;
-      ASSERT_TRUE(std::any_of(plan.begin(), plan.end(),
-                              [](const PlannedChunk& c) { return c.id == 500; }))
-          << "step " << step;
-    }
-    work.pop_back();  // B's generation ended
-    EXPECT_EQ(planner.Plan(work).size(), 16u);
-  }
-}
-
-// Random mixes with a shared cap: a step with work of two tenants or more never runs more
-// tokens or sessions than the cap, one with a single tenant's work is not capped, and every
-// step with work makes progress.
-TEST(StepPlannerTenantTest, SharedStepTokensBoundEverySharedStep) {
-  const uint32_t seed = NewSeed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
-  int shared_steps = 0, single_steps_over_cap = 0;
-  for (int trial = 0; trial < 40; ++trial) {
-    PlannerConfig config{64 + static_cast<int32_t>(rng() % 600),
-                         8 + static_cast<int32_t>(rng() % 40)};
-    config.shared_step_tokens = 1 + static_cast<int32_t>(rng() % 8);
-    StepPlanner planner(config);
-    Population pop{&rng, 1 + static_cast<int>(rng() % 4), 30, 100};
-    for (int step = 0; step < 200; ++step) {
-      pop.Arrive();
-      const std::vector<SessionWork> work = pop.Work();
-      std::set<uint32_t> tenants;
-      for (const SessionWork& w : work) tenants.insert(w.tenant);
-      const auto plan = planner.Plan(work);
-      if (!work.empty()) {
-        ASSERT_FALSE(plan.empty()) << "trial " << trial << " step " << step;
-      }
-      if (tenants.size() > 1) {
-        ++shared_steps;
-        ASSERT_LE(Tokens(plan), config.shared_step_tokens) << "trial " << trial;
-        ASSERT_LE(plan.size(), static_cast<size_t>(config.shared_step_tokens));
-      } else {
-        single_steps_over_cap += Tokens(plan) > config.shared_step_tokens;
-      }
-      pop.Consume(plan);
-    }
-  }
-  EXPECT_GT(shared_steps, 100);
-  EXPECT_GT(single_steps_over_cap, 10) << "steps of one tenant should run past the cap";
-}
-
-// With the cap at least the number of decoding tenants, each of them decodes in every step.
-TEST(StepPlannerTenantTest, EveryDecodingTenantGetsASlotInEveryCappedStep) {
-  PlannerConfig config{4096, 64};
-  config.shared_step_tokens = 4;
-  StepPlanner planner(config);
-  std::vector<SessionWork> work;
-  uint64_t id = 1;
-  for (uint32_t tenant = 1; tenant <= 3; ++tenant) {
-    for (int k = 0; k < 30; ++k) work.push_back({id++, 1, true, 64, {}, tenant});
-  }
-  for (int step = 0; step < 30; ++step) {
-    const auto plan = planner.Plan(work);
-    ASSERT_EQ(plan.size(), 4u);
-    std::set<uint32_t> served;
-    for (const PlannedChunk& c : plan) served.insert(work[c.work_index].tenant);
-    ASSERT_EQ(served.size(), 3u) << "step " << step;
   }
 }
 
