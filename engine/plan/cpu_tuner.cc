@@ -1,6 +1,7 @@
 #include "engine/plan/cpu_tuner.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -215,34 +216,33 @@ class Tuner {
     return OkStatus();
   }
 
-  Status TuneAttentionGrouping() {
+  // Candidates that differ from the tuning in place in `field` alone, one per value.
+  Status TuneField(const std::string& knob, int32_t CpuTuning::*field,
+                   std::initializer_list<int32_t> values, const std::vector<StepTimer*>& timers) {
     std::vector<CpuTuning> candidates{result_.tuning};
-    std::vector<std::string> labels{std::to_string(result_.tuning.attention_batch_factor)};
-    for (int32_t f : {1, 2, 4, 8, 16}) {
-      if (f == result_.tuning.attention_batch_factor) continue;
+    std::vector<std::string> labels{std::to_string(result_.tuning.*field)};
+    for (int32_t v : values) {
+      if (v == result_.tuning.*field) continue;
       candidates.push_back(result_.tuning);
-      candidates.back().attention_batch_factor = f;
-      labels.push_back(std::to_string(f));
+      candidates.back().*field = v;
+      labels.push_back(std::to_string(v));
     }
+    return Decide(knob, candidates, labels, timers).status();
+  }
+
+  Status TuneAttentionGrouping() {
     STREAMD_ASSIGN_OR_RETURN(StepTimer * eight, workloads_.Get(8, 1));
     STREAMD_ASSIGN_OR_RETURN(StepTimer * sixteen, workloads_.Get(16, 1));
     STREAMD_ASSIGN_OR_RETURN(StepTimer * chunk, workloads_.Get(1, kPrefillProbeTokens));
-    return Decide("attention grouping factor", candidates, labels, {eight, sixteen, chunk})
-        .status();
+    return TuneField("attention grouping factor", &CpuTuning::attention_batch_factor,
+                     {1, 2, 4, 8, 16}, {eight, sixteen, chunk});
   }
 
   Status TuneAttentionPrefetch() {
-    std::vector<CpuTuning> candidates{result_.tuning};
-    std::vector<std::string> labels{std::to_string(result_.tuning.attention_prefetch_runs)};
-    for (int32_t runs : {0, 1, 2, 3, 4, 6}) {
-      if (runs == result_.tuning.attention_prefetch_runs) continue;
-      candidates.push_back(result_.tuning);
-      candidates.back().attention_prefetch_runs = runs;
-      labels.push_back(std::to_string(runs));
-    }
     STREAMD_ASSIGN_OR_RETURN(StepTimer * one, workloads_.Get(1, 1));
     STREAMD_ASSIGN_OR_RETURN(StepTimer * sixteen, workloads_.Get(16, 1));
-    return Decide("attention prefetch blocks", candidates, labels, {one, sixteen}).status();
+    return TuneField("attention prefetch blocks", &CpuTuning::attention_prefetch_runs,
+                     {0, 1, 2, 3, 4, 6}, {one, sixteen});
   }
 
   // One knob of the bucket's split at a time (items per thread, then the largest and the
