@@ -49,15 +49,16 @@ TSAN_TARGETS=(util_test backend_test serving_test server_test metrics_test)
 # in `make test`.
 #   TenThousandSessionsWithAPoolForSixtyFour (TSan only): a scale test (10,000 sessions) on the
 #     same registry threads as the tests around it; 40 s under ASan but 250 s under TSan.
-#   StreamdServiceTest.* (TSan only): the service over a real in-process gRPC server and
-#     client. Debian's gRPC and Abseil are not built with TSan, which then sees their memory
+#   StreamdServiceTest.*, HealthServiceTest.*, ReflectionStreamTest.* (TSan only): services over
+#     a real in-process gRPC server and client. Debian's gRPC and Abseil are not built with TSan, which then sees their memory
 #     only through the libc calls it intercepts and none of their atomics, and reports their
 #     own hand-offs as races (in Abseil's GraphCycles, gRPC's epoll poller, ChannelArgs, TCP
 #     client set-up; a new one on nearly every run, no frame of ours in either stack). Rather
 #     than a suppression list that would grow with gRPC's internals, TSan runs the tests that
 #     do not run gRPC; the service's own threads (registry, outbox) are covered there.
 ASAN_EXCLUDE=()
-TSAN_EXCLUDE=(SessionRegistryTest.TenThousandSessionsWithAPoolForSixtyFour 'StreamdServiceTest.*')
+TSAN_EXCLUDE=(SessionRegistryTest.TenThousandSessionsWithAPoolForSixtyFour 'StreamdServiceTest.*'
+  'HealthServiceTest.*' 'ReflectionStreamTest.*')
 
 # configure DIR SANITIZER_FLAGS: a build at -O1 -g1 (line tables: symbolized stacks, a third
 # less to compile and link than -g) with the flags on every compile and link.
