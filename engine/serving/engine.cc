@@ -307,13 +307,16 @@ Status Engine::Close(SessionId id) {
   s->closing = true;
   DestroyClosed();
   admission_cv_.notify_all();
-  Deliver(lock, events);
+  // Even with no events of its own: the session's last step may be delivering its events
+  // right now (its generation ended in it), and its sink must not be called after we return.
+  Deliver(lock, events, /*after_earlier=*/true);
   return OkStatus();
 }
 
 void Engine::Deliver(std::unique_lock<std::mutex>& lock,
-                     std::vector<std::pair<EventSink, GenerationEvent>>& events) {
-  if (events.empty()) {
+                     std::vector<std::pair<EventSink, GenerationEvent>>& events,
+                     bool after_earlier) {
+  if (events.empty() && !after_earlier) {
     lock.unlock();
     return;
   }

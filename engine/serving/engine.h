@@ -98,7 +98,10 @@ class Engine {
   // their sampler afresh from its settings (SamplingParams::seed), so the copied settings are
   // the copied RNG state: with a fixed seed the fork samples as the parent would.
   StatusOr<SessionId> Fork(SessionId id);
-  // Frees the session's blocks at once (after the step in flight, if it is in one).
+  // Frees the session's blocks at once (after the step in flight, if it is in one). Returns
+  // once the events made before it are delivered, also those of a step that ended the
+  // session's generation and is still delivering them: the server ends the session's stream
+  // (and, at shutdown, what its sinks use) after Close.
   Status Close(SessionId id);
 
   // The session as a SessionState: FAILED_PRECONDITION while it generates (capture between
@@ -170,9 +173,11 @@ class Engine {
   // mu_ and takes a ticket there; `lock` holds mu_ and is released, and the batch goes out once
   // the batches before it have (DeliverInTurn, no engine lock held while waiting or while the
   // sinks run; sinks never call into the engine). So a Cancel's GenerationDone never overtakes
-  // the tokens of the step before it.
+  // the tokens of the step before it. With `after_earlier`, it returns only after every batch
+  // made before, even when `events` is empty.
   void Deliver(std::unique_lock<std::mutex>& lock,
-               std::vector<std::pair<EventSink, GenerationEvent>>& events);
+               std::vector<std::pair<EventSink, GenerationEvent>>& events,
+               bool after_earlier = false);
   void DeliverInTurn(uint64_t ticket, std::vector<std::pair<EventSink, GenerationEvent>>& events);
   // Drops the last n tokens of the session's context (pending input first, then the cache,
   // keeping the idle session's last token pending); nothing changes on error. Requires mu_
