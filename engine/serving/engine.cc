@@ -209,8 +209,8 @@ Status Engine::Append(SessionId id, std::span<const int32_t> tokens,
         return OkStatus();
       }
       if (s->gen) Finish(*s, FinishReason::kCancelled, OkStatus(), events);
-      WaitUntilIdle(lock, *s);
-      if (s->closing || stopping_) {
+      s = WaitUntilIdle(lock, id);
+      if (s == nullptr || s->closing || stopping_) {
         return NotFoundError("session " + id.ToString() + " was closed");
       }
       const int64_t keep = s->partial->start + static_cast<int64_t>(common);

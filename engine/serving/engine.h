@@ -155,9 +155,11 @@ class Engine {
   // Admission of a bound of `need` blocks (requires mu_).
   bool Fits(int32_t need) const;
   StatusOr<Session*> Find(SessionId id) const;  // requires mu_
-  // A session that sits out the steps while its K/V are copied (requires mu_ on entry; waits
-  // for the step it is in).
-  void WaitUntilIdle(std::unique_lock<std::mutex>& lock, Session& s);
+  // Waits until session `id` is in no step and not being copied (requires mu_ on entry, which
+  // is released meanwhile), and returns it; null when it is gone: closed while it was in a
+  // step, it is destroyed when that step ends. Callers must use the session it returns, never
+  // one found before the wait.
+  Session* WaitUntilIdle(std::unique_lock<std::mutex>& lock, SessionId id);
   SessionInfo InfoOf(const Session& s) const;   // requires mu_
   bool HasWork() const;                          // requires mu_
   void Loop();
