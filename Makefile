@@ -40,7 +40,7 @@ test: build model vocab
 
 # The libFuzzer targets (GGUF, snapshot and build-plan readers, tokenizer, chat template, the
 # session handler's ClientMessages), built with clang in build-fuzz/ and run for FUZZ_SECONDS
-# each, two at a time (default 45: under 3 minutes in all on 2 cores, after the build).
+# each, two at a time (default 30: about 4 minutes in all on 2 cores, the build included).
 fuzz-smoke: deps model vocab
 	JOBS=$(JOBS) STREAMD_MODEL=$(MODEL) STREAMD_SPM_VOCAB=$$(scripts/fetch-test-vocab.sh) \
 	  scripts/fuzz-smoke.sh

@@ -17,8 +17,9 @@
 # is removed afterwards. Findings are kept in $BUILD/fuzz-artifacts/ (reproduce:
 # $BUILD/tests/fuzz/<fuzzer> <artifact>).
 #
-# Environment: FUZZ_SECONDS (per fuzzer, default 45: three rounds on 2 cores, about 140 s in
-#   all after the build), FUZZ_PARALLEL, FUZZ_BUILD_DIR (default build-fuzz), JOBS (build
+# Environment: FUZZ_SECONDS (per fuzzer, default 30: three rounds on 2 cores, about 95 s in
+#   all after the build; it was 45 before client_message_fuzz, whose build of the server and
+#   engine code costs about as much as those 3 x 15 s), FUZZ_PARALLEL, FUZZ_BUILD_DIR (default build-fuzz), JOBS (build
 #   parallelism, default nproc), STREAMD_MODEL (required; the GGUF seeds include prefixes of
 #   it), STREAMD_SPM_VOCAB (required), CMAKE_EXTRA (more cmake flags, e.g. the ccache
 #   launchers on a machine that has ccache).
@@ -26,7 +27,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 
-SECONDS_EACH=${FUZZ_SECONDS:-45}
+SECONDS_EACH=${FUZZ_SECONDS:-30}
 PARALLEL=${FUZZ_PARALLEL:-2}
 BUILD="${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}"
 JOBS=${JOBS:-$(nproc)}
