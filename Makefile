@@ -38,9 +38,9 @@ test: build model vocab
 	  ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
 	@$(MAKE) --no-print-directory fuzz-smoke
 
-# The libFuzzer targets (GGUF reader, snapshot reader, tokenizer, chat template), built with
-# clang in build-fuzz/ and run for FUZZ_SECONDS each, two at a time (default 45: under 2
-# minutes in all on 2 cores, after the build).
+# The libFuzzer targets (GGUF, snapshot and build-plan readers, tokenizer, chat template, the
+# session handler's ClientMessages), built with clang in build-fuzz/ and run for FUZZ_SECONDS
+# each, two at a time (default 30: about 4 minutes in all on 2 cores, the build included).
 fuzz-smoke: deps model vocab
 	JOBS=$(JOBS) STREAMD_MODEL=$(MODEL) STREAMD_SPM_VOCAB=$$(scripts/fetch-test-vocab.sh) \
 	  scripts/fuzz-smoke.sh

@@ -6,23 +6,28 @@
 #
 # Targets: gguf_fuzz (GGUF reader), snapshot_fuzz (snapshot reader), plan_fuzz (build-plan
 # reader), tokenizer_fuzz (encode, decode, streaming detokenizer on both real vocabularies),
-# chat_template_fuzz (template detection and rendering). The last two need the real vocabularies: STREAMD_MODEL and
+# chat_template_fuzz (template detection and rendering), client_message_fuzz (ClientMessage
+# bytes through the session handler, server/session_stream.cc, over a synthetic-model engine).
+# The tokenizer and chat template targets need the real vocabularies: STREAMD_MODEL and
 # STREAMD_SPM_VOCAB (`make fuzz-smoke` sets both).
 #
-# It builds in its own directory (clang, sanitizers, no daemon, no benchmarks, no CUDA) and only
-# the fuzz targets and their seed writers; the fuzzers run FUZZ_PARALLEL at a time (default 2,
-# one core each), each in a temporary corpus directory that is removed afterwards. Findings are
-# kept in $BUILD/fuzz-artifacts/ (reproduce: $BUILD/tests/fuzz/<fuzzer> <artifact>).
+# It builds in its own directory (clang, sanitizers, no benchmarks, no CUDA; the server library
+# for client_message_fuzz) and only the fuzz targets and their seed writers; the fuzzers run
+# FUZZ_PARALLEL at a time (default 2, one core each), each in a temporary corpus directory that
+# is removed afterwards. Findings are kept in $BUILD/fuzz-artifacts/ (reproduce:
+# $BUILD/tests/fuzz/<fuzzer> <artifact>).
 #
-# Environment: FUZZ_SECONDS (per fuzzer, default 45: three rounds on 2 cores, about 140 s in
-#   all after the build), FUZZ_PARALLEL, FUZZ_BUILD_DIR (default build-fuzz), JOBS (build
+# Environment: FUZZ_SECONDS (per fuzzer, default 30: three rounds on 2 cores, about 95 s in
+#   all after the build; it was 45 before client_message_fuzz, whose build of the server and
+#   engine code costs about as much as those 3 x 15 s), FUZZ_PARALLEL, FUZZ_BUILD_DIR (default build-fuzz), JOBS (build
 #   parallelism, default nproc), STREAMD_MODEL (required; the GGUF seeds include prefixes of
-#   it), STREAMD_SPM_VOCAB (required).
+#   it), STREAMD_SPM_VOCAB (required), CMAKE_EXTRA (more cmake flags, e.g. the ccache
+#   launchers on a machine that has ccache).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
 
-SECONDS_EACH=${FUZZ_SECONDS:-45}
+SECONDS_EACH=${FUZZ_SECONDS:-30}
 PARALLEL=${FUZZ_PARALLEL:-2}
 BUILD="${FUZZ_BUILD_DIR:-$ROOT/build-fuzz}"
 JOBS=${JOBS:-$(nproc)}
@@ -43,11 +48,13 @@ done
 
 mkdir -p "$BUILD"
 log "configure $BUILD"
+# shellcheck disable=SC2086  # CMAKE_EXTRA is a list of flags
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
-  -DSTREAMD_FUZZ=ON -DSTREAMD_SERVER=OFF -DSTREAMD_BENCHMARKS=OFF -DSTREAMD_CUDA=OFF \
+  -DSTREAMD_FUZZ=ON -DSTREAMD_SERVER=ON -DSTREAMD_BENCHMARKS=OFF -DSTREAMD_CUDA=OFF \
+  ${CMAKE_EXTRA:-} \
   > "$BUILD/fuzz-smoke-configure.log" 2>&1 || { cat "$BUILD/fuzz-smoke-configure.log" >&2; exit 1; }
-FUZZERS=(gguf_fuzz snapshot_fuzz tokenizer_fuzz chat_template_fuzz plan_fuzz)
+FUZZERS=(client_message_fuzz gguf_fuzz snapshot_fuzz tokenizer_fuzz chat_template_fuzz plan_fuzz)
 log "build ${FUZZERS[*]} and their seed writers"
 TARGETS=()
 for name in "${FUZZERS[@]}"; do TARGETS+=("$name" "${name}_seeds"); done
@@ -61,6 +68,7 @@ for name in "${FUZZERS[@]}"; do mkdir -p "$WORK/${name%_fuzz}"; done
 "$BUILD/tests/fuzz/gguf_fuzz_seeds" "$WORK/gguf" "$STREAMD_MODEL"
 "$BUILD/tests/fuzz/snapshot_fuzz_seeds" "$WORK/snapshot"
 "$BUILD/tests/fuzz/plan_fuzz_seeds" "$WORK/plan"
+"$BUILD/tests/fuzz/client_message_fuzz_seeds" "$WORK/client_message"
 # These two check every seed they write against the fuzzer's properties (and fail if one breaks).
 "$BUILD/tests/fuzz/tokenizer_fuzz_seeds" "$WORK/tokenizer"
 "$BUILD/tests/fuzz/chat_template_fuzz_seeds" "$WORK/chat_template"
@@ -69,7 +77,10 @@ log "seeds: $(for name in "${FUZZERS[@]}"; do
 
 # Per-fuzzer flags. A snapshot allocates at most its own size: a malloc above 64 MB is a
 # finding. The tokenizer targets hold both vocabularies (~100 MB) and need no big allocation.
+# client_message_fuzz holds one synthetic engine (a 512 KB KV pool) and small limits
+# (client_message_fuzz.cc): 64 MB is far above anything one execution needs.
 declare -A FLAGS=(
+  [client_message_fuzz]="-max_len=4096 -malloc_limit_mb=64 -dict=tests/fuzz/client_message.dict"
   [gguf_fuzz]="-max_len=65536"
   [snapshot_fuzz]="-max_len=16384 -malloc_limit_mb=64 -dict=tests/fuzz/snapshot.dict"
   [plan_fuzz]="-max_len=16384 -malloc_limit_mb=64 -dict=tests/fuzz/plan.dict"

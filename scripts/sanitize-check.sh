@@ -8,8 +8,10 @@
 #         backend, engine and persister, session registry, outbox, service, metrics), in
 #         $TSAN_BUILD_DIR (build-tsan), with tests/sanitizers/tsan.supp.
 #
-# GCC, as the main build: clang 14 rejects the CPU feature names kernels/cpu/isa.cc asks
-# __builtin_cpu_supports() about. -O1 -g (no NDEBUG): fast enough to run, with full stacks.
+# GCC, as the main build: the sanitizers check the code the shipped binary is compiled with (its
+# optimizer, its intrinsics headers), and the GCC-only tests (kernels/cpu/cpu_features_test.cc)
+# run too; clang's sanitizers run in the fuzz build (scripts/fuzz-smoke.sh). -O1 -g (no
+# NDEBUG): fast enough to run, with full stacks.
 #
 # Both build with CUDA, benchmarks and fuzzers off and only the test binaries they run; the e2e
 # tests (tests/, tests/e2e: a daemon per test) and the GPU tests are not run. A sanitizer

@@ -25,6 +25,11 @@ std::string FieldOf(const Status& status) {
   return path;
 }
 
+Status NamingRequest(std::string_view request, const Status& status) {
+  if (status.ok() || !FieldOf(status).empty()) return status;
+  return Status(status.code(), std::string(request) + ": " + status.message());
+}
+
 v1::Error ToProtoError(const Status& status, std::string_view request_id) {
   v1::Error e;
   e.set_code(static_cast<int32_t>(status.code()));

@@ -25,6 +25,18 @@ TEST(GrpcStatusTest, FieldOfReadsTheLeadingPath) {
   EXPECT_EQ(FieldOf(InvalidArgumentError("")), "");
 }
 
+TEST(GrpcStatusTest, NamingRequestGivesAFieldToMessagesWithoutOne) {
+  const Status engine = FailedPreconditionError("session 7f3a has no context to continue");
+  const Status named = NamingRequest("generate", engine);
+  EXPECT_EQ(named.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(named.message(), "generate: session 7f3a has no context to continue");
+  EXPECT_EQ(FieldOf(named), "generate");
+  // A message that names its field keeps it; OK stays OK.
+  const Status fielded = InvalidArgumentError("truncate.keep_tokens = 9 is outside [0, 3]");
+  EXPECT_EQ(NamingRequest("truncate", fielded).message(), fielded.message());
+  EXPECT_TRUE(NamingRequest("fork", OkStatus()).ok());
+}
+
 TEST(GrpcStatusTest, ProtoErrorCarriesEverything) {
   const v1::Error e =
       ToProtoError(InvalidArgumentError("open.sinks = 99 is outside [0, 64]"), "r1");

@@ -46,7 +46,7 @@ SessionStream::Next SessionStream::HandleTruncate(const v1::Truncate& t) {
 void SessionStream::TruncateNow(const std::shared_ptr<ServerSession>& s, const v1::Truncate& t) {
   auto before = ctx_.engine.Get(s->id);
   auto info = ctx_.engine.Truncate(s->id, t.request_id(), t.keep_tokens());
-  if (!info.ok()) return SendError(info.status(), t.request_id());
+  if (!info.ok()) return SendError(NamingRequest("truncate", info.status()), t.request_id());
   {
     std::lock_guard<std::mutex> lock(s->mu);
     // A dropped tail holds the turn's end-of-generation token, if any (always the last): the
@@ -85,7 +85,7 @@ SessionStream::Next SessionStream::HandleFork(const v1::Fork& f) {
     const StatusOr<std::shared_ptr<ServerSession>> fork =
         quota.ok() ? self->ctx_.registry.Fork(s) : StatusOr<std::shared_ptr<ServerSession>>(quota);
     if (!fork.ok()) {
-      self->SendError(fork.status(), request_id);
+      self->SendError(NamingRequest("fork", fork.status()), request_id);
     } else {
       v1::ServerMessage m;
       v1::Forked* forked = m.mutable_forked();

@@ -210,7 +210,7 @@ void SessionStream::Bound(StatusOr<std::shared_ptr<ServerSession>> s, bool resum
   if (s.ok()) {
     Bind(*s, resumed);
   } else {
-    SendError(s.status());
+    SendError(NamingRequest(resumed ? "resume" : "open", s.status()));
   }
   ReadNext();
 }
@@ -432,7 +432,7 @@ void SessionStream::AppendNow(const std::shared_ptr<ServerSession>& s, const v1:
   const Status appended =
       ctx_.engine.Append(s->id, *tokens, ChatMetadata(chat, true),
                          a.partial() ? Engine::AppendMode::kPartial : Engine::AppendMode::kFinal);
-  if (!appended.ok()) return SendError(appended);
+  if (!appended.ok()) return SendError(NamingRequest("append", appended));
   RecordAppend(*s, a.partial(), base, *std::move(tokens), chat);
   SendCacheState(s->id);
   SaveSessionState(*s);
@@ -489,7 +489,7 @@ void SessionStream::HandleGenerate(const v1::Generate& g) {
     // Behind an open partial: its replacement rewinds this prompt too.
     const Status appended = ctx_.engine.Append(s->id, prompt, ChatMetadata(chat, true),
                                                Engine::AppendMode::kAfterPartial);
-    if (!appended.ok()) return SendError(appended, g.request_id());
+    if (!appended.ok()) return SendError(NamingRequest("generate", appended), g.request_id());
   }
   {
     std::lock_guard<std::mutex> lock(s->mu);
@@ -510,7 +510,7 @@ void SessionStream::HandleGenerate(const v1::Generate& g) {
       s->generating = false;
     }
     s->generation_ended.notify_all();
-    SendError(started, g.request_id());
+    SendError(NamingRequest("generate", started), g.request_id());
   }
 }
 

@@ -269,5 +269,23 @@ TEST_F(StreamdServiceTest, SnapshotTransfersBeyondMaxTransfersAreRefused) {
   EXPECT_EQ(export_until(grpc::StatusCode::NOT_FOUND).error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
+// Found by client_message_fuzz: the engine's refusal of a Generate on a session without any
+// context ("session ... has no context to continue") reached the client without a field.
+TEST_F(StreamdServiceTest, AGenerateWithoutContextIsAnErrorNamingGenerate) {
+  Stream s(*stub_);
+  ASSERT_TRUE(s.Open().has_opened());
+  v1::ClientMessage generate;
+  generate.mutable_generate()->set_max_tokens(2);
+  generate.mutable_generate()->set_request_id("g");
+  const v1::ServerMessage reply = s.Send(generate);
+  ASSERT_TRUE(reply.has_error()) << reply.ShortDebugString();
+  EXPECT_EQ(reply.error().code(), static_cast<int>(grpc::StatusCode::FAILED_PRECONDITION));
+  EXPECT_EQ(reply.error().field(), "generate") << reply.error().message();
+  EXPECT_NE(reply.error().message().find("no context"), std::string::npos)
+      << reply.error().message();
+  EXPECT_EQ(reply.error().request_id(), "g");
+  EXPECT_TRUE(s.Close().ok());
+}
+
 }  // namespace
 }  // namespace streamd::server

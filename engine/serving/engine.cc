@@ -214,8 +214,8 @@ Status Engine::Append(SessionId id, std::span<const int32_t> tokens,
         return OkStatus();
       }
       if (s->gen) Finish(*s, FinishReason::kCancelled, OkStatus(), events);
-      WaitUntilIdle(lock, *s);
-      if (s->closing || stopping_) {
+      s = WaitUntilIdle(lock, id);
+      if (s == nullptr || s->closing || stopping_) {
         return NotFoundError("session " + id.ToString() + " was closed");
       }
       const int64_t keep = s->partial->start + static_cast<int64_t>(common);
@@ -312,13 +312,16 @@ Status Engine::Close(SessionId id) {
   s->closing = true;
   DestroyClosed();
   admission_cv_.notify_all();
-  Deliver(lock, events);
+  // Even with no events of its own: the session's last step may be delivering its events
+  // right now (its generation ended in it), and its sink must not be called after we return.
+  Deliver(lock, events, /*after_earlier=*/true);
   return OkStatus();
 }
 
 void Engine::Deliver(std::unique_lock<std::mutex>& lock,
-                     std::vector<std::pair<EventSink, GenerationEvent>>& events) {
-  if (events.empty()) {
+                     std::vector<std::pair<EventSink, GenerationEvent>>& events,
+                     bool after_earlier) {
+  if (events.empty() && !after_earlier) {
     lock.unlock();
     return;
   }

@@ -98,7 +98,10 @@ class Engine {
   // their sampler afresh from its settings (SamplingParams::seed), so the copied settings are
   // the copied RNG state: with a fixed seed the fork samples as the parent would.
   StatusOr<SessionId> Fork(SessionId id);
-  // Frees the session's blocks at once (after the step in flight, if it is in one).
+  // Frees the session's blocks at once (after the step in flight, if it is in one). Returns
+  // once the events made before it are delivered, also those of a step that ended the
+  // session's generation and is still delivering them: the server ends the session's stream
+  // (and, at shutdown, what its sinks use) after Close.
   Status Close(SessionId id);
 
   // The session as a SessionState: FAILED_PRECONDITION while it generates (capture between
@@ -152,9 +155,11 @@ class Engine {
   // Admission of a bound of `need` blocks (requires mu_).
   bool Fits(int32_t need) const;
   StatusOr<Session*> Find(SessionId id) const;  // requires mu_
-  // A session that sits out the steps while its K/V are copied (requires mu_ on entry; waits
-  // for the step it is in).
-  void WaitUntilIdle(std::unique_lock<std::mutex>& lock, Session& s);
+  // Waits until session `id` is in no step and not being copied (requires mu_ on entry, which
+  // is released meanwhile), and returns it; null when it is gone: closed while it was in a
+  // step, it is destroyed when that step ends. Callers must use the session it returns, never
+  // one found before the wait.
+  Session* WaitUntilIdle(std::unique_lock<std::mutex>& lock, SessionId id);
   SessionInfo InfoOf(const Session& s) const;   // requires mu_
   bool HasWork() const;                          // requires mu_
   void Loop();
@@ -170,9 +175,11 @@ class Engine {
   // mu_ and takes a ticket there; `lock` holds mu_ and is released, and the batch goes out once
   // the batches before it have (DeliverInTurn, no engine lock held while waiting or while the
   // sinks run; sinks never call into the engine). So a Cancel's GenerationDone never overtakes
-  // the tokens of the step before it.
+  // the tokens of the step before it. With `after_earlier`, it returns only after every batch
+  // made before, even when `events` is empty.
   void Deliver(std::unique_lock<std::mutex>& lock,
-               std::vector<std::pair<EventSink, GenerationEvent>>& events);
+               std::vector<std::pair<EventSink, GenerationEvent>>& events,
+               bool after_earlier = false);
   void DeliverInTurn(uint64_t ticket, std::vector<std::pair<EventSink, GenerationEvent>>& events);
   // Drops the last n tokens of the session's context (pending input first, then the cache,
   // keeping the idle session's last token pending); nothing changes on error. Requires mu_

@@ -45,26 +45,36 @@ StatusOr<SessionInfo> Engine::Truncate(SessionId id, const std::string& request_
   std::unique_lock<std::mutex> lock(mu_);
   StatusOr<SessionInfo> result = [&]() -> StatusOr<SessionInfo> {
     STREAMD_ASSIGN_OR_RETURN(Session * found, Find(id));
-    Session& s = *found;
-    const auto not_last = [&](const std::string& last) {
+    const auto not_last = [&](const Session& s, const std::string& last) {
       return NotFoundError("truncate.request_id \"" + request_id +
                            "\" is not the last generation of session " + id.ToString() +
                            (last.empty() && !s.last_gen && !s.gen
                                 ? std::string(" (it has none)")
                                 : " (its last is \"" + last + "\")"));
     };
-    if (s.gen) {
-      if (s.gen->options.request_id != request_id) return not_last(s.gen->options.request_id);
-      Finish(s, FinishReason::kCancelled, OkStatus(), events);
+    if (found->gen) {
+      if (found->gen->options.request_id != request_id) {
+        return not_last(*found, found->gen->options.request_id);
+      }
+      Finish(*found, FinishReason::kCancelled, OkStatus(), events);
     }
-    if (!s.last_gen) return not_last("");
-    if (s.last_gen->request_id != request_id) return not_last(s.last_gen->request_id);
-    WaitUntilIdle(lock, s);  // a cancelled generation's last step may still be in flight
+    if (!found->last_gen) return not_last(*found, "");
+    if (found->last_gen->request_id != request_id) {
+      return not_last(*found, found->last_gen->request_id);
+    }
+    // A cancelled generation's last step may still be in flight.
+    Session* idle = WaitUntilIdle(lock, id);
     if (stopping_) return UnavailableError("the engine is shutting down");
-    if (s.closing) return NotFoundError("session " + id.ToString() + " was closed");
+    if (idle == nullptr || idle->closing) {
+      return NotFoundError("session " + id.ToString() + " was closed");
+    }
+    Session& s = *idle;
     if (s.gen) {
       return FailedPreconditionError("truncate: session " + id.ToString() +
                                      " started another generation meanwhile");
+    }
+    if (!s.last_gen || s.last_gen->request_id != request_id) {  // changed while we waited
+      return not_last(s, s.last_gen ? s.last_gen->request_id : "");
     }
     LastGeneration& last = *s.last_gen;
     if (keep_tokens < 0 || keep_tokens > last.produced) {
@@ -92,11 +102,13 @@ StatusOr<SessionInfo> Engine::Truncate(SessionId id, const std::string& request_
 StatusOr<SessionId> Engine::Fork(SessionId id) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!backend_fault_.ok()) return UnavailableError(backend_fault_.message());
-  STREAMD_ASSIGN_OR_RETURN(Session * found, Find(id));
-  Session& parent = *found;
-  WaitUntilIdle(lock, parent);  // no chunk placed: the cache is between steps
+  STREAMD_RETURN_IF_ERROR(Find(id).status());
+  Session* idle = WaitUntilIdle(lock, id);  // no chunk placed: the cache is between steps
   if (stopping_) return UnavailableError("the engine is shutting down");
-  if (parent.closing) return NotFoundError("session " + id.ToString() + " was closed");
+  if (idle == nullptr || idle->closing) {
+    return NotFoundError("session " + id.ToString() + " was closed");
+  }
+  Session& parent = *idle;
   if (parent.gen) {
     return FailedPreconditionError("fork: session " + id.ToString() +
                                    " is generating; fork it between generations");

@@ -1,8 +1,10 @@
 // Truncate, Fork and partial Appends against control sessions that never saw the dropped
 // tokens / were never forked: the same K/V bits, the same next-token logits bit for bit, the
 // same greedy tokens, and exact block accounting. Synthetic model, CPU.
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -314,6 +316,79 @@ TEST_F(RollbackTest, GenerationOnAPartialIsCancelledOnlyWhenTheInputChanges) {
   ASSERT_TRUE(engine_->Append(d, changed).ok());
   EXPECT_EQ(engine_->Get(c)->tokens_seen, engine_->Get(d)->tokens_seen);
   EXPECT_EQ(Generate(c, 10), Generate(d, 10));
+}
+
+// Holds every step in the backend until the test releases it.
+class HeldSteps : public ForwardingBackend {
+ public:
+  explicit HeldSteps(std::unique_ptr<ModelBackend> inner) : ForwardingBackend(std::move(inner)) {}
+  Status Execute(const StepPlan& plan, float* logits) override {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      in_step_ = true;
+      cv_.notify_all();
+      cv_.wait(lock, [&] { return released_; });
+    }
+    return inner().Execute(plan, logits);
+  }
+  void WaitForAStep() {
+    std::unique_lock<std::mutex> lock(mu_);
+    ASSERT_TRUE(cv_.wait_for(lock, 60s, [&] { return in_step_; }));
+  }
+  void Release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool in_step_ = false;
+  bool released_ = false;
+};
+
+// Found by client_message_fuzz (ASan: heap-use-after-free): Fork, Truncate, Capture and the
+// replacement of a partial Append wait for the session's step in flight; a Close meanwhile
+// marks the session, the step's end destroys it, and the waiter then read the freed session.
+// Now they find it gone: NOT_FOUND. (Without ASan the old code read freed memory quietly:
+// `make sanitize` runs this test under ASan.)
+TEST(RollbackWaitTest, AWaitingForkOrTruncateOfASessionClosedMeanwhileIsNotFound) {
+  for (const bool truncate : {false, true}) {
+    SCOPED_TRACE(truncate ? "truncate" : "fork");
+    auto model = MakeSyntheticModel(TinyModel());
+    ASSERT_TRUE(model.ok());
+    auto vocab = tokenizer::Tokenizer::FromGguf((*model)->file());
+    ASSERT_TRUE(vocab.ok());
+    auto held = std::make_unique<HeldSteps>(std::move(model).value());
+    HeldSteps* steps = held.get();
+    EngineConfig config;
+    config.pool_bytes = 16 << 20;
+    config.threads = 1;
+    auto engine = Engine::Create(std::move(held), std::move(vocab).value(), config);
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    auto id = (*engine)->Open(Greedy());
+    ASSERT_TRUE(id.ok());
+    ASSERT_TRUE((*engine)->Append(*id, RandomTokens(20, 7)).ok());
+    GenerateOptions g = UpTo(4);
+    g.request_id = "r";
+    Collector events;
+    if (truncate) {
+      ASSERT_TRUE((*engine)->Generate(*id, g, events.Sink()).ok());
+    }
+    steps->WaitForAStep();  // the session is in the step, which waits for Release
+    Status waited;
+    std::thread waiter([&] {
+      waited =
+          truncate ? (*engine)->Truncate(*id, "r", 0).status() : (*engine)->Fork(*id).status();
+    });
+    std::this_thread::sleep_for(100ms);  // it waits for the step now
+    ASSERT_TRUE((*engine)->Close(*id).ok());
+    steps->Release();  // the step ends and destroys the closed session
+    waiter.join();
+    EXPECT_EQ(waited.code(), StatusCode::kNotFound) << waited.ToString();
+    EXPECT_EQ((*engine)->Stats().sessions, 0);
+  }
 }
 
 }  // namespace

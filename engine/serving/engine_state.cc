@@ -34,8 +34,14 @@ Status Engine::SetMetadata(SessionId id, const std::string& key, const std::stri
   return OkStatus();
 }
 
-void Engine::WaitUntilIdle(std::unique_lock<std::mutex>& lock, Session& s) {
-  step_cv_.wait(lock, [&] { return stopping_ || (!s.in_flight && !s.copying); });
+Engine::Session* Engine::WaitUntilIdle(std::unique_lock<std::mutex>& lock, SessionId id) {
+  Session* s = nullptr;
+  step_cv_.wait(lock, [&] {
+    auto it = sessions_.find(id);  // looked up again: it may be destroyed while we wait
+    s = it == sessions_.end() ? nullptr : it->second.get();
+    return stopping_ || s == nullptr || (!s->in_flight && !s->copying);
+  });
+  return s;
 }
 
 StatusOr<SessionState> Engine::Capture(SessionId id) {
@@ -46,13 +52,13 @@ StatusOr<SessionState> Engine::Capture(SessionId id) {
 
 Status Engine::CaptureInto(SessionId id, SessionState* out, const KvDestination& kv_destination) {
   std::unique_lock<std::mutex> lock(mu_);
-  STREAMD_ASSIGN_OR_RETURN(Session * found, Find(id));
-  Session& s = *found;
-  WaitUntilIdle(lock, s);
+  STREAMD_RETURN_IF_ERROR(Find(id).status());
+  Session* idle = WaitUntilIdle(lock, id);
   if (stopping_) return UnavailableError("the engine is shutting down");
-  if (s.closing) {
+  if (idle == nullptr || idle->closing) {
     return NotFoundError("session " + id.ToString() + " was closed");
   }
+  Session& s = *idle;
   if (s.gen) {
     return FailedPreconditionError("session " + id.ToString() +
                                    " is generating; its state is captured between generations");

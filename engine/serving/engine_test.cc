@@ -444,5 +444,40 @@ TEST(EngineTest, NoTokenArrivesAfterItsGenerationDone) {
   }
 }
 
+// Found by client_message_fuzz: Close returned at once when the session's generation had
+// already ended in a step that was still delivering its events, so the sink ran after Close
+// had returned: after the server stream that sent Close had ended (and, at shutdown, after the
+// server's task thread it posts to was gone).
+TEST(EngineTest, CloseReturnsAfterTheSessionsLastEventsAreDelivered) {
+  auto engine = MakeEngine();
+  auto id = engine->Open(Greedy());
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(engine->Append(*id, RandomTokens(8, 5)).ok());
+  std::mutex mu;
+  std::condition_variable cv;
+  bool delivering = false;
+  std::atomic<bool> delivered{false};
+  // One token: the step that samples it ends the generation, and delivers both events.
+  ASSERT_TRUE(engine
+                  ->Generate(*id, UpTo(1),
+                             [&](GenerationEvent&& e) {
+                               if (e.kind != GenerationEvent::Kind::kDone) return;
+                               {
+                                 std::lock_guard<std::mutex> lock(mu);
+                                 delivering = true;
+                               }
+                               cv.notify_all();
+                               std::this_thread::sleep_for(200ms);  // a slow sink
+                               delivered = true;
+                             })
+                  .ok());
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 60s, [&] { return delivering; }));
+  }
+  ASSERT_TRUE(engine->Close(*id).ok());  // no generation left to cancel: nothing of its own
+  EXPECT_TRUE(delivered) << "Close returned while the session's sink was still running";
+}
+
 }  // namespace
 }  // namespace streamd

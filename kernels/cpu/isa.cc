@@ -1,8 +1,8 @@
 // Run-time choice of the instruction set used by matmul.h and vec_ops.h.
 //
 // Invariant: ActiveIsa() never names a level the CPU (and OS) lacks, so AVX2 and AVX-512 code is
-// only ever reached on a CPU that can run it. __builtin_cpu_supports checks the OS-enabled YMM and
-// ZMM state too.
+// only ever reached on a CPU that can run it. ReadCpuFeatures (cpu_features.h) checks the
+// OS-enabled YMM, ZMM and tile state too.
 #include <atomic>
 #include <iterator>
 
@@ -11,14 +11,20 @@
 #include <unistd.h>
 #endif
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/matmul.h"
 
 namespace streamd::kernels::cpu {
 namespace {
 
-bool Avx512Vnni(bool avx2) {
-  return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+// Read once: the answer cannot change while the process runs.
+const CpuFeatures& Features() {
+  static const CpuFeatures features = ReadCpuFeatures();
+  return features;
+}
+
+bool Avx512Vnni(const CpuFeatures& f, bool avx2) {
+  return avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni;
 }
 
 // Linux hands out the 8 KiB tile data state only to processes that ask for it (5.16+); without
@@ -46,24 +52,22 @@ std::atomic<Isa>& ActiveIsaSlot() {
 bool IsaSupported(Isa isa) {
   if (isa == Isa::kPortable) return true;
 #if defined(__x86_64__) || defined(__i386__)
-  __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
+  const CpuFeatures& f = Features();
+  const bool avx2 = f.avx2 && f.fma && f.f16c;
   switch (isa) {
     case Isa::kPortable:
       return true;
     case Isa::kAvx2:
       return avx2;
     case Isa::kAvxVnni:
-      return avx2 && __builtin_cpu_supports("avxvnni");
+      return avx2 && f.avx_vnni;
     case Isa::kAvx512Vnni:
-      return Avx512Vnni(avx2);
+      return Avx512Vnni(f, avx2);
     case Isa::kAmx:
 #if defined(STREAMD_NO_AMX)
       return false;  // built by a compiler without AMX intrinsics (CMakeLists.txt)
 #else
-      return Avx512Vnni(avx2) && __builtin_cpu_supports("amx-tile") &&
-             __builtin_cpu_supports("amx-int8") && AmxPermitted();
+      return Avx512Vnni(f, avx2) && f.amx_tile && f.amx_int8 && AmxPermitted();
 #endif
   }
 #endif
