@@ -271,7 +271,10 @@ Status SessionPersister::Offload(SessionId id) {
     }
     return written;
   }
-  return engine_.CloseIfUnchanged(id, stored_revision(id));
+  STREAMD_RETURN_IF_ERROR(engine_.CloseIfUnchanged(id, stored_revision(id)));
+  // Written around the page cache: read it back in now, off the Resume's path.
+  (void)store_->WarmUp(id);
+  return OkStatus();
 }
 
 Status SessionPersister::RejectFile(const std::string& file, const Status& why) {

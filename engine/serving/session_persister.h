@@ -85,7 +85,8 @@ class SessionPersister {
   // Writes the session if it changed since its last write, then closes it in the engine unless
   // it changed meanwhile (FAILED_PRECONDITION: it stays resident). FAILED_PRECONDITION while it
   // generates; the write's error when the write fails (it stays resident), and UNAVAILABLE
-  // without a write while the backoff after a failed one runs.
+  // without a write while the backoff after a failed one runs. Once closed, its snapshot is
+  // read into the page cache in the background (SnapshotStore::WarmUp) for its Resume.
   Status Offload(SessionId id);
   // What a restored session brings back for its owner (the server's chat state).
   struct Restored {

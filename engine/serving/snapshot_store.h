@@ -65,6 +65,10 @@ class SnapshotStore {
   // which another replica sharing the directory must see before it ends it for idleness.
   StatusOr<int64_t> ModifiedUnixMs(SessionId id) const;
   Status Touch(SessionId id);
+  // Asks the kernel to read the snapshot of `id` into the page cache (POSIX_FADV_WILLNEED, in
+  // the background): writes go around the cache, and an offloaded session's Resume then reads
+  // its snapshot from memory instead of the device.
+  Status WarmUp(SessionId id) const;
   // Every snapshot file, by file name; other files are ignored. Sweeps stale temp files.
   StatusOr<std::vector<StoredSnapshot>> List() const;
   // Moves `file` into rejected/, named <file>.<reason>.<unix seconds>; the reason is reduced

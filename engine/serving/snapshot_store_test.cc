@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <ctime>
 #include <functional>
@@ -24,6 +25,8 @@
 #include <thread>
 
 #include <gtest/gtest.h>
+
+#include "engine/util/page_cache_test_util.h"
 
 namespace streamd {
 namespace {
@@ -99,6 +102,33 @@ TEST(SnapshotStoreTest, WritesReadsListsAndRemoves) {
   ASSERT_TRUE((*store)->Remove(a).ok()) << "removing what is gone is fine";
   EXPECT_EQ((*store)->List()->size(), 1u);
   EXPECT_FALSE(SnapshotStore::Open(dir + "/notes.txt").ok()) << "a file is not a directory";
+}
+
+// The daemon's writes go around the page cache (direct I/O where the file system takes it);
+// WarmUp brings a snapshot back into it for a Resume. A missing one is NOT_FOUND.
+TEST(SnapshotStoreTest, WarmUpReadsADirectlyWrittenSnapshotIntoThePageCache) {
+  auto store = SnapshotStore::Open(TempDir());
+  ASSERT_TRUE(store.ok());
+  const SessionId id = SessionId::Random();
+  PageAlignedBuffer buffer;
+  const size_t size = (1 << 20) + 123;
+  buffer.Reserve(size);
+  const std::vector<uint8_t> bytes = Bytes(size, 5);
+  std::copy(bytes.begin(), bytes.end(), buffer.data());
+  ASSERT_TRUE((*store)->Write(id, buffer, size).ok());
+  const std::string path = (*store)->PathOf(id);
+  const size_t pages = (size + 4095) / 4096;
+  ASSERT_TRUE((*store)->WarmUp(id).ok());
+  // Every whole page; ext4 leaves the partial last page of a file written directly and cut back
+  // (what WriteFileAtomically does) to the read that needs it.
+  size_t resident = 0;
+  for (int i = 0; i < 200 && resident + 1 < pages; ++i) {
+    resident = ResidentPages(path);
+    if (resident + 1 < pages) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_GE(resident + 1, pages);
+  EXPECT_EQ(*(*store)->Read(id), bytes);
+  EXPECT_EQ((*store)->WarmUp(SessionId::Random()).code(), StatusCode::kNotFound);
 }
 
 // Touch moves a snapshot's mtime to now without changing its bytes; it never creates one.

@@ -20,6 +20,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "engine/util/page_cache_test_util.h"
+
 namespace streamd {
 namespace {
 
@@ -53,27 +55,6 @@ TEST(AtomicFileTest, WritesAndReplacesWholeWithNothingLeftBehind) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   EXPECT_EQ(Entries(dir), 2) << "a temporary file was left behind";
   std::filesystem::remove_all(dir);
-}
-
-// Pages of `path` in the page cache (mincore over a mapping of it).
-size_t ResidentPages(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) return 0;
-  struct stat st{};
-  ::fstat(fd, &st);
-  size_t resident = 0;
-  if (st.st_size > 0) {
-    void* map = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
-    if (map != MAP_FAILED) {
-      std::vector<unsigned char> pages((static_cast<size_t>(st.st_size) + 4095) / 4096);
-      if (::mincore(map, static_cast<size_t>(st.st_size), pages.data()) == 0) {
-        for (unsigned char p : pages) resident += p & 1;
-      }
-      ::munmap(map, static_cast<size_t>(st.st_size));
-    }
-  }
-  ::close(fd);
-  return resident;
 }
 
 // The direct-I/O path (PageAlignedBuffer): every length, page multiple or not, gives a file of
