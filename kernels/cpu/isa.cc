@@ -23,8 +23,10 @@ const CpuFeatures& Features() {
   return features;
 }
 
+// The level's vector ops (vec_ops_avx512.cc) are compiled with -mavx512dq as well, so DQ is
+// part of the level: every CPU with AVX512-VNNI has it, but a hypervisor may mask flags singly.
 bool Avx512Vnni(const CpuFeatures& f, bool avx2) {
-  return avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512vnni;
+  return avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.avx512vnni;
 }
 
 // Linux hands out the 8 KiB tile data state only to processes that ask for it (5.16+); without

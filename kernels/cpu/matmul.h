@@ -35,6 +35,7 @@ enum class WeightType { kF32, kF16, kBF16, kQ4_0, kQ4_1, kQ8_0 };
 // AVX-512 VNNI (EVEX; 16 tokens per zmm register for batches), kAmx batches of 6+ tokens on AMX
 // tile multiplies (bit-identical to kAvx512Vnni, which it includes). A CPU may have AVX-512 VNNI
 // without AVX-VNNI (Cascade Lake, Ice Lake), so a level does not imply the one below it.
+// kAvx512Vnni needs AVX-512 F, BW, VL, DQ and VNNI (isa.cc).
 enum class Isa { kPortable, kAvx2, kAvxVnni, kAvx512Vnni, kAmx };
 // Every level, lowest first (for tests, benchmarks and flags that go through them all).
 inline constexpr Isa kAllIsas[] = {Isa::kPortable, Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512Vnni,
