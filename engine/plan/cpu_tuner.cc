@@ -91,29 +91,40 @@ Status CheckDeadline(Clock::time_point deadline) {
   return OkStatus();
 }
 
+// timers[c]: candidate c's workloads (the same ones for every candidate, except where candidates
+// differ in the cache their pools hold); every candidate has as many.
 StatusOr<Medians> TimeCandidates(LlamaModel& model, const std::vector<CpuTuning>& candidates,
-                                 const std::vector<StepTimer*>& timers, int32_t rounds,
-                                 int64_t steps, Clock::time_point deadline) {
+                                 const std::vector<std::vector<StepTimer*>>& timers,
+                                 int32_t rounds, int64_t steps, Clock::time_point deadline) {
   const size_t nc = candidates.size();
-  std::vector<std::vector<std::vector<double>>> samples(
-      nc, std::vector<std::vector<double>>(timers.size()));
+  const size_t nw = timers.empty() ? 0 : timers[0].size();
+  std::vector<std::vector<std::vector<double>>> samples(nc, std::vector<std::vector<double>>(nw));
   for (int32_t r = 0; r < rounds; ++r) {
     STREAMD_RETURN_IF_ERROR(CheckDeadline(deadline));
     for (size_t k = 0; k < nc; ++k) {
       const size_t c = (k + static_cast<size_t>(r)) % nc;
       STREAMD_RETURN_IF_ERROR(model.ApplyTuning(candidates[c]));
-      for (size_t w = 0; w < timers.size(); ++w) {
-        STREAMD_RETURN_IF_ERROR(timers[w]->Run(1).status());  // a new pool's first step
-        STREAMD_ASSIGN_OR_RETURN(std::vector<double> ms, timers[w]->Run(steps));
+      for (size_t w = 0; w < nw; ++w) {
+        STREAMD_RETURN_IF_ERROR(timers[c][w]->Run(1).status());  // a new pool's first step
+        STREAMD_ASSIGN_OR_RETURN(std::vector<double> ms, timers[c][w]->Run(steps));
         samples[c][w].push_back(Median(std::move(ms)));
       }
     }
   }
-  Medians out(nc, std::vector<double>(timers.size()));
+  Medians out(nc, std::vector<double>(nw));
   for (size_t c = 0; c < nc; ++c) {
-    for (size_t w = 0; w < timers.size(); ++w) out[c][w] = Median(samples[c][w]);
+    for (size_t w = 0; w < nw; ++w) out[c][w] = Median(samples[c][w]);
   }
   return out;
+}
+
+// Every candidate on the same workloads.
+StatusOr<Medians> TimeCandidates(LlamaModel& model, const std::vector<CpuTuning>& candidates,
+                                 const std::vector<StepTimer*>& timers, int32_t rounds,
+                                 int64_t steps, Clock::time_point deadline) {
+  return TimeCandidates(model, candidates,
+                        std::vector<std::vector<StepTimer*>>(candidates.size(), timers), rounds,
+                        steps, deadline);
 }
 
 // The geometric mean over workloads: every workload counts the same, however long its step.
@@ -144,6 +155,15 @@ class Tuner {
     STREAMD_RETURN_IF_ERROR(TuneAttentionGrouping());
     STREAMD_RETURN_IF_ERROR(TuneAttentionPrefetch());
     for (int b = 0; b < kTokenBuckets; ++b) STREAMD_RETURN_IF_ERROR(TuneSplit(b));
+    STREAMD_RETURN_IF_ERROR(model_.ApplyTuning(result_.tuning));
+    return std::move(result_);
+  }
+
+  // Stages 3 and 4 again, from the model's tuning in place.
+  StatusOr<CpuTuningResult> RunAttention() {
+    result_.tuning = model_.tuning();
+    STREAMD_RETURN_IF_ERROR(TuneAttentionGrouping());
+    STREAMD_RETURN_IF_ERROR(TuneAttentionPrefetch());
     STREAMD_RETURN_IF_ERROR(model_.ApplyTuning(result_.tuning));
     return std::move(result_);
   }
@@ -383,17 +403,34 @@ StatusOr<CpuTuningResult> TuneCpu(LlamaModel& model, const CpuTunerOptions& opti
   return tuner.Run();
 }
 
+StatusOr<CpuTuningResult> RetuneAttention(LlamaModel& model, const CpuTunerOptions& options) {
+  STREAMD_RETURN_IF_ERROR(CheckOptions(options));
+  Tuner tuner(model, options);
+  return tuner.RunAttention();
+}
+
 StatusOr<std::vector<PlanMeasurement>> CompareWithDefaults(LlamaModel& model,
                                                            const CpuTuning& tuned,
                                                            const CpuTunerOptions& options) {
   STREAMD_RETURN_IF_ERROR(CheckOptions(options));
   CpuTuning defaults;
   defaults.threads = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
-  Workloads workloads(model, options);
-  STREAMD_ASSIGN_OR_RETURN(StepTimer * one, workloads.Get(1, 1));
-  STREAMD_ASSIGN_OR_RETURN(StepTimer * sixteen, workloads.Get(16, 1));
+  // The defaults run on an f16 cache, as a daemon without a plan does; the tuned knobs on the
+  // cache the model holds (the plan's: f16, or int8 with its scales).
+  const KvShape tuned_cache = model.CacheShape();
+  STREAMD_RETURN_IF_ERROR(model.SetInt8KvCache(nullptr));
+  Workloads default_workloads(model, options);
+  StatusOr<StepTimer*> one_default = default_workloads.Get(1, 1);
+  StatusOr<StepTimer*> sixteen_default = default_workloads.Get(16, 1);
+  STREAMD_RETURN_IF_ERROR(model.SetInt8KvCache(tuned_cache.int8_scales));  // before any return
+  STREAMD_RETURN_IF_ERROR(one_default.status());
+  STREAMD_RETURN_IF_ERROR(sixteen_default.status());
+  Workloads tuned_workloads(model, options);
+  STREAMD_ASSIGN_OR_RETURN(StepTimer * one, tuned_workloads.Get(1, 1));
+  STREAMD_ASSIGN_OR_RETURN(StepTimer * sixteen, tuned_workloads.Get(16, 1));
   STREAMD_ASSIGN_OR_RETURN(
-      Medians m, TimeCandidates(model, {defaults, tuned}, {one, sixteen},
+      Medians m, TimeCandidates(model, {defaults, tuned},
+                                {{*one_default, *sixteen_default}, {one, sixteen}},
                                 std::max(options.rounds, 7),
                                 std::max<int64_t>(options.steps_per_sample, 3), options.deadline));
   std::vector<PlanMeasurement> out;

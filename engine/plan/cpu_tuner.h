@@ -62,9 +62,15 @@ struct CpuTuningResult {
 // workload whose pool does not fit in memory, or the deadline passed.
 StatusOr<CpuTuningResult> TuneCpu(LlamaModel& model, const CpuTunerOptions& options);
 
+// Stages 3 and 4 (the attention's grouping and prefetch distance) again, from the tuning in
+// place, on caches of the model's CacheShape: the build times them again once it has made the
+// cache int8, whose attention reads other rows. Leaves the result applied.
+StatusOr<CpuTuningResult> RetuneAttention(LlamaModel& model, const CpuTunerOptions& options);
+
 // The default and the tuned knobs timed side by side on decode steps of 1 and 16 sessions
 // (rounds alternated): "decode step, N sessions, default|tuned" in ms, and for each the
-// throughput of 16 sessions over one. Leaves `tuned` applied.
+// throughput of 16 sessions over one. The defaults run on f16 caches, as without a plan; the
+// tuned knobs on the model's CacheShape (the plan's cache). Leaves `tuned` applied.
 StatusOr<std::vector<PlanMeasurement>> CompareWithDefaults(LlamaModel& model,
                                                            const CpuTuning& tuned,
                                                            const CpuTunerOptions& options);

@@ -10,6 +10,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "engine/cache/kv_scales.h"
 #include "engine/plan/machine_load.h"
 #include "engine/plan/plan_binding.h"
 #include "engine/plan/plan_test_util.h"
@@ -59,6 +60,31 @@ TEST(StepTimerTest, BadWorkloadsNameTheField) {
               HasSubstr("tokens_per_session = 257 outside [1, 256]"));
   EXPECT_THAT(StepTimer::Create(**model, {1, 1, 4, 0}).status().message(),
               HasSubstr("window = 0"));
+}
+
+// Scales of 1 for every channel of `model`: an int8 cache of the model's shape.
+std::shared_ptr<const KvInt8Scales> UnitScales(const LlamaModel& model) {
+  const LlamaConfig& c = model.config();
+  const size_t n = static_cast<size_t>(c.n_layers) * c.n_kv_heads * c.head_dim;
+  auto scales = KvInt8Scales::Make(c.n_layers, c.n_kv_heads, c.head_dim,
+                                   std::vector<float>(n, 1.0f), std::vector<float>(n, 1.0f));
+  EXPECT_TRUE(scales.ok()) << scales.status().message();
+  return scales.ok() ? *scales : nullptr;
+}
+
+TEST(StepTimerTest, TimesTheCacheTheModelHolds) {
+  auto model = MakeSyntheticModel(QuantSpec());
+  ASSERT_TRUE(model.ok());
+  const StepWorkload w{2, 1, 4, 28};
+  auto f16 = StepTimer::Create(**model, w);
+  ASSERT_TRUE(f16.ok()) << f16.status().message();
+  ASSERT_TRUE((*model)->SetInt8KvCache(UnitScales(**model)).ok());
+  auto int8 = StepTimer::Create(**model, w);
+  ASSERT_TRUE(int8.ok()) << int8.status().message();
+  EXPECT_EQ((*int8)->kv_bytes_per_step() * 2, (*f16)->kv_bytes_per_step());
+  auto ms = (*int8)->Run(2);  // the model runs the int8 attention on it
+  ASSERT_TRUE(ms.ok()) << ms.status().message();
+  EXPECT_EQ(ms->size(), 2u);
 }
 
 TEST(StepTimerTest, MedianIsTheMiddleValue) {
@@ -168,6 +194,51 @@ TEST(CpuTunerTest, ComparisonWithDefaultsMeasuresBoth) {
   EXPECT_EQ((*m)[3].what, "decode step, 16 sessions, tuned");
   for (const PlanMeasurement& x : *m) EXPECT_GT(x.value, 0.0) << x.what;
   EXPECT_EQ((*model)->tuning().threads, 1) << "the tuned knobs are left applied";
+}
+
+TEST(CpuTunerTest, ComparisonWithAnInt8PlanKeepsTheModelsCache) {
+  auto model = MakeSyntheticModel(QuantSpec());
+  ASSERT_TRUE(model.ok());
+  const std::shared_ptr<const KvInt8Scales> scales = UnitScales(**model);
+  ASSERT_TRUE((*model)->SetInt8KvCache(scales).ok());
+  CpuTuning tuned;
+  tuned.threads = 1;
+  auto m = CompareWithDefaults(**model, tuned, QuickOptions());
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  ASSERT_EQ(m->size(), 6u);
+  for (const PlanMeasurement& x : *m) EXPECT_GT(x.value, 0.0) << x.what;
+  // The defaults were timed on f16 caches; the model is left with the plan's int8 cache.
+  EXPECT_EQ((*model)->CacheShape().dtype, kernels::KvDtype::kInt8);
+  EXPECT_EQ((*model)->CacheShape().int8_scales, scales);
+}
+
+TEST(CpuTunerTest, RetuningTheAttentionChangesOnlyItsKnobsAndNoLogit) {
+  auto model = MakeSyntheticModel(QuantSpec());
+  ASSERT_TRUE(model.ok());
+  ASSERT_TRUE((*model)->SetInt8KvCache(UnitScales(**model)).ok());
+  CpuTuning start;
+  start.threads = 1;
+  start.split[0] = {1, 48, 384};
+  ASSERT_TRUE((*model)->ApplyTuning(start).ok());
+  const std::vector<int32_t> tokens = RandomTokens((*model)->config().vocab_size, 40);
+  const std::vector<float> before = Logits(**model, tokens);
+  CpuTunerOptions o = QuickOptions();
+  o.min_gain = 0;  // any faster candidate wins: exercises the choice
+  std::vector<std::string> lines;
+  o.progress = [&](const std::string& line) { lines.push_back(line); };
+  auto result = RetuneAttention(**model, o);
+  ASSERT_TRUE(result.ok()) << result.status().message();
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0].rfind("attention grouping factor:", 0), 0u) << lines[0];
+  EXPECT_EQ(lines[1].rfind("attention prefetch blocks:", 0), 0u) << lines[1];
+  CpuTuning expected = start;
+  expected.attention_batch_factor = result->tuning.attention_batch_factor;
+  expected.attention_prefetch_runs = result->tuning.attention_prefetch_runs;
+  EXPECT_EQ(result->tuning, expected) << "a knob other than the attention's changed";
+  EXPECT_EQ((*model)->tuning(), result->tuning) << "the result is not the applied tuning";
+  EXPECT_EQ(Logits(**model, tokens), before);
+  o.rounds = 0;
+  EXPECT_THAT(RetuneAttention(**model, o).status().message(), HasSubstr("rounds = 0"));
 }
 
 // A plan for the synthetic model, as `streamd build` would write it for this machine.

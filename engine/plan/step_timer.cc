@@ -55,7 +55,7 @@ StatusOr<std::unique_ptr<StepTimer>> StepTimer::Create(ModelBackend& model,
       {CacheMode::kSink, static_cast<int32_t>(w.sinks), static_cast<int32_t>(w.window),
        std::min(kMaxChunk, c.context_length)},
       c.context_length);
-  const KvShape shape{c.n_layers, c.n_kv_heads, c.head_dim};
+  const KvShape shape = model.CacheShape();  // f16, or int8 once a plan's cache is applied
   const int64_t pool_bytes = w.sessions * SessionCache::PeakBlocks(t->spec_, kBlockSize) *
                              BlockPool::BlockBytes(shape, kBlockSize);
   STREAMD_ASSIGN_OR_RETURN(t->pool_, model.CreatePool(shape, kBlockSize, pool_bytes));

@@ -1,6 +1,7 @@
 // StepTimer: the time of one batched greedy step (ModelBackend::ForwardGreedy) of a model over
 // `sessions` sessions that each feed `tokens_per_session` tokens per step (1: a decode step; 64:
-// a prefill chunk), on sink caches that are already full (S + W tokens, eviction under way).
+// a prefill chunk), on sink caches that are already full (S + W tokens, eviction under way) of
+// the model's CacheShape when created (f16, or int8 with a plan's scales).
 // The caches are fast-forwarded by reserving and committing tokens without running the model:
 // their K/V are whatever the pool holds, and the step reads the same bytes either way. This is
 // what the tuner (cpu_tuner.h) compares candidates on and what `streamd bench --decode-steps`
