@@ -20,7 +20,12 @@
 //   - a stream whose client half-closes and reads everything does not finish within kLiveness;
 //   - after every stream has ended and every session left in the registry is closed, the
 //     engine still holds a session or a KV block: a session nobody can reach any more (opened
-//     for a stream that went away, a fork never registered) would hold its blocks for ever.
+//     for a stream that went away, a fork never registered) would hold its blocks for ever;
+//   - a stream of a tenant's user drives a session of another tenant (Resume, Fork).
+//
+// Callers (client_message_input.h): anonymous, as on a daemon without API keys, two tenants'
+// users and an admin, from a keys file made once; tenant "globex" has small quotas (sessions,
+// generations, KV blocks, tokens per second), so the refusals run too.
 //
 // Limits are small by configuration (server options below), not by filtering inputs: at most
 // 12 tokens per generation, 64 ids or 512 bytes per Append, a 128-block pool, so one execution
@@ -33,19 +38,24 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include "engine/model/synthetic_model.h"
 #include "server/admission_queue.h"
+#include "server/authenticator.h"
 #include "server/chat_formatter.h"
 #include "server/service_context.h"
 #include "server/session_registry.h"
 #include "server/session_stream.h"
 #include "server/task_runner.h"
+#include "server/token_budget.h"
 #include "tests/fuzz/client_message_input.h"
 #include "tests/fuzz/fuzz_transport.h"
 #include "tests/fuzz/server_message_checker.h"
@@ -69,6 +79,7 @@ constexpr auto kWaitBound = 2s;
 struct Model {
   std::unique_ptr<tokenizer::ChatTemplate> chat;
   std::unique_ptr<Engine> engine;
+  std::unique_ptr<server::Authenticator> auth;  // the tenants and their quotas
 };
 Model* g_model = nullptr;
 
@@ -76,6 +87,45 @@ void Die(const std::string& what) {
   std::fprintf(stderr, "client_message_fuzz: %s\n", what.c_str());
   std::exit(2);
 }
+
+// The keys file of the callers below. The fuzzer never presents a key (callers are made
+// directly), so the hashes are any 64 hex digits; the tenants' quotas are what counts.
+std::unique_ptr<server::Authenticator> MakeAuthenticator() {
+  char path[] = "/tmp/client_message_fuzz_keys_XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) Die("cannot make a keys file in /tmp");
+  close(fd);
+  std::ofstream(path) << "tenants:\n"
+                         "  globex: {max_sessions: 2, max_generations: 1, max_kv_blocks: 40,"
+                         " tokens_per_second: 20}\n"
+                         "keys:\n"
+                         "  - {tenant: acme, role: user, sha256: "
+                      << std::string(64, 'a') << "}\n"
+                      << "  - {tenant: globex, role: user, sha256: " << std::string(64, 'b')
+                      << "}\n"
+                      << "  - {tenant: ops, role: admin, sha256: " << std::string(64, 'c')
+                      << "}\n";
+  // Kept while the fuzzer runs (the authenticator checks it for changes), removed at exit.
+  static std::string keys_file;
+  keys_file = path;
+  std::atexit([] { unlink(keys_file.c_str()); });
+  auto auth = server::Authenticator::Create(keys_file);
+  if (!auth.ok()) Die(auth.status().ToString());
+  return std::move(auth).value();
+}
+
+// Who calls (client_message_input.h's caller numbers) and the client they count as for the
+// per-client caps, as StreamdService names them.
+struct Identity {
+  server::Caller caller;
+  const char* client;
+};
+const Identity kIdentities[kCallers] = {
+    {server::Caller{}, "peer fuzz"},
+    {server::Caller{"acme", false, true}, "tenant acme"},
+    {server::Caller{"globex", false, true}, "tenant globex"},
+    {server::Caller{"ops", true, true}, "tenant ops"},
+};
 
 void MakeModel() {
   SyntheticModelSpec spec;
@@ -97,7 +147,7 @@ void MakeModel() {
   auto engine = Engine::Create(std::move(model).value(), std::move(vocab).value(), config);
   if (!engine.ok()) Die(engine.status().ToString());
   g_model = new Model{std::make_unique<tokenizer::ChatTemplate>(std::move(chat).value()),
-                      std::move(engine).value()};
+                      std::move(engine).value(), MakeAuthenticator()};
 }
 
 server::ServerOptions FuzzOptions() {
@@ -130,6 +180,8 @@ class World {
                                                             options_.limits.max_waiting_opens)),
         ctx_{engine, *registry_, *admission_, chat_, *tasks_, *io_, options_} {
     ctx_.model = {engine.tokenizer().vocab_size(), engine.model().config().context_length};
+    ctx_.auth = g_model->auth.get();
+    ctx_.budget = &budget_;  // each input starts with full buckets
     // What Opened carries about the model (GrpcServer's MakeModelInfo, which comes with the
     // rest of the gRPC server, not built here): the handler only copies it.
     ctx_.model_info.set_name(engine.model().config().name);
@@ -198,6 +250,7 @@ class World {
 
  private:
   server::ServerOptions options_;
+  server::TokenBudget budget_;
   std::unique_ptr<server::SessionRegistry> registry_;
   server::ChatFormatter chat_;
   std::unique_ptr<server::TaskRunner> tasks_;
@@ -224,6 +277,7 @@ struct Client {
   bool cancelled = false;
   bool done = false;  // OnDone ran
   int call = 0;       // which call of the input (the trace's name for it)
+  server::Caller caller;
 };
 
 class Driver {
@@ -242,7 +296,7 @@ class Driver {
  private:
   // The client of stream `index`; a new call when there is none yet or the last one ended
   // (a client that reconnects, say to resume its session).
-  Client& ClientOf(int index) {
+  Client& ClientOf(int index, int caller) {
     Client& c = clients_[index];
     if (c.transport != nullptr && !c.done) return c;
     if (calls_ == kMaxCalls) {  // no more calls: the stream stays as it is, ended or unused
@@ -253,11 +307,12 @@ class Driver {
     if (c.transport != nullptr) ended_.push_back(std::move(c.transport));  // still checked
     c = Client{};
     c.call = calls_;
+    c.caller = kIdentities[caller].caller;
     // StreamdService::Session.
     c.transport = std::make_unique<FuzzTransport>(
         ServerMessageChecker(g_model->engine->tokenizer().vocab_size(), &ids_, calls_));
-    c.stream = std::make_shared<SessionStream>(world_.ctx(), c.transport.get(), server::Caller{},
-                                               "peer fuzz");
+    c.stream = std::make_shared<SessionStream>(world_.ctx(), c.transport.get(), c.caller,
+                                               kIdentities[caller].client);
     c.transport->ReadNext();  // SessionReactor::Start
     if (world_.ctx().draining) c.stream->Drain();
     return c;
@@ -273,17 +328,17 @@ class Driver {
     }
     switch (step.op) {
       case Op::kSend: {
-        Client& c = ClientOf(step.stream);
+        Client& c = ClientOf(step.stream, step.caller);
         if (!c.half_closed && !c.cancelled && !c.done) c.outgoing.emplace_back(step.message);
         break;
       }
       case Op::kStall: {
-        Client& c = ClientOf(step.stream);
+        Client& c = ClientOf(step.stream, step.caller);
         c.stalled = !c.stalled;
         break;
       }
       case Op::kWriteFails: {  // the client vanished: its write fails, then the call is cancelled
-        Client& c = ClientOf(step.stream);
+        Client& c = ClientOf(step.stream, step.caller);
         if (c.done || c.cancelled) break;
         if (c.transport->TakeWrite()) c.stream->OnWriteDone(false);
         c.cancelled = true;
@@ -291,10 +346,10 @@ class Driver {
         break;
       }
       case Op::kHalfClose:
-        ClientOf(step.stream).half_closed = true;
+        ClientOf(step.stream, step.caller).half_closed = true;
         break;
       case Op::kCancel: {  // the call is cancelled: then its write in flight and read fail
-        Client& c = ClientOf(step.stream);
+        Client& c = ClientOf(step.stream, step.caller);
         if (c.done || c.cancelled) break;
         c.cancelled = true;
         c.stream->OnCancel();
@@ -382,6 +437,24 @@ class Driver {
     for (bool progress = true; progress;) {
       progress = false;
       for (Client& c : clients_) progress = Pump(c) || progress;
+    }
+    CheckTenancy();
+  }
+
+  // A user's stream drives only its tenant's sessions (ids are never reused, so a session the
+  // registry no longer holds was the stream's own and has been closed since).
+  void CheckTenancy() {
+    for (const Client& c : clients_) {
+      if (c.transport == nullptr || c.done || c.caller.admin) continue;
+      const std::string text = c.transport->session_id();
+      if (text.empty()) continue;
+      auto id = SessionId::Parse(text, "session_id");
+      STREAMD_FUZZ_CHECK(id.ok(), text);
+      const std::shared_ptr<server::ServerSession> s = world_.registry().Find(*id);
+      if (s == nullptr) continue;
+      STREAMD_FUZZ_CHECK(s->options.tenant == c.caller.tenant,
+                         "a stream of tenant " + c.caller.tenant + " drives session " + text +
+                             " of tenant " + s->options.tenant);
     }
   }
 

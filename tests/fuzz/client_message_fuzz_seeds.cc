@@ -369,5 +369,53 @@ int main(int argc, char** argv) {
       .Do(Op::kTimers)
       .Send(0, Close());
   Save(dir, "fork_bomb", w);
+
+  // Tenants (client_message_input.h: 1 acme, 2 globex with small quotas, 3 an admin): globex
+  // tries acme's sessions and a fork of one, runs into its quotas; the admin resumes acme's.
+  w = {};
+  w.As(1)
+      .Send(0, Open())
+      .Send(0, Text("acme's secret"))
+      .Send(0, Fork("acme fork"))
+      .Send(0, Generate(3, "a"))
+      .Do(Op::kWait)
+      .Do(Op::kHalfClose, 0)
+      .Do(Op::kWait)
+      .As(2)
+      .Send(1, ResumeKnown(0))
+      .Send(1, ResumeKnown(1))
+      .Send(1, Open())
+      .Send(1, Text("globex"))
+      .Send(1, Generate(12, "g1"))
+      .Send(1, Fork("g fork"))
+      .Send(1, Fork("over max_sessions"))
+      .Send(2, Open())
+      .Send(2, Generate(2, "over max_generations"))
+      .Send(2, Tokens(many))
+      .Do(Op::kWait)
+      .As(3)
+      .Do(Op::kCancel, 2)
+      .Send(2, ResumeKnown(0))
+      .Send(2, Generate(2, "admin"))
+      .Do(Op::kWait)
+      .Send(2, Close());
+  Save(dir, "tenants", w);
+
+  // globex: a dense session (32 blocks) and a second one over max_kv_blocks 40, a generation
+  // beside a running one (max_generations 1), Appends past its tokens per second.
+  const std::vector<int32_t> sixty(60, 7);
+  w = {};
+  w.As(2)
+      .Send(0, Open(1))
+      .Send(1, Open(1))
+      .Send(0, Text("tenant"))
+      .Send(0, Generate(12, "long"))
+      .Send(2, Open())
+      .Send(2, Text("second"))
+      .Send(2, Generate(2, "beside"))
+      .Do(Op::kWait);
+  for (int i = 0; i < 5; ++i) w.Send(2, Tokens(sixty));
+  w.Send(2, Generate(2, "after")).As(1).Send(1, Open()).Send(1, ResumeKnown(0));
+  Save(dir, "tenant_quotas", w);
   return 0;
 }

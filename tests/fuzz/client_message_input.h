@@ -4,7 +4,11 @@
 //
 //   input := step*
 //   step  := op [payload]
-//   op    := one byte: bits 0-3 the kind, bits 4-7 the stream (modulo kStreams)
+//   op    := one byte: bits 0-3 the kind; bits 4-7 a value v: the stream is v mod kStreams,
+//            and v / kStreams (mod kCallers) says who calls when the step starts the
+//            stream's call (the first step of a stream, or the first after its call ended):
+//            0 anonymous (the caller of a daemon without API keys), 1 and 2 two tenants'
+//            users (tenant "globex" with small quotas), 3 an admin (client_message_fuzz.cc)
 //
 // kinds (0-7 send, so that most steps carry a message):
 //   0-7   kSend       payload: u16 length (little-endian), then that many bytes (fewer at the
@@ -35,6 +39,7 @@
 namespace streamd::fuzz {
 
 inline constexpr int kStreams = 3;
+inline constexpr int kCallers = 4;
 
 enum class Op : uint8_t {
   kSend = 0,
@@ -51,6 +56,7 @@ enum class Op : uint8_t {
 struct Step {
   Op op = Op::kWait;
   int stream = 0;
+  int caller = 0;            // who calls, if this step starts the stream's call
   std::string_view message;  // kSend: the bytes the client wrote
   uint8_t arg = 0;           // kDrain, kCloseElsewhere
 };
@@ -65,6 +71,7 @@ class InputReader {
     const auto op = static_cast<uint8_t>(data_[at_++]);
     Step step;
     step.stream = (op >> 4) % kStreams;
+    step.caller = ((op >> 4) / kStreams) % kCallers;
     const uint8_t kind = op & 0x0f;
     step.op = kind < 8 ? Op::kSend : static_cast<Op>(kind);
     if (step.op == Op::kSend) {
@@ -88,6 +95,11 @@ class InputReader {
 
 class InputWriter {
  public:
+  // Who calls on the calls the next steps start (0 until said otherwise).
+  InputWriter& As(int caller) {
+    caller_ = caller;
+    return *this;
+  }
   InputWriter& Send(int stream, std::string_view message) {
     Do(Op::kSend, stream);
     bytes_.push_back(static_cast<char>(message.size() & 0xff));
@@ -96,7 +108,8 @@ class InputWriter {
     return *this;
   }
   InputWriter& Do(Op op, int stream = 0) {
-    bytes_.push_back(static_cast<char>(static_cast<uint8_t>(op) | (stream << 4)));
+    const int v = stream + kStreams * caller_;  // < 16 for every caller below kCallers
+    bytes_.push_back(static_cast<char>(static_cast<uint8_t>(op) | (v << 4)));
     return *this;
   }
   InputWriter& Do(Op op, int stream, uint8_t arg) {
@@ -108,6 +121,7 @@ class InputWriter {
 
  private:
   std::string bytes_;
+  int caller_ = 0;
 };
 
 }  // namespace streamd::fuzz
