@@ -27,6 +27,13 @@ void PrintPlan(const PlanFile& file) {
   std::printf("choices\n  threads %d\n  attention: one task per token from %d tokens per thread\n"
               "  attention: keys prefetched %d blocks ahead\n",
               t.threads, t.attention_batch_factor, t.attention_prefetch_runs);
+  if (t.decode_by_tokens_from > 0) {
+    std::printf("  decode steps of %d or more sessions: token-parallel (each thread takes its "
+                "sessions through every layer)\n",
+                t.decode_by_tokens_from);
+  } else {
+    std::printf("  decode steps: every product's rows split across the threads\n");
+  }
   for (int b = 0; b < kTokenBuckets; ++b) {
     const RowSplit& s = t.split[static_cast<size_t>(b)];
     std::printf("  split %s tokens: %d items per thread, %lld..%lld rows per item\n",

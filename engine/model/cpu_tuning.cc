@@ -65,6 +65,10 @@ Status ValidateCpuTuning(const CpuTuning& t) {
     return OutOfRange("tuning.attention_prefetch_runs", t.attention_prefetch_runs,
                       "is outside [0, " + std::to_string(kernels::cpu::kMaxPrefetchRuns) + "]");
   }
+  if (t.decode_by_tokens_from < 0 || t.decode_by_tokens_from > (1 << 20)) {
+    return OutOfRange("tuning.decode_by_tokens_from", t.decode_by_tokens_from,
+                      "is outside [0, 1048576]");
+  }
   std::set<std::tuple<int, int64_t, int64_t, int32_t>> seen;
   for (size_t i = 0; i < t.isa.size(); ++i) {
     const ShapeIsa& s = t.isa[i];

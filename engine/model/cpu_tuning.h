@@ -67,6 +67,11 @@ struct CpuTuning {
   // scores (kernels::cpu::PagedAttentionGroup's prefetch_runs; 0: none); any value gives the
   // same result bit for bit.
   int32_t attention_prefetch_runs = kernels::cpu::kDefaultPrefetchRuns;
+  // A decode step of at least this many tokens (sessions) runs token-parallel: each thread takes
+  // a share of the tokens through the whole forward pass, every row of every product, with no
+  // join per product (llama_token_parallel.cc); 0: never (every step cuts each product's rows
+  // across the threads). Either gives the same logits bit for bit.
+  int32_t decode_by_tokens_from = 0;
   // Per product shape and bucket; a shape or bucket not listed runs at the active level.
   std::vector<ShapeIsa> isa;
 
@@ -79,7 +84,9 @@ struct CpuTuning {
 
 // Checks every field (threads in [0, 4096], items_per_thread in [1, 64], min_rows and max_rows
 // positive multiples of kRowQuantum with min <= max <= 1 << 20, attention_batch_factor in
-// [1, 1 << 20], attention_prefetch_runs in [0, kernels::cpu::kMaxPrefetchRuns], buckets in range, shapes positive, no shape and bucket listed twice, levels
+// [1, 1 << 20], attention_prefetch_runs in [0, kernels::cpu::kMaxPrefetchRuns],
+// decode_by_tokens_from in [0, 1 << 20], buckets in range, shapes positive, no shape and bucket
+// listed twice, levels
 // known, activation bits 12, or 8 for a quantized type). Errors name the field ("tuning.split[2].max_rows") and the limit.
 Status ValidateCpuTuning(const CpuTuning& tuning);
 

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <thread>
 
+#include "engine/model/fused_products.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/vec_ops.h"
 
@@ -30,88 +31,8 @@ using kernels::cpu::WeightType;
 // sessions at the AVX-512 level 22.5-23.9 -> 22.2-22.5. Two items per thread for these was the
 // faster side before; four per thread made 16 sessions 15.4-16.0.
 
-// One matrix product of a fused group: out[t * ldo + r] = W[r] . x[t].
-struct Product {
-  const WeightMatrix* w;
-  float* out;
-  int64_t ldo;
-};
-
-// Rows per work item for products of n tokens. E.g. by default at 2 threads and n < 6:
-// SmolLM2's 576-row matrices 144 rows, 192-row ones 96, 1536-row ones 384.
-int64_t RowChunk(const WeightMatrix& w, const RowSplit& split, int threads) {
-  const int64_t items = static_cast<int64_t>(split.items_per_thread) * threads;
-  const int64_t per = (w.rows + items - 1) / items;
-  const int64_t rounded = (per + kRowQuantum - 1) / kRowQuantum * kRowQuantum;
-  return std::clamp(rounded, split.min_rows, split.max_rows);
-}
-
-// Quantizes x once per weight type and runs the products of `group` (which share the input
-// x: [n, k]) as one pool of row chunks. produce(t) runs first for each token t, in the task
-// that then quantizes its row: the elementwise step that makes x (residual add, norm, SwiGLU)
-// needs no loop of its own (each ParallelFor is a fork and a join of the pool; these steps are
-// ~1 us of work per token).
-template <size_t N, class Produce>
-void FusedMatMul(ThreadPool& pool, const CpuTuning& tuning, const Product (&group)[N],
-                 const float* x, int64_t n, uint8_t* xq_base, size_t xq_stride,
-                 Produce&& produce) {
-  const int64_t k = group[0].w->cols;
-  const int bucket = TokenBucket(n);
-  // Distinct weight types, and 12- or 8-bit activations, get their own activation buffer; the
-  // usual case is one.
-  WeightType types[N];
-  bool int8[N];
-  int slot_of[N];
-  int n_types = 0;
-  for (size_t i = 0; i < N; ++i) {
-    const bool eight = group[i].w->int8_by_bucket[bucket];
-    int s = 0;
-    while (s < n_types && (types[s] != group[i].w->type || int8[s] != eight)) ++s;
-    if (s == n_types) {
-      types[n_types] = group[i].w->type;
-      int8[n_types++] = eight;
-    }
-    slot_of[i] = s;
-  }
-  pool.ParallelFor(n, [&](int64_t t, int) {
-    produce(t);
-    for (int s = 0; s < n_types; ++s) {
-      if (int8[s]) {
-        kernels::cpu::PrepareActivations8(x, k, k, t, t + 1, xq_base + s * xq_stride);
-      } else {
-        kernels::cpu::PrepareActivations(types[s], x, k, k, t, t + 1, xq_base + s * xq_stride);
-      }
-    }
-  });
-  int64_t rows[N], chunks[N], total = 0;  // per product: rows per work item, work items
-  for (size_t i = 0; i < N; ++i) {
-    rows[i] = RowChunk(*group[i].w, tuning.split[bucket], pool.threads());
-    chunks[i] = (group[i].w->rows + rows[i] - 1) / rows[i];
-    total += chunks[i];
-  }
-  pool.ParallelFor(total, [&](int64_t c, int) {
-    size_t i = 0;
-    int64_t first = c;
-    while (first >= chunks[i]) first -= chunks[i++];
-    const WeightMatrix& w = *group[i].w;
-    const int64_t r0 = first * rows[i];
-    const int64_t r1 = std::min(w.rows, r0 + rows[i]);
-    const int8_t isa = w.isa_by_bucket[bucket];
-    if (int8[slot_of[i]]) {
-      kernels::cpu::MatMulRows8(w.type, w.data, w.row_bytes, w.cols,
-                                xq_base + slot_of[i] * xq_stride, n, group[i].out, group[i].ldo,
-                                r0, r1, w.vnni8_packed);
-    } else if (isa < 0) {
-      kernels::cpu::MatMulRows(w.type, w.data, w.row_bytes, w.cols,
-                               xq_base + slot_of[i] * xq_stride, n, group[i].out, group[i].ldo,
-                               r0, r1, w.amx_packed);
-    } else {
-      kernels::cpu::MatMulRowsAt(static_cast<kernels::cpu::Isa>(isa), w.type, w.data,
-                                 w.row_bytes, w.cols, xq_base + slot_of[i] * xq_stride, n,
-                                 group[i].out, group[i].ldo, r0, r1, w.amx_packed);
-    }
-  });
-}
+using model_internal::FusedMatMul;
+using model_internal::Product;
 
 }  // namespace
 
@@ -165,12 +86,15 @@ void LlamaModel::ReserveWorkspace(int64_t n, int64_t max_keys) {
     ws_.up.resize(n * c.ffn_dim);
     for (auto* v : {&ws_.rope_cos, &ws_.rope_sin, &ws_.sink_cos, &ws_.sink_sin}) v->resize(n * half);
   }
-  size_t xq = 0;
+  // Each of the three activation slots holds n tokens of the widest row in any format.
+  const int64_t widest = std::max(c.dim, c.ffn_dim);
+  size_t per_token = kernels::cpu::ActivationBytes8(1, widest);
   for (WeightType t : {WeightType::kF32, WeightType::kF16, WeightType::kBF16, WeightType::kQ4_0,
                        WeightType::kQ4_1, WeightType::kQ8_0}) {
-    xq = std::max(xq, kernels::cpu::ActivationBytes(t, n, std::max(c.dim, c.ffn_dim)));
+    per_token = std::max(per_token, kernels::cpu::ActivationBytes(t, 1, widest));
   }
-  xq = (xq + 63) / 64 * 64;
+  ws_.xq_token_bytes = per_token;
+  const size_t xq = (static_cast<size_t>(n) * per_token + 63) / 64 * 64;
   if (ws_.xq.size() < 3 * xq) ws_.xq.resize(3 * xq);
   // Each attention task scores one KV head's group of query heads at once.
   const size_t scores = static_cast<size_t>(threads_) * (c.n_heads / c.n_kv_heads) *
@@ -325,67 +249,30 @@ Status LlamaModel::Execute(const StepPlan& plan, float* logits) {
     return InvalidArgumentError("execute: the KV pool's shape does not match the model " +
                                 config_.name);
   }
-  const std::span<const int32_t> tokens = plan.tokens;
   const int64_t n = plan.n_tokens();
   ReserveWorkspace(n, plan.max_keys);
   PrepareTokens(plan);
-  const int64_t max_keys = plan.max_keys;
+  const StepView step{&plan, &plan.pool->layout(), plan.pool->int8_scales(),
+                      ws_.xq.size() / 3};
+  if (RunsByTokens(plan)) {
+    ExecuteByTokens(step, logits);
+    return OkStatus();
+  }
 
   const LlamaConfig& c = config_;
-  BlockPool& pool = *plan.pool;
-  const kernels::KvPoolLayout& layout = pool.layout();
   Workspace& ws = ws_;
-  const int32_t dim = c.dim, hd = c.head_dim, half = rope_->half_dim();
-  const int32_t q_dim = c.q_dim(), kv_dim = c.kv_dim(), ffn = c.ffn_dim;
-  const int32_t group = c.n_heads / c.n_kv_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const size_t xq_stride = ws.xq.size() / 3;
-  const int64_t n_out = plan.n_out;
-
+  const int32_t dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), ffn = c.ffn_dim;
+  const size_t xq_stride = step.xq_stride;
   ThreadPool& tp = *thread_pool_;
   const auto no_step = [](int64_t) {};
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const LlamaLayerWeights& w = weights_.layers[l];
-    // An int8 pool: the same steps over int8 rows, with this layer's scales.
-    const KvInt8Scales* kv_scales = pool.int8_scales();
-    uint16_t* layer_kv = kv_scales == nullptr ? pool.layer_data(l) : nullptr;
-    int8_t* layer_kv_i8 = kv_scales != nullptr ? pool.layer_data_i8(l) : nullptr;
     // --- attention block ---
-    // The residual stream x: the token's embedding, or x plus the previous layer's FFN output.
-    const auto residual_and_norm = [&](int64_t t) {
-      if (l == 0) {
-        const WeightMatrix& e = weights_.token_embedding;
-        kernels::cpu::DequantizeRow(e.type, e.data + tokens[t] * e.row_bytes, dim, &ws.x[t * dim]);
-      }
-      kernels::cpu::AddRmsNormRow(&ws.x[t * dim], l == 0 ? nullptr : &ws.proj[t * dim],
-                                  w.attn_norm, c.rms_eps, dim, &ws.xb[t * dim]);
-    };
     const Product qkv[] = {{&w.wq, ws.q.data(), q_dim},
                            {&w.wk, ws.k.data(), kv_dim},
                            {&w.wv, ws.v.data(), kv_dim}};
-    FusedMatMul(tp, tuning_, qkv, ws.xb.data(), n, ws.xq.data(), xq_stride, residual_and_norm);
-    // Keys are rotated by their text position and written once; queries are rotated by
-    // their text position and, once eviction has begun, by their cache position for sinks.
-    const auto rope_and_write = [&](int64_t t) {
-      const float* cs = &ws.rope_cos[t * half];
-      const float* sn = &ws.rope_sin[t * half];
-      float* q = &ws.q[t * q_dim];
-      if (ws.has_sink_rope[t]) {
-        std::copy(q, q + q_dim, &ws.q_sink[t * q_dim]);
-        kernels::cpu::RotatePairs(&ws.q_sink[t * q_dim], c.n_heads, hd, &ws.sink_cos[t * half],
-                                  &ws.sink_sin[t * half]);
-      }
-      kernels::cpu::RotatePairs(q, c.n_heads, hd, cs, sn);
-      kernels::cpu::RotatePairs(&ws.k[t * kv_dim], c.n_kv_heads, hd, cs, sn);
-      if (kv_scales == nullptr) {
-        kernels::cpu::WriteKv(layout, layer_kv, ws.tables[plan.seq_of[t]], plan.position[t],
-                              &ws.k[t * kv_dim], &ws.v[t * kv_dim]);
-      } else {
-        kernels::cpu::WriteKvI8(layout, layer_kv_i8, kv_scales->inverses(l, 0),
-                                kv_scales->inverses(l, 1), ws.tables[plan.seq_of[t]],
-                                plan.position[t], &ws.k[t * kv_dim], &ws.v[t * kv_dim]);
-      }
-    };
+    FusedMatMul(tp, tuning_, qkv, ws.xb.data(), n, ws.xq.data(), xq_stride,
+                [&](int64_t t) { NormForAttention(step, l, t); });
     // One task per (token, KV head): the group's query heads g * group .. (g + 1) * group - 1
     // are contiguous in q ([n_heads, hd]) and read each K/V row once between them.
     const int32_t heads_per_task =
@@ -395,55 +282,119 @@ Status LlamaModel::Execute(const StepPlan& plan, float* logits) {
     // sequence) with one task per token, the task writes the only new key its attention reads:
     // rotation and the K/V write need no loop (and join) of their own.
     const bool rope_in_task = tasks_per_token == 1 && plan.decode;
-    if (!rope_in_task) tp.ParallelFor(n, [&](int64_t t, int) { rope_and_write(t); });
+    if (!rope_in_task) tp.ParallelFor(n, [&](int64_t t, int) { RopeAndWriteKv(step, l, t); });
     tp.ParallelFor(n * tasks_per_token, [&](int64_t task, int thread) {
       const int64_t t = task / tasks_per_token;
       const int32_t g0 = static_cast<int32_t>(task % tasks_per_token) * heads_per_task;
-      if (rope_in_task) rope_and_write(t);
-      for (int32_t g = g0; g < g0 + heads_per_task; ++g) {
-        const int64_t first = t * q_dim + static_cast<int64_t>(g) * group * hd;
-        const float* q = &ws.q[first];
-        const float* q_sink = ws.has_sink_rope[t] ? &ws.q_sink[first] : q;
-        float* scores = &ws.scores[static_cast<size_t>(thread) * group * (max_keys + 2 * hd)];
-        if (kv_scales == nullptr) {
-          kernels::cpu::PagedAttentionGroup(layout, layer_kv, ws.tables[plan.seq_of[t]],
-                                            plan.position[t], g, group, q, q_sink, scale, scores,
-                                            &ws.attn[first], tuning_.attention_prefetch_runs);
-        } else {
-          kernels::cpu::PagedAttentionGroupI8(layout, layer_kv_i8, kv_scales->scales(l, 0),
-                                              kv_scales->scales(l, 1), ws.tables[plan.seq_of[t]],
-                                              plan.position[t], g, group, q, q_sink, scale,
-                                              scores, &ws.attn[first],
-                                              tuning_.attention_prefetch_runs);
-        }
-      }
+      if (rope_in_task) RopeAndWriteKv(step, l, t);
+      AttendKvHeads(step, l, t, g0, g0 + heads_per_task, thread);
     });
     const Product wo[] = {{&w.wo, ws.proj.data(), dim}};
     FusedMatMul(tp, tuning_, wo, ws.attn.data(), n, ws.xq.data(), xq_stride, no_step);
     // --- feed-forward block ---
     const Product gate_up[] = {{&w.w_gate, ws.gate.data(), ffn}, {&w.w_up, ws.up.data(), ffn}};
-    FusedMatMul(tp, tuning_, gate_up, ws.xb.data(), n, ws.xq.data(), xq_stride, [&](int64_t t) {
-      kernels::cpu::AddRmsNormRow(&ws.x[t * dim], &ws.proj[t * dim], w.ffn_norm, c.rms_eps, dim,
-                                  &ws.xb[t * dim]);
-    });
+    FusedMatMul(tp, tuning_, gate_up, ws.xb.data(), n, ws.xq.data(), xq_stride,
+                [&](int64_t t) { NormForFfn(l, t); });
     const Product down[] = {{&w.w_down, ws.proj.data(), dim}};
-    FusedMatMul(tp, tuning_, down, ws.gate.data(), n, ws.xq.data(), xq_stride, [&](int64_t t) {
-      kernels::cpu::SiluMul(&ws.gate[t * ffn], &ws.up[t * ffn], ffn);
-    });
+    FusedMatMul(tp, tuning_, down, ws.gate.data(), n, ws.xq.data(), xq_stride,
+                [&](int64_t t) { SwiGlu(t); });
     // The FFN output is added to x by the next layer's first step (or just below).
   }
 
   // --- output head, only for the tokens whose logits were asked for ---
   // (The residual stream of a token without logits is not needed any more.)
-  tp.ParallelFor(n, [&](int64_t t, int) {
-    if (plan.out_row[t] >= 0) {
-      kernels::cpu::AddRmsNormRow(&ws.x[t * dim], &ws.proj[t * dim], weights_.output_norm,
-                                  c.rms_eps, dim, &ws.xb[plan.out_row[t] * dim]);
-    }
-  });
+  tp.ParallelFor(n, [&](int64_t t, int) { NormForHead(step, t); });
   const Product head[] = {{&weights_.output, logits, c.vocab_size}};
-  FusedMatMul(tp, tuning_, head, ws.xb.data(), n_out, ws.xq.data(), xq_stride, no_step);
+  FusedMatMul(tp, tuning_, head, ws.xb.data(), plan.n_out, ws.xq.data(), xq_stride, no_step);
   return OkStatus();
+}
+
+// The residual stream x of token t: its embedding, or x plus the previous layer's FFN output;
+// then the attention's norm of it into xb.
+void LlamaModel::NormForAttention(const StepView& step, int32_t l, int64_t t) {
+  const int32_t dim = config_.dim;
+  if (l == 0) {
+    const WeightMatrix& e = weights_.token_embedding;
+    kernels::cpu::DequantizeRow(e.type, e.data + step.plan->tokens[t] * e.row_bytes, dim,
+                                &ws_.x[t * dim]);
+  }
+  kernels::cpu::AddRmsNormRow(&ws_.x[t * dim], l == 0 ? nullptr : &ws_.proj[t * dim],
+                              weights_.layers[l].attn_norm, config_.rms_eps, dim,
+                              &ws_.xb[t * dim]);
+}
+
+// Keys are rotated by their text position and written once; queries are rotated by their text
+// position and, once eviction has begun, by their cache position for sinks.
+void LlamaModel::RopeAndWriteKv(const StepView& step, int32_t l, int64_t t) {
+  const LlamaConfig& c = config_;
+  const int32_t half = rope_->half_dim(), q_dim = c.q_dim(), kv_dim = c.kv_dim();
+  const StepPlan& plan = *step.plan;
+  const float* cs = &ws_.rope_cos[t * half];
+  const float* sn = &ws_.rope_sin[t * half];
+  float* q = &ws_.q[t * q_dim];
+  if (ws_.has_sink_rope[t]) {
+    std::copy(q, q + q_dim, &ws_.q_sink[t * q_dim]);
+    kernels::cpu::RotatePairs(&ws_.q_sink[t * q_dim], c.n_heads, c.head_dim,
+                              &ws_.sink_cos[t * half], &ws_.sink_sin[t * half]);
+  }
+  kernels::cpu::RotatePairs(q, c.n_heads, c.head_dim, cs, sn);
+  kernels::cpu::RotatePairs(&ws_.k[t * kv_dim], c.n_kv_heads, c.head_dim, cs, sn);
+  if (step.kv_scales == nullptr) {
+    kernels::cpu::WriteKv(*step.layout, plan.pool->layer_data(l), ws_.tables[plan.seq_of[t]],
+                          plan.position[t], &ws_.k[t * kv_dim], &ws_.v[t * kv_dim]);
+  } else {
+    // An int8 pool: the same steps over int8 rows, with this layer's scales.
+    kernels::cpu::WriteKvI8(*step.layout, plan.pool->layer_data_i8(l),
+                            step.kv_scales->inverses(l, 0), step.kv_scales->inverses(l, 1),
+                            ws_.tables[plan.seq_of[t]], plan.position[t], &ws_.k[t * kv_dim],
+                            &ws_.v[t * kv_dim]);
+  }
+}
+
+// Token t's attention for the query heads of KV heads [g0, g1), into attn; `thread` picks the
+// scratch.
+void LlamaModel::AttendKvHeads(const StepView& step, int32_t l, int64_t t, int32_t g0,
+                               int32_t g1, int thread) {
+  const LlamaConfig& c = config_;
+  const StepPlan& plan = *step.plan;
+  const int32_t hd = c.head_dim, group = c.n_heads / c.n_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (int32_t g = g0; g < g1; ++g) {
+    const int64_t first = t * c.q_dim() + static_cast<int64_t>(g) * group * hd;
+    const float* q = &ws_.q[first];
+    const float* q_sink = ws_.has_sink_rope[t] ? &ws_.q_sink[first] : q;
+    float* scores = &ws_.scores[static_cast<size_t>(thread) * group * (plan.max_keys + 2 * hd)];
+    if (step.kv_scales == nullptr) {
+      kernels::cpu::PagedAttentionGroup(*step.layout, plan.pool->layer_data(l),
+                                        ws_.tables[plan.seq_of[t]], plan.position[t], g, group, q,
+                                        q_sink, scale, scores, &ws_.attn[first],
+                                        tuning_.attention_prefetch_runs);
+    } else {
+      kernels::cpu::PagedAttentionGroupI8(
+          *step.layout, plan.pool->layer_data_i8(l), step.kv_scales->scales(l, 0),
+          step.kv_scales->scales(l, 1), ws_.tables[plan.seq_of[t]], plan.position[t], g, group,
+          q, q_sink, scale, scores, &ws_.attn[first], tuning_.attention_prefetch_runs);
+    }
+  }
+}
+
+void LlamaModel::NormForFfn(int32_t l, int64_t t) {
+  const int32_t dim = config_.dim;
+  kernels::cpu::AddRmsNormRow(&ws_.x[t * dim], &ws_.proj[t * dim], weights_.layers[l].ffn_norm,
+                              config_.rms_eps, dim, &ws_.xb[t * dim]);
+}
+
+void LlamaModel::SwiGlu(int64_t t) {
+  const int32_t ffn = config_.ffn_dim;
+  kernels::cpu::SiluMul(&ws_.gate[t * ffn], &ws_.up[t * ffn], ffn);
+}
+
+void LlamaModel::NormForHead(const StepView& step, int64_t t) {
+  const int32_t row = step.plan->out_row[t];
+  if (row < 0) return;
+  const int32_t dim = config_.dim;
+  kernels::cpu::AddRmsNormRow(&ws_.x[t * dim], &ws_.proj[t * dim], weights_.output_norm,
+                              config_.rms_eps, dim, &ws_.xb[static_cast<int64_t>(row) * dim]);
 }
 
 }  // namespace streamd

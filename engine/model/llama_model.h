@@ -6,9 +6,11 @@
 //     -> K,V written into each session's paged cache (f16) -> attention per (token, head)
 //     over that session's sinks and window -> Wo -> x += .
 //   x -> RMSNorm -> [Wgate|Wup] -> silu(gate) * up -> Wdown -> x += .
-// Every product reads each weight block once per step for the whole batch.
+// Every product reads each weight block once per step for the whole batch. A build plan may
+// run large decode steps token-parallel instead (llama_token_parallel.cc).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -82,6 +84,9 @@ class LlamaModel : public ModelBackend {
   // times one shape with. w must be one of ProductMatrices(). Not thread-safe with Execute.
   void RunProduct(const WeightMatrix& w, const float* x, int64_t n, float* y);
 
+  // Steps Execute has run token-parallel (CpuTuning::decode_by_tokens_from).
+  int64_t steps_by_tokens() const { return steps_by_tokens_.load(std::memory_order_relaxed); }
+
   // Runs one step plan (ModelBackend's contract). Errors: a plan over a pool in device memory,
   // or sequences the plan does not describe consistently.
   Status Execute(const StepPlan& plan, float* logits) override;
@@ -91,6 +96,28 @@ class LlamaModel : public ModelBackend {
   // The execution-side view of a plan: RoPE angles per token and the host block tables.
   void PrepareTokens(const StepPlan& plan);
   void ReserveWorkspace(int64_t n_tokens, int64_t max_keys);
+
+  // What the per-token steps of one Execute read besides the workspace.
+  struct StepView {
+    const StepPlan* plan;
+    const kernels::KvPoolLayout* layout;
+    const KvInt8Scales* kv_scales;  // the pool's, or null for f16
+    size_t xq_stride;               // bytes of each activation slot in ws_.xq
+  };
+  // A layer's elementwise steps for token t (llama_model.cc); each touches only token t's rows,
+  // so both execution orders share them.
+  void NormForAttention(const StepView& step, int32_t layer, int64_t t);
+  void RopeAndWriteKv(const StepView& step, int32_t layer, int64_t t);
+  void AttendKvHeads(const StepView& step, int32_t layer, int64_t t, int32_t g0, int32_t g1,
+                     int thread);
+  void NormForFfn(int32_t layer, int64_t t);
+  void SwiGlu(int64_t t);
+  void NormForHead(const StepView& step, int64_t t);
+  // Token-parallel decode (llama_token_parallel.cc): whether this step runs it, the step, and
+  // one thread's share of tokens [t0, t1) up to the output head's norm.
+  bool RunsByTokens(const StepPlan& plan) const;
+  void ExecuteByTokens(const StepView& step, float* logits);
+  void RunTokens(const StepView& step, int64_t t0, int64_t t1, int thread);
 
   std::vector<uint8_t> owned_bytes_;  // FromBytes: the file's storage (moved, never copied)
   std::unique_ptr<gguf::GgufFile> file_;
@@ -102,13 +129,17 @@ class LlamaModel : public ModelBackend {
   std::shared_ptr<const KvInt8Scales> kv_int8_scales_;  // SetInt8KvCache
   std::unique_ptr<ThreadPool> thread_pool_;  // threads_ threads (the caller included)
   std::vector<uint8_t> product_xq_;          // RunProduct's quantized activations
+  std::atomic<int64_t> steps_by_tokens_{0};
 
   // Scratch reused across calls; sized for the largest batch seen so far.
   struct Workspace {
     int64_t n_tokens = 0;
     std::vector<float> x, xb, q, q_sink, k, v, attn, proj, gate, up;
     std::vector<float> rope_cos, rope_sin, sink_cos, sink_sin;  // [n_tokens, head_dim / 2]
+    // Quantized activations: three slots (one per weight format a fused group uses), each
+    // n_tokens * xq_token_bytes (the widest row's bytes per token in any format) or more.
     std::vector<uint8_t> xq;
+    size_t xq_token_bytes = 0;
     // [threads][query heads per KV head * (max keys one query sees + 2 * head_dim)]: the
     // scores, and an int8 cache's scaled queries after them.
     std::vector<float> scores;

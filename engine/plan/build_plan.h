@@ -17,8 +17,9 @@
 
 namespace streamd {
 
-// 2: the manifest gained kv_cache.
-inline constexpr int32_t kPlanFormatVersion = 3;
+// 2: the manifest gained kv_cache. 3: tuning.attention_prefetch_runs. 4:
+// tuning.decode_by_tokens_from.
+inline constexpr int32_t kPlanFormatVersion = 4;
 
 // One number the build measured: a candidate's time, a step time with and without the plan,
 // a perplexity. `what` says what was measured in words ("decode step, 16 sessions, tuned").

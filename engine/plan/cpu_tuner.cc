@@ -155,15 +155,17 @@ class Tuner {
     STREAMD_RETURN_IF_ERROR(TuneAttentionGrouping());
     STREAMD_RETURN_IF_ERROR(TuneAttentionPrefetch());
     for (int b = 0; b < kTokenBuckets; ++b) STREAMD_RETURN_IF_ERROR(TuneSplit(b));
+    if (!o_.numerics_exact_only) STREAMD_RETURN_IF_ERROR(TuneDecodeByTokens());
     STREAMD_RETURN_IF_ERROR(model_.ApplyTuning(result_.tuning));
     return std::move(result_);
   }
 
-  // Stages 3 and 4 again, from the model's tuning in place.
+  // Stages 3, 4 and 6 again, from the model's tuning in place.
   StatusOr<CpuTuningResult> RunAttention() {
     result_.tuning = model_.tuning();
     STREAMD_RETURN_IF_ERROR(TuneAttentionGrouping());
     STREAMD_RETURN_IF_ERROR(TuneAttentionPrefetch());
+    if (!o_.numerics_exact_only) STREAMD_RETURN_IF_ERROR(TuneDecodeByTokens());
     STREAMD_RETURN_IF_ERROR(model_.ApplyTuning(result_.tuning));
     return std::move(result_);
   }
@@ -263,6 +265,18 @@ class Tuner {
     STREAMD_ASSIGN_OR_RETURN(StepTimer * sixteen, workloads_.Get(16, 1));
     return TuneField("attention prefetch blocks", &CpuTuning::attention_prefetch_runs,
                      {0, 1, 2, 3, 4, 6}, {one, sixteen});
+  }
+
+  // Token-parallel decode from 4, 8 or 16 sessions, or never (0), on decode steps of 4, 8 and
+  // 16 sessions. It pays where a step is bound by arithmetic: no join per product, but every
+  // thread streams all of the layers' weights. Only with more than one thread.
+  Status TuneDecodeByTokens() {
+    if (result_.tuning.threads < 2 && model_.threads() < 2) return OkStatus();
+    STREAMD_ASSIGN_OR_RETURN(StepTimer * four, workloads_.Get(4, 1));
+    STREAMD_ASSIGN_OR_RETURN(StepTimer * eight, workloads_.Get(8, 1));
+    STREAMD_ASSIGN_OR_RETURN(StepTimer * sixteen, workloads_.Get(16, 1));
+    return TuneField("decode token-parallel from", &CpuTuning::decode_by_tokens_from,
+                     {0, 4, 8, 16}, {four, eight, sixteen});
   }
 
   // One knob of the bucket's split at a time (items per thread, then the largest and the

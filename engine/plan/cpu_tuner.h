@@ -15,7 +15,11 @@
 //   3. the attention grouping factor, on decode steps of 8 and 16 sessions and a prefill chunk;
 //   4. the attention's prefetch distance (blocks of keys asked for ahead), on decode steps of 1
 //      and 16 sessions, where the K/V mostly come from DRAM;
-//   5. the row split of each token bucket, on a step whose products fall in that bucket.
+//   5. the row split of each token bucket, on a step whose products fall in that bucket;
+//   6. from how many sessions a decode step runs token-parallel (CpuTuning::
+//      decode_by_tokens_from), on decode steps of 4, 8 and 16 sessions — skipped, like stage 1,
+//      when only numerics-exact choices are allowed: that order's 12-bit products round as
+//      another batch would (token_parallel_test.cc), not bit for bit as the row split.
 // Stages 2-5 leave logits bit for bit unchanged (llama_model_tuning_test.cc).
 #pragma once
 
@@ -62,9 +66,10 @@ struct CpuTuningResult {
 // workload whose pool does not fit in memory, or the deadline passed.
 StatusOr<CpuTuningResult> TuneCpu(LlamaModel& model, const CpuTunerOptions& options);
 
-// Stages 3 and 4 (the attention's grouping and prefetch distance) again, from the tuning in
-// place, on caches of the model's CacheShape: the build times them again once it has made the
-// cache int8, whose attention reads other rows. Leaves the result applied.
+// Stages 3, 4 and 6 (the attention's grouping and prefetch distance, token-parallel decode)
+// again, from the tuning in place, on caches of the model's CacheShape: the build times them
+// again once it has made the cache int8, whose attention reads other rows. Leaves the result
+// applied.
 StatusOr<CpuTuningResult> RetuneAttention(LlamaModel& model, const CpuTunerOptions& options);
 
 // The default and the tuned knobs timed side by side on decode steps of 1 and 16 sessions

@@ -161,6 +161,36 @@ TEST(CpuTunerTest, LevelChoicesNameShapesOfTheModel) {
   EXPECT_EQ(timed_products, several_levels);
 }
 
+// With precision cuts allowed and two threads, the tuner times token-parallel decode against the
+// row split; the choice it keeps is one of the candidates and applies.
+TEST(CpuTunerTest, TokenParallelDecodeIsTimedAgainstTheRowSplit) {
+  auto model = MakeSyntheticModel(QuantSpec());
+  ASSERT_TRUE(model.ok());
+  CpuTunerOptions o = QuickOptions();
+  o.thread_candidates = {2};
+  o.min_gain = 0;  // any faster candidate wins: exercises the choice
+  std::vector<std::string> lines;
+  o.progress = [&](const std::string& line) { lines.push_back(line); };
+  auto result = TuneCpu(**model, o);
+  ASSERT_TRUE(result.ok()) << result.status().message();
+  const auto line = std::find_if(lines.begin(), lines.end(), [](const std::string& l) {
+    return l.rfind("decode token-parallel from:", 0) == 0;
+  });
+  ASSERT_NE(line, lines.end()) << "token-parallel decode was not timed";
+  EXPECT_THAT(*line, HasSubstr(" 0 "));
+  EXPECT_THAT(*line, HasSubstr(" 16 "));
+  EXPECT_THAT(result->tuning.decode_by_tokens_from, ::testing::AnyOf(0, 4, 8, 16));
+  EXPECT_EQ((*model)->tuning(), result->tuning);
+  // Numerics-exact tuning never takes it.
+  o.numerics_exact_only = true;
+  lines.clear();
+  auto exact = TuneCpu(**model, o);
+  ASSERT_TRUE(exact.ok()) << exact.status().message();
+  EXPECT_TRUE(std::none_of(lines.begin(), lines.end(), [](const std::string& l) {
+    return l.rfind("decode token-parallel from:", 0) == 0;
+  }));
+}
+
 TEST(CpuTunerTest, BadOptionsAndAPassedDeadlineAreRefused) {
   auto model = MakeSyntheticModel(QuantSpec());
   ASSERT_TRUE(model.ok());

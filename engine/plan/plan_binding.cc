@@ -74,6 +74,10 @@ std::string DescribePlan(const PlanFile& file) {
                      std::to_string(t.threads) + " threads, attention grouping from " +
                      std::to_string(t.attention_batch_factor) + " tokens per thread, " +
                      "prefetch " + std::to_string(t.attention_prefetch_runs) + " blocks ahead, " +
+                     (t.decode_by_tokens_from > 0
+                          ? "decode token-parallel from " +
+                                std::to_string(t.decode_by_tokens_from) + " sessions, "
+                          : std::string("decode split by rows, ")) +
                      std::to_string(t.isa.size()) + " kernel choices per shape, splits";
   for (int b = 0; b < kTokenBuckets; ++b) {
     const RowSplit& s = t.split[static_cast<size_t>(b)];

@@ -160,6 +160,7 @@ json TuningJson(const CpuTuning& t) {
   return {{"threads", t.threads},
           {"attention_batch_factor", t.attention_batch_factor},
           {"attention_prefetch_runs", t.attention_prefetch_runs},
+          {"decode_by_tokens_from", t.decode_by_tokens_from},
           {"split", split},
           {"isa", isa}};
 }
@@ -172,6 +173,8 @@ StatusOr<CpuTuning> ParseTuning(const json& j) {
       f.Integer("attention_batch_factor", &t.attention_batch_factor, 1, 1 << 20));
   STREAMD_RETURN_IF_ERROR(f.Integer("attention_prefetch_runs", &t.attention_prefetch_runs, 0,
                                     kernels::cpu::kMaxPrefetchRuns));
+  STREAMD_RETURN_IF_ERROR(
+      f.Integer("decode_by_tokens_from", &t.decode_by_tokens_from, 0, 1 << 20));
   STREAMD_ASSIGN_OR_RETURN(const json* split, f.Array("split", kTokenBuckets));
   if (split->size() != kTokenBuckets) {
     return InvalidArgumentError("tuning.split has " + std::to_string(split->size()) +

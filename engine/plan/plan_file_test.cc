@@ -38,6 +38,7 @@ BuildPlan SamplePlan() {
   p.tuning.threads = 6;
   p.tuning.attention_batch_factor = 8;
   p.tuning.attention_prefetch_runs = 5;
+  p.tuning.decode_by_tokens_from = 8;
   p.tuning.split[3] = {4, 48, 1536};
   p.tuning.isa.push_back({WeightType::kQ4_1, 576, 576, 2, Isa::kAvx2});
   p.tuning.isa.push_back({WeightType::kQ8_0, 49152, 576, 4, Isa::kAmx});
@@ -124,6 +125,10 @@ TEST(PlanFileTest, ErrorsNameTheReason) {
   far.tuning.attention_prefetch_runs = kernels::cpu::kMaxPrefetchRuns + 1;
   EXPECT_THAT(ParsePlanBytes(SerializePlan(far, SampleWeights(10))).status().message(),
               HasSubstr("tuning.attention_prefetch_runs"));
+  BuildPlan negative = SamplePlan();
+  negative.tuning.decode_by_tokens_from = -1;
+  EXPECT_THAT(ParsePlanBytes(SerializePlan(negative, SampleWeights(10))).status().message(),
+              HasSubstr("tuning.decode_by_tokens_from"));
   // The weights' layout must name the parts they hold.
   BuildPlan no_vnni = SamplePlan();
   no_vnni.weights_layout = "amx-packed";
@@ -296,6 +301,10 @@ TEST(PlanTuningTest, BadTuningIsRefusedWholeAndNamesTheField) {
   prefetch.attention_prefetch_runs = -1;
   EXPECT_THAT((*model)->ApplyTuning(prefetch).message(),
               HasSubstr("tuning.attention_prefetch_runs = -1 is outside [0, 8]"));
+  CpuTuning by_tokens;
+  by_tokens.decode_by_tokens_from = -2;
+  EXPECT_THAT((*model)->ApplyTuning(by_tokens).message(),
+              HasSubstr("tuning.decode_by_tokens_from = -2 is outside [0, 1048576]"));
   CpuTuning unknown;
   unknown.threads = 5;
   unknown.isa.push_back({WeightType::kQ4_0, 4096, 4096, 0, Isa::kAvx2});

@@ -131,6 +131,7 @@ BuildPlan SeedPlan() {
   p.kv_cache.calibration_text = "calib.txt tokens 0..4096";
   p.kv_cache.calibration_tokens = 4096;
   p.tuning.split[1] = {1, 48, 3072};
+  p.tuning.decode_by_tokens_from = 16;
   p.tuning.isa.push_back({WeightType::kQ4_1, 576, 1536, 0, Isa::kAvx2});
   p.precision.push_back({"instruction-set level per product shape", true, 17.8, 17.81, 0.05, 1.0,
                          "eval.txt", 2048});
