@@ -200,13 +200,21 @@ void PagedAttentionGroupI8(const KvPoolLayout& layout, const int8_t* layer_kv,
   float* qs = q_sink == q_window ? qw : qw + q_elems;
   const float* ks = k_scale + static_cast<int64_t>(kv_head) * hd;
   const float* vs = v_scale + static_cast<int64_t>(kv_head) * hd;
-  for (int64_t e = 0; e < q_elems; ++e) qw[e] = q_window[e] * ks[e % hd];
+  // Per query head, then per channel: an index e % hd per element was a division each, 6% of a
+  // 16-session decode step's CPU time (a quarter of its attention's; perf, Zen 4) before.
+  for (int64_t i = 0; i < q_elems; i += hd) {
+    for (int32_t c = 0; c < hd; ++c) qw[i + c] = q_window[i + c] * ks[c];
+  }
   if (qs != qw) {
-    for (int64_t e = 0; e < q_elems; ++e) qs[e] = q_sink[e] * ks[e % hd];
+    for (int64_t i = 0; i < q_elems; i += hd) {
+      for (int32_t c = 0; c < hd; ++c) qs[i + c] = q_sink[i + c] * ks[c];
+    }
   }
   AttendGroup(layout, layer_kv, table, p, kv_head, n_q, qw, qs, scale, scratch, out,
               prefetch_runs);
-  for (int64_t e = 0; e < q_elems; ++e) out[e] *= vs[e % hd];
+  for (int64_t i = 0; i < q_elems; i += hd) {
+    for (int32_t c = 0; c < hd; ++c) out[i + c] *= vs[c];
+  }
 }
 
 void PagedAttentionHead(const KvPoolLayout& layout, const uint16_t* layer_kv,
