@@ -148,7 +148,10 @@ Status ReadCacheKvTo(const SessionCache& cache, void* out) {
   layout.head_dim = l.head_dim;
   layout.n_tokens = cache.cached_span().size();
   if (pool.dtype() == kernels::KvDtype::kInt8) {
-    // An int8 pool (always host memory): its bytes as they are, the scales travel beside them.
+    // An int8 pool: its bytes as they are, the scales travel beside them.
+    if (!pool.host_accessible()) {
+      return FailedPreconditionError("read K/V: int8 pools live in host memory only");
+    }
     GatherRuns<int8_t>(
         cache, layout,
         [&](int32_t layer, const Run& r) {
@@ -210,6 +213,9 @@ Status WriteCacheKv(const SessionCache& cache, const KvView& kv) {
   if (const KvInt8Scales* scales = pool.int8_scales()) {
     // Into an int8 pool: the same scales copy the bytes (bit for bit the cache they came from);
     // other ones, or f16 values, are (re)quantized with the pool's.
+    if (!pool.host_accessible()) {
+      return FailedPreconditionError("write K/V: int8 pools live in host memory only");
+    }
     const bool same = from_int8 && SameScales(kv.scales.get(), scales);
     ForEachRun(cache, [&](int32_t block, int64_t, int32_t slot, int64_t index, int64_t run) {
       for (int32_t layer = 0; layer < l.n_layers; ++layer) {
