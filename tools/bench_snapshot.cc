@@ -545,7 +545,8 @@ int RunSnapshotBench(const SnapshotBenchOptions& o) {
     if (r.kv_bytes > 0) std::snprintf(ratio_text, sizeof(ratio_text), "%.4f", ratio);
     std::printf("%4s %6lld %11lld %7lld %12lld %12lld %6s %8.3f %8.3f %8.3f %9.3f %8.3f %8.3f "
                 "%8.3f %8.3f %9.3f %8.3f %9.3f\n",
-                DtypeName(r.dtype), static_cast<long long>(r.window), static_cast<long long>(r.tokens_seen),
+                DtypeName(r.dtype), static_cast<long long>(r.window),
+                static_cast<long long>(r.tokens_seen),
                 static_cast<long long>(r.cached_tokens), static_cast<long long>(r.kv_bytes),
                 static_cast<long long>(r.snapshot_bytes), ratio_text, m.capture, m.encode,
                 m.write, m.snapshot, m.snapshot_cpu, m.read, m.decode, m.restore,
@@ -592,7 +593,8 @@ int RunSnapshotBench(const SnapshotBenchOptions& o) {
     std::printf("  %s window %lld: %lld sessions (formula (%d - %d) / %d = %lld); the old bound of "
                 "%d blocks and no headroom: %d / %d = %lld\n",
                 DtypeName(r.dtype), static_cast<long long>(r.window),
-                static_cast<long long>(r.measured), r.pool_blocks, r.headroom_blocks, r.bound_blocks,
+                static_cast<long long>(r.measured), r.pool_blocks, r.headroom_blocks,
+                r.bound_blocks,
                 static_cast<long long>(r.formula), r.old_bound_blocks, r.pool_blocks,
                 r.old_bound_blocks, static_cast<long long>(r.old_formula));
     count_rows.push_back({{"kv_dtype", DtypeName(r.dtype)},

@@ -36,7 +36,8 @@ struct KvImage {
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;
   int64_t n_tokens = 0;
-  std::vector<uint16_t> data;  // kF16: f16 bits, [n_layers][2 (K, V)][n_kv_heads][n_tokens][head_dim]
+  // kF16: f16 bits, [n_layers][2 (K, V)][n_kv_heads][n_tokens][head_dim].
+  std::vector<uint16_t> data;
   kernels::KvDtype dtype = kernels::KvDtype::kF16;
   std::vector<int8_t> data_i8;  // kInt8: the same layout, value = scale[channel] * q
   // kInt8: the scales data_i8 was quantized with (the pool's); null for kF16.

@@ -1,7 +1,8 @@
 // The int8 KV cache end to end below the daemon: the calibration tracker's ranges (pair norms for
-// rotated keys), the int8 pool (half the bytes, f16 images in, int8 images with their scales out,
-// quantization stable under a round trip through f16), the model's int8 path against its f16 path on fresh random weights,
-// and the plan's kv_cache section (round trip, every bad field refused, applied to a model).
+// rotated keys), the int8 pool (half the bytes, f16 images in, int8 images with their scales
+// out, quantization stable under a round trip through f16), the model's int8 path against its
+// f16 path on fresh random weights, and the plan's kv_cache section (round trip, every bad field
+// refused, applied to a model).
 #include <cmath>
 #include <cstdio>
 #include <random>

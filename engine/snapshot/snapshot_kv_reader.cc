@@ -49,7 +49,9 @@ StatusOr<std::shared_ptr<const KvInt8Scales>> ReadKvScales(std::span<const uint8
   }
   auto scales = KvInt8Scales::Make(d.n_layers, d.n_kv_heads, d.head_dim, std::move(k),
                                    std::move(v));
-  if (!scales.ok()) return DataLossError("snapshot section KV_SCALES: " + scales.status().message());
+  if (!scales.ok()) {
+    return DataLossError("snapshot section KV_SCALES: " + scales.status().message());
+  }
   return *std::move(scales);
 }
 

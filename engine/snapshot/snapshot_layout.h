@@ -110,7 +110,8 @@ inline constexpr uint32_t kModeSink = 2;
 // two sections in its place: KVSC, the f32 scales the values were quantized with, K's
 // [n_layers][n_kv_heads][head_dim] then V's (KvInt8Scales::k(), v(); each finite and
 // >= 1e-30), then KVI8, KvImage::data_i8 in the same layout as KV16 (value = scale * q).
-// METADATA payload: n_metadata entries in ascending key order, each u32 key length, key, u32 value length, value.
+// METADATA payload: n_metadata entries in ascending key order, each u32 key length, key, u32
+// value length, value.
 // END payload: empty.
 
 }  // namespace streamd::snapshot_layout

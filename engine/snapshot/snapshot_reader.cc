@@ -543,8 +543,8 @@ StatusOr<SessionState> DecodeSnapshot(std::span<const uint8_t> bytes,
   } else {
     STREAMD_RETURN_IF_ERROR(sections.Next(L::kTagKv, false, &s));
   }
-  STREAMD_RETURN_IF_ERROR(
-      snapshot_internal::ReadKvValues(s.payload, m.kv(), std::move(scales), &state.kv, kv_in_place));
+  STREAMD_RETURN_IF_ERROR(snapshot_internal::ReadKvValues(s.payload, m.kv(), std::move(scales),
+                                                          &state.kv, kv_in_place));
   STREAMD_RETURN_IF_ERROR(sections.Next(L::kTagMetadata, false, &s));
   STREAMD_RETURN_IF_ERROR(ReadMetadata(s.payload, m, &state));
   // Optional sections of later writers (checked, then skipped), until END.
