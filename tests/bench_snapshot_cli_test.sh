@@ -40,6 +40,25 @@ else
   fail "snapshot run: --dir should exist and hold no snapshot afterwards: $(ls -A "$tmp/snaps" 2>&1)"
 fi
 
+# --kv-dtype f16,int8: both caches side by side; an int8 session's K/V are half the bytes and
+# its snapshot (int8 values + scales) smaller than the f16 one's; it restores and generates.
+if "$bin" "${s[@]}" --snapshot --window 60 --tokens-seen 3000 --kv-dtype f16,int8 --reps 1 \
+    --json >"$tmp/out" 2>"$tmp/err"; then
+  passed=$((passed + 1))
+else
+  fail "snapshot f16,int8 run: rc=$?: $(head -c 400 "$tmp/err")"
+fi
+check_json snapshot-int8 "
+[r['kv_dtype'] for r in j['results']] == ['f16', 'int8'] and
+j['results'][1]['kv_bytes'] * 2 == j['results'][0]['kv_bytes'] and
+j['results'][1]['snapshot_bytes'] < 0.7 * j['results'][0]['snapshot_bytes'] and
+all(r['size_goal_met'] and r['restore_total_ms'] > 0 for r in j['results']) and
+[c['kv_dtype'] for c in j['sessions_per_gib']] == ['f16', 'int8'] and
+j['sessions_per_gib'][1]['sessions'] > 1.9 * j['sessions_per_gib'][0]['sessions']"
+expect_error kv-dtype-unknown '--kv-dtype: "fp8" is not f16 or int8' -- "${s[@]}" --snapshot --kv-dtype f16,fp8
+expect_error kv-dtype-twice '--kv-dtype: int8 is listed twice' -- "${s[@]}" --snapshot --kv-dtype int8,int8
+expect_error kv-dtype-alone '--kv-dtype needs --snapshot' -- "${s[@]}" --sessions 2 --kv-dtype int8
+
 # --sessions with --snapshot-every: the off and on intervals alternate, writes are counted.
 if "$bin" "${s[@]}" --sessions 2 --prompt-tokens 16 --gen-tokens 8 --threads 2 \
     --snapshot-every 0,50 --reps 1 --json >"$tmp/out" 2>"$tmp/err"; then

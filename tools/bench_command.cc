@@ -96,6 +96,7 @@ int BenchCommand(int argc, char** argv) {
   int64_t sinks = 4, max_batch_tokens = 512, decode_steps = 0;
   int64_t flood = 100, max_batch_sessions = 16, shared_step_tokens = 0;
   std::string window_text, tokens_seen_text = "10000,1000000", snapshot_every_text = "0", dir;
+  std::string kv_dtype_text = "f16";
   std::string backend = "cpu", synthetic, plan;
   std::string reference_gbps_text, isa_name;
   bool json = false, snapshot = false, tenants = false;
@@ -112,10 +113,10 @@ int BenchCommand(int argc, char** argv) {
       "  (the closed loop while a SessionPersister writes N resting sessions, each once per MS;\n"
       "   0 = no writes; a list alternates the intervals within every repetition)\n"
       "streamd bench --snapshot [--sinks S] [--window 252,1020] [--tokens-seen 10000,1000000]\n"
-      "              [--reps R] [--dir DIR] [--json]\n"
+      "              [--kv-dtype f16,int8] [--plan P] [--reps R] [--dir DIR] [--json]\n"
       "  (session snapshot size, snapshot time = capture + encode + write with fsync, restore\n"
       "   time = read + decode + restore into another engine, cold read, median of R; and the\n"
-      "   sessions a 1 GiB pool admits per window, against the bound formulas)\n"
+      "   sessions a 1 GiB pool admits per window, against the bound formulas; per K/V dtype)\n"
       "streamd bench --tenants [--flood N] [--max-batch-sessions S] [--max-batch-tokens B]\n"
       "              [--prompt-tokens P] [--gen-tokens G] [--sinks S] [--window W] [--reps R]\n"
       "  (tenant B's one session beside tenant A's N busy ones: B's inter-token latency against\n"
@@ -164,6 +165,10 @@ int BenchCommand(int argc, char** argv) {
   flags.String("dir", &dir,
                "--snapshot, --snapshot-every: snapshot directory (default: a fresh temporary "
                "directory, removed at the end)");
+  flags.String("kv-dtype", &kv_dtype_text,
+               "--snapshot: comma-separated K/V cache dtypes measured side by side, f16 and/or "
+               "int8 (cpu; the --plan's calibrated scales, else 1/127 on every channel, which "
+               "holds the bench's random K/V in (-1, 1)); default f16");
   flags.String("snapshot-every", &snapshot_every_text,
                "--sessions: comma-separated snapshot intervals in ms (0 = no snapshots)");
   flags.String("isa", &isa_name,
@@ -259,6 +264,9 @@ int BenchCommand(int argc, char** argv) {
     auto seen = ParseCountList("tokens-seen", tokens_seen_text, int64_t{1} << 40);
     if (!seen.ok()) return Fail(seen.status());
     so.tokens_seen = *seen;
+    auto dtypes = ParseKvDtypes(kv_dtype_text);
+    if (!dtypes.ok()) return Fail(dtypes.status());
+    so.kv_dtypes = *dtypes;
     so.sinks = sinks;
     so.reps = reps;
     so.dir = dir;
@@ -266,7 +274,7 @@ int BenchCommand(int argc, char** argv) {
     so.json = json;
     return RunSnapshotBench(so);
   }
-  for (const char* name : {"tokens-seen"}) {
+  for (const char* name : {"tokens-seen", "kv-dtype"}) {
     if (flags.was_set(name)) {
       return Fail(InvalidArgumentError(std::string("--") + name + " needs --snapshot"));
     }

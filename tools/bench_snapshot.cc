@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/gguf/gguf_file.h"
+#include "engine/model/llama_model.h"
 #include "engine/serving/engine.h"
 #include "engine/serving/snapshot_store.h"
 #include "engine/snapshot/model_fingerprint.h"
@@ -77,7 +78,27 @@ nlohmann::json ToJson(Times t) {
   return out;
 }
 
+const char* DtypeName(kernels::KvDtype d) { return d == kernels::KvDtype::kInt8 ? "int8" : "f16"; }
+
+// A copy of the K/V a view shows (f16 or int8 values, and the scales).
+KvImage ImageOf(const KvView& v) {
+  KvImage image;
+  image.n_layers = v.n_layers;
+  image.n_kv_heads = v.n_kv_heads;
+  image.head_dim = v.head_dim;
+  image.n_tokens = v.n_tokens;
+  image.dtype = v.dtype;
+  image.scales = v.scales;
+  if (v.dtype == kernels::KvDtype::kInt8) {
+    image.data_i8.assign(v.data_i8, v.data_i8 + v.size);
+  } else {
+    image.data.assign(v.data, v.data + v.size);
+  }
+  return image;
+}
+
 struct CaseResult {
+  kernels::KvDtype dtype = kernels::KvDtype::kF16;
   int64_t window = 0;
   int64_t tokens_seen = 0;
   int64_t cached_tokens = 0;
@@ -89,6 +110,7 @@ struct CaseResult {
 };
 
 struct CountResult {
+  kernels::KvDtype dtype = kernels::KvDtype::kF16;
   int64_t window = 0;
   int32_t pool_blocks = 0;
   int32_t headroom_blocks = 0;
@@ -201,11 +223,12 @@ StatusOr<CaseResult> RunCase(Engine& a, Engine& b, SnapshotStore& store,
   }
 
   CaseResult out;
+  out.dtype = a.model().CacheShape().dtype;
   out.window = window;
   out.tokens_seen = tokens_seen;
   out.cached_tokens = static_cast<int64_t>(made.cached_tokens.size());
   out.pending_tokens = static_cast<int64_t>(made.pending.size());
-  out.kv_bytes = static_cast<int64_t>(made.kv.data.size() * sizeof(uint16_t));
+  out.kv_bytes = made.kv.bytes();
   // The daemon's paths (SessionPersister): capture into a reused state, encode into a reused
   // buffer, write; read into a reused buffer, decode with the K/V left in it, restore from
   // there. Rep 0 also grows the buffers. The daemon writes with direct I/O, so the file is not
@@ -222,7 +245,7 @@ StatusOr<CaseResult> RunCase(Engine& a, Engine& b, SnapshotStore& store,
     STREAMD_RETURN_IF_ERROR(a.CaptureInto(id, &captured, [&](const SessionState& meta) {
       const size_t size = EncodedSnapshotSizeForKv(meta, ctx);
       encoded.Reserve(size);
-      return reinterpret_cast<uint16_t*>(encoded.data() + SnapshotKvOffset(meta, ctx));
+      return static_cast<void*>(encoded.data() + SnapshotKvOffset(meta, ctx));
     }));
     const auto t1 = Clock::now();
     STREAMD_ASSIGN_OR_RETURN(const size_t n, EncodeSnapshotAroundKv(
@@ -246,11 +269,14 @@ StatusOr<CaseResult> RunCase(Engine& a, Engine& b, SnapshotStore& store,
     const double cpu6 = ThreadCpuMs();
     if (rep == 0) {
       SessionState whole = decoded;  // the K/V were left in place: compare them too
-      whole.kv.data.assign(kv.data, kv.data + kv.size);
+      whole.kv = ImageOf(kv);
       SessionState expected_capture = captured;
-      const auto* placed = reinterpret_cast<const uint16_t*>(
-          encoded.data() + SnapshotKvOffset(captured, ctx));
-      expected_capture.kv.data.assign(placed, placed + captured.kv.elements());
+      KvView placed = KvView::Of(captured.kv);
+      placed.size = captured.kv.elements();
+      const uint8_t* at = encoded.data() + SnapshotKvOffset(captured, ctx);
+      placed.data = reinterpret_cast<const uint16_t*>(at);
+      placed.data_i8 = reinterpret_cast<const int8_t*>(at);
+      expected_capture.kv = ImageOf(placed);
       if (!(whole == expected_capture)) {
         return InternalError("the decoded snapshot differs from the captured state");
       }
@@ -302,6 +328,7 @@ StatusOr<CountResult> CountSessions(Engine& engine, const SnapshotBenchOptions& 
       {options.mode, options.sinks, options.window, engine.config().max_chunk},
       engine.model().config().context_length);
   CountResult r;
+  r.dtype = engine.model().CacheShape().dtype;
   r.window = window;
   r.pool_blocks = before.blocks_total;
   r.headroom_blocks = before.blocks_headroom;
@@ -326,9 +353,29 @@ StatusOr<CountResult> CountSessions(Engine& engine, const SnapshotBenchOptions& 
   return r;
 }
 
+// Every channel's scale 1/127: int8 holds the made K/V (random values in (-1, 1)) unsaturated.
+StatusOr<std::shared_ptr<const KvInt8Scales>> UnitRangeScales(const LlamaConfig& c) {
+  const size_t n = static_cast<size_t>(c.n_layers) * c.n_kv_heads * c.head_dim;
+  return KvInt8Scales::Make(c.n_layers, c.n_kv_heads, c.head_dim,
+                            std::vector<float>(n, 1.0f / 127), std::vector<float>(n, 1.0f / 127));
+}
+
+// An engine whose K/V cache has `dtype`: f16 sets a plan's int8 cache aside; int8 keeps the
+// plan's, or takes UnitRangeScales. Int8 caches are the CPU backend's.
 StatusOr<std::unique_ptr<Engine>> MakeEngine(const BenchModelSource& source, int64_t pool_bytes,
-                                             int64_t threads) {
+                                             int64_t threads, kernels::KvDtype dtype) {
   STREAMD_ASSIGN_OR_RETURN(BenchModel loaded, LoadBenchModel(source, /*with_tokenizer=*/true));
+  if (auto* cpu = dynamic_cast<LlamaModel*>(loaded.model.get())) {
+    if (dtype == kernels::KvDtype::kF16) {
+      STREAMD_RETURN_IF_ERROR(cpu->SetInt8KvCache(nullptr));
+    } else if (cpu->CacheShape().dtype != kernels::KvDtype::kInt8) {
+      STREAMD_ASSIGN_OR_RETURN(auto scales, UnitRangeScales(cpu->config()));
+      STREAMD_RETURN_IF_ERROR(cpu->SetInt8KvCache(std::move(scales)));
+    }
+  } else if (dtype == kernels::KvDtype::kInt8) {
+    return InvalidArgumentError("--kv-dtype int8: int8 K/V caches are the cpu backend's, not " +
+                                std::string(loaded.model->backend_name()) + "'s");
+  }
   EngineConfig config;
   config.pool_bytes = pool_bytes;
   config.threads = threads > 0
@@ -371,32 +418,32 @@ StatusOr<std::string> MakeTempDirectory(const std::string& what) {
   return pattern;
 }
 
+StatusOr<std::vector<kernels::KvDtype>> ParseKvDtypes(const std::string& text) {
+  std::vector<kernels::KvDtype> out;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t comma = std::min(text.find(',', at), text.size());
+    const std::string name = text.substr(at, comma - at);
+    kernels::KvDtype d;
+    if (name == "f16") {
+      d = kernels::KvDtype::kF16;
+    } else if (name == "int8") {
+      d = kernels::KvDtype::kInt8;
+    } else {
+      return InvalidArgumentError("--kv-dtype: \"" + name + "\" is not f16 or int8");
+    }
+    if (std::find(out.begin(), out.end(), d) != out.end()) {
+      return InvalidArgumentError("--kv-dtype: " + name + " is listed twice");
+    }
+    out.push_back(d);
+    at = comma + 1;
+  }
+  return out;
+}
+
 int RunSnapshotBench(const SnapshotBenchOptions& o) {
   const std::string context = o.source.synthetic.empty() ? o.source.model_path : "";
-  // Engine a holds the session that is captured; engine b (its own model and pool, with the
-  // daemon's defaults and a 1 GiB pool) is where it is restored, and where sessions are counted.
-  const int64_t a_pool = int64_t{256} << 20;
-  auto a = MakeEngine(o.source, a_pool, o.threads);
-  if (!a.ok()) return Fail(a.status(), context);
-  const LlamaConfig& c = (*a)->model().config();
-  for (int64_t w : o.windows) {
-    if (o.sinks + w > c.context_length) {
-      return Fail(InvalidArgumentError(
-          "--sinks + --window = " + std::to_string(o.sinks) + " + " + std::to_string(w) + " = " +
-          std::to_string(o.sinks + w) + " is over the model context of " +
-          std::to_string(c.context_length)));
-    }
-  }
-  auto b = MakeEngine(o.source, o.count_pool_bytes, o.threads);
-  if (!b.ok()) return Fail(b.status(), context);
-  const std::string model_name = o.source.synthetic.empty()
-                                     ? (*a)->model().config().name
-                                     : "synthetic-" + o.source.synthetic;
-  auto ctx = BenchSnapshotContext(o.source, (*a)->model(), model_name, (*a)->config().block_size);
-  if (!ctx.ok()) return Fail(ctx.status(), context);
-  const std::vector<int32_t> ids = OrdinaryIds((*a)->tokenizer());
-  if (ids.empty()) return Fail(InvalidArgumentError("the vocabulary has no ordinary tokens"));
-
+  if (o.kv_dtypes.empty()) return Fail(InvalidArgumentError("--kv-dtype is empty"));
   std::string dir = o.dir;
   if (dir.empty()) {
     auto made = MakeTempDirectory("snapshot");
@@ -406,46 +453,85 @@ int RunSnapshotBench(const SnapshotBenchOptions& o) {
   auto store = SnapshotStore::Open(dir);
   if (!store.ok()) return Fail(store.status());
 
-  // Another session in b first, so each restored one gets other block numbers than in a.
-  std::mt19937_64 rng(99);
-  const CacheSpec spacer_spec = SessionCache::Effective(
-      {CacheMode::kSink, static_cast<int32_t>(o.sinks), 40, (*b)->config().max_chunk},
-      c.context_length);
-  const SessionState spacer = MakeIdleState(spacer_spec, c, 37, ids, rng);
-  if (Status s = (*b)->Restore(spacer); !s.ok()) return Fail(s);
-
+  // Per dtype: engine a holds the session that is captured; engine b (its own model and pool,
+  // with the daemon's defaults and a 1 GiB pool) is where it is restored, and where sessions
+  // are counted. One dtype's engines are gone before the next one's are made.
+  const int64_t a_pool = int64_t{256} << 20;
   std::vector<CaseResult> cases;
-  for (int64_t w : o.windows) {
-    for (int64_t seen : o.tokens_seen) {
-      auto r = RunCase(**a, **b, **store, *ctx, ids, o, w, seen);
-      if (!r.ok()) return Fail(r.status());
-      cases.push_back(std::move(*r));
-    }
-  }
-  if (Status s = (*b)->Close(spacer.id); !s.ok()) return Fail(s);
   std::vector<CountResult> counts;
-  for (int64_t w : o.windows) {
-    auto r = CountSessions(**b, o, w);
-    if (!r.ok()) return Fail(r.status());
-    counts.push_back(*r);
+  std::string model_name, device, backend_name;
+  std::vector<std::pair<kernels::KvDtype, int64_t>> bytes_per_token;
+  int32_t block_size = 0, max_chunk = 0;
+  for (kernels::KvDtype dtype : o.kv_dtypes) {
+    auto a = MakeEngine(o.source, a_pool, o.threads, dtype);
+    if (!a.ok()) return Fail(a.status(), context);
+    const LlamaConfig& c = (*a)->model().config();
+    for (int64_t w : o.windows) {
+      if (o.sinks + w > c.context_length) {
+        return Fail(InvalidArgumentError(
+            "--sinks + --window = " + std::to_string(o.sinks) + " + " + std::to_string(w) +
+            " = " + std::to_string(o.sinks + w) + " is over the model context of " +
+            std::to_string(c.context_length)));
+      }
+    }
+    auto b = MakeEngine(o.source, o.count_pool_bytes, o.threads, dtype);
+    if (!b.ok()) return Fail(b.status(), context);
+    model_name = o.source.synthetic.empty() ? (*a)->model().config().name
+                                            : "synthetic-" + o.source.synthetic;
+    device = (*a)->model().device_description();
+    backend_name = std::string((*a)->model().backend_name());
+    block_size = (*b)->config().block_size;
+    max_chunk = (*b)->config().max_chunk;
+    bytes_per_token.emplace_back(dtype, (*a)->Stats().bytes_per_token);
+    auto ctx =
+        BenchSnapshotContext(o.source, (*a)->model(), model_name, (*a)->config().block_size);
+    if (!ctx.ok()) return Fail(ctx.status(), context);
+    const std::vector<int32_t> ids = OrdinaryIds((*a)->tokenizer());
+    if (ids.empty()) return Fail(InvalidArgumentError("the vocabulary has no ordinary tokens"));
+
+    // Another session in b first, so each restored one gets other block numbers than in a.
+    std::mt19937_64 rng(99);
+    const CacheSpec spacer_spec = SessionCache::Effective(
+        {CacheMode::kSink, static_cast<int32_t>(o.sinks), 40, (*b)->config().max_chunk},
+        c.context_length);
+    const SessionState spacer = MakeIdleState(spacer_spec, c, 37, ids, rng);
+    if (Status s = (*b)->Restore(spacer); !s.ok()) return Fail(s);
+
+    for (int64_t w : o.windows) {
+      for (int64_t seen : o.tokens_seen) {
+        auto r = RunCase(**a, **b, **store, *ctx, ids, o, w, seen);
+        if (!r.ok()) return Fail(r.status());
+        cases.push_back(std::move(*r));
+      }
+    }
+    if (Status s = (*b)->Close(spacer.id); !s.ok()) return Fail(s);
+    for (int64_t w : o.windows) {
+      auto r = CountSessions(**b, o, w);
+      if (!r.ok()) return Fail(r.status());
+      counts.push_back(*r);
+    }
   }
   if (o.dir.empty()) {
     std::error_code ignored;
     std::filesystem::remove_all(dir, ignored);
   }
 
-  const int64_t bytes_per_token = (*a)->Stats().bytes_per_token;
-  std::printf("snapshot: model %s on %s; sinks %lld, %lld bytes of K/V per token; dir %s%s; "
+  std::string per_token;
+  for (const auto& [dtype, bytes] : bytes_per_token) {
+    per_token += (per_token.empty() ? "" : ", ") + std::to_string(bytes) + " (" +
+                 DtypeName(dtype) + ")";
+  }
+  std::printf("snapshot: model %s on %s; sinks %lld, bytes of K/V per token %s; dir %s%s; "
               "median of %lld reps\n",
-              model_name.c_str(), (*a)->model().device_description().c_str(),
-              static_cast<long long>(o.sinks), static_cast<long long>(bytes_per_token),
-              dir.c_str(), o.dir.empty() ? " (removed)" : "", static_cast<long long>(o.reps));
-  std::printf("%6s %11s %7s %12s %12s %6s %8s %8s %8s %9s %8s %8s %8s %8s %9s %8s %9s\n",
-              "window", "tokens seen", "cached", "K/V bytes", "snap bytes", "x K/V", "capture",
-              "encode", "write", "snapshot", "(cpu)", "read", "decode", "restore", "restore.",
-              "(cpu)", "cold read");
-  std::printf("%6s %11s %7s %12s %12s %6s %8s %8s %8s %9s %8s %8s %8s %8s %9s %8s %9s\n", "",
-              "", "", "", "", "", "ms", "ms", "ms", "total ms", "ms", "ms", "ms", "ms",
+              model_name.c_str(), device.c_str(), static_cast<long long>(o.sinks),
+              per_token.c_str(), dir.c_str(), o.dir.empty() ? " (removed)" : "",
+              static_cast<long long>(o.reps));
+  std::printf("%4s %6s %11s %7s %12s %12s %6s %8s %8s %8s %9s %8s %8s %8s %8s %9s %8s %9s\n",
+              "K/V", "window", "tokens seen", "cached", "K/V bytes", "snap bytes", "x K/V",
+              "capture", "encode", "write", "snapshot", "(cpu)", "read", "decode", "restore",
+              "restore.", "(cpu)", "cold read");
+  std::printf("%4s %6s %11s %7s %12s %12s %6s %8s %8s %8s %9s %8s %8s %8s %8s %9s %8s %9s\n", "",
+              "", "", "", "", "", "", "ms", "ms", "ms", "total ms", "ms", "ms", "ms", "ms",
               "total ms", "ms", "ms");
   nlohmann::json results = nlohmann::json::array();
   for (const CaseResult& r : cases) {
@@ -457,9 +543,10 @@ int RunSnapshotBench(const SnapshotBenchOptions& o) {
     const int64_t goal = static_cast<int64_t>(1.1 * static_cast<double>(r.kv_bytes)) + 65536;
     char ratio_text[16] = "-";
     if (r.kv_bytes > 0) std::snprintf(ratio_text, sizeof(ratio_text), "%.4f", ratio);
-    std::printf("%6lld %11lld %7lld %12lld %12lld %6s %8.3f %8.3f %8.3f %9.3f %8.3f %8.3f %8.3f "
-                "%8.3f %9.3f %8.3f %9.3f\n",
-                static_cast<long long>(r.window), static_cast<long long>(r.tokens_seen),
+    std::printf("%4s %6lld %11lld %7lld %12lld %12lld %6s %8.3f %8.3f %8.3f %9.3f %8.3f %8.3f "
+                "%8.3f %8.3f %9.3f %8.3f %9.3f\n",
+                DtypeName(r.dtype), static_cast<long long>(r.window),
+                static_cast<long long>(r.tokens_seen),
                 static_cast<long long>(r.cached_tokens), static_cast<long long>(r.kv_bytes),
                 static_cast<long long>(r.snapshot_bytes), ratio_text, m.capture, m.encode,
                 m.write, m.snapshot, m.snapshot_cpu, m.read, m.decode, m.restore,
@@ -467,6 +554,7 @@ int RunSnapshotBench(const SnapshotBenchOptions& o) {
     nlohmann::json runs = nlohmann::json::array();
     for (const Times& t : r.runs) runs.push_back(ToJson(t));
     nlohmann::json row = ToJson(m);
+    row["kv_dtype"] = DtypeName(r.dtype);
     row["window"] = r.window;
     row["tokens_seen"] = r.tokens_seen;
     row["cached_tokens"] = r.cached_tokens;
@@ -479,20 +567,38 @@ int RunSnapshotBench(const SnapshotBenchOptions& o) {
     row["runs"] = runs;
     results.push_back(row);
   }
+  // Int8 beside f16, case by case, when both were measured.
+  for (const CaseResult& i8 : cases) {
+    if (i8.dtype != kernels::KvDtype::kInt8) continue;
+    for (const CaseResult& f16 : cases) {
+      if (f16.dtype != kernels::KvDtype::kF16 || f16.window != i8.window ||
+          f16.tokens_seen != i8.tokens_seen || f16.snapshot_bytes == 0) {
+        continue;
+      }
+      std::printf("int8 / f16, window %lld, %lld seen: snapshot bytes %.4f, snapshot total %.3f, "
+                  "restore total %.3f\n",
+                  static_cast<long long>(i8.window), static_cast<long long>(i8.tokens_seen),
+                  static_cast<double>(i8.snapshot_bytes) / static_cast<double>(f16.snapshot_bytes),
+                  i8.median.snapshot / f16.median.snapshot,
+                  i8.median.restore_total / f16.median.restore_total);
+    }
+  }
   std::printf("sessions per pool of %lld MiB (block %d, max_chunk %d, prefill headroom %d "
               "blocks; Open until RESOURCE_EXHAUSTED):\n",
-              static_cast<long long>(o.count_pool_bytes >> 20), (*b)->config().block_size,
-              (*b)->config().max_chunk, counts.empty() ? 0 : counts.front().headroom_blocks);
+              static_cast<long long>(o.count_pool_bytes >> 20), block_size, max_chunk,
+              counts.empty() ? 0 : counts.front().headroom_blocks);
   nlohmann::json count_rows = nlohmann::json::array();
   const double gib = static_cast<double>(o.count_pool_bytes) / static_cast<double>(1 << 30);
   for (const CountResult& r : counts) {
-    std::printf("  window %lld: %lld sessions (formula (%d - %d) / %d = %lld); the old bound of "
+    std::printf("  %s window %lld: %lld sessions (formula (%d - %d) / %d = %lld); the old bound of "
                 "%d blocks and no headroom: %d / %d = %lld\n",
-                static_cast<long long>(r.window), static_cast<long long>(r.measured),
-                r.pool_blocks, r.headroom_blocks, r.bound_blocks,
+                DtypeName(r.dtype), static_cast<long long>(r.window),
+                static_cast<long long>(r.measured), r.pool_blocks, r.headroom_blocks,
+                r.bound_blocks,
                 static_cast<long long>(r.formula), r.old_bound_blocks, r.pool_blocks,
                 r.old_bound_blocks, static_cast<long long>(r.old_formula));
-    count_rows.push_back({{"window", r.window},
+    count_rows.push_back({{"kv_dtype", DtypeName(r.dtype)},
+                          {"window", r.window},
                           {"pool_bytes", o.count_pool_bytes},
                           {"pool_blocks", r.pool_blocks},
                           {"headroom_blocks", r.headroom_blocks},
@@ -506,12 +612,13 @@ int RunSnapshotBench(const SnapshotBenchOptions& o) {
   }
   if (o.json) {
     const nlohmann::json out = {{"model", model_name},
-                                {"backend", std::string((*a)->model().backend_name())},
-                                {"device", (*a)->model().device_description()},
+                                {"backend", backend_name},
+                                {"device", device},
                                 {"sinks", o.sinks},
                                 {"reps", o.reps},
                                 {"dir", dir},
-                                {"bytes_per_token", bytes_per_token},
+                                // of the first dtype; each row's kv_bytes are its own
+                                {"bytes_per_token", bytes_per_token.front().second},
                                 {"results", results},
                                 {"sessions_per_gib", count_rows}};
     std::cout << out.dump() << std::endl;

@@ -16,6 +16,12 @@
 // copy is checked (the decoded state equals the captured one) and generates a token.
 // It also counts the sessions a 1 GiB pool admits for each window (Engine::Open until
 // RESOURCE_EXHAUSTED, engine defaults) and prints the bound formulas that predict it.
+// All of it per K/V cache dtype (--kv-dtype), side by side under the same noise: f16 (the
+// defaults; a --plan's int8 cache set aside) and int8 (the plan's calibrated scales, or without
+// a plan 1/127 on every channel: the made K/V are random values in (-1, 1), which those scales
+// hold without saturating). An int8 session's snapshot holds its int8 values and their scales
+// as the pool has them, and both engines of a dtype share the scales, so its restore copies
+// the bytes.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +38,7 @@ struct SnapshotBenchOptions {
   BenchModelSource source;
   std::vector<int64_t> windows = {252, 1020};
   std::vector<int64_t> tokens_seen = {10000, 1000000};
+  std::vector<kernels::KvDtype> kv_dtypes = {kernels::KvDtype::kF16};
   int64_t sinks = 4;
   int64_t reps = 5;    // timed repetitions per case, after one warm-up
   std::string dir;     // "" = a fresh directory under $TMPDIR (removed at the end)
@@ -39,6 +46,9 @@ struct SnapshotBenchOptions {
   int64_t count_pool_bytes = int64_t{1} << 30;  // the pool "sessions per GiB" fills
   bool json = false;
 };
+
+// "f16", "int8" or a comma-separated list of them (each at most once).
+StatusOr<std::vector<kernels::KvDtype>> ParseKvDtypes(const std::string& text);
 
 // Prints a table (and with json, one JSON object as the last line); returns the exit code.
 int RunSnapshotBench(const SnapshotBenchOptions& options);

@@ -122,6 +122,8 @@ class BlockPool {
   kernels::KvDtype dtype() const { return layout_.dtype; }
   // The scales of an int8 pool (null for f16).
   const KvInt8Scales* int8_scales() const { return int8_scales_.get(); }
+  // The same, shared: what a K/V image read out of the pool carries beside its int8 values.
+  const std::shared_ptr<const KvInt8Scales>& int8_scales_shared() const { return int8_scales_; }
   // Whether layer_data may be dereferenced on the host (false for a device pool).
   bool host_accessible() const { return storage_->host_accessible(); }
   // A layer's base: f16 elements (layer_data) or int8 ones (layer_data_i8), as dtype() says.

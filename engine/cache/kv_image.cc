@@ -4,37 +4,10 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/paged_attention.h"
-#include "kernels/cpu/vec_ops.h"
+#include "engine/cache/kv_convert.h"
 
 namespace streamd {
 namespace {
-
-// An int8 pool's rows (kv_scales.h): `rows` rows of head_dim values, f16 out[r][c] =
-// scale[c] * q[r][c], and back: q[r][c] = round(f16 in[r][c] * inverse[c]) saturated to
-// [-127, 127].
-// Through f32 rows, with the kernels' vector f16 conversions (scalar ones made an int8 session's
-// snapshot capture ~20x slower than an f16 one's).
-void DequantizeRowsToF16(const int8_t* q, int64_t rows, int32_t head_dim, const float* scale,
-                         uint16_t* out) {
-  thread_local std::vector<float> row;
-  row.resize(static_cast<size_t>(head_dim));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int32_t c = 0; c < head_dim; ++c) row[c] = scale[c] * q[r * head_dim + c];
-    kernels::cpu::FloatToHalfRow(row.data(), out + r * head_dim, head_dim);
-  }
-}
-
-void QuantizeRowsFromF16(const uint16_t* in, int64_t rows, int32_t head_dim,
-                         const float* inverse, int8_t* q) {
-  thread_local std::vector<float> row;
-  row.resize(static_cast<size_t>(head_dim));
-  for (int64_t r = 0; r < rows; ++r) {
-    kernels::cpu::HalfToFloatRow(in + r * head_dim, row.data(), head_dim);
-    kernels::cpu::QuantizeRowI8(row.data(), inverse, head_dim, q + r * head_dim);
-  }
-}
-
 
 // Where cache index i's slot is, as (block id, its place in the cache's block list, slot).
 // Calls copy(block_id, list_index, slot, index, tokens) for each run of consecutive cache
@@ -92,9 +65,78 @@ Status CheckShape(const SessionCache& cache, const Image& image, int64_t have) {
   return OkStatus();
 }
 
+// The runs first, then one pass per (layer, K/V, head) over them: `out` is then written front
+// to back (each pass fills one contiguous [tokens][head_dim] stretch), which streams at memory
+// speed where block-major order scattered 2-KiB writes over the whole image. `source(layer,
+// run)` is where that run's layer starts, in the pool's own elements (T: f16 bits or int8).
+struct Run {
+  int32_t block;
+  int32_t slot;
+  int64_t listed, index, tokens;
+};
+
+template <typename T, class Source>
+void GatherRuns(const SessionCache& cache, const KvView& layout, Source&& source, T* out) {
+  const kernels::KvPoolLayout& l = cache.pool()->layout();
+  thread_local std::vector<Run> runs;
+  runs.clear();
+  ForEachRun(cache, [&](int32_t block, int64_t listed, int32_t slot, int64_t index, int64_t run) {
+    runs.push_back({block, slot, listed, index, run});
+  });
+  for (int32_t layer = 0; layer < l.n_layers; ++layer) {
+    for (int32_t kv = 0; kv < 2; ++kv) {
+      for (int32_t h = 0; h < l.n_kv_heads; ++h) {
+        T* dest = out + layout.Offset(layer, kv, h, 0);
+        for (const Run& r : runs) {
+          const T* base = source(layer, r) + l.Offset(0, kv, h, r.slot);
+          std::copy_n(base, r.tokens * l.head_dim, dest + r.index * l.head_dim);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
-Status ReadCacheKvTo(const SessionCache& cache, uint16_t* out) {
+bool SameScales(const KvInt8Scales* a, const KvInt8Scales* b) {
+  if (a == b) return true;
+  if (a == nullptr || b == nullptr) return false;
+  return a->n_layers() == b->n_layers() && a->n_kv_heads() == b->n_kv_heads() &&
+         a->head_dim() == b->head_dim() && a->k() == b->k() && a->v() == b->v();
+}
+
+bool KvImage::operator==(const KvImage& o) const {
+  return n_layers == o.n_layers && n_kv_heads == o.n_kv_heads && head_dim == o.head_dim &&
+         n_tokens == o.n_tokens && dtype == o.dtype && data == o.data && data_i8 == o.data_i8 &&
+         SameScales(scales.get(), o.scales.get());
+}
+
+Status CheckKvView(const KvView& kv) {
+  const bool int8 = kv.dtype == kernels::KvDtype::kInt8;
+  if (!int8 && kv.dtype != kernels::KvDtype::kF16) {
+    return InvalidArgumentError("K/V of unknown dtype " +
+                                std::to_string(static_cast<int32_t>(kv.dtype)));
+  }
+  const void* values = int8 ? static_cast<const void*>(kv.data_i8) : kv.data;
+  if (kv.size != kv.elements() || (kv.size > 0 && values == nullptr)) {
+    return InvalidArgumentError("K/V of " + std::to_string(kv.n_tokens) + " tokens hold " +
+                                std::to_string(kv.size) + " " + (int8 ? "int8" : "f16") +
+                                " values, need " + std::to_string(kv.elements()));
+  }
+  if (!int8) return OkStatus();
+  if (kv.scales == nullptr) return InvalidArgumentError("int8 K/V without their scales");
+  if (kv.scales->n_layers() != kv.n_layers || kv.scales->n_kv_heads() != kv.n_kv_heads ||
+      kv.scales->head_dim() != kv.head_dim) {
+    return InvalidArgumentError(
+        "int8 K/V of " + std::to_string(kv.n_layers) + " layers x " +
+        std::to_string(kv.n_kv_heads) + " KV heads x " + std::to_string(kv.head_dim) +
+        " with scales of " + std::to_string(kv.scales->n_layers()) + " x " +
+        std::to_string(kv.scales->n_kv_heads()) + " x " + std::to_string(kv.scales->head_dim()));
+  }
+  return OkStatus();
+}
+
+Status ReadCacheKvTo(const SessionCache& cache, void* out) {
   if (cache.placed() != 0) {
     return FailedPreconditionError("read K/V: a chunk is placed and not committed");
   }
@@ -105,6 +147,19 @@ Status ReadCacheKvTo(const SessionCache& cache, uint16_t* out) {
   layout.n_kv_heads = l.n_kv_heads;
   layout.head_dim = l.head_dim;
   layout.n_tokens = cache.cached_span().size();
+  if (pool.dtype() == kernels::KvDtype::kInt8) {
+    // An int8 pool: its bytes as they are, the scales travel beside them.
+    if (!pool.host_accessible()) {
+      return FailedPreconditionError("read K/V: int8 pools live in host memory only");
+    }
+    GatherRuns<int8_t>(
+        cache, layout,
+        [&](int32_t layer, const Run& r) {
+          return pool.layer_data_i8(layer) + l.Offset(r.block, 0, 0, 0);
+        },
+        static_cast<int8_t*>(out));
+    return OkStatus();
+  }
   // Host pools are read where they lie; device pools through one staged copy per block.
   std::vector<uint16_t> staged;
   const int64_t block_run = l.block_elems() * l.n_layers;
@@ -112,59 +167,34 @@ Status ReadCacheKvTo(const SessionCache& cache, uint16_t* out) {
     staged.resize(static_cast<size_t>(block_run) * BlockList(cache).size());
     STREAMD_RETURN_IF_ERROR(pool.ReadBlocks(BlockList(cache), staged.data()));
   }
-  if (const KvInt8Scales* scales = pool.int8_scales()) {
-    // An int8 pool (always host memory): each run dequantized into the f16 image.
-    ForEachRun(cache, [&](int32_t block, int64_t, int32_t slot, int64_t index, int64_t run) {
-      for (int32_t layer = 0; layer < l.n_layers; ++layer) {
-        for (int32_t kv = 0; kv < 2; ++kv) {
-          for (int32_t h = 0; h < l.n_kv_heads; ++h) {
-            DequantizeRowsToF16(pool.layer_data_i8(layer) + l.Offset(block, kv, h, slot), run,
-                                l.head_dim, scales->scales(layer, kv) + h * l.head_dim,
-                                out + layout.Offset(layer, kv, h, index));
-          }
-        }
-      }
-    });
-    return OkStatus();
-  }
-  // The runs first, then one pass per (layer, K/V, head) over them: `out` is then written front
-  // to back (each pass fills one contiguous [tokens][head_dim] stretch), which streams at
-  // memory speed where block-major order scattered 2-KiB writes over the whole image.
-  struct Run {
-    int32_t block;
-    int32_t slot;
-    int64_t listed, index, tokens;
-  };
-  thread_local std::vector<Run> runs;
-  runs.clear();
-  ForEachRun(cache, [&](int32_t block, int64_t listed, int32_t slot, int64_t index, int64_t run) {
-    runs.push_back({block, slot, listed, index, run});
-  });
-  for (int32_t layer = 0; layer < l.n_layers; ++layer) {
-    for (int32_t kv = 0; kv < 2; ++kv) {
-      for (int32_t h = 0; h < l.n_kv_heads; ++h) {
-        uint16_t* dest = out + layout.Offset(layer, kv, h, 0);
-        for (const Run& r : runs) {
-          const uint16_t* base =
-              pool.host_accessible()
-                  ? pool.layer_data(layer) + l.Offset(r.block, kv, h, r.slot)
-                  : staged.data() + r.listed * block_run + layer * l.block_elems() +
-                        l.Offset(0, kv, h, r.slot);
-          std::copy_n(base, r.tokens * l.head_dim, dest + r.index * l.head_dim);
-        }
-      }
-    }
-  }
+  GatherRuns<uint16_t>(
+      cache, layout,
+      [&](int32_t layer, const Run& r) -> const uint16_t* {
+        return pool.host_accessible()
+                   ? pool.layer_data(layer) + l.Offset(r.block, 0, 0, 0)
+                   : staged.data() + r.listed * block_run + layer * l.block_elems();
+      },
+      static_cast<uint16_t*>(out));
   return OkStatus();
 }
 
 Status ReadCacheKvInto(const SessionCache& cache, KvImage* image) {
-  const kernels::KvPoolLayout& l = cache.pool()->layout();
+  const BlockPool& pool = *cache.pool();
+  const kernels::KvPoolLayout& l = pool.layout();
   image->n_layers = l.n_layers;
   image->n_kv_heads = l.n_kv_heads;
   image->head_dim = l.head_dim;
   image->n_tokens = cache.cached_span().size();
-  image->data.resize(static_cast<size_t>(image->elements()));  // keeps the capacity it had
+  image->dtype = pool.dtype();
+  image->scales = pool.int8_scales_shared();
+  // Each keeps the capacity it had; the other dtype's vector is emptied.
+  if (image->dtype == kernels::KvDtype::kInt8) {
+    image->data.clear();
+    image->data_i8.resize(static_cast<size_t>(image->elements()));
+    return ReadCacheKvTo(cache, image->data_i8.data());
+  }
+  image->data_i8.clear();
+  image->data.resize(static_cast<size_t>(image->elements()));
   return ReadCacheKvTo(cache, image->data.data());
 }
 
@@ -175,23 +205,41 @@ StatusOr<KvImage> ReadCacheKv(const SessionCache& cache) {
 }
 
 Status WriteCacheKv(const SessionCache& cache, const KvView& kv) {
+  STREAMD_RETURN_IF_ERROR(CheckKvView(kv));
   STREAMD_RETURN_IF_ERROR(CheckShape(cache, kv, kv.size));
   BlockPool& pool = *cache.pool();
   const kernels::KvPoolLayout& l = pool.layout();
+  const bool from_int8 = kv.dtype == kernels::KvDtype::kInt8;
   if (const KvInt8Scales* scales = pool.int8_scales()) {
+    // Into an int8 pool: the same scales copy the bytes (bit for bit the cache they came from);
+    // other ones, or f16 values, are (re)quantized with the pool's.
+    if (!pool.host_accessible()) {
+      return FailedPreconditionError("write K/V: int8 pools live in host memory only");
+    }
+    const bool same = from_int8 && SameScales(kv.scales.get(), scales);
     ForEachRun(cache, [&](int32_t block, int64_t, int32_t slot, int64_t index, int64_t run) {
       for (int32_t layer = 0; layer < l.n_layers; ++layer) {
         for (int32_t k = 0; k < 2; ++k) {
           for (int32_t h = 0; h < l.n_kv_heads; ++h) {
-            QuantizeRowsFromF16(kv.data + kv.Offset(layer, k, h, index), run, l.head_dim,
-                                scales->inverses(layer, k) + h * l.head_dim,
-                                pool.layer_data_i8(layer) + l.Offset(block, k, h, slot));
+            int8_t* dest = pool.layer_data_i8(layer) + l.Offset(block, k, h, slot);
+            const int64_t at = kv.Offset(layer, k, h, index);
+            const float* inverse = scales->inverses(layer, k) + h * l.head_dim;
+            if (same) {
+              std::copy_n(kv.data_i8 + at, run * l.head_dim, dest);
+            } else if (from_int8) {
+              RequantizeRows(kv.data_i8 + at, run, l.head_dim,
+                             kv.scales->scales(layer, k) + h * l.head_dim, inverse, dest);
+            } else {
+              QuantizeRowsFromF16(kv.data + at, run, l.head_dim, inverse, dest);
+            }
           }
         }
       }
     });
     return OkStatus();
   }
+  // Into an f16 pool (host, or a device pool through a staged copy): f16 values are copied,
+  // int8 ones dequantized with the view's scales.
   const int64_t block_run = l.block_elems() * l.n_layers;
   std::vector<uint16_t> staged;
   if (!pool.host_accessible()) {
@@ -205,8 +253,14 @@ Status WriteCacheKv(const SessionCache& cache, const KvView& kv) {
       const int32_t at = pool.host_accessible() ? block : 0;
       for (int32_t k = 0; k < 2; ++k) {
         for (int32_t h = 0; h < l.n_kv_heads; ++h) {
-          std::copy_n(kv.data + kv.Offset(layer, k, h, index), run * l.head_dim,
-                      base + l.Offset(at, k, h, slot));
+          uint16_t* dest = base + l.Offset(at, k, h, slot);
+          const int64_t from = kv.Offset(layer, k, h, index);
+          if (from_int8) {
+            DequantizeRowsToF16(kv.data_i8 + from, run, l.head_dim,
+                                kv.scales->scales(layer, k) + h * l.head_dim, dest);
+          } else {
+            std::copy_n(kv.data + from, run * l.head_dim, dest);
+          }
         }
       }
     }

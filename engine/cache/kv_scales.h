@@ -5,9 +5,13 @@
 // of f16: twice the sessions per GiB), attention folds them into the query and the output
 // (kernels/cpu/paged_attention.h), and a row is written without looking at other rows.
 //
-// Outside the pool, K/V stay f16 (kv_image.h, snapshots): kv_image.cc converts at the boundary, so a snapshot of an int8 cache loads into an f16
-// pool (or the CUDA backend) and back. Quantizing a row dequantized with the same scales gives
-// the same int8 values (|error of the f16 rounding| < 0.06 scale < 0.5 scale).
+// Outside the pool the K/V keep their encoding: a K/V image (kv_image.h) and a snapshot of an
+// int8 session hold the int8 values as the pool stores them plus these scales (half the bytes
+// of f16, nothing converted). Restoring into a pool with the same scales copies the bytes; into
+// one with other scales, or an f16 pool (the CUDA backend's included), converts them
+// (kv_convert.h). Quantizing a row dequantized with the same scales gives the same int8 values
+// (|error of the f16 rounding| < 0.06 scale < 0.5 scale), so a session can pass through an f16
+// pool and back unchanged.
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,8 @@
 // The int8 KV cache end to end below the daemon: the calibration tracker's ranges (pair norms for
-// rotated keys), the int8 pool (half the bytes, f16 images in and out, quantization stable under
-// a snapshot round trip), the model's int8 path against its f16 path on fresh random weights,
-// and the plan's kv_cache section (round trip, every bad field refused, applied to a model).
+// rotated keys), the int8 pool (half the bytes, f16 images in, int8 images with their scales
+// out, quantization stable under a round trip through f16), the model's int8 path against its
+// f16 path on fresh random weights, and the plan's kv_cache section (round trip, every bad field
+// refused, applied to a model).
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -9,6 +10,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "engine/cache/kv_convert.h"
 #include "engine/cache/kv_image.h"
 #include "engine/cache/kv_scales.h"
 #include "engine/plan/kv_calibration.h"
@@ -130,9 +132,10 @@ TEST(KvInt8ScalesTest, BadScalesAreRefusedNamingTheEntry) {
   EXPECT_FALSE(KvInt8Scales::Make(0, 1, 2, {}, {}).ok());
 }
 
-// An int8 pool holds half the bytes per block; K/V images go in and out as f16, within half a
-// scale step, and a second round trip changes no int8 value (a snapshot restored into the same
-// scales is the cache it was taken from).
+// An int8 pool holds half the bytes per block; an f16 image goes in quantized, within half a
+// scale step; the image read out is the pool's int8 values with its scales, and neither it nor
+// its f16 dequantization changes an int8 value when written back (a snapshot restored into the
+// same scales is the cache it was taken from).
 TEST(Int8PoolTest, HalfTheBytesAndStableF16RoundTrips) {
   std::mt19937 rng(std::random_device{}());
   const int32_t layers = 2, heads = 2, hd = 8;
@@ -172,7 +175,13 @@ TEST(Int8PoolTest, HalfTheBytesAndStableF16RoundTrips) {
   ASSERT_TRUE(restored.ok()) << restored.message();
   const KvImage image = RandomImage(layers, heads, hd, 12, 3.0f, rng);
   ASSERT_TRUE(WriteCacheKv(**cache, image).ok());
-  auto back = ReadCacheKv(**cache);
+  auto back_i8 = ReadCacheKv(**cache);
+  ASSERT_TRUE(back_i8.ok());
+  EXPECT_EQ(back_i8->dtype, kernels::KvDtype::kInt8);
+  EXPECT_EQ(back_i8->scales, *scales);
+  EXPECT_TRUE(back_i8->data.empty());
+  EXPECT_EQ(back_i8->bytes(), image.elements());
+  auto back = DequantizedKv(*back_i8);
   ASSERT_TRUE(back.ok());
   const KvView view = KvView::Of(image);
   for (int32_t l = 0; l < layers; ++l) {
@@ -192,10 +201,12 @@ TEST(Int8PoolTest, HalfTheBytesAndStableF16RoundTrips) {
       }
     }
   }
-  ASSERT_TRUE(WriteCacheKv(**cache, *back).ok());
-  auto again = ReadCacheKv(**cache);
-  ASSERT_TRUE(again.ok());
-  EXPECT_EQ(again->data, back->data);
+  for (const KvImage* written : {&*back, &*back_i8}) {
+    ASSERT_TRUE(WriteCacheKv(**cache, *written).ok());
+    auto again = ReadCacheKv(**cache);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(*again, *back_i8);
+  }
 }
 
 // The model's int8 path: logits within a small distance of its f16 path on fresh random weights
@@ -231,7 +242,9 @@ TEST(Int8KvModelTest, LogitsFollowTheF16CacheAndSnapshotsMoveBetweenKinds) {
   EXPECT_LT(max_diff, 0.02 * max_logit) << "max |logit| " << max_logit;
   std::printf("int8 vs f16 KV: max |logit difference| %.4f of max |logit| %.4f\n", max_diff, max_logit);
 
-  // The int8 cache's image (f16) into an f16 pool, then 8 more tokens on each.
+  // The int8 cache's image (int8 with its scales) into an int8 pool (copied) and an f16 pool
+  // (dequantized), then 8 more tokens on each.
+  EXPECT_EQ(i8.kv.dtype, kernels::KvDtype::kInt8);
   const LlamaConfig& c = m.config();
   const auto continue_from = [&](const KvShape& shape, std::vector<float>* logits) {
     auto pool = BlockPool::Create(shape, 16, 8 * BlockPool::BlockBytes(shape, 16));

@@ -16,6 +16,11 @@ KvRangeTracker::KvRangeTracker(int32_t n_layers, int32_t n_kv_heads, int32_t hea
       v_range_(k_range_.size(), 0.0f) {}
 
 Status KvRangeTracker::Observe(const KvImage& image) {
+  if (image.dtype != kernels::KvDtype::kF16) {
+    // An int8 cache's image is already quantized with scales of its own: calibration reads
+    // the f16 K/V of a cache without them (CalibrateInt8Kv clears the model's first).
+    return InvalidArgumentError("int8 KV calibration observes f16 K/V; this image is int8");
+  }
   if (image.n_layers != n_layers_ || image.n_kv_heads != n_kv_heads_ ||
       image.head_dim != head_dim_ || static_cast<int64_t>(image.data.size()) != image.elements()) {
     return InvalidArgumentError("K/V image of " + std::to_string(image.n_layers) + " x " +

@@ -108,11 +108,12 @@ class Engine {
   // generations), NOT_FOUND when it does not exist. Waits for the step it is in, if any.
   StatusOr<SessionState> Capture(SessionId id);
   // The same into *out, reusing its buffers (a writer that captures session after session
-  // allocates and faults in no new K/V memory). With `kv_destination`, the K/V are not put in
-  // out->kv.data (left empty; its dimensions are set): kv_destination(*out) is called with
-  // everything else filled in and returns where to gather them (kv.elements() f16 values),
-  // e.g. straight into a snapshot buffer (EncodeSnapshotAroundKv).
-  using KvDestination = std::function<uint16_t*(const SessionState&)>;
+  // allocates and faults in no new K/V memory). The K/V come out as the pool stores them (f16,
+  // or int8 with the pool's scales in kv.scales: kv_image.h). With `kv_destination`, they are
+  // not put in out->kv's vectors (left empty; its dimensions, dtype and scales are set):
+  // kv_destination(*out) is called with everything else filled in and returns where to gather
+  // them (kv.bytes() bytes), e.g. straight into a snapshot buffer (EncodeSnapshotAroundKv).
+  using KvDestination = std::function<void*(const SessionState&)>;
   Status CaptureInto(SessionId id, SessionState* out, const KvDestination& kv_destination = {});
   // Creates a session from a state (same id, settings, context and K/V), at once or not at all:
   // ALREADY_EXISTS for an id in use, RESOURCE_EXHAUSTED when its bound does not fit now,

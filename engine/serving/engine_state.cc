@@ -90,8 +90,11 @@ Status Engine::CaptureInto(SessionId id, SessionState* out, const KvDestination&
     st.kv.n_kv_heads = l.n_kv_heads;
     st.kv.head_dim = l.head_dim;
     st.kv.n_tokens = cache.cached_span().size();
+    st.kv.dtype = pool_->dtype();
+    st.kv.scales = pool_->int8_scales_shared();
     st.kv.data.clear();
-    uint16_t* dest = kv_destination(st);
+    st.kv.data_i8.clear();
+    void* dest = kv_destination(st);
     copied = dest != nullptr ? ReadCacheKvTo(cache, dest)
                              : InternalError("capture: no destination for the K/V");
   } else {
@@ -136,11 +139,14 @@ Status Engine::Restore(const SessionState& st, const KvView& kv) {
         " of " + std::to_string(c.head_dim));
   }
   if (kv.n_tokens != static_cast<int64_t>(st.cached_tokens.size()) ||
-      kv.size != kv.elements() || (kv.size > 0 && kv.data == nullptr)) {
+      kv.size != kv.elements()) {
     return InvalidArgumentError("restore: the state holds " + std::to_string(kv.n_tokens) +
                                 " tokens of K/V, " + std::to_string(st.cached_tokens.size()) +
                                 " cached ids and " + std::to_string(kv.size) +
                                 " K/V elements");
+  }
+  if (const Status complete = CheckKvView(kv); !complete.ok()) {
+    return InvalidArgumentError("restore: " + complete.message());
   }
   const int32_t vocab = tokenizer_->vocab_size();
   for (const std::vector<int32_t>* ids : {&st.cached_tokens, &st.pending}) {

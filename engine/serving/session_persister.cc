@@ -218,7 +218,7 @@ Status SessionPersister::WriteNow(SessionId id, bool* skipped) {
   STREAMD_RETURN_IF_ERROR(engine_.CaptureInto(id, &scratch_, [this](const SessionState& meta) {
     const size_t size = EncodedSnapshotSizeForKv(meta, context_);
     encoded_.Reserve(size);  // grows once, then is reused
-    return reinterpret_cast<uint16_t*>(encoded_.data() + SnapshotKvOffset(meta, context_));
+    return static_cast<void*>(encoded_.data() + SnapshotKvOffset(meta, context_));
   }));
   const SessionState& state = scratch_;
   STREAMD_ASSIGN_OR_RETURN(

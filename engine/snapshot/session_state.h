@@ -44,7 +44,7 @@ struct SessionState {
   std::vector<int32_t> cached_tokens;  // ids of the cached tokens, in cache order
   std::vector<int32_t> pending;        // context not yet in the cache (an idle session keeps
                                        // its last token here, for the next Generate's logits)
-  KvImage kv;
+  KvImage kv;  // in its pool's dtype: f16, or int8 with the scales it was quantized with
 
   // The server's per-session facts (chat-template state, ...), opaque to the engine.
   std::map<std::string, std::string> metadata;

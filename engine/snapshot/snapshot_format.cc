@@ -29,6 +29,8 @@ uint32_t ModeCode(CacheMode mode) {
   return 0xffffffffu;  // not a CacheMode: written so that the reader refuses it
 }
 
+bool IsInt8(const SessionState& state) { return state.kv.dtype == kernels::KvDtype::kInt8; }
+
 template <typename T>
 std::span<const uint8_t> AsBytes(const std::vector<T>& v) {
   return {reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(T)};
@@ -56,7 +58,7 @@ std::vector<uint8_t> MetaPayload(const SessionState& state, const SnapshotContex
   namespace M = L::meta;
   std::vector<uint8_t> out(M::kFixedSize, 0);
   out.reserve(MetaLength(state, context));
-  Store<uint32_t>(&out, M::kKvDtype, L::kKvDtypeF16);
+  Store<uint32_t>(&out, M::kKvDtype, IsInt8(state) ? L::kKvDtypeInt8 : L::kKvDtypeF16);
   Store<int32_t>(&out, M::kNLayers, state.kv.n_layers);
   Store<int32_t>(&out, M::kNKvHeads, state.kv.n_kv_heads);
   Store<int32_t>(&out, M::kHeadDim, state.kv.head_dim);
@@ -170,41 +172,67 @@ class Writer {
   size_t pos_ = 0;
 };
 
+// The K/V payload's bytes: of the image's vector, or (in place) of its dimensions.
 size_t KvBytesOf(const SessionState& state, bool kv_in_place) {
-  return static_cast<size_t>(kv_in_place ? state.kv.elements()
-                                         : static_cast<int64_t>(state.kv.data.size())) *
-         sizeof(uint16_t);
+  const int64_t elems = kv_in_place ? state.kv.elements() : state.kv.held();
+  return static_cast<size_t>(elems) * static_cast<size_t>(kernels::KvDtypeBytes(state.kv.dtype));
+}
+
+// The KVSC payload of an int8 state: K's scales then V's (none when the state has no scales:
+// written so that the reader refuses it).
+size_t ScalesBytesOf(const SessionState& state) {
+  if (!IsInt8(state) || state.kv.scales == nullptr) return 0;
+  return (state.kv.scales->k().size() + state.kv.scales->v().size()) * sizeof(float);
+}
+
+// The sections before the K/V values: header, META, TOKENS, and for int8 KVSC.
+size_t BeforeKvValues(const SessionState& state, const SnapshotContext& context) {
+  const size_t tokens = (state.cached_tokens.size() + state.pending.size()) * sizeof(int32_t);
+  size_t n = L::kHeaderSize + 2 * L::kSectionHeaderSize +
+             L::PaddedLength(MetaLength(state, context)) + L::PaddedLength(tokens);
+  if (IsInt8(state)) n += L::kSectionHeaderSize + L::PaddedLength(ScalesBytesOf(state));
+  return n;
 }
 
 size_t EncodedSize(const SessionState& state, const SnapshotContext& context, bool kv_in_place) {
-  const size_t tokens = (state.cached_tokens.size() + state.pending.size()) * sizeof(int32_t);
-  return L::kHeaderSize + 5 * L::kSectionHeaderSize + L::PaddedLength(MetaLength(state, context)) +
-         L::PaddedLength(tokens) + L::PaddedLength(KvBytesOf(state, kv_in_place)) +
-         L::PaddedLength(MetadataLength(state));
+  return BeforeKvValues(state, context) + 3 * L::kSectionHeaderSize +
+         L::PaddedLength(KvBytesOf(state, kv_in_place)) + L::PaddedLength(MetadataLength(state));
 }
 
-// Offset of the KV payload: header, META and TOKENS before it.
+// Offset of the K/V values' payload (KV16 or KVI8).
 size_t KvOffset(const SessionState& state, const SnapshotContext& context) {
-  const size_t tokens = (state.cached_tokens.size() + state.pending.size()) * sizeof(int32_t);
-  return L::kHeaderSize + 3 * L::kSectionHeaderSize + L::PaddedLength(MetaLength(state, context)) +
-         L::PaddedLength(tokens);
+  return BeforeKvValues(state, context) + L::kSectionHeaderSize;
 }
 
 void Encode(const SessionState& state, const SnapshotContext& context, Writer* w,
             bool kv_in_place = false) {
+  const bool int8 = IsInt8(state);
+  // The lowest version that holds the state (snapshot_layout.h): f16 snapshots stay readable
+  // by version-1 readers.
+  const uint32_t version = int8 ? L::kFormatVersionInt8 : L::kFormatVersionF16;
   uint8_t header[L::kHeaderChecksummed] = {};
   std::memcpy(header, L::kMagic, sizeof(L::kMagic));
-  std::memcpy(header + L::kHeaderVersionOffset, &L::kFormatVersion, sizeof(uint32_t));
+  std::memcpy(header + L::kHeaderVersionOffset, &version, sizeof(uint32_t));
   w->Bytes(header, sizeof(header));
   w->Put<uint64_t>(XXH3_64bits(header, sizeof(header)));
 
   const std::vector<uint8_t> meta = MetaPayload(state, context);
   w->Section(L::kTagMeta, {meta});
   w->Section(L::kTagTokens, {AsBytes(state.cached_tokens), AsBytes(state.pending)});
+  if (int8) {
+    if (state.kv.scales != nullptr) {
+      w->Section(L::kTagKvScales, {AsBytes(state.kv.scales->k()), AsBytes(state.kv.scales->v())});
+    } else {
+      w->Section(L::kTagKvScales, {});
+    }
+  }
+  const uint32_t kv_tag = int8 ? L::kTagKvInt8 : L::kTagKv;
   if (kv_in_place) {
-    w->SectionInPlace(L::kTagKv, KvBytesOf(state, true));
+    w->SectionInPlace(kv_tag, KvBytesOf(state, true));
+  } else if (int8) {
+    w->Section(kv_tag, {AsBytes(state.kv.data_i8)});
   } else {
-    w->Section(L::kTagKv, {AsBytes(state.kv.data)});
+    w->Section(kv_tag, {AsBytes(state.kv.data)});
   }
   const std::vector<uint8_t> metadata = MetadataPayload(state);
   w->Section(L::kTagMetadata, {metadata});

@@ -1,5 +1,6 @@
 // The session snapshot format: one writer, one reader (and one fuzzer, tests/fuzz). A snapshot
-// is one SessionState as bytes: a fixed header, then checksummed sections META, TOKENS, KV,
+// is one SessionState as bytes: a fixed header, then checksummed sections META, TOKENS, the K/V
+// (KV16 for f16; KVSC and KVI8 for an int8 cache's values and their scales, format version 2),
 // METADATA and END. The byte layout, the versioning rule and every check the reader makes are
 // in docs/SESSIONS.md, "Snapshot format"; snapshot_layout.h has the constants.
 //
@@ -11,8 +12,9 @@
 // are one line:
 //   DATA_LOSS            corrupt, truncated, checksum mismatch, or a state that breaks an
 //                        invariant (the writer never writes one, so the bytes are not ours)
-//   FAILED_PRECONDITION  a format version this reader does not read; a snapshot of another
-//                        model (fingerprints differ); a K/V layout that does not match the model
+//   FAILED_PRECONDITION  a format version or K/V dtype this reader does not read; a snapshot of
+//                        another model (fingerprints differ); a K/V layout that does not match
+//                        the model
 #pragma once
 
 #include <cstddef>
@@ -55,7 +57,8 @@ struct SnapshotSummary {
   int64_t cached_tokens = 0;  // K/V held (= cached ids)
   int64_t pending_tokens = 0;
   int64_t metadata_entries = 0;
-  uint64_t kv_bytes = 0;  // size of the KV section's payload
+  kernels::KvDtype kv_dtype = kernels::KvDtype::kF16;
+  uint64_t kv_bytes = 0;  // size of the K/V values' payload (KV16 or KVI8; scales not counted)
   uint64_t revision = 0;
   int64_t created_unix_ms = 0;
   int64_t saved_unix_ms = 0;
@@ -103,20 +106,23 @@ std::vector<uint8_t> EncodeSnapshot(const SessionState& state, const SnapshotCon
 
 // Encoding around K/V that are already in place, so that a capture gathers them from the pool
 // straight into the snapshot (no image in between, no second copy). For a state whose kv
-// dimensions are set (its data is not used): the snapshot's size and where in it the K/V
-// payload starts (8-aligned). The caller writes kv.elements() f16 values there, then
-// EncodeSnapshotAroundKv writes everything else (and the KV section's checksum over the bytes
-// found in place). `out` must hold EncodedSnapshotSizeForKv bytes.
+// dimensions, dtype and (int8) scales are set (its vectors are not used): the snapshot's size and
+// where in it the K/V values' payload starts (8-aligned). The caller writes kv.bytes() there
+// (f16 or int8 values, as kv.dtype says), then EncodeSnapshotAroundKv writes everything else
+// (the scales included, and the K/V section's checksum over the bytes found in place). `out`
+// must hold EncodedSnapshotSizeForKv bytes.
 size_t EncodedSnapshotSizeForKv(const SessionState& state, const SnapshotContext& context);
 size_t SnapshotKvOffset(const SessionState& state, const SnapshotContext& context);
 StatusOr<size_t> EncodeSnapshotAroundKv(const SessionState& state, const SnapshotContext& context,
                                         std::span<uint8_t> out);
 
 // The state in `bytes`, checked against `expected` (see the error codes above; the writer's
-// block_size and streamd_version are not compared). With `kv_in_place`, the K/V are not copied
-// into state.kv (its dimensions are set, its data left empty): *kv_in_place views them inside
-// `bytes`, which must outlive it (restore reads a mapped file where it lies). `bytes` must then
-// be 2-byte aligned (a mapping or an allocation is).
+// block_size and streamd_version are not compared). An int8 snapshot decodes to an int8 image
+// with its scales (kv_image.h: restore converts if the pool's differ). With `kv_in_place`, the
+// K/V values are not copied into state.kv (its dimensions, dtype and scales are set, its vectors
+// left empty): *kv_in_place views them inside `bytes`, which must outlive it (restore reads a
+// mapped file where it lies). `bytes` must then be 2-byte aligned (a mapping or an allocation
+// is).
 StatusOr<SessionState> DecodeSnapshot(std::span<const uint8_t> bytes,
                                       const SnapshotContext& expected,
                                       KvView* kv_in_place = nullptr);

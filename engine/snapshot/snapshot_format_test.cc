@@ -170,12 +170,12 @@ TEST(SnapshotFormatTest, RefusesOtherFormatVersionsNamingBoth) {
   std::mt19937_64 rng(9);
   const SnapshotContext ctx = TestContext(2, 2, 8);
   std::vector<uint8_t> bytes = EncodeSnapshot(RandomState(rng, ctx, CacheMode::kSink), ctx);
-  for (uint32_t version : {0u, 2u, 0x01000000u}) {
+  for (uint32_t version : {0u, 3u, 0x01000000u}) {
     std::memcpy(bytes.data() + L::kHeaderVersionOffset, &version, sizeof(version));
     RewriteChecksums(bytes);  // a well-formed file of that version
     const std::string v = std::to_string(version);
     ExpectError(Decode(bytes, ctx).status(), StatusCode::kFailedPrecondition,
-                {"format version " + v + " is not supported", "reads version 1"});
+                {"format version " + v + " is not supported", "reads versions 1 and 2"});
     ExpectError(ReadSnapshotSummary(bytes).status(), StatusCode::kFailedPrecondition,
                 {"format version " + v});
   }
@@ -469,7 +469,7 @@ TEST(SnapshotFormatTest, SizeIsTheKvImagePlusLittle) {
 }
 
 // Format version 1 is frozen: this exact state always encodes to these exact bytes. If this
-// fails, the writer changed the format: bump kFormatVersion (docs/SESSIONS.md) instead.
+// fails, the writer changed the format: a new version takes the change (docs/SESSIONS.md).
 TEST(SnapshotFormatTest, GoldenEncodingOfVersion1) {
   SessionState s;
   s.id = SessionId{0x0123456789abcdefULL, 0xfedcba9876543210ULL};

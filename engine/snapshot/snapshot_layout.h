@@ -1,8 +1,14 @@
-// The byte layout of snapshot format version 1, shared by the writer, the reader, their tests
-// and the fuzzer (docs/SESSIONS.md, "Snapshot format", is the prose of the same thing). Not an
-// API: only snapshot_format.h is. Everything is little-endian; the code assumes a
-// little-endian host (static_assert below) so that the token ids and the f16 K/V image are
-// copied as one block, not element by element.
+// The byte layout of snapshot format versions 1 and 2, shared by the writer, the reader, their
+// tests and the fuzzer (docs/SESSIONS.md, "Snapshot format", is the prose of the same thing).
+// Not an API: only snapshot_format.h is. Everything is little-endian; the code assumes a
+// little-endian host (static_assert below) so that the token ids and the K/V image are copied
+// as one block, not element by element.
+//
+// Version 2 is version 1 plus one K/V dtype, int8 with static per-channel scales (an int8 KV
+// cache's session, stored as its pool holds it): META's dtype 2, and the KV16 section replaced
+// by KVSC (the scales) then KVI8 (the int8 values). The writer writes version 1 whenever the
+// K/V are f16, so every version-1 reader (an older replica during a rolling upgrade) still
+// reads those; version 2 only for int8. The reader reads both.
 //
 //   file    = header, section*, END section (nothing after it)
 //   header  = magic "STRMDSNP" (8) | u32 version | u32 reserved (0) | u64 XXH3_64(bytes 0..15)
@@ -21,7 +27,9 @@ static_assert(std::endian::native == std::endian::little,
               "the snapshot writer and reader copy little-endian blocks as they are in memory");
 
 inline constexpr char kMagic[8] = {'S', 'T', 'R', 'M', 'D', 'S', 'N', 'P'};
-inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kFormatVersionF16 = 1;   // f16 K/V only
+inline constexpr uint32_t kFormatVersionInt8 = 2;  // adds int8 K/V (kKvDtypeInt8)
+inline constexpr uint32_t kNewestFormatVersion = kFormatVersionInt8;
 inline constexpr size_t kHeaderSize = 24;
 inline constexpr size_t kHeaderChecksummed = 16;  // magic, version, reserved
 inline constexpr size_t kHeaderVersionOffset = 8;
@@ -49,16 +57,19 @@ inline constexpr uint32_t Tag(char a, char b, char c, char d) {
 inline constexpr bool IsOptionalTag(uint32_t tag) { return (tag & 0x20) != 0; }
 inline constexpr uint32_t kTagMeta = Tag('M', 'E', 'T', 'A');
 inline constexpr uint32_t kTagTokens = Tag('T', 'O', 'K', 'S');
-inline constexpr uint32_t kTagKv = Tag('K', 'V', '1', '6');
+inline constexpr uint32_t kTagKv = Tag('K', 'V', '1', '6');        // f16 K/V
+inline constexpr uint32_t kTagKvScales = Tag('K', 'V', 'S', 'C');  // int8 K/V: their scales
+inline constexpr uint32_t kTagKvInt8 = Tag('K', 'V', 'I', '8');    // int8 K/V: the values
 inline constexpr uint32_t kTagMetadata = Tag('M', 'D', 'A', 'T');
 inline constexpr uint32_t kTagEnd = Tag('E', 'N', 'D', 'S');
 static_assert(!IsOptionalTag(kTagMeta) && !IsOptionalTag(kTagTokens) && !IsOptionalTag(kTagKv) &&
+              !IsOptionalTag(kTagKvScales) && !IsOptionalTag(kTagKvInt8) &&
               !IsOptionalTag(kTagMetadata) && !IsOptionalTag(kTagEnd));
 
 // META payload: the fixed fields at these offsets, then four strings, each a u32 length and
 // its bytes: streamd_version, model_fingerprint, model_name, tenant.
 namespace meta {
-inline constexpr size_t kKvDtype = 0;              // u32, kKvDtypeF16
+inline constexpr size_t kKvDtype = 0;              // u32, kKvDtype*
 inline constexpr size_t kNLayers = 4;              // i32
 inline constexpr size_t kNKvHeads = 8;             // i32
 inline constexpr size_t kHeadDim = 12;             // i32
@@ -89,13 +100,18 @@ inline constexpr size_t kFixedSize = 152;          // the strings start here
 }  // namespace meta
 
 inline constexpr uint32_t kKvDtypeF16 = 1;
+inline constexpr uint32_t kKvDtypeInt8 = 2;  // version 2 only
 inline constexpr uint32_t kModeDense = 0;
 inline constexpr uint32_t kModeWindow = 1;
 inline constexpr uint32_t kModeSink = 2;
 
-// TOKENS payload: n_cached then n_pending i32 ids. KV payload: KvImage::data as it is in
-// memory (f16 bits, [n_layers][2][n_kv_heads][n_tokens][head_dim]). METADATA payload:
-// n_metadata entries in ascending key order, each u32 key length, key, u32 value length, value.
+// TOKENS payload: n_cached then n_pending i32 ids. KV payload (f16, tag KV16): KvImage::data
+// as it is in memory (f16 bits, [n_layers][2][n_kv_heads][n_tokens][head_dim]). Int8 K/V take
+// two sections in its place: KVSC, the f32 scales the values were quantized with, K's
+// [n_layers][n_kv_heads][head_dim] then V's (KvInt8Scales::k(), v(); each finite and
+// >= 1e-30), then KVI8, KvImage::data_i8 in the same layout as KV16 (value = scale * q).
+// METADATA payload: n_metadata entries in ascending key order, each u32 key length, key, u32
+// value length, value.
 // END payload: empty.
 
 }  // namespace streamd::snapshot_layout

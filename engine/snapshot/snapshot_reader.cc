@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "engine/snapshot/snapshot_format.h"
+#include "engine/snapshot/snapshot_kv_reader.h"
 #include "engine/snapshot/snapshot_layout.h"
 
 namespace streamd {
@@ -52,6 +53,10 @@ std::string TagName(uint32_t tag) {
       return "TOKENS";
     case L::kTagKv:
       return "KV";
+    case L::kTagKvScales:
+      return "KV_SCALES";
+    case L::kTagKvInt8:
+      return "KV_INT8";
     case L::kTagMetadata:
       return "METADATA";
     case L::kTagEnd:
@@ -105,7 +110,8 @@ Status CheckRange(std::string_view field, int64_t value, int64_t lo, int64_t hi)
 
 // ---- file header and sections ----------------------------------------------------------------
 
-Status CheckHeader(std::span<const uint8_t> bytes) {
+// The format version on success.
+StatusOr<uint32_t> CheckHeader(std::span<const uint8_t> bytes) {
   if (bytes.empty()) return DataLossError("not a streamd snapshot: it is empty (0 bytes)");
   const size_t have = std::min(bytes.size(), sizeof(L::kMagic));
   if (!std::equal(bytes.begin(), bytes.begin() + have, L::kMagic,
@@ -129,15 +135,16 @@ Status CheckHeader(std::span<const uint8_t> bytes) {
   uint32_t version = 0, reserved = 0;
   std::memcpy(&version, bytes.data() + L::kHeaderVersionOffset, sizeof(version));
   std::memcpy(&reserved, bytes.data() + L::kHeaderVersionOffset + 4, sizeof(reserved));
-  if (version != L::kFormatVersion) {
+  if (version != L::kFormatVersionF16 && version != L::kFormatVersionInt8) {
     return FailedPreconditionError("snapshot format version " + std::to_string(version) +
-                                   " is not supported: this streamd reads version " +
-                                   std::to_string(L::kFormatVersion));
+                                   " is not supported: this streamd reads versions " +
+                                   std::to_string(L::kFormatVersionF16) + " and " +
+                                   std::to_string(L::kFormatVersionInt8));
   }
   if (reserved != 0) {
     return DataLossError("snapshot header: reserved field is " + Hex(reserved, 8) + ", must be 0");
   }
-  return OkStatus();
+  return version;
 }
 
 struct Section {
@@ -260,6 +267,8 @@ class PayloadCursor {
 // ---- META ---------------------------------------------------------------------------------------
 
 struct Meta {
+  uint32_t version = 0;  // the file's format version
+  kernels::KvDtype dtype = kernels::KvDtype::kF16;
   int32_t n_layers = 0, n_kv_heads = 0, head_dim = 0, block_size = 0;
   CacheMode mode = CacheMode::kSink;
   int32_t sinks = 0, window = 0;
@@ -270,10 +279,10 @@ struct Meta {
   SamplingParams sampling;
   std::string streamd_version, model_fingerprint, model_name, tenant;
 
-  uint64_t kv_bytes() const {  // every factor is bounded (CheckMeta): below 2^61
-    return static_cast<uint64_t>(n_layers) * 2 * static_cast<uint64_t>(n_kv_heads) *
-           static_cast<uint64_t>(kv_tokens) * static_cast<uint64_t>(head_dim) * sizeof(uint16_t);
+  snapshot_internal::KvDeclared kv() const {
+    return {n_layers, n_kv_heads, head_dim, kv_tokens, dtype};
   }
+  uint64_t kv_bytes() const { return kv().value_bytes(); }  // every factor is bounded: < 2^61
 };
 static_assert(static_cast<uint64_t>(kMaxSnapshotLayers) * 2 * kMaxSnapshotKvHeads *
                   kMaxSnapshotCacheTokens * 2 * kMaxSnapshotHeadDim * 2 <
@@ -286,17 +295,30 @@ T Load(std::span<const uint8_t> p, size_t offset) {
   return v;
 }
 
-// Parses META and checks everything that needs no other section and no context.
-Status ParseMeta(std::span<const uint8_t> p, Meta* m) {
+// Parses META (of a file of format `version`) and checks everything that needs no other section
+// and no context.
+Status ParseMeta(std::span<const uint8_t> p, uint32_t version, Meta* m) {
   if (p.size() < M::kFixedSize) {
     return MetaError("payload is " + std::to_string(p.size()) + " bytes, shorter than its " +
                      std::to_string(M::kFixedSize) + " fixed bytes");
   }
+  m->version = version;
   const uint32_t dtype = Load<uint32_t>(p, M::kKvDtype);
-  if (dtype != L::kKvDtypeF16) {
-    return FailedPreconditionError("snapshot K/V dtype code " + std::to_string(dtype) +
+  if (dtype == L::kKvDtypeF16) {
+    m->dtype = kernels::KvDtype::kF16;
+  } else if (dtype == L::kKvDtypeInt8 && version >= L::kFormatVersionInt8) {
+    m->dtype = kernels::KvDtype::kInt8;
+  } else if (dtype == L::kKvDtypeInt8) {
+    // No version-1 writer wrote int8 K/V: the bytes are not what a writer made.
+    return MetaError("K/V dtype int8 (" + std::to_string(L::kKvDtypeInt8) +
+                     ") in a format version " + std::to_string(version) +
+                     " file, which holds f16 K/V only (int8 takes version " +
+                     std::to_string(L::kFormatVersionInt8) + ")");
+  } else {
+    return FailedPreconditionError("snapshot META: K/V dtype code " + std::to_string(dtype) +
                                    " is not supported: this streamd reads f16 (" +
-                                   std::to_string(L::kKvDtypeF16) + ")");
+                                   std::to_string(L::kKvDtypeF16) + ") and int8 (" +
+                                   std::to_string(L::kKvDtypeInt8) + ")");
   }
   m->n_layers = Load<int32_t>(p, M::kNLayers);
   m->n_kv_heads = Load<int32_t>(p, M::kNKvHeads);
@@ -409,10 +431,10 @@ static_assert(L::kHeaderSize + L::kSectionHeaderSize +
 
 // Header and META: what both the decoder and the summary read first.
 Status ReadHead(std::span<const uint8_t> bytes, SectionReader* sections, Meta* meta) {
-  STREAMD_RETURN_IF_ERROR(CheckHeader(bytes));
+  STREAMD_ASSIGN_OR_RETURN(const uint32_t version, CheckHeader(bytes));
   Section s;
   STREAMD_RETURN_IF_ERROR(sections->Next(L::kTagMeta, false, &s));
-  return ParseMeta(s.payload, meta);
+  return ParseMeta(s.payload, version, meta);
 }
 
 Status CheckContext(const Meta& m, const SnapshotContext& expected) {
@@ -467,38 +489,6 @@ Status ReadTokens(std::span<const uint8_t> p, const Meta& m, SessionState* state
   return OkStatus();
 }
 
-Status ReadKv(std::span<const uint8_t> p, const Meta& m, KvImage* kv, KvView* in_place) {
-  if (p.size() != m.kv_bytes()) {
-    return DataLossError("snapshot section KV holds " + std::to_string(p.size()) +
-                         " bytes; META's layout needs n_layers " + std::to_string(m.n_layers) +
-                         " x 2 x n_kv_heads " + std::to_string(m.n_kv_heads) + " x n_tokens " +
-                         std::to_string(m.kv_tokens) + " x head_dim " + std::to_string(m.head_dim) +
-                         " x 2 bytes = " + std::to_string(m.kv_bytes()));
-  }
-  kv->n_layers = m.n_layers;
-  kv->n_kv_heads = m.n_kv_heads;
-  kv->head_dim = m.head_dim;
-  kv->n_tokens = m.kv_tokens;
-  if (in_place != nullptr) {
-    if (reinterpret_cast<uintptr_t>(p.data()) % alignof(uint16_t) != 0) {
-      return InvalidArgumentError("snapshot: the bytes are not 2-byte aligned for an in-place K/V");
-    }
-    *in_place = {kv->n_layers, kv->n_kv_heads, kv->head_dim, kv->n_tokens,
-                 reinterpret_cast<const uint16_t*>(p.data()),
-                 static_cast<int64_t>(p.size() / sizeof(uint16_t))};
-    return OkStatus();
-  }
-  // One pass: the vector is made from the bytes (no zero fill first).
-  const auto* first = reinterpret_cast<const uint16_t*>(p.data());
-  if (reinterpret_cast<uintptr_t>(p.data()) % alignof(uint16_t) == 0) {
-    kv->data.assign(first, first + p.size() / sizeof(uint16_t));
-  } else {
-    kv->data.resize(p.size() / sizeof(uint16_t));
-    if (!p.empty()) std::memcpy(kv->data.data(), p.data(), p.size());
-  }
-  return OkStatus();
-}
-
 Status ReadMetadata(std::span<const uint8_t> p, const Meta& m, SessionState* state) {
   if (p.size() > kMaxSnapshotMetadataBytes) {
     return DataLossError("snapshot section METADATA is " + std::to_string(p.size()) +
@@ -544,8 +534,17 @@ StatusOr<SessionState> DecodeSnapshot(std::span<const uint8_t> bytes,
   Section s;
   STREAMD_RETURN_IF_ERROR(sections.Next(L::kTagTokens, false, &s));
   STREAMD_RETURN_IF_ERROR(ReadTokens(s.payload, m, &state));
-  STREAMD_RETURN_IF_ERROR(sections.Next(L::kTagKv, false, &s));
-  STREAMD_RETURN_IF_ERROR(ReadKv(s.payload, m, &state.kv, kv_in_place));
+  // The K/V: f16 values, or an int8 cache's scales then its values.
+  std::shared_ptr<const KvInt8Scales> scales;
+  if (m.dtype == kernels::KvDtype::kInt8) {
+    STREAMD_RETURN_IF_ERROR(sections.Next(L::kTagKvScales, false, &s));
+    STREAMD_ASSIGN_OR_RETURN(scales, snapshot_internal::ReadKvScales(s.payload, m.kv()));
+    STREAMD_RETURN_IF_ERROR(sections.Next(L::kTagKvInt8, false, &s));
+  } else {
+    STREAMD_RETURN_IF_ERROR(sections.Next(L::kTagKv, false, &s));
+  }
+  STREAMD_RETURN_IF_ERROR(snapshot_internal::ReadKvValues(s.payload, m.kv(), std::move(scales),
+                                                          &state.kv, kv_in_place));
   STREAMD_RETURN_IF_ERROR(sections.Next(L::kTagMetadata, false, &s));
   STREAMD_RETURN_IF_ERROR(ReadMetadata(s.payload, m, &state));
   // Optional sections of later writers (checked, then skipped), until END.
@@ -569,7 +568,8 @@ StatusOr<SnapshotSummary> ReadSnapshotSummary(std::span<const uint8_t> bytes) {
   Meta m;
   STREAMD_RETURN_IF_ERROR(ReadHead(bytes, &sections, &m));
   SnapshotSummary out;
-  out.format_version = L::kFormatVersion;
+  out.format_version = m.version;
+  out.kv_dtype = m.dtype;
   out.id = m.id;
   out.tenant = m.tenant;
   out.mode = m.mode;

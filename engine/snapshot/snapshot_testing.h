@@ -194,4 +194,27 @@ inline SessionState RandomState(std::mt19937_64& rng, const SnapshotContext& con
   return s;
 }
 
+// Scales of the context's K/V shape: random finite values in [1e-3, 1).
+inline std::shared_ptr<const KvInt8Scales> RandomScales(std::mt19937_64& rng,
+                                                        const SnapshotContext& context) {
+  const size_t n = static_cast<size_t>(context.n_layers) * context.n_kv_heads * context.head_dim;
+  std::uniform_real_distribution<float> u(1e-3f, 1.0f);
+  std::vector<float> k(n), v(n);
+  for (float& x : k) x = u(rng);
+  for (float& x : v) x = u(rng);
+  auto scales = KvInt8Scales::Make(context.n_layers, context.n_kv_heads, context.head_dim,
+                                   std::move(k), std::move(v));
+  return scales.ok() ? *scales : nullptr;
+}
+
+// `s` as the session of an int8 KV cache: its K/V become random int8 values (any of the 256)
+// with random scales, in the same dimensions.
+inline void MakeInt8(std::mt19937_64& rng, const SnapshotContext& context, SessionState* s) {
+  s->kv.dtype = kernels::KvDtype::kInt8;
+  s->kv.data.clear();
+  s->kv.data_i8.resize(static_cast<size_t>(s->kv.elements()));
+  for (int8_t& q : s->kv.data_i8) q = static_cast<int8_t>(rng());
+  s->kv.scales = RandomScales(rng, context);
+}
+
 }  // namespace streamd::snapshot_testing

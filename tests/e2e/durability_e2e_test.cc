@@ -349,8 +349,8 @@ TEST_F(DurabilityE2eTest, DamagedSnapshotsAreRefusedAndTheRestResume) {
                                [](const auto& sec) { return sec.tag == L::kTagKv; });
   ASSERT_NE(kv, sections.end());
   bytes[1][kv->payload + kv->length / 3] ^= 0x04;
-  // 2: format version 2, behind a valid header checksum.
-  const uint32_t version = 2;
+  // 2: a format version this reader does not know, behind a valid header checksum.
+  const uint32_t version = L::kNewestFormatVersion + 1;
   std::memcpy(bytes[2].data() + L::kHeaderVersionOffset, &version, sizeof(version));
   snapshot_testing::RewriteChecksums(bytes[2]);
   // 3: another model: one character of META's model fingerprint, META's checksum recomputed.

@@ -10,7 +10,9 @@
 // the checksum path is fuzzed too.
 //
 // Built twice: as snapshot_fuzz (libFuzzer main) and, with STREAMD_SNAPSHOT_FUZZ_SEEDS, as
-// snapshot_fuzz_seeds, which writes the seed corpus with the writer.
+// snapshot_fuzz_seeds, which writes the seed corpus with the writer (f16 sessions in format
+// version 1, int8 ones in version 2).
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -51,7 +53,24 @@ void CheckState(const SessionState& s, const SnapshotContext& c) {
     __builtin_trap();
   }
   if (s.kv.n_layers != c.n_layers || s.kv.n_kv_heads != c.n_kv_heads ||
-      s.kv.head_dim != c.head_dim || static_cast<int64_t>(s.kv.data.size()) != s.kv.elements()) {
+      s.kv.head_dim != c.head_dim || s.kv.held() != s.kv.elements()) {
+    __builtin_trap();
+  }
+  // Int8 K/V come with scales of their shape, every one usable (1 / scale finite); f16 ones
+  // with none, and only one of the two vectors holds values.
+  if (s.kv.dtype == kernels::KvDtype::kInt8) {
+    const KvInt8Scales* sc = s.kv.scales.get();
+    if (sc == nullptr || !s.kv.data.empty() || sc->n_layers() != c.n_layers ||
+        sc->n_kv_heads() != c.n_kv_heads || sc->head_dim() != c.head_dim) {
+      __builtin_trap();
+    }
+    for (const std::vector<float>* v : {&sc->k(), &sc->v()}) {
+      for (float x : *v) {
+        if (!std::isfinite(x) || !(x >= 1e-30f) || !std::isfinite(1.0f / x)) __builtin_trap();
+      }
+    }
+  } else if (s.kv.dtype != kernels::KvDtype::kF16 || s.kv.scales != nullptr ||
+             !s.kv.data_i8.empty()) {
     __builtin_trap();
   }
   for (int32_t id : s.cached_tokens) {
@@ -88,7 +107,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       sum.cached_tokens != static_cast<int64_t>(state->cached_tokens.size()) ||
       sum.pending_tokens != static_cast<int64_t>(state->pending.size()) ||
       sum.metadata_entries != static_cast<int64_t>(state->metadata.size()) ||
-      sum.kv_bytes != state->kv.data.size() * 2 || sum.tenant != state->tenant ||
+      sum.kv_bytes != static_cast<uint64_t>(state->kv.bytes()) ||
+      sum.kv_dtype != state->kv.dtype || sum.tenant != state->tenant ||
       sum.revision != state->revision) {
     __builtin_trap();
   }
@@ -170,6 +190,24 @@ int main(int argc, char** argv) {
        streamd::snapshot_testing::InsertSectionBeforeEnd(
            full, streamd::snapshot_layout::Tag('n', 'o', 't', 'e'), note));
   Save(dir, "cut", std::span<const uint8_t>(full).first(full.size() / 2));
+  // Sessions of int8 KV caches (format version 2: KVSC scales, KVI8 values) in every mode, a
+  // fresh one, and one cut inside its scales.
+  for (const auto& [name, mode] : modes) {
+    SessionState s = RandomState(rng, ctx, mode, 6);
+    streamd::snapshot_testing::MakeInt8(rng, ctx, &s);
+    Save(dir, std::string("int8_") + name, EncodeSnapshot(s, ctx));
+  }
+  SessionState fresh8 = fresh;
+  streamd::snapshot_testing::MakeInt8(rng, ctx, &fresh8);
+  Save(dir, "int8_fresh", EncodeSnapshot(fresh8, ctx));
+  SessionState cut8 = RandomState(rng, ctx, CacheMode::kSink, 6);
+  streamd::snapshot_testing::MakeInt8(rng, ctx, &cut8);
+  const std::vector<uint8_t> full8 = EncodeSnapshot(cut8, ctx);
+  for (const auto& sec : streamd::snapshot_testing::Sections(full8)) {
+    if (sec.tag != streamd::snapshot_layout::kTagKvScales) continue;
+    Save(dir, "int8_cut_in_scales",
+         std::span<const uint8_t>(full8).first(sec.payload + sec.length / 2));
+  }
   return 0;
 }
 #endif  // STREAMD_SNAPSHOT_FUZZ_SEEDS
