@@ -45,7 +45,8 @@ done
 ASAN_TARGETS=(kernels_cpu_test util_test cache_test gguf_test tokenizer_test sampling_test
   snapshot_test plan_test model_test backend_test serving_test config_test metrics_test server_test)
 # The test binaries whose code under test runs threads; the rest are single-threaded.
-TSAN_TARGETS=(util_test backend_test serving_test server_test metrics_test)
+# model_test: the forward pass on the thread pool, token-parallel decode among it (13 s).
+TSAN_TARGETS=(util_test model_test backend_test serving_test server_test metrics_test)
 
 # Tests left out, by name ("Suite.*" for a whole suite), each with its reason. They still run
 # in `make test`.
