@@ -46,9 +46,9 @@ void LlamaModel::ExecuteByTokens(const StepView& step, float* logits) {
     const int64_t t1 = n * (part + 1) / parts;
     if (t0 < t1) RunTokens(step, t0, t1, thread);
   });
-  // The output head by rows, as in the usual order: its weights are a third of the model's
-  // bytes, and split by rows each thread streams half of them once for all tokens, where split by
-  // tokens each would stream all of them.
+  // The output head by rows, as in the usual order: split by rows each thread streams half of
+  // its weights once for all tokens, where split by tokens each would stream all of them, and
+  // a small model's head is a large share of its bytes (SmolLM2's: a third).
   const Product head[] = {{&weights_.output, logits, config_.vocab_size}};
   model_internal::FusedMatMul(*thread_pool_, tuning_, head, ws_.xb.data(), n, ws_.xq.data(),
                               step.xq_stride, [](int64_t) {});
