@@ -183,6 +183,65 @@ BENCHMARK(BM_ModelMatmuls)->Apply([](auto* b) {
   b->Unit(benchmark::kMillisecond);
 });
 
+// The same matrices at 8-bit activations (MatMulRows8 on PackForVnni8 copies, the kernel a build
+// plan takes at the AVX-512 VNNI level) as in a decode step of n sessions: every product,
+// the head included, at n tokens. Single thread; the ~96 MB of copies stream from L3/DRAM.
+// Counters: model tokens/s of the products alone and multiply-adds per ns.
+void BM_ModelMatmuls8(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  if (!FastInt8Activations(WeightType::kQ4_1)) {
+    state.SkipWithError("no 8-bit kernel at this level (AVX-512 VNNI)");
+    return;
+  }
+  struct Matrix {
+    WeightType type;
+    int64_t rows, k;
+    std::vector<uint8_t> w;
+    std::vector<uint8_t> packed;  // 64 bytes of slack for alignment
+    uint8_t* packed_at = nullptr;
+  };
+  std::vector<Matrix> mats;
+  const auto add = [&](WeightType type, int64_t rows, int64_t k) {
+    mats.push_back({type, rows, k, RandomWeights(type, rows, k)});
+    Matrix& m = mats.back();
+    m.packed.resize(Vnni8PackedBytes(type, rows, k) + 64);
+    const uintptr_t at = reinterpret_cast<uintptr_t>(m.packed.data());
+    m.packed_at = m.packed.data() + (64 - at % 64) % 64;
+    PackForVnni8(type, m.w.data(), WeightRowBytes(type, k), rows, k, m.packed_at);
+  };
+  for (int layer = 0; layer < 30; ++layer) {
+    for (auto [rows, k] : {std::pair<int64_t, int64_t>{576, 576},
+                           {192, 576},
+                           {192, 576},
+                           {576, 576},
+                           {1536, 576},
+                           {1536, 576},
+                           {576, 1536}}) {
+      add(WeightType::kQ4_1, rows, k);
+    }
+  }
+  add(WeightType::kQ8_0, 49152, 576);
+  std::vector<float> x(n * 1536, 0.25f);
+  std::vector<uint8_t> xq(ActivationBytes8(n, 1536));
+  std::vector<float> out(n * 49152);
+  double macs = 0;
+  for (const Matrix& m : mats) macs += static_cast<double>(m.rows * m.k * n);
+  for (auto _ : state) {
+    for (const Matrix& m : mats) {
+      PrepareActivations8(x.data(), m.k, m.k, 0, n, xq.data());
+      // Every row is in a whole tile of 16: the kernel reads the copy only.
+      MatMulRows8(m.type, m.w.data(), WeightRowBytes(m.type, m.k), m.k, xq.data(), n,
+                  out.data(), m.rows, 0, m.rows, m.packed_at);
+    }
+    benchmark::ClobberMemory();
+  }
+  state.counters["tok/s"] =
+      benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["MAC/ns"] =
+      benchmark::Counter(macs * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_ModelMatmuls8)->Arg(1)->Arg(8)->Arg(16)->Arg(64)->Unit(benchmark::kMillisecond);
+
 BENCHMARK_CAPTURE(BM_MatMulRows, Q4_1, WeightType::kQ4_1)->Apply([](auto* b) {
   ModelShapes(b, false);
 });
