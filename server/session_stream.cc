@@ -8,7 +8,6 @@
 #include "engine/api/streamd_engine.h"
 #include "server/admission_queue.h"
 #include "server/grpc_status.h"
-#include "server/open_quota.h"
 
 namespace streamd::server {
 namespace {
@@ -213,37 +212,6 @@ void SessionStream::Bound(StatusOr<std::shared_ptr<ServerSession>> s, bool resum
     SendError(NamingRequest(resumed ? "resume" : "open", s.status()));
   }
   ReadNext();
-}
-
-Status SessionStream::CheckSessionQuota(const SessionOptions& options,
-                                        std::string_view what) const {
-  if (ctx_.auth == nullptr || !caller_.authenticated) return OkStatus();
-  return CheckOpenQuota(*ctx_.auth, ctx_.registry, ctx_.engine.config(), ctx_.model.context_length,
-                        options, what);
-}
-
-Status SessionStream::CheckTokenQuota(const std::string& what) const {
-  if (ctx_.auth == nullptr || ctx_.budget == nullptr || !caller_.authenticated) return OkStatus();
-  return ctx_.budget->Check(caller_.tenant, ctx_.auth->QuotasOf(caller_.tenant).tokens_per_second,
-                            what);
-}
-
-void SessionStream::ChargeTokens(int64_t tokens) const {
-  if (ctx_.auth == nullptr || ctx_.budget == nullptr || !caller_.authenticated) return;
-  ctx_.budget->Charge(caller_.tenant, ctx_.auth->QuotasOf(caller_.tenant).tokens_per_second,
-                      tokens);
-}
-
-Status SessionStream::CheckGenerationQuota() const {
-  if (ctx_.auth == nullptr || !caller_.authenticated) return OkStatus();
-  const int32_t limit = ctx_.auth->QuotasOf(caller_.tenant).max_generations;
-  if (limit <= 0) return OkStatus();
-  const int32_t running = ctx_.registry.UsageOf(caller_.tenant).generating;
-  if (running < limit) return OkStatus();
-  return ResourceExhaustedError("generate: tenant " + caller_.tenant + " runs " +
-                                std::to_string(running) +
-                                " generations, its quota max_generations = " +
-                                std::to_string(limit) + " (auth.keys_file); retry when one ends");
 }
 
 SessionStream::Next SessionStream::HandleOpen(const v1::Open& open) {
