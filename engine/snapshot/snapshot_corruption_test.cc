@@ -19,22 +19,6 @@ namespace {
 namespace L = snapshot_layout;
 namespace M = snapshot_layout::meta;
 
-// A small state with something in every section.
-SessionState SmallState(std::mt19937_64& rng, const SnapshotContext& ctx) {
-  SessionState s = RandomState(rng, ctx, CacheMode::kSink, 12);
-  s.tokens_seen = 5000;
-  const int64_t n = HeldTokens(s.tokens_seen, s.sinks, s.window, s.mode);
-  s.cached_tokens.assign(static_cast<size_t>(n), 0);
-  for (int32_t& id : s.cached_tokens) id = static_cast<int32_t>(rng() % 49152);
-  s.pending = {1, 2};
-  s.kv.n_tokens = n;
-  s.kv.data.resize(static_cast<size_t>(s.kv.elements()));
-  for (uint16_t& h : s.kv.data) h = static_cast<uint16_t>(rng());
-  s.metadata = {{"chat", "{\"turns\": 3}"}, {std::string("\x00\xff", 2), "odd"}};
-  s.tenant = "tenant-a";
-  return s;
-}
-
 // Offsets to flip: all of the header, of META (header, payload, padding) and of every other
 // section's header and padding; `per_payload` spread offsets of every other payload.
 std::vector<size_t> FlipOffsets(const std::vector<uint8_t>& bytes, size_t per_payload) {

@@ -24,15 +24,8 @@ namespace M = snapshot_layout::meta;
 
 // A small int8 state with something in every section.
 SessionState SmallInt8State(std::mt19937_64& rng, const SnapshotContext& ctx) {
-  SessionState s = RandomState(rng, ctx, CacheMode::kSink, 12);
-  s.tokens_seen = 5000;
-  const int64_t n = HeldTokens(s.tokens_seen, s.sinks, s.window, s.mode);
-  s.cached_tokens.assign(static_cast<size_t>(n), 7);
-  s.pending = {1, 2};
-  s.kv.n_tokens = n;
-  s.kv.data.resize(static_cast<size_t>(s.kv.elements()));
+  SessionState s = SmallState(rng, ctx);
   MakeInt8(rng, ctx, &s);
-  s.metadata = {{"chat", "{}"}};
   return s;
 }
 

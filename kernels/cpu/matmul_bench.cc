@@ -113,22 +113,28 @@ void ModelShapes(benchmark::internal::Benchmark* b, bool head) {
   b->Unit(benchmark::kMicrosecond);
 }
 
-// Every projection of SmolLM2-135M (30 layers, Q4_1) plus the Q8_0 output head, each with its
-// own weights, so the working set is the real ~96 MB and weights stream from L3/DRAM as in the
-// engine. Reports model tokens/s of the matmuls alone (single thread). Args: n_tokens, isa,
-// whether the 4-bit matrices also get their AMX-packed copies (read at the AMX level).
-void BM_ModelMatmuls(benchmark::State& state) {
-  const int64_t n = state.range(0);
-  ForceIsa(static_cast<Isa>(state.range(1)));
-  state.SetLabel(IsaName(ActiveIsa()));
-  struct Matrix {
-    WeightType type;
-    int64_t rows, k;
-    std::vector<uint8_t> w;
-    std::vector<uint8_t> packed;  // 64 bytes of slack for alignment
-    uint8_t* packed_at = nullptr;
-  };
-  std::vector<Matrix> mats;
+// One matrix of SmolLM2-135M with its own random weights, and optionally a packed copy.
+struct ModelMatrix {
+  WeightType type;
+  int64_t rows, k;
+  std::vector<uint8_t> w;
+  std::vector<uint8_t> packed;  // 64 bytes of slack for alignment
+  uint8_t* packed_at = nullptr;
+
+  // A 64-byte aligned copy of `bytes`, written by pack(w, row bytes, rows, k, out).
+  template <class Pack>
+  void AddCopy(size_t bytes, Pack pack) {
+    packed.resize(bytes + 64);
+    const uintptr_t at = reinterpret_cast<uintptr_t>(packed.data());
+    packed_at = packed.data() + (64 - at % 64) % 64;
+    pack(type, w.data(), WeightRowBytes(type, k), rows, k, packed_at);
+  }
+};
+
+// Every projection of the 30 layers (Q4_1), then the Q8_0 output head: the real ~96 MB, so
+// weights stream from L3/DRAM as in the engine.
+std::vector<ModelMatrix> SmolLm2Matrices() {
+  std::vector<ModelMatrix> mats;
   for (int layer = 0; layer < 30; ++layer) {
     for (auto [rows, k] : {std::pair<int64_t, int64_t>{576, 576},
                            {192, 576},
@@ -140,25 +146,33 @@ void BM_ModelMatmuls(benchmark::State& state) {
       mats.push_back({WeightType::kQ4_1, rows, k, RandomWeights(WeightType::kQ4_1, rows, k)});
     }
   }
-  // The head only runs on the last token of a prompt.
   mats.push_back({WeightType::kQ8_0, 49152, 576, RandomWeights(WeightType::kQ8_0, 49152, 576)});
+  return mats;
+}
+
+// SmolLm2Matrices at 12-bit activations. Reports model tokens/s of the matmuls alone (single
+// thread). Args: n_tokens, isa,
+// whether the 4-bit matrices also get their AMX-packed copies (read at the AMX level).
+void BM_ModelMatmuls(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  ForceIsa(static_cast<Isa>(state.range(1)));
+  state.SetLabel(IsaName(ActiveIsa()));
+  std::vector<ModelMatrix> mats = SmolLm2Matrices();
   if (state.range(2) != 0) {
-    for (Matrix& m : mats) {
-      if (!AmxPackable(m.type, m.rows, m.k)) continue;
-      m.packed.resize(AmxPackedBytes(m.type, m.rows, m.k) + 64);
-      const uintptr_t at = reinterpret_cast<uintptr_t>(m.packed.data());
-      m.packed_at = m.packed.data() + (64 - at % 64) % 64;
-      PackForAmx(m.type, m.w.data(), WeightRowBytes(m.type, m.k), m.rows, m.k, m.packed_at);
+    for (ModelMatrix& m : mats) {
+      if (AmxPackable(m.type, m.rows, m.k)) {
+        m.AddCopy(AmxPackedBytes(m.type, m.rows, m.k), PackForAmx);
+      }
     }
   }
   std::vector<float> x(n * 1536, 0.25f);
   std::vector<uint8_t> xq(ActivationBytes(WeightType::kQ4_1, n, 1536));
   std::vector<float> out(n * 49152);
   double bytes = 0;
-  for (const Matrix& m : mats) bytes += static_cast<double>(m.w.size());
+  for (const ModelMatrix& m : mats) bytes += static_cast<double>(m.w.size());
   for (auto _ : state) {
-    for (const Matrix& m : mats) {
-      const int64_t nt = m.rows == 49152 ? 1 : n;
+    for (const ModelMatrix& m : mats) {
+      const int64_t nt = m.rows == 49152 ? 1 : n;  // the head only on a prompt's last token
       PrepareActivations(m.type, x.data(), m.k, m.k, 0, nt, xq.data());
       MatMulRows(m.type, m.w.data(), WeightRowBytes(m.type, m.k), m.k, xq.data(), nt, out.data(),
                  m.rows, 0, m.rows, m.packed_at);
@@ -193,41 +207,15 @@ void BM_ModelMatmuls8(benchmark::State& state) {
     state.SkipWithError("no 8-bit kernel at this level (AVX-512 VNNI)");
     return;
   }
-  struct Matrix {
-    WeightType type;
-    int64_t rows, k;
-    std::vector<uint8_t> w;
-    std::vector<uint8_t> packed;  // 64 bytes of slack for alignment
-    uint8_t* packed_at = nullptr;
-  };
-  std::vector<Matrix> mats;
-  const auto add = [&](WeightType type, int64_t rows, int64_t k) {
-    mats.push_back({type, rows, k, RandomWeights(type, rows, k)});
-    Matrix& m = mats.back();
-    m.packed.resize(Vnni8PackedBytes(type, rows, k) + 64);
-    const uintptr_t at = reinterpret_cast<uintptr_t>(m.packed.data());
-    m.packed_at = m.packed.data() + (64 - at % 64) % 64;
-    PackForVnni8(type, m.w.data(), WeightRowBytes(type, k), rows, k, m.packed_at);
-  };
-  for (int layer = 0; layer < 30; ++layer) {
-    for (auto [rows, k] : {std::pair<int64_t, int64_t>{576, 576},
-                           {192, 576},
-                           {192, 576},
-                           {576, 576},
-                           {1536, 576},
-                           {1536, 576},
-                           {576, 1536}}) {
-      add(WeightType::kQ4_1, rows, k);
-    }
-  }
-  add(WeightType::kQ8_0, 49152, 576);
+  std::vector<ModelMatrix> mats = SmolLm2Matrices();
+  for (ModelMatrix& m : mats) m.AddCopy(Vnni8PackedBytes(m.type, m.rows, m.k), PackForVnni8);
   std::vector<float> x(n * 1536, 0.25f);
   std::vector<uint8_t> xq(ActivationBytes8(n, 1536));
   std::vector<float> out(n * 49152);
   double macs = 0;
-  for (const Matrix& m : mats) macs += static_cast<double>(m.rows * m.k * n);
+  for (const ModelMatrix& m : mats) macs += static_cast<double>(m.rows * m.k * n);
   for (auto _ : state) {
-    for (const Matrix& m : mats) {
+    for (const ModelMatrix& m : mats) {
       PrepareActivations8(x.data(), m.k, m.k, 0, n, xq.data());
       // Every row is in a whole tile of 16: the kernel reads the copy only.
       MatMulRows8(m.type, m.w.data(), WeightRowBytes(m.type, m.k), m.k, xq.data(), n,
