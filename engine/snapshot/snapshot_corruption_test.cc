@@ -211,7 +211,13 @@ TEST(SnapshotCorruptionTest, RandomDamageBehindValidChecksums) {
     auto state2 = DecodeSnapshot(again, ctx);
     ASSERT_TRUE(state2.ok()) << "iteration " << i << ": " << state2.status().ToString();
     ASSERT_EQ(*state2, *state);
-    ASSERT_EQ(again, bad) << "iteration " << i << ": a second encoding of one state";
+    // Damage may turn an f16 file's version 1 into 2, which may hold f16 K/V too and is read;
+    // the writer writes f16 as version 1. Compared with the version the damage left.
+    std::vector<uint8_t> again_as_damaged = again;
+    std::memcpy(again_as_damaged.data() + L::kHeaderVersionOffset,
+                bad.data() + L::kHeaderVersionOffset, sizeof(uint32_t));
+    RewriteChecksums(again_as_damaged);
+    ASSERT_EQ(again_as_damaged, bad) << "iteration " << i << ": a second encoding of one state";
   }
   RecordProperty("decoded_ok", std::to_string(decoded_ok));
 }
