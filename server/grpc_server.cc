@@ -80,7 +80,8 @@ GrpcServer::GrpcServer(Engine& engine, const tokenizer::ChatTemplate& chat,
       persister_(std::move(persister)),
       registry_(engine,
                 RegistryOptions{options.limits.idle_timeout, options.persistence.offload_after,
-                                std::chrono::seconds(10), options.limits.max_detached_share},
+                                options.persistence.resume_wait,
+                                options.limits.max_detached_share, {}},
                 persister_.get()),
       chat_(chat, engine.tokenizer()),
       ctx_{engine, registry_, admission_, chat_, tasks_, io_tasks_, options_},
@@ -140,16 +141,7 @@ StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
   metrics::SnapshotMetrics* sm = s->snapshot_metrics_.get();
   // A closed or offloaded session freed blocks: the oldest waiting Open may fit now.
   AdmissionQueue* admission = &s->admission_;
-  s->registry_.set_hooks(
-      {[metrics, admission] {
-         if (metrics != nullptr) metrics->sessions_closed.Increment();
-         admission->Notify();
-       },
-       [sm, admission] {
-         if (sm != nullptr) sm->offloads.Increment();
-         admission->Notify();
-       },
-       {}});
+  s->registry_.set_hooks(MakeRegistryHooks(metrics, sm, admission));
   if (metrics != nullptr) {
     AddScrapeHooks(*metrics, engine, s->registry_, s->admission_, sm, *s->auth_);
   }

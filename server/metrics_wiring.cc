@@ -2,9 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <array>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include "server/metrics/families.h"
 
@@ -50,6 +52,34 @@ PersisterHooks MakePersisterHooks(metrics::SnapshotMetrics* m) {
   return h;
 }
 
+RegistryHooks MakeRegistryHooks(metrics::StreamdMetrics* m, metrics::SnapshotMetrics* snapshots,
+                                AdmissionQueue* admission) {
+  RegistryHooks h;
+  h.on_close = [m, admission] {
+    if (m != nullptr) m->sessions_closed.Increment();
+    admission->Notify();
+  };
+  h.on_offload = [snapshots, admission] {
+    if (snapshots != nullptr) snapshots->offloads.Increment();
+    admission->Notify();
+  };
+  h.on_transition = [snapshots](SessionId id, std::string_view transition,
+                                std::string_view outcome, double seconds) {
+    if (snapshots != nullptr) snapshots->RecordTransition(transition, outcome, seconds);
+    // A transition holds its session's Resumes: a slow one is worth a warning.
+    const auto level = seconds >= 1.0 ? spdlog::level::warn : spdlog::level::debug;
+    spdlog::log(level, "session {}: {} ended ({}) after {:.1f} ms", id.ToString(), transition,
+                outcome, seconds * 1e3);
+  };
+  h.on_resume_waited = [snapshots](SessionId id, std::string_view outcome, double seconds) {
+    if (snapshots != nullptr) snapshots->RecordResumeWait(outcome, seconds);
+    const auto level = outcome == "timed_out" ? spdlog::level::warn : spdlog::level::debug;
+    spdlog::log(level, "session {}: a Resume waited {:.1f} ms for its offload or load ({})",
+                id.valid() ? id.ToString() : std::string("-"), seconds * 1e3, outcome);
+  };
+  return h;
+}
+
 std::function<void(AuthFailure)> AuthFailureCounter(metrics::StreamdMetrics* m) {
   if (m == nullptr) return [](AuthFailure) {};
   auto& family = prometheus::BuildCounter()
@@ -86,14 +116,22 @@ void AddScrapeHooks(metrics::StreamdMetrics& m, const Engine& engine,
     *last = st;
   });
   m.AddScrapeHook([&m, &registry, snapshots] {
-    int64_t attached = 0, offloaded = 0;
+    int64_t attached = 0;
+    std::array<int64_t, 4> by_residency{};  // indexed by Residency
     for (const auto& session : registry.All()) {
       std::lock_guard<std::mutex> lock(session->mu);
       attached += session->attached;
-      offloaded += session->residency != Residency::kResident;
+      ++by_residency[static_cast<size_t>(session->residency)];
     }
     m.sessions_attached.Set(static_cast<double>(attached));
-    if (snapshots != nullptr) snapshots->sessions_offloaded.Set(static_cast<double>(offloaded));
+    if (snapshots == nullptr) return;
+    const auto count = [&](Residency r) {
+      return static_cast<double>(by_residency[static_cast<size_t>(r)]);
+    };
+    snapshots->sessions_offloaded.Set(count(Residency::kOffloaded));
+    for (Residency r : {Residency::kOffloading, Residency::kLoading}) {
+      snapshots->sessions_in_transition.Add({{"state", ResidencyName(r)}}).Set(count(r));
+    }
   });
   if (!keys.enabled()) return;
   // Per tenant; the label values are the keys file's tenants only, so the number of series is

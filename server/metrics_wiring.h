@@ -19,6 +19,13 @@ namespace streamd::server {
 // session, the file and the reason.
 PersisterHooks MakePersisterHooks(metrics::SnapshotMetrics* m);
 
+// The session registry's hooks: sessions closed, offloads and loads (each freeing blocks wakes
+// the oldest waiting Open in `admission`), residency transitions and Resumes that waited for
+// one (metrics when `m` / `snapshots` are not null, and log lines: a transition or wait over a
+// second is a warning, with the session and what it waited for).
+RegistryHooks MakeRegistryHooks(metrics::StreamdMetrics* m, metrics::SnapshotMetrics* snapshots,
+                                AdmissionQueue* admission);
+
 // Counts refused calls in streamd_auth_failures_total{reason} (every reason exported from 0);
 // a no-op without metrics.
 std::function<void(AuthFailure)> AuthFailureCounter(metrics::StreamdMetrics* m);

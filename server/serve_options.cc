@@ -66,6 +66,7 @@ StatusOr<ServerOptions> ToServerOptions(const ServerConfig& config) {
   o.persistence.snapshot_dir = s.snapshot_dir;
   o.persistence.snapshot_interval = s.snapshot_interval;
   o.persistence.offload_after = s.offload_after;
+  o.persistence.resume_wait = s.resume_wait;
   o.persistence.restore_on_start = s.restore_on_start;
   auto mode = ParseCacheMode(s.default_mode);
   if (!mode.ok())

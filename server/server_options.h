@@ -69,6 +69,9 @@ struct PersistenceOptions {
   // A detached session leaves memory after this long: to disk with a snapshot_dir, closed
   // without; 0 = never.
   std::chrono::milliseconds offload_after{std::chrono::minutes(10)};
+  // A Resume that meets its session's offload or load in flight waits at most this long for
+  // it, then is answered UNAVAILABLE with a retry hint (its session intact).
+  std::chrono::milliseconds resume_wait{std::chrono::seconds(10)};
   bool restore_on_start = true;  // read every snapshot back into memory at start, while it fits
   // Shutdown: how long writing every changed session may take after the streams ended (the
   // deployments' stop timeouts include it: deploy/check.py).

@@ -2,10 +2,23 @@
 // with a snapshot directory, the process itself. A session is attached to at most one stream at
 // a time; when its stream ends it is detached and a new stream may Resume it.
 //
-// Where a session is (Residency):
-//   resident   in the engine: blocks in the pool, ready to run;
-//   offloaded  only on disk, as a snapshot: no blocks held; Resume loads it back;
-//   loading    being read back into the engine (Resume waits for it, bounded).
+// Where a session is (Residency): one state machine per session. Its state changes only under
+// the registry's lock and then the session's (that order, always), and a session in a
+// transition (offloading, loading) has exactly one driver, the thread that moved it there:
+//
+//   resident  --offload claimed-->  offloading  --written, blocks freed-->  offloaded
+//                                    offloading  --kept (changed meanwhile, write failed)--> resident
+//   offloaded --Resume or loader--> loading     --restored-->                resident
+//                                    loading     --no room now-->             offloaded
+//                                    loading     --snapshot unreadable-->     (gone; Resume told why)
+//
+// An offload is claimed only for a detached session that does not generate, is resident and has
+// no Resume waiting. Every other operation that meets a transition gets an answer, never a
+// half-state: a Resume waits (answered when the transition ends: attached at once when the
+// session stayed resident, after a load when it went to disk; UNAVAILABLE with a retry hint
+// after resume_wait, the session intact); Close answers at once (its waiting Resumes get
+// NOT_FOUND) and leaves the engine's copy to the transition's driver, which closes it when it
+// ends; the reaper, the per-client cap and the offloads that make room for an Open pass it by.
 // Life of a detached session (the reaper, at least once a second):
 //   detached for offload_after -> offloaded (written, then its blocks freed) when there is a
 //     snapshot directory, closed when there is none;
@@ -22,10 +35,10 @@
 // engine, newest first, while they fit. A Resume of a session that is not loaded yet jumps the
 // queue. Another replica's snapshot in a shared directory is found by its id on Resume.
 //
-// Locks: the registry mutex guards the map; each ServerSession's mutex guards its fields.
-// Order: registry -> session. Neither is held across an engine or persister call that can
-// block or deliver events (Cancel, Close, Offload, Load), because the EventSink takes the
-// session's mutex.
+// Locks: the registry mutex guards the map, the waiting Resumes and the load queue; each
+// ServerSession's mutex guards its fields. Order: registry -> session. Neither is held across
+// an engine or persister call that can block or deliver events (Cancel, Close, Offload, Load),
+// because the EventSink takes the session's mutex; the claimed state keeps others out instead.
 #pragma once
 
 #include <chrono>
@@ -37,7 +50,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -55,7 +70,17 @@ class SessionOwner {
   virtual void OnSessionClosed(SessionId id, const Status& why) = 0;
 };
 
-enum class Residency { kResident, kOffloaded, kLoading };
+enum class Residency { kResident, kOffloading, kOffloaded, kLoading };
+// "resident", "offloading", "offloaded", "loading" (logs, metrics).
+const char* ResidencyName(Residency r);
+
+// The test-only pause points inside the transitions (RegistryOptions::pause_for_test).
+enum class TransitionPoint {
+  kOffloadClaimed,  // offloading: nothing written yet
+  kOffloadWritten,  // offloading: the snapshot is complete, the blocks are not freed yet
+  kResumeLoaded,    // loading for a Resume: restored into the engine, not resident yet
+  kStartupLoaded,   // loading at start (restore_on_start): restored, not resident yet
+};
 
 // Server-side state of one session.
 struct ServerSession {
@@ -71,6 +96,7 @@ struct ServerSession {
   std::condition_variable generation_ended;  // notified when `generating` becomes false
   // Guarded by mu:
   Residency residency = Residency::kResident;
+  Clock::time_point transition_since;  // when it entered offloading or loading
   SnapshotSummary stored;  // while offloaded: what its snapshot says (for listings)
   std::weak_ptr<SessionOwner> owner;  // the attached stream
   bool attached = false;
@@ -97,20 +123,34 @@ struct RegistryOptions {
   // A detached session leaves the pool after this long (offloaded when there is a snapshot
   // directory, closed when there is none); 0 = never.
   std::chrono::milliseconds offload_after{std::chrono::minutes(10)};
-  // How long a Resume waits for its session to be read back before UNAVAILABLE.
+  // How long a Resume waits for its session's transition (an offload or a load in flight)
+  // before it is answered UNAVAILABLE with a retry hint (sessions.resume_wait).
   std::chrono::milliseconds resume_wait{std::chrono::seconds(10)};
   // The resident detached sessions of one client may reserve at most this share of the pool's
   // blocks (those not kept as prefill headroom); beyond it the least recently detached leave
   // memory at once (offloaded, or closed without a snapshot directory), so that a client that
   // abandons sessions cannot lock others out. 1 = no cap.
   double max_detached_share = 0.5;
+  // Tests only: called on a transition's thread at each TransitionPoint, with nothing locked; a
+  // test blocks there so that other operations meet the transition. Empty in the daemon.
+  std::function<void(TransitionPoint, SessionId)> pause_for_test;
 };
 
-// Counters the registry reports (metrics): called from its threads. Optional.
+// What the registry reports (metrics, logs): called from its threads, nothing locked. Optional.
 struct RegistryHooks {
   std::function<void()> on_close;
   std::function<void()> on_offload;
   std::function<void()> on_load;
+  // A transition ended: `transition` "offload" (reaper, cap, room for an Open), "drop_stale"
+  // (another replica's newer snapshot), "load" (a Resume's), "startup_load"; `outcome` "ok",
+  // "kept" (stayed resident: changed meanwhile, a write failed), "no_room", "lost", "closed"
+  // (closed meanwhile); `seconds` from claim to end.
+  std::function<void(SessionId, std::string_view transition, std::string_view outcome,
+                     double seconds)>
+      on_transition;
+  // A Resume that had to wait for a transition was answered: `outcome` "attached", "refused"
+  // (an error: closed meanwhile, lost, no room), "timed_out" (UNAVAILABLE after resume_wait).
+  std::function<void(SessionId, std::string_view outcome, double seconds)> on_resume_waited;
 };
 
 class SessionRegistry {
@@ -183,16 +223,49 @@ class SessionRegistry {
     SessionId id;
     bool for_resume = false;
   };
+  struct Waiter {
+    std::weak_ptr<SessionOwner> owner;
+    AttachDone done;
+    Clock::time_point since;     // when the Resume started waiting
+    Clock::time_point deadline;  // since + resume_wait
+  };
+  // An answer to give once the locks are released.
+  struct Answer {
+    AttachDone done;
+    StatusOr<std::shared_ptr<ServerSession>> result;
+    Clock::time_point waited_since;  // epoch: it did not wait
+  };
+  using Answers = std::vector<Answer>;
   void ReaperLoop();
   void LoaderLoop();
   // Loads one offloaded session back (loader thread); answers its waiting Resumes.
   void LoadOne(const LoadRequest& request);
+  // The end of a loading session's transition, `loaded` being the load's outcome (OK or
+  // ALREADY_EXISTS: it is in the engine): resident, offloaded again (no room now) or gone (its
+  // snapshot cannot come back); its waiting Resumes get their answers. A session closed
+  // meanwhile is left to the caller (EndClosedTransition). Requires mu_ and s->mu.
+  void EndLoadLocked(ServerSession& s, const LoadRequest& request, const Status& loaded,
+                     Answers& answers);
+  // Moves the waiting Resumes of `s` on: attached, refused, or waiting for the next transition.
+  // Requires mu_ and s->mu.
+  void ResolveWaitersLocked(ServerSession& s, Answers& answers);
+
+  // resident -> offloading when `s` may leave memory now: detached, not generating, not
+  // closed, no Resume waiting for it. Requires mu_ and s->mu.
+  bool ClaimOffloadLocked(ServerSession& s) const;
+  // Offloads a claimed session (`why`: the transition's name for hooks): writes it and frees
+  // its blocks; the persister's error otherwise (changed meanwhile, a full disk: it stays
+  // resident). Nothing locked.
+  Status OffloadClaimed(const std::shared_ptr<ServerSession>& s, std::string_view why);
+  // The end of an offloading session's transition: offloaded when its blocks were freed
+  // (`stored`: what its snapshot says), resident again when not. Its waiting Resumes are
+  // attached (resident) or handed to the loader (offloaded); a session closed meanwhile has its
+  // engine copy closed. Nothing locked.
+  void EndOffload(const std::shared_ptr<ServerSession>& s, bool freed,
+                  std::optional<SnapshotSummary> stored);
   // Offloads the least recently detached resident session that is not generating; false when
   // there is none or it could not be written.
   bool OffloadOneForRoom();
-  // Writes a resident session out and frees its blocks; the persister's error otherwise (it
-  // changed meanwhile, a full disk: it stays resident).
-  Status OffloadResident(const std::shared_ptr<ServerSession>& s);
   // Makes every client's resident detached sessions fit max_detached_share.
   int32_t EnforceDetachedCaps();
   // A detached resident session whose snapshot another replica has since rewritten (a shared
@@ -207,9 +280,27 @@ class SessionRegistry {
   // The chat state a restored session's metadata and last context token (-1: none) say it has.
   void ApplyMetadata(ServerSession& s, const std::map<std::string, std::string>& metadata,
                      int32_t last_token);
-  // Attaches a resident session (requires nothing locked).
-  StatusOr<std::shared_ptr<ServerSession>> AttachResident(const std::shared_ptr<ServerSession>& s,
-                                                          std::weak_ptr<SessionOwner> owner);
+  // Attaches `w` to `s` when it is resident, or queues it until the transition in flight ends
+  // (starting a load when the session is on disk). Requires mu_ and s->mu; the answer, when
+  // there is one now, is added to `answers`.
+  void AttachOrWaitLocked(ServerSession& s, Waiter w, Answers& answers);
+  // Closes `id` as Close does, but only while it is detached and in no transition (the reaper's
+  // closes: a Resume that won the race keeps its session). False when it did not.
+  bool CloseIfIdle(SessionId id, const Status& why);
+  // Removes `id` from the map, closed (requires mu_); its waiting Resumes get NOT_FOUND.
+  std::shared_ptr<ServerSession> EraseClosedLocked(SessionId id, Answers& answers);
+  // A session closed during its transition is closed for good now that the transition ended:
+  // its snapshot deleted (and its engine copy when `in_engine`). Nothing locked.
+  void EndClosedTransition(SessionId id, bool in_engine);
+  // Closes an erased session's engine copy (when resident), snapshot and stream.
+  Status FinishClose(const std::shared_ptr<ServerSession>& s, const Status& why,
+                     const SessionOwner* caller);
+  void Give(Answers& answers);  // runs the answers (nothing locked)
+  void Pause(TransitionPoint point, SessionId id) const {
+    if (options_.pause_for_test) options_.pause_for_test(point, id);
+  }
+  void Transitioned(SessionId id, std::string_view transition, std::string_view outcome,
+                    Clock::time_point since) const;
 
   Engine& engine_;
   const RegistryOptions options_;
@@ -217,16 +308,16 @@ class SessionRegistry {
   RegistryHooks hooks_;
   mutable std::mutex mu_;
   std::map<SessionId, std::shared_ptr<ServerSession>> sessions_;
-  struct Waiter {
-    std::weak_ptr<SessionOwner> owner;
-    AttachDone done;
-    Clock::time_point deadline;
-  };
-  std::map<SessionId, std::vector<Waiter>> waiters_;  // Resumes waiting for a load
+  std::map<SessionId, std::vector<Waiter>> waiters_;  // Resumes waiting for a transition
   std::deque<LoadRequest> loads_;                     // resume requests first
   // Sessions whose snapshot could not be restored (moved aside by the start-up scan or by a
   // load): a later Resume is told why.
   std::map<SessionId, Status> lost_;
+  // Sessions closed in the middle of a transition: the transition's driver deletes their
+  // snapshot when it ends (its write may land after the close). Until then a Resume must not
+  // find the file and bring them back.
+  std::set<SessionId> closing_;
+  SessionId loading_now_;  // the session the loader is loading (its transition's driver)
   bool background_loads_paused_ = false;              // the pool was full: wait for room
   std::condition_variable reaper_cv_;
   std::condition_variable loader_cv_;

@@ -225,15 +225,24 @@ Status FillSessionInfo(const ServiceContext& ctx, SessionId id, v1::SessionInfo*
   {
     std::lock_guard<std::mutex> lock(s->mu);
     residency = s->residency;
-    if (residency != Residency::kResident) stored = s->stored;
+    stored = s->stored;
   }
   out->set_session_id(id.ToString());
   *out->mutable_settings() = ToSettings(s->spec, s->options.sampling, s->max_blocks);
-  if (residency == Residency::kResident) {
-    STREAMD_ASSIGN_OR_RETURN(const SessionInfo info, ctx.engine.Get(id));
-    *out->mutable_cache() = ToCacheState(info);
-    out->set_generating(info.generating);
+  // Resident, or on its way out (its engine copy is whole until the offload frees it): the
+  // engine's counters. On disk or on its way in: its snapshot's.
+  StatusOr<SessionInfo> info = NotFoundError("");
+  if (residency == Residency::kResident || residency == Residency::kOffloading) {
+    info = ctx.engine.Get(id);
+    if (!info.ok() && residency == Residency::kResident) return info.status();
+  }
+  if (info.ok()) {
+    *out->mutable_cache() = ToCacheState(*info);
+    out->set_generating(info->generating);
   } else {
+    if (residency == Residency::kOffloading) {  // freed meanwhile: its snapshot is complete
+      if (auto summary = ctx.registry.persister()->Summary(id); summary.ok()) stored = *summary;
+    }
     *out->mutable_cache() = StoredCacheState(stored);
     out->set_offloaded(true);
   }

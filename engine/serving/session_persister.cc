@@ -245,7 +245,7 @@ Status SessionPersister::WriteNow(SessionId id, bool* skipped) {
   return OkStatus();
 }
 
-Status SessionPersister::Offload(SessionId id) {
+Status SessionPersister::Offload(SessionId id, const std::function<void()>& after_write) {
   STREAMD_ASSIGN_OR_RETURN(const SessionInfo info, engine_.Get(id));
   if (info.generating) {
     return FailedPreconditionError("session " + id.ToString() + " is generating");
@@ -271,6 +271,7 @@ Status SessionPersister::Offload(SessionId id) {
     }
     return written;
   }
+  if (after_write) after_write();
   STREAMD_RETURN_IF_ERROR(engine_.CloseIfUnchanged(id, stored_revision(id)));
   // Written around the page cache: read it back in now, off the Resume's path.
   (void)store_->WarmUp(id);
@@ -342,6 +343,14 @@ std::optional<SnapshotSummary> SessionPersister::NewerElsewhere(SessionId id) co
 }
 
 StatusOr<SnapshotSummary> SessionPersister::Summary(SessionId id) const {
+  {
+    // Closed, its file not deleted yet: it must not be found (a Resume would bring it back).
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(id);
+    if (it != entries_.end() && it->second.forget) {
+      return NotFoundError("session " + id.ToString() + " was closed");
+    }
+  }
   STREAMD_ASSIGN_OR_RETURN(const std::vector<uint8_t> prefix,
                            store_->ReadPrefix(id, kSnapshotSummaryPrefixBytes));
   return ReadSnapshotSummary(prefix);
@@ -385,8 +394,15 @@ std::vector<SnapshotSummary> SessionPersister::Scan(
 }
 
 StatusOr<std::vector<uint8_t>> SessionPersister::Export(SessionId id) {
-  if (engine_.Get(id).ok()) {
-    STREAMD_ASSIGN_OR_RETURN(const SessionState state, engine_.Capture(id));
+  // From the engine when it is there; an offload may free it between the two calls, and then
+  // its snapshot, complete before the close, is the session.
+  StatusOr<SessionState> captured =
+      engine_.Get(id).ok() ? engine_.Capture(id) : StatusOr<SessionState>(NotFoundError(""));
+  if (!captured.ok() && captured.status().code() != StatusCode::kNotFound) {
+    return captured.status();
+  }
+  if (captured.ok()) {
+    const SessionState& state = *captured;
     std::vector<uint8_t> bytes = EncodeSnapshot(state, context_);
     std::lock_guard<std::mutex> io(write_mu_);
     if (store_->Write(id, bytes).ok()) {

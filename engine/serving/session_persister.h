@@ -87,7 +87,9 @@ class SessionPersister {
   // generates; the write's error when the write fails (it stays resident), and UNAVAILABLE
   // without a write while the backoff after a failed one runs. Once closed, its snapshot is
   // read into the page cache in the background (SnapshotStore::WarmUp) for its Resume.
-  Status Offload(SessionId id);
+  // `after_write` (optional) runs on the caller's thread between the write and the close: the
+  // snapshot is complete and its blocks are not freed yet (the registry's test pause point).
+  Status Offload(SessionId id, const std::function<void()>& after_write = {});
   // What a restored session brings back for its owner (the server's chat state).
   struct Restored {
     SessionOptions options;
@@ -104,7 +106,8 @@ class SessionPersister {
   // and when `refused` is given, each one's session id (from its file name) and why is added
   // there, so that a later Resume of it can be told.
   std::vector<SnapshotSummary> Scan(std::vector<std::pair<SessionId, Status>>* refused = nullptr);
-  // The summary of one stored snapshot (NOT_FOUND without one).
+  // The summary of one stored snapshot (NOT_FOUND without one, and for a session Forget was
+  // called for whose file is not deleted yet).
   StatusOr<SnapshotSummary> Summary(SessionId id) const;
   // Snapshot bytes of a session: captured from the engine when resident (written to the store
   // too), else read from the store.

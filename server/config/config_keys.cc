@@ -297,6 +297,8 @@ std::vector<ConfigKey> MakeKeys() {
                           0, 60 * kMinute));
   k.push_back(DurationKey("sessions.offload_after", STREAMD_FIELD(sessions.offload_after), 0,
                           365 * kDay));
+  k.push_back(DurationKey("sessions.resume_wait", STREAMD_FIELD(sessions.resume_wait),
+                          100, 5 * kMinute));
   k.push_back(BoolKey("sessions.restore_on_start", STREAMD_FIELD(sessions.restore_on_start)));
   k.push_back(SizeKey("sessions.max_snapshot_bytes", STREAMD_FIELD(sessions.max_snapshot_bytes),
                       kMiB, 64 * kGiB));

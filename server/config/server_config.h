@@ -145,6 +145,8 @@ struct ServerConfig {
     std::string snapshot_dir = "~/.local/state/streamd/sessions";
     std::chrono::milliseconds snapshot_interval{2000};  // at most one write per session per this
     std::chrono::milliseconds offload_after{600'000};   // detached -> disk (or closed); 0 = never
+    // A Resume meeting an offload or load in flight waits at most this, then UNAVAILABLE.
+    std::chrono::milliseconds resume_wait{10'000};
     bool restore_on_start = true;                       // read snapshots back at start
     int64_t max_snapshot_bytes = 1LL << 30;              // ImportSession; [1MiB, 64GiB]
     int32_t max_transfers = 4;  // ExportSession + ImportSession calls at once; [1, 1024]

@@ -38,6 +38,46 @@ SnapshotMetrics::SnapshotMetrics(prometheus::Registry& registry)
                           "sessions.offload_after, or to make room).")),
       sessions_offloaded(OneGauge(registry, "streamd_sessions_offloaded",
                                   "Sessions that are only on disk now (their next Resume reads "
-                                  "them back).")) {}
+                                  "them back).")),
+      transitions(prometheus::BuildCounter()
+                      .Name("streamd_session_transitions_total")
+                      .Help("Residency transitions of sessions that ended, by transition "
+                            "(offload, drop_stale, load, startup_load) and outcome (ok, kept, "
+                            "no_room, lost, closed).")
+                      .Register(registry)),
+      transition_seconds(prometheus::BuildHistogram()
+                             .Name("streamd_session_transition_seconds")
+                             .Help("Duration of a residency transition, from its claim to its "
+                                   "end, in seconds, by transition.")
+                             .Register(registry)),
+      resume_waits(LabelledCounters(registry, "streamd_resume_waits_total",
+                                    "Resumes that waited for their session to come back from "
+                                    "disk or to finish moving there, by outcome (attached, "
+                                    "refused, timed_out: UNAVAILABLE after "
+                                    "sessions.resume_wait).",
+                                    "outcome", {"attached", "refused", "timed_out"})),
+      resume_wait_seconds(OneHistogram(registry, "streamd_resume_wait_seconds",
+                                       "How long a Resume waited for its session's transition, "
+                                       "in seconds.",
+                                       kSnapshotSecondsBuckets)),
+      sessions_in_transition(prometheus::BuildGauge()
+                                 .Name("streamd_sessions_in_transition")
+                                 .Help("Sessions moving between memory and disk now, by state "
+                                       "(offloading, loading).")
+                                 .Register(registry)) {
+  for (const char* state : {"offloading", "loading"}) sessions_in_transition.Add({{"state", state}});
+}
+
+void SnapshotMetrics::RecordTransition(std::string_view transition, std::string_view outcome,
+                                       double seconds) {
+  const std::string t(transition);
+  transitions.Add({{"transition", t}, {"outcome", std::string(outcome)}}).Increment();
+  transition_seconds.Add({{"transition", t}}, Bounds(kSnapshotSecondsBuckets)).Observe(seconds);
+}
+
+void SnapshotMetrics::RecordResumeWait(std::string_view outcome, double seconds) {
+  resume_waits.Add({{"outcome", std::string(outcome)}}).Increment();
+  resume_wait_seconds.Observe(seconds);
+}
 
 }  // namespace streamd::metrics

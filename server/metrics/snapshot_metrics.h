@@ -41,6 +41,10 @@ struct SnapshotMetrics {
   void RecordRejected(std::string_view code_name) {
     rejected.Add({{"reason", std::string(code_name)}}).Increment();
   }
+  // A residency transition ended (SessionRegistry, RegistryHooks::on_transition).
+  void RecordTransition(std::string_view transition, std::string_view outcome, double seconds);
+  // A Resume that waited for a transition was answered (RegistryHooks::on_resume_waited).
+  void RecordResumeWait(std::string_view outcome, double seconds);
 
   prometheus::Counter& writes;            // snapshots written (atomically, fsynced)
   prometheus::Counter& written_bytes;     // their bytes
@@ -52,6 +56,17 @@ struct SnapshotMetrics {
   prometheus::Family<prometheus::Counter>& rejected;    // label `reason`: snapshots moved aside, never deleted
   prometheus::Counter& offloads;          // detached sessions written out and their blocks freed
   prometheus::Gauge& sessions_offloaded;  // sessions only on disk now
+  // Residency transitions: labels `transition` (offload, drop_stale, load, startup_load) and
+  // `outcome` (ok, kept, no_room, lost, closed); their durations by `transition`.
+  prometheus::Family<prometheus::Counter>& transitions;
+  prometheus::Family<prometheus::Histogram>& transition_seconds;
+  // Resumes that waited for a load or an offload in flight: label `outcome` (attached, refused,
+  // timed_out).
+  prometheus::Family<prometheus::Counter>& resume_waits;
+  prometheus::Histogram& resume_wait_seconds;
+  // Sessions in a transition now: label `state` (offloading, loading). One that stays there is
+  // stuck (docs/METRICS.md has the alert).
+  prometheus::Family<prometheus::Gauge>& sessions_in_transition;
 };
 
 }  // namespace streamd::metrics
