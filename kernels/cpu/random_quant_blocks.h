@@ -31,37 +31,55 @@ inline std::vector<int> HalfScaleOffsets(ConvertedQuant type) {
   return {};
 }
 
-// One block at `out` (LayoutOf(type).block_bytes). amax > 0: the f16 scales are random in
-// [0.5, 1) and then scaled so that the block's largest |value| is about amax (within f16
-// rounding), as a trained matrix's rows are. amax == 0: the scales take random signs and
-// magnitudes over 2^-12 .. 2^4 (for tests of the bit layouts, not of a model).
+// One block at `out` (LayoutOf(type).block_bytes). amax > 0, as a trained matrix's rows: the
+// f16 scale d is random in [0.5, 1), a second f16 field (the min of Q5_1 and the K-quants) is set
+// so the block's mean is about zero (random mins alone would give every row a bias of ~20% of
+// its range, a degenerate network), then both are scaled so the block's largest |value| is about
+// amax (within f16 rounding). amax == 0: the f16 fields take random signs and magnitudes over
+// 2^-12 .. 2^4 (for tests of the bit layouts, not of a model).
 inline void RandomBlock(ConvertedQuant type, std::mt19937_64& rng, float amax, uint8_t* out) {
   const QuantLayout layout = LayoutOf(type);
   std::uniform_int_distribution<int> byte(0, 255);
   for (int i = 0; i < layout.block_bytes; ++i) out[i] = static_cast<uint8_t>(byte(rng));
   const std::vector<int> offsets = HalfScaleOffsets(type);
-  std::vector<float> scales;
-  std::uniform_real_distribution<float> unit(0.5f, 1.0f);
-  std::uniform_real_distribution<float> log2(-12.0f, 4.0f);
-  for (size_t i = 0; i < offsets.size(); ++i) {
-    float s = unit(rng);
-    if (amax == 0.0f) s = std::exp2(log2(rng)) * (byte(rng) < 128 ? -1.0f : 1.0f);
-    scales.push_back(s);
-  }
-  const auto write = [&](float factor) {
+  const auto write = [&](const std::vector<float>& scales) {
     for (size_t i = 0; i < offsets.size(); ++i) {
-      const uint16_t h = FloatToHalf(scales[i] * factor);
+      const uint16_t h = FloatToHalf(scales[i]);
       std::memcpy(out + offsets[i], &h, sizeof h);
     }
   };
-  write(1.0f);
-  if (amax == 0.0f) return;
-  // Every value is linear in the f16 scales, so scaling them all scales the block.
   std::vector<float> x(layout.block_values);
-  DequantizeReference(type, out, 1, x.data());
+  // Values are linear in the f16 fields: the block's values with fields `scales`.
+  const auto decode = [&](const std::vector<float>& scales) {
+    write(scales);
+    DequantizeReference(type, out, 1, x.data());
+  };
+  const auto mean = [&] {
+    double sum = 0;
+    for (float v : x) sum += v;
+    return sum / static_cast<double>(x.size());
+  };
+  std::vector<float> scales(offsets.size());
+  if (amax == 0.0f) {
+    std::uniform_real_distribution<float> log2(-12.0f, 4.0f);
+    for (float& s : scales) s = std::exp2(log2(rng)) * (byte(rng) < 128 ? -1.0f : 1.0f);
+    write(scales);
+    return;
+  }
+  scales[0] = std::uniform_real_distribution<float>(0.5f, 1.0f)(rng);
+  if (scales.size() == 2) {
+    decode({scales[0], 0.0f});
+    const double scaled_part = mean();
+    decode({0.0f, 1.0f});
+    const double per_unit_min = mean();
+    scales[1] = per_unit_min == 0 ? 0.0f : static_cast<float>(-scaled_part / per_unit_min);
+  }
+  decode(scales);
   float m = 0.0f;
   for (float v : x) m = std::max(m, std::fabs(v));
-  if (m > 0.0f) write(amax / m);
+  if (m == 0.0f) return;
+  for (float& s : scales) s *= amax / m;
+  write(scales);
 }
 
 // n_blocks random blocks back to back.
