@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "kernels/cpu/random_quant_blocks.h"
 #include "kernels/cpu/test_util.h"
 
@@ -82,8 +84,11 @@ TEST_P(DequantizeReferenceTest, EqualsGgufPackageOnRandomBlocks) {
   const std::vector<uint8_t> model_like = RandomBlocks(type, kBlocks / 2, rng, 0.25f);
   blocks.insert(blocks.end(), model_like.begin(), model_like.end());
 
-  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                                    ("streamd-dequant-" + std::to_string(seed));
+  // One directory per type and process: ctest runs the types in parallel, with one seed when
+  // STREAMD_TEST_SEED is set.
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() /
+      ("streamd-dequant-" + std::string(layout.name) + "-" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   const std::filesystem::path in = dir / "blocks.bin", out = dir / "values.f32";
   {
