@@ -329,8 +329,8 @@ Status Parser::ReadTensorInfo(uint64_t index, TensorInfo* out) {
                                       " at byte ", c_.pos() - 4));
     }
     return UnimplementedError(Cat("tensor ", Quote(name), " has type ", TensorTypeName(type_id),
-                                  ", which streamd does not support (supported: F32, F16, BF16,"
-                                  " Q4_0, Q4_1, Q8_0)"));
+                                  ", which streamd does not support (supported: ",
+                                  SupportedTensorTypeNames(), ")"));
   }
   out->type = static_cast<TensorType>(type_id);
   if (out->dims[0] % traits->block_size != 0) {

@@ -39,13 +39,24 @@ enum class ValueType : uint32_t {
 };
 std::string_view ValueTypeName(ValueType type);
 
-// ggml tensor type ids as stored in the file.
+// ggml tensor type ids as stored in the file: the ones streamd supports. The products run F32,
+// F16, BF16, Q4_0, Q4_1 and Q8_0 as stored; the others are converted at load
+// (kernels/cpu/repack_quant.h).
 enum class TensorType : uint32_t {
   kF32 = 0,
   kF16 = 1,
   kQ4_0 = 2,
   kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
   kQ8_0 = 8,
+  kQ2_K = 10,
+  kQ3_K = 11,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  kIQ4_NL = 20,
+  kIQ4_XS = 23,
   kBF16 = 30,
 };
 
@@ -56,8 +67,10 @@ struct TensorTypeTraits {
 };
 // Traits of a supported type; nullptr for an id this reader does not support.
 const TensorTypeTraits* FindTensorTypeTraits(uint32_t type_id);
-// Name of any ggml type id (known-but-unsupported ones too, e.g. "Q5_K"), or "type N".
+// Name of any ggml type id (known-but-unsupported ones too, e.g. "IQ2_XXS"), or "type N".
 std::string TensorTypeName(uint32_t type_id);
+// The supported types' names, comma-separated ("F32, F16, ..."): what errors list.
+std::string SupportedTensorTypeNames();
 
 // One metadata value. Integers keep their stored width in `type`; arrays hold their elements.
 // `data` holds unsigned integers as uint64_t, signed ones as int64_t, f32/f64 as double.

@@ -238,13 +238,14 @@ TEST(GgufFileTest, RejectsBadShapes) {
 
 TEST(GgufFileTest, NamesUnsupportedTensorTypes) {
   GgufWriter w;
-  w.AddRawTensor("blk.0.attn_q.weight", 13, {256}, {});
+  w.AddRawTensor("blk.0.attn_q.weight", 16, {256}, {});
   auto file = Parse(w.Serialize());
   ASSERT_FALSE(file.ok());
   EXPECT_EQ(file.status().code(), StatusCode::kUnimplemented);
   EXPECT_EQ(file.status().message(),
-            "tensor 'blk.0.attn_q.weight' has type Q5_K, which streamd does not support "
-            "(supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0)");
+            "tensor 'blk.0.attn_q.weight' has type IQ2_XXS, which streamd does not support "
+            "(supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K, Q5_0, "
+            "Q5_1, IQ4_NL, IQ4_XS)");
   GgufWriter unknown;
   unknown.AddRawTensor("x", 99, {1}, {});
   ExpectError(unknown.Serialize(), StatusCode::kInvalidArgument,
@@ -259,8 +260,10 @@ TEST(GgufFileTest, TypeNamesFollowGgml) {
   EXPECT_EQ(TensorTypeName(30), "BF16");
   EXPECT_EQ(TensorTypeName(39), "MXFP4");
   EXPECT_EQ(TensorTypeName(1000), "type 1000");
-  EXPECT_EQ(FindTensorTypeTraits(13), nullptr);
+  EXPECT_EQ(FindTensorTypeTraits(16), nullptr);  // IQ2_XXS: not supported
   EXPECT_EQ(FindTensorTypeTraits(3)->type_size, 20);
+  EXPECT_EQ(FindTensorTypeTraits(13)->type_size, 176);  // Q5_K: converted at load
+  EXPECT_EQ(FindTensorTypeTraits(13)->block_size, 256);
   EXPECT_EQ(ValueTypeName(ValueType::kFloat64), "f64");
 }
 

@@ -23,6 +23,16 @@ constexpr SupportedType kSupportedTypes[] = {
     {TensorType::kQ4_0, {"Q4_0", 32, 18}},  // f16 scale + 16 bytes of nibbles
     {TensorType::kQ4_1, {"Q4_1", 32, 20}},  // f16 scale + f16 min + 16 bytes of nibbles
     {TensorType::kQ8_0, {"Q8_0", 32, 34}},  // f16 scale + 32 int8
+    // Converted at load; layouts in kernels/cpu/dequantize_reference.h.
+    {TensorType::kQ4_K, {"Q4_K", 256, 144}},
+    {TensorType::kQ5_K, {"Q5_K", 256, 176}},
+    {TensorType::kQ6_K, {"Q6_K", 256, 210}},
+    {TensorType::kQ3_K, {"Q3_K", 256, 110}},
+    {TensorType::kQ2_K, {"Q2_K", 256, 84}},
+    {TensorType::kQ5_0, {"Q5_0", 32, 22}},
+    {TensorType::kQ5_1, {"Q5_1", 32, 24}},
+    {TensorType::kIQ4_NL, {"IQ4_NL", 32, 18}},
+    {TensorType::kIQ4_XS, {"IQ4_XS", 256, 136}},
 };
 
 // Indexed by ValueType. min_bytes is the size of one encoded element, for strings and arrays
@@ -68,6 +78,15 @@ const TensorTypeTraits* FindTensorTypeTraits(uint32_t type_id) {
     if (static_cast<uint32_t>(t.type) == type_id) return &t.traits;
   }
   return nullptr;
+}
+
+std::string SupportedTensorTypeNames() {
+  std::string names;
+  for (const SupportedType& t : kSupportedTypes) {
+    if (!names.empty()) names += ", ";
+    names += t.traits.name;
+  }
+  return names;
 }
 
 std::string TensorTypeName(uint32_t type_id) {

@@ -3,27 +3,77 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
+
+#include "kernels/cpu/repack_quant.h"
 
 namespace streamd {
 namespace {
 
+using kernels::ConvertedQuant;
 using kernels::cpu::WeightType;
 
-StatusOr<WeightType> ToWeightType(const gguf::TensorInfo& t) {
-  switch (t.type) {
-    case gguf::TensorType::kF32: return WeightType::kF32;
-    case gguf::TensorType::kF16: return WeightType::kF16;
-    case gguf::TensorType::kBF16: return WeightType::kBF16;
-    case gguf::TensorType::kQ4_0: return WeightType::kQ4_0;
-    case gguf::TensorType::kQ4_1: return WeightType::kQ4_1;
-    case gguf::TensorType::kQ8_0: return WeightType::kQ8_0;
+// How a tensor type reaches the products: as stored (`direct`), or converted at load (`convert`).
+struct ProductFormat {
+  std::optional<WeightType> direct;
+  std::optional<ConvertedQuant> convert;
+};
+
+ProductFormat FormatOf(gguf::TensorType type) {
+  switch (type) {
+    case gguf::TensorType::kF32: return {WeightType::kF32, {}};
+    case gguf::TensorType::kF16: return {WeightType::kF16, {}};
+    case gguf::TensorType::kBF16: return {WeightType::kBF16, {}};
+    case gguf::TensorType::kQ4_0: return {WeightType::kQ4_0, {}};
+    case gguf::TensorType::kQ4_1: return {WeightType::kQ4_1, {}};
+    case gguf::TensorType::kQ8_0: return {WeightType::kQ8_0, {}};
+    case gguf::TensorType::kQ5_0: return {{}, ConvertedQuant::kQ5_0};
+    case gguf::TensorType::kQ5_1: return {{}, ConvertedQuant::kQ5_1};
+    case gguf::TensorType::kQ2_K: return {{}, ConvertedQuant::kQ2_K};
+    case gguf::TensorType::kQ3_K: return {{}, ConvertedQuant::kQ3_K};
+    case gguf::TensorType::kQ4_K: return {{}, ConvertedQuant::kQ4_K};
+    case gguf::TensorType::kQ5_K: return {{}, ConvertedQuant::kQ5_K};
+    case gguf::TensorType::kQ6_K: return {{}, ConvertedQuant::kQ6_K};
+    case gguf::TensorType::kIQ4_NL: return {{}, ConvertedQuant::kIQ4_NL};
+    case gguf::TensorType::kIQ4_XS: return {{}, ConvertedQuant::kIQ4_XS};
   }
-  return UnimplementedError("tensor '" + t.name + "' has type " +
-                            gguf::TensorTypeName(static_cast<uint32_t>(t.type)) +
-                            ", which matrix products do not support");
+  return {};
+}
+
+// Repacks a [rows, cols] tensor of a converted type (repack_quant.h) into `out`, rows split
+// across the machine's cores: a load of a 0.5B-parameter K-quant model converts ~500M values.
+Status ConvertTensor(const gguf::TensorInfo& t, ConvertedQuant type, int64_t rows, int64_t cols,
+                     uint8_t* out) {
+  const kernels::QuantLayout layout = kernels::LayoutOf(type);
+  // The reader's block traits (gguf_types.cc) and the kernels' layouts describe the same format.
+  if (layout.block_bytes * (cols / layout.block_values) != static_cast<int64_t>(t.row_bytes())) {
+    return InternalError("tensor '" + t.name + "': the GGUF reader's row size of " + layout.name +
+                         " differs from the converter's");
+  }
+  const int64_t n_threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1,
+                                                std::max<int64_t>(1, rows / 64));
+  std::vector<char> ok(static_cast<size_t>(n_threads), 0);
+  std::vector<std::thread> threads;
+  for (int64_t i = 0; i < n_threads; ++i) {
+    threads.emplace_back([&, i] {
+      ok[i] = kernels::RepackRows(type, t.data, t.row_bytes(), cols, rows * i / n_threads,
+                                  rows * (i + 1) / n_threads, out);
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  if (std::find(ok.begin(), ok.end(), 0) != ok.end()) {
+    return InvalidArgumentError("tensor '" + t.name + "' of type " + layout.name +
+                                " has a block scale whose converted value does not fit an f16 "
+                                "(it is converted to " +
+                                (kernels::RepackTarget(type) == WeightType::kQ4_1 ? "Q4_1"
+                                                                                  : "Q8_0") +
+                                " at load)");
+  }
+  return OkStatus();
 }
 
 std::string ShapeString(int64_t cols, int64_t rows) {
@@ -32,7 +82,8 @@ std::string ShapeString(int64_t cols, int64_t rows) {
 
 class Binder {
  public:
-  Binder(const gguf::GgufFile& file, uint64_t& total) : file_(file), total_(total) {}
+  Binder(const gguf::GgufFile& file, LlamaWeights& w)
+      : file_(file), total_(w.total_bytes), weights_(w) {}
 
   StatusOr<WeightMatrix> Matrix(const std::string& name, int64_t cols, int64_t rows) {
     const gguf::TensorInfo* t = file_.FindTensor(name);
@@ -41,9 +92,32 @@ class Binder {
       return InvalidArgumentError("tensor '" + name + "' has the wrong shape (expected " +
                                   ShapeString(cols, rows) + ")");
     }
-    STREAMD_ASSIGN_OR_RETURN(WeightType type, ToWeightType(*t));
-    total_ += t->size_bytes;
-    return WeightMatrix{type, t->data, static_cast<size_t>(t->row_bytes()), rows, cols};
+    const ProductFormat format = FormatOf(t->type);
+    if (format.direct) {
+      total_ += t->size_bytes;
+      return WeightMatrix{*format.direct, t->data, static_cast<size_t>(t->row_bytes()), rows, cols};
+    }
+    if (!format.convert) {  // the reader accepts no other type
+      return UnimplementedError("tensor '" + name + "' has type " +
+                                gguf::TensorTypeName(static_cast<uint32_t>(t->type)) +
+                                ", which matrix products do not support");
+    }
+    // Converted once into memory of our own; the products then read only the copy.
+    const WeightType target = kernels::RepackTarget(*format.convert);
+    const size_t row_bytes = kernels::cpu::WeightRowBytes(target, cols);
+    const size_t bytes = row_bytes * static_cast<size_t>(rows);
+    std::unique_ptr<uint8_t, FreeDeleter> copy(
+        static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+    if (!copy) {
+      return ResourceExhaustedError("no memory for the " + std::to_string(bytes) +
+                                    " bytes of tensor '" + name + "' converted at load");
+    }
+    STREAMD_RETURN_IF_ERROR(ConvertTensor(*t, *format.convert, rows, cols, copy.get()));
+    total_ += bytes;
+    weights_.converted_bytes += bytes;
+    WeightMatrix m{target, copy.get(), row_bytes, rows, cols};
+    weights_.converted_storage.push_back(std::move(copy));
+    return m;
   }
 
   StatusOr<const float*> Vector(const std::string& name, int64_t n) {
@@ -60,6 +134,7 @@ class Binder {
  private:
   const gguf::GgufFile& file_;
   uint64_t& total_;
+  LlamaWeights& weights_;
 };
 
 }  // namespace
@@ -218,7 +293,7 @@ Status UsePrepackedAmxCopies(LlamaWeights& w, const uint8_t* bytes, uint64_t siz
 
 StatusOr<LlamaWeights> BindLlamaWeights(const gguf::GgufFile& file, const LlamaConfig& c) {
   LlamaWeights w;
-  Binder bind(file, w.total_bytes);
+  Binder bind(file, w);
   STREAMD_ASSIGN_OR_RETURN(w.token_embedding, bind.Matrix("token_embd.weight", c.dim, c.vocab_size));
   STREAMD_ASSIGN_OR_RETURN(w.output_norm, bind.Vector("output_norm.weight", c.dim));
   if (c.tied_output) {

@@ -1,7 +1,8 @@
 // Views of a Llama model's tensors inside the mapped GGUF file, shape- and type-checked once
 // at load so the forward pass never re-validates. Weights are read in place: the GgufFile must
-// outlive the LlamaWeights. The one copy: on CPUs with AMX, the quantized matrices' AMX-packed
-// copies (AddAmxPackedCopies).
+// outlive the LlamaWeights. The copies: matrices of the types the products do not run as stored
+// (K-quants, Q5_x, IQ4_x), converted at load into Q4_1 or Q8_0 (kernels/cpu/repack_quant.h),
+// and on CPUs with AMX, the quantized matrices' AMX-packed copies (AddAmxPackedCopies).
 #pragma once
 
 #include <cstdint>
@@ -54,6 +55,11 @@ struct LlamaWeights {
   const float* output_norm = nullptr;  // [dim]
   WeightMatrix output;                 // [vocab, dim]; token_embedding when tied
   uint64_t total_bytes = 0;            // bytes of every tensor above (what a decode step reads)
+
+  // The matrices converted at load (their WeightMatrix::data points here): memory on top of the
+  // file mapping, whose pages of those tensors are read once and then left to the page cache.
+  std::vector<std::unique_ptr<uint8_t, FreeDeleter>> converted_storage;
+  uint64_t converted_bytes = 0;
 
   std::unique_ptr<uint8_t, FreeDeleter> amx_storage;  // every amx_packed copy
   uint64_t amx_packed_bytes = 0;

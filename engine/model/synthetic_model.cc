@@ -3,17 +3,28 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 
 #include "engine/gguf/gguf_writer.h"
 #include "engine/tokenizer/byte_unicode.h"
+#include "kernels/cpu/dequantize_reference.h"
 #include "kernels/cpu/quant_blocks.h"
+#include "kernels/cpu/random_quant_blocks.h"
 
 namespace streamd {
 namespace {
 
 using gguf::TensorType;
+
+// The kernels' name of a type converted at load (its value is the ggml id), if `type` is one.
+std::optional<kernels::ConvertedQuant> ConvertedOf(TensorType type) {
+  for (kernels::ConvertedQuant q : kernels::kConvertedQuants) {
+    if (static_cast<uint32_t>(q) == static_cast<uint32_t>(type)) return q;
+  }
+  return std::nullopt;
+}
 
 template <typename T>
 void Append(std::vector<uint8_t>& out, const T& v) {
@@ -33,6 +44,16 @@ void EncodeRow(TensorType type, const float* x, int64_t k, std::vector<uint8_t>&
       return;
     case TensorType::kBF16:
       return;  // rejected by BuildSyntheticModel
+    case TensorType::kQ5_0:
+    case TensorType::kQ5_1:
+    case TensorType::kQ2_K:
+    case TensorType::kQ3_K:
+    case TensorType::kQ4_K:
+    case TensorType::kQ5_K:
+    case TensorType::kQ6_K:
+    case TensorType::kIQ4_NL:
+    case TensorType::kIQ4_XS:
+      return;  // random blocks instead (Builder::Matrix)
     case TensorType::kQ8_0:
       for (int64_t b = 0; b < k; b += kQuantBlock) {
         float amax = 0;
@@ -86,6 +107,12 @@ class Builder {
   // [rows, cols] matrix (GGUF dims {cols, rows}) of uniform(-a, a) values.
   Status Matrix(gguf::GgufWriter& w, const std::string& name, TensorType type, int64_t cols,
                 int64_t rows, float a) {
+    if (const std::optional<kernels::ConvertedQuant> q = ConvertedOf(type)) {
+      // No quantizer of these formats here: random blocks whose values reach about +-a, every
+      // scale, min and bit pattern of the format exercised.
+      const int64_t blocks = rows * cols / kernels::LayoutOf(*q).block_values;
+      return w.AddTensor(name, type, {cols, rows}, kernels::RandomBlocks(*q, blocks, rng_, a));
+    }
     std::uniform_real_distribution<float> u(-a, a);
     std::vector<float> row(cols);
     std::vector<uint8_t> bytes;
@@ -198,6 +225,31 @@ StatusOr<std::vector<uint8_t>> BuildSyntheticModel(const SyntheticModelSpec& s) 
     STREAMD_RETURN_IF_ERROR(b.Matrix(w, p + "ffn_gate.weight", s.weight_type, s.dim, s.ffn_dim, a(s.dim)));
     STREAMD_RETURN_IF_ERROR(b.Matrix(w, p + "ffn_up.weight", s.weight_type, s.dim, s.ffn_dim, a(s.dim)));
     STREAMD_RETURN_IF_ERROR(b.Matrix(w, p + "ffn_down.weight", s.weight_type, s.ffn_dim, s.dim, a(s.ffn_dim)));
+  }
+  return w.Serialize();
+}
+
+StatusOr<std::vector<uint8_t>> DequantizeConvertedTensors(const std::vector<uint8_t>& bytes) {
+  STREAMD_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> file,
+                           gguf::GgufFile::FromBuffer(bytes.data(), bytes.size()));
+  gguf::GgufWriter w;
+  w.SetAlignment(static_cast<uint32_t>(file->alignment()));
+  for (const auto& [key, value] : file->metadata()) {
+    if (key != "general.alignment") w.Add(key, value);
+  }
+  for (const gguf::TensorInfo& t : file->tensors()) {
+    const std::optional<kernels::ConvertedQuant> q = ConvertedOf(t.type);
+    if (!q) {
+      STREAMD_RETURN_IF_ERROR(
+          w.AddTensor(t.name, t.type, t.dims, std::vector<uint8_t>(t.data, t.data + t.size_bytes)));
+      continue;
+    }
+    std::vector<float> values(static_cast<size_t>(t.num_elements));
+    kernels::DequantizeReference(*q, t.data, t.num_elements / kernels::LayoutOf(*q).block_values,
+                                 values.data());
+    std::vector<uint8_t> f32(values.size() * sizeof(float));
+    std::memcpy(f32.data(), values.data(), f32.size());
+    STREAMD_RETURN_IF_ERROR(w.AddTensor(t.name, TensorType::kF32, t.dims, std::move(f32)));
   }
   return w.Serialize();
 }

@@ -41,9 +41,14 @@ SyntheticModelSpec SmolLm2Shape();
 SyntheticModelSpec Llama3_8BShape();
 
 // GGUF bytes of a model with uniform random weights scaled like a trained network's
-// (|w| <= sqrt(3 / fan_in)), unit norm weights and tied embeddings. Supported weight types:
-// F32, F16, Q8_0, Q4_0, Q4_1.
+// (|w| <= sqrt(3 / fan_in)), unit norm weights and tied embeddings. Weight types: F32, F16, Q8_0,
+// Q4_0, Q4_1 (quantized from the uniform values), and the types converted at load (K-quants,
+// Q5_0, Q5_1, IQ4_NL, IQ4_XS: random blocks whose values reach about the same bound; K-quants
+// need dim and ffn_dim multiples of 256).
 StatusOr<std::vector<uint8_t>> BuildSyntheticModel(const SyntheticModelSpec& spec);
+// The same GGUF with every tensor of a type converted at load replaced by its reference
+// dequantization (kernels/cpu/dequantize_reference.h) as F32: the model the conversion must match.
+StatusOr<std::vector<uint8_t>> DequantizeConvertedTensors(const std::vector<uint8_t>& bytes);
 // The same, loaded: the model owns the bytes.
 StatusOr<std::unique_ptr<LlamaModel>> MakeSyntheticModel(const SyntheticModelSpec& spec);
 
