@@ -29,12 +29,15 @@ build: configure
 model: deps
 	@STREAMD_MODEL_DIR=$(MODEL_DIR) scripts/fetch-model.sh >/dev/null
 
-# The SentencePiece vocabulary the llama-vocabulary tokenizer tests read.
+# The SentencePiece vocabulary the llama-vocabulary tokenizer tests read, and llama.cpp's test
+# vocabularies with their test vectors for the golden tokenizer test (one ~75 MB download).
 vocab: deps
 	@scripts/fetch-test-vocab.sh >/dev/null
+	@scripts/fetch-test-vocab.sh --golden >/dev/null
 
 test: build model vocab
 	STREAMD_MODEL=$(MODEL) STREAMD_SPM_VOCAB=$$(scripts/fetch-test-vocab.sh) \
+	  STREAMD_VOCAB_DIR=$$(scripts/fetch-test-vocab.sh --golden) \
 	  ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
 	@$(MAKE) --no-print-directory fuzz-smoke
 
@@ -50,6 +53,7 @@ fuzz-smoke: deps model vocab
 SANITIZERS ?= all
 sanitize: deps model vocab
 	JOBS=$(JOBS) STREAMD_MODEL=$(MODEL) STREAMD_SPM_VOCAB=$$(scripts/fetch-test-vocab.sh) \
+	  STREAMD_VOCAB_DIR=$$(scripts/fetch-test-vocab.sh --golden) \
 	  scripts/sanitize-check.sh $(SANITIZERS)
 
 # The model's build plan for this machine (docs/BUILD.md), made once beside the model and kept

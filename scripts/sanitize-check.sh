@@ -19,9 +19,10 @@
 #
 # Usage: scripts/sanitize-check.sh [asan|tsan|all]   (default all)
 # Environment: JOBS (build and ctest parallelism, default nproc), STREAMD_MODEL and
-#   STREAMD_SPM_VOCAB (the real vocabularies the tokenizer, GGUF and fingerprint tests read;
-#   `make sanitize` sets both), ASAN_BUILD_DIR, TSAN_BUILD_DIR, CMAKE_EXTRA (more cmake flags,
-#   e.g. the ccache launchers).
+#   STREAMD_SPM_VOCAB (the real vocabularies the tokenizer, GGUF and fingerprint tests read),
+#   STREAMD_VOCAB_DIR (llama.cpp's test vocabularies and vectors, the golden tokenizer test;
+#   `make sanitize` sets all three), ASAN_BUILD_DIR, TSAN_BUILD_DIR, CMAKE_EXTRA (more cmake
+#   flags, e.g. the ccache launchers).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -40,6 +41,10 @@ for var in STREAMD_MODEL STREAMD_SPM_VOCAB; do
     exit 1
   fi
 done
+if [[ -z "${STREAMD_VOCAB_DIR:-}" || ! -d "$STREAMD_VOCAB_DIR" ]]; then
+  echo "sanitize-check: STREAMD_VOCAB_DIR must name a directory (make sanitize sets it)" >&2
+  exit 1
+fi
 
 # Unit test binaries of kernels/, engine/ and server/ (CUDA off: no GPU tests).
 ASAN_TARGETS=(kernels_cpu_test util_test cache_test gguf_test tokenizer_test sampling_test
@@ -129,6 +134,7 @@ PY
   ) || return 1
   local rc=0
   STREAMD_MODEL="$STREAMD_MODEL" STREAMD_SPM_VOCAB="$STREAMD_SPM_VOCAB" \
+    STREAMD_VOCAB_DIR="$STREAMD_VOCAB_DIR" \
     ctest --test-dir "$dir" --output-on-failure -j "$JOBS" --timeout 900 -I "$select" \
     > "$dir/sanitize-ctest.log" 2>&1 || rc=1
   log "  $(grep -E 'tests passed|tests failed' "$dir/sanitize-ctest.log" | tail -1)," \

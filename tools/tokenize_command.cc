@@ -37,8 +37,11 @@ int TokenizeCommand(int argc, char** argv) {
     buf << in.rdbuf();
     text = buf.str();
   }
-  auto gguf = gguf::GgufFile::Open(model_path);
-  if (!gguf.ok()) return Fail(gguf.status(), model_path);
+  // Only the metadata: the vocabulary is all tokenizing needs, and a model whose weights
+  // streamd cannot run (an unsupported tensor type) still tokenizes. Open()'s errors name the
+  // path already.
+  auto gguf = gguf::GgufFile::Open(model_path, gguf::GgufRead::kMetadataOnly);
+  if (!gguf.ok()) return Fail(gguf.status());
   auto vocab = tokenizer::Tokenizer::FromGguf(**gguf);
   if (!vocab.ok()) return Fail(vocab.status(), model_path);
   auto ids = (*vocab)->Encode(text, (*vocab)->add_bos() && !no_bos, special);

@@ -433,7 +433,7 @@ Status OpenError(const std::string& path, std::string_view what, int err) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
+StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path, GgufRead read) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return OpenError(path, "open", errno);
   struct stat st {};
@@ -460,14 +460,15 @@ StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
   std::unique_ptr<GgufFile> file(new GgufFile());
   file->mapping_ = map;
   file->mapping_size_ = size;
-  Status s = file->Parse(static_cast<const uint8_t*>(map), size);
+  Status s = file->Parse(static_cast<const uint8_t*>(map), size, read);
   if (!s.ok()) return Status(s.code(), Cat(path, ": ", s.message()));
   return file;
 }
 
-StatusOr<std::unique_ptr<GgufFile>> GgufFile::FromBuffer(const uint8_t* data, size_t size) {
+StatusOr<std::unique_ptr<GgufFile>> GgufFile::FromBuffer(const uint8_t* data, size_t size,
+                                                         GgufRead read) {
   std::unique_ptr<GgufFile> file(new GgufFile());
-  STREAMD_RETURN_IF_ERROR(file->Parse(data, size));
+  STREAMD_RETURN_IF_ERROR(file->Parse(data, size, read));
   return file;
 }
 
@@ -475,7 +476,7 @@ GgufFile::~GgufFile() {
   if (mapping_ != nullptr) ::munmap(mapping_, mapping_size_);
 }
 
-Status GgufFile::Parse(const uint8_t* data, size_t size) {
+Status GgufFile::Parse(const uint8_t* data, size_t size, GgufRead read) {
   static constexpr uint8_t kEmpty[1] = {0};
   if (data == nullptr) data = kEmpty;  // lets size == 0 take the ordinary "too short" path
   Parser parser(data, size);
@@ -483,8 +484,10 @@ Status GgufFile::Parse(const uint8_t* data, size_t size) {
   STREAMD_RETURN_IF_ERROR(parser.Header(&version_, &n_tensors, &n_kv));
   STREAMD_RETURN_IF_ERROR(parser.Metadata(n_kv, &metadata_));
   STREAMD_RETURN_IF_ERROR(ReadAlignment(metadata_, &alignment_));
-  STREAMD_RETURN_IF_ERROR(parser.TensorInfos(n_tensors, &tensors_));
-  STREAMD_RETURN_IF_ERROR(parser.PlaceTensors(alignment_, &tensors_, &data_offset_));
+  if (read == GgufRead::kAll) {
+    STREAMD_RETURN_IF_ERROR(parser.TensorInfos(n_tensors, &tensors_));
+    STREAMD_RETURN_IF_ERROR(parser.PlaceTensors(alignment_, &tensors_, &data_offset_));
+  }
   file_size_ = size;
   bytes_ = data;
   // Views into the stored strings: neither vector changes after this point.

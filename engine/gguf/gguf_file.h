@@ -93,13 +93,24 @@ struct TensorInfo {
   uint64_t row_bytes() const { return size_bytes / static_cast<uint64_t>(rows()); }
 };
 
+// How much of a file Open()/FromBuffer() read and validate.
+enum class GgufRead {
+  kAll,
+  // The header and the metadata only: tensor infos are not read, so a file whose tensors this
+  // reader cannot use (an unsupported type) still opens; tensors() is empty and data_offset()
+  // is 0. For tools that need only metadata, such as the vocabulary (`streamd tokenize`).
+  kMetadataOnly,
+};
+
 class GgufFile {
  public:
   // Maps `path` read-only and validates it.
-  static StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path);
+  static StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path,
+                                                  GgufRead read = GgufRead::kAll);
   // Parses a caller-owned buffer in place (tests, fuzzing); the buffer must outlive the file.
   // Tensor data is aligned relative to `data`, so only as aligned in memory as `data` is.
-  static StatusOr<std::unique_ptr<GgufFile>> FromBuffer(const uint8_t* data, size_t size);
+  static StatusOr<std::unique_ptr<GgufFile>> FromBuffer(const uint8_t* data, size_t size,
+                                                        GgufRead read = GgufRead::kAll);
 
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
@@ -140,7 +151,7 @@ class GgufFile {
 
  private:
   GgufFile() = default;
-  Status Parse(const uint8_t* data, size_t size);
+  Status Parse(const uint8_t* data, size_t size, GgufRead read);
   // The value of `key`, or NOT_FOUND naming it.
   StatusOr<const Value*> Require(std::string_view key) const;
 

@@ -252,6 +252,22 @@ TEST(GgufFileTest, NamesUnsupportedTensorTypes) {
               {"'x'", "unknown ggml type id 99"});
 }
 
+TEST(GgufFileTest, MetadataOnlyReadSkipsTensorsItCannotUse) {
+  GgufWriter w;
+  w.Add("tokenizer.ggml.model", MakeString("gpt2"));
+  w.AddRawTensor("blk.0.attn_q.weight", 13, {256}, {});  // Q5_K
+  const std::vector<uint8_t> bytes = w.Serialize();
+  ASSERT_FALSE(Parse(bytes).ok());
+  auto file = GgufFile::FromBuffer(bytes.data(), bytes.size(), GgufRead::kMetadataOnly);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  EXPECT_EQ(*(*file)->GetString("tokenizer.ggml.model"), "gpt2");
+  EXPECT_TRUE((*file)->tensors().empty());
+  EXPECT_EQ((*file)->FindTensor("blk.0.attn_q.weight"), nullptr);
+  // Metadata is still validated: a file cut inside it fails either way.
+  const std::vector<uint8_t> cut(bytes.begin(), bytes.begin() + 40);
+  EXPECT_FALSE(GgufFile::FromBuffer(cut.data(), cut.size(), GgufRead::kMetadataOnly).ok());
+}
+
 TEST(GgufFileTest, TypeNamesFollowGgml) {
   EXPECT_EQ(TensorTypeName(0), "F32");
   EXPECT_EQ(TensorTypeName(8), "Q8_0");

@@ -108,6 +108,35 @@ std::string QuoteForLog(std::string_view text, size_t max_chars) {
   return out;
 }
 
+// Llama 3.1+'s system preamble: the template's knowledge-date literal and "Today Date: " with
+// the literal its date_string defaults to; "" when the template has no knowledge date (3.0).
+std::string Llama3SystemPreamble(std::string_view jinja) {
+  constexpr std::string_view kKnowledge = "Cutting Knowledge Date:";
+  constexpr std::string_view kDateSet = "date_string = ";
+  std::string knowledge;
+  for (std::string& literal : JinjaStringLiterals(jinja)) {
+    if (literal.starts_with(kKnowledge)) {
+      knowledge = std::move(literal);
+      break;
+    }
+  }
+  if (knowledge.empty()) return "";
+  // {%- set date_string = "26 Jul 2024" %}: the first assignment of a string literal (3.2
+  // first tries date_string = strftime_now(...), which we skip).
+  std::string date = "26 Jul 2024";
+  for (size_t at = jinja.find(kDateSet); at != std::string_view::npos;
+       at = jinja.find(kDateSet, at)) {
+    at += kDateSet.size();
+    const char quote = at < jinja.size() ? jinja[at] : '\0';
+    if (quote != '"' && quote != '\'') continue;
+    const size_t end = jinja.find(quote, at + 1);
+    if (end == std::string_view::npos) break;
+    date = std::string(jinja.substr(at + 1, end - at - 1));
+    break;
+  }
+  return knowledge + "Today Date: " + date + "\n\n";
+}
+
 }  // namespace
 
 StatusOr<ChatTemplate> ChatTemplate::FromGguf(const gguf::GgufFile& file,
@@ -135,6 +164,7 @@ ChatTemplate ChatTemplate::FromTemplateText(std::string_view jinja, std::string 
     }
   } else if (jinja.find("<|start_header_id|>") != std::string_view::npos) {
     t.kind_ = ChatTemplateKind::kLlama3;
+    t.system_preamble_ = Llama3SystemPreamble(jinja);
   } else if (jinja.find("[INST]") != std::string_view::npos &&
              jinja.find("<<SYS>>") != std::string_view::npos) {
     t.kind_ = ChatTemplateKind::kLlama2;
@@ -217,11 +247,26 @@ StatusOr<std::string> ChatTemplate::RenderLlama2(std::span<const ChatMessage> me
 std::string ChatTemplate::RenderLlama3(std::span<const ChatMessage> messages,
                                        bool add_generation) const {
   std::string out;
-  if (!messages.empty()) out += bos_text_;
-  for (const ChatMessage& m : messages) {
-    out.append("<|start_header_id|>").append(m.role).append("<|end_header_id|>\n\n");
-    out.append(PythonStrip(m.content)).append("<|eot_id|>");
+  auto append_turn = [&out](std::string_view role, std::string_view content) {
+    out.append("<|start_header_id|>").append(role).append("<|end_header_id|>\n\n");
+    out.append(PythonStrip(content)).append("<|eot_id|>");
+  };
+  // Jinja renders the 3.1+ system turn for an empty conversation too; we render nothing
+  // unless a generation prompt follows, so every shorter conversation stays a prefix of a
+  // longer one (what rendering turn by turn relies on).
+  const bool preamble = !system_preamble_.empty() && (!messages.empty() || add_generation);
+  if (!messages.empty() || preamble) out += bos_text_;
+  if (preamble) {
+    std::string system = system_preamble_;
+    if (!messages.empty() && messages.front().role == "system") {
+      system.append(PythonStrip(messages.front().content));
+      messages = messages.subspan(1);
+    }
+    // The template trims the system message but not the preamble before it.
+    out.append("<|start_header_id|>system<|end_header_id|>\n\n").append(system);
+    out.append("<|eot_id|>");
   }
+  for (const ChatMessage& m : messages) append_turn(m.role, m.content);
   if (add_generation) out.append("<|start_header_id|>assistant<|end_header_id|>\n\n");
   return out;
 }

@@ -8,7 +8,14 @@
 //           message, rendered when the first message is not a system message.
 //   Llama-2 (contains "[INST]" and "<<SYS>>"): the system message is folded into the first
 //           user turn; roles must alternate user/assistant; no generation prompt exists.
-//   Llama-3 (contains "<|start_header_id|>"): the 3.0 form, contents trimmed.
+//   Llama-3 (contains "<|start_header_id|>"): the 3.0 form, contents trimmed. The 3.1/3.2/3.3
+//           form (the template says "Cutting Knowledge Date:") always opens with a system turn
+//           whose text starts with the knowledge date and "Today Date: " + the template's
+//           fixed date_string ("26 Jul 2024"), followed by the (trimmed) system message if
+//           the conversation starts with one. Llama 3.2's template would take today's date
+//           from strftime_now(); we keep the fixed one, so a prompt (and a session that lasts
+//           past midnight) never depends on the day it was rendered. Tool calls are not
+//           rendered.
 // A missing or unrecognised template falls back to plain ChatML and says so through
 // is_fallback()/fallback_reason(), for the caller to log: a wrong prompt format degrades
 // answers, while refusing to chat at all would make such models unusable.
@@ -57,6 +64,9 @@ class ChatTemplate {
   bool renders_bos() const { return kind_ != ChatTemplateKind::kChatMl; }
   // ChatML only: the default system turn, verbatim, if the template has one.
   const std::optional<std::string>& default_system_turn() const { return default_system_; }
+  // Llama-3.1+ only: the text the system turn always starts with, e.g. "Cutting Knowledge
+  // Date: December 2023\nToday Date: 26 Jul 2024\n\n"; empty for every other template.
+  const std::string& system_preamble() const { return system_preamble_; }
 
  private:
   ChatTemplate() = default;
@@ -67,6 +77,7 @@ class ChatTemplate {
   ChatTemplateKind kind_ = ChatTemplateKind::kChatMl;
   std::string fallback_reason_;
   std::optional<std::string> default_system_;
+  std::string system_preamble_;
   std::string bos_text_;
   std::string eos_text_;
 };

@@ -19,6 +19,18 @@ constexpr std::string_view kLlama3Regex =
     R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|)"
     R"(\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// Qwen2's split (the tokenizer.json of Qwen2, Qwen2.5 and Qwen3), as llama.cpp adapts it:
+// Llama-3's, except that every digit is a piece of its own.
+constexpr std::string_view kQwen2Regex =
+    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|)"
+    R"(\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// Qwen3.5's split: Qwen2's, with combining marks (\p{M}) kept inside words instead of
+// counting as symbols, so a Devanagari or Thai word with vowel signs stays one piece.
+constexpr std::string_view kQwen35Regex =
+    R"((?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?)"
+    R"([\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 // llama.cpp's whitespace (unicode_set_whitespace in src/unicode-data.cpp), spelled out because
 // PCRE2's \s in UCP mode also counts U+180E MONGOLIAN VOWEL SEPARATOR, which Unicode moved to
 // the format category (Cf) in 6.3 and llama.cpp treats as a symbol.
@@ -55,27 +67,39 @@ std::string ExpandWhitespace(std::string_view pattern) {
   return out;
 }
 
+// One pre-tokenizer: the tokenizer.ggml.pre names llama.cpp (src/llama-vocab.cpp) splits
+// with the same regex list, and that list.
 struct PreTokenizerSpec {
+  std::vector<std::string_view> names;
   std::vector<std::string_view> regexes;
   bool ignore_merges = false;
 };
 
-// tokenizer.ggml.pre -> regex list, following llama.cpp's llm_tokenizer_bpe constructor.
-bool LookUpSpec(std::string_view name, PreTokenizerSpec* spec) {
-  if (name.empty() || name == "default") {
-    spec->regexes = {R"([\p{P}\$\+<=>\^~\|]+)", kGpt2Regex, R"(\p{N}+)", "[0-9][0-9][0-9]"};
-  } else if (name == "gpt2" || name == "gpt-2") {
-    spec->regexes = {kGpt2Regex};
-  } else if (name == "llama3" || name == "llama-bpe" || name == "llama-v3") {
-    spec->regexes = {kLlama3Regex};
-    spec->ignore_merges = true;
-  } else if (name == "smollm" || name == "starcoder" || name == "refact") {
-    // Every digit is a word of its own (SmolLM's tokenizer.json: Digits(individual_digits)).
-    spec->regexes = {R"(\p{N})", kGpt2Regex};
-  } else {
-    return false;
+const std::vector<PreTokenizerSpec>& Specs() {
+  static const auto* specs = new std::vector<PreTokenizerSpec>{
+      // Also "" (no tokenizer.ggml.pre): LookUpSpec() maps it here.
+      {{"default"}, {R"([\p{P}\$\+<=>\^~\|]+)", kGpt2Regex, R"(\p{N}+)", "[0-9][0-9][0-9]"}},
+      {{"gpt2", "gpt-2", "mpt"}, {kGpt2Regex}},
+      // Every digit is a word of its own (SmolLM's tokenizer.json: Digits(individual_digits)).
+      {{"smollm", "starcoder", "refact", "command-r"}, {R"(\p{N})", kGpt2Regex}},
+      // The default's, with the backtick among the punctuation and no \p{N}+ pass.
+      {{"falcon"}, {R"([\p{P}\$\+<=>\^~\|`]+)", kGpt2Regex, "[0-9][0-9][0-9]"}},
+      // Llama-3 vocabularies emit a whole piece as one token when the vocabulary has it.
+      {{"llama3", "llama-bpe", "llama-v3"}, {kLlama3Regex}, /*ignore_merges=*/true},
+      {{"qwen2", "deepseek-r1-qwen"}, {kQwen2Regex}},
+      {{"qwen35"}, {kQwen35Regex}},
+  };
+  return *specs;
+}
+
+const PreTokenizerSpec* LookUpSpec(std::string_view name) {
+  if (name.empty()) name = "default";
+  for (const PreTokenizerSpec& spec : Specs()) {
+    for (std::string_view known : spec.names) {
+      if (known == name) return &spec;
+    }
   }
-  return true;
+  return nullptr;
 }
 
 }  // namespace
@@ -88,17 +112,30 @@ struct PreTokenizer::Regex {
 
 PreTokenizer::~PreTokenizer() = default;
 
+std::vector<std::string_view> PreTokenizer::SupportedNames() {
+  std::vector<std::string_view> names;
+  for (const PreTokenizerSpec& spec : Specs()) {
+    names.insert(names.end(), spec.names.begin(), spec.names.end());
+  }
+  return names;
+}
+
+bool PreTokenizer::IsSupported(std::string_view name) { return LookUpSpec(name) != nullptr; }
+
 StatusOr<std::unique_ptr<PreTokenizer>> PreTokenizer::Create(std::string_view name) {
-  PreTokenizerSpec spec;
-  if (!LookUpSpec(name, &spec)) {
+  const PreTokenizerSpec* spec = LookUpSpec(name);
+  if (spec == nullptr) {
+    std::string supported;
+    for (std::string_view known : SupportedNames()) {
+      supported.append(supported.empty() ? "" : ", ").append(known);
+    }
     return InvalidArgumentError("tokenizer.ggml.pre '" + std::string(name) +
-                                "' is not supported (supported: default, gpt2, gpt-2, "
-                                "llama3, llama-bpe, llama-v3, smollm, starcoder, refact)");
+                                "' is not supported (supported: " + supported + ")");
   }
   std::unique_ptr<PreTokenizer> pre(new PreTokenizer());
   pre->name_ = name.empty() ? "default" : std::string(name);
-  pre->ignore_merges_ = spec.ignore_merges;
-  for (std::string_view pattern : spec.regexes) {
+  pre->ignore_merges_ = spec->ignore_merges;
+  for (std::string_view pattern : spec->regexes) {
     auto regex = std::make_unique<Regex>();
     regex->pattern = ExpandWhitespace(pattern);
     int error = 0;

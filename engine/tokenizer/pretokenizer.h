@@ -21,11 +21,17 @@ namespace streamd::tokenizer {
 
 class PreTokenizer {
  public:
-  // `name` is tokenizer.ggml.pre; "" (absent) means "default". Supported: "default", "gpt2"
-  // (also "gpt-2"), "llama3" (also "llama-bpe", "llama-v3"), "smollm" (also "starcoder",
-  // "refact", which llama.cpp splits the same way). Other names are INVALID_ARGUMENT naming
-  // them.
+  // `name` is tokenizer.ggml.pre; "" (absent) means "default". Supported, grouped by the
+  // split they share in llama.cpp: "default"; "gpt2", "gpt-2", "mpt"; "smollm", "starcoder",
+  // "refact", "command-r"; "falcon"; "llama3", "llama-bpe", "llama-v3"; "qwen2",
+  // "deepseek-r1-qwen"; "qwen35". Other names are INVALID_ARGUMENT naming them and listing
+  // every supported one.
   static StatusOr<std::unique_ptr<PreTokenizer>> Create(std::string_view name);
+
+  // Every name Create() accepts, in the order above (for error messages and docs).
+  static std::vector<std::string_view> SupportedNames();
+  // Whether Create(name) succeeds ("" too).
+  static bool IsSupported(std::string_view name);
 
   ~PreTokenizer();
   PreTokenizer(const PreTokenizer&) = delete;

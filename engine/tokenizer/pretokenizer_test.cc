@@ -1,5 +1,6 @@
 #include "engine/tokenizer/pretokenizer.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -65,11 +66,56 @@ TEST(PreTokenizerTest, DefaultSplitsPunctuationRunsFirst) {
   EXPECT_EQ(Split("default", "a+b"), (Pieces{"a", "+", "b"}));
 }
 
-TEST(PreTokenizerTest, UnknownNameIsAnErrorNamingIt) {
+TEST(PreTokenizerTest, Qwen2IsolatesEveryDigitAndKeepsNewlinesApart) {
+  EXPECT_EQ(Split("qwen2", "1234567 apples"),
+            (Pieces{"1", "2", "3", "4", "5", "6", "7", " apples"}));
+  // Contractions in either case, a newline run on its own, a symbol joining the next word.
+  EXPECT_EQ(Split("qwen2", "I'M here\n\n\"ok\""),
+            (Pieces{"I", "'M", " here", "\n\n", "\"ok", "\""}));
+  // A symbol run keeps the newlines that follow it.
+  EXPECT_EQ(Split("deepseek-r1-qwen", "a+=\n\nb"), (Pieces{"a", "+=\n\n", "b"}));
   auto pre = PreTokenizer::Create("qwen2");
+  ASSERT_TRUE(pre.ok());
+  EXPECT_FALSE((*pre)->ignore_merges());
+}
+
+TEST(PreTokenizerTest, Qwen35KeepsCombiningMarksInWords) {
+  // Devanagari "namaste": na ma sa, virama U+094D (a mark), ta, vowel sign e U+0947 (a mark).
+  const std::string letters = "\xE0\xA4\xA8\xE0\xA4\xAE\xE0\xA4\xB8";
+  const std::string virama = "\xE0\xA5\x8D";
+  const std::string ta = "\xE0\xA4\xA4";
+  const std::string sign_e = "\xE0\xA5\x87";
+  const std::string namaste = letters + virama + ta + sign_e;
+  EXPECT_EQ(Split("qwen35", " " + namaste + " 42"), (Pieces{" " + namaste, " ", "4", "2"}));
+  // Qwen2 counts a mark as a non-letter: it ends the word and prefixes the next letters
+  // ([^\r\n\p{L}\p{N}]?\p{L}+), and a trailing one is a symbol piece.
+  EXPECT_EQ(Split("qwen2", " " + namaste), (Pieces{" " + letters, virama + ta, sign_e}));
+}
+
+TEST(PreTokenizerTest, FalconCountsTheBacktickAsPunctuation) {
+  EXPECT_EQ(Split("falcon", "x`+y 12345"), (Pieces{"x", "`+", "y", " ", "123", "45"}));
+  EXPECT_EQ(Split("default", "x`+y"), (Pieces{"x", "`", "+", "y"}));
+}
+
+TEST(PreTokenizerTest, AliasesSplitAsTheirFamily) {
+  EXPECT_EQ(Split("mpt", "in 2024"), Split("gpt2", "in 2024"));
+  EXPECT_EQ(Split("command-r", "in 2024"), Split("smollm", "in 2024"));
+}
+
+TEST(PreTokenizerTest, UnknownNameIsAnErrorNamingItAndListingTheSupported) {
+  auto pre = PreTokenizer::Create("no-such-pre");
   ASSERT_FALSE(pre.ok());
   EXPECT_EQ(pre.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(pre.status().message().find("'qwen2'"), std::string::npos);
+  const std::string message(pre.status().message());
+  EXPECT_NE(message.find("'no-such-pre'"), std::string::npos) << message;
+  const std::vector<std::string_view> names = PreTokenizer::SupportedNames();
+  EXPECT_NE(std::find(names.begin(), names.end(), "qwen2"), names.end());
+  for (std::string_view name : names) {
+    EXPECT_TRUE(PreTokenizer::IsSupported(name)) << name;
+    EXPECT_NE(message.find(std::string(name)), std::string::npos) << name << ": " << message;
+  }
+  EXPECT_TRUE(PreTokenizer::IsSupported(""));
+  EXPECT_FALSE(PreTokenizer::IsSupported("no-such-pre"));
 }
 
 TEST(PreTokenizerTest, LongWhitespaceRunDoesNotFail) {
