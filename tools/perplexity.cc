@@ -1,14 +1,15 @@
 #include "tools/perplexity.h"
 
 #include <algorithm>
-#include <cassert>
 #include <cmath>
 #include <limits>
+
+#include "kernels/common/check.h"
 
 namespace streamd::tools {
 
 double TokenNll(const float* logits, int32_t vocab, int32_t target) {
-  assert(target >= 0 && target < vocab);
+  STREAMD_CHECK(target >= 0 && target < vocab);
   double max = -std::numeric_limits<double>::infinity();
   for (int32_t j = 0; j < vocab; ++j) max = std::max(max, static_cast<double>(logits[j]));
   double sum = 0.0;
@@ -24,7 +25,7 @@ NllAccumulator::NllAccumulator(int64_t segment_len)
     : segment_len_(std::max<int64_t>(1, segment_len)) {}
 
 void NllAccumulator::Add(int64_t index, double nll) {
-  assert(indices_.empty() || index > indices_.back());
+  STREAMD_CHECK(indices_.empty() || index > indices_.back());
   const int64_t begin = index / segment_len_ * segment_len_;
   if (segments_.empty() || segments_.back().begin != begin) {
     segments_.push_back({begin, begin + segment_len_, 0, 0.0});

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels/common/check.h"
+
 namespace streamd {
 
 namespace {
@@ -166,10 +168,8 @@ int32_t BlockPool::Allocate() {
 }
 
 void BlockPool::AddRef(int32_t block) {
-  if (block < 0 || block >= total_blocks() || refs_[block] == 0) {
-    std::fprintf(stderr, "BlockPool::AddRef: block %d is not allocated\n", block);
-    std::abort();
-  }
+  STREAMD_CHECK_MSG(block >= 0 && block < total_blocks() && refs_[block] != 0,
+                   "BlockPool::AddRef of a block that is not allocated");
   ++refs_[block];
 }
 
@@ -222,10 +222,8 @@ Status BlockPool::WriteBlocks(std::span<const int32_t> ids, const uint16_t* host
 }
 
 void BlockPool::Free(int32_t block) {
-  if (block < 0 || block >= total_blocks() || refs_[block] == 0) {
-    std::fprintf(stderr, "BlockPool::Free: block %d is not allocated\n", block);
-    std::abort();
-  }
+  STREAMD_CHECK_MSG(block >= 0 && block < total_blocks() && refs_[block] != 0,
+                   "BlockPool::Free of a block that is not allocated");
   if (--refs_[block] == 0) free_.push_back(block);
 }
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <limits>
 
-#include "engine/sampling/sampling_check.h"
+#include "kernels/common/check.h"
 
 namespace streamd {
 namespace {
@@ -63,7 +63,7 @@ size_t SortUntilMass(SamplingCandidate* c, size_t begin, size_t end, double targ
 
 size_t CollectAtLeast(std::span<const float> logits, float floor,
                       std::span<SamplingCandidate> out) {
-  STREAMD_SAMPLING_CHECK(out.size() >= logits.size(), "candidate buffer smaller than logits");
+  STREAMD_CHECK_MSG(out.size() >= logits.size(), "candidate buffer smaller than logits");
   // Branchless: always write, advance only on a pass. Safe because n <= i < out.size().
   SamplingCandidate* buf = out.data();
   size_t n = 0;
@@ -78,7 +78,7 @@ size_t CollectAtLeast(std::span<const float> logits, float floor,
 
 size_t CollectTopK(std::span<const float> logits, size_t k, float floor,
                    std::span<SamplingCandidate> out) {
-  STREAMD_SAMPLING_CHECK(k > 0 && k < out.size(), "top-k buffer must hold more than k");
+  STREAMD_CHECK_MSG(k > 0 && k < out.size(), "top-k buffer must hold more than k");
   SamplingCandidate* buf = out.data();
   const size_t capacity = out.size();
   const size_t size = logits.size();

@@ -2,17 +2,17 @@
 
 #include <algorithm>
 
-#include "engine/sampling/sampling_check.h"
+#include "kernels/common/check.h"
 
 namespace streamd {
 
 PenaltyWindow::PenaltyWindow(int32_t last_n, int32_t vocab_size)
     : last_n_(last_n), vocab_size_(vocab_size) {
-  STREAMD_SAMPLING_CHECK(last_n >= 0 && vocab_size > 0, "bad PenaltyWindow shape");
+  STREAMD_CHECK_MSG(last_n >= 0 && vocab_size > 0, "bad PenaltyWindow shape");
 }
 
 void PenaltyWindow::Accept(int32_t token) {
-  STREAMD_SAMPLING_CHECK(token >= 0 && token < vocab_size_, "accepted token id out of vocab range");
+  STREAMD_CHECK_MSG(token >= 0 && token < vocab_size_, "accepted token id out of vocab range");
   if (last_n_ == 0) return;
   if (counts_.empty()) {
     counts_.assign(static_cast<size_t>(vocab_size_), 0);
@@ -40,7 +40,7 @@ void PenaltyWindow::Reset() {
 
 void PenaltyWindow::Apply(std::span<float> logits, float repetition, float presence,
                           float frequency) {
-  STREAMD_SAMPLING_CHECK(logits.size() == static_cast<size_t>(vocab_size_), "logits size != vocab");
+  STREAMD_CHECK_MSG(logits.size() == static_cast<size_t>(vocab_size_), "logits size != vocab");
   // A token may occur many times in the window but must be penalized once. Negating its count
   // marks it as done without a vocab-sized "seen" array; the second loop restores the sign.
   for (int32_t token : ring_) {

@@ -17,7 +17,7 @@
 #include <limits>
 #include <utility>
 
-#include "engine/sampling/sampling_check.h"
+#include "kernels/common/check.h"
 #include "kernels/cpu/vec_ops.h"
 
 namespace streamd {
@@ -39,7 +39,7 @@ double Uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11)
 
 // Runs in the member initializer list so that no member is built from invalid params.
 const SamplingParams& CheckedParams(const SamplingParams& params, int32_t vocab_size) {
-  STREAMD_SAMPLING_CHECK(ValidateSamplingParams(params, vocab_size).ok(),
+  STREAMD_CHECK_MSG(ValidateSamplingParams(params, vocab_size).ok(),
                          "invalid SamplingParams; validate before constructing a Sampler");
   return params;
 }
@@ -76,7 +76,7 @@ void Sampler::Seed() {
 }
 
 void Sampler::Accept(int32_t token) {
-  STREAMD_SAMPLING_CHECK(token >= 0 && token < vocab_size_, "accepted token id out of vocab range");
+  STREAMD_CHECK_MSG(token >= 0 && token < vocab_size_, "accepted token id out of vocab range");
   window_.Accept(token);
 }
 
@@ -99,7 +99,7 @@ size_t Sampler::Draw(size_t n, double total) {
 }
 
 int32_t Sampler::Sample(std::span<float> logits) {
-  STREAMD_SAMPLING_CHECK(logits.size() == static_cast<size_t>(vocab_size_), "logits size != vocab");
+  STREAMD_CHECK_MSG(logits.size() == static_cast<size_t>(vocab_size_), "logits size != vocab");
   if (use_penalties_) {
     window_.Apply(logits, params_.repetition_penalty, params_.presence_penalty,
                   params_.frequency_penalty);

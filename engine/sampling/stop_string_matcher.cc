@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "engine/sampling/sampling_check.h"
+#include "kernels/common/check.h"
 
 namespace streamd {
 namespace {
@@ -56,7 +56,7 @@ StatusOr<StopStringMatcher> StopStringMatcher::Create(std::vector<std::string> s
 }
 
 StopStringMatcher::StopStringMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
-  STREAMD_SAMPLING_CHECK(Validate(stops_).ok(),
+  STREAMD_CHECK_MSG(Validate(stops_).ok(),
                          "invalid stop strings; use StopStringMatcher::Create");
 }
 

@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "engine/snapshot/snapshot_layout.h"
+#include "kernels/common/check.h"
 
 namespace streamd {
 namespace {
@@ -262,7 +263,7 @@ StatusOr<size_t> EncodeSnapshotAroundKv(const SessionState& state, const Snapsho
   }
   Writer w(out.data());
   Encode(state, context, &w, /*kv_in_place=*/true);
-  if (w.pos() != size) std::abort();  // EncodedSize and Encode disagree: a bug here
+  STREAMD_CHECK_MSG(w.pos() == size, "EncodedSize and Encode disagree");
   return size;
 }
 
@@ -275,7 +276,7 @@ StatusOr<size_t> EncodeSnapshotTo(const SessionState& state, const SnapshotConte
   }
   Writer w(out.data());
   Encode(state, context, &w);
-  if (w.pos() != size) std::abort();  // EncodedSize and Encode disagree: a bug here
+  STREAMD_CHECK_MSG(w.pos() == size, "EncodedSize and Encode disagree");
   return size;
 }
 
@@ -285,7 +286,7 @@ std::vector<uint8_t> EncodeSnapshot(const SessionState& state, const SnapshotCon
   out.reserve(size);
   Writer w(&out);
   Encode(state, context, &w);
-  if (out.size() != size) std::abort();  // EncodedSize and Encode disagree: a bug here
+  STREAMD_CHECK_MSG(out.size() == size, "EncodedSize and Encode disagree");
   return out;
 }
 

@@ -1,7 +1,8 @@
 #include "engine/tokenizer/utf8.h"
 
-#include <cassert>
 #include <cstdint>
+
+#include "kernels/common/check.h"
 
 namespace streamd::tokenizer {
 namespace {
@@ -30,7 +31,7 @@ LeadInfo ClassifyLead(uint8_t b) {
 }  // namespace
 
 Utf8Status DecodeUtf8(std::string_view bytes, size_t* length, char32_t* code_point) {
-  assert(!bytes.empty());
+  STREAMD_CHECK(!bytes.empty());
   const auto* p = reinterpret_cast<const uint8_t*>(bytes.data());
   const LeadInfo lead = ClassifyLead(p[0]);
   if (lead.length == 0) {

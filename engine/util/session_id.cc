@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "engine/util/hex.h"
+#include "kernels/common/check.h"
 
 namespace streamd {
 namespace {
@@ -43,8 +44,8 @@ SessionId SessionId::Random() {
       const ssize_t n = getrandom(reinterpret_cast<char*>(words) + got, sizeof(words) - got, 0);
       if (n < 0) {
         if (errno == EINTR) continue;
-        std::fprintf(stderr, "SessionId::Random: getrandom failed: %s\n", std::strerror(errno));
-        std::abort();
+        // Ids must never repeat; without the kernel's randomness there is no safe way on.
+        STREAMD_CHECK_MSG(false, std::strerror(errno));
       }
       got += static_cast<size_t>(n);
     }

@@ -7,11 +7,12 @@
 // the limit; a broken internal invariant is a bug and aborts.
 #pragma once
 
-#include <cassert>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <variant>
+
+#include "kernels/common/check.h"
 
 namespace streamd {
 
@@ -71,7 +72,7 @@ template <typename T>
 class [[nodiscard]] StatusOr {
  public:
   StatusOr(Status status) : state_(std::move(status)) {  // NOLINT: implicit like absl
-    assert(!std::get<Status>(state_).ok() && "StatusOr built from an OK status");
+    STREAMD_CHECK_MSG(!std::get<Status>(state_).ok(), "StatusOr built from an OK status");
   }
   StatusOr(T value) : state_(std::move(value)) {}  // NOLINT: implicit like absl
 

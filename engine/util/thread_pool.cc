@@ -6,6 +6,8 @@
 
 #include <cstdlib>
 
+#include "kernels/common/check.h"
+
 namespace streamd {
 namespace {
 
@@ -57,7 +59,8 @@ void ThreadPool::Run(int64_t n_tasks, void* fn, Trampoline call) {
     for (int64_t t = 0; t < n_tasks; ++t) call(fn, t, 0);
     return;
   }
-  if (static_cast<uint64_t>(n_tasks) > kFieldMask) std::abort();  // far beyond any forward pass
+  STREAMD_CHECK_MSG(static_cast<uint64_t>(n_tasks) <= kFieldMask,
+                   "more tasks than a round can count");  // far beyond any forward pass
   Job job;
   job.fn = fn;
   job.call = call;

@@ -2,6 +2,7 @@
 // active instruction set (isa.cc). Broken preconditions (k not a multiple of 32 for quantized
 // weights, empty or inverted ranges) are caller bugs and abort.
 #include "kernels/cpu/matmul.h"
+#include "kernels/common/check.h"
 
 #include <array>
 #include <cstdio>
@@ -13,18 +14,8 @@
 #include "kernels/cpu/quant_blocks.h"
 
 namespace streamd::kernels::cpu {
-namespace internal {
-
-void Fail(const char* what) {
-  std::fprintf(stderr, "streamd kernels/cpu: %s\n", what);
-  std::abort();
-}
-
-}  // namespace internal
-
 namespace {
 
-using internal::Fail;
 using internal::IsQuantized;
 
 // IsaSupported, asked once per level (it queries cpuid; MatMulRowsAt runs per work item).
@@ -38,8 +29,9 @@ bool SupportedOnce(Isa isa) {
 }
 
 void CheckK(WeightType type, int64_t k) {
-  if (k <= 0) Fail("k must be positive");
-  if (IsQuantized(type) && k % kQuantBlock != 0) Fail("quantized k must be a multiple of 32");
+  STREAMD_CHECK_MSG(k > 0, "k must be positive");
+  STREAMD_CHECK_MSG(!IsQuantized(type) || k % kQuantBlock == 0,
+                   "quantized k must be a multiple of 32");
 }
 
 }  // namespace
@@ -60,12 +52,12 @@ size_t WeightRowBytes(WeightType type, int64_t k) {
     case WeightType::kQ8_0:
       return n / kQuantBlock * sizeof(BlockQ8_0);
   }
-  Fail("unknown weight type");
+  STREAMD_CHECK_UNREACHABLE("unknown weight type");
 }
 
 size_t ActivationBytes(WeightType type, int64_t n_tokens, int64_t k) {
   CheckK(type, k);
-  if (n_tokens < 0) Fail("negative n_tokens");
+  STREAMD_CHECK_MSG(n_tokens >= 0, "negative n_tokens");
   const auto rows = static_cast<size_t>(n_tokens);
   if (IsQuantized(type)) return rows * static_cast<size_t>(k / kQuantBlock) * sizeof(BlockQ16_1);
   return rows * static_cast<size_t>(k) * sizeof(float);
@@ -74,7 +66,8 @@ size_t ActivationBytes(WeightType type, int64_t n_tokens, int64_t k) {
 void PrepareActivations(WeightType type, const float* x, int64_t ldx, int64_t k,
                         int64_t token_begin, int64_t token_end, void* xq) {
   CheckK(type, k);
-  if (token_begin < 0 || token_end < token_begin || ldx < k) Fail("bad activation range");
+  STREAMD_CHECK_MSG(token_begin >= 0 && token_end >= token_begin && ldx >= k,
+                   "bad activation range");
   if (IsQuantized(type)) {
     const int64_t nb = k / kQuantBlock;
     auto* blocks = static_cast<BlockQ16_1*>(xq);
@@ -112,9 +105,10 @@ void MatMulRowsAt(Isa level, WeightType type, const void* w, size_t w_row_bytes,
   // or one this CPU lacks, runs at the active one, never at something in between.
   const Isa isa = level <= ActiveIsa() && SupportedOnce(level) ? level : ActiveIsa();
   CheckK(type, k);
-  if (row_begin < 0 || row_end < row_begin || n_tokens < 0) Fail("bad row or token range");
-  if (n_tokens > 1 && ldo < row_end) Fail("ldo smaller than row_end");
-  if (w_row_bytes < WeightRowBytes(type, k)) Fail("w_row_bytes smaller than one row");
+  STREAMD_CHECK_MSG(row_begin >= 0 && row_end >= row_begin && n_tokens >= 0,
+                   "bad row or token range");
+  STREAMD_CHECK_MSG(n_tokens <= 1 || ldo >= row_end, "ldo smaller than row_end");
+  STREAMD_CHECK_MSG(w_row_bytes >= WeightRowBytes(type, k), "w_row_bytes smaller than one row");
   if (row_begin == row_end || n_tokens == 0) return;
   const auto* w_bytes = static_cast<const uint8_t*>(w);
   const bool avx2 = isa != Isa::kPortable;
@@ -203,7 +197,7 @@ void DequantizeRow(WeightType type, const void* w_row, int64_t k, float* out) {
       }
       return;
   }
-  Fail("unknown weight type");
+  STREAMD_CHECK_UNREACHABLE("unknown weight type");
 }
 
 }  // namespace streamd::kernels::cpu

@@ -24,10 +24,6 @@
 
 namespace streamd::kernels::cpu::internal {
 
-// Prints "streamd kernels/cpu: <what>" and aborts: a broken precondition is a caller bug
-// (matmul.cc, matmul_quant8.cc). Defined in matmul.cc, not inline (see the note above).
-[[noreturn]] void Fail(const char* what);
-
 // The block formats the integer kernels read (Q4_0, Q4_1, Q8_0); the others are float weights.
 // static: each file's copy is compiled with its own flags (see the note on inline functions).
 static constexpr bool IsQuantized(WeightType type) {

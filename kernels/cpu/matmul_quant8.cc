@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/common/check.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/quant_blocks.h"
 
@@ -102,19 +103,18 @@ void MatMulQuant8Portable(WeightType type, const uint8_t* w, size_t w_row_bytes,
 
 }  // namespace internal
 
-using internal::Fail;
 using internal::IsQuantized;
 
 size_t ActivationBytes8(int64_t n_tokens, int64_t k) {
-  if (k <= 0 || k % kQuantBlock != 0 || n_tokens < 0) Fail("bad 8-bit activation shape");
+  STREAMD_CHECK_MSG(k > 0 && k % kQuantBlock == 0 && n_tokens >= 0, "bad 8-bit activation shape");
   return static_cast<size_t>(n_tokens) * static_cast<size_t>(k / kQuantBlock) * sizeof(BlockQ8A);
 }
 
 void PrepareActivations8(const float* x, int64_t ldx, int64_t k, int64_t token_begin,
                          int64_t token_end, void* xq8) {
-  if (k <= 0 || k % kQuantBlock != 0 || token_begin < 0 || token_end < token_begin || ldx < k) {
-    Fail("bad 8-bit activation range");
-  }
+  STREAMD_CHECK_MSG(k > 0 && k % kQuantBlock == 0 && token_begin >= 0 &&
+                       token_end >= token_begin && ldx >= k,
+                   "bad 8-bit activation range");
   const int64_t nb = k / kQuantBlock;
   auto* blocks = static_cast<BlockQ8A*>(xq8);
   const bool avx512 = ActiveIsa() >= Isa::kAvx512Vnni;
@@ -147,11 +147,12 @@ bool FastInt8Activations(WeightType type) {
 void MatMulRows8(WeightType type, const void* w, size_t w_row_bytes, int64_t k, const void* xq8,
                  int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin, int64_t row_end,
                  const void* packed) {
-  if (!IsQuantized(type)) Fail("8-bit activations need Q4_0, Q4_1 or Q8_0 weights");
-  if (k <= 0 || k % kQuantBlock != 0) Fail("quantized k must be a multiple of 32");
-  if (row_begin < 0 || row_end < row_begin || n_tokens < 0) Fail("bad row or token range");
-  if (n_tokens > 1 && ldo < row_end) Fail("ldo smaller than row_end");
-  if (w_row_bytes < WeightRowBytes(type, k)) Fail("w_row_bytes smaller than one row");
+  STREAMD_CHECK_MSG(IsQuantized(type), "8-bit activations need Q4_0, Q4_1 or Q8_0 weights");
+  STREAMD_CHECK_MSG(k > 0 && k % kQuantBlock == 0, "quantized k must be a multiple of 32");
+  STREAMD_CHECK_MSG(row_begin >= 0 && row_end >= row_begin && n_tokens >= 0,
+                   "bad row or token range");
+  STREAMD_CHECK_MSG(n_tokens <= 1 || ldo >= row_end, "ldo smaller than row_end");
+  STREAMD_CHECK_MSG(w_row_bytes >= WeightRowBytes(type, k), "w_row_bytes smaller than one row");
   if (row_begin == row_end || n_tokens == 0) return;
   const auto* wb = static_cast<const uint8_t*>(w);
   const auto* x = static_cast<const BlockQ8A*>(xq8);
@@ -196,7 +197,7 @@ size_t Vnni8PackedBytes(WeightType type, int64_t rows, int64_t k) {
 
 void PackForVnni8(WeightType type, const void* w, size_t w_row_bytes, int64_t rows, int64_t k,
                   void* out) {
-  if (!Vnni8Packable(type, rows, k)) Fail("PackForVnni8: not a packable matrix");
+  STREAMD_CHECK_MSG(Vnni8Packable(type, rows, k), "PackForVnni8: not a packable matrix");
   const int64_t nb = k / kQuantBlock;
   const size_t record = internal::Vnni8RecordBytes(type);
   const auto* src = static_cast<const uint8_t*>(w);
