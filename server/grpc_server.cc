@@ -12,6 +12,7 @@
 #include <limits>
 #include <thread>
 
+#include "engine/serving/model_snapshot_dir.h"
 #include "server/metrics_wiring.h"
 #include "server/open_quota.h"
 #include "server/tls_credentials.h"
@@ -52,6 +53,33 @@ void ApplyTransportLimits(const TransportOptions& t, grpc::ServerBuilder* builde
   grpc::ResourceQuota quota("streamd");
   quota.Resize(static_cast<size_t>(t.memory_limit_bytes));
   builder->SetResourceQuota(quota);
+}
+
+// What the start found in the flat layout of snapshot_dir (before per-model directories).
+void LogModelDirMigration(const std::string& root, const SnapshotContext& model,
+                          const ModelDirMigration& m) {
+  spdlog::info("sessions.snapshot_dir {}: the snapshots of model \"{}\" (fingerprint {}) are in "
+               "{}", root, model.model_name, model.model_fingerprint, m.dir);
+  if (m.moved > 0 || m.superseded > 0) {
+    spdlog::info("sessions.snapshot_dir {}: moved {} snapshots of this model from the flat layout "
+                 "into {}{}", root, m.moved, m.dir,
+                 m.superseded > 0 ? ", and " + std::to_string(m.superseded) +
+                                        " older copies into its rejected/"
+                                  : std::string());
+  }
+  if (m.other_models > 0) {
+    spdlog::info("sessions.snapshot_dir {}: {} snapshots of other models in the flat layout left "
+                 "untouched (their daemons move them into their own directories)",
+                 root, m.other_models);
+  }
+  for (const std::string& f : m.unreadable) {
+    spdlog::warn("sessions.snapshot_dir {}: flat file {} left untouched, its header cannot be "
+                 "read", root, f);
+  }
+  for (const std::string& f : m.failed) {
+    spdlog::error("sessions.snapshot_dir {}: {} not moved into {}; it stays where it is", root, f,
+                  m.dir);
+  }
 }
 
 }  // namespace
@@ -104,10 +132,14 @@ StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
       return InvalidArgumentError("sessions.snapshot_dir is set but the engine gave no snapshot "
                                   "context");
     }
-    auto store = SnapshotStore::Open(p.snapshot_dir);
+    // One directory per model under snapshot_dir: models sharing it never touch each other's
+    // sessions (engine/serving/model_snapshot_dir.h).
+    ModelDirMigration migration;
+    auto store = OpenModelSnapshotStore(p.snapshot_dir, *snapshots, &migration);
     if (!store.ok()) {
       return Status(store.status().code(), "sessions.snapshot_dir: " + store.status().message());
     }
+    LogModelDirMigration(p.snapshot_dir, *snapshots, migration);
     if (metrics != nullptr) {
       snapshot_metrics = std::make_unique<metrics::SnapshotMetrics>(*metrics->registry);
     }
@@ -149,7 +181,8 @@ StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
     // Before the port opens, so that listings show them; Resume finds a snapshot by its id
     // anyway, loaded or not.
     const int32_t found = s->registry_.RestoreFromStore(p.restore_on_start);
-    spdlog::info("sessions.snapshot_dir {}: {} session snapshots found{}", p.snapshot_dir, found,
+    spdlog::info("sessions.snapshot_dir {}: {} session snapshots found{}",
+                 s->persister_->store().dir(), found,
                  found > 0 && p.restore_on_start ? ", restoring them in the background" : "");
   }
   // Health and reflection: open, or closed to callers without a key (key_gate.h).

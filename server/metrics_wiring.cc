@@ -46,8 +46,13 @@ PersisterHooks MakePersisterHooks(metrics::SnapshotMetrics* m) {
                         : why.code() == StatusCode::kInvalidArgument  ? "INVALID_ARGUMENT"
                                                                        : "DATA_LOSS");
     }
-    spdlog::error("snapshot {} refused ({}): {}; moved to {}", file, reason, why.message(),
-                  moved_to.empty() ? std::string("(could not be moved)") : moved_to);
+    if (moved_to.empty()) {
+      // Another model's snapshot (never moved: it is that model's), or a move that failed.
+      spdlog::error("snapshot {} refused ({}): {}; left where it is", file, reason, why.message());
+    } else {
+      spdlog::error("snapshot {} refused ({}): {}; moved to {}", file, reason, why.message(),
+                    moved_to);
+    }
   };
   return h;
 }

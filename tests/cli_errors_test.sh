@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Bad input to the streamd CLI: every case must exit non-zero, print one error line naming the
 # value and the limit on stderr, and print nothing on stdout (no partial output as success).
-# Usage: STREAMD_MODEL=PATH cli_errors_test.sh STREAMD_BINARY
+# Usage: STREAMD_MODEL=PATH cli_errors_test.sh STREAMD_BINARY MAKE_TEST_GGUF_BINARY
 set -u
 bin="$1"
+make_gguf="${2:-}"
 model="${STREAMD_MODEL:-}"
 if [ -z "$model" ] || [ ! -f "$model" ]; then
   echo "FAIL: model path '$model' missing (set STREAMD_MODEL; make test does)"; exit 1
@@ -82,6 +83,30 @@ expect_error plan-missing "$tmp/none.plan" -- plan inspect "$tmp/none.plan"
 expect_error plan-no-file "which plan file" -- plan inspect
 expect_error plan-no-verb "usage: streamd plan inspect" -- plan show x
 expect_error bench-plan-needs-sessions "--plan applies to --sessions" -- bench --model "$model" --plan "$tmp/cut.plan"
+
+# A model with several problems at once (made with engine/gguf/gguf_writer by make_test_gguf):
+# one line naming the architecture, every unsupported tensor type with its count and the
+# pre-tokenizer, the path once; `tokenize` reads only the vocabulary, so it names the
+# pre-tokenizer alone.
+if [ -z "$make_gguf" ] || ! "$make_gguf" several-problems "$tmp/several.gguf"; then
+  failed=$((failed + 1)); echo "FAIL: make_test_gguf could not write the broken model"
+else
+  for part in "$tmp/several.gguf: 3 problems: " 'architecture "gpt-neox" is not supported (supported: llama)' \
+      "IQ2_XXS (3 tensors, first 'blk.0.attn_q.weight'), IQ1_S (1 tensor: 'blk.1.ffn_up.weight')" \
+      "tokenizer.ggml.pre 'no-such-pre' is not supported"; do
+    expect_error several-problems "$part" -- generate --model "$tmp/several.gguf" --prompt hi -n 4
+  done
+  expect_error several-problems-eval "3 problems: " -- eval --model "$tmp/several.gguf" --text "$tmp/bad-utf8.txt"
+  "$bin" generate --model "$tmp/several.gguf" --prompt hi -n 4 2>"$tmp/err" >/dev/null
+  n=$(grep -o -F "$tmp/several.gguf" "$tmp/err" | wc -l)
+  if [ "$n" -eq 1 ]; then passed=$((passed + 1)); else
+    failed=$((failed + 1)); echo "FAIL: the path is named $n times: $(cat "$tmp/err")"; fi
+  expect_error several-problems-tokenize "tokenizer.ggml.pre 'no-such-pre' is not supported" -- \
+    tokenize --model "$tmp/several.gguf" --text hi
+  if grep -q -e "architecture" -e "tensor types" "$tmp/err"; then
+    failed=$((failed + 1)); echo "FAIL: tokenize looked past the vocabulary: $(cat "$tmp/err")"
+  else passed=$((passed + 1)); fi
+fi
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -31,6 +31,7 @@
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
 #include "engine/model/llama_model.h"
+#include "engine/model/model_check.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
@@ -383,7 +384,7 @@ int EvalCommand(int argc, char** argv) {
   }
 
   auto model_or = LlamaModel::Load(model_path);
-  if (!model_or.ok()) return Fail(model_or.status(), model_path);
+  if (!model_or.ok()) return Fail(ExplainModelLoadFailure(model_path, model_or.status()));
   LlamaModel& model = **model_or;
   if (threads > 0) model.set_threads(static_cast<int32_t>(threads));
   const LlamaConfig& config = model.config();

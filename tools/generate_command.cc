@@ -10,6 +10,7 @@
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
 #include "engine/model/llama_model.h"
+#include "engine/model/model_check.h"
 #include "engine/sampling/sampler.h"
 #include "engine/sampling/stop_string_matcher.h"
 #include "engine/tokenizer/chat_template.h"
@@ -98,7 +99,8 @@ int GenerateCommand(int argc, char** argv) {
   if (f.prompt.empty()) return Fail(InvalidArgumentError("--prompt is required and must not be empty"));
 
   auto model_or = LlamaModel::Load(f.model);
-  if (!model_or.ok()) return Fail(model_or.status(), f.model);
+  // Every problem of the file at once, the path named once (engine/model/model_check.h).
+  if (!model_or.ok()) return Fail(ExplainModelLoadFailure(f.model, model_or.status()));
   LlamaModel& model = **model_or;
   if (f.threads > 0) model.set_threads(static_cast<int32_t>(f.threads));
   const LlamaConfig& config = model.config();

@@ -5,6 +5,7 @@
 #include "engine/backend/backend.h"
 #include "engine/backend/fault_injection.h"
 #include "engine/model/llama_model.h"
+#include "engine/model/model_check.h"
 #include "engine/plan/plan_binding.h"
 #include "engine/snapshot/model_fingerprint.h"
 
@@ -13,7 +14,12 @@ namespace streamd {
 StatusOr<LoadedEngine> LoadEngine(const EngineSetup& setup) {
   LoadedEngine out;
   auto model = LoadCpuModel(setup.model_path, setup.plan_path, &out.plan_note);
-  if (!model.ok()) return model.status();
+  if (!model.ok()) {
+    // Every problem of the file at once (architecture, tensor types, tokenizer), not only the
+    // first the loader met; a failure that is not the file's (a plan) stays as it was.
+    if (Status found = CheckModelFile(setup.model_path); !found.ok()) return found;
+    return model.status();
+  }
   const bool planned = !setup.plan_path.empty();
   const LlamaConfig config = (*model)->config();
   SnapshotContext& ctx = out.snapshot_context;

@@ -114,9 +114,20 @@ class Parser {
   Status ReadTensorInfo(uint64_t index, TensorInfo* out);
   Status ReadDims(const std::string& name, TensorInfo* out);
 
+  // Known ggml types streamd cannot load, in order of first appearance: gathered over every
+  // tensor so that one error names them all (a user re-encoding a file learns every type to
+  // avoid at once), not only the first.
+  struct UnsupportedType {
+    uint32_t type_id;
+    uint64_t tensors;
+    std::string first;  // the first tensor of this type
+  };
+  Status UnsupportedTypesError() const;
+
   const uint8_t* base_;
   Cursor c_;
   uint64_t values_left_ = kMaxMetadataValues;
+  std::vector<UnsupportedType> unsupported_;
 };
 
 Status Parser::Header(uint32_t* version, uint64_t* n_tensors, uint64_t* n_kv) {
@@ -328,9 +339,17 @@ Status Parser::ReadTensorInfo(uint64_t index, TensorInfo* out) {
       return InvalidArgumentError(Cat("tensor ", Quote(name), " has unknown ggml type id ", type_id,
                                       " at byte ", c_.pos() - 4));
     }
-    return UnimplementedError(Cat("tensor ", Quote(name), " has type ", TensorTypeName(type_id),
-                                  ", which streamd does not support (supported: ",
-                                  SupportedTensorTypeNames(), ")"));
+    auto it = std::find_if(unsupported_.begin(), unsupported_.end(),
+                           [&](const UnsupportedType& u) { return u.type_id == type_id; });
+    if (it == unsupported_.end()) {
+      unsupported_.push_back({type_id, 1, out->name});
+    } else {
+      ++it->tensors;
+    }
+    // Not placed: the file is refused after the last tensor info (UnsupportedTypesError).
+    if (!c_.Read(&out->offset)) return Truncated(c_, 8, Cat("offset of tensor ", Quote(name)));
+    out->data = nullptr;
+    return OkStatus();
   }
   out->type = static_cast<TensorType>(type_id);
   if (out->dims[0] % traits->block_size != 0) {
@@ -360,7 +379,21 @@ Status Parser::TensorInfos(uint64_t n_tensors, std::vector<TensorInfo>* out) {
           Cat("duplicate tensor name ", Quote((*out)[i].name), " (tensor #", i, ")"));
     }
   }
-  return OkStatus();
+  return unsupported_.empty() ? OkStatus() : UnsupportedTypesError();
+}
+
+// "tensor types streamd does not support: Q5_0 (1 tensor: 'token_embd.weight'), IQ2_XXS
+// (24 tensors, first 'blk.0.attn_q.weight') (supported: F32, ...)".
+Status Parser::UnsupportedTypesError() const {
+  std::string list;
+  for (const UnsupportedType& u : unsupported_) {
+    if (!list.empty()) list += ", ";
+    list += u.tensors == 1 ? Cat(TensorTypeName(u.type_id), " (1 tensor: ", Quote(u.first), ")")
+                           : Cat(TensorTypeName(u.type_id), " (", u.tensors, " tensors, first ",
+                                 Quote(u.first), ")");
+  }
+  return UnimplementedError(Cat("tensor types streamd does not support: ", list,
+                                " (supported: ", SupportedTensorTypeNames(), ")"));
 }
 
 Status Parser::PlaceTensors(uint64_t alignment, std::vector<TensorInfo>* tensors,

@@ -243,13 +243,40 @@ TEST(GgufFileTest, NamesUnsupportedTensorTypes) {
   ASSERT_FALSE(file.ok());
   EXPECT_EQ(file.status().code(), StatusCode::kUnimplemented);
   EXPECT_EQ(file.status().message(),
-            "tensor 'blk.0.attn_q.weight' has type IQ2_XXS, which streamd does not support "
+            "tensor types streamd does not support: IQ2_XXS (1 tensor: 'blk.0.attn_q.weight') "
             "(supported: F32, F16, BF16, Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K, Q3_K, Q2_K, Q5_0, "
             "Q5_1, IQ4_NL, IQ4_XS)");
   GgufWriter unknown;
   unknown.AddRawTensor("x", 99, {1}, {});
   ExpectError(unknown.Serialize(), StatusCode::kInvalidArgument,
               {"'x'", "unknown ggml type id 99"});
+}
+
+// Every unsupported type in one error, with its count and first tensor: a user re-encoding a
+// file learns all of them at once. Supported tensors between them change nothing.
+TEST(GgufFileTest, NamesEveryUnsupportedTensorTypeWithCounts) {
+  GgufWriter w;
+  w.AddRawTensor("blk.0.attn_q.weight", 16, {256}, {});  // IQ2_XXS
+  ASSERT_TRUE(w.AddTensor("blk.0.attn_norm.weight", TensorType::kF32, {4}, std::vector<uint8_t>(16))
+                  .ok());
+  w.AddRawTensor("blk.0.attn_k.weight", 19, {256}, {});  // IQ1_S
+  w.AddRawTensor("blk.1.attn_q.weight", 16, {256}, {});
+  w.AddRawTensor("blk.2.attn_q.weight", 16, {256}, {});
+  auto file = Parse(w.Serialize());
+  ASSERT_FALSE(file.ok());
+  EXPECT_EQ(file.status().code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(file.status().message().find('\n'), std::string::npos);
+  EXPECT_EQ(file.status().message().rfind(
+                "tensor types streamd does not support: IQ2_XXS (3 tensors, first "
+                "'blk.0.attn_q.weight'), IQ1_S (1 tensor: 'blk.0.attn_k.weight') (supported: F32,",
+                0),
+            0u)
+      << file.status().message();
+  // Damage after an unsupported tensor is still damage (the first error of that kind wins).
+  GgufWriter dup;
+  dup.AddRawTensor("a", 16, {256}, {});
+  dup.AddRawTensor("a", 16, {256}, {});
+  ExpectError(dup.Serialize(), StatusCode::kInvalidArgument, {"duplicate tensor name 'a'"});
 }
 
 TEST(GgufFileTest, MetadataOnlyReadSkipsTensorsItCannotUse) {

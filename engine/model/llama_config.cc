@@ -67,12 +67,17 @@ Status ReadRope(const gguf::GgufFile& file, const std::string& arch, LlamaConfig
 
 }  // namespace
 
+bool IsSupportedArchitecture(std::string_view architecture) { return architecture == "llama"; }
+
+std::string SupportedArchitectureNames() { return "llama"; }
+
 StatusOr<LlamaConfig> ReadLlamaConfig(const gguf::GgufFile& file) {
   LlamaConfig c;
   STREAMD_ASSIGN_OR_RETURN(c.architecture, file.GetString("general.architecture"));
-  if (c.architecture != "llama") {
+  if (!IsSupportedArchitecture(c.architecture)) {
     return UnimplementedError("architecture \"" + c.architecture +
-                              "\" is not supported (supported: llama)");
+                              "\" is not supported (supported: " + SupportedArchitectureNames() +
+                              ")");
   }
   const std::string& a = c.architecture;
   STREAMD_ASSIGN_OR_RETURN(c.name, file.GetStringOr("general.name", "unnamed"));

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/gguf/gguf_file.h"
@@ -38,5 +39,10 @@ struct LlamaConfig {
 
 // Reads and validates the config. Unsupported architectures are rejected by name.
 StatusOr<LlamaConfig> ReadLlamaConfig(const gguf::GgufFile& file);
+
+// The values of general.architecture ReadLlamaConfig reads, and their list for errors
+// ("llama"): model_check.h names an unsupported one beside the file's other problems.
+bool IsSupportedArchitecture(std::string_view architecture);
+std::string SupportedArchitectureNames();
 
 }  // namespace streamd

@@ -40,7 +40,7 @@ StatusOr<std::unique_ptr<LlamaModel>> LoadCpuModel(const std::string& model_path
                                                    const std::string& plan_path,
                                                    std::string* plan_note) {
   auto file = gguf::GgufFile::Open(model_path);
-  if (!file.ok()) return Status(file.status().code(), model_path + ": " + file.status().message());
+  if (!file.ok()) return file.status();  // Open's errors name the path
   std::unique_ptr<PlanFile> plan;
   LlamaModel::Prepacked prepacked;
   if (!plan_path.empty()) {

@@ -278,7 +278,17 @@ Status SessionPersister::Offload(SessionId id, const std::function<void()>& afte
   return OkStatus();
 }
 
-Status SessionPersister::RejectFile(const std::string& file, const Status& why) {
+bool SessionPersister::OfAnotherModel(std::span<const uint8_t> bytes) const {
+  StatusOr<SnapshotSummary> summary = ReadSnapshotSummary(bytes);
+  return summary.ok() && summary->model_fingerprint != context_.model_fingerprint;
+}
+
+Status SessionPersister::RejectFile(const std::string& file, const Status& why, bool move) {
+  if (!move) {
+    // Another model's snapshot: refused here, but that model's daemon may still want it.
+    if (hooks_.on_rejected) hooks_.on_rejected(file, std::string(), why);
+    return OkStatus();
+  }
   auto moved = store_->Reject(file, std::string(StatusCodeName(why.code())) + " " + why.message());
   if (hooks_.on_rejected) hooks_.on_rejected(file, moved.ok() ? *moved : std::string(), why);
   return moved.ok() ? OkStatus() : moved.status();
@@ -287,7 +297,9 @@ Status SessionPersister::RejectFile(const std::string& file, const Status& why) 
 StatusOr<SessionState> SessionPersister::Decode(std::span<const uint8_t> bytes,
                                                 const std::string& file) {
   StatusOr<SessionState> state = DecodeSnapshot(bytes, context_);
-  if (!state.ok() && !file.empty()) (void)RejectFile(file, state.status());
+  if (!state.ok() && !file.empty()) {
+    (void)RejectFile(file, state.status(), /*move=*/!OfAnotherModel(bytes));
+  }
   return state;
 }
 
@@ -301,7 +313,7 @@ StatusOr<SessionPersister::Restored> SessionPersister::Load(SessionId id) {
   KvView kv;
   StatusOr<SessionState> decoded = DecodeSnapshot(bytes, context_, &kv);
   if (!decoded.ok()) {
-    (void)RejectFile(file, decoded.status());
+    (void)RejectFile(file, decoded.status(), /*move=*/!OfAnotherModel(bytes));
     return decoded.status();
   }
   SessionState& state = *decoded;
@@ -367,17 +379,21 @@ std::vector<SnapshotSummary> SessionPersister::Scan(
   for (const StoredSnapshot& file : *listed) {
     StatusOr<SnapshotSummary> summary = Summary(file.id);
     Status why = summary.status();
+    bool move = true;
     if (summary.ok() && summary->id != file.id) {
       why = DataLossError("the snapshot in " + file.file + " is of session " +
                           summary->id.ToString());
     } else if (summary.ok() && summary->model_fingerprint != context_.model_fingerprint) {
+      // In this model's directory only by hand (a copy, or a directory shared by mistake):
+      // named, refused and left where it is, never moved from under the model it belongs to.
       why = FailedPreconditionError("snapshot of another model: \"" + summary->model_name +
                                     "\" (fingerprint " + summary->model_fingerprint +
                                     "), this daemon serves \"" + context_.model_name +
                                     "\" (" + context_.model_fingerprint + ")");
+      move = false;
     }
     if (!why.ok()) {
-      (void)RejectFile(file.file, why);
+      (void)RejectFile(file.file, why, move);
       if (refused != nullptr) refused->emplace_back(file.id, why);
       continue;
     }

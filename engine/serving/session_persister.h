@@ -18,9 +18,11 @@
 //
 // Offload(id), Load(id), Export(id) and Import(bytes) run on their caller's thread (the
 // registry's reaper and loader threads, or an RPC's worker), never on a gRPC reaction.
-// A snapshot that cannot be read back (corrupt, truncated, another model or format version) is
-// moved into rejected/ (never deleted), reported through on_rejected, and every other snapshot
-// still loads.
+// A snapshot that cannot be read back (corrupt, truncated, another format version) is moved
+// into rejected/ (never deleted), reported through on_rejected, and every other snapshot still
+// loads. A snapshot of another model is refused the same way but left where it is: the store is
+// this model's directory (model_snapshot_dir.h), and a file of another model found there was put
+// there by hand; moving it would take it from the daemon it belongs to.
 //
 // Thread-safety: every method may be called from any thread.
 #pragma once
@@ -58,7 +60,8 @@ struct PersisterHooks {
   std::function<void(SessionId, int64_t bytes, double seconds)> on_written;
   std::function<void(SessionId, const Status&)> on_write_failed;
   std::function<void(SessionId, int64_t bytes, double seconds)> on_loaded;
-  // A file was moved aside: its new path, and why it was refused.
+  // A file was refused: where it was moved aside, and why; `moved_to` is empty when it was left
+  // where it is (another model's snapshot, or a move that failed).
   std::function<void(const std::string& file, const std::string& moved_to, const Status&)>
       on_rejected;
 };
@@ -98,8 +101,9 @@ class SessionPersister {
     int64_t bytes = 0;
   };
   // Reads the snapshot of `id`, checks it and restores it into the engine. NOT_FOUND without
-  // a snapshot; a snapshot that cannot be read back, or that this engine cannot take (another
-  // model, limits lowered since), is moved aside and its error returned; RESOURCE_EXHAUSTED
+  // a snapshot; a snapshot that cannot be read back, or that this engine cannot take (limits
+  // lowered since), is moved aside and its error returned (another model's: only returned, the
+  // file stays where it is); RESOURCE_EXHAUSTED
   // when it does not fit the pool now and ALREADY_EXISTS when it is resident (it stays on disk).
   StatusOr<Restored> Load(SessionId id);
   // Summaries of every snapshot in the store, newest first; unreadable files are moved aside,
@@ -160,7 +164,10 @@ class SessionPersister {
   void NoteFailedWrite(Entry& e);
   // Decodes snapshot bytes; refusals of a stored file move it aside (`file` non-empty).
   StatusOr<SessionState> Decode(std::span<const uint8_t> bytes, const std::string& file);
-  Status RejectFile(const std::string& file, const Status& why);
+  // Reports a refused file; moves it into rejected/ when `move`.
+  Status RejectFile(const std::string& file, const Status& why, bool move = true);
+  // The bytes are a snapshot whose header reads, of another model: never moved aside.
+  bool OfAnotherModel(std::span<const uint8_t> bytes) const;
 
   Engine& engine_;
   std::unique_ptr<SnapshotStore> store_;

@@ -218,6 +218,11 @@ StatusOr<std::vector<StoredSnapshot>> SnapshotStore::List() const {
 }
 
 StatusOr<std::string> SnapshotStore::Reject(const std::string& file, std::string_view reason) {
+  return RejectPath(dir_ + "/" + file, file, reason);
+}
+
+StatusOr<std::string> SnapshotStore::RejectPath(const std::string& path, const std::string& file,
+                                                std::string_view reason) {
   if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..") {
     return InvalidArgumentError("reject: \"" + file + "\" is not a file name");
   }
@@ -227,10 +232,10 @@ StatusOr<std::string> SnapshotStore::Reject(const std::string& file, std::string
   }
   const int64_t seconds = UnixMillisNow() / 1000;
   const std::string to = rejected + "/" + file + "." + Slug(reason) + "." + std::to_string(seconds);
-  const std::string from = dir_ + "/" + file;
-  if (::rename(from.c_str(), to.c_str()) != 0) return ErrnoStatus(errno, "cannot move aside", from);
+  if (::rename(path.c_str(), to.c_str()) != 0) return ErrnoStatus(errno, "cannot move aside", path);
   STREAMD_RETURN_IF_ERROR(SyncDirectory(rejected));
-  STREAMD_RETURN_IF_ERROR(SyncDirectory(dir_));
+  const size_t slash = path.rfind('/');
+  STREAMD_RETURN_IF_ERROR(SyncDirectory(slash == std::string::npos ? "." : path.substr(0, slash)));
   return to;
 }
 

@@ -74,6 +74,11 @@ class SnapshotStore {
   // Moves `file` into rejected/, named <file>.<reason>.<unix seconds>; the reason is reduced
   // to [a-z0-9-]. Returns the new path.
   StatusOr<std::string> Reject(const std::string& file, std::string_view reason);
+  // The same for a file outside this directory (`path`), named `file` in rejected/: a copy of
+  // a session found elsewhere (the flat layout, model_snapshot_dir.h) that the one here
+  // supersedes. Never deleted: only the operator removes what streamd refused.
+  StatusOr<std::string> RejectPath(const std::string& path, const std::string& file,
+                                   std::string_view reason);
 
   const std::string& dir() const { return dir_; }
   std::string PathOf(SessionId id) const;

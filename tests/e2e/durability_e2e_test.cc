@@ -50,7 +50,7 @@ using namespace std::chrono_literals;
 // prefilled, an empty one, one generating when the signal came) is on disk, exactly.
 TEST_F(DurabilityE2eTest, SigtermWritesEverythingAcknowledged) {
   TempDir tmp;
-  const std::string dir = tmp.Sub("sessions");
+  const std::string root = tmp.Sub("sessions"), dir = ModelDir(root);
   struct Known {
     std::string id;
     std::vector<int32_t> context;
@@ -58,7 +58,7 @@ TEST_F(DurabilityE2eTest, SigtermWritesEverythingAcknowledged) {
   std::vector<Known> known(5);
   {
     auto d = DaemonProcess::Start(
-        Flags(dir, {"--sessions.snapshot_interval=1h", "--server.shutdown_grace=300s"}));
+        Flags(root, {"--sessions.snapshot_interval=1h", "--server.shutdown_grace=300s"}));
     ASSERT_NE(d, nullptr);
     auto detached = MakeSession(*d, Words(0, 12), 6, &known[0].id, &known[0].context);
     auto idle = MakeSession(*d, Words(20, 9), 5, &known[1].id, &known[1].context);
@@ -112,7 +112,7 @@ TEST_F(DurabilityE2eTest, SigtermWritesEverythingAcknowledged) {
     ASSERT_TRUE(stored) << k.id << " has no snapshot after SIGTERM";
     EXPECT_EQ(SeenOf(*stored), static_cast<int64_t>(k.context.size())) << k.id;
   }
-  auto d = DaemonProcess::Start(Flags(dir));
+  auto d = DaemonProcess::Start(Flags(root));
   ASSERT_NE(d, nullptr);
   const auto listed = ListSessions(*d);
   EXPECT_EQ(listed.size(), known.size());
@@ -130,8 +130,8 @@ TEST_F(DurabilityE2eTest, SigtermWritesEverythingAcknowledged) {
 
 TEST_F(DurabilityE2eTest, IdleSessionsAreOffloadedAndComeBackOnResume) {
   TempDir tmp;
-  const std::string dir = tmp.Sub("sessions");
-  auto d = DaemonProcess::Start(Flags(dir, {"--sessions.offload_after=200ms"}));
+  const std::string root = tmp.Sub("sessions"), dir = ModelDir(root);
+  auto d = DaemonProcess::Start(Flags(root, {"--sessions.offload_after=200ms"}));
   ASSERT_NE(d, nullptr);
   std::string id, twin_id;
   std::vector<int32_t> context, twin_context;
@@ -188,10 +188,10 @@ TEST_F(DurabilityE2eTest, IdleSessionsAreOffloadedAndComeBackOnResume) {
 
 TEST_F(DurabilityE2eTest, ExportImportMovesASessionAndRefusesBadSnapshots) {
   TempDir tmp;
-  const std::string dir_a = tmp.Sub("a"), dir_b = tmp.Sub("b");
-  auto a = DaemonProcess::Start(Flags(dir_a));
+  const std::string root_b = tmp.Sub("b"), dir_b = ModelDir(root_b);
+  auto a = DaemonProcess::Start(Flags(tmp.Sub("a")));
   // B takes snapshots of at most 1 MiB: ~45 cached tokens of SmolLM2-135M (23,040 bytes each).
-  auto b = DaemonProcess::Start(Flags(dir_b, {"--sessions.max_snapshot_bytes=1MiB"}));
+  auto b = DaemonProcess::Start(Flags(root_b, {"--sessions.max_snapshot_bytes=1MiB"}));
   ASSERT_TRUE(a && b);
   std::string id, other_id, big_id;
   std::vector<int32_t> context, other_context, big_context;
@@ -291,7 +291,8 @@ TEST_F(DurabilityE2eTest, ExportImportMovesASessionAndRefusesBadSnapshots) {
 
 // ---- Damaged, foreign and hostile files at start ---------------------------------------------
 
-// The file `name` in `dir` has been moved into rejected/ unchanged, and the log says why.
+// The file `name` in `dir` (the model's directory) has been moved into rejected/ unchanged, and
+// the log says why.
 void ExpectRejected(const std::string& dir, const std::string& name,
                     const std::vector<uint8_t>& bytes, const std::string& code,
                     const std::string& log) {
@@ -319,12 +320,12 @@ double RejectedTotal(const std::string& metrics) {
 
 TEST_F(DurabilityE2eTest, DamagedSnapshotsAreRefusedAndTheRestResume) {
   TempDir tmp;
-  const std::string dir = tmp.Sub("sessions");
+  const std::string root = tmp.Sub("sessions"), dir = ModelDir(root);
   constexpr int kGood = 2, kSessions = 6;
   std::vector<std::string> ids(kSessions);
   std::vector<std::vector<int32_t>> contexts(kSessions);
   {
-    auto d = DaemonProcess::Start(Flags(dir));
+    auto d = DaemonProcess::Start(Flags(root));
     ASSERT_NE(d, nullptr);
     for (int i = 0; i < kSessions; ++i) {
       auto s = MakeSession(*d, Words(11 * i, 8 + i), i % 2 == 0 ? 4 : 0, &ids[i], &contexts[i]);
@@ -368,7 +369,7 @@ TEST_F(DurabilityE2eTest, DamagedSnapshotsAreRefusedAndTheRestResume) {
   const std::vector<uint8_t> stray_bytes(stray_text.begin(), stray_text.end());
   WriteBytes(dir + "/" + stray, stray_bytes);
 
-  auto d = DaemonProcess::Start(Flags(dir));
+  auto d = DaemonProcess::Start(Flags(root));
   ASSERT_NE(d, nullptr);
   // Header-level damage is refused by the start-up scan, K/V damage when the background
   // restore reads the file.
@@ -382,7 +383,13 @@ TEST_F(DurabilityE2eTest, DamagedSnapshotsAreRefusedAndTheRestResume) {
   ExpectRejected(dir, ids[0] + ".snap", bytes[0], "DATA_LOSS", log);
   ExpectRejected(dir, ids[1] + ".snap", bytes[1], "DATA_LOSS", log);
   ExpectRejected(dir, ids[2] + ".snap", bytes[2], "FAILED_PRECONDITION", log);
-  ExpectRejected(dir, ids[3] + ".snap", bytes[3], "FAILED_PRECONDITION", log);
+  // Another model's snapshot in this model's directory: refused, named, and left where it is
+  // (never moved from under the model it belongs to).
+  EXPECT_EQ(ReadBytes(path(3)), bytes[3]) << "another model's snapshot was moved or changed";
+  EXPECT_NE(log.find("snapshot " + ids[3] + ".snap refused (FAILED_PRECONDITION)"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("left where it is"), std::string::npos) << log;
   ExpectRejected(dir, stray, stray_bytes, "DATA_LOSS", log);
   EXPECT_NE(log.find("is not supported"), std::string::npos) << "the version is not named";
   EXPECT_NE(log.find("another model"), std::string::npos) << "the model is not named";
@@ -415,7 +422,7 @@ TEST_F(DurabilityE2eTest, DamagedSnapshotsAreRefusedAndTheRestResume) {
 
 TEST_F(DurabilityE2eTest, HostileFilesNeverCrashTheDaemon) {
   TempDir tmp;
-  const std::string dir = tmp.Sub("sessions");
+  const std::string root = tmp.Sub("sessions"), dir = ModelDir(root);
   std::mt19937_64 rng(std::random_device{}());
   auto hex_name = [&] {
     std::string n;
@@ -432,12 +439,13 @@ TEST_F(DurabilityE2eTest, HostileFilesNeverCrashTheDaemon) {
   magic.resize(2048);
   for (size_t i = 8; i < magic.size(); ++i) magic[i] = static_cast<uint8_t>(rng());
   hostile[hex_name()] = magic;  // the magic, then noise
+  fs::create_directories(dir);  // this model's directory, where the daemon looks
   for (const auto& [name, b] : hostile) WriteBytes(dir + "/" + name, b);
   // Not snapshots by name: left alone.
   WriteBytes(dir + "/notes.txt", {'h', 'i'});
   fs::create_directories(dir + "/" + hex_name());
 
-  auto d = DaemonProcess::Start(Flags(dir));
+  auto d = DaemonProcess::Start(Flags(root));
   ASSERT_NE(d, nullptr);
   ASSERT_TRUE(WaitFor([&] { return RejectedTotal(d->ScrapeMetrics()) >= hostile.size(); }))
       << d->Stderr();
@@ -484,11 +492,11 @@ void ExpectStillServed(const DaemonProcess& d, const DaemonProcess& reference,
 
 TEST_F(DurabilityE2eTest, AFullDiskCostsSnapshotsNotSessions) {
   TempDir tmp;
-  const std::string dir = tmp.Sub("full");
+  const std::string root = tmp.Sub("full");
   // A 256 KiB file system: a snapshot of more than ~11 cached tokens does not fit.
   std::vector<std::string> wrap;
   bool in_namespace = false;
-  if (auto w = InMountNamespace("mount -t tmpfs -o size=256k,mode=0700 tmpfs \"$0\"", dir)) {
+  if (auto w = InMountNamespace("mount -t tmpfs -o size=256k,mode=0700 tmpfs \"$0\"", root)) {
     wrap = *w;
     in_namespace = true;
   } else if (const std::string prlimit = SystemTool("prlimit");
@@ -500,10 +508,10 @@ TEST_F(DurabilityE2eTest, AFullDiskCostsSnapshotsNotSessions) {
   }
   std::printf("[ disk     ] %s\n", in_namespace ? "a 256 KiB tmpfs in a private mount namespace"
                                                 : "a file size limit of 256 KiB (prlimit)");
-  auto d = DaemonProcess::Start(Flags(dir, {"--sessions.offload_after=300ms"}), wrap);
+  auto d = DaemonProcess::Start(Flags(root, {"--sessions.offload_after=300ms"}), wrap);
   ASSERT_NE(d, nullptr);
   const std::string seen_dir =
-      in_namespace ? "/proc/" + std::to_string(d->pid()) + "/root" + dir : dir;
+      ModelDir(in_namespace ? "/proc/" + std::to_string(d->pid()) + "/root" + root : root);
   std::string id, other_id;
   std::vector<int32_t> context, other_context;
   auto s = MakeSession(*d, Words(0, 40), 6, &id, &context);
@@ -536,9 +544,9 @@ TEST_F(DurabilityE2eTest, AFullDiskCostsSnapshotsNotSessions) {
 
 TEST_F(DurabilityE2eTest, AReadOnlyDirectoryCostsSnapshotsNotSessions) {
   TempDir tmp;
-  const std::string dir = tmp.Sub("ro");
+  const std::string root = tmp.Sub("ro"), dir = ModelDir(root);
   auto wrap =
-      InMountNamespace("mount --bind \"$0\" \"$0\" && mount -o remount,bind,ro \"$0\"", dir);
+      InMountNamespace("mount --bind \"$0\" \"$0\" && mount -o remount,bind,ro \"$0\"", root);
   if (!wrap) {
     GTEST_SKIP() << "unshare -m with a read-only bind mount is not allowed here (and a chmod "
                     "does not stop root)";
@@ -547,7 +555,7 @@ TEST_F(DurabilityE2eTest, AReadOnlyDirectoryCostsSnapshotsNotSessions) {
   std::string old_id;
   std::vector<int32_t> old_context;
   {
-    auto d = DaemonProcess::Start(Flags(dir));
+    auto d = DaemonProcess::Start(Flags(root));
     ASSERT_NE(d, nullptr);
     auto s = MakeSession(*d, Words(9, 12), 4, &old_id, &old_context);
     ASSERT_TRUE(s);
@@ -556,7 +564,7 @@ TEST_F(DurabilityE2eTest, AReadOnlyDirectoryCostsSnapshotsNotSessions) {
     ASSERT_EQ(d->Wait(60s), 0) << d->Stderr();
   }
   const std::vector<std::string> files = FilesIn(dir);
-  auto d = DaemonProcess::Start(Flags(dir, {"--sessions.offload_after=300ms"}), *wrap);
+  auto d = DaemonProcess::Start(Flags(root, {"--sessions.offload_after=300ms"}), *wrap);
   ASSERT_NE(d, nullptr);
   std::string id;
   std::vector<int32_t> context;

@@ -312,7 +312,7 @@ TEST_F(DurabilityE2eTest, KillNineAtRandomMomentsLosesNothingAcknowledged) {
   RecordProperty("seed", std::to_string(seed));
   std::mt19937_64 rng(seed);
   TempDir tmp;
-  const std::string dir = tmp.Sub("sessions");
+  const std::string root = tmp.Sub("sessions"), dir = ModelDir(root);
   std::vector<std::unique_ptr<Tracked>> sessions;
   KillStats stats;
   std::string last_log;  // of the daemon killed last: shown when its sessions fail the checks
@@ -322,7 +322,7 @@ TEST_F(DurabilityE2eTest, KillNineAtRandomMomentsLosesNothingAcknowledged) {
         ::testing::UnitTest::GetInstance()->failed_test_count() + (HasFailure() ? 1 : 0);
     std::vector<std::optional<SnapshotSummary>> stored;
     for (const auto& t : sessions) stored.push_back(StoredSummary(dir, t->id));
-    auto d = DaemonProcess::Start(Flags(dir));
+    auto d = DaemonProcess::Start(Flags(root));
     ASSERT_NE(d, nullptr);
     {  // What the last life left, all sessions at once.
       std::vector<char> keep(sessions.size(), 0);

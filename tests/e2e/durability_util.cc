@@ -9,6 +9,10 @@
 #include <fstream>
 #include <iterator>
 
+#include "engine/gguf/gguf_file.h"
+#include "engine/serving/model_snapshot_dir.h"
+#include "engine/snapshot/model_fingerprint.h"
+
 namespace streamd::e2e {
 
 namespace fs = std::filesystem;
@@ -46,6 +50,13 @@ void WriteBytes(const std::string& path, const std::vector<uint8_t>& bytes) {
 }
 
 // File names in `dir` (not recursive), sorted.
+std::string ModelDir(const std::string& root, const std::string& model_path) {
+  auto file = gguf::GgufFile::Open(model_path, gguf::GgufRead::kAll);
+  EXPECT_TRUE(file.ok()) << file.status().ToString();
+  if (!file.ok()) return root + "/(unreadable model)";
+  return root + "/" + ModelSnapshotDirName(ModelFingerprint(**file));
+}
+
 std::vector<std::string> FilesIn(const std::string& dir) {
   std::vector<std::string> names;
   std::error_code ec;

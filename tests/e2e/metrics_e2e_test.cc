@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -22,6 +23,7 @@
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/e2e/daemon_process.h"
+#include "tests/e2e/durability_util.h"
 #include "tests/e2e/e2e_util.h"
 
 namespace streamd::e2e {
@@ -135,7 +137,8 @@ TEST_F(MetricsE2eTest, EveryExportedSeriesIsFed) {
   const std::string snapshots = dir_ + "/snapshots";
   ASSERT_EQ(std::system(("mkdir -p " + snapshots).c_str()), 0);
   // A damaged snapshot at start-up is refused (and moved aside): snapshots_rejected.
-  std::ofstream(snapshots + "/0123456789abcdef0123456789abcdef.snap") << "not a snapshot";
+  std::filesystem::create_directories(ModelDir(snapshots));
+  std::ofstream(ModelDir(snapshots) + "/0123456789abcdef0123456789abcdef.snap") << "not a snapshot";
   auto d = DaemonProcess::Start({"--auth.keys_file=" + WriteKeys(),
                                  "--sessions.snapshot_dir=" + snapshots,
                                  "--sessions.offload_after=1s", "--engine.kv_pool=64MiB",

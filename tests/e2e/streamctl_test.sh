@@ -161,7 +161,8 @@ out=$(ctl_b sessions import "$tmp/s.snap" --json) || fail "sessions import: $out
 echo "$out" | grep -q "\"session_id\":\"$id\"" || fail "import --json: $out"
 echo "$out" | grep -q '"resident":true' || fail "import --json resident: $out"
 echo "$out" | grep -q '"tokens_seen":16' || fail "import --json tokens_seen: $out"
-[ -f "$tmp/b/$id.snap" ] || fail "the import is not in b's snapshot directory"
+# In b's model directory (<snapshot_dir>/<fingerprint prefix>/, docs/SESSIONS.md).
+ls "$tmp"/b/*/"$id.snap" >/dev/null 2>&1 || fail "the import is not in b's snapshot directory"
 if ctl_b sessions import - <"$tmp/s2.snap" 2>"$tmp/e" >/dev/null; then
   fail "a second import of $id succeeded"
 fi

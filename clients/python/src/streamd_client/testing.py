@@ -1,6 +1,7 @@
 """A real `streamd serve` on a free loopback port, for tests and examples (not the API)."""
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import signal
@@ -80,10 +81,13 @@ class Daemon:
     def snapshot_mtime(self, session_id: str) -> int:
         """mtime_ns of the session's snapshot file, 0 while there is none (written atomically,
         by rename, so a new mtime means a complete new snapshot)."""
-        try:
-            return os.stat(os.path.join(self.snapshot_dir, session_id + ".snap")).st_mtime_ns
-        except FileNotFoundError:
-            return 0
+        # In the model's directory under snapshot_dir (<fingerprint prefix>/, docs/SESSIONS.md).
+        for path in glob.glob(os.path.join(self.snapshot_dir, "*", session_id + ".snap")):
+            try:
+                return os.stat(path).st_mtime_ns
+            except FileNotFoundError:
+                pass
+        return 0
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
