@@ -76,6 +76,9 @@ std::string CaseName(const ::testing::TestParamInfo<FamilyCase>& info) {
 
 class FamilyForwardTest : public ::testing::TestWithParam<FamilyCase> {};
 
+constexpr gguf::TensorType kF32 = gguf::TensorType::kF32;
+constexpr gguf::TensorType kQ4_1 = gguf::TensorType::kQ4_1;
+
 TEST_P(FamilyForwardTest, StreamedForwardEqualsPlainReference) {
   const FamilyCase fc = GetParam();
   auto model = MakeSyntheticModel(FamilySpec(fc.family, fc.weights, 11 + fc.window));
@@ -119,14 +122,14 @@ TEST_P(FamilyForwardTest, StreamedForwardEqualsPlainReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Families, FamilyForwardTest,
-    ::testing::Values(FamilyCase{"qwen2", CacheMode::kSink, 4, 37, 16, 23, gguf::TensorType::kF32},
-                      FamilyCase{"qwen2", CacheMode::kWindow, 0, 29, 7, 40, gguf::TensorType::kF32},
-                      FamilyCase{"qwen2", CacheMode::kDense, 0, 0, 16, 64, gguf::TensorType::kF32},
-                      FamilyCase{"qwen2", CacheMode::kSink, 3, 21, 1, 9, gguf::TensorType::kQ4_1},
-                      FamilyCase{"qwen3", CacheMode::kSink, 4, 37, 16, 23, gguf::TensorType::kF32},
-                      FamilyCase{"qwen3", CacheMode::kWindow, 0, 31, 3, 1, gguf::TensorType::kF32},
-                      FamilyCase{"qwen3", CacheMode::kSink, 4, 45, 16, 16, gguf::TensorType::kQ4_1},
-                      FamilyCase{"llama3", CacheMode::kSink, 4, 37, 16, 23, gguf::TensorType::kF32}),
+    ::testing::Values(FamilyCase{"qwen2", CacheMode::kSink, 4, 37, 16, 23, kF32},
+                      FamilyCase{"qwen2", CacheMode::kWindow, 0, 29, 7, 40, kF32},
+                      FamilyCase{"qwen2", CacheMode::kDense, 0, 0, 16, 64, kF32},
+                      FamilyCase{"qwen2", CacheMode::kSink, 3, 21, 1, 9, kQ4_1},
+                      FamilyCase{"qwen3", CacheMode::kSink, 4, 37, 16, 23, kF32},
+                      FamilyCase{"qwen3", CacheMode::kWindow, 0, 31, 3, 1, kF32},
+                      FamilyCase{"qwen3", CacheMode::kSink, 4, 45, 16, 16, kQ4_1},
+                      FamilyCase{"llama3", CacheMode::kSink, 4, 37, 16, 23, kF32}),
     CaseName);
 
 TEST(ModelFamilyTest, DescribesEachSupportedArchitecture) {
