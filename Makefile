@@ -9,9 +9,11 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 MODEL_DIR ?= $(HOME)/.cache/streamd/models
 MODEL ?= $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
+# The real Qwen2.5-Coder-0.5B-Instruct Q4_K_M file of the qwen2 golden tests (~480 MB).
+QWEN_MODEL ?= $(MODEL_DIR)/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
 CONFIG ?= config/streamd.yaml
 
-.PHONY: all deps configure build model vocab test fuzz-smoke sanitize run clean
+.PHONY: all deps configure build model qwen-model vocab test fuzz-smoke sanitize run clean
 
 all: build
 
@@ -29,14 +31,18 @@ build: configure
 model: deps
 	@STREAMD_MODEL_DIR=$(MODEL_DIR) scripts/fetch-model.sh >/dev/null
 
+qwen-model: deps
+	@STREAMD_MODEL_DIR=$(MODEL_DIR) scripts/fetch-qwen-model.sh >/dev/null
+
 # The SentencePiece vocabulary the llama-vocabulary tokenizer tests read, and llama.cpp's test
 # vocabularies with their test vectors for the golden tokenizer test (one ~75 MB download).
 vocab: deps
 	@scripts/fetch-test-vocab.sh >/dev/null
 	@scripts/fetch-test-vocab.sh --golden >/dev/null
 
-test: build model vocab
-	STREAMD_MODEL=$(MODEL) STREAMD_SPM_VOCAB=$$(scripts/fetch-test-vocab.sh) \
+test: build model qwen-model vocab
+	STREAMD_MODEL=$(MODEL) STREAMD_QWEN_MODEL=$(QWEN_MODEL) \
+	  STREAMD_SPM_VOCAB=$$(scripts/fetch-test-vocab.sh) \
 	  STREAMD_VOCAB_DIR=$$(scripts/fetch-test-vocab.sh --golden) \
 	  ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
 	@$(MAKE) --no-print-directory fuzz-smoke

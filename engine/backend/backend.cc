@@ -138,19 +138,25 @@ StatusOr<std::unique_ptr<ModelBackend>> Prefixed(StatusOr<std::unique_ptr<ModelB
 StatusOr<std::unique_ptr<ModelBackend>> MakeBackend(BackendKind kind,
                                                     std::unique_ptr<LlamaModel> model) {
   if (ResolveBackend(kind) == BackendKind::kCpu) return std::unique_ptr<ModelBackend>(std::move(model));
+  // auto: a family the CUDA kernels do not run yet (qwen2, qwen3) stays on the CPU; asking for
+  // cuda by name gets the CUDA backend's error, which says so.
+  if (kind == BackendKind::kAuto && !UsesPlainLlamaLayer(model->config())) {
+    return std::unique_ptr<ModelBackend>(std::move(model));
+  }
   STREAMD_ASSIGN_OR_RETURN(const CudaPluginApi* api, CudaPlugin());
   return Prefixed(api->from_cpu_model(*model));  // the host copy goes when `model` does
 }
 
 LlamaConfig SyntheticConfig(const SyntheticModelSpec& s) {
   LlamaConfig c;
-  c.architecture = "llama";
+  c.architecture = s.architecture;
+  if (const ModelFamily* f = FindModelFamily(s.architecture)) c.family = *f;
   c.name = "synthetic";
   c.n_layers = s.n_layers;
   c.dim = s.dim;
   c.n_heads = s.n_heads;
   c.n_kv_heads = s.n_kv_heads;
-  c.head_dim = s.dim / s.n_heads;
+  c.head_dim = s.head_dim > 0 ? s.head_dim : s.dim / s.n_heads;
   c.ffn_dim = s.ffn_dim;
   c.vocab_size = s.vocab_size;
   c.context_length = s.context_length;

@@ -67,18 +67,26 @@ Status ReadRope(const gguf::GgufFile& file, const std::string& arch, LlamaConfig
 
 }  // namespace
 
-bool IsSupportedArchitecture(std::string_view architecture) { return architecture == "llama"; }
+bool IsSupportedArchitecture(std::string_view architecture) {
+  return FindModelFamily(architecture) != nullptr;
+}
 
-std::string SupportedArchitectureNames() { return "llama"; }
+std::string SupportedArchitectureNames() { return SupportedArchitectures(); }
+
+bool UsesPlainLlamaLayer(const LlamaConfig& c) {
+  return !c.family.qkv_bias && !c.family.qk_norm && c.family.rope_style == RopeStyle::kNormal &&
+         c.q_dim() == c.dim;
+}
 
 StatusOr<LlamaConfig> ReadLlamaConfig(const gguf::GgufFile& file) {
   LlamaConfig c;
   STREAMD_ASSIGN_OR_RETURN(c.architecture, file.GetString("general.architecture"));
-  if (!IsSupportedArchitecture(c.architecture)) {
+  const ModelFamily* family = FindModelFamily(c.architecture);
+  if (family == nullptr) {
     return UnimplementedError("architecture \"" + c.architecture +
-                              "\" is not supported (supported: " + SupportedArchitectureNames() +
-                              ")");
+                              "\" is not supported (supported: " + SupportedArchitectures() + ")");
   }
+  c.family = *family;
   const std::string& a = c.architecture;
   STREAMD_ASSIGN_OR_RETURN(c.name, file.GetStringOr("general.name", "unnamed"));
   STREAMD_ASSIGN_OR_RETURN(c.n_layers, ReadDim(file, a, "block_count", 1024));
@@ -90,17 +98,22 @@ StatusOr<LlamaConfig> ReadLlamaConfig(const gguf::GgufFile& file) {
     return InvalidArgumentError(a + ".attention.head_count_kv = " + std::to_string(kv) +
                                 " must divide head_count = " + std::to_string(c.n_heads));
   }
-  if (c.dim % c.n_heads != 0) {
+  // Without attention.key_length a head is dim / n_heads wide; Qwen3 states a wider one (its
+  // q_dim = n_heads * head_dim then differs from dim, which the projections' shapes follow).
+  if (file.Find(a + ".attention.key_length") == nullptr && c.dim % c.n_heads != 0) {
     return InvalidArgumentError(a + ".embedding_length = " + std::to_string(c.dim) +
                                 " is not a multiple of head_count = " + std::to_string(c.n_heads));
   }
-  c.head_dim = c.dim / c.n_heads;
-  STREAMD_ASSIGN_OR_RETURN(uint32_t key_len, file.GetU32Or(a + ".attention.key_length", c.head_dim));
-  if (key_len != static_cast<uint32_t>(c.head_dim) || c.head_dim % 2 != 0 || c.head_dim > 512) {
-    return UnimplementedError("head dimension " + std::to_string(key_len) +
-                              " is not supported (needs embedding_length / head_count, even, "
-                              "at most 512)");
+  STREAMD_ASSIGN_OR_RETURN(uint32_t key_len,
+                           file.GetU32Or(a + ".attention.key_length", c.dim / c.n_heads));
+  STREAMD_ASSIGN_OR_RETURN(uint32_t value_len,
+                           file.GetU32Or(a + ".attention.value_length", key_len));
+  if (key_len != value_len || key_len == 0 || key_len % 2 != 0 || key_len > 512) {
+    return UnimplementedError("head dimension " + std::to_string(key_len) + " (values " +
+                              std::to_string(value_len) +
+                              ") is not supported (keys and values alike, even, at most 512)");
   }
+  c.head_dim = static_cast<int32_t>(key_len);
   STREAMD_ASSIGN_OR_RETURN(c.ffn_dim, ReadDim(file, a, "feed_forward_length", 1 << 20));
   STREAMD_ASSIGN_OR_RETURN(c.context_length, ReadDim(file, a, "context_length", 1 << 24));
   STREAMD_ASSIGN_OR_RETURN(c.rms_eps, file.GetF32Or(a + ".attention.layer_norm_rms_epsilon", 1e-5f));

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/gguf/gguf_file.h"
+#include "engine/model/model_family.h"
 #include "engine/util/status.h"
 
 namespace streamd {
@@ -14,19 +15,20 @@ namespace streamd {
 enum class RopeScaling { kNone, kLinear };
 
 struct LlamaConfig {
-  std::string architecture;  // "llama"
+  std::string architecture;  // general.architecture: one of SupportedArchitectures()
+  ModelFamily family;        // what the architecture changes in the forward pass
   std::string name;          // general.name, for logs
   int32_t n_layers = 0;
   int32_t dim = 0;           // embedding length
   int32_t n_heads = 0;
   int32_t n_kv_heads = 0;    // grouped-query attention: n_heads % n_kv_heads == 0
-  int32_t head_dim = 0;
+  int32_t head_dim = 0;      // attention.key_length, else dim / n_heads
   int32_t ffn_dim = 0;
   int32_t vocab_size = 0;
   int32_t context_length = 0;  // trained context
   float rms_eps = 1e-5f;
   float rope_base = 10000.0f;
-  int32_t rope_dim = 0;        // rotated dimensions per head (== head_dim for Llama)
+  int32_t rope_dim = 0;        // rotated dimensions per head (== head_dim)
   RopeScaling rope_scaling = RopeScaling::kNone;
   float rope_scaling_factor = 1.0f;  // positions are divided by this for kLinear
   // Per-frequency divisors (Llama 3.x "rope_freqs" tensor); empty when the model has none.
@@ -36,6 +38,10 @@ struct LlamaConfig {
   int32_t q_dim() const { return n_heads * head_dim; }
   int32_t kv_dim() const { return n_kv_heads * head_dim; }
 };
+
+// Whether the model's layer is the plain Llama one (no biases, no q/k norms, RoPE over adjacent
+// pairs, q_dim == dim): the only layer the CUDA kernels run so far.
+bool UsesPlainLlamaLayer(const LlamaConfig& config);
 
 // Reads and validates the config. Unsupported architectures are rejected by name.
 StatusOr<LlamaConfig> ReadLlamaConfig(const gguf::GgufFile& file);

@@ -53,7 +53,7 @@ void LlamaModel::ReserveWorkspace(int64_t n, int64_t max_keys) {
     const int64_t half = rope_->half_dim();
     ws_.n_tokens = n;
     ws_.x.resize(n * c.dim);
-    ws_.xb.resize(n * std::max(c.dim, c.ffn_dim));
+    ws_.xb.resize(n * std::max({c.dim, c.ffn_dim, c.q_dim()}));
     ws_.q.resize(n * c.q_dim());
     ws_.q_sink.resize(n * c.q_dim());
     ws_.k.resize(n * c.kv_dim());
@@ -65,7 +65,7 @@ void LlamaModel::ReserveWorkspace(int64_t n, int64_t max_keys) {
     for (auto* v : {&ws_.rope_cos, &ws_.rope_sin, &ws_.sink_cos, &ws_.sink_sin}) v->resize(n * half);
   }
   // Each of the three activation slots holds n tokens of the widest row in any format.
-  const int64_t widest = std::max(c.dim, c.ffn_dim);
+  const int64_t widest = std::max({c.dim, c.ffn_dim, c.q_dim()});
   size_t per_token = kernels::cpu::ActivationBytes8(1, widest);
   for (WeightType t : {WeightType::kF32, WeightType::kF16, WeightType::kBF16, WeightType::kQ4_0,
                        WeightType::kQ4_1, WeightType::kQ8_0}) {
@@ -301,22 +301,49 @@ void LlamaModel::NormForAttention(const StepView& step, int32_t l, int64_t t) {
                               &ws_.xb[t * dim]);
 }
 
+// The family's steps between the projections and RoPE (model_family.h): q/k/v biases, then the
+// per-head RMSNorm of q and k. Token t's rows only, so both execution orders share it.
+void LlamaModel::FamilyExtras(int32_t l, int64_t t) {
+  const LlamaConfig& c = config_;
+  const LlamaLayerWeights& w = weights_.layers[l];
+  const int32_t q_dim = c.q_dim(), kv_dim = c.kv_dim(), hd = c.head_dim;
+  float* q = &ws_.q[t * q_dim];
+  float* k = &ws_.k[t * kv_dim];
+  if (w.q_bias != nullptr) {
+    float* v = &ws_.v[t * kv_dim];
+    for (int32_t i = 0; i < q_dim; ++i) q[i] += w.q_bias[i];
+    for (int32_t i = 0; i < kv_dim; ++i) k[i] += w.k_bias[i];
+    for (int32_t i = 0; i < kv_dim; ++i) v[i] += w.v_bias[i];
+  }
+  if (w.q_norm != nullptr) {
+    // In place: each output value depends only on its own input and the row's sum of squares.
+    for (int32_t h = 0; h < c.n_heads; ++h) {
+      kernels::cpu::AddRmsNormRow(q + h * hd, nullptr, w.q_norm, c.rms_eps, hd, q + h * hd);
+    }
+    for (int32_t h = 0; h < c.n_kv_heads; ++h) {
+      kernels::cpu::AddRmsNormRow(k + h * hd, nullptr, w.k_norm, c.rms_eps, hd, k + h * hd);
+    }
+  }
+}
+
 // Keys are rotated by their text position and written once; queries are rotated by their text
-// position and, once eviction has begun, by their cache position for sinks.
+// position and, once eviction has begun, by their cache position for sinks. The rotation is the
+// same for either pair layout (RopeTable::Rotate), and so is this position handling.
 void LlamaModel::RopeAndWriteKv(const StepView& step, int32_t l, int64_t t) {
   const LlamaConfig& c = config_;
   const int32_t half = rope_->half_dim(), q_dim = c.q_dim(), kv_dim = c.kv_dim();
   const StepPlan& plan = *step.plan;
+  FamilyExtras(l, t);
   const float* cs = &ws_.rope_cos[t * half];
   const float* sn = &ws_.rope_sin[t * half];
   float* q = &ws_.q[t * q_dim];
   if (ws_.has_sink_rope[t]) {
     std::copy(q, q + q_dim, &ws_.q_sink[t * q_dim]);
-    kernels::cpu::RotatePairs(&ws_.q_sink[t * q_dim], c.n_heads, c.head_dim,
-                              &ws_.sink_cos[t * half], &ws_.sink_sin[t * half]);
+    rope_->Rotate(&ws_.q_sink[t * q_dim], c.n_heads, c.head_dim, &ws_.sink_cos[t * half],
+                  &ws_.sink_sin[t * half]);
   }
-  kernels::cpu::RotatePairs(q, c.n_heads, c.head_dim, cs, sn);
-  kernels::cpu::RotatePairs(&ws_.k[t * kv_dim], c.n_kv_heads, c.head_dim, cs, sn);
+  rope_->Rotate(q, c.n_heads, c.head_dim, cs, sn);
+  rope_->Rotate(&ws_.k[t * kv_dim], c.n_kv_heads, c.head_dim, cs, sn);
   if (step.kv_scales == nullptr) {
     kernels::cpu::WriteKv(*step.layout, plan.pool->layer_data(l), ws_.tables[plan.seq_of[t]],
                           plan.position[t], &ws_.k[t * kv_dim], &ws_.v[t * kv_dim]);

@@ -2,7 +2,8 @@
 // batched forward passes (prefill and decode are the same code; decode is n_tokens == 1).
 //
 // Data path per layer, for all tokens of the batch at once:
-//   x -> RMSNorm -> [Wq|Wk|Wv] (one activation quantization, one parallel product) -> RoPE
+//   x -> RMSNorm -> [Wq|Wk|Wv] (one activation quantization, one parallel product)
+//     -> the family's biases and q/k norms (model_family.h) -> RoPE
 //     -> K,V written into each session's paged cache (f16) -> attention per (token, head)
 //     over that session's sinks and window -> Wo -> x += .
 //   x -> RMSNorm -> [Wgate|Wup] -> silu(gate) * up -> Wdown -> x += .
@@ -107,6 +108,7 @@ class LlamaModel : public ModelBackend {
   // A layer's elementwise steps for token t (llama_model.cc); each touches only token t's rows,
   // so both execution orders share them.
   void NormForAttention(const StepView& step, int32_t layer, int64_t t);
+  void FamilyExtras(int32_t layer, int64_t t);
   void RopeAndWriteKv(const StepView& step, int32_t layer, int64_t t);
   void AttendKvHeads(const StepView& step, int32_t layer, int64_t t, int32_t g0, int32_t g1,
                      int thread);

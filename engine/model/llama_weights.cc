@@ -310,6 +310,15 @@ StatusOr<LlamaWeights> BindLlamaWeights(const gguf::GgufFile& file, const LlamaC
     STREAMD_ASSIGN_OR_RETURN(l.wk, bind.Matrix(p + "attn_k.weight", c.dim, c.kv_dim()));
     STREAMD_ASSIGN_OR_RETURN(l.wv, bind.Matrix(p + "attn_v.weight", c.dim, c.kv_dim()));
     STREAMD_ASSIGN_OR_RETURN(l.wo, bind.Matrix(p + "attn_output.weight", c.q_dim(), c.dim));
+    if (c.family.qkv_bias) {
+      STREAMD_ASSIGN_OR_RETURN(l.q_bias, bind.Vector(p + "attn_q.bias", c.q_dim()));
+      STREAMD_ASSIGN_OR_RETURN(l.k_bias, bind.Vector(p + "attn_k.bias", c.kv_dim()));
+      STREAMD_ASSIGN_OR_RETURN(l.v_bias, bind.Vector(p + "attn_v.bias", c.kv_dim()));
+    }
+    if (c.family.qk_norm) {
+      STREAMD_ASSIGN_OR_RETURN(l.q_norm, bind.Vector(p + "attn_q_norm.weight", c.head_dim));
+      STREAMD_ASSIGN_OR_RETURN(l.k_norm, bind.Vector(p + "attn_k_norm.weight", c.head_dim));
+    }
     STREAMD_ASSIGN_OR_RETURN(l.ffn_norm, bind.Vector(p + "ffn_norm.weight", c.dim));
     STREAMD_ASSIGN_OR_RETURN(l.w_gate, bind.Matrix(p + "ffn_gate.weight", c.dim, c.ffn_dim));
     STREAMD_ASSIGN_OR_RETURN(l.w_up, bind.Matrix(p + "ffn_up.weight", c.dim, c.ffn_dim));

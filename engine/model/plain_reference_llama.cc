@@ -31,6 +31,11 @@ PlainReferenceLlama::PlainReferenceLlama(const LlamaModel& model, int64_t sinks,
     l.down = Dequantize(lw.w_down);
     l.attn_norm = lw.attn_norm;
     l.ffn_norm = lw.ffn_norm;
+    l.q_bias = lw.q_bias;
+    l.k_bias = lw.k_bias;
+    l.v_bias = lw.v_bias;
+    l.q_norm = lw.q_norm;
+    l.k_norm = lw.k_norm;
     layers_.push_back(std::move(l));
   }
 }
@@ -50,7 +55,7 @@ std::vector<double> PlainReferenceLlama::MatVec(const Matrix& w, int64_t rows,
   const int64_t cols = static_cast<int64_t>(x.size());
   std::vector<double> y(rows, 0.0);
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t k = 0; k < cols; ++k) y[r] += w[r * cols + k] * x[k];
+    for (int64_t k = 0; k < cols; ++k) y[r] += static_cast<double>(w[r * cols + k]) * x[k];
   }
   return y;
 }
@@ -66,13 +71,34 @@ std::vector<double> PlainReferenceLlama::RmsNorm(const std::vector<double>& x,
 }
 
 void PlainReferenceLlama::Rope(double* v, int64_t position) const {
-  for (int32_t i = 0; i < c_.head_dim / 2; ++i) {
-    const double theta =
-        static_cast<double>(position) * std::pow(static_cast<double>(c_.rope_base),
-                                                 -2.0 * i / static_cast<double>(c_.head_dim));
-    const double a = v[2 * i], b = v[2 * i + 1];
-    v[2 * i] = a * std::cos(theta) - b * std::sin(theta);
-    v[2 * i + 1] = a * std::sin(theta) + b * std::cos(theta);
+  const int32_t half = c_.head_dim / 2;
+  const double linear = c_.rope_scaling == RopeScaling::kLinear ? c_.rope_scaling_factor : 1.0;
+  for (int32_t i = 0; i < half; ++i) {
+    double freq = std::pow(static_cast<double>(c_.rope_base),
+                           -2.0 * i / static_cast<double>(c_.head_dim)) / linear;
+    if (!c_.rope_freq_factors.empty()) freq /= c_.rope_freq_factors[i];
+    const double theta = static_cast<double>(position) * freq;
+    // Which two dimensions form pair i: adjacent (Llama) or half a head apart (NEOX).
+    const int32_t ia = c_.family.rope_style == RopeStyle::kNeox ? i : 2 * i;
+    const int32_t ib = c_.family.rope_style == RopeStyle::kNeox ? i + half : 2 * i + 1;
+    const double a = v[ia], b = v[ib];
+    v[ia] = a * std::cos(theta) - b * std::sin(theta);
+    v[ib] = a * std::sin(theta) + b * std::cos(theta);
+  }
+}
+
+void PlainReferenceLlama::AddBias(std::vector<double>& x, const float* bias) {
+  if (bias == nullptr) return;
+  for (size_t i = 0; i < x.size(); ++i) x[i] += bias[i];
+}
+
+void PlainReferenceLlama::NormHeads(std::vector<double>& x, const float* weight) const {
+  if (weight == nullptr) return;
+  const int64_t hd = c_.head_dim;
+  for (size_t h = 0; h * hd < x.size(); ++h) {
+    const std::vector<double> head(x.begin() + h * hd, x.begin() + (h + 1) * hd);
+    const std::vector<double> normed = RmsNorm(head, weight);
+    std::copy(normed.begin(), normed.end(), x.begin() + h * hd);
   }
 }
 
@@ -92,6 +118,11 @@ std::vector<double> PlainReferenceLlama::Step(int32_t token) {
     std::vector<double> q = MatVec(l.wq, c_.q_dim(), h);
     std::vector<double> k = MatVec(l.wk, c_.kv_dim(), h);
     std::vector<double> v = MatVec(l.wv, c_.kv_dim(), h);
+    AddBias(q, l.q_bias);
+    AddBias(k, l.k_bias);
+    AddBias(v, l.v_bias);
+    NormHeads(q, l.q_norm);
+    NormHeads(k, l.k_norm);
     for (double& e : k) e = RoundToHalf(e);
     for (double& e : v) e = RoundToHalf(e);
     l.keys.push_back(k);

@@ -3,9 +3,11 @@
 #include <cmath>
 #include <numbers>
 
+#include "kernels/cpu/vec_ops.h"
+
 namespace streamd {
 
-RopeTable::RopeTable(const LlamaConfig& config) {
+RopeTable::RopeTable(const LlamaConfig& config) : style_(config.family.rope_style) {
   const int32_t half = config.rope_dim / 2;
   inv_freq_.resize(half);
   const double linear =
@@ -24,6 +26,15 @@ void RopeTable::Angles(int64_t position, float* cos_out, float* sin_out) const {
     const double angle = std::fmod(static_cast<double>(position) * inv_freq_[i], kTwoPi);
     cos_out[i] = static_cast<float>(std::cos(angle));
     sin_out[i] = static_cast<float>(std::sin(angle));
+  }
+}
+
+void RopeTable::Rotate(float* x, int64_t n_vectors, int64_t dim, const float* cos,
+                       const float* sin) const {
+  if (style_ == RopeStyle::kNeox) {
+    kernels::cpu::RotateHalves(x, n_vectors, dim, cos, sin);
+  } else {
+    kernels::cpu::RotatePairs(x, n_vectors, dim, cos, sin);
   }
 }
 

@@ -1,5 +1,6 @@
-// Rotary position embedding, Llama ("normal") layout: dimension pairs (2i, 2i+1) of each head
-// are rotated by angle pos * theta_i, theta_i = base^(-2i/d) / freq_factor_i (Llama 3 factors
+// Rotary position embedding: dimension pairs of each head, (2i, 2i+1) in the Llama ("normal")
+// layout or (i, i + d/2) in the NEOX one (RopeStyle, model_family.h), are rotated by angle
+// pos * theta_i, theta_i = base^(-2i/d) / freq_factor_i (Llama 3 factors
 // when the model has them) and pos divided by the linear scaling factor when it asks.
 //
 // Angles are computed in double and reduced modulo 2*pi before the sin/cos, so a position of
@@ -13,10 +14,15 @@
 
 namespace streamd {
 
-// The rotation itself is kernels::cpu::RotatePairs (vec_ops.h) on the CPU.
+// The rotation itself is kernels::cpu::RotatePairs or RotateHalves (vec_ops.h) on the CPU.
 class RopeTable {
  public:
   explicit RopeTable(const LlamaConfig& config);
+
+  RopeStyle style() const { return style_; }
+  // Rotates n_vectors consecutive heads of `dim` values in place by one position's angles
+  // (cos, sin: [half_dim], from Angles), in the model's pair layout.
+  void Rotate(float* x, int64_t n_vectors, int64_t dim, const float* cos, const float* sin) const;
 
   int32_t half_dim() const { return static_cast<int32_t>(inv_freq_.size()); }
   // theta_i with every scaling applied (the CUDA backend computes the same angles on device).
@@ -26,6 +32,7 @@ class RopeTable {
 
  private:
   std::vector<double> inv_freq_;  // theta_i, already divided by every scaling factor
+  RopeStyle style_;
 };
 
 }  // namespace streamd

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/gguf/gguf_writer.h"
+#include "engine/model/model_family.h"
 #include "engine/tokenizer/byte_unicode.h"
 #include "kernels/cpu/dequantize_reference.h"
 #include "kernels/cpu/quant_blocks.h"
@@ -100,6 +101,19 @@ void EncodeRow(TensorType type, const float* x, int64_t k, std::vector<uint8_t>&
   }
 }
 
+struct FamilyFlags {
+  bool known = false;
+  bool qkv_bias = false;
+  bool qk_norm = false;
+};
+
+// The tensors a family adds (model_family.h is the loader's side of the same description).
+FamilyFlags FamilyOf(const std::string& architecture) {
+  const ModelFamily* f = FindModelFamily(architecture);
+  if (f == nullptr) return {};
+  return {true, f->qkv_bias, f->qk_norm};
+}
+
 class Builder {
  public:
   explicit Builder(uint64_t seed) : rng_(seed) {}
@@ -123,10 +137,20 @@ class Builder {
     return w.AddTensor(name, type, {cols, rows}, std::move(bytes));
   }
   Status Ones(gguf::GgufWriter& w, const std::string& name, int64_t n) {
-    std::vector<float> ones(n, 1.0f);
-    std::vector<uint8_t> bytes(n * sizeof(float));
-    std::memcpy(bytes.data(), ones.data(), bytes.size());
-    return w.AddTensor(name, TensorType::kF32, {n}, std::move(bytes));
+    return Floats(w, name, std::vector<float>(n, 1.0f));
+  }
+  // An F32 vector of n values uniform in [lo, hi].
+  Status Uniform(gguf::GgufWriter& w, const std::string& name, int64_t n, float lo, float hi) {
+    std::uniform_real_distribution<float> u(lo, hi);
+    std::vector<float> values(n);
+    for (float& v : values) v = u(rng_);
+    return Floats(w, name, values);
+  }
+  Status Floats(gguf::GgufWriter& w, const std::string& name, const std::vector<float>& values) {
+    std::vector<uint8_t> bytes(values.size() * sizeof(float));
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    return w.AddTensor(name, TensorType::kF32, {static_cast<int64_t>(values.size())},
+                       std::move(bytes));
   }
 
  private:
@@ -172,16 +196,27 @@ StatusOr<std::vector<uint8_t>> BuildSyntheticModel(const SyntheticModelSpec& s) 
   gguf::GgufWriter w;
   using gguf::MakeString;
   using gguf::MakeValue;
-  w.Add("general.architecture", MakeString("llama"));
+  const FamilyFlags family = FamilyOf(s.architecture);
+  if (!family.known) {
+    return InvalidArgumentError("synthetic models of architecture \"" + s.architecture +
+                                "\" are not supported");
+  }
+  const std::string& a = s.architecture;  // every hyper-parameter key is prefixed by it
+  const int32_t hd = s.head_dim > 0 ? s.head_dim : s.dim / s.n_heads;
+  w.Add("general.architecture", MakeString(a));
   w.Add("general.name", MakeString("synthetic"));
-  w.Add("llama.block_count", MakeValue<uint32_t>(s.n_layers));
-  w.Add("llama.context_length", MakeValue<uint32_t>(s.context_length));
-  w.Add("llama.embedding_length", MakeValue<uint32_t>(s.dim));
-  w.Add("llama.feed_forward_length", MakeValue<uint32_t>(s.ffn_dim));
-  w.Add("llama.attention.head_count", MakeValue<uint32_t>(s.n_heads));
-  w.Add("llama.attention.head_count_kv", MakeValue<uint32_t>(s.n_kv_heads));
-  w.Add("llama.rope.freq_base", MakeValue<float>(s.rope_base));
-  w.Add("llama.attention.layer_norm_rms_epsilon", MakeValue<float>(1e-5f));
+  w.Add(a + ".block_count", MakeValue<uint32_t>(s.n_layers));
+  w.Add(a + ".context_length", MakeValue<uint32_t>(s.context_length));
+  w.Add(a + ".embedding_length", MakeValue<uint32_t>(s.dim));
+  w.Add(a + ".feed_forward_length", MakeValue<uint32_t>(s.ffn_dim));
+  w.Add(a + ".attention.head_count", MakeValue<uint32_t>(s.n_heads));
+  w.Add(a + ".attention.head_count_kv", MakeValue<uint32_t>(s.n_kv_heads));
+  if (s.head_dim > 0) {
+    w.Add(a + ".attention.key_length", MakeValue<uint32_t>(hd));
+    w.Add(a + ".attention.value_length", MakeValue<uint32_t>(hd));
+  }
+  w.Add(a + ".rope.freq_base", MakeValue<float>(s.rope_base));
+  w.Add(a + ".attention.layer_norm_rms_epsilon", MakeValue<float>(1e-5f));
 
   if (s.with_vocab) {
     if (s.vocab_size < 259) return InvalidArgumentError("a synthetic vocabulary needs >= 259 tokens");
@@ -210,21 +245,42 @@ StatusOr<std::vector<uint8_t>> BuildSyntheticModel(const SyntheticModelSpec& s) 
   }
 
   Builder b(s.seed);
-  const int32_t hd = s.dim / s.n_heads;
-  const auto a = [](int64_t fan_in) { return std::sqrt(3.0f / static_cast<float>(fan_in)); };
-  STREAMD_RETURN_IF_ERROR(b.Matrix(w, "token_embd.weight", s.embedding_type, s.dim, s.vocab_size, 1.0f));
+  const auto bound = [](int64_t fan_in) { return std::sqrt(3.0f / static_cast<float>(fan_in)); };
+  STREAMD_RETURN_IF_ERROR(
+      b.Matrix(w, "token_embd.weight", s.embedding_type, s.dim, s.vocab_size, 1.0f));
   STREAMD_RETURN_IF_ERROR(b.Ones(w, "output_norm.weight", s.dim));
+  if (!s.rope_freq_factors.empty()) {
+    STREAMD_RETURN_IF_ERROR(b.Floats(w, "rope_freqs.weight", s.rope_freq_factors));
+  }
   for (int32_t l = 0; l < s.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     STREAMD_RETURN_IF_ERROR(b.Ones(w, p + "attn_norm.weight", s.dim));
-    STREAMD_RETURN_IF_ERROR(b.Matrix(w, p + "attn_q.weight", s.weight_type, s.dim, s.n_heads * hd, a(s.dim)));
-    STREAMD_RETURN_IF_ERROR(b.Matrix(w, p + "attn_k.weight", s.weight_type, s.dim, s.n_kv_heads * hd, a(s.dim)));
-    STREAMD_RETURN_IF_ERROR(b.Matrix(w, p + "attn_v.weight", s.weight_type, s.dim, s.n_kv_heads * hd, a(s.dim)));
-    STREAMD_RETURN_IF_ERROR(b.Matrix(w, p + "attn_output.weight", s.weight_type, s.n_heads * hd, s.dim, a(s.dim)));
+    STREAMD_RETURN_IF_ERROR(b.Matrix(w, p + "attn_q.weight", s.weight_type,
+                                     s.dim, s.n_heads * hd, bound(s.dim)));
+    STREAMD_RETURN_IF_ERROR(b.Matrix(w, p + "attn_k.weight", s.weight_type,
+                                     s.dim, s.n_kv_heads * hd, bound(s.dim)));
+    STREAMD_RETURN_IF_ERROR(b.Matrix(w, p + "attn_v.weight", s.weight_type,
+                                     s.dim, s.n_kv_heads * hd, bound(s.dim)));
+    STREAMD_RETURN_IF_ERROR(b.Matrix(w, p + "attn_output.weight", s.weight_type,
+                                     s.n_heads * hd, s.dim, bound(s.dim)));
+    if (family.qkv_bias) {
+      // Biases of the size of a projection's outputs: they move q, k and v visibly.
+      STREAMD_RETURN_IF_ERROR(b.Uniform(w, p + "attn_q.bias", s.n_heads * hd, -0.5f, 0.5f));
+      STREAMD_RETURN_IF_ERROR(b.Uniform(w, p + "attn_k.bias", s.n_kv_heads * hd, -0.5f, 0.5f));
+      STREAMD_RETURN_IF_ERROR(b.Uniform(w, p + "attn_v.bias", s.n_kv_heads * hd, -0.5f, 0.5f));
+    }
+    if (family.qk_norm) {
+      // Not all ones: a norm applied to the wrong dimensions (or not per head) shows.
+      STREAMD_RETURN_IF_ERROR(b.Uniform(w, p + "attn_q_norm.weight", hd, 0.5f, 1.5f));
+      STREAMD_RETURN_IF_ERROR(b.Uniform(w, p + "attn_k_norm.weight", hd, 0.5f, 1.5f));
+    }
     STREAMD_RETURN_IF_ERROR(b.Ones(w, p + "ffn_norm.weight", s.dim));
-    STREAMD_RETURN_IF_ERROR(b.Matrix(w, p + "ffn_gate.weight", s.weight_type, s.dim, s.ffn_dim, a(s.dim)));
-    STREAMD_RETURN_IF_ERROR(b.Matrix(w, p + "ffn_up.weight", s.weight_type, s.dim, s.ffn_dim, a(s.dim)));
-    STREAMD_RETURN_IF_ERROR(b.Matrix(w, p + "ffn_down.weight", s.weight_type, s.ffn_dim, s.dim, a(s.ffn_dim)));
+    STREAMD_RETURN_IF_ERROR(b.Matrix(w, p + "ffn_gate.weight", s.weight_type,
+                                     s.dim, s.ffn_dim, bound(s.dim)));
+    STREAMD_RETURN_IF_ERROR(b.Matrix(w, p + "ffn_up.weight", s.weight_type,
+                                     s.dim, s.ffn_dim, bound(s.dim)));
+    STREAMD_RETURN_IF_ERROR(b.Matrix(w, p + "ffn_down.weight", s.weight_type,
+                                     s.ffn_dim, s.dim, bound(s.ffn_dim)));
   }
   return w.Serialize();
 }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/gguf/gguf_file.h"
@@ -22,6 +23,12 @@ struct SyntheticModelSpec {
   int32_t vocab_size = 256;
   int32_t context_length = 4096;
   float rope_base = 10000.0f;
+  // general.architecture, a family of model_family.h: "qwen2" adds random q/k/v biases,
+  // "qwen3" random per-head q/k norm weights; both rotate NEOX-style.
+  std::string architecture = "llama";
+  int32_t head_dim = 0;  // 0: dim / n_heads; else written as attention.key_length (Qwen3-style)
+  // Llama 3.x frequency divisors written as rope_freqs.weight ([head_dim / 2]); empty: none.
+  std::vector<float> rope_freq_factors;
   gguf::TensorType weight_type = gguf::TensorType::kF32;     // projections
   gguf::TensorType embedding_type = gguf::TensorType::kF32;  // token_embd (tied output head)
   uint64_t seed = 1;

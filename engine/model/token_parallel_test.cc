@@ -14,6 +14,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -31,6 +32,7 @@ struct Case {
   bool int8_cache = false;
   int activation_bits = 12;
   int sessions = 16;
+  std::string architecture = "llama";  // a family of model_family.h
 };
 
 std::shared_ptr<const KvInt8Scales> RandomScales(const LlamaConfig& c, std::mt19937& rng) {
@@ -74,7 +76,7 @@ double RelativeError(const float* a, const float* b, size_t n) {
 void ExpectSameLogits(const Case& tc) {
   SCOPED_TRACE(testing::Message() << "int8 cache " << tc.int8_cache << ", activations "
                                   << tc.activation_bits << " bits, " << tc.sessions
-                                  << " sessions");
+                                  << " sessions, " << tc.architecture);
   std::mt19937 rng(std::random_device{}());
   SyntheticModelSpec spec;
   spec.dim = 128;
@@ -84,6 +86,8 @@ void ExpectSameLogits(const Case& tc) {
   spec.weight_type = gguf::TensorType::kQ4_1;
   spec.embedding_type = gguf::TensorType::kQ8_0;
   spec.seed = rng();
+  spec.architecture = tc.architecture;
+  if (tc.architecture == "qwen3") spec.head_dim = 48;  // q_dim 192 != dim 128
   auto made = MakeSyntheticModel(spec);
   ASSERT_TRUE(made.ok()) << made.status().ToString();
   LlamaModel& model = **made;
@@ -164,6 +168,15 @@ TEST(TokenParallelTest, SameLogitsAsTheRowSplitWithF16Caches) {
 TEST(TokenParallelTest, SameLogitsAsTheRowSplitWithInt8CachesAnd8BitActivations) {
   for (int sessions : {3, 16}) ExpectSameLogits({true, 8, sessions});
   ExpectSameLogits({false, 8, 7});
+}
+
+// The families' extras (biases, q/k norms, NEOX RoPE) run in the per-token step both orders
+// share.
+TEST(TokenParallelTest, SameLogitsAsTheRowSplitForEveryFamily) {
+  for (const char* family : {"qwen2", "qwen3"}) {
+    ExpectSameLogits({false, 12, 5, family});
+    ExpectSameLogits({true, 8, 3, family});
+  }
 }
 
 TEST(TokenParallelTest, OnlyDecodeStepsFromTheThresholdRunByTokens) {

@@ -151,6 +151,20 @@ void RotatePairs(float* x, int64_t n_vectors, int64_t dim, const float* cos, con
   }
 }
 
+void RotateHalves(float* x, int64_t n_vectors, int64_t dim, const float* cos, const float* sin) {
+  const int64_t half = dim / 2;
+  for (int64_t v = 0; v < n_vectors; ++v) {
+    float* lo = x + v * dim;
+    float* hi = lo + half;
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = lo[i], b = hi[i];
+      const float ac = a * cos[i], bs = b * sin[i], as = a * sin[i], bc = b * cos[i];
+      lo[i] = ac - bs;
+      hi[i] = as + bc;
+    }
+  }
+}
+
 int64_t ArgmaxF32(const float* x, int64_t n) {
   // A single running max is one long dependency chain; eight independent ones let the CPU
   // overlap them (the compiler may not reorder float max itself, because of NaN semantics:

@@ -68,6 +68,9 @@ void AddRmsNormRow(float* x, const float* delta, const float* weight, float eps,
 // a sin[i] + b cos[i]), each two f32 products and a sum (never a fused multiply-add), so every
 // level gives the same bits.
 void RotatePairs(float* x, int64_t n_vectors, int64_t dim, const float* cos, const float* sin);
+// The same rotation over GPT-NeoX's pairs (i, i + dim/2) (Qwen's RoPE): the same two products
+// and a sum per value, portable code at every level (the compiler vectorizes the two halves).
+void RotateHalves(float* x, int64_t n_vectors, int64_t dim, const float* cos, const float* sin);
 // The lowest index among the largest values of x[0, n): a greedy pick over a logits row. NaN
 // values are skipped; 0 when every value is -inf or NaN (or n == 0).
 int64_t ArgmaxF32(const float* x, int64_t n);

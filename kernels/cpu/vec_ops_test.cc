@@ -469,6 +469,46 @@ TEST(VecOpsTest, RotatePairsMatchesDoubleAndIsTheSameAtEveryLevel) {
   }
 }
 
+// NEOX layout: pair i is (i, i + dim/2) of each vector; the same rotation as RotatePairs's, so
+// on a vector whose halves are interleaved into pairs both give the same bits.
+TEST(VecOpsTest, RotateHalvesRotatesHalfAHeadApartLikeRotatePairs) {
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> angle(-3.2, 3.2);
+  for (int64_t dim : {2, 6, 64, 128}) {
+    for (int64_t vectors : {1, 3}) {
+      SCOPED_TRACE(::testing::Message() << "dim " << dim << " vectors " << vectors);
+      const int64_t half = dim / 2;
+      std::vector<float> cos(half), sin(half);
+      for (int64_t i = 0; i < half; ++i) {
+        const double a = angle(rng);
+        cos[i] = static_cast<float>(std::cos(a));
+        sin[i] = static_cast<float>(std::sin(a));
+      }
+      const std::vector<float> x0 = RandomFloats(vectors * dim + 1, rng);
+      std::vector<float> neox = x0, pairs(x0.size());
+      pairs.back() = x0.back();
+      for (int64_t v = 0; v < vectors; ++v) {
+        for (int64_t i = 0; i < half; ++i) {
+          pairs[v * dim + 2 * i] = x0[v * dim + i];
+          pairs[v * dim + 2 * i + 1] = x0[v * dim + half + i];
+        }
+      }
+      RotateHalves(neox.data(), vectors, dim, cos.data(), sin.data());
+      RotatePairs(pairs.data(), vectors, dim, cos.data(), sin.data());
+      ASSERT_EQ(Bits(neox.back()), Bits(x0.back()));
+      for (int64_t v = 0; v < vectors; ++v) {
+        for (int64_t i = 0; i < half; ++i) {
+          ASSERT_EQ(Bits(neox[v * dim + i]), Bits(pairs[v * dim + 2 * i])) << v << " " << i;
+          ASSERT_EQ(Bits(neox[v * dim + half + i]), Bits(pairs[v * dim + 2 * i + 1]))
+              << v << " " << i;
+        }
+      }
+    }
+  }
+}
+
 // The greedy pick: the lowest index of the maximum wherever it sits (every lane of the 8-lane
 // scan and the tail), ties, NaN skipped, all -inf or NaN giving 0; against a plain scan.
 TEST(VecOpsTest, ArgmaxF32IsTheFirstLargestSkippingNan) {

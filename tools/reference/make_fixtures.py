@@ -269,19 +269,22 @@ def sig4(x):
     return float(f"{x:.4g}")
 
 
-def greedy_cases(llm):
-    """Pure-argmax continuations of GREEDY_PROMPTS (see the greedy fixture's definition)."""
+def greedy_cases(llm, prompts=None, steps=None):
+    """Pure-argmax continuations of `prompts` (default GREEDY_PROMPTS) for `steps` steps
+    (default GREEDY_STEPS); see the greedy fixture's definition."""
+    prompts = GREEDY_PROMPTS if prompts is None else prompts
+    steps = GREEDY_STEPS if steps is None else steps
     eog = set()
     for t in range(llm.n_vocab()):
         if llama_cpp.llama_vocab_is_eog(llm._model.vocab, t):
             eog.add(t)
     cases = []
-    for name, text, special in GREEDY_PROMPTS:
+    for name, text, special in prompts:
         prompt_ids = tok(llm, text.encode("utf-8"), False, special)
         llm.reset()
         llm.eval(prompt_ids)
         gen, gaps = [], []
-        for _ in range(GREEDY_STEPS):
+        for _ in range(steps):
             row = np.asarray(llm.scores[llm.n_tokens - 1], dtype=np.float32)
             t = int(row.argmax())
             s = np.sort(row.astype(np.float64))
