@@ -21,6 +21,7 @@
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
 #include "engine/model/llama_model.h"
+#include "engine/serving/step_runner.h"
 #include "tests/test_env.h"
 
 namespace streamd {
@@ -91,8 +92,9 @@ TeacherForced RunTeacherForced(LlamaModel& model, const nlohmann::json& fx,
   double nll = 0.0;
   for (size_t begin = 0; begin < tokens.size(); begin += kChunk) {
     const size_t len = std::min(kChunk, tokens.size() - begin);
-    EXPECT_TRUE(
-        model.Forward({tokens.data() + begin, len}, *cache, LogitsMode::kAll, logits.data()).ok());
+    EXPECT_TRUE(StepRunner(model)
+                    .Run({tokens.data() + begin, len}, *cache, LogitsMode::kAll, logits.data())
+                    .ok());
     for (size_t j = 0; j < len && begin + j + 1 < tokens.size(); ++j) {
       const size_t pos = begin + j;
       const float* row = &logits[j * vocab];
@@ -139,7 +141,7 @@ TEST_F(ModelGoldenTest, GreedyContinuationsMatchExactWeightsReference) {
     const std::vector<int32_t> expected = c.at("generated_ids").get<std::vector<int32_t>>();
     const std::vector<double> gap = c.at("argmax_gap").get<std::vector<double>>();
     std::unique_ptr<SessionCache> cache = Dense(static_cast<int32_t>(prompt.size()));
-    ASSERT_TRUE(model_->Forward(prompt, *cache, LogitsMode::kLast, logits.data()).ok());
+    ASSERT_TRUE(StepRunner(*model_).Run(prompt, *cache, LogitsMode::kLast, logits.data()).ok());
     for (size_t i = 0; i < expected.size(); ++i) {
       const int32_t ours = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) -
                                                 logits.begin());
@@ -148,7 +150,8 @@ TEST_F(ModelGoldenTest, GreedyContinuationsMatchExactWeightsReference) {
         ++checked;
       }
       const int32_t next = expected[i];
-      ASSERT_TRUE(model_->Forward({&next, 1}, *cache, LogitsMode::kLast, logits.data()).ok());
+      ASSERT_TRUE(
+          StepRunner(*model_).Run({&next, 1}, *cache, LogitsMode::kLast, logits.data()).ok());
     }
   }
   EXPECT_GE(checked, 80);
@@ -165,16 +168,18 @@ TEST_F(ModelGoldenTest, ChunkedPrefillEqualsTokenByToken) {
   std::vector<float> one_by_one(tokens.size() * vocab);
   std::unique_ptr<SessionCache> a = Dense(1);
   for (size_t i = 0; i < tokens.size(); ++i) {
-    ASSERT_TRUE(
-        model_->Forward({&tokens[i], 1}, *a, LogitsMode::kLast, &one_by_one[i * vocab]).ok());
+    ASSERT_TRUE(StepRunner(*model_)
+                    .Run({&tokens[i], 1}, *a, LogitsMode::kLast, &one_by_one[i * vocab])
+                    .ok());
   }
   for (size_t chunk : {3u, 16u, 41u, 97u}) {
     std::unique_ptr<SessionCache> b = Dense(static_cast<int32_t>(chunk));
     std::vector<float> chunked(tokens.size() * vocab);
     for (size_t i = 0; i < tokens.size(); i += chunk) {
       const size_t len = std::min(chunk, tokens.size() - i);
-      ASSERT_TRUE(
-          model_->Forward({&tokens[i], len}, *b, LogitsMode::kAll, &chunked[i * vocab]).ok());
+      ASSERT_TRUE(StepRunner(*model_)
+                      .Run({&tokens[i], len}, *b, LogitsMode::kAll, &chunked[i * vocab])
+                      .ok());
     }
     double max_err = 0.0, scale = 0.0;
     for (size_t i = 0; i < chunked.size(); ++i) {

@@ -31,6 +31,7 @@
 #include "engine/cache/session_cache.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/plain_reference_llama.h"
+#include "engine/serving/step_runner.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace streamd {
@@ -142,7 +143,7 @@ TEST_F(QwenGoldenTest, DensePassMatchesLlamaCpp) {
   std::vector<float> logits(n * vocab);
   std::unique_ptr<SessionCache> cache = Cache(Dense());
   for (int64_t begin = 0; begin < n; begin += 256) {
-    ASSERT_TRUE(model_->Forward({tokens.data() + begin, 256}, *cache, LogitsMode::kAll,
+    ASSERT_TRUE(StepRunner(*model_).Run({tokens.data() + begin, 256}, *cache, LogitsMode::kAll,
                                 &logits[begin * vocab])
                     .ok());
   }
@@ -192,22 +193,24 @@ TEST_F(QwenGoldenTest, GreedyContinuationsMatchLlamaCpp) {
     const std::vector<double> gap = c.at("argmax_gap").get<std::vector<double>>();
     // Free-running: our own picks fed back, up to the reference's first near-tie.
     std::unique_ptr<SessionCache> free_run = Cache(Dense());
-    ASSERT_TRUE(model_->Forward(prompt, *free_run, LogitsMode::kLast, logits.data()).ok());
+    ASSERT_TRUE(StepRunner(*model_).Run(prompt, *free_run, LogitsMode::kLast, logits.data()).ok());
     for (size_t i = 0; i < expected.size() && gap[i] >= kClearGap; ++i) {
       const int32_t ours = Argmax(logits.data(), vocab);
       ASSERT_EQ(ours, expected[i]) << name << " free-running step " << i;
-      ASSERT_TRUE(model_->Forward({&ours, 1}, *free_run, LogitsMode::kLast, logits.data()).ok());
+      ASSERT_TRUE(
+          StepRunner(*model_).Run({&ours, 1}, *free_run, LogitsMode::kLast, logits.data()).ok());
     }
     // Teacher-forced: the reference's picks fed back, every clear step compared.
     std::unique_ptr<SessionCache> forced = Cache(Dense());
-    ASSERT_TRUE(model_->Forward(prompt, *forced, LogitsMode::kLast, logits.data()).ok());
+    ASSERT_TRUE(StepRunner(*model_).Run(prompt, *forced, LogitsMode::kLast, logits.data()).ok());
     for (size_t i = 0; i < expected.size(); ++i) {
       if (gap[i] >= kClearGap) {
         EXPECT_EQ(Argmax(logits.data(), vocab), expected[i]) << name << " step " << i;
         ++checked;
       }
-      ASSERT_TRUE(
-          model_->Forward({&expected[i], 1}, *forced, LogitsMode::kLast, logits.data()).ok());
+      ASSERT_TRUE(StepRunner(*model_)
+                      .Run({&expected[i], 1}, *forced, LogitsMode::kLast, logits.data())
+                      .ok());
     }
   }
   EXPECT_GE(checked, 40);  // of the fixture's 48 steps
@@ -228,7 +231,7 @@ TEST_F(QwenGoldenTest, StreamingPerplexityMatchesPlainReference) {
     std::vector<float> logits(n * vocab);
     for (int64_t i = 0; i < n; i += spec.max_chunk) {
       const int64_t len = std::min<int64_t>(spec.max_chunk, n - i);
-      ASSERT_TRUE(model_->Forward({tokens.data() + i, static_cast<size_t>(len)}, *cache,
+      ASSERT_TRUE(StepRunner(*model_).Run({tokens.data() + i, static_cast<size_t>(len)}, *cache,
                                   LogitsMode::kAll, &logits[i * vocab])
                       .ok());
     }

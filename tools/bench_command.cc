@@ -23,6 +23,7 @@
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
 #include "engine/serving/engine_types.h"
+#include "engine/serving/step_runner.h"
 #include "kernels/cpu/matmul.h"
 #include "tools/bench_decode.h"
 #include "tools/bench_sessions.h"
@@ -351,6 +352,7 @@ int BenchCommand(int argc, char** argv) {
   for (int32_t& t : prompt) t = pick(rng);
 
   using Clock = std::chrono::steady_clock;
+  StepRunner step(model);
   nlohmann::json results = nlohmann::json::array();
   std::printf("%-8s %-10s %16s %16s\n", "threads", "isa", "prefill tok/s", "decode tok/s");
   for (int64_t nt : *threads) {
@@ -360,7 +362,7 @@ int BenchCommand(int argc, char** argv) {
       auto cache = SessionCache::Create(pool->get(), dense, c.context_length);
       if (!cache.ok()) return Fail(cache.status());
       const auto t0 = Clock::now();
-      Status s = model.Forward(prompt, **cache, LogitsMode::kLast, logits.data());
+      Status s = step.Run(prompt, **cache, LogitsMode::kLast, logits.data());
       const auto t1 = Clock::now();
       if (!s.ok()) return Fail(s);
       cache->reset();
@@ -369,7 +371,7 @@ int BenchCommand(int argc, char** argv) {
       int32_t token = prompt[0];
       const auto t2 = Clock::now();
       for (int64_t g = 0; g < gen_tokens; ++g) {
-        s = model.Forward({&token, 1}, **cache, LogitsMode::kLast, logits.data());
+        s = step.Run({&token, 1}, **cache, LogitsMode::kLast, logits.data());
         if (!s.ok()) return Fail(s);
         token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       }

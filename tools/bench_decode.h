@@ -1,5 +1,5 @@
 // `streamd bench --decode-steps K --sessions N[,N...]`: the time of one batched greedy decode
-// step (ModelBackend::ForwardGreedy: tokens in, next tokens out) of the model with N sessions
+// step (StepRunner::RunGreedy: tokens in, next tokens out) of the model with N sessions
 // whose caches hold exactly S + W tokens (full windows), without the prefill that would fill
 // them: every cache is fast-forwarded by reserving and committing
 // tokens (their K/V are whatever the pool holds; the step reads the same bytes either way).

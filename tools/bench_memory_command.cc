@@ -25,6 +25,7 @@
 #include "engine/cache/session_cache.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/synthetic_model.h"
+#include "engine/serving/step_runner.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
@@ -183,6 +184,7 @@ int BenchMemoryCommand(int argc, char** argv) {
   }
 
   using Clock = std::chrono::steady_clock;
+  StepRunner step(model);
   std::vector<float> logits(c.vocab_size);
   std::vector<int32_t> batch;
   std::vector<Sample> samples;
@@ -214,7 +216,7 @@ int BenchMemoryCommand(int argc, char** argv) {
     for (int64_t i = 0; i < len; ++i) {
       batch[i] = source[static_cast<size_t>((seen + i) % static_cast<int64_t>(source.size()))];
     }
-    if (Status s = model.Forward(batch, cache, LogitsMode::kLast, logits.data()); !s.ok()) {
+    if (Status s = step.Run(batch, cache, LogitsMode::kLast, logits.data()); !s.ok()) {
       return Fail(s, "at token " + std::to_string(seen));
     }
     seen += len;

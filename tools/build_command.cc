@@ -22,6 +22,7 @@
 #include "engine/plan/machine_load.h"
 #include "engine/plan/plan_binding.h"
 #include "engine/plan/plan_file.h"
+#include "engine/serving/step_runner.h"
 #include "engine/snapshot/model_fingerprint.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/util/version.h"
@@ -89,13 +90,15 @@ Status StreamThroughSinkCache(LlamaModel& model, const std::vector<int32_t>& tok
                                        BlockPool::BlockBytes(shape, kEvalBlockSize)));
   STREAMD_ASSIGN_OR_RETURN(auto cache, SessionCache::Create(pool.get(), spec, c.context_length));
   std::vector<float> logits(static_cast<size_t>(kEvalChunk) * c.vocab_size);
+  StepRunner runner(model);
   const std::span<const int32_t> all(tokens);
   size_t step = 0;
   for (size_t i = 0, len = 0; i + 1 < tokens.size(); i += len, ++step) {
     const size_t probe = static_cast<size_t>(
         kBucketProbeTokens[kTokenBuckets - 1 - static_cast<int>(step % kTokenBuckets)]);
     len = std::min(probe, tokens.size() - 1 - i);
-    STREAMD_RETURN_IF_ERROR(model.Forward(all.subspan(i, len), *cache, LogitsMode::kAll, logits.data()));
+    STREAMD_RETURN_IF_ERROR(
+        runner.Run(all.subspan(i, len), *cache, LogitsMode::kAll, logits.data()));
     STREAMD_RETURN_IF_ERROR(chunk(*cache, i, len, logits.data()));
   }
   return OkStatus();

@@ -32,6 +32,7 @@
 #include "engine/cache/session_cache.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model_check.h"
+#include "engine/serving/step_runner.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
@@ -112,7 +113,7 @@ struct RunResult {
   int32_t peak_blocks = 0;
   int64_t peak_cache_bytes = 0;
   int64_t forward_tokens = 0;  // tokens run through the model (recompute: many times N)
-  double forward_seconds = 0;  // time inside Forward
+  double forward_seconds = 0;  // time inside the steps
   double seconds = 0;          // wall time of the run, scoring included
   explicit RunResult(int64_t segment) : nll(segment) {}
 };
@@ -139,19 +140,19 @@ void MaybeProgress(const EvalOptions& opt, const RunResult& r, int64_t done, int
                r.forward_seconds > 0 ? r.forward_tokens / r.forward_seconds : 0.0);
 }
 
-// Streams tokens[0, n_stream) through `cache` in chunks (kAll logits) and scores every
-// target g + 1 < tokens.size() predicted by a streamed token g.
-Status StreamAndScore(LlamaModel& model, SessionCache& cache, std::span<const int32_t> tokens,
+// Streams tokens[0, n_stream) through `cache` in chunks, one step each (kAll logits), and
+// scores every target g + 1 < tokens.size() predicted by a streamed token g.
+Status StreamAndScore(StepRunner& step, SessionCache& cache, std::span<const int32_t> tokens,
                       int64_t n_stream, const KvShape& shape, const EvalOptions& opt,
                       std::vector<float>& logits, RunResult* r) {
-  const int32_t vocab = model.config().vocab_size;
+  const int32_t vocab = step.model().config().vocab_size;
   const int64_t n = static_cast<int64_t>(tokens.size());
   int64_t next_report = 0;
   for (int64_t i = 0; i < n_stream; i += opt.chunk) {
     const int64_t len = std::min<int64_t>(opt.chunk, n_stream - i);
     const auto t0 = Clock::now();
     STREAMD_RETURN_IF_ERROR(
-        model.Forward(tokens.subspan(i, len), cache, LogitsMode::kAll, logits.data()));
+        step.Run(tokens.subspan(i, len), cache, LogitsMode::kAll, logits.data()));
     r->forward_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
     r->forward_tokens += len;
     NotePeak(cache, shape, r);
@@ -184,11 +185,12 @@ StatusOr<RunResult> RunStreaming(LlamaModel& model, std::span<const int32_t> tok
   const CacheSpec spec{mode, run.sinks, run.window, opt.chunk};
   STREAMD_ASSIGN_OR_RETURN(auto pool, PoolFor(spec, c, opt.block_size));
   STREAMD_ASSIGN_OR_RETURN(auto cache, SessionCache::Create(pool.get(), spec, c.context_length));
+  StepRunner step(model);
   RunResult r(segment);
   r.spec = run;
   std::vector<float> logits(static_cast<size_t>(opt.chunk) * c.vocab_size);
   const auto t0 = Clock::now();
-  STREAMD_RETURN_IF_ERROR(StreamAndScore(model, *cache, tokens, static_cast<int64_t>(tokens.size()),
+  STREAMD_RETURN_IF_ERROR(StreamAndScore(step, *cache, tokens, static_cast<int64_t>(tokens.size()),
                                          shape, opt, logits, &r));
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return r;
@@ -206,6 +208,7 @@ StatusOr<RunResult> RunRecompute(LlamaModel& model, std::span<const int32_t> tok
   // A cache that holds exactly L tokens: it never evicts, so it is a dense cache of L tokens.
   const CacheSpec spec{CacheMode::kWindow, 0, l, opt.chunk};
   STREAMD_ASSIGN_OR_RETURN(auto pool, PoolFor(spec, c, opt.block_size));
+  StepRunner step(model);
   RunResult r(segment);
   r.spec = run;
   std::vector<float> logits(static_cast<size_t>(opt.chunk) * c.vocab_size);
@@ -213,7 +216,7 @@ StatusOr<RunResult> RunRecompute(LlamaModel& model, std::span<const int32_t> tok
   {
     STREAMD_ASSIGN_OR_RETURN(auto cache, SessionCache::Create(pool.get(), spec, c.context_length));
     STREAMD_RETURN_IF_ERROR(
-        StreamAndScore(model, *cache, tokens, std::min<int64_t>(n, l), shape, opt, logits, &r));
+        StreamAndScore(step, *cache, tokens, std::min<int64_t>(n, l), shape, opt, logits, &r));
   }
   int64_t next_report = 0;
   for (int64_t j = l + 1; j < n; ++j) {
@@ -222,7 +225,7 @@ StatusOr<RunResult> RunRecompute(LlamaModel& model, std::span<const int32_t> tok
     for (int64_t i = j - l; i < j; i += opt.chunk) {
       const int64_t len = std::min<int64_t>(opt.chunk, j - i);
       STREAMD_RETURN_IF_ERROR(
-          model.Forward(tokens.subspan(i, len), *cache, LogitsMode::kLast, logits.data()));
+          step.Run(tokens.subspan(i, len), *cache, LogitsMode::kLast, logits.data()));
       r.forward_tokens += len;
     }
     r.forward_seconds += std::chrono::duration<double>(Clock::now() - f0).count();

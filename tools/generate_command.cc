@@ -1,8 +1,14 @@
 // `streamd generate`: one prompt, one completion, streamed to stdout as tokens are sampled.
 // With --json the last line is a JSON object with token counts and prefill/decode speed.
+// A client of the Engine like the server: one session, Append, Generate; the engine's scheduler
+// runs the steps and its generation loop samples, detokenizes and matches the stop strings.
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <iostream>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -11,10 +17,9 @@
 #include "engine/cache/session_cache.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model_check.h"
-#include "engine/sampling/sampler.h"
 #include "engine/sampling/stop_string_matcher.h"
+#include "engine/serving/engine.h"
 #include "engine/tokenizer/chat_template.h"
-#include "engine/tokenizer/incremental_detokenizer.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
@@ -25,11 +30,45 @@ namespace {
 
 using tokenizer::ChatMessage;
 using tokenizer::ChatTemplate;
-using tokenizer::IncrementalDetokenizer;
 using tokenizer::Tokenizer;
 
 // Prompt tokens per forward pass: bounds the workspace, costs nothing in speed.
-constexpr size_t kPrefillChunk = 512;
+constexpr int32_t kPrefillChunk = 512;
+
+// The generation's events, handed from the engine's scheduler thread (whose sinks must not
+// block) to the main thread, which writes them to stdout.
+class EventQueue {
+ public:
+  EventSink Sink() {
+    return [this](GenerationEvent&& e) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        events_.push_back(std::move(e));
+      }
+      cv_.notify_one();
+    };
+  }
+  GenerationEvent Pop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !events_.empty(); });
+    GenerationEvent e = std::move(events_.front());
+    events_.pop_front();
+    return e;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<GenerationEvent> events_;
+};
+
+const char* StopReason(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kEndOfGeneration: return "eog";
+    case FinishReason::kStop: return "stop";
+    default: return "length";
+  }
+}
 
 struct GenerateFlags {
   std::string model = DefaultModelPath();
@@ -101,23 +140,22 @@ int GenerateCommand(int argc, char** argv) {
   auto model_or = LlamaModel::Load(f.model);
   // Every problem of the file at once, the path named once (engine/model/model_check.h).
   if (!model_or.ok()) return Fail(ExplainModelLoadFailure(f.model, model_or.status()));
-  LlamaModel& model = **model_or;
-  if (f.threads > 0) model.set_threads(static_cast<int32_t>(f.threads));
-  const LlamaConfig& config = model.config();
-  auto vocab_or = Tokenizer::FromGguf(model.file());
+  std::unique_ptr<LlamaModel> model = std::move(model_or).value();
+  if (f.threads > 0) model->set_threads(static_cast<int32_t>(f.threads));
+  const int32_t threads = model->threads();
+  const LlamaConfig config = model->config();
+  auto vocab_or = Tokenizer::FromGguf(model->file());
   if (!vocab_or.ok()) return Fail(vocab_or.status(), f.model);
   const Tokenizer& vocab = **vocab_or;
   auto params = ToSamplingParams(f, config.vocab_size);
   if (!params.ok()) return Fail(params.status());
-  auto stops_or = StopStringMatcher::Create(f.stops);
-  if (!stops_or.ok()) return Fail(stops_or.status());
-  StopStringMatcher& stops = *stops_or;
+  if (Status s = StopStringMatcher::Validate(f.stops); !s.ok()) return Fail(s);
 
   std::string text = f.prompt;
   bool parse_special = f.special;
   bool add_bos = vocab.add_bos();
   if (f.chat) {
-    auto tmpl = ChatTemplate::FromGguf(model.file(), vocab);
+    auto tmpl = ChatTemplate::FromGguf(model->file(), vocab);
     if (!tmpl.ok()) return Fail(tmpl.status(), f.model);
     if (tmpl->is_fallback()) {
       std::fprintf(stderr, "streamd: warning: %s\n", tmpl->fallback_reason().c_str());
@@ -145,70 +183,77 @@ int GenerateCommand(int argc, char** argv) {
         " tokens, over the model context of " + std::to_string(config.context_length)));
   }
 
-  const CacheSpec spec{*mode, static_cast<int32_t>(f.sinks), static_cast<int32_t>(f.window),
-                       static_cast<int32_t>(kPrefillChunk)};
-  const KvShape shape{config.n_layers, config.n_kv_heads, config.head_dim};
-  const int32_t block = static_cast<int32_t>(f.block_size);
-  // One session: the pool holds exactly its worst case.
-  auto pool = BlockPool::Create(
-      shape, block,
-      SessionCache::PeakBlocks(SessionCache::Effective(spec, config.context_length), block) *
-          BlockPool::BlockBytes(shape, block));
-  if (!pool.ok()) return Fail(pool.status());
-  auto cache_or = SessionCache::Create(pool->get(), spec, config.context_length);
-  if (!cache_or.ok()) return Fail(cache_or.status(), "--cache");
-  SessionCache& cache = **cache_or;
-  std::vector<float> logits(config.vocab_size);
-  Sampler sampler(*params, config.vocab_size);
-  for (int32_t t : prompt) sampler.Accept(t);
+  // One session: the pool holds exactly its worst case, its bound plus the prefill headroom of
+  // one full chunk, and every step is that session's.
+  const int32_t chunk = std::min(kPrefillChunk, config.context_length);
+  const CacheSpec spec = SessionCache::Effective(
+      {*mode, static_cast<int32_t>(f.sinks), static_cast<int32_t>(f.window), chunk},
+      config.context_length);
+  EngineConfig engine_config;
+  engine_config.block_size = static_cast<int32_t>(f.block_size);
+  engine_config.max_chunk = chunk;
+  engine_config.planner.max_batch_tokens = chunk;
+  engine_config.planner.max_batch_sessions = 1;
+  const int32_t bound = SessionCache::BoundBlocks(spec, engine_config.block_size);
+  const int32_t peak = SessionCache::PeakBlocks(spec, engine_config.block_size);
+  engine_config.prefill_headroom_blocks = peak - bound;
+  engine_config.pool_bytes =
+      peak * BlockPool::BlockBytes(model->CacheShape(), engine_config.block_size);
+  engine_config.max_sessions = 1;
+  engine_config.max_sinks = config.context_length;  // the flags' limits are the model's
+  engine_config.max_window = config.context_length;
+  auto engine_or = Engine::Create(std::move(model), std::move(vocab_or).value(), engine_config);
+  if (!engine_or.ok()) return Fail(engine_or.status());
+  Engine& engine = **engine_or;
+  SessionOptions options;
+  options.mode = *mode;
+  options.sinks = static_cast<int32_t>(f.sinks);
+  options.window = static_cast<int32_t>(f.window);
+  options.sampling = *params;
+  auto id = engine.Open(options);
+  if (!id.ok()) return Fail(id.status(), "--cache");
+  GenerateOptions generate;
+  generate.max_tokens = static_cast<int32_t>(f.n);
+  generate.stop = f.stops;
+  EventQueue events;
 
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
-  for (size_t i = 0; i < prompt.size(); i += kPrefillChunk) {
-    const size_t len = std::min(kPrefillChunk, prompt.size() - i);
-    if (Status s = model.Forward({prompt.data() + i, len}, cache, LogitsMode::kLast, logits.data());
-        !s.ok()) {
-      return Fail(s);
-    }
+  if (Status s = engine.Append(*id, prompt); !s.ok()) return Fail(s, "--prompt");
+  // The engine prefills an idle session's input but its last token, which the generation then
+  // runs; waiting for that prefill to settle makes the steps (and so the logits, to the last
+  // bit) the same on every run, whenever Generate would have caught the scheduler.
+  while (true) {
+    auto info = engine.Get(*id);
+    if (!info.ok()) return Fail(info.status());
+    if (info->pending_tokens <= 1) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
-  const auto t1 = Clock::now();
-
-  // SentencePiece drops the space a piece starts with only at the start of a text; after a
-  // prompt that ends in ordinary text, a generated leading space is real.
-  IncrementalDetokenizer detok(vocab, vocab.IsSpecial(prompt.back()));
+  if (Status s = engine.Generate(*id, generate, events.Sink()); !s.ok()) return Fail(s);
+  Clock::time_point t1 = t0;
   std::string stop_reason = "length";
   int64_t generated = 0;
-  for (; generated < f.n; ++generated) {
-    const int32_t token = sampler.Sample(logits);
-    if (vocab.IsEndOfGeneration(token)) {
-      stop_reason = "eog";
-      break;
+  while (true) {
+    const GenerationEvent e = events.Pop();
+    if (e.kind == GenerationEvent::Kind::kToken) {
+      if (generated++ == 0) t1 = Clock::now();
+      std::fwrite(e.text.data(), 1, e.text.size(), stdout);
+      std::fflush(stdout);
+      continue;
     }
-    sampler.Accept(token);
-    const StopStringMatcher::FeedResult r = stops.Feed(detok.Push(token));
-    std::fwrite(r.text.data(), 1, r.text.size(), stdout);
-    std::fflush(stdout);
-    if (r.stopped) {
-      stop_reason = "stop";
-      ++generated;
-      break;
-    }
-    if (generated + 1 == f.n) {
-      ++generated;
-      break;
-    }
-    if (Status s = model.Forward({&token, 1}, cache, LogitsMode::kLast, logits.data()); !s.ok()) {
-      return Fail(s);
-    }
+    if (e.reason == FinishReason::kError) return Fail(e.status);
+    stop_reason = StopReason(e.reason);
+    std::fwrite(e.tail_text.data(), 1, e.tail_text.size(), stdout);
+    break;
   }
-  if (stop_reason != "stop") {
-    const std::string rest = stops.Feed(detok.Flush()).text + stops.Flush();
-    std::fwrite(rest.data(), 1, rest.size(), stdout);
-  }
+  if (generated == 0) t1 = Clock::now();
   std::fputc('\n', stdout);
   const auto t2 = Clock::now();
+  if (Status s = engine.Close(*id); !s.ok()) return Fail(s);
 
   if (f.json) {
+    // Prefill ends with the first token (the step of the prompt's last token and its sample);
+    // decode is every later token.
     const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
     const double decode_s = std::chrono::duration<double>(t2 - t1).count();
     nlohmann::json out = {
@@ -218,8 +263,8 @@ int GenerateCommand(int argc, char** argv) {
         {"prefill_seconds", prefill_s},
         {"decode_seconds", decode_s},
         {"prefill_tokens_per_s", prompt.size() / prefill_s},
-        {"decode_tokens_per_s", generated > 0 ? generated / decode_s : 0.0},
-        {"threads", model.threads()},
+        {"decode_tokens_per_s", generated > 1 ? (generated - 1) / decode_s : 0.0},
+        {"threads", threads},
     };
     std::cout << out.dump() << std::endl;
   }

@@ -12,6 +12,8 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/serving/step_runner.h"
+
 namespace streamd {
 namespace {
 
@@ -57,7 +59,7 @@ TEST(BackendTest, CpuBackendRunsTheModel) {
   ASSERT_TRUE(cache.ok());
   std::vector<float> logits(c.vocab_size);
   const std::vector<int32_t> tokens = {1, 2, 3};
-  EXPECT_TRUE((*backend)->Forward(tokens, **cache, LogitsMode::kLast, logits.data()).ok());
+  EXPECT_TRUE(StepRunner(**backend).Run(tokens, **cache, LogitsMode::kLast, logits.data()).ok());
 }
 
 TEST(BackendTest, CpuBackendRefusesAPoolItCannotRead) {
@@ -83,7 +85,7 @@ TEST(BackendTest, CpuBackendRefusesAPoolItCannotRead) {
   ASSERT_TRUE(cache.ok());
   std::vector<float> logits(c.vocab_size);
   const std::vector<int32_t> tokens = {1};
-  const Status s = (*backend)->Forward(tokens, **cache, LogitsMode::kLast, logits.data());
+  const Status s = StepRunner(**backend).Run(tokens, **cache, LogitsMode::kLast, logits.data());
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
   EXPECT_EQ((*cache)->tokens_seen(), 0);
 }
@@ -104,8 +106,10 @@ TEST(BackendTest, GreedyForwardIsTheArgmaxOfForward) {
   std::vector<int32_t> ids(1, -1);
   const std::vector<int32_t> tokens = {5, 6, 7};
   const SequenceInput sa{ca->get(), 3, LogitsMode::kLast}, sb{cb->get(), 3, LogitsMode::kLast};
-  ASSERT_TRUE((*a)->Forward(tokens, std::span<const SequenceInput>(&sa, 1), logits.data()).ok());
-  ASSERT_TRUE((*b)->ForwardGreedy(tokens, std::span<const SequenceInput>(&sb, 1), ids.data()).ok());
+  ASSERT_TRUE(
+      StepRunner(**a).Run(tokens, std::span<const SequenceInput>(&sa, 1), logits.data()).ok());
+  ASSERT_TRUE(
+      StepRunner(**b).RunGreedy(tokens, std::span<const SequenceInput>(&sb, 1), ids.data()).ok());
   EXPECT_EQ(ids[0], std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 

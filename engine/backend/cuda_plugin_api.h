@@ -18,7 +18,8 @@
 namespace streamd {
 
 // 2: ModelBackend grew greedy_ids_on_device and CopyGreedyStepLogits (its vtable changed).
-inline constexpr int32_t kCudaPluginAbi = 2;
+// 3: ModelBackend lost Forward, ForwardGreedy and its greedy rows (its layout changed).
+inline constexpr int32_t kCudaPluginAbi = 3;
 
 struct CudaPluginApi {
   int32_t abi = kCudaPluginAbi;

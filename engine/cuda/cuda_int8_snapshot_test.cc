@@ -17,6 +17,7 @@
 #include "engine/cuda/cuda_model_test_util.h"
 #include "engine/model/synthetic_model.h"
 #include "engine/serving/int8_engine_test_util.h"
+#include "engine/serving/step_runner.h"
 #include "engine/snapshot/snapshot_format.h"
 #include "kernels/cuda/cuda_test_util.h"
 
@@ -27,8 +28,8 @@ void Prefill(ModelBackend& model, SessionCache& cache, const std::vector<int32_t
   std::vector<float> logits(static_cast<size_t>(model.config().vocab_size));
   for (size_t at = 0; at < tokens.size(); at += 64) {
     const size_t n = std::min<size_t>(64, tokens.size() - at);
-    const Status s = model.Forward(std::span<const int32_t>(tokens).subspan(at, n), cache,
-                                   LogitsMode::kLast, logits.data());
+    const Status s = StepRunner(model).Run(std::span<const int32_t>(tokens).subspan(at, n), cache,
+                                           LogitsMode::kLast, logits.data());
     ASSERT_TRUE(s.ok()) << s.ToString();
   }
 }
@@ -120,8 +121,8 @@ TEST(CudaInt8SnapshotTest, Int8ImagesGoIntoCudaPoolsDequantizedWithTheirScales) 
   std::vector<float> want(vocab), got(vocab, NAN);
   for (int32_t step = 0; step < 3; ++step) {
     const std::vector<int32_t> next = RandomTokens(rng, 1, c.vocab_size);
-    ASSERT_TRUE((*cpu)->Forward(next, **reference, LogitsMode::kLast, want.data()).ok());
-    ASSERT_TRUE((*gpu)->Forward(next, **on_gpu, LogitsMode::kLast, got.data()).ok());
+    ASSERT_TRUE(StepRunner(**cpu).Run(next, **reference, LogitsMode::kLast, want.data()).ok());
+    ASSERT_TRUE(StepRunner(**gpu).Run(next, **on_gpu, LogitsMode::kLast, got.data()).ok());
     EXPECT_LT(RelativeL2(got.data(), want.data(), c.vocab_size), 1e-2) << "step " << step;
   }
 }

@@ -22,6 +22,7 @@
 #include "engine/cuda/cuda_model_test_util.h"
 #include "engine/model/synthetic_model.h"
 #include "engine/serving/engine.h"
+#include "engine/serving/step_runner.h"
 #include "kernels/cuda/cuda_test_util.h"
 
 namespace streamd::cuda {
@@ -78,8 +79,8 @@ std::vector<int32_t> Step(Twin& t, const std::vector<std::vector<int32_t>>& toke
   const int32_t vocab = t.cpu->config().vocab_size;
   std::vector<float> a(cpu_seqs.size() * static_cast<size_t>(vocab));
   std::vector<float> b(a.size(), NAN);
-  Status sa = t.cpu->Forward(flat, cpu_seqs, a.data());
-  Status sb = t.gpu->Forward(flat, gpu_seqs, b.data());
+  Status sa = StepRunner(*t.cpu).Run(flat, cpu_seqs, a.data());
+  Status sb = StepRunner(*t.gpu).Run(flat, gpu_seqs, b.data());
   EXPECT_TRUE(sa.ok()) << sa.ToString();
   EXPECT_TRUE(sb.ok()) << sb.ToString();
   std::vector<int32_t> next;
@@ -159,7 +160,7 @@ TEST(CudaModelTest, DefaultModelMatchesCpuBackend) {
   std::printf("worst relative L2 error of a logits row: %.3g\n", t.worst);
 }
 
-// Also: ForwardGreedy's device argmax equals the host argmax of Forward's logits, and the
+// Also: a greedy step's device argmax equals the host argmax of a full step's logits, and the
 // rows it leaves on the device (CopyGreedyStepLogits) equal them.
 TEST(CudaModelTest, GraphReplayEqualsEagerLaunches) {
   STREAMD_SKIP_WITHOUT_CUDA_DEVICE();
@@ -182,13 +183,13 @@ TEST(CudaModelTest, GraphReplayEqualsEagerLaunches) {
       sb.push_back({eager.gpu_caches[s].get(), 1, LogitsMode::kLast});
       toks.push_back(prompt[(step + s) % prompt.size()]);
     }
-    ASSERT_TRUE(eager.gpu->Forward(toks, sb, lb.data()).ok());
+    ASSERT_TRUE(StepRunner(*eager.gpu).Run(toks, sb, lb.data()).ok());
     if (step % 2 == 0) {
-      ASSERT_TRUE(graphs.gpu->Forward(toks, sa, la.data()).ok());
+      ASSERT_TRUE(StepRunner(*graphs.gpu).Run(toks, sa, la.data()).ok());
       ASSERT_EQ(la, lb) << "step " << step;
     } else {  // greedy ids picked on the device = argmax of the same logits on the host
       std::vector<int32_t> ids(4, -1);
-      ASSERT_TRUE(graphs.gpu->ForwardGreedy(toks, sa, ids.data()).ok());
+      ASSERT_TRUE(StepRunner(*graphs.gpu).RunGreedy(toks, sa, ids.data()).ok());
       std::vector<float> kept(vocab);
       for (int32_t s = 0; s < 4; ++s) {
         const float* row = &lb[static_cast<size_t>(s) * vocab];
@@ -202,7 +203,7 @@ TEST(CudaModelTest, GraphReplayEqualsEagerLaunches) {
   }
   std::vector<float> kept(vocab);
   EXPECT_FALSE(graphs.gpu->CopyGreedyStepLogits(0, kept.data()).ok())
-      << "a Forward step (the last, step 90) leaves no greedy rows";
+      << "a full-logits step (the last, step 90) leaves no greedy rows";
   EXPECT_GE(graphs.gpu->graphs_captured(), 1);
   EXPECT_EQ(eager.gpu->graphs_captured(), 0);
 }
@@ -291,17 +292,17 @@ TEST(CudaModelTest, BadInputGetsClearErrors) {
   ASSERT_TRUE(host_cache.ok());
   std::vector<float> logits(c.vocab_size);
   const std::vector<int32_t> one = {1};
-  EXPECT_EQ((*gpu)->Forward(one, **host_cache, LogitsMode::kLast, logits.data()).code(),
+  EXPECT_EQ(StepRunner(**gpu).Run(one, **host_cache, LogitsMode::kLast, logits.data()).code(),
             StatusCode::kInvalidArgument);
   auto pool = (*gpu)->CreatePool(shape, 16, 1 << 20);
   ASSERT_TRUE(pool.ok());
   auto cache = SessionCache::Create(pool->get(), {}, c.context_length);
   ASSERT_TRUE(cache.ok());
   const std::vector<int32_t> oov = {c.vocab_size};
-  EXPECT_EQ((*gpu)->Forward(oov, **cache, LogitsMode::kLast, logits.data()).code(),
+  EXPECT_EQ(StepRunner(**gpu).Run(oov, **cache, LogitsMode::kLast, logits.data()).code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ((*cache)->tokens_seen(), 0);
-  EXPECT_TRUE((*gpu)->Forward(one, **cache, LogitsMode::kLast, logits.data()).ok());
+  EXPECT_TRUE(StepRunner(**gpu).Run(one, **cache, LogitsMode::kLast, logits.data()).ok());
 }
 
 }  // namespace

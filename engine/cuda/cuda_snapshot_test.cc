@@ -35,6 +35,7 @@
 #include "engine/model/synthetic_model.h"
 #include "engine/serving/engine.h"
 #include "engine/serving/engine_test_util.h"
+#include "engine/serving/step_runner.h"
 #include "engine/snapshot/model_fingerprint.h"
 #include "engine/snapshot/snapshot_format.h"
 #include "kernels/cuda/cuda_test_util.h"
@@ -189,8 +190,8 @@ void Prefill(ModelBackend& model, SessionCache& cache, const std::vector<int32_t
   std::vector<float> logits(static_cast<size_t>(model.config().vocab_size));
   for (size_t at = 0; at < tokens.size(); at += 64) {
     const size_t n = std::min<size_t>(64, tokens.size() - at);
-    const Status s = model.Forward(std::span<const int32_t>(tokens).subspan(at, n), cache,
-                                   LogitsMode::kLast, logits.data());
+    const Status s = StepRunner(model).Run(std::span<const int32_t>(tokens).subspan(at, n), cache,
+                                           LogitsMode::kLast, logits.data());
     ASSERT_TRUE(s.ok()) << s.ToString();
   }
 }
@@ -307,9 +308,9 @@ TEST(CudaSnapshotTest, KvImagesMoveBetweenCpuAndCudaPoolsBitForBit) {
     std::vector<float> want(vocab), got16(vocab, NAN), got7(vocab, NAN);
     for (int32_t step = 0; step < 3; ++step) {
       const std::vector<int32_t> next = RandomTokens(rng, 1, c.vocab_size);
-      ASSERT_TRUE((*cpu)->Forward(next, **source, LogitsMode::kLast, want.data()).ok());
-      ASSERT_TRUE((*gpu)->Forward(next, **on16, LogitsMode::kLast, got16.data()).ok());
-      ASSERT_TRUE((*gpu)->Forward(next, **on7, LogitsMode::kLast, got7.data()).ok());
+      ASSERT_TRUE(StepRunner(**cpu).Run(next, **source, LogitsMode::kLast, want.data()).ok());
+      ASSERT_TRUE(StepRunner(**gpu).Run(next, **on16, LogitsMode::kLast, got16.data()).ok());
+      ASSERT_TRUE(StepRunner(**gpu).Run(next, **on7, LogitsMode::kLast, got7.data()).ok());
       EXPECT_LT(RelativeL2(got16.data(), want.data(), c.vocab_size), 1e-2) << "step " << step;
       EXPECT_LT(RelativeL2(got7.data(), want.data(), c.vocab_size), 1e-2) << "step " << step;
     }
@@ -416,8 +417,8 @@ void ExpectSameContinuation(const Reference& ref, const SessionState& st,
   double worst = 0, tie_margin = 0, tie_bound = 0;
   bool parted = false;
   for (size_t j = 0; j < cpu_tokens.size(); ++j) {
-    ASSERT_TRUE(ref.cpu->Forward(input, **a, LogitsMode::kLast, x.data()).ok());
-    ASSERT_TRUE(ref.gpu->Forward(input, **b, LogitsMode::kLast, y.data()).ok());
+    ASSERT_TRUE(StepRunner(*ref.cpu).Run(input, **a, LogitsMode::kLast, x.data()).ok());
+    ASSERT_TRUE(StepRunner(*ref.gpu).Run(input, **b, LogitsMode::kLast, y.data()).ok());
     const double rel = RelativeL2(y.data(), x.data(), vocab);
     worst = std::max(worst, rel);
     EXPECT_LT(rel, tolerance) << what << ": logits of token " << j;

@@ -16,6 +16,7 @@
 #include "engine/model/llama_model.h"
 #include "engine/model/plain_reference_llama.h"
 #include "engine/model/synthetic_model.h"
+#include "engine/serving/step_runner.h"
 #include "kernels/cpu/dequantize_reference.h"
 #include "kernels/cpu/repack_quant.h"
 
@@ -107,7 +108,7 @@ TEST_P(ConvertedModelTest, LoadsAndMatchesTheDequantizedModel) {
   double worst_forward = 0.0, worst_repack = 0.0;
   for (int i = 0; i < 40; ++i) {
     const int32_t t = token(rng);
-    const Status s = model.Forward({&t, 1}, **cache, LogitsMode::kLast, logits.data());
+    const Status s = StepRunner(model).Run({&t, 1}, **cache, LogitsMode::kLast, logits.data());
     ASSERT_TRUE(s.ok()) << s.ToString();
     const std::vector<double> ref = exact.Step(t);
     const std::vector<double> rep = repacked.Step(t);

@@ -19,6 +19,7 @@
 #include "engine/model/llama_model.h"
 #include "engine/model/model_family.h"
 #include "engine/model/plain_reference_llama.h"
+#include "engine/serving/step_runner.h"
 #include "engine/model/synthetic_model.h"
 
 namespace streamd {
@@ -100,8 +101,8 @@ TEST_P(FamilyForwardTest, StreamedForwardEqualsPlainReference) {
   std::uniform_int_distribution<int32_t> chunk(1, fc.chunk);
   for (int64_t i = 0; i < n;) {
     const int64_t len = std::min<int64_t>(chunk(rng), n - i);
-    Status s = m.Forward({tokens.data() + i, static_cast<size_t>(len)}, **cache, LogitsMode::kAll,
-                         &logits[i * c.vocab_size]);
+    Status s = StepRunner(m).Run({tokens.data() + i, static_cast<size_t>(len)}, **cache,
+                                 LogitsMode::kAll, &logits[i * c.vocab_size]);
     ASSERT_TRUE(s.ok()) << s.ToString();
     i += len;
   }

@@ -6,26 +6,23 @@
 // made by PlanStep over caches in a pool this backend's CreatePool made. Each token's K and V go
 // to the slot its sequence's table names; each query attends the span the table gives for its
 // position. Logits rows (host memory, f32) are written in plan order: [plan.n_out, vocab]. The
-// backend plans nothing and touches no cache bookkeeping: the caller commits the step
-// (CommitStep) when Execute succeeds and aborts it (AbortStep) when it fails. On error the
-// status says why (bad input, or a device fault).
+// backend plans nothing, touches no cache bookkeeping and drives no step: the StepRunner
+// (engine/serving/step_runner.h), the one step driver of the engine and the tools, plans the
+// step, calls Execute, and commits the step when it succeeds or aborts it when it fails. On
+// error the status says why (bad input, or a device fault).
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <span>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
 #include "engine/cache/step_plan.h"
 #include "engine/model/llama_config.h"
 #include "engine/util/status.h"
-#include "kernels/cpu/vec_ops.h"
 
 namespace streamd {
 
@@ -55,7 +52,7 @@ class ModelBackend {
     const LlamaConfig& c = config();
     return {c.n_layers, c.n_kv_heads, c.head_dim};
   }
-  // The KV pool this backend's Forward reads and writes: host memory for the CPU, device
+  // The KV pool this backend's Execute reads and writes: host memory for the CPU, device
   // memory for CUDA. Errors name the budget and the memory available.
   virtual StatusOr<std::unique_ptr<BlockPool>> CreatePool(const KvShape& shape,
                                                           int32_t block_size,
@@ -70,20 +67,13 @@ class ModelBackend {
   // call would fail), why. Asked by the engine's scheduler thread after a failed Execute.
   virtual Status Health() const { return OkStatus(); }
   // Runs one plan like Execute but returns, for each logits row, the first index of its
-  // largest logit ([plan.n_out] ids) instead of the row: a greedy decode step. Backends that
-  // can pick on the device copy back ids instead of rows of vocab floats (64 sessions x 128256
-  // logits are 33 MB per step).
-  virtual Status ExecuteGreedy(const StepPlan& plan, int32_t* next_tokens) {
-    const size_t rows = static_cast<size_t>(plan.n_out);
-    const size_t vocab = static_cast<size_t>(config().vocab_size);
-    greedy_logits_.resize(rows * vocab);
-    if (Status s = Execute(plan, greedy_logits_.data()); !s.ok()) return s;
-    // The engine's greedy pick (the sampler's), one row per host thread at a time.
-    RunOnHostThreads(static_cast<int64_t>(rows), [&](int64_t r) {
-      next_tokens[r] = static_cast<int32_t>(kernels::cpu::ArgmaxF32(
-          &greedy_logits_[static_cast<size_t>(r) * vocab], static_cast<int64_t>(vocab)));
-    });
-    return OkStatus();
+  // largest logit ([plan.n_out] ids) instead of the row: a greedy decode step, for backends that
+  // pick on the device and copy back ids instead of rows of vocab floats (64 sessions x 128256
+  // logits are 33 MB per step). Only those (greedy_ids_on_device) implement it; for the others
+  // the StepRunner executes the rows and picks on the host.
+  virtual Status ExecuteGreedy(const StepPlan& /*plan*/, int32_t* /*next_tokens*/) {
+    return UnimplementedError("the " + std::string(backend_name()) +
+                              " backend picks no greedy ids itself");
   }
   // True when ExecuteGreedy costs less than Execute: the ids are picked where the logits are
   // (the GPU) and [rows] ints cross to the host instead of rows of vocab floats. The engine
@@ -92,31 +82,10 @@ class ModelBackend {
   // Logits row `row` of the last successful ExecuteGreedy, into out[vocab_size]; valid until
   // the next Execute or ExecuteGreedy. For the rare row that needs more than its id (a
   // generation cancelled, or replaced by one that samples, while its step ran).
-  virtual Status CopyGreedyStepLogits(int64_t row, float* out) {
-    const size_t vocab = static_cast<size_t>(config().vocab_size);
-    if (row < 0 || static_cast<size_t>(row + 1) * vocab > greedy_logits_.size()) {
-      return InvalidArgumentError("logits row " + std::to_string(row) +
-                                  " is not in the last greedy step");
-    }
-    std::copy_n(&greedy_logits_[static_cast<size_t>(row) * vocab], vocab, out);
-    return OkStatus();
+  virtual Status CopyGreedyStepLogits(int64_t /*row*/, float* /*out*/) {
+    return UnimplementedError("the " + std::string(backend_name()) +
+                              " backend keeps no greedy step's rows");
   }
-  // Plans, runs and commits one batch (PlanStep, Execute, CommitStep; AbortStep on error):
-  // sequence k's tokens are the next seqs[k].n_tokens entries of `tokens`, appended to its
-  // cache. For tools and tests that drive caches directly; the engine plans its own steps.
-  Status Forward(std::span<const int32_t> tokens, std::span<const SequenceInput> seqs,
-                 float* logits);
-  Status ForwardGreedy(std::span<const int32_t> tokens, std::span<const SequenceInput> seqs,
-                       int32_t* next_tokens);
-  // One sequence.
-  Status Forward(std::span<const int32_t> tokens, SessionCache& cache, LogitsMode mode,
-                 float* logits) {
-    const SequenceInput seq{&cache, static_cast<int32_t>(tokens.size()), mode};
-    return Forward(tokens, std::span<const SequenceInput>(&seq, 1), logits);
-  }
-
- private:
-  std::vector<float> greedy_logits_;  // the default ExecuteGreedy's rows, for CopyGreedyStepLogits
 };
 
 }  // namespace streamd

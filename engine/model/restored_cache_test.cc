@@ -10,6 +10,7 @@
 
 #include "engine/cache/kv_image.h"
 #include "engine/model/synthetic_model.h"
+#include "engine/serving/step_runner.h"
 
 namespace streamd {
 namespace {
@@ -49,8 +50,9 @@ TEST(RestoredCacheTest, ContinuesAsTheOriginalInAnyBlockSize) {
     std::vector<float> logits(static_cast<size_t>(vocab) * 32);
     for (size_t i = 0; i < history.size(); i += 32) {
       const size_t n = std::min<size_t>(32, history.size() - i);
-      ASSERT_TRUE(
-          model.Forward({history.data() + i, n}, **a, LogitsMode::kLast, logits.data()).ok());
+      ASSERT_TRUE(StepRunner(model)
+                      .Run({history.data() + i, n}, **a, LogitsMode::kLast, logits.data())
+                      .ok());
     }
     auto image = ReadCacheKv(**a);
     ASSERT_TRUE(image.ok());
@@ -62,12 +64,12 @@ TEST(RestoredCacheTest, ContinuesAsTheOriginalInAnyBlockSize) {
     std::vector<int32_t> next(40);
     for (int32_t& t : next) t = token(rng);
     std::vector<float> la(static_cast<size_t>(vocab) * 20), lb(la.size());
-    ASSERT_TRUE(model.Forward({next.data(), 20}, **a, LogitsMode::kAll, la.data()).ok());
-    ASSERT_TRUE(model.Forward({next.data(), 20}, **b, LogitsMode::kAll, lb.data()).ok());
+    ASSERT_TRUE(StepRunner(model).Run({next.data(), 20}, **a, LogitsMode::kAll, la.data()).ok());
+    ASSERT_TRUE(StepRunner(model).Run({next.data(), 20}, **b, LogitsMode::kAll, lb.data()).ok());
     for (size_t i = 20; i < next.size(); ++i) {
       std::vector<float> ra(vocab), rb(vocab);
-      ASSERT_TRUE(model.Forward({&next[i], 1}, **a, LogitsMode::kLast, ra.data()).ok());
-      ASSERT_TRUE(model.Forward({&next[i], 1}, **b, LogitsMode::kLast, rb.data()).ok());
+      ASSERT_TRUE(StepRunner(model).Run({&next[i], 1}, **a, LogitsMode::kLast, ra.data()).ok());
+      ASSERT_TRUE(StepRunner(model).Run({&next[i], 1}, **b, LogitsMode::kLast, rb.data()).ok());
       la.insert(la.end(), ra.begin(), ra.end());
       lb.insert(lb.end(), rb.begin(), rb.end());
     }

@@ -17,6 +17,7 @@
 #include "engine/model/llama_model.h"
 #include "engine/model/plain_reference_llama.h"
 #include "engine/model/synthetic_model.h"
+#include "engine/serving/step_runner.h"
 
 namespace streamd {
 namespace {
@@ -71,8 +72,8 @@ std::vector<float> Stream(Fixture& f, CacheSpec spec, const std::vector<int32_t>
   std::uniform_int_distribution<int32_t> chunk(1, spec.max_chunk);
   for (size_t i = 0; i < tokens.size();) {
     const size_t n = std::min<size_t>(chunk_seed == 0 ? 1 : chunk(rng), tokens.size() - i);
-    Status s = f.model->Forward({tokens.data() + i, n}, **cache, LogitsMode::kAll,
-                                &logits[i * vocab]);
+    Status s = StepRunner(*f.model).Run({tokens.data() + i, n}, **cache, LogitsMode::kAll,
+                                        &logits[i * vocab]);
     EXPECT_TRUE(s.ok()) << s.ToString();
     EXPECT_LE((*cache)->blocks_held(), (*cache)->bound_blocks());  // at rest: the bound
     i += n;
@@ -193,7 +194,7 @@ TEST(StreamingTest, SessionsInOneBatchAreIndependent) {
       if (all_done) break;
       continue;
     }
-    ASSERT_TRUE(f.model->Forward(batch, seqs, logits.data()).ok());
+    ASSERT_TRUE(StepRunner(*f.model).Run(batch, seqs, logits.data()).ok());
     size_t row = 0;
     for (size_t k = 0; k < seqs.size(); ++k) {
       const int i = who[k];
@@ -214,14 +215,14 @@ TEST(StreamingTest, RejectsBadBatchesWithoutAppending) {
   ASSERT_TRUE(cache.ok());
   std::vector<float> logits(f.model->config().vocab_size * 9);
   const int32_t oov = f.model->config().vocab_size;
-  Status s = f.model->Forward({&oov, 1}, **cache, LogitsMode::kLast, logits.data());
+  Status s = StepRunner(*f.model).Run({&oov, 1}, **cache, LogitsMode::kLast, logits.data());
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("outside the vocabulary [0, 256)"), std::string::npos);
   std::vector<int32_t> nine(9, 1);
-  s = f.model->Forward(nine, **cache, LogitsMode::kLast, logits.data());
+  s = StepRunner(*f.model).Run(nine, **cache, LogitsMode::kLast, logits.data());
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("chunk limit of 8"), std::string::npos);
-  EXPECT_EQ(f.model->Forward({}, **cache, LogitsMode::kLast, logits.data()).code(),
+  EXPECT_EQ(StepRunner(*f.model).Run({}, **cache, LogitsMode::kLast, logits.data()).code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ((*cache)->tokens_seen(), 0);
 }

@@ -24,6 +24,7 @@
 #include "engine/cache/session_cache.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/synthetic_model.h"
+#include "engine/serving/step_runner.h"
 
 namespace streamd {
 namespace {
@@ -125,8 +126,8 @@ void ExpectSameLogits(const Case& tc) {
     for (size_t at = 0; at < prompt.size(); at += 64) {
       const size_t n = std::min<size_t>(64, prompt.size() - at);
       for (auto* side : {&a, &b}) {
-        ASSERT_TRUE(model.Forward({prompt.data() + at, n}, *side->back(), LogitsMode::kLast,
-                                  last.data())
+        ASSERT_TRUE(StepRunner(model)
+                        .Run({prompt.data() + at, n}, *side->back(), LogitsMode::kLast, last.data())
                         .ok());
       }
     }
@@ -144,10 +145,10 @@ void ExpectSameLogits(const Case& tc) {
     std::vector<float> la(rows * vocab), lb(rows * vocab);
     ASSERT_TRUE(model.ApplyTuning(by_rows).ok());
     const int64_t before = model.steps_by_tokens();
-    ASSERT_TRUE(model.Forward(tokens, sa, la.data()).ok());
+    ASSERT_TRUE(StepRunner(model).Run(tokens, sa, la.data()).ok());
     ASSERT_EQ(model.steps_by_tokens(), before) << "step " << step << " ran by tokens";
     ASSERT_TRUE(model.ApplyTuning(by_tokens).ok());
-    ASSERT_TRUE(model.Forward(tokens, sb, lb.data()).ok());
+    ASSERT_TRUE(StepRunner(model).Run(tokens, sb, lb.data()).ok());
     ASSERT_EQ(model.steps_by_tokens(), before + 1) << "step " << step << " did not run by tokens";
     if (tc.activation_bits == 8) {
       ASSERT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0)
@@ -204,7 +205,7 @@ TEST(TokenParallelTest, OnlyDecodeStepsFromTheThresholdRunByTokens) {
     std::vector<SequenceInput> seqs;
     for (int i = 0; i < sessions; ++i) seqs.push_back({caches[i].get(), tokens_each, LogitsMode::kLast});
     const std::vector<int32_t> tokens(static_cast<size_t>(sessions * tokens_each), 7);
-    EXPECT_TRUE(model.Forward(tokens, seqs, logits.data()).ok());
+    EXPECT_TRUE(StepRunner(model).Run(tokens, seqs, logits.data()).ok());
     return model.steps_by_tokens();
   };
   EXPECT_EQ(step(4, 2), 0) << "a prefill step (2 tokens per session) ran by tokens";

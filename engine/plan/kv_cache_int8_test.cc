@@ -17,6 +17,7 @@
 #include "engine/plan/plan_binding.h"
 #include "engine/plan/plan_file.h"
 #include "engine/plan/plan_test_util.h"
+#include "engine/serving/step_runner.h"
 #include "kernels/cpu/quant_blocks.h"
 
 namespace streamd {
@@ -46,7 +47,9 @@ Streamed Stream(LlamaModel& model, const std::vector<int32_t>& tokens) {
   std::vector<float> chunk(8 * static_cast<size_t>(c.vocab_size));
   for (size_t i = 0; i < tokens.size(); i += 8) {
     const size_t n = std::min<size_t>(8, tokens.size() - i);
-    EXPECT_TRUE(model.Forward({tokens.data() + i, n}, **cache, LogitsMode::kAll, chunk.data()).ok());
+    EXPECT_TRUE(StepRunner(model)
+                    .Run({tokens.data() + i, n}, **cache, LogitsMode::kAll, chunk.data())
+                    .ok());
     out.logits.insert(out.logits.end(), chunk.begin(), chunk.begin() + n * c.vocab_size);
   }
   auto kv = ReadCacheKv(**cache);
@@ -65,7 +68,9 @@ std::shared_ptr<const KvInt8Scales> Calibrate(LlamaModel& model, const std::vect
   std::vector<float> logits(8 * static_cast<size_t>(c.vocab_size));
   for (size_t i = 0; i < tokens.size(); i += 8) {
     const size_t n = std::min<size_t>(8, tokens.size() - i);
-    EXPECT_TRUE(model.Forward({tokens.data() + i, n}, **cache, LogitsMode::kAll, logits.data()).ok());
+    EXPECT_TRUE(StepRunner(model)
+                    .Run({tokens.data() + i, n}, **cache, LogitsMode::kAll, logits.data())
+                    .ok());
     auto kv = ReadCacheKv(**cache);
     EXPECT_TRUE(kv.ok());
     EXPECT_TRUE(tracker.Observe(*kv).ok());
@@ -257,7 +262,7 @@ TEST(Int8KvModelTest, LogitsFollowTheF16CacheAndSnapshotsMoveBetweenKinds) {
                     .ok());
     ASSERT_TRUE(WriteCacheKv(**cache, i8.kv).ok());
     logits->resize(8 * static_cast<size_t>(vocab));
-    ASSERT_TRUE(m.Forward(more, **cache, LogitsMode::kAll, logits->data()).ok());
+    ASSERT_TRUE(StepRunner(m).Run(more, **cache, LogitsMode::kAll, logits->data()).ok());
   };
   std::vector<float> on_i8, on_f16;
   continue_from(m.CacheShape(), &on_i8);

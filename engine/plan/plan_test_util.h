@@ -11,6 +11,7 @@
 #include "engine/cache/session_cache.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/synthetic_model.h"
+#include "engine/serving/step_runner.h"
 
 namespace streamd::plan_test {
 
@@ -38,7 +39,9 @@ inline std::vector<float> Logits(LlamaModel& model, const std::vector<int32_t>& 
   std::vector<float> all, chunk(8 * static_cast<size_t>(c.vocab_size));
   for (size_t i = 0; i < tokens.size(); i += 8) {
     const size_t n = std::min<size_t>(8, tokens.size() - i);
-    EXPECT_TRUE(model.Forward({tokens.data() + i, n}, **cache, LogitsMode::kAll, chunk.data()).ok());
+    EXPECT_TRUE(StepRunner(model)
+                    .Run({tokens.data() + i, n}, **cache, LogitsMode::kAll, chunk.data())
+                    .ok());
     all.insert(all.end(), chunk.begin(), chunk.begin() + n * c.vocab_size);
   }
   return all;

@@ -40,7 +40,7 @@ double Median(std::vector<double> values) {
 }
 
 StepTimer::StepTimer(ModelBackend& model, const StepWorkload& workload)
-    : model_(model), workload_(workload) {}
+    : model_(model), step_(model), workload_(workload) {}
 
 StepTimer::~StepTimer() {
   caches_.clear();  // their blocks go back before the pool does
@@ -90,7 +90,7 @@ StatusOr<std::vector<double>> StepTimer::Run(int64_t steps) {
   const int64_t per = workload_.tokens_per_session;
   for (int64_t step = 0; step < steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
-    STREAMD_RETURN_IF_ERROR(model_.ForwardGreedy(tokens_, seqs_, next_.data()));
+    STREAMD_RETURN_IF_ERROR(step_.RunGreedy(tokens_, seqs_, next_.data()));
     ms.push_back(
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     // Each session's next input: its argmax, then (for chunks) the ids that followed it.

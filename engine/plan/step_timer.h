@@ -1,4 +1,5 @@
-// StepTimer: the time of one batched greedy step (ModelBackend::ForwardGreedy) of a model over
+// StepTimer: the time of one batched greedy step (StepRunner::RunGreedy, the engine's step
+// driver: plan, execute with each row's argmax, commit) of a model over
 // `sessions` sessions that each feed `tokens_per_session` tokens per step (1: a decode step; 64:
 // a prefill chunk), on sink caches that are already full (S + W tokens, eviction under way) of
 // the model's CacheShape when created (f16, or int8 with a plan's scales).
@@ -15,6 +16,7 @@
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
 #include "engine/model/model_backend.h"
+#include "engine/serving/step_runner.h"
 #include "engine/util/status.h"
 
 namespace streamd {
@@ -49,6 +51,7 @@ class StepTimer {
  private:
   StepTimer(ModelBackend& model, const StepWorkload& workload);
   ModelBackend& model_;
+  StepRunner step_;
   StepWorkload workload_;
   CacheSpec spec_;
   std::unique_ptr<BlockPool> pool_;

@@ -91,7 +91,8 @@ Engine::Engine(std::unique_ptr<ModelBackend> model, std::unique_ptr<tokenizer::T
       config_(config),
       pool_(std::move(pool)),
       headroom_blocks_(config.prefill_headroom_blocks),
-      planner_(config.planner) {
+      planner_(config.planner),
+      runner_(*model_) {
   stats_.blocks_total = pool_->total_blocks();
   stats_.blocks_headroom = headroom_blocks_;
   stats_.bytes_per_token = pool_->bytes_per_token();
@@ -475,8 +476,8 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
     tokens.insert(tokens.end(), s.pending.begin(), s.pending.begin() + p.n_tokens);
     seqs.push_back({s.cache.get(), p.n_tokens, LogitsMode::kLast});
   }
-  StatusOr<StepPlan> plan = PlanStep(tokens, seqs, model_->config().vocab_size);
-  for (StepChunk& chunk : chunks) chunk.session->in_flight = plan.ok();
+  const Status placed = runner_.Plan(tokens, seqs);
+  for (StepChunk& chunk : chunks) chunk.session->in_flight = placed.ok();
   // A backend that picks greedy ids on the device returns only ids when every session this
   // step samples is greedy: no rows of vocab floats cross to the host.
   bool ids_only = model_->greedy_ids_on_device();
@@ -489,18 +490,17 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
 
   // The forward pass runs without the lock: API calls proceed meanwhile. Sessions in flight
   // are not destroyed (Close defers to DestroyClosed) and their caches are only touched here.
-  Status status = plan.status();
-  if (plan.ok()) {
+  Status status = placed;
+  if (placed.ok()) {
     lock.unlock();
-    status = ids_only ? model_->ExecuteGreedy(*plan, ids.data())
-                      : model_->Execute(*plan, logits_.data());
+    status = ids_only ? runner_.ExecuteGreedy(ids.data()) : runner_.Execute(logits_.data());
     lock.lock();
   }
   // Rows an ids-only step did not bring back: a generation replaced by one that samples while
   // the step ran. Rare; fetched one by one.
   const auto fetch_row = [&](size_t i, std::vector<float>& row) {
     row.resize(vocab);
-    return model_->CopyGreedyStepLogits(static_cast<int64_t>(i), row.data());
+    return runner_.GreedyRow(static_cast<int64_t>(i), row.data());
   };
 
   ++stats_.steps;
@@ -549,7 +549,7 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
     }
   }
   if (!status.ok()) {
-    if (plan.ok()) AbortStep(seqs);
+    runner_.Abort();  // a step that was not planned has nothing to give back
   } else {
     // A chunk whose generation was cancelled mid-step gives its last token back.
     std::vector<int32_t> kept(chunks.size());
@@ -560,7 +560,7 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
     for (size_t i = 0; i < chunks.size(); ++i) {
       step_evicted_before_[i] = chunks[i].session->cache->tokens_evicted();
     }
-    CommitStep(seqs, kept);
+    runner_.Commit(kept);
     for (size_t i = 0; i < chunks.size(); ++i) {
       Session& s = *chunks[i].session;
       stats_.tokens_evicted += s.cache->tokens_evicted() - step_evicted_before_[i];

@@ -19,7 +19,8 @@
 //    K/V slot is simply written again by the next step).
 // Steps: the scheduler plans each step once (StepPlanner picks the chunks, PlanStep places them
 // and describes every token's slot and span as a StepPlan), the backend executes the plan, and
-// the scheduler commits it. Backends plan nothing.
+// the scheduler commits it, all through its StepRunner (step_runner.h), the step driver the
+// tools share. Backends plan nothing.
 // Admission: Open reserves the session's block bound (SessionCache::BoundBlocks); the pool also
 // keeps a fixed prefill headroom that each step's chunks share. When the pool cannot hold the
 // bound, Open waits up to admission_timeout, then fails with RESOURCE_EXHAUSTED naming the
@@ -28,7 +29,7 @@
 // one from it (same id) in this engine's pool; the K/V copies run on the caller's thread while
 // the session sits out the steps, so neither holds up the scheduler.
 // Backend: any ModelBackend (CPU or CUDA); the pool is made by the backend, so it lives where
-// that backend's Forward reads it. A failed forward pass (bad input, or a device fault) ends
+// that backend's Execute reads it. A failed forward pass (bad input, or a device fault) ends
 // the generations of every session in that step with FinishReason::kError and its status; a
 // backend that cannot run any more is reported by BackendHealth (the server's health check).
 #pragma once
@@ -47,6 +48,7 @@
 #include "engine/cache/block_pool.h"
 #include "engine/model/model_backend.h"
 #include "engine/serving/engine_types.h"
+#include "engine/serving/step_runner.h"
 #include "engine/serving/step_planner.h"
 #include "engine/snapshot/session_state.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -215,6 +217,7 @@ class Engine {
   int32_t reserved_blocks_ = 0;    // sum of admitted sessions' bounds
   int32_t headroom_blocks_ = 0;    // the prefill headroom, reserved once
   StepPlanner planner_;
+  StepRunner runner_;  // plans, runs and commits every step (only the scheduler thread uses it)
   EngineStats stats_;
   Status backend_fault_;            // BackendHealth()
   int32_t failed_steps_in_a_row_ = 0;

@@ -2,6 +2,7 @@
 // wrapper that picks greedy ids "on the device" as CUDA does.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -60,26 +61,47 @@ class Collector {
 
 // The CPU model dressed as a backend that picks greedy ids on the device (as CUDA does): the
 // engine then runs greedy steps through ExecuteGreedy and fetches single rows only when a
-// session needs more than its id. Counts which path each step took.
+// session needs more than its id. Its "device" is a host buffer that keeps the last greedy
+// step's rows until the next step, as CudaModel keeps them on the GPU. Counts which path each
+// step took.
 class IdsOnDevice : public ForwardingBackend {
  public:
   explicit IdsOnDevice(std::unique_ptr<ModelBackend> inner)
       : ForwardingBackend(std::move(inner)) {}
   Status Execute(const StepPlan& plan, float* logits) override {
     ++full_rows_steps;
+    rows_.clear();
     return inner().Execute(plan, logits);
   }
   Status ExecuteGreedy(const StepPlan& plan, int32_t* next_tokens) override {
     ++ids_only_steps;
-    return inner().ExecuteGreedy(plan, next_tokens);
+    const size_t vocab = static_cast<size_t>(config().vocab_size);
+    rows_.resize(static_cast<size_t>(plan.n_out) * vocab);
+    if (Status s = inner().Execute(plan, rows_.data()); !s.ok()) {
+      rows_.clear();
+      return s;
+    }
+    for (int32_t r = 0; r < plan.n_out; ++r) {
+      const float* row = &rows_[static_cast<size_t>(r) * vocab];
+      next_tokens[r] = static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+    }
+    return OkStatus();
   }
   bool greedy_ids_on_device() const override { return true; }
   Status CopyGreedyStepLogits(int64_t row, float* out) override {
     ++rows_fetched;
-    return inner().CopyGreedyStepLogits(row, out);
+    const size_t vocab = static_cast<size_t>(config().vocab_size);
+    if (row < 0 || static_cast<size_t>(row + 1) * vocab > rows_.size()) {
+      return InvalidArgumentError("row " + std::to_string(row) + " is not in the last step");
+    }
+    std::copy_n(&rows_[static_cast<size_t>(row) * vocab], vocab, out);
+    return OkStatus();
   }
 
   std::atomic<int64_t> full_rows_steps{0}, ids_only_steps{0}, rows_fetched{0};
+
+ private:
+  std::vector<float> rows_;  // [n_out, vocab] of the last greedy step
 };
 
 inline SyntheticModelSpec TinyModel() {
