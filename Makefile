@@ -40,10 +40,15 @@ vocab: deps
 	@scripts/fetch-test-vocab.sh >/dev/null
 	@scripts/fetch-test-vocab.sh --golden >/dev/null
 
+# The venv with the `gguf` package that the dequantizer tests compare with, made once before the
+# tests run (they run in parallel and must not each make it).
+GGUF_VENV ?= $(HOME)/.cache/streamd/gguf-venv
+
 test: build model qwen-model vocab
 	STREAMD_MODEL=$(MODEL) STREAMD_QWEN_MODEL=$(QWEN_MODEL) \
 	  STREAMD_SPM_VOCAB=$$(scripts/fetch-test-vocab.sh) \
 	  STREAMD_VOCAB_DIR=$$(scripts/fetch-test-vocab.sh --golden) \
+	  STREAMD_GGUF_PYTHON=$$(tests/reference/gguf-venv.sh $(GGUF_VENV) | tail -n 1) \
 	  ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)
 	@$(MAKE) --no-print-directory fuzz-smoke
 
@@ -60,6 +65,7 @@ SANITIZERS ?= all
 sanitize: deps model vocab
 	JOBS=$(JOBS) STREAMD_MODEL=$(MODEL) STREAMD_SPM_VOCAB=$$(scripts/fetch-test-vocab.sh) \
 	  STREAMD_VOCAB_DIR=$$(scripts/fetch-test-vocab.sh --golden) \
+	  STREAMD_GGUF_PYTHON=$$(tests/reference/gguf-venv.sh $(GGUF_VENV) | tail -n 1) \
 	  scripts/sanitize-check.sh $(SANITIZERS)
 
 # The model's build plan for this machine (docs/BUILD.md), made once beside the model and kept
