@@ -6,8 +6,9 @@
 // ExplainModelLoadFailure, which reads the file again, checks each part on its own and names
 // every problem found, with the path once:
 //
-//   <path>: 3 problems: architecture "gpt-neox" is not supported (supported: llama); tensor
-//   types streamd does not support: IQ2_XXS (24 tensors, first 'blk.0.attn_q.weight'), ...
+//   <path>: 3 problems: architecture "gpt-neox" is not supported (supported: llama, qwen2,
+//   qwen3); tensor types streamd does not support: IQ2_XXS (24 tensors, first
+//   'blk.0.attn_q.weight'), ...
 //   (supported: F32, ...); tokenizer.ggml.pre 'bogus' is not supported (supported: ...)
 //
 // It runs only after a failure: a model that loads pays nothing.

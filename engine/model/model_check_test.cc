@@ -11,6 +11,7 @@
 
 #include "engine/model/llama_model.h"
 #include "engine/model/model_check_test_util.h"
+#include "engine/model/model_family.h"
 
 namespace streamd {
 namespace {
@@ -45,7 +46,9 @@ std::vector<uint8_t> GoodModel() {
   return *std::move(bytes);
 }
 
-const char* kArchitectureProblem = "architecture \"gpt-neox\" is not supported (supported: llama)";
+// The families streamd reads (model_family.h), named in the order it lists them.
+const std::string kArchitectureProblem =
+    "architecture \"gpt-neox\" is not supported (supported: " + SupportedArchitectures() + ")";
 const char* kTypesProblem =
     "tensor types streamd does not support: IQ2_XXS (3 tensors, first 'blk.0.attn_q.weight'), "
     "IQ1_S (1 tensor: 'blk.1.ffn_up.weight') (supported: F32,";
@@ -62,7 +65,8 @@ TEST(ModelCheckTest, NamesEveryProblemAtOnceWithThePathOnce) {
   EXPECT_EQ(m.rfind(path + ": 3 problems: ", 0), 0u) << m;
   EXPECT_EQ(Occurrences(m, path), 1u) << m;
   EXPECT_EQ(m.find('\n'), std::string::npos);
-  for (const char* part : {kArchitectureProblem, kTypesProblem, kPreProblem}) {
+  for (const std::string& part :
+       {kArchitectureProblem, std::string(kTypesProblem), std::string(kPreProblem)}) {
     EXPECT_NE(m.find(part), std::string::npos) << part << "\nnot in: " << m;
   }
   // What a loader reports: the same message, whatever it stopped at first.
