@@ -59,8 +59,10 @@ expect_error kv-dtype-unknown '--kv-dtype: "fp8" is not f16 or int8' -- "${s[@]}
 expect_error kv-dtype-twice '--kv-dtype: int8 is listed twice' -- "${s[@]}" --snapshot --kv-dtype int8,int8
 expect_error kv-dtype-alone '--kv-dtype needs --snapshot' -- "${s[@]}" --sessions 2 --kv-dtype int8
 
-# --sessions with --snapshot-every: the off and on intervals alternate, writes are counted.
-if "$bin" "${s[@]}" --sessions 2 --prompt-tokens 16 --gen-tokens 8 --threads 2 \
+# --sessions with --snapshot-every: the off and on intervals alternate, writes are counted. The
+# run is long enough (~0.5 s) that a 50 ms interval writes even when ctest's other tests hold
+# the cores (with 8 tokens it lasted 150 ms, and a starved writer wrote nothing).
+if "$bin" "${s[@]}" --sessions 2 --prompt-tokens 32 --gen-tokens 32 --threads 2 \
     --snapshot-every 0,50 --reps 1 --json >"$tmp/out" 2>"$tmp/err"; then
   passed=$((passed + 1))
 else
