@@ -86,7 +86,12 @@ Status SessionRegistry::OffloadClaimed(const std::shared_ptr<ServerSession>& s,
   }
   EndOffload(s, offloaded.ok(), std::move(stored));
   if (offloaded.ok() && hooks_.on_offload) hooks_.on_offload();
-  Transitioned(s->id, why, offloaded.ok() ? "ok" : "kept", since);
+  bool closed;
+  {
+    std::lock_guard<std::mutex> session_lock(s->mu);
+    closed = s->closed;
+  }
+  Transitioned(s->id, why, closed ? "closed" : offloaded.ok() ? "ok" : "kept", since);
   return offloaded;
 }
 
