@@ -248,6 +248,20 @@ class ResidencyRaceTest : public ::testing::TestWithParam<std::tuple<TransitionP
     EXPECT_EQ(Continue(target_), Continue(twin_)) << "seed " << seed_;
   }
 
+  // Lets the held transition go on, then checks the session is whole: through the Resume that
+  // started its load, or a new one once the offload has ended.
+  void ReleaseAndExpectWhole() {
+    gate_->Release();
+    if (first_resume_) {
+      auto s = first_resume_->Get();
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      ExpectWhole(*s);
+      return;
+    }
+    if (transition_.joinable()) transition_.join();
+    ExpectWhole();
+  }
+
   std::string dir_;
   uint64_t seed_ = 0;
   std::vector<int32_t> tokens_;
@@ -325,15 +339,7 @@ TEST_P(ResidencyRaceTest, EveryOperationIsAnsweredAndTheContextIsKept) {
       registry_->ReapIdle(Clock::now() + kIdleTimeout + 1h);
       EXPECT_LT(Clock::now() - start, kPrompt);
       EXPECT_NE(registry_->Find(target_), nullptr) << "closed in the middle of a transition";
-      gate_->Release();
-      if (first_resume_) {
-        auto s = first_resume_->Get();
-        ASSERT_TRUE(s.ok()) << s.status().ToString();
-        ExpectWhole(*s);
-      } else {
-        if (transition_.joinable()) transition_.join();
-        ExpectWhole();
-      }
+      ASSERT_NO_FATAL_FAILURE(ReleaseAndExpectWhole());
       break;
     }
     case Op::kExport: {
@@ -345,15 +351,7 @@ TEST_P(ResidencyRaceTest, EveryOperationIsAnsweredAndTheContextIsKept) {
       ASSERT_TRUE(summary.ok()) << summary.status().ToString();
       EXPECT_EQ(summary->id, target_);
       EXPECT_EQ(summary->tokens_seen + summary->pending_tokens, static_cast<int64_t>(kContext));
-      gate_->Release();
-      if (first_resume_) {
-        auto s = first_resume_->Get();
-        ASSERT_TRUE(s.ok()) << s.status().ToString();
-        ExpectWhole(*s);
-      } else {
-        if (transition_.joinable()) transition_.join();
-        ExpectWhole();
-      }
+      ASSERT_NO_FATAL_FAILURE(ReleaseAndExpectWhole());
       break;
     }
     case Op::kResumeTimesOut: {
