@@ -17,31 +17,15 @@
 
 #include "engine/serving/engine_test_util.h"
 #include "engine/serving/session_persister.h"
+#include "engine/serving/store_test_util.h"
 
 namespace streamd {
 namespace {
 
 using namespace streamd::testing;
 
-std::string TempDir() {
-  char tmpl[] = "/tmp/streamd-model-dir-XXXXXX";
-  const char* d = ::mkdtemp(tmpl);
-  EXPECT_NE(d, nullptr);
-  return d;
-}
-
-std::vector<std::string> Files(const std::string& dir) {
-  std::vector<std::string> out;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return out;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string n = e->d_name;
-    if (n != "." && n != "..") out.push_back(n);
-  }
-  ::closedir(d);
-  std::sort(out.begin(), out.end());
-  return out;
-}
+std::string TempDir() { return store_testing::TempDir("streamd-model-dir"); }
+using store_testing::Files;
 
 std::vector<uint8_t> ReadAll(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

@@ -26,30 +26,14 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/serving/store_test_util.h"
 #include "engine/util/page_cache_test_util.h"
 
 namespace streamd {
 namespace {
 
-std::string TempDir() {
-  char tmpl[] = "/tmp/streamd-store-XXXXXX";
-  const char* d = ::mkdtemp(tmpl);
-  EXPECT_NE(d, nullptr);
-  return d;
-}
-
-std::vector<std::string> Files(const std::string& dir) {
-  std::vector<std::string> out;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return out;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string n = e->d_name;
-    if (n != "." && n != "..") out.push_back(n);
-  }
-  ::closedir(d);
-  std::sort(out.begin(), out.end());
-  return out;
-}
+std::string TempDir() { return store_testing::TempDir("streamd-store"); }
+using store_testing::Files;
 
 std::vector<uint8_t> Bytes(size_t n, uint8_t seed) {
   std::vector<uint8_t> b(n);
