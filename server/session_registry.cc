@@ -133,7 +133,9 @@ StatusOr<std::shared_ptr<ServerSession>> SessionRegistry::Fork(
   return s;
 }
 
-void SessionRegistry::AttachOrWaitLocked(ServerSession& s, Waiter w, Answers& answers) {
+void SessionRegistry::AttachOrWaitLocked(const std::shared_ptr<ServerSession>& session, Waiter w,
+                                         Answers& answers) {
+  ServerSession& s = *session;
   const bool waited = w.since != Clock::time_point{};  // it comes from waiters_
   const auto answer = [&](StatusOr<std::shared_ptr<ServerSession>> result) {
     answers.push_back({std::move(w.done), std::move(result),
@@ -149,10 +151,7 @@ void SessionRegistry::AttachOrWaitLocked(ServerSession& s, Waiter w, Answers& an
   if (s.residency == Residency::kResident) {
     s.owner = std::move(w.owner);
     s.attached = true;
-    auto it = sessions_.find(s.id);
-    return answer(it != sessions_.end() ? StatusOr<std::shared_ptr<ServerSession>>(it->second)
-                                        : StatusOr<std::shared_ptr<ServerSession>>(
-                                              SessionNotFound(s.id, options_)));
+    return answer(session);
   }
   // In a transition, or on disk: wait for it to end. A Resume waits at most resume_wait (the
   // reaper answers it then), whatever it waits for.
@@ -223,7 +222,7 @@ void SessionRegistry::Attach(SessionId id, std::weak_ptr<SessionOwner> owner, At
       answers.push_back({std::move(done), why, {}});
     } else {
       std::lock_guard<std::mutex> session_lock(s->mu);
-      AttachOrWaitLocked(*s, {std::move(owner), std::move(done), {}, {}}, answers);
+      AttachOrWaitLocked(s, {std::move(owner), std::move(done), {}, {}}, answers);
     }
   }
   Give(answers);

@@ -7,10 +7,10 @@
 // transition (offloading, loading) has exactly one driver, the thread that moved it there:
 //
 //   resident  --offload claimed-->  offloading  --written, blocks freed-->  offloaded
-//                                    offloading  --kept (changed meanwhile, write failed)--> resident
+//                                    offloading  --kept (changed meanwhile, failed)-->  resident
 //   offloaded --Resume or loader--> loading     --restored-->                resident
 //                                    loading     --no room now-->             offloaded
-//                                    loading     --snapshot unreadable-->     (gone; Resume told why)
+//                                    loading     --snapshot unreadable-->     (gone, Resume told)
 //
 // An offload is claimed only for a detached session that does not generate, is resident and has
 // no Resume waiting. Every other operation that meets a transition gets an answer, never a
@@ -244,11 +244,12 @@ class SessionRegistry {
   // ALREADY_EXISTS: it is in the engine): resident, offloaded again (no room now) or gone (its
   // snapshot cannot come back); its waiting Resumes get their answers. A session closed
   // meanwhile is left to the caller (EndClosedTransition). Requires mu_ and s->mu.
-  void EndLoadLocked(ServerSession& s, const LoadRequest& request, const Status& loaded,
+  void EndLoadLocked(const std::shared_ptr<ServerSession>& session, const LoadRequest& request,
+                     const Status& loaded,
                      Answers& answers);
   // Moves the waiting Resumes of `s` on: attached, refused, or waiting for the next transition.
   // Requires mu_ and s->mu.
-  void ResolveWaitersLocked(ServerSession& s, Answers& answers);
+  void ResolveWaitersLocked(const std::shared_ptr<ServerSession>& session, Answers& answers);
 
   // resident -> offloading when `s` may leave memory now: detached, not generating, not
   // closed, no Resume waiting for it. Requires mu_ and s->mu.
@@ -283,7 +284,8 @@ class SessionRegistry {
   // Attaches `w` to `s` when it is resident, or queues it until the transition in flight ends
   // (starting a load when the session is on disk). Requires mu_ and s->mu; the answer, when
   // there is one now, is added to `answers`.
-  void AttachOrWaitLocked(ServerSession& s, Waiter w, Answers& answers);
+  void AttachOrWaitLocked(const std::shared_ptr<ServerSession>& session, Waiter w,
+                          Answers& answers);
   // Closes `id` as Close does, but only while it is detached and in no transition (the reaper's
   // closes: a Resume that won the race keeps its session). False when it did not.
   bool CloseIfIdle(SessionId id, const Status& why);

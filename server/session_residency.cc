@@ -52,12 +52,13 @@ void SessionRegistry::Transitioned(SessionId id, std::string_view transition,
   }
 }
 
-void SessionRegistry::ResolveWaitersLocked(ServerSession& s, Answers& answers) {
-  auto it = waiters_.find(s.id);
+void SessionRegistry::ResolveWaitersLocked(const std::shared_ptr<ServerSession>& session,
+                                           Answers& answers) {
+  auto it = waiters_.find(session->id);
   if (it == waiters_.end()) return;
   std::vector<Waiter> waiting = std::move(it->second);
   waiters_.erase(it);
-  for (Waiter& w : waiting) AttachOrWaitLocked(s, std::move(w), answers);
+  for (Waiter& w : waiting) AttachOrWaitLocked(session, std::move(w), answers);
 }
 
 // ---- Offload ------------------------------------------------------------------------------
@@ -110,7 +111,7 @@ void SessionRegistry::EndOffload(const std::shared_ptr<ServerSession>& s, bool f
     closed = s->closed;
     // Closed meanwhile: Close answered its Resumes. Else they are attached now (it stayed
     // resident) or wait for the load that the first of them starts.
-    if (!closed) ResolveWaitersLocked(*s, answers);
+    if (!closed) ResolveWaitersLocked(s, answers);
   }
   if (closed) EndClosedTransition(s->id, /*in_engine=*/!freed);
   Give(answers);
@@ -280,7 +281,7 @@ void SessionRegistry::LoadOne(const LoadRequest& request) {
         // Closed (Close answered its Resumes), or offloading (the offload's end starts the
         // load its Resumes need): nothing to load.
       } else if (s->residency == Residency::kResident) {
-        ResolveWaitersLocked(*s, early);  // a background request behind a Resume's
+        ResolveWaitersLocked(s, early);  // a background request behind a Resume's
       } else {
         if (s->residency == Residency::kOffloaded) s->transition_since = Clock::now();
         s->residency = Residency::kLoading;
@@ -314,7 +315,7 @@ void SessionRegistry::LoadOne(const LoadRequest& request) {
     std::lock_guard<std::mutex> lock(mu_);
     std::lock_guard<std::mutex> session_lock(s->mu);
     closed = s->closed;
-    EndLoadLocked(*s, request, in_engine ? OkStatus() : loaded.status(), answers);
+    EndLoadLocked(s, request, in_engine ? OkStatus() : loaded.status(), answers);
     outcome = closed                                  ? "closed"
               : s->residency == Residency::kResident  ? "ok"
               : s->residency == Residency::kOffloaded ? "no_room"
@@ -326,8 +327,10 @@ void SessionRegistry::LoadOne(const LoadRequest& request) {
   Give(answers);
 }
 
-void SessionRegistry::EndLoadLocked(ServerSession& s, const LoadRequest& request,
-                                    const Status& loaded, Answers& answers) {
+void SessionRegistry::EndLoadLocked(const std::shared_ptr<ServerSession>& session,
+                                    const LoadRequest& request, const Status& loaded,
+                                    Answers& answers) {
+  ServerSession& s = *session;
   const SessionId id = s.id;
   if (s.closed) {  // Close answered its Resumes; the caller ends the close
     s.residency = loaded.ok() ? Residency::kResident : Residency::kOffloaded;
@@ -335,7 +338,7 @@ void SessionRegistry::EndLoadLocked(ServerSession& s, const LoadRequest& request
   }
   if (loaded.ok()) {
     s.residency = Residency::kResident;
-    ResolveWaitersLocked(s, answers);
+    ResolveWaitersLocked(session, answers);
     return;
   }
   // Still on disk, for a later Resume: the pool has no room now (or the backend is down).
@@ -354,7 +357,7 @@ void SessionRegistry::EndLoadLocked(ServerSession& s, const LoadRequest& request
                  ? NotFoundError("resume.session_id: session " + id.ToString() +
                                  " could not be restored from its snapshot: " + loaded.message())
                  : CouldNotRestore(id, loaded);
-    if (auto it = sessions_.find(id); it != sessions_.end() && it->second.get() == &s) {
+    if (auto it = sessions_.find(id); it != sessions_.end() && it->second == session) {
       sessions_.erase(it);
     }
     if (answer.code() == StatusCode::kDataLoss) lost_[id] = answer;
