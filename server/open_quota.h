@@ -9,7 +9,7 @@
 
 #include "engine/api/streamd_engine.h"
 #include "server/authenticator.h"
-#include "server/session_registry.h"
+#include "engine/sessions/session_registry.h"
 
 namespace streamd::server {
 

@@ -14,7 +14,7 @@
 namespace streamd::server {
 
 SessionStream::Next SessionStream::HandleTruncate(const v1::Truncate& t) {
-  std::shared_ptr<ServerSession> s = session();
+  std::shared_ptr<SessionRecord> s = session();
   if (s == nullptr) {
     SendError(FailedPreconditionError("truncate: open or resume a session first"));
     return Next::kRead;
@@ -43,7 +43,7 @@ SessionStream::Next SessionStream::HandleTruncate(const v1::Truncate& t) {
   return Next::kLater;
 }
 
-void SessionStream::TruncateNow(const std::shared_ptr<ServerSession>& s, const v1::Truncate& t) {
+void SessionStream::TruncateNow(const std::shared_ptr<SessionRecord>& s, const v1::Truncate& t) {
   auto before = ctx_.engine.Get(s->id);
   auto info = ctx_.engine.Truncate(s->id, t.request_id(), t.keep_tokens());
   if (!info.ok()) return SendError(NamingRequest("truncate", info.status()), t.request_id());
@@ -63,7 +63,7 @@ void SessionStream::TruncateNow(const std::shared_ptr<ServerSession>& s, const v
 }
 
 SessionStream::Next SessionStream::HandleFork(const v1::Fork& f) {
-  std::shared_ptr<ServerSession> s = session();
+  std::shared_ptr<SessionRecord> s = session();
   if (s == nullptr) {
     SendError(FailedPreconditionError("fork: open or resume a session first"), f.request_id());
     return Next::kRead;
@@ -82,8 +82,8 @@ SessionStream::Next SessionStream::HandleFork(const v1::Fork& f) {
     // forks of several streams of one tenant are checked one at a time and cannot all pass.
     const Status quota = self->CheckSessionQuota(s->options, "fork");
     if (!quota.ok()) self->ctx_.auth->LogQuotaRefusal(quota);
-    const StatusOr<std::shared_ptr<ServerSession>> fork =
-        quota.ok() ? self->ctx_.registry.Fork(s) : StatusOr<std::shared_ptr<ServerSession>>(quota);
+    const StatusOr<std::shared_ptr<SessionRecord>> fork =
+        quota.ok() ? self->ctx_.registry.Fork(s) : StatusOr<std::shared_ptr<SessionRecord>>(quota);
     if (!fork.ok()) {
       self->SendError(NamingRequest("fork", fork.status()), request_id);
     } else {
@@ -102,7 +102,7 @@ SessionStream::Next SessionStream::HandleFork(const v1::Fork& f) {
   return Next::kLater;
 }
 
-SessionStream::AppendBase SessionStream::AppendBaseOf(ServerSession& s) const {
+SessionStream::AppendBase SessionStream::AppendBaseOf(SessionRecord& s) const {
   std::lock_guard<std::mutex> lock(s.mu);
   AppendBase base;
   base.replaces_partial = s.partial_open;
@@ -111,7 +111,7 @@ SessionStream::AppendBase SessionStream::AppendBaseOf(ServerSession& s) const {
   return base;
 }
 
-bool SessionStream::RepeatsOpenPartial(ServerSession& s, const v1::Append& a) const {
+bool SessionStream::RepeatsOpenPartial(SessionRecord& s, const v1::Append& a) const {
   ChatState chat;
   bool first_input;
   std::vector<int32_t> partial_tokens;
@@ -126,7 +126,7 @@ bool SessionStream::RepeatsOpenPartial(ServerSession& s, const v1::Append& a) co
   return tokens.ok() && *tokens == partial_tokens;
 }
 
-void SessionStream::RecordAppend(ServerSession& s, bool partial, const AppendBase& base,
+void SessionStream::RecordAppend(SessionRecord& s, bool partial, const AppendBase& base,
                                  std::vector<int32_t> tokens, ChatState chat) {
   std::lock_guard<std::mutex> lock(s.mu);
   if (partial) {

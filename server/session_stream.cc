@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "engine/api/streamd_engine.h"
-#include "server/admission_queue.h"
+#include "engine/sessions/admission_queue.h"
 #include "server/grpc_status.h"
 
 namespace streamd::server {
@@ -58,7 +58,7 @@ SessionStream::SessionStream(ServiceContext& ctx, Transport* transport, Caller c
       outbox_(transport, ctx.options.limits.max_queued_tokens),
       transport_(transport) {}
 
-std::shared_ptr<ServerSession> SessionStream::session() const {
+std::shared_ptr<SessionRecord> SessionStream::session() const {
   std::lock_guard<std::mutex> lock(mu_);
   return session_;
 }
@@ -154,7 +154,7 @@ void SessionStream::SendCacheState(SessionId id) {
   outbox_.Push(std::move(m));
 }
 
-void SessionStream::Bind(const std::shared_ptr<ServerSession>& s, bool resumed) {
+void SessionStream::Bind(const std::shared_ptr<SessionRecord>& s, bool resumed) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!released_) session_ = s;
@@ -200,7 +200,7 @@ void SessionStream::Bind(const std::shared_ptr<ServerSession>& s, bool resumed) 
   outbox_.Push(std::move(m));
 }
 
-void SessionStream::Bound(StatusOr<std::shared_ptr<ServerSession>> s, bool resumed) {
+void SessionStream::Bound(StatusOr<std::shared_ptr<SessionRecord>> s, bool resumed) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     binding_ = false;
@@ -251,7 +251,7 @@ SessionStream::Next SessionStream::HandleOpen(const v1::Open& open) {
       // Weak: a stream that ends while waiting must not be kept alive by the queue, which drops
       // the Opens of streams that are gone.
       [weak = weak_from_this(), registry = &ctx_.registry,
-       start](StatusOr<std::shared_ptr<ServerSession>> s) {
+       start](StatusOr<std::shared_ptr<SessionRecord>> s) {
         std::shared_ptr<SessionStream> self = weak.lock();
         if (self == nullptr) {
           // Nobody was told its id: nobody could ever resume it.
@@ -292,7 +292,7 @@ SessionStream::Next SessionStream::HandleResume(const v1::Resume& resume) {
   // A resident session is attached at once; an offloaded one is read back from disk first on
   // the registry's loader thread, which then answers here: the reaction does not wait.
   ctx_.registry.Attach(*id, weak_from_this(),
-                       [self = shared_from_this()](StatusOr<std::shared_ptr<ServerSession>> s) {
+                       [self = shared_from_this()](StatusOr<std::shared_ptr<SessionRecord>> s) {
                          if (!s.ok()) {
                            const Status& st = s.status();
                            // "resume.session_id: session 7f3a... does not exist (...)"
@@ -305,7 +305,7 @@ SessionStream::Next SessionStream::HandleResume(const v1::Resume& resume) {
   return Next::kLater;
 }
 
-void SessionStream::StopGeneration(ServerSession& s, const Status& why) {
+void SessionStream::StopGeneration(SessionRecord& s, const Status& why) {
   {
     std::lock_guard<std::mutex> lock(s.mu);
     if (!s.generating) return;
@@ -318,7 +318,7 @@ void SessionStream::StopGeneration(ServerSession& s, const Status& why) {
   s.generation_ended.wait_for(lock, kCancelWait, [&] { return !s.generating; });
 }
 
-bool SessionStream::DeferUntilStopped(const std::shared_ptr<ServerSession>& s, const Status& why,
+bool SessionStream::DeferUntilStopped(const std::shared_ptr<SessionRecord>& s, const Status& why,
                                       std::function<void()> then) {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -336,7 +336,7 @@ bool SessionStream::DeferUntilStopped(const std::shared_ptr<ServerSession>& s, c
 }
 
 SessionStream::Next SessionStream::HandleAppend(const v1::Append& a) {
-  std::shared_ptr<ServerSession> s = session();
+  std::shared_ptr<SessionRecord> s = session();
   if (s == nullptr) {
     SendError(FailedPreconditionError("append: open or resume a session first"));
     return Next::kRead;
@@ -389,7 +389,7 @@ StatusOr<std::vector<int32_t>> SessionStream::TokensOf(const v1::Append& a, bool
   return ctx_.chat.Turn(role, a.text(), first_input, chat);
 }
 
-void SessionStream::AppendNow(const std::shared_ptr<ServerSession>& s, const v1::Append& a) {
+void SessionStream::AppendNow(const std::shared_ptr<SessionRecord>& s, const v1::Append& a) {
   const AppendBase base = AppendBaseOf(*s);
   ChatState chat = base.chat;
   StatusOr<std::vector<int32_t>> tokens = TokensOf(a, base.first_input, &chat);
@@ -406,7 +406,7 @@ void SessionStream::AppendNow(const std::shared_ptr<ServerSession>& s, const v1:
   SaveSessionState(*s);
 }
 
-void SessionStream::SaveSessionState(ServerSession& s) {
+void SessionStream::SaveSessionState(SessionRecord& s) {
   ChatState chat;
   bool has_input;
   {
@@ -422,7 +422,7 @@ void SessionStream::SaveSessionState(ServerSession& s) {
 }
 
 void SessionStream::HandleGenerate(const v1::Generate& g) {
-  std::shared_ptr<ServerSession> s = session();
+  std::shared_ptr<SessionRecord> s = session();
   if (s == nullptr) {
     return SendError(FailedPreconditionError("generate: open or resume a session first"),
                      g.request_id());
@@ -483,7 +483,7 @@ void SessionStream::HandleGenerate(const v1::Generate& g) {
 }
 
 void SessionStream::HandleCancel(const v1::Cancel& c) {
-  std::shared_ptr<ServerSession> s = session();
+  std::shared_ptr<SessionRecord> s = session();
   if (s == nullptr) {
     return SendError(FailedPreconditionError("cancel: open or resume a session first"));
   }
@@ -503,7 +503,7 @@ void SessionStream::HandleCancel(const v1::Cancel& c) {
 }
 
 void SessionStream::HandleClose() {
-  std::shared_ptr<ServerSession> s;
+  std::shared_ptr<SessionRecord> s;
   {
     std::lock_guard<std::mutex> lock(mu_);
     s = std::move(session_);
@@ -514,7 +514,7 @@ void SessionStream::HandleClose() {
   outbox_.Finish(grpc::Status::OK);
 }
 
-void SessionStream::OnEvent(const std::shared_ptr<ServerSession>& s, GenerationEvent&& e) {
+void SessionStream::OnEvent(const std::shared_ptr<SessionRecord>& s, GenerationEvent&& e) {
   if (e.kind == GenerationEvent::Kind::kToken) {
     if (ctx_.metrics != nullptr) {
       const Clock::time_point now = Clock::now();
@@ -586,7 +586,7 @@ void SessionStream::OnEvent(const std::shared_ptr<ServerSession>& s, GenerationE
 void SessionStream::AfterGeneration(SessionId id, int64_t output_tokens) {
   ChargeTokens(output_tokens);
   SendCacheState(id);
-  if (std::shared_ptr<ServerSession> s = ctx_.registry.Find(id)) SaveSessionState(*s);
+  if (std::shared_ptr<SessionRecord> s = ctx_.registry.Find(id)) SaveSessionState(*s);
   std::optional<grpc::Status> end;
   std::vector<std::function<void()>> then;
   {
@@ -621,7 +621,7 @@ void SessionStream::Drain() {
 }
 
 void SessionStream::CancelGeneration(const Status& why) {
-  if (std::shared_ptr<ServerSession> s = session()) StopGeneration(*s, why);
+  if (std::shared_ptr<SessionRecord> s = session()) StopGeneration(*s, why);
 }
 
 void SessionStream::OnSessionClosed(SessionId id, const Status& why) {
@@ -636,7 +636,7 @@ void SessionStream::OnSessionClosed(SessionId id, const Status& why) {
 }
 
 void SessionStream::Release(std::function<void()> then) {
-  std::shared_ptr<ServerSession> s;
+  std::shared_ptr<SessionRecord> s;
   {
     std::lock_guard<std::mutex> lock(mu_);
     released_ = true;

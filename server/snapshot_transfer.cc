@@ -107,7 +107,7 @@ class ExportReactor final : public grpc::ServerWriteReactor<v1::SnapshotChunk> {
   StatusOr<std::vector<uint8_t>> Snapshot(SessionId id) {
     const std::optional<std::string> tenant = TenantOf(ctx_, id);
     if (!tenant || !caller_.CanSee(*tenant)) return SessionNotFound(id, ctx_.registry.options());
-    std::shared_ptr<ServerSession> s = ctx_.registry.Find(id);
+    std::shared_ptr<SessionRecord> s = ctx_.registry.Find(id);
     if (ctx_.registry.persister() != nullptr) {
       if (s == nullptr && !ctx_.registry.persister()->Summary(id).ok()) {
         return SessionNotFound(id, ctx_.registry.options());
@@ -218,7 +218,7 @@ class ImportReactor final : public grpc::ServerReadReactor<v1::SnapshotChunk> {
 }  // namespace
 
 Status FillSessionInfo(const ServiceContext& ctx, SessionId id, v1::SessionInfo* out) {
-  std::shared_ptr<ServerSession> s = ctx.registry.Find(id);
+  std::shared_ptr<SessionRecord> s = ctx.registry.Find(id);
   if (s == nullptr) return SessionNotFound(id, ctx.registry.options());
   Residency residency;
   SnapshotSummary stored;
@@ -260,7 +260,7 @@ grpc::ServerWriteReactor<v1::SnapshotChunk>* StartExport(ServiceContext& ctx,
 }
 
 std::optional<std::string> TenantOf(const ServiceContext& ctx, SessionId id) {
-  if (std::shared_ptr<ServerSession> s = ctx.registry.Find(id)) return s->options.tenant;
+  if (std::shared_ptr<SessionRecord> s = ctx.registry.Find(id)) return s->options.tenant;
   if (SessionPersister* p = ctx.registry.persister(); p != nullptr) {
     if (auto summary = p->Summary(id); summary.ok() && summary->id == id) return summary->tenant;
   }

@@ -48,13 +48,13 @@
 #include <unistd.h>
 
 #include "engine/model/synthetic_model.h"
-#include "server/admission_queue.h"
+#include "engine/sessions/admission_queue.h"
 #include "server/authenticator.h"
-#include "server/chat_formatter.h"
+#include "engine/sessions/chat_formatter.h"
 #include "server/service_context.h"
-#include "server/session_registry.h"
+#include "engine/sessions/session_registry.h"
 #include "server/session_stream.h"
-#include "server/task_runner.h"
+#include "engine/util/task_runner.h"
 #include "server/token_budget.h"
 #include "tests/fuzz/client_message_input.h"
 #include "tests/fuzz/fuzz_transport.h"
@@ -450,7 +450,7 @@ class Driver {
       if (text.empty()) continue;
       auto id = SessionId::Parse(text, "session_id");
       STREAMD_FUZZ_CHECK(id.ok(), text);
-      const std::shared_ptr<server::ServerSession> s = world_.registry().Find(*id);
+      const std::shared_ptr<server::SessionRecord> s = world_.registry().Find(*id);
       if (s == nullptr) continue;
       STREAMD_FUZZ_CHECK(s->options.tenant == c.caller.tenant,
                          "a stream of tenant " + c.caller.tenant + " drives session " + text +

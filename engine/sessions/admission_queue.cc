@@ -1,11 +1,11 @@
-#include "server/admission_queue.h"
+#include "engine/sessions/admission_queue.h"
 
 #include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
 
-namespace streamd::server {
+namespace streamd {
 namespace {
 
 // How often the oldest waiting Open is retried without a Notify: blocks can also be freed by
@@ -110,7 +110,7 @@ void AdmissionQueue::Loop() {
       const std::string client = queue_.front().client;
       lock.unlock();
       const Status allowed = check_ ? check_(options) : OkStatus();
-      StatusOr<std::shared_ptr<ServerSession>> s =
+      StatusOr<std::shared_ptr<SessionRecord>> s =
           allowed.ok() ? registry_.Open(options, owner, client) : allowed;
       lock.lock();
       if (s.ok() || !allowed.ok() || !Exhausted(s.status()) || stopping_) {
@@ -139,4 +139,4 @@ void AdmissionQueue::Loop() {
   }
 }
 
-}  // namespace streamd::server
+}  // namespace streamd

@@ -15,9 +15,9 @@
 #include "engine/gguf/gguf_file.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "server/chat_formatter.h"
+#include "engine/sessions/chat_formatter.h"
 
-namespace streamd::server {
+namespace streamd {
 namespace {
 
 using Ids = std::vector<int32_t>;
@@ -127,4 +127,4 @@ TEST(ChatFormatterFamilyTest, Llama31TurnsMatchTheTemplate) {
 }
 
 }  // namespace
-}  // namespace streamd::server
+}  // namespace streamd

@@ -36,7 +36,7 @@
 // queue. Another replica's snapshot in a shared directory is found by its id on Resume.
 //
 // Locks: the registry mutex guards the map, the waiting Resumes and the load queue; each
-// ServerSession's mutex guards its fields. Order: registry -> session. Neither is held across
+// SessionRecord's mutex guards its fields. Order: registry -> session. Neither is held across
 // an engine or persister call that can block or deliver events (Cancel, Close, Offload, Load),
 // because the EventSink takes the session's mutex; the claimed state keeps others out instead.
 #pragma once
@@ -56,10 +56,11 @@
 #include <thread>
 #include <vector>
 
-#include "engine/api/streamd_engine.h"
-#include "server/chat_formatter.h"
+#include "engine/serving/engine.h"
+#include "engine/serving/session_persister.h"
+#include "engine/sessions/chat_formatter.h"
 
-namespace streamd::server {
+namespace streamd {
 
 using Clock = std::chrono::steady_clock;
 
@@ -83,7 +84,7 @@ enum class TransitionPoint {
 };
 
 // Server-side state of one session.
-struct ServerSession {
+struct SessionRecord {
   SessionId id;
   SessionOptions options;  // effective: defaults applied
   CacheSpec spec;          // effective cache spec
@@ -170,14 +171,14 @@ class SessionRegistry {
 
   // Opens an engine session attached to `owner`, offloading detached sessions to make room;
   // never waits for blocks (RESOURCE_EXHAUSTED: the AdmissionQueue waits and retries).
-  StatusOr<std::shared_ptr<ServerSession>> Open(const SessionOptions& options,
+  StatusOr<std::shared_ptr<SessionRecord>> Open(const SessionOptions& options,
                                                 std::weak_ptr<SessionOwner> owner,
                                                 std::string client = {});
   // A fork of `parent` (Engine::Fork): a new detached, resident session of the same tenant and
   // client with the parent's settings and chat state, resumable at once. Offloads detached
   // sessions to make room once, like Open; never waits.
-  StatusOr<std::shared_ptr<ServerSession>> Fork(const std::shared_ptr<ServerSession>& parent);
-  using AttachDone = std::function<void(StatusOr<std::shared_ptr<ServerSession>>)>;
+  StatusOr<std::shared_ptr<SessionRecord>> Fork(const std::shared_ptr<SessionRecord>& parent);
+  using AttachDone = std::function<void(StatusOr<std::shared_ptr<SessionRecord>>)>;
   // Attaches `owner` to session `id`. A resident session is attached before this returns
   // (done runs inline); an offloaded one is loaded first on the loader thread, and done runs
   // there (or on the reaper's, with UNAVAILABLE, after resume_wait). NOT_FOUND for an unknown
@@ -195,12 +196,12 @@ class SessionRegistry {
   // The stream is gone: the session waits for a Resume (its generation must be over). Its
   // snapshot is written at once; `written` (optional) runs when that write is over (at once
   // without a snapshot directory), on the persister's thread.
-  void Detach(const std::shared_ptr<ServerSession>& session, std::function<void()> written = {});
+  void Detach(const std::shared_ptr<SessionRecord>& session, std::function<void()> written = {});
   // Closes the session (in the engine if resident) and forgets it, deleting its snapshot. An
   // attached owner other than `caller` is told through OnSessionClosed(id, why).
   Status Close(SessionId id, const Status& why, const SessionOwner* caller = nullptr);
   // The session's context changed (an Append ack, a GenerationDone): its snapshot is due.
-  void Touched(const ServerSession& session);
+  void Touched(const SessionRecord& session);
   // Offloads and closes what the timeouts and the per-client cap say; returns how many sessions
   // were acted on.
   int32_t ReapIdle(Clock::time_point now);
@@ -209,12 +210,12 @@ class SessionRegistry {
   bool PersistAll(Clock::time_point deadline);
   // Adds a session just imported (restored into the engine when `resident`, else only in the
   // snapshot directory).
-  std::shared_ptr<ServerSession> AdoptImported(const SnapshotSummary& summary,
+  std::shared_ptr<SessionRecord> AdoptImported(const SnapshotSummary& summary,
                                                const std::map<std::string, std::string>& metadata,
                                                int32_t last_token, bool resident);
 
-  std::shared_ptr<ServerSession> Find(SessionId id) const;
-  std::vector<std::shared_ptr<ServerSession>> All() const;
+  std::shared_ptr<SessionRecord> Find(SessionId id) const;
+  std::vector<std::shared_ptr<SessionRecord>> All() const;
   const RegistryOptions& options() const { return options_; }
   SessionPersister* persister() const { return persister_; }
 
@@ -232,7 +233,7 @@ class SessionRegistry {
   // An answer to give once the locks are released.
   struct Answer {
     AttachDone done;
-    StatusOr<std::shared_ptr<ServerSession>> result;
+    StatusOr<std::shared_ptr<SessionRecord>> result;
     Clock::time_point waited_since;  // epoch: it did not wait
   };
   using Answers = std::vector<Answer>;
@@ -244,25 +245,25 @@ class SessionRegistry {
   // ALREADY_EXISTS: it is in the engine): resident, offloaded again (no room now) or gone (its
   // snapshot cannot come back); its waiting Resumes get their answers. A session closed
   // meanwhile is left to the caller (EndClosedTransition). Requires mu_ and s->mu.
-  void EndLoadLocked(const std::shared_ptr<ServerSession>& session, const LoadRequest& request,
+  void EndLoadLocked(const std::shared_ptr<SessionRecord>& session, const LoadRequest& request,
                      const Status& loaded,
                      Answers& answers);
   // Moves the waiting Resumes of `s` on: attached, refused, or waiting for the next transition.
   // Requires mu_ and s->mu.
-  void ResolveWaitersLocked(const std::shared_ptr<ServerSession>& session, Answers& answers);
+  void ResolveWaitersLocked(const std::shared_ptr<SessionRecord>& session, Answers& answers);
 
   // resident -> offloading when `s` may leave memory now: detached, not generating, not
   // closed, no Resume waiting for it. Requires mu_ and s->mu.
-  bool ClaimOffloadLocked(ServerSession& s) const;
+  bool ClaimOffloadLocked(SessionRecord& s) const;
   // Offloads a claimed session (`why`: the transition's name for hooks): writes it and frees
   // its blocks; the persister's error otherwise (changed meanwhile, a full disk: it stays
   // resident). Nothing locked.
-  Status OffloadClaimed(const std::shared_ptr<ServerSession>& s, std::string_view why);
+  Status OffloadClaimed(const std::shared_ptr<SessionRecord>& s, std::string_view why);
   // The end of an offloading session's transition: offloaded when its blocks were freed
   // (`stored`: what its snapshot says), resident again when not. Its waiting Resumes are
   // attached (resident) or handed to the loader (offloaded); a session closed meanwhile has its
   // engine copy closed. Nothing locked.
-  void EndOffload(const std::shared_ptr<ServerSession>& s, bool freed,
+  void EndOffload(const std::shared_ptr<SessionRecord>& s, bool freed,
                   std::optional<SnapshotSummary> stored);
   // Offloads the least recently detached resident session that is not generating; false when
   // there is none or it could not be written.
@@ -271,31 +272,31 @@ class SessionRegistry {
   int32_t EnforceDetachedCaps();
   // A detached resident session whose snapshot another replica has since rewritten (a shared
   // directory) becomes offloaded, so that the next Resume reads the newer one.
-  void DropIfStale(const std::shared_ptr<ServerSession>& s);
+  void DropIfStale(const std::shared_ptr<SessionRecord>& s);
   // A session idle here for idle_timeout (at `now`) whose snapshot was written or touched since
   // (by another replica sharing the directory, which served it) is not idle: its idle time
   // restarts from then, a resident copy here that is now older is dropped, and true is returned.
-  bool UsedElsewhere(const std::shared_ptr<ServerSession>& s, Clock::time_point now);
+  bool UsedElsewhere(const std::shared_ptr<SessionRecord>& s, Clock::time_point now);
   // A registry entry for a stored snapshot (offloaded), or the one already there.
-  std::shared_ptr<ServerSession> AddOffloaded(const SnapshotSummary& summary);
+  std::shared_ptr<SessionRecord> AddOffloaded(const SnapshotSummary& summary);
   // The chat state a restored session's metadata and last context token (-1: none) say it has.
-  void ApplyMetadata(ServerSession& s, const std::map<std::string, std::string>& metadata,
+  void ApplyMetadata(SessionRecord& s, const std::map<std::string, std::string>& metadata,
                      int32_t last_token);
   // Attaches `w` to `s` when it is resident, or queues it until the transition in flight ends
   // (starting a load when the session is on disk). Requires mu_ and s->mu; the answer, when
   // there is one now, is added to `answers`.
-  void AttachOrWaitLocked(const std::shared_ptr<ServerSession>& session, Waiter w,
+  void AttachOrWaitLocked(const std::shared_ptr<SessionRecord>& session, Waiter w,
                           Answers& answers);
   // Closes `id` as Close does, but only while it is detached and in no transition (the reaper's
   // closes: a Resume that won the race keeps its session). False when it did not.
   bool CloseIfIdle(SessionId id, const Status& why);
   // Removes `id` from the map, closed (requires mu_); its waiting Resumes get NOT_FOUND.
-  std::shared_ptr<ServerSession> EraseClosedLocked(SessionId id, Answers& answers);
+  std::shared_ptr<SessionRecord> EraseClosedLocked(SessionId id, Answers& answers);
   // A session closed during its transition is closed for good now that the transition ended:
   // its snapshot deleted (and its engine copy when `in_engine`). Nothing locked.
   void EndClosedTransition(SessionId id, bool in_engine);
   // Closes an erased session's engine copy (when resident), snapshot and stream.
-  Status FinishClose(const std::shared_ptr<ServerSession>& s, const Status& why,
+  Status FinishClose(const std::shared_ptr<SessionRecord>& s, const Status& why,
                      const SessionOwner* caller);
   void Give(Answers& answers);  // runs the answers (nothing locked)
   void Pause(TransitionPoint point, SessionId id) const {
@@ -309,7 +310,7 @@ class SessionRegistry {
   SessionPersister* const persister_;
   RegistryHooks hooks_;
   mutable std::mutex mu_;
-  std::map<SessionId, std::shared_ptr<ServerSession>> sessions_;
+  std::map<SessionId, std::shared_ptr<SessionRecord>> sessions_;
   std::map<SessionId, std::vector<Waiter>> waiters_;  // Resumes waiting for a transition
   std::deque<LoadRequest> loads_;                     // resume requests first
   // Sessions whose snapshot could not be restored (moved aside by the start-up scan or by a
@@ -339,4 +340,4 @@ inline Engine::MetadataUpdates ChatMetadata(ChatState chat, bool has_input) {
           {kMetadataHasInput, has_input ? "1" : "0"}};
 }
 
-}  // namespace streamd::server
+}  // namespace streamd

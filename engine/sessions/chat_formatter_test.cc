@@ -1,11 +1,11 @@
 // ChatFormatter against the default model's tokenizer and ChatML template ($STREAMD_MODEL).
-#include "server/chat_formatter.h"
+#include "engine/sessions/chat_formatter.h"
 
 #include <gtest/gtest.h>
 
 #include "tests/test_env.h"
 
-namespace streamd::server {
+namespace streamd {
 namespace {
 
 class ChatFormatterTest : public ::testing::Test {
@@ -85,4 +85,4 @@ TEST_F(ChatFormatterTest, AnOpenAssistantTurnIsClosedBeforeTheNextTurn) {
 }
 
 }  // namespace
-}  // namespace streamd::server
+}  // namespace streamd

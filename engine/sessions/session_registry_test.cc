@@ -2,7 +2,7 @@
 // notifying the attached owner, the reaper's timeouts; with a snapshot directory: offload and
 // resume, offload to make room, restore at start-up into a new engine, snapshots refused and
 // moved aside while the rest load, closed sessions' snapshots deleted.
-#include "server/session_registry.h"
+#include "engine/sessions/session_registry.h"
 
 #include <dirent.h>
 #include <stdlib.h>
@@ -17,9 +17,9 @@
 
 #include <gtest/gtest.h>
 
-#include "server/session_registry_test_util.h"
+#include "engine/sessions/session_registry_test_util.h"
 
-namespace streamd::server {
+namespace streamd {
 namespace {
 
 using namespace std::chrono_literals;
@@ -315,7 +315,7 @@ TEST(SessionRegistryTest, AReplicaDoesNotEndASessionAnotherOneServedSince) {
   replica_a.ReapIdle(left_a + 1h + 100ms);
   ASSERT_TRUE(persister_a->WaitIdle(Clock::now() + 10s));
   EXPECT_TRUE(stored()) << "A deleted the snapshot of a session B had just changed";
-  const std::shared_ptr<ServerSession> on_a = replica_a.Find(id);
+  const std::shared_ptr<SessionRecord> on_a = replica_a.Find(id);
   ASSERT_NE(on_a, nullptr);
   {
     std::lock_guard<std::mutex> lock(on_a->mu);  // the registry's lock is never taken inside
@@ -487,4 +487,4 @@ TEST(SessionRegistryTest, TenThousandSessionsWithAPoolForSixtyFour) {
 }
 
 }  // namespace
-}  // namespace streamd::server
+}  // namespace streamd

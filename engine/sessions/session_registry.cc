@@ -1,12 +1,12 @@
 // SessionRegistry: sessions, their streams and their lifetimes (open, fork, attach, detach,
 // close, the reaper). The residency transitions (offload, load, restore at start) are in
 // session_residency.cc.
-#include "server/session_registry.h"
+#include "engine/sessions/session_registry.h"
 
 #include <algorithm>
 #include <utility>
 
-namespace streamd::server {
+namespace streamd {
 namespace {
 
 std::string Seconds(std::chrono::milliseconds d) { return std::to_string(d.count() / 1000); }
@@ -66,7 +66,7 @@ void SessionRegistry::Give(Answers& answers) {
   answers.clear();
 }
 
-StatusOr<std::shared_ptr<ServerSession>> SessionRegistry::Open(const SessionOptions& options,
+StatusOr<std::shared_ptr<SessionRecord>> SessionRegistry::Open(const SessionOptions& options,
                                                                std::weak_ptr<SessionOwner> owner,
                                                                std::string client) {
   // At once if it fits; else make room by offloading detached sessions. Never waits: an Open
@@ -84,7 +84,7 @@ StatusOr<std::shared_ptr<ServerSession>> SessionRegistry::Open(const SessionOpti
   if (!id.ok()) return id.status();
   auto info = engine_.Get(*id);
   if (!info.ok()) return info.status();
-  auto s = std::make_shared<ServerSession>();
+  auto s = std::make_shared<SessionRecord>();
   s->id = *id;
   s->options = options;
   s->spec = info->cache;
@@ -100,15 +100,15 @@ StatusOr<std::shared_ptr<ServerSession>> SessionRegistry::Open(const SessionOpti
   return s;
 }
 
-StatusOr<std::shared_ptr<ServerSession>> SessionRegistry::Fork(
-    const std::shared_ptr<ServerSession>& parent) {
+StatusOr<std::shared_ptr<SessionRecord>> SessionRegistry::Fork(
+    const std::shared_ptr<SessionRecord>& parent) {
   StatusOr<SessionId> id = engine_.Fork(parent->id);
   if (!id.ok() && id.status().code() == StatusCode::kResourceExhausted && OffloadOneForRoom()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the offload's step ends
     id = engine_.Fork(parent->id);
   }
   if (!id.ok()) return id.status();
-  auto s = std::make_shared<ServerSession>();
+  auto s = std::make_shared<SessionRecord>();
   s->id = *id;
   s->options = parent->options;
   s->spec = parent->spec;
@@ -133,11 +133,11 @@ StatusOr<std::shared_ptr<ServerSession>> SessionRegistry::Fork(
   return s;
 }
 
-void SessionRegistry::AttachOrWaitLocked(const std::shared_ptr<ServerSession>& session, Waiter w,
+void SessionRegistry::AttachOrWaitLocked(const std::shared_ptr<SessionRecord>& session, Waiter w,
                                          Answers& answers) {
-  ServerSession& s = *session;
+  SessionRecord& s = *session;
   const bool waited = w.since != Clock::time_point{};  // it comes from waiters_
-  const auto answer = [&](StatusOr<std::shared_ptr<ServerSession>> result) {
+  const auto answer = [&](StatusOr<std::shared_ptr<SessionRecord>> result) {
     answers.push_back({std::move(w.done), std::move(result),
                        waited ? w.since : Clock::time_point{}});
   };
@@ -192,7 +192,7 @@ SessionRegistry::Usage SessionRegistry::UsageOf(const std::string& tenant) const
 
 void SessionRegistry::Attach(SessionId id, std::weak_ptr<SessionOwner> owner, AttachDone done,
                              const std::optional<std::string>& tenant) {
-  std::shared_ptr<ServerSession> s;
+  std::shared_ptr<SessionRecord> s;
   bool closing = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -228,7 +228,7 @@ void SessionRegistry::Attach(SessionId id, std::weak_ptr<SessionOwner> owner, At
   Give(answers);
 }
 
-void SessionRegistry::Detach(const std::shared_ptr<ServerSession>& session,
+void SessionRegistry::Detach(const std::shared_ptr<SessionRecord>& session,
                              std::function<void()> written) {
   {
     std::lock_guard<std::mutex> lock(session->mu);
@@ -244,15 +244,15 @@ void SessionRegistry::Detach(const std::shared_ptr<ServerSession>& session,
   }
 }
 
-void SessionRegistry::Touched(const ServerSession& session) {
+void SessionRegistry::Touched(const SessionRecord& session) {
   if (persister_ != nullptr) persister_->Touch(session.id);
 }
 
-std::shared_ptr<ServerSession> SessionRegistry::EraseClosedLocked(SessionId id,
+std::shared_ptr<SessionRecord> SessionRegistry::EraseClosedLocked(SessionId id,
                                                                   Answers& answers) {
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return nullptr;
-  std::shared_ptr<ServerSession> s = it->second;
+  std::shared_ptr<SessionRecord> s = it->second;
   sessions_.erase(it);
   {
     std::lock_guard<std::mutex> session_lock(s->mu);
@@ -276,7 +276,7 @@ std::shared_ptr<ServerSession> SessionRegistry::EraseClosedLocked(SessionId id,
   return s;
 }
 
-Status SessionRegistry::FinishClose(const std::shared_ptr<ServerSession>& s, const Status& why,
+Status SessionRegistry::FinishClose(const std::shared_ptr<SessionRecord>& s, const Status& why,
                                     const SessionOwner* caller) {
   Residency residency;
   std::shared_ptr<SessionOwner> owner;
@@ -300,7 +300,7 @@ Status SessionRegistry::FinishClose(const std::shared_ptr<ServerSession>& s, con
 
 Status SessionRegistry::Close(SessionId id, const Status& why, const SessionOwner* caller) {
   Answers answers;
-  std::shared_ptr<ServerSession> s;
+  std::shared_ptr<SessionRecord> s;
   {
     std::lock_guard<std::mutex> lock(mu_);
     s = EraseClosedLocked(id, answers);
@@ -312,14 +312,14 @@ Status SessionRegistry::Close(SessionId id, const Status& why, const SessionOwne
 
 bool SessionRegistry::CloseIfIdle(SessionId id, const Status& why) {
   Answers answers;
-  std::shared_ptr<ServerSession> s;
+  std::shared_ptr<SessionRecord> s;
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = sessions_.find(id);
     if (it == sessions_.end() || waiters_.count(id) > 0) return false;
     {
       std::lock_guard<std::mutex> session_lock(it->second->mu);
-      const ServerSession& t = *it->second;
+      const SessionRecord& t = *it->second;
       const bool settled =
           t.residency == Residency::kResident || t.residency == Residency::kOffloaded;
       if (t.attached || t.generating || t.closed || !settled) return false;
@@ -336,7 +336,7 @@ int32_t SessionRegistry::ReapIdle(Clock::time_point now) {
     bool idle_timeout;  // else offload_after without a snapshot directory
   };
   std::vector<ToClose> to_close;
-  std::vector<std::shared_ptr<ServerSession>> to_offload;
+  std::vector<std::shared_ptr<SessionRecord>> to_offload;
   std::vector<std::pair<SessionId, Waiter>> expired;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -381,13 +381,13 @@ int32_t SessionRegistry::ReapIdle(Clock::time_point now) {
                             " ms (sessions.resume_wait); retry in a few seconds"));
   }
   int32_t acted = 0;
-  for (const std::shared_ptr<ServerSession>& s : to_offload) {
+  for (const std::shared_ptr<SessionRecord>& s : to_offload) {
     // When not: it changed meanwhile, or the write failed (full disk, read-only directory):
     // it keeps serving from memory, and the persister has counted and logged the failure.
     acted += OffloadClaimed(s, "offload").ok();
   }
   for (const ToClose& c : to_close) {
-    std::shared_ptr<ServerSession> s = Find(c.id);
+    std::shared_ptr<SessionRecord> s = Find(c.id);
     if (s == nullptr) continue;
     if (c.idle_timeout && UsedElsewhere(s, now)) continue;
     acted += CloseIfIdle(c.id, CancelledError(c.idle_timeout ? "idle timeout"
@@ -422,17 +422,17 @@ bool SessionRegistry::PersistAll(Clock::time_point deadline) {
   return persister_->WaitIdle(deadline);
 }
 
-std::shared_ptr<ServerSession> SessionRegistry::Find(SessionId id) const {
+std::shared_ptr<SessionRecord> SessionRegistry::Find(SessionId id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sessions_.find(id);
   return it == sessions_.end() ? nullptr : it->second;
 }
 
-std::vector<std::shared_ptr<ServerSession>> SessionRegistry::All() const {
+std::vector<std::shared_ptr<SessionRecord>> SessionRegistry::All() const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<std::shared_ptr<ServerSession>> out;
+  std::vector<std::shared_ptr<SessionRecord>> out;
   for (const auto& [id, s] : sessions_) out.push_back(s);
   return out;
 }
 
-}  // namespace streamd::server
+}  // namespace streamd

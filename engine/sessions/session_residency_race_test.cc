@@ -22,9 +22,9 @@
 #include <gtest/gtest.h>
 
 #include "engine/serving/engine_test_util.h"
-#include "server/session_registry_test_util.h"
+#include "engine/sessions/session_registry_test_util.h"
 
-namespace streamd::server {
+namespace streamd {
 namespace {
 
 using namespace std::chrono_literals;
@@ -72,7 +72,7 @@ class PendingResume {
  public:
   PendingResume(SessionRegistry& registry, SessionId id)
       : owner_(std::make_shared<FakeOwner>()), start_(Clock::now()) {
-    registry.Attach(id, owner_, [this](StatusOr<std::shared_ptr<ServerSession>> s) {
+    registry.Attach(id, owner_, [this](StatusOr<std::shared_ptr<SessionRecord>> s) {
       answered_after_ = Clock::now() - start_;
       answer_.set_value(std::move(s));
     });
@@ -80,7 +80,7 @@ class PendingResume {
   bool AnsweredWithin(std::chrono::milliseconds limit) {
     return future_.wait_for(limit) == std::future_status::ready;
   }
-  StatusOr<std::shared_ptr<ServerSession>> Get() {
+  StatusOr<std::shared_ptr<SessionRecord>> Get() {
     EXPECT_TRUE(AnsweredWithin(10s)) << "a Resume got no answer";
     return future_.get();
   }
@@ -90,8 +90,8 @@ class PendingResume {
   std::shared_ptr<FakeOwner> owner_;
   Clock::time_point start_;
   Clock::duration answered_after_{};
-  std::promise<StatusOr<std::shared_ptr<ServerSession>>> answer_;
-  std::future<StatusOr<std::shared_ptr<ServerSession>>> future_ = answer_.get_future();
+  std::promise<StatusOr<std::shared_ptr<SessionRecord>>> answer_;
+  std::future<StatusOr<std::shared_ptr<SessionRecord>>> future_ = answer_.get_future();
 };
 
 enum class Op {
@@ -220,7 +220,7 @@ class ResidencyRaceTest : public ::testing::TestWithParam<std::tuple<TransitionP
   }
 
   Residency ResidencyOf(SessionId id) {
-    std::shared_ptr<ServerSession> s = registry_->Find(id);
+    std::shared_ptr<SessionRecord> s = registry_->Find(id);
     std::lock_guard<std::mutex> lock(s->mu);
     return s->residency;
   }
@@ -235,7 +235,7 @@ class ResidencyRaceTest : public ::testing::TestWithParam<std::tuple<TransitionP
 
   // The session is whole: a Resume (when `attached` is null) gets it, with every token, and its
   // continuation is the twin's.
-  void ExpectWhole(std::shared_ptr<ServerSession> attached = nullptr) {
+  void ExpectWhole(std::shared_ptr<SessionRecord> attached = nullptr) {
     if (attached == nullptr) {
       auto back = AttachNow(*registry_, target_, std::make_shared<FakeOwner>());
       ASSERT_TRUE(back.ok()) << back.status().ToString();
@@ -269,7 +269,7 @@ class ResidencyRaceTest : public ::testing::TestWithParam<std::tuple<TransitionP
   TestEngine e_;
   std::unique_ptr<SessionPersister> persister_;
   std::unique_ptr<SessionRegistry> registry_;
-  std::map<SessionId, std::shared_ptr<ServerSession>> sessions_;
+  std::map<SessionId, std::shared_ptr<SessionRecord>> sessions_;
   SessionId target_, twin_;
   std::thread transition_;
   std::optional<PendingResume> first_resume_;  // the Resume that started a load
@@ -391,4 +391,4 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 }  // namespace
-}  // namespace streamd::server
+}  // namespace streamd

@@ -5,16 +5,16 @@
 #include <algorithm>
 #include <utility>
 
-#include "server/session_registry.h"
+#include "engine/sessions/session_registry.h"
 
-namespace streamd::server {
+namespace streamd {
 namespace {
 
 // A snapshot holds no open partial Append (the engine keeps it in memory only): the session that
 // comes back from disk has it as final input. The stream's bookkeeping must agree, or the next
 // Append would be encoded as the partial's replacement (from the chat state before it) while
 // the engine appends it after the partial.
-void ForgetPartial(ServerSession& s) {
+void ForgetPartial(SessionRecord& s) {
   s.partial_open = false;
   s.partial_tokens.clear();
 }
@@ -52,7 +52,7 @@ void SessionRegistry::Transitioned(SessionId id, std::string_view transition,
   }
 }
 
-void SessionRegistry::ResolveWaitersLocked(const std::shared_ptr<ServerSession>& session,
+void SessionRegistry::ResolveWaitersLocked(const std::shared_ptr<SessionRecord>& session,
                                            Answers& answers) {
   auto it = waiters_.find(session->id);
   if (it == waiters_.end()) return;
@@ -63,7 +63,7 @@ void SessionRegistry::ResolveWaitersLocked(const std::shared_ptr<ServerSession>&
 
 // ---- Offload ------------------------------------------------------------------------------
 
-bool SessionRegistry::ClaimOffloadLocked(ServerSession& s) const {
+bool SessionRegistry::ClaimOffloadLocked(SessionRecord& s) const {
   if (s.attached || s.generating || s.closed || s.residency != Residency::kResident) return false;
   if (waiters_.count(s.id) > 0) return false;
   s.residency = Residency::kOffloading;
@@ -71,7 +71,7 @@ bool SessionRegistry::ClaimOffloadLocked(ServerSession& s) const {
   return true;
 }
 
-Status SessionRegistry::OffloadClaimed(const std::shared_ptr<ServerSession>& s,
+Status SessionRegistry::OffloadClaimed(const std::shared_ptr<SessionRecord>& s,
                                        std::string_view why) {
   Clock::time_point since;
   {
@@ -96,7 +96,7 @@ Status SessionRegistry::OffloadClaimed(const std::shared_ptr<ServerSession>& s,
   return offloaded;
 }
 
-void SessionRegistry::EndOffload(const std::shared_ptr<ServerSession>& s, bool freed,
+void SessionRegistry::EndOffload(const std::shared_ptr<SessionRecord>& s, bool freed,
                                  std::optional<SnapshotSummary> stored) {
   Answers answers;
   bool closed = false;
@@ -129,7 +129,7 @@ void SessionRegistry::EndClosedTransition(SessionId id, bool in_engine) {
 bool SessionRegistry::OffloadOneForRoom() {
   if (persister_ == nullptr) return false;
   while (true) {
-    std::shared_ptr<ServerSession> victim;
+    std::shared_ptr<SessionRecord> victim;
     {
       std::lock_guard<std::mutex> lock(mu_);
       for (const auto& [id, s] : sessions_) {
@@ -161,7 +161,7 @@ int32_t SessionRegistry::EnforceDetachedCaps() {
                                         std::max(0, stats.blocks_total - stats.blocks_headroom));
   struct Detached {
     Clock::time_point since;
-    std::shared_ptr<ServerSession> session;
+    std::shared_ptr<SessionRecord> session;
   };
   std::map<std::string, int64_t> held;  // blocks reserved by each client's detached sessions
   std::map<std::string, std::vector<Detached>> movable;
@@ -204,7 +204,7 @@ int32_t SessionRegistry::EnforceDetachedCaps() {
   return acted;
 }
 
-void SessionRegistry::DropIfStale(const std::shared_ptr<ServerSession>& s) {
+void SessionRegistry::DropIfStale(const std::shared_ptr<SessionRecord>& s) {
   {
     std::lock_guard<std::mutex> session_lock(s->mu);
     if (s->residency != Residency::kResident || s->attached || s->closed) return;
@@ -225,7 +225,7 @@ void SessionRegistry::DropIfStale(const std::shared_ptr<ServerSession>& s) {
   Transitioned(s->id, "drop_stale", "ok", since);
 }
 
-bool SessionRegistry::UsedElsewhere(const std::shared_ptr<ServerSession>& s,
+bool SessionRegistry::UsedElsewhere(const std::shared_ptr<SessionRecord>& s,
                                     Clock::time_point now) {
   if (persister_ == nullptr) return false;
   // Gone (closed elsewhere, or never written): nothing says it was used since.
@@ -267,7 +267,7 @@ void SessionRegistry::LoaderLoop() {
 
 void SessionRegistry::LoadOne(const LoadRequest& request) {
   const SessionId id = request.id;
-  std::shared_ptr<ServerSession> s;
+  std::shared_ptr<SessionRecord> s;
   bool closing = false;  // closed while this load was queued: its file is left to us
   Clock::time_point since;
   Answers early;
@@ -327,10 +327,10 @@ void SessionRegistry::LoadOne(const LoadRequest& request) {
   Give(answers);
 }
 
-void SessionRegistry::EndLoadLocked(const std::shared_ptr<ServerSession>& session,
+void SessionRegistry::EndLoadLocked(const std::shared_ptr<SessionRecord>& session,
                                     const LoadRequest& request, const Status& loaded,
                                     Answers& answers) {
-  ServerSession& s = *session;
+  SessionRecord& s = *session;
   const SessionId id = s.id;
   if (s.closed) {  // Close answered its Resumes; the caller ends the close
     s.residency = loaded.ok() ? Residency::kResident : Residency::kOffloaded;
@@ -372,7 +372,7 @@ void SessionRegistry::EndLoadLocked(const std::shared_ptr<ServerSession>& sessio
 
 // ---- Sessions that come from disk ---------------------------------------------------------
 
-void SessionRegistry::ApplyMetadata(ServerSession& s,
+void SessionRegistry::ApplyMetadata(SessionRecord& s,
                                     const std::map<std::string, std::string>& metadata,
                                     int32_t last_token) {
   auto chat = metadata.find(kMetadataChat);
@@ -389,8 +389,8 @@ void SessionRegistry::ApplyMetadata(ServerSession& s,
   s.has_input = has_input != metadata.end() && has_input->second == "1";
 }
 
-std::shared_ptr<ServerSession> SessionRegistry::AddOffloaded(const SnapshotSummary& summary) {
-  auto s = std::make_shared<ServerSession>();
+std::shared_ptr<SessionRecord> SessionRegistry::AddOffloaded(const SnapshotSummary& summary) {
+  auto s = std::make_shared<SessionRecord>();
   s->id = summary.id;
   s->options.tenant = summary.tenant;
   s->options.mode = summary.mode;
@@ -435,10 +435,10 @@ int32_t SessionRegistry::RestoreFromStore(bool load) {
   return static_cast<int32_t>(stored.size());
 }
 
-std::shared_ptr<ServerSession> SessionRegistry::AdoptImported(
+std::shared_ptr<SessionRecord> SessionRegistry::AdoptImported(
     const SnapshotSummary& summary, const std::map<std::string, std::string>& metadata,
     int32_t last_token, bool resident) {
-  std::shared_ptr<ServerSession> s = AddOffloaded(summary);
+  std::shared_ptr<SessionRecord> s = AddOffloaded(summary);
   ApplyMetadata(*s, metadata, last_token);
   std::lock_guard<std::mutex> session_lock(s->mu);
   s->residency = resident ? Residency::kResident : Residency::kOffloaded;
@@ -446,4 +446,4 @@ std::shared_ptr<ServerSession> SessionRegistry::AdoptImported(
   return s;
 }
 
-}  // namespace streamd::server
+}  // namespace streamd

@@ -22,9 +22,9 @@
 #include <gtest/gtest.h>
 
 #include "engine/serving/engine_test_util.h"
-#include "server/session_registry_test_util.h"
+#include "engine/sessions/session_registry_test_util.h"
 
-namespace streamd::server {
+namespace streamd {
 namespace {
 
 using namespace std::chrono_literals;
@@ -74,7 +74,7 @@ class ChurnClient {
  private:
   struct Owned {
     SessionId id;
-    std::shared_ptr<ServerSession> attached;  // null while detached
+    std::shared_ptr<SessionRecord> attached;  // null while detached
     Context left_as;                          // what it was when it was detached
   };
 
@@ -135,10 +135,10 @@ class ChurnClient {
       return Append(owned_.back());  // a generation needs context
     }
     Owned& o = *detached[Pick(static_cast<int>(detached.size()))];
-    std::promise<StatusOr<std::shared_ptr<ServerSession>>> answer;
+    std::promise<StatusOr<std::shared_ptr<SessionRecord>>> answer;
     const Clock::time_point start = Clock::now();
     registry_.Attach(o.id, std::make_shared<FakeOwner>(),
-                     [&](StatusOr<std::shared_ptr<ServerSession>> s) {
+                     [&](StatusOr<std::shared_ptr<SessionRecord>> s) {
                        answer.set_value(std::move(s));
                      });
     auto f = answer.get_future();
@@ -316,4 +316,4 @@ TEST(ChurnTest, ResumesAlwaysAnswerAndBringBackTheWholeSession) {
 }
 
 }  // namespace
-}  // namespace streamd::server
+}  // namespace streamd

@@ -22,10 +22,11 @@
 #include <string>
 #include <vector>
 
-#include "engine/api/streamd_engine.h"
+#include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "engine/util/status.h"
 
-namespace streamd::server {
+namespace streamd {
 
 enum class ChatRoleKind { kSystem = 0, kUser = 1, kAssistant = 2 };
 
@@ -72,4 +73,4 @@ class ChatFormatter {
   std::string close_after_eog_;  // the rest of it after an end-of-generation token
 };
 
-}  // namespace streamd::server
+}  // namespace streamd

@@ -17,13 +17,13 @@
 #include <mutex>
 #include <thread>
 
-#include "server/session_registry.h"
+#include "engine/sessions/session_registry.h"
 
-namespace streamd::server {
+namespace streamd {
 
 class AdmissionQueue {
  public:
-  using Done = std::function<void(StatusOr<std::shared_ptr<ServerSession>>)>;
+  using Done = std::function<void(StatusOr<std::shared_ptr<SessionRecord>>)>;
 
   AdmissionQueue(SessionRegistry& registry, int32_t max_waiting);
   // Waiting Opens are answered UNAVAILABLE.
@@ -71,4 +71,4 @@ class AdmissionQueue {
   std::thread thread_;  // last: starts after the members it uses
 };
 
-}  // namespace streamd::server
+}  // namespace streamd

@@ -1,9 +1,9 @@
-#include "server/chat_formatter.h"
+#include "engine/sessions/chat_formatter.h"
 
 #include <span>
 #include <utility>
 
-namespace streamd::server {
+namespace streamd {
 namespace {
 
 using tokenizer::ChatMessage;
@@ -134,4 +134,4 @@ void ChatFormatter::OnGenerationEnd(bool end_of_generation, ChatState* state) {
   }
 }
 
-}  // namespace streamd::server
+}  // namespace streamd

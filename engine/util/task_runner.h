@@ -17,7 +17,7 @@
 #include <mutex>
 #include <thread>
 
-namespace streamd::server {
+namespace streamd {
 
 class TaskRunner {
  public:
@@ -63,4 +63,4 @@ class TaskRunner {
   std::thread thread_;  // last: starts after the members it uses
 };
 
-}  // namespace streamd::server
+}  // namespace streamd

@@ -15,9 +15,9 @@
 
 #include "engine/model/synthetic_model.h"
 #include "engine/snapshot/model_fingerprint.h"
-#include "server/session_registry.h"
+#include "engine/sessions/session_registry.h"
 
-namespace streamd::server::registry_testing {
+namespace streamd::registry_testing {
 
 using namespace std::chrono_literals;
 
@@ -98,10 +98,10 @@ inline RegistryOptions Timeouts(std::chrono::milliseconds idle, std::chrono::mil
 }
 
 // Attach, waiting for the answer (it may come from the loader thread).
-inline StatusOr<std::shared_ptr<ServerSession>> AttachNow(SessionRegistry& registry, SessionId id,
+inline StatusOr<std::shared_ptr<SessionRecord>> AttachNow(SessionRegistry& registry, SessionId id,
                                                    std::shared_ptr<SessionOwner> owner) {
-  std::promise<StatusOr<std::shared_ptr<ServerSession>>> answer;
-  registry.Attach(id, owner, [&](StatusOr<std::shared_ptr<ServerSession>> s) {
+  std::promise<StatusOr<std::shared_ptr<SessionRecord>>> answer;
+  registry.Attach(id, owner, [&](StatusOr<std::shared_ptr<SessionRecord>> s) {
     answer.set_value(std::move(s));
   });
   auto f = answer.get_future();
@@ -116,4 +116,4 @@ inline std::vector<int32_t> Bytes(size_t n, uint64_t seed) {
 }
 
 
-}  // namespace streamd::server::registry_testing
+}  // namespace streamd::registry_testing
