@@ -112,7 +112,8 @@ GrpcServer::GrpcServer(Engine& engine, const tokenizer::ChatTemplate& chat,
                                 options.limits.max_detached_share, {}},
                 persister_.get()),
       chat_(chat, engine.tokenizer()),
-      ctx_{engine, registry_, admission_, chat_, tasks_, io_tasks_, options_},
+      driver_(engine, registry_, chat_, tasks_),
+      ctx_{engine, registry_, driver_, admission_, chat_, tasks_, io_tasks_, options_},
       admission_(registry_, options.limits.max_waiting_opens),
       service_(ctx_) {
   ctx_.model = {engine.tokenizer().vocab_size(), engine.model().config().context_length};

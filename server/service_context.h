@@ -12,6 +12,7 @@
 #include "server/metrics/streamd_metrics.h"
 #include "server/proto_convert.h"
 #include "server/server_options.h"
+#include "engine/sessions/session_driver.h"
 #include "engine/sessions/session_registry.h"
 #include "engine/util/task_runner.h"
 #include "server/token_budget.h"
@@ -22,6 +23,7 @@ namespace streamd::server {
 struct ServiceContext {
   Engine& engine;
   SessionRegistry& registry;
+  SessionDriver& driver;  // what an attached session says and hears
   AdmissionQueue& admission;  // Opens waiting for KV blocks
   const ChatFormatter& chat;
   TaskRunner& tasks;

@@ -83,7 +83,8 @@ enum class TransitionPoint {
   kStartupLoaded,   // loading at start (restore_on_start): restored, not resident yet
 };
 
-// Server-side state of one session.
+// One session's record: its settings, where it is, who drives it, and its conversation state
+// (SessionDriver keeps the chat turn, the partial and the running generation).
 struct SessionRecord {
   SessionId id;
   SessionOptions options;  // effective: defaults applied
@@ -102,14 +103,16 @@ struct SessionRecord {
   std::weak_ptr<SessionOwner> owner;  // the attached stream
   bool attached = false;
   Clock::time_point detached_at;
-  Clock::time_point last_token;  // of the running generation (inter-token latency)
   bool closed = false;
   bool has_input = false;  // any context yet (BOS and the default system turn go first)
   ChatState chat = ChatState::kNone;
   bool generating = false;
   uint64_t generation = 0;  // counts generations started; names the running one
   std::string request_id;   // of the running generation
-  Status cancel_reason;     // set when the server cancels it (slow client, shutdown)
+  Status cancel_reason;     // set when it is cancelled for a reason (slow client, shutdown)
+  // What runs once the running generation's GenerationDone has been delivered (SessionDriver:
+  // a barge-in Append, a Truncate of it, a stream that ends after it), in order.
+  std::vector<std::function<void()>> after_generation;
   // An open partial Append (Append.partial): its tokens, and the chat state before it, from
   // which its replacement is encoded.
   bool partial_open = false;
