@@ -32,7 +32,7 @@ StatusOr<Caller> StreamdService::CallerOf(const grpc::CallbackServerContext& con
 }
 
 Status StreamdService::Visible(const Caller& caller, SessionId id) const {
-  const std::optional<std::string> tenant = TenantOf(ctx_, id);
+  const std::optional<std::string> tenant = TenantOf(ctx_.registry, id);
   if (tenant && caller.CanSee(*tenant)) return OkStatus();
   return SessionNotFound(id, ctx_.registry.options());
 }

@@ -64,7 +64,6 @@ namespace streamd::fuzz {
 namespace {
 
 using namespace std::chrono_literals;
-using server::Clock;
 using server::SessionStream;
 
 // How long a stream may take to come back after a message, or to end after its client

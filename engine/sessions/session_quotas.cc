@@ -1,16 +1,15 @@
-#include "server/open_quota.h"
+#include "engine/sessions/session_quotas.h"
 
 #include <string>
 
-namespace streamd::server {
+namespace streamd {
 
-Status CheckOpenQuota(const Authenticator& auth, const SessionRegistry& registry,
-                      const EngineConfig& engine, int32_t context_length,
-                      const SessionOptions& options, std::string_view what) {
+Status CheckOpenQuota(const SessionRegistry& registry, const EngineConfig& engine,
+                      int32_t context_length, const SessionOptions& options,
+                      const SessionQuotas& q, std::string_view what) {
   if (options.tenant.empty()) return OkStatus();
-  const std::string& tenant = options.tenant;
-  const TenantQuotas q = auth.QuotasOf(tenant);
   if (q.max_sessions <= 0 && q.max_kv_blocks <= 0) return OkStatus();
+  const std::string& tenant = options.tenant;
   const SessionRegistry::Usage used = registry.UsageOf(tenant);
   if (q.max_sessions > 0 && used.sessions >= q.max_sessions) {
     return ResourceExhaustedError(std::string(what) + ": tenant " + tenant + " holds " +
@@ -35,4 +34,15 @@ Status CheckOpenQuota(const Authenticator& auth, const SessionRegistry& registry
   return OkStatus();
 }
 
-}  // namespace streamd::server
+Status CheckGenerationQuota(const SessionRegistry& registry, const std::string& tenant,
+                            const SessionQuotas& q) {
+  if (q.max_generations <= 0) return OkStatus();
+  const int32_t running = registry.UsageOf(tenant).generating;
+  if (running < q.max_generations) return OkStatus();
+  return ResourceExhaustedError("generate: tenant " + tenant + " runs " + std::to_string(running) +
+                                " generations, its quota max_generations = " +
+                                std::to_string(q.max_generations) +
+                                " (auth.keys_file); retry when one ends");
+}
+
+}  // namespace streamd
