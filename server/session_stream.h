@@ -79,6 +79,8 @@ class SessionStream : public SessionOwner, public std::enable_shared_from_this<S
   void OnSessionClosed(SessionId id, const Status& why) override;
 
  private:
+  // Binding (session_binding.cc): Open and Resume answer from the admission queue's or the
+  // loader's thread.
   Next HandleOpen(const v1::Open& open);
   Next HandleResume(const v1::Resume& resume);
   Next HandleAppend(const v1::Append& append);
