@@ -1,6 +1,6 @@
 // SessionStream's rollback requests: Truncate (drop the unplayed tail of the last generation) and
 // Fork (a copy-on-write copy of the session, detached). The engine does the rollback itself
-// (engine/serving/engine_rollback.cc) and the driver keeps its order and the chat state
+// (engine/core/engine_rollback.cc) and the driver keeps its order and the chat state
 // (engine/sessions/session_driver.h); here is the wire.
 #include <memory>
 #include <string>

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/serving/engine.h"
+#include "engine/core/engine.h"
 #include "engine/sessions/chat_formatter.h"
 #include "engine/sessions/session_registry.h"
 #include "engine/util/task_runner.h"

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "engine/serving/engine.h"
+#include "engine/core/engine.h"
 #include "engine/sessions/session_registry.h"
 
 namespace streamd {

@@ -56,8 +56,8 @@
 #include <thread>
 #include <vector>
 
-#include "engine/serving/engine.h"
-#include "engine/serving/session_persister.h"
+#include "engine/core/engine.h"
+#include "engine/core/session_persister.h"
 #include "engine/sessions/chat_formatter.h"
 
 namespace streamd {

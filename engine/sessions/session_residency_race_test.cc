@@ -21,7 +21,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/serving/engine_test_util.h"
+#include "engine/core/engine_test_util.h"
 #include "engine/sessions/session_registry_test_util.h"
 
 namespace streamd {

@@ -1,13 +1,13 @@
 // Where a daemon keeps its sessions on disk: this model's directory under sessions.snapshot_dir
-// (engine/serving/model_snapshot_dir.h: models sharing the directory never touch each other's
+// (engine/core/model_snapshot_dir.h: models sharing the directory never touch each other's
 // sessions), written and read by a SessionPersister.
 #pragma once
 
 #include <memory>
 #include <string>
 
-#include "engine/serving/model_snapshot_dir.h"
-#include "engine/serving/session_persister.h"
+#include "engine/core/model_snapshot_dir.h"
+#include "engine/core/session_persister.h"
 
 namespace streamd {
 

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/serving/engine.h"
+#include "engine/core/engine.h"
 #include "engine/sessions/session_registry.h"
 
 namespace streamd {

@@ -1,6 +1,6 @@
 // The engine's private types, shared by its two source files: engine.cc (sessions, the step
 // loop) and engine_state.cc (a session's state read out and written back). Nothing outside
-// engine/serving includes this.
+// engine/core includes this.
 #pragma once
 
 #include <chrono>
@@ -13,7 +13,7 @@
 
 #include "engine/sampling/sampler.h"
 #include "engine/sampling/stop_string_matcher.h"
-#include "engine/serving/engine.h"
+#include "engine/core/engine.h"
 #include "engine/tokenizer/incremental_detokenizer.h"
 
 namespace streamd {

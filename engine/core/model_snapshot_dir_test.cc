@@ -3,7 +3,7 @@
 // every unreadable one untouched, byte for byte), an older flat copy never replaces a newer one,
 // and a snapshot of another model inside this model's directory, or offered to Import, is
 // refused with both models named and never moved.
-#include "engine/serving/model_snapshot_dir.h"
+#include "engine/core/model_snapshot_dir.h"
 
 #include <dirent.h>
 #include <sys/stat.h>
@@ -15,9 +15,9 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/serving/engine_test_util.h"
-#include "engine/serving/session_persister.h"
-#include "engine/serving/store_test_util.h"
+#include "engine/core/engine_test_util.h"
+#include "engine/core/session_persister.h"
+#include "engine/core/store_test_util.h"
 
 namespace streamd {
 namespace {

@@ -1,7 +1,7 @@
 // The engine end to end on a synthetic model with a byte vocabulary (no model file needed):
 // the API's contract, batch invariance, admission from the block bound, bad input, and the
 // planner's tenants as the engine passes them.
-#include "engine/serving/engine.h"
+#include "engine/core/engine.h"
 
 #include <algorithm>
 #include <atomic>
@@ -15,7 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/model/synthetic_model.h"
-#include "engine/serving/engine_test_util.h"
+#include "engine/core/engine_test_util.h"
 
 namespace streamd {
 namespace {

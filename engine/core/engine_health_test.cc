@@ -7,8 +7,8 @@
 
 #include "engine/backend/fault_injection.h"
 #include "engine/model/synthetic_model.h"
-#include "engine/serving/engine.h"
-#include "engine/serving/engine_test_util.h"
+#include "engine/core/engine.h"
+#include "engine/core/engine_test_util.h"
 
 namespace streamd {
 namespace {

@@ -6,8 +6,8 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/serving/step_planner.h"
-#include "engine/serving/step_planner_test_util.h"
+#include "engine/core/step_planner.h"
+#include "engine/core/step_planner_test_util.h"
 
 namespace streamd {
 namespace {

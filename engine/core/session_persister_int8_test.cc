@@ -9,8 +9,8 @@
 #include <gtest/gtest.h>
 
 #include "engine/cache/kv_convert.h"
-#include "engine/serving/int8_engine_test_util.h"
-#include "engine/serving/session_persister.h"
+#include "engine/core/int8_engine_test_util.h"
+#include "engine/core/session_persister.h"
 
 namespace streamd {
 namespace {

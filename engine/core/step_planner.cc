@@ -1,4 +1,4 @@
-#include "engine/serving/step_planner.h"
+#include "engine/core/step_planner.h"
 
 #include <algorithm>
 

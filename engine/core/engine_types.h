@@ -12,7 +12,7 @@
 
 #include "engine/cache/session_cache.h"
 #include "engine/sampling/sampling_params.h"
-#include "engine/serving/step_planner.h"
+#include "engine/core/step_planner.h"
 #include "engine/util/session_id.h"
 #include "engine/util/status.h"
 

@@ -42,8 +42,8 @@
 #include <utility>
 #include <vector>
 
-#include "engine/serving/engine.h"
-#include "engine/serving/snapshot_store.h"
+#include "engine/core/engine.h"
+#include "engine/core/snapshot_store.h"
 #include "engine/snapshot/snapshot_format.h"
 
 namespace streamd {

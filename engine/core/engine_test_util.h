@@ -16,7 +16,7 @@
 
 #include "engine/model/forwarding_backend.h"
 #include "engine/model/synthetic_model.h"
-#include "engine/serving/engine.h"
+#include "engine/core/engine.h"
 
 namespace streamd::testing {
 

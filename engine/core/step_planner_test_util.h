@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/serving/step_planner.h"
+#include "engine/core/step_planner.h"
 
 namespace streamd::planner_test {
 

@@ -1,11 +1,11 @@
-#include "engine/serving/engine.h"
+#include "engine/core/engine.h"
 
 #include <algorithm>
 #include <chrono>
 #include <string>
 #include <utility>
 
-#include "engine/serving/engine_internal.h"
+#include "engine/core/engine_internal.h"
 
 namespace streamd {
 namespace {

@@ -47,9 +47,9 @@
 
 #include "engine/cache/block_pool.h"
 #include "engine/model/model_backend.h"
-#include "engine/serving/engine_types.h"
-#include "engine/serving/step_runner.h"
-#include "engine/serving/step_planner.h"
+#include "engine/core/engine_types.h"
+#include "engine/core/step_runner.h"
+#include "engine/core/step_planner.h"
 #include "engine/snapshot/session_state.h"
 #include "engine/tokenizer/tokenizer.h"
 

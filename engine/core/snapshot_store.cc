@@ -1,4 +1,4 @@
-#include "engine/serving/snapshot_store.h"
+#include "engine/core/snapshot_store.h"
 
 #include <dirent.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "engine/serving/model_snapshot_dir.h"
+#include "engine/core/model_snapshot_dir.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

@@ -1,7 +1,7 @@
 // StepRunner, the one step driver: its phases leave the caches as the step plan's contract says
 // (committed, partly committed, or given back), and its greedy steps pick each row's argmax
 // whether the backend picks ids on the device or not.
-#include "engine/serving/step_runner.h"
+#include "engine/core/step_runner.h"
 
 #include <algorithm>
 #include <memory>
@@ -11,7 +11,7 @@
 
 #include "engine/model/forwarding_backend.h"
 #include "engine/model/synthetic_model.h"
-#include "engine/serving/engine_test_util.h"
+#include "engine/core/engine_test_util.h"
 
 namespace streamd {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "engine/serving/engine_internal.h"
+#include "engine/core/engine_internal.h"
 
 namespace streamd {
 

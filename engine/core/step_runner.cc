@@ -1,4 +1,4 @@
-#include "engine/serving/step_runner.h"
+#include "engine/core/step_runner.h"
 
 #include <algorithm>
 #include <string>

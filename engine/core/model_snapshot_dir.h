@@ -28,7 +28,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/serving/snapshot_store.h"
+#include "engine/core/snapshot_store.h"
 #include "engine/snapshot/snapshot_format.h"
 #include "engine/util/status.h"
 

@@ -1,4 +1,4 @@
-#include "engine/serving/step_planner.h"
+#include "engine/core/step_planner.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/serving/step_planner_test_util.h"
+#include "engine/core/step_planner_test_util.h"
 
 namespace streamd {
 namespace {

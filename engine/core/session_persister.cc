@@ -1,4 +1,4 @@
-#include "engine/serving/session_persister.h"
+#include "engine/core/session_persister.h"
 
 #include <algorithm>
 #include <utility>

@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/serving/engine_test_util.h"
+#include "engine/core/engine_test_util.h"
 
 namespace streamd {
 namespace {

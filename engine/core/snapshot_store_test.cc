@@ -2,7 +2,7 @@
 // failed write (a file-size limit, a full tmpfs, a read-only bind mount — the last two in a
 // child process with its own mount namespace, skipped visibly where the kernel refuses one),
 // stale temp files swept, refused files moved aside and never deleted.
-#include "engine/serving/snapshot_store.h"
+#include "engine/core/snapshot_store.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -26,7 +26,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/serving/store_test_util.h"
+#include "engine/core/store_test_util.h"
 #include "engine/util/page_cache_test_util.h"
 
 namespace streamd {
