@@ -114,6 +114,7 @@ void SessionDriver::SaveState(SessionRecord& s) {
   bool has_input;
   {
     std::lock_guard<std::mutex> lock(s.mu);
+    if (s.closed) return;  // closed meanwhile: nothing is left to save
     chat = s.chat;
     has_input = s.has_input;
   }
