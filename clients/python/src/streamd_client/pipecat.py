@@ -112,7 +112,7 @@ class StreamdLLMService(LLMService):
         self._held_interim: Optional[str] = None
         self._tracker: Optional[StreamdSpokenTracker] = None
         self.truncations: list = []   # Truncation, one per interrupted turn
-        self._register_event_handler("on_session_ready")
+        self._register_event_handler("on_session_ready", sync=True)
 
     # ---- what the app sees -----------------------------------------------------------------
     @property
@@ -203,10 +203,21 @@ class StreamdLLMService(LLMService):
                 log.warning("streamd: the bot's turn did not settle; appending anyway")
         self._held_interim = None
         async with self._lock:
-            s = await self.ensure_session()
-            await s.append(text, role="user", partial=not final)
+            await self._append(text, partial=not final)
         if final:
             await self._respond()
+
+    async def _append(self, text: str, partial: bool) -> None:
+        """Append(role=user); once more after the daemon went away and the session came back
+        without it (its tokens_seen did not move)."""
+        s = await self.ensure_session()
+        before = s.cache.tokens_seen
+        try:
+            await s.append(text, role="user", partial=partial)
+        except GenerationInterrupted:
+            await s.wait_connected(self._client.resume_timeout)
+            if s.cache.tokens_seen == before:
+                await s.append(text, role="user", partial=partial)
 
     # ---- the bot's turn --------------------------------------------------------------------
     async def _respond(self) -> None:
@@ -300,8 +311,8 @@ class StreamdLLMService(LLMService):
                 await self._truncate(turn)
                 turn.settled.set()
                 held, self._held_interim = self._held_interim, None
-                if held and self._session is not None:
-                    await self._session.append(held, role="user", partial=True)
+                if held:
+                    await self._append(held, partial=True)
         except StreamdError as e:
             log.warning("streamd: settling the bot's turn: %s", e)
         finally:
