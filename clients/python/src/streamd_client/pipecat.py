@@ -45,6 +45,7 @@ from pipecat.frames.frames import (CancelFrame, EagerTranscriptionFrame, EndFram
                                    TranscriptionFrame, TranslationFrame)
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.services.llm_service import LLMService
+from pipecat.services.settings import LLMSettings
 
 from .client import Client, Session
 from .errors import GenerationInterrupted, SessionClosedError, StreamdError
@@ -96,6 +97,13 @@ class StreamdLLMService(LLMService):
         appended as a system turn when a new session opens. The generation arguments go to
         every Generate. `close_session_on_end`: an EndFrame closes the session instead of
         detaching it (a detached one stays resumable by id)."""
+        # Pipecat's runtime-updatable settings (LLMUpdateSettingsFrame): every Generate reads
+        # temperature, max_tokens, top_p, top_k and seed from them.
+        kwargs.setdefault("settings", LLMSettings(
+            model="streamd", system_instruction=system_prompt, temperature=temperature,
+            max_tokens=max_tokens, top_p=top_p, top_k=top_k, frequency_penalty=None,
+            presence_penalty=None, seed=seed, filter_incomplete_user_turns=False,
+            user_turn_completion_config=None))
         super().__init__(**kwargs)
         self._own_client = client is None
         self._client = client or Client(address, **(client_options or {}))
@@ -103,8 +111,7 @@ class StreamdLLMService(LLMService):
         self._session: Optional[Session] = None
         self._open_options = dict(open_options or {})
         self._system_prompt = system_prompt
-        self._gen_args = dict(max_tokens=max_tokens, temperature=temperature, seed=seed,
-                              top_k=top_k, top_p=top_p, stop=tuple(stop))
+        self._stop_strings = tuple(stop)
         self._settle_timeout = settle_timeout
         self._close_on_end = close_session_on_end
         self._lock = asyncio.Lock()   # one session mutation at a time (append, truncate, generate)
@@ -225,7 +232,7 @@ class StreamdLLMService(LLMService):
             s = await self.ensure_session()
             if not s.connected:
                 await s.wait_connected(self._client.resume_timeout)
-            gen = s.generate(**self._gen_args)
+            gen = s.generate(**self._generate_args())
             turn = _Turn(gen.request_id)
             turn.generation = gen
             self._turn = turn
@@ -271,6 +278,14 @@ class StreamdLLMService(LLMService):
         if self._tracker is None:
             turn.output_final.set()
             await self._settle(turn)
+
+    def _generate_args(self) -> Dict[str, Any]:
+        st = self._settings
+        args: Dict[str, Any] = {"stop": self._stop_strings}
+        for name in ("max_tokens", "temperature", "top_p", "top_k", "seed"):
+            v = getattr(st, name, None)
+            args[name] = v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        return args
 
     async def _push_text(self, turn: _Turn, text: str) -> None:
         if self._tracker is None:
