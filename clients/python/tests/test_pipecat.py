@@ -16,9 +16,10 @@ import time
 import pytest
 
 try:
-    from pipecat.frames.frames import (EndFrame, InterimTranscriptionFrame, InterruptionFrame,
+    from pipecat.frames.frames import (AggregatedTextFrame, EndFrame,
+                                       InterimTranscriptionFrame, InterruptionFrame,
                                        LLMFullResponseEndFrame, LLMFullResponseStartFrame,
-                                       LLMTextFrame, TranscriptionFrame,
+                                       LLMTextFrame, TranscriptionFrame, TTSTextFrame,
                                        UserStartedSpeakingFrame)
     from pipecat.pipeline.pipeline import Pipeline
     from pipecat.pipeline.worker import PipelineParams, PipelineWorker
@@ -69,12 +70,49 @@ class Playout(FrameProcessor):
         await self.push_frame(frame, direction)
 
 
+class WordTTS(FrameProcessor):
+    """Stands in for a word-timestamp TTS and the output transport, as Pipecat 1.14's do it:
+    the LLM's text is consumed (announced as an AggregatedTextFrame with
+    append_to_context=False), and each word leaves as a TTSTextFrame (no spaces) when it has
+    been "played", SPEAKING_PACE_S per word; an interruption drops the words not played."""
+
+    def __init__(self):
+        super().__init__()
+        self._pending = ""
+
+    async def process_frame(self, frame, direction):
+        await super().process_frame(frame, direction)
+        if isinstance(frame, InterruptionFrame):
+            self._pending = ""
+            await self.push_frame(frame, direction)
+        elif isinstance(frame, LLMTextFrame):
+            announced = AggregatedTextFrame(frame.text, text_type="sentence")
+            announced.append_to_context = False
+            await self.push_frame(announced, direction)
+            self._pending += frame.text
+            *words, self._pending = self._pending.split(" ")
+            await self._play(words)
+        elif isinstance(frame, LLMFullResponseEndFrame):
+            words, self._pending = self._pending.split(" "), ""
+            await self._play(words)
+            await self.push_frame(frame, direction)
+        else:
+            await self.push_frame(frame, direction)
+
+    async def _play(self, words):
+        for w in words:
+            if w.strip():
+                await asyncio.sleep(SPEAKING_PACE_S)
+                await self.push_frame(TTSTextFrame(w.strip(), text_type="word"))
+
+
 class Sink(FrameProcessor):
     """Collects the bot's responses as they were delivered."""
 
     def __init__(self):
         super().__init__()
         self.responses = []  # one list of texts per LLMFullResponseStartFrame
+        self.words = []      # the same, of TTSTextFrames
         self.ended = 0
         self.interruptions = 0
 
@@ -83,6 +121,9 @@ class Sink(FrameProcessor):
         if direction == FrameDirection.DOWNSTREAM:
             if isinstance(frame, LLMFullResponseStartFrame):
                 self.responses.append([])
+                self.words.append([])
+            elif isinstance(frame, TTSTextFrame):
+                self.words[-1].append(frame.text)
             elif isinstance(frame, LLMTextFrame):
                 self.responses[-1].append(frame.text)
             elif isinstance(frame, LLMFullResponseEndFrame):
@@ -106,11 +147,11 @@ async def until(cond, timeout=60.0, what="condition"):
 class Bot:
     """A running pipeline: UserInput -> service -> Playout -> tracker -> Sink."""
 
-    def __init__(self, service):
+    def __init__(self, service, output=Playout):
         self.service = service
         self.user = UserInput()
         self.sink = Sink()
-        pipeline = Pipeline([self.user, service, Playout(), service.spoken_tracker(), self.sink])
+        pipeline = Pipeline([self.user, service, output(), service.spoken_tracker(), self.sink])
         self.worker = PipelineWorker(pipeline, params=PipelineParams(),
                                      cancel_on_idle_timeout=False)
         self._started = asyncio.Event()
@@ -175,6 +216,38 @@ async def test_interruption_keeps_only_the_spoken_words(daemon):
         # And the same reply without the truncation would differ in its context: the session
         # without Truncate holds every generated token.
         assert (await c.get_session(sid)).session_id == sid
+        await ctl.close()
+        await c.close_session(sid)
+
+
+async def test_interruption_with_tts_words_keeps_only_the_spoken_words(daemon):
+    svc = StreamdLLMService(address=daemon.address, max_tokens=48, temperature=0.0)
+    async with Bot(svc, output=WordTTS) as bot:
+        await bot.user.say(STORY)
+        await until(lambda: svc._turn is not None and len(svc._turn.ledger.spoken_text) >= 20,
+                    what="the first spoken words")
+        await bot.user.barge_in()
+        await until(lambda: svc.truncations, 30, "the truncation of the interrupted turn")
+        cut = svc.truncations[0]
+        await bot.turn(FOLLOW_UP)
+        reply_words = bot.sink.words[-1]
+        seen = svc.session.cache.tokens_seen
+        sid = svc.session_id
+    assert 0 < cut.keep_tokens < cut.generated_tokens, cut
+    # The words came without spaces: the kept text is the spoken words, or all but the last
+    # one when a token spans its end.
+    kept, said = "".join(cut.kept_text.split()), "".join(cut.spoken_text.split())
+    last = cut.spoken_text.split()[-1]
+    assert said.startswith(kept) and len(said) - len(kept) <= len(last), cut
+    async with Client(daemon.address) as c:
+        ctl = await c.open()
+        await ctl.append(STORY, role="user")
+        spoken = await greedy(ctl, cut.keep_tokens)
+        assert spoken.text == cut.kept_text, (spoken.text, cut.kept_text)
+        await ctl.append(FOLLOW_UP, role="user")
+        want = await greedy(ctl, 48)
+        assert seen == ctl.cache.tokens_seen, (seen, ctl.cache.tokens_seen)
+        assert reply_words == want.text.split(), (reply_words, want.text)
         await ctl.close()
         await c.close_session(sid)
 
