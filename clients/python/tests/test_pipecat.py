@@ -16,7 +16,7 @@ import time
 import pytest
 
 try:
-    from pipecat.frames.frames import (AggregatedTextFrame, EndFrame,
+    from pipecat.frames.frames import (AggregatedTextFrame, EndFrame, ErrorFrame,
                                        InterimTranscriptionFrame, InterruptionFrame,
                                        LLMFullResponseEndFrame, LLMFullResponseStartFrame,
                                        LLMTextFrame, TranscriptionFrame, TTSTextFrame,
@@ -43,10 +43,17 @@ SPEAKING_PACE_S = 0.04  # per text frame at the output: generation outruns it, a
 
 
 class UserInput(FrameProcessor):
-    """The head of the pipeline: the test's transcripts and barge-ins enter here."""
+    """The head of the pipeline: the test's transcripts and barge-ins enter here; errors that
+    processors push upstream are kept (a test fails on any)."""
+
+    def __init__(self):
+        super().__init__()
+        self.errors = []
 
     async def process_frame(self, frame, direction):
         await super().process_frame(frame, direction)
+        if isinstance(frame, ErrorFrame):
+            self.errors.append(frame.error)
         await self.push_frame(frame, direction)
 
     async def say(self, text, final=True):
@@ -170,6 +177,8 @@ class Bot:
     async def __aexit__(self, *exc):
         await self.worker.queue_frame(EndFrame())
         await asyncio.wait_for(self._run, 60)
+        if exc[0] is None:
+            assert self.user.errors == [], self.user.errors
 
     async def turn(self, text, timeout=120.0):
         """A final transcript; returns the bot's reply as delivered."""

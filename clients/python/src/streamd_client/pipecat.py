@@ -43,6 +43,7 @@ from pipecat.frames.frames import (CancelFrame, EagerTranscriptionFrame, EndFram
                                    LLMFullResponseEndFrame, LLMFullResponseStartFrame,
                                    LLMRunFrame, LLMTextFrame, TextFrame,
                                    TranscriptionFrame, TranslationFrame)
+from pipecat.metrics.metrics import LLMTokenUsage
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.services.llm_service import LLMService
 from pipecat.services.settings import LLMSettings
@@ -248,6 +249,9 @@ class StreamdLLMService(LLMService):
                 if d.text:
                     await self._push_text(turn, d.text)
             r = gen.result
+            await self.start_llm_usage_metrics(LLMTokenUsage(
+                prompt_tokens=r.usage.input_tokens, completion_tokens=r.usage.output_tokens,
+                total_tokens=r.usage.input_tokens + r.usage.output_tokens))
             if r.tail_text:
                 turn.ledger.add_delta(0, r.tail_text)
                 await self._push_text(turn, r.tail_text)
@@ -338,21 +342,19 @@ class StreamdLLMService(LLMService):
         gen = turn.generation
         if s is None or gen is None:
             return
-        if not gen.done:
-            try:
-                await asyncio.wait_for(gen._finished.wait(), 30)
-            except asyncio.TimeoutError:
-                log.warning("streamd: generation %s did not end after its cancel",
-                            gen.request_id)
         keep, kept_text = turn.ledger.cut()
         generated = turn.ledger.generated_tokens
-        if gen.done and gen._failure is None:
-            produced = len(gen.result.tokens)
-            if keep >= produced:
-                return  # everything was spoken: nothing to drop
-            generated = max(generated, produced)
-        elif gen._failure is not None:
+        try:
+            # Its end (CANCELLED after the Cancel), and every token it produced.
+            produced = len((await asyncio.wait_for(gen.wait(), 30)).tokens)
+        except asyncio.TimeoutError:
+            log.warning("streamd: generation %s did not end after its cancel", gen.request_id)
+            produced = generated
+        except StreamdError:
             return  # the daemon lost it (a restart): nothing of it is in the session
+        if keep >= produced:
+            return  # everything was spoken: nothing to drop
+        generated = max(generated, produced)
         state = await s.truncate(turn.ledger.request_id, keep)
         t = Truncation(turn.ledger.request_id, generated, keep, turn.ledger.spoken_text,
                        kept_text, state.tokens_seen)
