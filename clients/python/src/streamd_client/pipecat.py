@@ -162,15 +162,19 @@ class StreamdLLMService(LLMService):
     # ---- frames ----------------------------------------------------------------------------
     async def process_frame(self, frame: Frame, direction: FrameDirection) -> None:
         await super().process_frame(frame, direction)
-        if isinstance(frame, InterimTranscriptionFrame):
+        if isinstance(frame, InterruptionFrame):
+            # Either copy of a broadcast interruption: the base class has cancelled this
+            # processor's task (the generation loop) already.
+            await self._interrupt()
+            await self.push_frame(frame, direction)
+        elif direction != FrameDirection.DOWNSTREAM:
+            await self.push_frame(frame, direction)
+        elif isinstance(frame, InterimTranscriptionFrame):
             await self._user_text(frame.text, final=False)
         elif isinstance(frame, TranscriptionFrame):
             await self._user_text(frame.text, final=True)
         elif isinstance(frame, LLMRunFrame):
             await self._respond()
-        elif isinstance(frame, InterruptionFrame):
-            await self._interrupt()
-            await self.push_frame(frame, direction)
         else:
             await self.push_frame(frame, direction)
 
@@ -203,7 +207,10 @@ class StreamdLLMService(LLMService):
             if not final:
                 self._held_interim = text  # appended when the bot's turn settles
                 return
-            # The user takes the turn: what was spoken so far is what the bot said.
+            # The user takes the turn: what was spoken so far is what the bot said (unless an
+            # interruption came first: then the tracker says when its report is complete).
+            if not turn.interrupted:
+                turn.output_final.set()
             await self._interrupt()
             try:
                 await asyncio.wait_for(turn.settled.wait(), self._settle_timeout + 30)
