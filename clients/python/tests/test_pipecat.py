@@ -261,6 +261,39 @@ async def test_interruption_with_tts_words_keeps_only_the_spoken_words(daemon):
         await c.close_session(sid)
 
 
+async def test_interim_over_the_bot_waits_for_the_cut(daemon):
+    """An interim transcript while the bot speaks is held (an Append then would make the
+    Truncate impossible); after the barge-in the turn is cut, the interim goes in as a partial
+    append and the final transcript replaces it."""
+    svc = StreamdLLMService(address=daemon.address, max_tokens=48, temperature=0.0)
+    async with Bot(svc) as bot:
+        await bot.user.say(STORY)
+        await until(lambda: bot.sink.responses and len(bot.sink.responses[0]) >= 4,
+                    what="four text frames of the story at the output")
+        await bot.user.say("Stop", final=False)
+        await until(lambda: svc._held_interim == "Stop", 10, "the interim to be held")
+        assert not svc.truncations
+        await bot.user.barge_in()
+        await until(lambda: svc.truncations, 30, "the truncation of the interrupted turn")
+        cut = svc.truncations[0]
+        await until(lambda: svc.session.cache.tokens_seen > cut.tokens_seen, 30,
+                    "the held interim's partial append")
+        reply = await bot.turn(FOLLOW_UP)
+        seen = svc.session.cache.tokens_seen
+        sid = svc.session_id
+    assert 0 < cut.keep_tokens < cut.generated_tokens, cut
+    async with Client(daemon.address) as c:
+        ctl = await c.open()
+        await ctl.append(STORY, role="user")
+        assert (await greedy(ctl, cut.keep_tokens)).text == cut.spoken_text
+        await ctl.append(FOLLOW_UP, role="user")
+        want = await greedy(ctl, 48)
+        assert reply == want.text, (reply, want.text)
+        assert seen == ctl.cache.tokens_seen, (seen, ctl.cache.tokens_seen)
+        await ctl.close()
+        await c.close_session(sid)
+
+
 async def test_interim_transcripts_are_replaced_by_the_final_one(daemon):
     svc = StreamdLLMService(address=daemon.address, max_tokens=12, temperature=0.0)
     async with Bot(svc) as bot:
