@@ -25,8 +25,9 @@ A bot turn settles when the tracker sees it end (LLMFullResponseEndFrame: everyt
 delivered) or when it is interrupted (the spoken text is final once the tracker has seen the
 InterruptionFrame, or after `settle_timeout`). User input that arrives before then is held:
 interim transcripts wait (the latest one is appended when the turn settles), a final
-transcript interrupts the turn like an InterruptionFrame. Without a tracker, spoken means
-pushed downstream by this service.
+transcript cuts the turn on the daemon to what was spoken so far (the pipeline itself is not
+interrupted: that stays Pipecat's decision). Without a tracker, spoken means pushed downstream
+by this service.
 
 After a daemon restart the client resumes the session by itself (streamd_client.Client,
 auto_resume); a session whose stream ended for good is resumed by id on its next use.
@@ -49,7 +50,7 @@ from pipecat.services.llm_service import LLMService
 from pipecat.services.settings import LLMSettings
 
 from .client import Client, Session
-from .errors import GenerationInterrupted, SessionClosedError, StreamdError
+from .errors import GenerationInterrupted, StreamdError
 from .spoken import TurnLedger
 
 log = logging.getLogger("streamd_client.pipecat")
