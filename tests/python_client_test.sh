@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The Python client (clients/python) against the freshly built daemon: a venv under the build
-# directory, `pip install ./clients/python pytest pytest-asyncio` (from PyPI: no index = FAIL,
-# never a skip), the pytest suite, then examples/agent_loop.py (a kill -9 + restart of its own
-# daemon mid-run) and examples/voice_loop.py.
+# directory, `pip install './clients/python[pipecat]' pytest pytest-asyncio` (from PyPI: no index
+# = FAIL, never a skip), the pytest suite (tests/test_pipecat.py included: a real Pipecat
+# pipeline; STREAMD_REQUIRE_PIPECAT=1 makes a missing pipecat a failure, not a skip), then
+# examples/agent_loop.py (a kill -9 + restart of its own daemon mid-run), examples/voice_loop.py
+# and examples/pipecat_bot.py.
 # Usage: STREAMD_MODEL=PATH python_client_test.sh SOURCE_DIR BUILD_DIR STREAMD_BINARY
 set -u
 src="$1"
@@ -31,11 +33,14 @@ cp -r "$src/clients/python" "$work/clients/python"
 rm -rf "$work/clients/python/build" "$work/clients/python/src/"*.egg-info
 cp "$src/proto/streamd/v1/streamd.proto" "$work/proto/streamd/v1/"
 if ! "$venv/bin/python" -m pip install --quiet --timeout 30 --retries 2 \
-    "$work/clients/python" pytest pytest-asyncio; then
-  echo "FAIL: pip install of clients/python, pytest, pytest-asyncio failed (is PyPI reachable?)"
+    "$work/clients/python[pipecat]" pytest pytest-asyncio; then
+  echo "FAIL: pip install of clients/python[pipecat], pytest, pytest-asyncio failed" \
+    "(is PyPI reachable? pipecat-ai needs Python 3.11+)"
   exit 1
 fi
-export STREAMD_BINARY="$streamd" STREAMD_MODEL="$model"
+"$venv/bin/python" -c "import streamd_client.pipecat" ||
+  { echo "FAIL: streamd_client.pipecat does not import (the [pipecat] extra)"; exit 1; }
+export STREAMD_BINARY="$streamd" STREAMD_MODEL="$model" STREAMD_REQUIRE_PIPECAT=1
 failed=0
 cd "$src/clients/python"
 # Every test runs, needs_truncate_fork included: the daemon implements Truncate, Fork and
@@ -55,5 +60,7 @@ else
   cat "$work/voice.out"
   echo "FAIL: examples/voice_loop.py"; failed=1
 fi
+"$venv/bin/python" pipecat_bot.py --spawn "$streamd" ||
+  { echo "FAIL: examples/pipecat_bot.py"; failed=1; }
 [ "$failed" -eq 0 ] && echo "PASS: python client"
 exit "$failed"
