@@ -8,7 +8,7 @@
 #include "engine/backend/fault_injection.h"
 #include "engine/model/synthetic_model.h"
 #include "engine/core/engine.h"
-#include "engine/core/engine_test_util.h"
+#include "tests/support/engine_test_util.h"
 
 namespace streamd {
 namespace {

@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/core/engine_test_util.h"
+#include "tests/support/engine_test_util.h"
 
 namespace streamd::testing {
 namespace {

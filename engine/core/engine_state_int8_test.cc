@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/cache/kv_convert.h"
-#include "engine/core/int8_engine_test_util.h"
+#include "tests/support/int8_engine_test_util.h"
 
 namespace streamd {
 namespace {

@@ -15,7 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/model/synthetic_model.h"
-#include "engine/core/engine_test_util.h"
+#include "tests/support/engine_test_util.h"
 
 namespace streamd {
 namespace {

@@ -15,9 +15,9 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/core/engine_test_util.h"
+#include "tests/support/engine_test_util.h"
 #include "engine/core/session_persister.h"
-#include "engine/core/store_test_util.h"
+#include "tests/support/store_test_util.h"
 
 namespace streamd {
 namespace {

@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/cache/kv_convert.h"
-#include "engine/core/int8_engine_test_util.h"
+#include "tests/support/int8_engine_test_util.h"
 #include "engine/core/session_persister.h"
 
 namespace streamd {

@@ -26,8 +26,8 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/core/store_test_util.h"
-#include "engine/util/page_cache_test_util.h"
+#include "tests/support/store_test_util.h"
+#include "tests/support/page_cache_test_util.h"
 
 namespace streamd {
 namespace {

@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/core/step_planner.h"
-#include "engine/core/step_planner_test_util.h"
+#include "tests/support/step_planner_test_util.h"
 
 namespace streamd {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "engine/model/forwarding_backend.h"
 #include "engine/model/synthetic_model.h"
-#include "engine/core/engine_test_util.h"
+#include "tests/support/engine_test_util.h"
 
 namespace streamd {
 namespace {

@@ -19,7 +19,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/cuda/cuda_model_test_util.h"
+#include "tests/support/cuda_model_test_util.h"
 #include "engine/model/synthetic_model.h"
 #include "engine/core/engine.h"
 #include "engine/core/step_runner.h"

@@ -30,11 +30,11 @@
 
 #include "engine/cache/kv_image.h"
 #include "engine/cuda/cuda_model.h"
-#include "engine/cuda/cuda_model_test_util.h"
+#include "tests/support/cuda_model_test_util.h"
 #include "engine/model/forwarding_backend.h"
 #include "engine/model/synthetic_model.h"
 #include "engine/core/engine.h"
-#include "engine/core/engine_test_util.h"
+#include "tests/support/engine_test_util.h"
 #include "engine/core/step_runner.h"
 #include "engine/snapshot/model_fingerprint.h"
 #include "engine/snapshot/snapshot_format.h"

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "engine/sampling/sampler.h"
-#include "engine/sampling/sampler_test_util.h"
+#include "tests/support/sampler_test_util.h"
 
 namespace streamd {
 namespace {

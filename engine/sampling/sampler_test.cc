@@ -12,7 +12,7 @@
 #include <set>
 #include <vector>
 
-#include "engine/sampling/sampler_test_util.h"
+#include "tests/support/sampler_test_util.h"
 
 namespace streamd {
 namespace {

@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/sessions/session_registry_test_util.h"
+#include "tests/support/session_registry_test_util.h"
 
 namespace streamd {
 namespace {

@@ -17,7 +17,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/sessions/session_registry_test_util.h"
+#include "tests/support/session_registry_test_util.h"
 
 namespace streamd {
 namespace {

@@ -21,8 +21,8 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/core/engine_test_util.h"
-#include "engine/sessions/session_registry_test_util.h"
+#include "tests/support/engine_test_util.h"
+#include "tests/support/session_registry_test_util.h"
 
 namespace streamd {
 namespace {

@@ -10,8 +10,8 @@
 
 #include "engine/snapshot/snapshot_format.h"
 #include "engine/snapshot/snapshot_layout.h"
-#include "engine/snapshot/snapshot_test_util.h"
-#include "engine/snapshot/snapshot_testing.h"
+#include "tests/support/snapshot_test_util.h"
+#include "tests/support/snapshot_testing.h"
 
 namespace streamd::snapshot_testing {
 namespace {

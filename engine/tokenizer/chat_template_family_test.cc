@@ -17,7 +17,7 @@
 #include "engine/gguf/gguf_file.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "engine/tokenizer/tokenizer_test_util.h"
+#include "tests/support/tokenizer_test_util.h"
 
 namespace streamd::tokenizer {
 namespace {

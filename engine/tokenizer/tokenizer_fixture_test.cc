@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/tokenizer/tokenizer.h"
-#include "engine/tokenizer/tokenizer_test_util.h"
+#include "tests/support/tokenizer_test_util.h"
 
 namespace streamd::tokenizer {
 namespace {

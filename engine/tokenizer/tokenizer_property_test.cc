@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/tokenizer/incremental_detokenizer.h"
-#include "engine/tokenizer/tokenizer_test_util.h"
+#include "tests/support/tokenizer_test_util.h"
 #include "engine/tokenizer/utf8.h"
 
 namespace streamd::tokenizer {

@@ -20,7 +20,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "engine/util/page_cache_test_util.h"
+#include "tests/support/page_cache_test_util.h"
 
 namespace streamd {
 namespace {

@@ -23,7 +23,7 @@
 
 #include "engine/snapshot/snapshot_format.h"
 #include "engine/snapshot/snapshot_layout.h"
-#include "engine/snapshot/snapshot_testing.h"
+#include "tests/support/snapshot_testing.h"
 #include "tests/e2e/daemon_process.h"
 #include "tests/e2e/durability_fixture.h"
 #include "tests/e2e/durability_util.h"

@@ -19,7 +19,7 @@
 #include <string>
 
 #include "engine/snapshot/snapshot_format.h"
-#include "engine/snapshot/snapshot_testing.h"
+#include "tests/support/snapshot_testing.h"
 
 namespace {
 

@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/cache/kv_scales.h"
-#include "engine/core/engine_test_util.h"
+#include "tests/support/engine_test_util.h"
 #include "engine/snapshot/snapshot_format.h"
 #include "kernels/cpu/quant_blocks.h"
 
