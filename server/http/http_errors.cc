@@ -2,7 +2,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+
 #include <cctype>
+#include <cmath>
+#include <cstdlib>
 
 namespace streamd::http {
 namespace {
@@ -97,13 +101,26 @@ HttpError MakeHttpError(int http_status, const std::string& message, std::string
   return out;
 }
 
+// Quota messages say when the bucket is positive again ("... retry in 20.0 s"): Retry-After
+// says the same, rounded up to whole seconds.
+int RetryAfterOf(std::string_view message) {
+  const size_t at = message.find("retry in ");
+  if (at == std::string_view::npos) return 1;
+  const std::string number(message.substr(at + 9, 16));
+  const double seconds = std::strtod(number.c_str(), nullptr);
+  if (!std::isfinite(seconds) || seconds <= 1) return 1;
+  return static_cast<int>(std::min(3600.0, std::ceil(seconds)));
+}
+
 HttpError ToHttpError(const Status& status) {
   const int http_status = HttpStatusOf(status.code());
   // 400 and 409 (a history or response id that does not fit the session) name the field.
   std::string param =
       http_status == 400 || http_status == 409 ? ParamOf(status.message()) : std::string();
   if (param == "body") param.clear();  // the whole body is no parameter (malformed JSON)
-  return MakeHttpError(http_status, status.message(), param);
+  HttpError e = MakeHttpError(http_status, status.message(), param);
+  if (e.retry_after_s > 0) e.retry_after_s = RetryAfterOf(status.message());
+  return e;
 }
 
 }  // namespace streamd::http

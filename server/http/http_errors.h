@@ -13,7 +13,8 @@ namespace streamd::http {
 struct HttpError {
   int status = 500;
   std::string body;         // the JSON error object
-  int retry_after_s = 0;    // > 0: send Retry-After (429, 503)
+  // > 0: send Retry-After (429, 503): the "retry in N s" of a quota's message, else 1.
+  int retry_after_s = 0;
 };
 
 // 400 invalid argument / out of range, 401 unauthenticated, 403 permission denied, 404 not

@@ -39,6 +39,10 @@ TEST(HttpErrorsTest, QuotaAndDrainSayWhenToRetry) {
   EXPECT_GT(quota.retry_after_s, 0);
   EXPECT_EQ(ErrorOf(quota)["type"], "rate_limit_error");
   EXPECT_TRUE(ErrorOf(quota)["param"].is_null());
+  EXPECT_EQ(ToHttpError(ResourceExhaustedError("generate: tenant a is over its quota "
+                                              "tokens_per_second = 1; retry in 19.2 s"))
+                .retry_after_s,
+            20);
   const HttpError drain = ToHttpError(UnavailableError("streamd is shutting down"));
   EXPECT_EQ(drain.status, 503);
   EXPECT_GT(drain.retry_after_s, 0);

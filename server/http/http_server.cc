@@ -156,6 +156,22 @@ struct HttpServer::Impl {
            Guarded([this](const HttpCaller& c, const httplib::Request& req,
                           httplib::Response& res) { HandleResponses(ctx, c, req, res); },
                    true));
+    // A declared body over the limit is refused before it is read: httplib would otherwise read
+    // (and discard) all of it first, or wait for bytes a lying client never sends.
+    s.set_pre_routing_handler([max = options.max_body_bytes](const httplib::Request& req,
+                                                             httplib::Response& res) {
+      const std::string length = req.get_header_value("Content-Length");
+      if (length.empty()) return httplib::Server::HandlerResponse::Unhandled;
+      char* end = nullptr;
+      const unsigned long long n = std::strtoull(length.c_str(), &end, 10);
+      if (*end != '\0' || n <= max) return httplib::Server::HandlerResponse::Unhandled;
+      WriteHttpError(res, MakeHttpError(413, "the request body of " + length +
+                                                 " bytes is over the limit of " +
+                                                 std::to_string(max) +
+                                                 " (server.max_receive_message_bytes)"));
+      res.set_header("Connection", "close");
+      return httplib::Server::HandlerResponse::Handled;
+    });
     // httplib's own refusals (no route, body over the limit) get a JSON body too.
     s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;

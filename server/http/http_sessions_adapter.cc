@@ -82,6 +82,18 @@ DoneReason DoneReasonOf(FinishReason r) {
   return DoneReason::kError;
 }
 
+// vLLM's finished_reason values, as the gRPC stream counts them.
+metrics::Finished FinishedOf(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop:
+    case FinishReason::kEndOfGeneration: return metrics::Finished::kStop;
+    case FinishReason::kLength: return metrics::Finished::kLength;
+    case FinishReason::kCancelled: return metrics::Finished::kAbort;
+    case FinishReason::kError: break;
+  }
+  return metrics::Finished::kError;
+}
+
 server::ChatRoleKind RoleKindOf(TurnRole role) {
   switch (role) {
     case TurnRole::kSystem: return server::ChatRoleKind::kSystem;
@@ -187,7 +199,12 @@ class AdapterSession : public Session {
     if (ctx_.metrics != nullptr) ctx_.metrics->RecordRequest(metrics::RequestKind::kGenerate);
     const Status started = ctx_.engine.Generate(
         s_->id, std::move(o),
-        [s = s_, callbacks = std::move(callbacks), pending = pending_](GenerationEvent&& e) {
+        [s = s_, callbacks = std::move(callbacks), pending = pending_,
+         m = ctx_.metrics](GenerationEvent&& e) {
+          if (m != nullptr && e.kind == GenerationEvent::Kind::kDone) {
+            m->RecordGeneration({FinishedOf(e.reason), e.prompt_tokens, e.output_tokens,
+                                 e.time_to_first_token_s, e.total_s});
+          }
           OnEvent(*s, callbacks, *pending, std::move(e));
         });
     if (!started.ok()) {
