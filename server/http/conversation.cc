@@ -52,7 +52,8 @@ StatusOr<size_t> NewMessagesStart(const Conversation& stored,
   if (static_cast<int64_t>(messages.size()) < stored.turns) {
     return FailedPreconditionError(
         field + " has " + std::to_string(messages.size()) + " entries but the session holds " +
-        std::to_string(stored.turns) + " turns: send the whole conversation, then the new messages");
+        std::to_string(stored.turns) +
+        " turns: send the whole conversation, then the new messages");
   }
   Conversation prefix;
   for (int64_t i = 0; i < stored.turns; ++i) prefix.Add(messages[i].role, messages[i].content);

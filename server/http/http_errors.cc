@@ -65,8 +65,8 @@ std::string ParamOf(std::string_view m) {
   size_t i = 0;
   while (i < m.size()) {
     const char c = m[i];
-    if (std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) ||
-        c == '_' || c == '.' || c == '[' || c == ']') {
+    const auto u = static_cast<unsigned char>(c);
+    if (std::islower(u) || std::isdigit(u) || c == '_' || c == '.' || c == '[' || c == ']') {
       ++i;
     } else {
       break;

@@ -121,6 +121,19 @@ struct HttpServer::Impl {
     };
   }
 
+  void GetModel(const httplib::Request& req, httplib::Response& res) const {
+    const std::string name = ctx.sessions.ModelName();
+    const std::string asked = req.matches[1];
+    if (asked != name) {
+      return WriteHttpError(res, MakeHttpError(404,
+                                               "model \"" + asked +
+                                                   "\" does not exist; this daemon serves \"" +
+                                                   name + "\"",
+                                               "model"));
+    }
+    res.set_content(ModelJson(name, ctx.created), "application/json");
+  }
+
   void AddRoutes() {
     httplib::Server& s = *server;
     s.Get("/v1/models", Guarded(
@@ -131,23 +144,10 @@ struct HttpServer::Impl {
                                   "application/json");
                             },
                             false));
-    s.Get(R"(/v1/models/(.+))", Guarded(
-                                    [this](const HttpCaller&, const httplib::Request& req,
-                                           httplib::Response& res) {
-                                      const std::string name = ctx.sessions.ModelName();
-                                      if (req.matches[1] != name) {
-                                        return WriteHttpError(
-                                            res, MakeHttpError(404, "model \"" +
-                                                                        std::string(req.matches[1]) +
-                                                                        "\" does not exist; this "
-                                                                        "daemon serves \"" +
-                                                                        name + "\"",
-                                                               "model"));
-                                      }
-                                      res.set_content(ModelJson(name, ctx.created),
-                                                      "application/json");
-                                    },
-                                    false));
+    s.Get(R"(/v1/models/(.+))",
+          Guarded([this](const HttpCaller&, const httplib::Request& req,
+                         httplib::Response& res) { GetModel(req, res); },
+                  false));
     s.Post("/v1/chat/completions",
            Guarded([this](const HttpCaller& c, const httplib::Request& req,
                           httplib::Response& res) { HandleChatCompletions(ctx, c, req, res); },
@@ -178,7 +178,9 @@ struct HttpServer::Impl {
       std::string message;
       switch (res.status) {
         case 404: message = "no such endpoint: " + req.method + " " + req.path; break;
-        case 413: message = "the request body is over the limit (server.max_receive_message_bytes)"; break;
+        case 413:
+          message = "the request body is over the limit (server.max_receive_message_bytes)";
+          break;
         case 400: message = "malformed HTTP request"; break;
         default: message = "HTTP " + std::to_string(res.status); break;
       }

@@ -20,7 +20,8 @@ std::string ChatError(const std::string& body) {
 TEST(ParseChatRequestTest, ReadsEverySupportedField) {
   auto r = Chat(R"({"model": "m", "messages": [
       {"role": "system", "content": "Be brief."},
-      {"role": "developer", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+      {"role": "developer", "content": [{"type": "text", "text": "a"},
+                                        {"type": "text", "text": "b"}]},
       {"role": "user", "content": "Hi"},
       {"role": "assistant", "content": "Hello"}],
     "stream": true, "stream_options": {"include_usage": true}, "max_completion_tokens": 7,

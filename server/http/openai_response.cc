@@ -59,7 +59,8 @@ std::string ChatChunkJson(const AnswerHead& head, const ChunkParts& parts) {
     json delta = json::object();
     if (parts.role) delta["role"] = "assistant";
     if (!parts.text.empty() || parts.role) delta["content"] = parts.text;
-    json choice = {{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+    json choice = {
+        {"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
     if (parts.reason) choice["finish_reason"] = FinishReasonName(*parts.reason);
     chunk["choices"] = json::array({choice});
   }

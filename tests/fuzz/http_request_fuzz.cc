@@ -47,7 +47,9 @@ RequestLimits Limits() {
 }
 
 void CheckRefusal(const streamd::Status& s) {
-  if (s.code() != StatusCode::kInvalidArgument) Fail("refusal is not INVALID_ARGUMENT", s.message());
+  if (s.code() != StatusCode::kInvalidArgument) {
+    Fail("refusal is not INVALID_ARGUMENT", s.message());
+  }
   const HttpError e = ToHttpError(s);
   if (e.status != 400) Fail("refusal is not 400", s.message());
   if (!nlohmann::json::accept(e.body)) Fail("error body is not JSON", e.body);
