@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/api/streamd_engine.h"
@@ -228,13 +229,21 @@ int ServeCommand(int argc, char** argv) {
   sigwait(&signals, &signal);
   spdlog::info("{}: shutting down (grace period {} ms)", signal == SIGTERM ? "SIGTERM" : "SIGINT",
                options->grace_period.count());
+  // HTTP answers get the same grace period as gRPC streams, side by side: no new ones (503),
+  // those in flight finish or are cancelled after server.shutdown_grace, then the port closes.
+  // Their sessions are detached (and written) while the persister still runs.
+  std::thread http_drain;
   if (http_server != nullptr) {
-    // No new HTTP answers (503), then the HTTP port closes once the answers in flight are over;
-    // then the gRPC drain, which writes every session's snapshot, HTTP ones included.
     (*server)->context().draining = true;
-    http_server->Stop();
+    http_drain = std::thread([&http_server, grace = options->grace_period] {
+      if (!http_server->Drain(grace)) {
+        spdlog::warn("shutdown: HTTP answers still running after the grace period were cancelled");
+      }
+      http_server->Stop();
+    });
   }
   (*server)->Shutdown();  // metrics are served while it drains
+  if (http_drain.joinable()) http_drain.join();
   metrics_endpoint.reset();  // before the server: scrape hooks read its registry and queue
   server->reset();
   spdlog::info("stopped");

@@ -1,5 +1,7 @@
 #include "server/http/answer.h"
 
+#include <algorithm>
+
 namespace streamd::http {
 namespace {
 
@@ -8,9 +10,11 @@ constexpr std::chrono::milliseconds kPoll{500};
 
 }  // namespace
 
-Answer::Answer(std::unique_ptr<Session> session, bool stateless, Conversation record)
-    : session_(std::move(session)), stateless_(stateless), record_(record) {
+Answer::Answer(std::unique_ptr<Session> session, bool stateless, Conversation record,
+               InFlight* in_flight)
+    : session_(std::move(session)), stateless_(stateless), record_(record), in_flight_(in_flight) {
   cached_tokens_ = session_->ContextTokens();
+  if (in_flight_ != nullptr) ++in_flight_->answers;
 }
 
 Answer::~Answer() {
@@ -30,7 +34,9 @@ Answer::~Answer() {
   } else if (!finished_ && stateless_) {
     (void)session_->Close();
   }
-  // A lasting session is detached by its Session's destructor.
+  // A lasting session is detached by its Session's destructor, before the count goes down.
+  session_.reset();
+  if (in_flight_ != nullptr) --in_flight_->answers;
 }
 
 Status Answer::Append(const std::vector<ChatMessage>& turns) {
@@ -57,7 +63,12 @@ Status Answer::Start(const GenerateParams& params, size_t max_queued_pieces) {
 
 Answer::Whole Answer::Collect() {
   Whole w;
+  bool cancelled = false;
   for (;;) {
+    if (!cancelled && drain_cancels()) {
+      cancelled = true;
+      Cancel();
+    }
     GenerationQueue::Taken t = queue_->Take(kPoll);
     w.text += t.text;
     if (t.end) {

@@ -5,7 +5,9 @@
 // (a lasting one is detached when the Answer goes, resumable by id).
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,10 +19,19 @@
 
 namespace streamd::http {
 
+// The answers a server has in flight, for its drain (HttpServer::Drain): how many there are, and
+// the flag that cancels the generations of all of them once the grace period is over.
+struct InFlight {
+  std::atomic<int32_t> answers{0};
+  std::atomic<bool> cancel{false};
+};
+
 class Answer {
  public:
   // `stateless`: the session is closed once answered. `record`: the session's conversation.
-  Answer(std::unique_ptr<Session> session, bool stateless, Conversation record);
+  // `in_flight` (optional) counts this answer while it lives.
+  Answer(std::unique_ptr<Session> session, bool stateless, Conversation record,
+         InFlight* in_flight = nullptr);
   ~Answer();  // cancels a generation still running; closes or detaches the session
 
   Session& session() { return *session_; }
@@ -43,6 +54,8 @@ class Answer {
   // The client went away or was too slow: the generation is cancelled (Finish still records
   // what it produced once it ends).
   void Cancel() { session_->Cancel(); }
+  // The server drains and its grace period is over: the generation is to be cancelled.
+  bool drain_cancels() const { return in_flight_ != nullptr && in_flight_->cancel.load(); }
 
   // Token counts once the generation ended with `output_tokens`.
   Usage UsageAfter(int64_t output_tokens) const;
@@ -54,6 +67,7 @@ class Answer {
   Conversation record_;
   int64_t cached_tokens_ = 0;  // context before this request's input
   std::shared_ptr<GenerationQueue> queue_;
+  InFlight* const in_flight_;
   bool started_ = false;
   bool finished_ = false;
 };

@@ -34,7 +34,8 @@ StatusOr<Prepared> Prepare(const HttpContext& ctx, const HttpCaller& caller,
   const std::string named = req.get_header_value(kSessionHeader);
   if (named.empty() || named == "new") {
     STREAMD_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, ctx.sessions.Open(caller));
-    p.answer = std::make_unique<Answer>(std::move(s), /*stateless=*/named.empty(), Conversation{});
+    p.answer = std::make_unique<Answer>(std::move(s), /*stateless=*/named.empty(), Conversation{},
+                                        ctx.in_flight);
     p.new_messages = std::move(r.messages);
     return p;
   }
@@ -49,7 +50,8 @@ StatusOr<Prepared> Prepare(const HttpContext& ctx, const HttpCaller& caller,
                                 std::to_string(record.turns) +
                                 " turns: add the new message to answer");
   }
-  p.answer = std::make_unique<Answer>(std::move(s).value(), /*stateless=*/false, record);
+  p.answer =
+      std::make_unique<Answer>(std::move(s).value(), /*stateless=*/false, record, ctx.in_flight);
   p.new_messages.assign(std::make_move_iterator(r.messages.begin() + start),
                         std::make_move_iterator(r.messages.end()));
   return p;

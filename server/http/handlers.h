@@ -9,6 +9,7 @@
 #include <string>
 
 #include "engine/util/status.h"
+#include "server/http/answer.h"
 #include "server/http/http_sessions.h"
 #include "server/http/openai_request.h"
 
@@ -29,6 +30,7 @@ struct HttpContext {
   RequestLimits limits;
   size_t max_queued_tokens = 1024;  // limits.max_queued_tokens
   int64_t created = 0;              // Unix seconds the daemon started (the model's "created")
+  InFlight* in_flight = nullptr;    // the server's answers, for its drain
 };
 
 void WriteError(httplib::Response& res, const Status& status);

@@ -89,7 +89,7 @@ struct HttpServer::Impl {
                    ? std::make_unique<httplib::Server>()
                    : std::unique_ptr<httplib::Server>(std::make_unique<httplib::SSLServer>(
                          [&](SSL_CTX& ssl) { return SetUpTls(ssl, o, tls_error); }))),
-        ctx{sessions, o.limits, o.max_queued_tokens, NowSeconds()} {}
+        ctx{sessions, o.limits, o.max_queued_tokens, NowSeconds(), &in_flight} {}
 
   // The caller of a request, or the 401 to send.
   StatusOr<HttpCaller> Authenticate(const httplib::Request& req) const {
@@ -158,19 +158,26 @@ struct HttpServer::Impl {
                    true));
     // A declared body over the limit is refused before it is read: httplib would otherwise read
     // (and discard) all of it first, or wait for bytes a lying client never sends.
-    s.set_pre_routing_handler([max = options.max_body_bytes](const httplib::Request& req,
-                                                             httplib::Response& res) {
+    // So is a caller without a valid key: nobody unauthenticated makes the server read a body.
+    s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       const std::string length = req.get_header_value("Content-Length");
-      if (length.empty()) return httplib::Server::HandlerResponse::Unhandled;
+      const size_t max = options.max_body_bytes;
       char* end = nullptr;
       const unsigned long long n = std::strtoull(length.c_str(), &end, 10);
-      if (*end != '\0' || n <= max) return httplib::Server::HandlerResponse::Unhandled;
-      WriteHttpError(res, MakeHttpError(413, "the request body of " + length +
-                                                 " bytes is over the limit of " +
-                                                 std::to_string(max) +
-                                                 " (server.max_receive_message_bytes)"));
-      res.set_header("Connection", "close");
-      return httplib::Server::HandlerResponse::Handled;
+      if (!length.empty() && (*end != '\0' || n > max)) {
+        WriteHttpError(res, MakeHttpError(413, "the request body of " + length +
+                                                   " bytes is over the limit of " +
+                                                   std::to_string(max) +
+                                                   " (server.max_receive_message_bytes)"));
+        res.set_header("Connection", "close");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      if (auto caller = Authenticate(req); !caller.ok()) {
+        WriteError(res, caller.status());
+        if (!length.empty() && n > 0) res.set_header("Connection", "close");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      return httplib::Server::HandlerResponse::Unhandled;
     });
     // httplib's own refusals (no route, body over the limit) get a JSON body too.
     s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
@@ -193,6 +200,7 @@ struct HttpServer::Impl {
   }
 
   HttpServerOptions options;
+  InFlight in_flight;  // before ctx, which points to it
   std::unique_ptr<httplib::Server> server;
   HttpContext ctx;
   const server::Authenticator* auth = nullptr;
@@ -258,6 +266,20 @@ HttpServer::~HttpServer() { Stop(); }
 
 int HttpServer::port() const { return impl_->port; }
 bool HttpServer::tls() const { return !impl_->options.cert_file.empty(); }
+
+bool HttpServer::Drain(std::chrono::milliseconds grace) {
+  const auto wait = [&](std::chrono::steady_clock::time_point deadline) {
+    while (impl_->in_flight.answers.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return impl_->in_flight.answers.load() == 0;
+  };
+  if (wait(std::chrono::steady_clock::now() + grace)) return true;
+  impl_->in_flight.cancel.store(true);
+  // A cancelled generation ends within a step; its answer within a poll of its writer.
+  wait(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  return false;
+}
 
 void HttpServer::Stop() {
   if (impl_->stopped) return;

@@ -51,8 +51,12 @@ class HttpServer {
 
   int port() const;
   bool tls() const;
-  // Stops accepting connections and waits for the requests in flight (a streamed answer runs
-  // to its end). Idempotent.
+  // Shutdown (the sessions already refuse new work: Serving() is UNAVAILABLE): the answers in
+  // flight may finish within `grace`; then their generations are cancelled (the client gets an
+  // error: 503, or an error event in a stream) and Drain waits a few seconds more for them.
+  // True when every answer ended before the grace period was over.
+  bool Drain(std::chrono::milliseconds grace);
+  // Stops accepting connections and waits for the requests in flight. Idempotent.
   void Stop();
 
  private:

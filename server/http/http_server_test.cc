@@ -259,6 +259,30 @@ TEST_F(HttpServerTest, DrainingIs503WithRetryAfter) {
   EXPECT_EQ(client_->Get("/v1/models")->status, 200);  // reads still work
 }
 
+TEST_F(HttpServerTest, DrainCancelsWhatOutlivesTheGracePeriod) {
+  journal_.endless = true;
+  std::string body;
+  int status = 0;
+  std::thread client([&] {
+    auto r = Chat(R"({"messages": [{"role": "user", "content": "Hi"}], "stream": true})");
+    if (r) {
+      status = r->status;
+      body = r->body;
+    }
+  });
+  ASSERT_TRUE(Eventually([](Journal& journal) { return !journal.appended.empty(); }));
+  sessions_.draining = true;
+  EXPECT_FALSE(server_->Drain(200ms));  // an endless answer cannot finish in time
+  client.join();
+  ASSERT_EQ(status, 200);
+  // The stream ends with an error event, then [DONE]; the session is closed.
+  EXPECT_NE(body.find("data: {\"error\""), std::string::npos) << body;
+  ASSERT_GE(body.size(), 14u);
+  EXPECT_EQ(body.substr(body.size() - 14), "data: [DONE]\n\n");
+  EXPECT_TRUE(Eventually([](Journal& journal) { return journal.closed == 1; }));
+  EXPECT_TRUE(server_->Drain(0ms));  // nothing left
+}
+
 TEST_F(HttpServerTest, BodiesOverTheLimitAre413) {
   auto r = Chat(std::string(5000, ' ') + kHi);
   ASSERT_TRUE(r);

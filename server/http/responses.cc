@@ -61,7 +61,8 @@ StatusOr<std::unique_ptr<Answer>> Prepare(const HttpContext& ctx, const HttpCall
                                           const ResponsesRequest& r) {
   if (r.previous_response_id.empty()) {
     STREAMD_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, ctx.sessions.Open(caller));
-    return std::make_unique<Answer>(std::move(s), /*stateless=*/!r.store, Conversation{});
+    return std::make_unique<Answer>(std::move(s), /*stateless=*/!r.store, Conversation{},
+                                    ctx.in_flight);
   }
   STREAMD_ASSIGN_OR_RETURN(ResponseRef ref, ParseResponseId(r.previous_response_id));
   auto s = ctx.sessions.Resume(caller, ref.session_id);
@@ -84,7 +85,8 @@ StatusOr<std::unique_ptr<Answer>> Prepare(const HttpContext& ctx, const HttpCall
         "whose latest is " + ResponseId(ref.session_id, record.responses) +
         ": only the latest response of a session can be continued");
   }
-  return std::make_unique<Answer>(std::move(s).value(), /*stateless=*/!r.store, record);
+  return std::make_unique<Answer>(std::move(s).value(), /*stateless=*/!r.store, record,
+                                  ctx.in_flight);
 }
 
 }  // namespace

@@ -45,6 +45,10 @@ void StreamAnswer(std::shared_ptr<Answer> answer, SseFormat format, httplib::Res
           s.opened = true;
           if (!write(s.format.opening)) return false;
         }
+        if (!s.cancelled && s.answer->drain_cancels()) {
+          s.cancelled = true;
+          s.answer->Cancel();  // shutting down, and the grace period is over
+        }
         GenerationQueue::Taken t = s.answer->queue().Take(kPoll);
         if (t.overflowed && !s.cancelled) {
           s.cancelled = true;
