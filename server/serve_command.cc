@@ -205,7 +205,7 @@ int ServeCommand(int argc, char** argv) {
     h.limits.max_stop_bytes = kMaxStopBytes;
     h.max_queued_tokens = static_cast<size_t>(options->limits.max_queued_tokens);
     http_sessions = http::MakeServerSessions(ctx);
-    auto started = http::HttpServer::Start(h, *http_sessions, ctx.auth);
+    auto started = http::HttpServer::Start(h, *http_sessions);
     if (!started.ok()) return Fail(started.status().message());
     http_server = std::move(started).value();
     const std::string http_host = http_address.substr(0, http_address.rfind(':'));

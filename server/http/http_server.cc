@@ -3,14 +3,12 @@
 #include <httplib.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
-#include <spdlog/spdlog.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <thread>
 
-#include "server/authenticator.h"
 #include "server/http/http_errors.h"
 #include "server/http/openai_response.h"
 
@@ -93,16 +91,11 @@ struct HttpServer::Impl {
 
   // The caller of a request, or the 401 to send.
   StatusOr<HttpCaller> Authenticate(const httplib::Request& req) const {
-    HttpCaller caller;
-    caller.client = "peer " + req.remote_addr;
-    if (auth == nullptr) return caller;
     const bool has = req.has_header("Authorization");
     const std::string value = req.get_header_value("Authorization");
-    auto c = auth->AuthenticateHeader(has ? &value : nullptr);
-    if (!c.ok()) return c.status();
-    caller.tenant = c->tenant;
-    caller.admin = c->admin;
-    caller.authenticated = c->authenticated;
+    STREAMD_ASSIGN_OR_RETURN(HttpCaller caller,
+                             ctx.sessions.Authenticate(has ? &value : nullptr));
+    caller.client = "peer " + req.remote_addr;
     return caller;
   }
 
@@ -203,7 +196,6 @@ struct HttpServer::Impl {
   InFlight in_flight;  // before ctx, which points to it
   std::unique_ptr<httplib::Server> server;
   HttpContext ctx;
-  const server::Authenticator* auth = nullptr;
   std::thread thread;
   std::atomic<bool> listen_returned{false};
   int port = 0;
@@ -213,8 +205,7 @@ struct HttpServer::Impl {
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions& o,
-                                                        HttpSessions& sessions,
-                                                        const server::Authenticator* auth) {
+                                                        HttpSessions& sessions) {
   std::string host;
   int port = 0;
   if (!SplitHostPort(o.address, &host, &port)) {
@@ -227,7 +218,6 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions&
                                 (tls_error.empty() ? "the TLS context could not be made"
                                                    : tls_error));
   }
-  impl->auth = auth;
   httplib::Server& server = *impl->server;
   const int threads = o.threads;
   server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };

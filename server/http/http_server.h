@@ -21,10 +21,6 @@
 #include "engine/util/status.h"
 #include "server/http/handlers.h"
 
-namespace streamd::server {
-class Authenticator;
-}
-
 namespace streamd::http {
 
 struct HttpServerOptions {
@@ -40,11 +36,10 @@ struct HttpServerOptions {
 
 class HttpServer {
  public:
-  // `sessions` and `auth` (null: no keys) must outlive the server. Errors name
+  // `sessions` (who calls, and their sessions) must outlive the server. Errors name
   // server.http_address or the TLS file.
   static StatusOr<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options,
-                                                     HttpSessions& sessions,
-                                                     const server::Authenticator* auth);
+                                                     HttpSessions& sessions);
   ~HttpServer();  // Stop()
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

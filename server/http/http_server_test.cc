@@ -115,6 +115,14 @@ class ScriptedSession : public Session {
 class ScriptedSessions : public HttpSessions {
  public:
   explicit ScriptedSessions(Journal& j) : j_(j) {}
+  // One key, "k", of tenant "t"; no header is the anonymous admin (keys off) unless required.
+  StatusOr<HttpCaller> Authenticate(const std::string* authorization) const override {
+    if (authorization == nullptr && !keys_required) return HttpCaller{};
+    if (authorization != nullptr && *authorization == "Bearer k") {
+      return HttpCaller{"t", false, true, ""};
+    }
+    return Status(StatusCode::kUnauthenticated, "authorization: not a valid key");
+  }
   StatusOr<std::unique_ptr<Session>> Open(const HttpCaller&) override {
     return std::unique_ptr<Session>(new ScriptedSession(j_, std::string(31, '0') + "1"));
   }
@@ -128,6 +136,7 @@ class ScriptedSessions : public HttpSessions {
   }
   std::string ModelName() const override { return "scripted"; }
   bool draining = false;
+  bool keys_required = false;
 
  private:
   Journal& j_;
@@ -140,7 +149,7 @@ class HttpServerTest : public ::testing::Test {
     o.address = "127.0.0.1:0";
     o.max_body_bytes = 4096;
     o.read_timeout = 2s;
-    auto s = HttpServer::Start(o, sessions_, nullptr);
+    auto s = HttpServer::Start(o, sessions_);
     ASSERT_TRUE(s.ok()) << s.status().message();
     server_ = std::move(s).value();
     client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
@@ -248,6 +257,24 @@ TEST_F(HttpServerTest, LastingSessionGetsOnlyNewMessages) {
   EXPECT_EQ(json::parse(stale->body)["error"]["param"], "messages");
   auto missing = Chat(kHi, {{"x-streamd-session", std::string(32, 'a')}});
   EXPECT_EQ(missing->status, 404);
+}
+
+TEST_F(HttpServerTest, KeysAreCheckedBeforeTheBody) {
+  sessions_.keys_required = true;
+  auto none = Chat(kHi);
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 401);
+  EXPECT_EQ(json::parse(none->body)["error"]["code"], "invalid_api_key");
+  EXPECT_EQ(client_->Get("/v1/models")->status, 401);
+  auto wrong = Chat(kHi, {{"Authorization", "Bearer nope"}});
+  EXPECT_EQ(wrong->status, 401);
+  auto ok = Chat(kHi, {{"Authorization", "Bearer k"}});
+  EXPECT_EQ(ok->status, 200);
+  // A refused caller is not made to upload its body first (nor is it read).
+  auto big = Chat(std::string(4000, ' ') + kHi);
+  EXPECT_EQ(big->status, 401);
+  std::lock_guard<std::mutex> lock(journal_.mu);
+  EXPECT_EQ(journal_.appended.size(), 1u);  // only the authenticated request ran
 }
 
 TEST_F(HttpServerTest, DrainingIs503WithRetryAfter) {

@@ -1,7 +1,7 @@
-// HttpSessions: everything the HTTP front door asks of streamd's sessions, and nothing more. The
-// handlers (chat_completions.cc, responses.cc) see only this header; one adapter
-// (http_sessions_adapter.cc) implements it over the server's session registry, engine and chat
-// formatter. Sessions are moving from server/ into the engine (issue 29): when they do, only
+// HttpSessions: everything the HTTP front door asks of streamd's sessions (and of who owns them:
+// the caller's key), and nothing more. The server and its handlers see only this header; one
+// adapter (http_sessions_adapter.cc) implements it over the server's authenticator, session
+// registry, engine and chat formatter. Sessions are moving from server/ into the engine (issue 29): when they do, only
 // that adapter changes.
 //
 // Threads: every call may block the calling HTTP worker thread (an Open waiting for KV blocks, a
@@ -91,6 +91,10 @@ class Session {
 class HttpSessions {
  public:
   virtual ~HttpSessions() = default;
+  // Who calls, from the `authorization` header's value (null: none): the daemon's API keys.
+  // UNAUTHENTICATED saying what is wrong (never which keys exist); without keys every caller is
+  // the anonymous admin. `client` is not filled in.
+  virtual StatusOr<HttpCaller> Authenticate(const std::string* authorization) const = 0;
   // A new session of the caller's tenant, with the server's session defaults. Waits for KV
   // blocks up to sessions.admission_timeout. RESOURCE_EXHAUSTED names a quota or the pool.
   virtual StatusOr<std::unique_ptr<Session>> Open(const HttpCaller& caller) = 0;

@@ -354,6 +354,16 @@ class ServerSessions : public HttpSessions {
  public:
   explicit ServerSessions(ServiceContext& ctx) : ctx_(ctx) {}
 
+  StatusOr<HttpCaller> Authenticate(const std::string* authorization) const override {
+    HttpCaller caller;
+    if (ctx_.auth == nullptr) return caller;
+    STREAMD_ASSIGN_OR_RETURN(server::Caller c, ctx_.auth->AuthenticateHeader(authorization));
+    caller.tenant = c.tenant;
+    caller.admin = c.admin;
+    caller.authenticated = c.authenticated;
+    return caller;
+  }
+
   StatusOr<std::unique_ptr<Session>> Open(const HttpCaller& caller) override {
     STREAMD_RETURN_IF_ERROR(Serving());
     SessionOptions options = ctx_.options.session_defaults;
