@@ -113,6 +113,8 @@ class AdapterSession : public Session {
   ~AdapterSession() override {
     if (closed_) return;
     StopGeneration();
+    // Closed elsewhere meanwhile (CloseSession): gone from the registry, nothing to detach.
+    if (owner_->closed()) return;
     AfterGeneration();
     ctx_.registry.Detach(s_);
   }
