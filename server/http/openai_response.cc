@@ -85,16 +85,66 @@ std::string MessageItemId(const std::string& response_id) {
                                                    : response_id.substr(underscore + 1));
 }
 
+namespace {
+
+json OutputText(const std::string& text) {
+  return {{"type", "output_text"}, {"text", text}, {"annotations", json::array()}};
+}
+
+json MessageItem(const std::string& response_id, const std::string& status, json content) {
+  return {{"type", "message"},
+          {"id", MessageItemId(response_id)},
+          {"status", status},
+          {"role", "assistant"},
+          {"content", std::move(content)}};
+}
+
+std::string Event(const char* type, int64_t* sequence, json body) {
+  body["type"] = type;
+  body["sequence_number"] = (*sequence)++;
+  return SseEvent(Dump(body), type);
+}
+
+}  // namespace
+
+// Events are appended one statement at a time: the operands of `+` are evaluated in no set
+// order, and each Event takes the next sequence number.
+std::string ResponseStreamOpening(const AnswerHead& head, const ResponseParts& in_progress,
+                                  int64_t* sequence) {
+  const json response = json::parse(ResponseJson(head, in_progress));
+  const std::string item = MessageItemId(head.id);
+  std::string out = Event("response.created", sequence, {{"response", response}});
+  out += Event("response.in_progress", sequence, {{"response", response}});
+  out += Event("response.output_item.added", sequence,
+               {{"output_index", 0},
+                {"item", MessageItem(head.id, "in_progress", json::array())}});
+  out += Event("response.content_part.added", sequence,
+               {{"item_id", item}, {"output_index", 0}, {"content_index", 0},
+                {"part", OutputText("")}});
+  return out;
+}
+
+std::string ResponseStreamClosing(const AnswerHead& head, const ResponseParts& done,
+                                  int64_t* sequence) {
+  const std::string item = MessageItemId(head.id);
+  const json text = json::array({OutputText(done.text)});
+  std::string out = Event("response.output_text.done", sequence,
+                          {{"item_id", item}, {"output_index", 0}, {"content_index", 0},
+                           {"text", done.text}, {"logprobs", json::array()}});
+  out += Event("response.content_part.done", sequence,
+               {{"item_id", item}, {"output_index", 0}, {"content_index", 0},
+                {"part", OutputText(done.text)}});
+  out += Event("response.output_item.done", sequence,
+               {{"output_index", 0}, {"item", MessageItem(head.id, "completed", text)}});
+  out += Event("response.completed", sequence,
+               {{"response", json::parse(ResponseJson(head, done))}});
+  return out;
+}
+
 std::string ResponseJson(const AnswerHead& head, const ResponseParts& parts) {
   json output = json::array();
   if (parts.status != "in_progress") {
-    output.push_back({{"type", "message"},
-                      {"id", MessageItemId(head.id)},
-                      {"status", "completed"},
-                      {"role", "assistant"},
-                      {"content", json::array({{{"type", "output_text"},
-                                                {"text", parts.text},
-                                                {"annotations", json::array()}}})}});
+    output.push_back(MessageItem(head.id, "completed", json::array({OutputText(parts.text)})));
   }
   json r = {{"id", head.id},
             {"object", "response"},

@@ -59,6 +59,15 @@ std::string ResponseJson(const AnswerHead& head, const ResponseParts& parts);
 std::string ResponseDeltaJson(const std::string& item_id, const std::string& delta,
                               int64_t sequence);
 std::string MessageItemId(const std::string& response_id);  // "msg_..." of a response
+// The stream's events around the deltas, as server-sent events, numbered from *sequence on
+// (advanced): response.created, response.in_progress, response.output_item.added,
+// response.content_part.added; and after the text response.output_text.done,
+// response.content_part.done, response.output_item.done, response.completed. The SDKs' stream
+// helpers build the response from exactly these.
+std::string ResponseStreamOpening(const AnswerHead& head, const ResponseParts& in_progress,
+                                  int64_t* sequence);
+std::string ResponseStreamClosing(const AnswerHead& head, const ResponseParts& done,
+                                  int64_t* sequence);
 
 std::string ModelListJson(const std::string& model, int64_t created);
 std::string ModelJson(const std::string& model, int64_t created);

@@ -81,6 +81,36 @@ TEST(OpenAIResponseTest, ResponseObject) {
   EXPECT_EQ(delta["sequence_number"], 4);
 }
 
+TEST(OpenAIResponseTest, ResponseStreamEventsAreNumberedInOrder) {
+  int64_t sequence = 0;
+  const AnswerHead head{"resp_abc_1", 1, "m"};
+  std::string events = ResponseStreamOpening(head, {.status = "in_progress"}, &sequence);
+  events += SseEvent(ResponseDeltaJson("msg_abc_1", "Hi", sequence++),
+                     "response.output_text.delta");
+  events += ResponseStreamClosing(head, {.text = "Hi", .usage = Usage{3, 0, 1}}, &sequence);
+  std::vector<std::string> types;
+  size_t at = 0;
+  int64_t expected = 0;
+  while (at < events.size()) {
+    const size_t end = events.find("\n\n", at);
+    ASSERT_NE(end, std::string::npos);
+    const std::string event = events.substr(at, end - at);
+    at = end + 2;
+    const size_t data = event.find("\ndata: ");
+    ASSERT_NE(data, std::string::npos) << event;
+    const json j = json::parse(event.substr(data + 7));
+    EXPECT_EQ(event.substr(7, data - 7), j["type"]);  // "event: TYPE" names the data's type
+    EXPECT_EQ(j["sequence_number"], expected++);
+    types.push_back(j["type"]);
+  }
+  EXPECT_EQ(types, (std::vector<std::string>{
+                       "response.created", "response.in_progress", "response.output_item.added",
+                       "response.content_part.added", "response.output_text.delta",
+                       "response.output_text.done", "response.content_part.done",
+                       "response.output_item.done", "response.completed"}));
+  EXPECT_EQ(sequence, 9);
+}
+
 TEST(OpenAIResponseTest, Models) {
   const json j = json::parse(ModelListJson("smol", 7));
   EXPECT_EQ(j["object"], "list");

@@ -130,34 +130,33 @@ void HandleResponses(const HttpContext& ctx, const HttpCaller& caller, const htt
     answer->Finish(whole.text);
     return res.set_content(body, "application/json");
   }
-  // The stream's events, each with a sequence number: created, text deltas, completed.
+  // The stream's events, numbered: the opening ones, a delta per piece of text, the closing
+  // ones (or an error event).
   auto sequence = std::make_shared<int64_t>(0);
   const std::string item = MessageItemId(head.id);
   SseFormat format;
   {
     ResponseParts opening = base;
     opening.status = "in_progress";
-    format.opening = SseEvent("{\"type\":\"response.created\",\"sequence_number\":0,\"response\":" +
-                                  ResponseJson(head, opening) + "}",
-                              "response.created");
+    format.opening = ResponseStreamOpening(head, opening, sequence.get());
   }
   format.text = [item, sequence](const std::string& text) {
-    return SseEvent(ResponseDeltaJson(item, text, ++*sequence), "response.output_text.delta");
+    return SseEvent(ResponseDeltaJson(item, text, (*sequence)++), "response.output_text.delta");
   };
-  format.closing = [finished, sequence](Answer& a, const GenerationEnd& end,
-                                        const std::string& text) {
+  format.closing = [head, base, sequence](Answer& a, const GenerationEnd& end,
+                                          const std::string& text) {
     if (end.reason == DoneReason::kCancelled || end.reason == DoneReason::kError) {
       const HttpError e = ToHttpError(EndStatus(end));
-      // {"type": "error", "code", "message", "param", "sequence_number"}
-      std::string body = e.body;  // {"error": {...}}
-      return SseEvent("{\"type\":\"error\",\"sequence_number\":" + std::to_string(++*sequence) +
-                          "," + body.substr(1),
+      // {"type": "error", "sequence_number", "error": {...}}
+      return SseEvent("{\"type\":\"error\",\"sequence_number\":" +
+                          std::to_string((*sequence)++) + "," + e.body.substr(1),
                       "error");
     }
-    return SseEvent("{\"type\":\"response.completed\",\"sequence_number\":" +
-                        std::to_string(++*sequence) + ",\"response\":" + finished(a, end, text) +
-                        "}",
-                    "response.completed");
+    ResponseParts parts = base;
+    parts.status = end.reason == DoneReason::kLength ? "incomplete" : "completed";
+    parts.text = text;
+    parts.usage = a.UsageAfter(end.output_tokens);
+    return ResponseStreamClosing(head, parts, sequence.get());
   };
   StreamAnswer(std::move(answer), std::move(format), res);
 }

@@ -252,10 +252,29 @@ class ResponsesTest(DaemonTest):
         self.assertEqual(types[-1], "response.completed")
         deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
         self.assertEqual(deltas, events[-1].response.output_text)
+        # The SDK's stream helper builds the response from the events.
+        with c.responses.stream(model="m", input="Say hi.", max_output_tokens=8,
+                                temperature=0) as s:
+            helper_text = "".join(e.delta for e in s if e.type == "response.output_text.delta")
+            final = s.get_final_response()
+        self.assertEqual(helper_text, final.output_text)
+        self.assertEqual(final.output_text, events[-1].response.output_text)  # greedy: the same
         # The streamed response can be continued like any other.
         follow = c.responses.create(model="m", input="Again.", max_output_tokens=4,
                                     previous_response_id=events[-1].response.id)
         self.assertGreater(follow.usage.input_tokens_details.cached_tokens, 0)
+
+
+class ListenPolicyTest(unittest.TestCase):
+    def test_http_off_loopback_needs_client_authentication(self):
+        out = subprocess.run([BINARY, "serve", "--model.path=" + MODEL,
+                              "--server.listen_address=127.0.0.1:0",
+                              "--server.metrics_address=127.0.0.1:0",
+                              "--server.http_address=0.0.0.0:0"],
+                             capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn("server.http_address", out.stderr)
+        self.assertIn("auth.allow_insecure", out.stderr)
 
 
 class RestartTest(unittest.TestCase):
