@@ -47,19 +47,31 @@ class Owner : public server::SessionOwner {
   std::atomic<bool> closed_{false};
 };
 
-// The metadata strings written through this adapter, so that reading one back does not capture
-// the session; a session restored from disk is read once (Engine::Capture) and then cached.
+// The metadata strings written or read through this adapter, each with the session's revision
+// when it was known to be current, so that reading one back does not capture the session (a
+// copy of its whole cache). An entry is used only while the session's revision is unchanged:
+// a session that changed elsewhere (a gRPC client, another replica sharing the snapshot
+// directory) is read again from its state (Engine::Capture). Bounded: beyond kMaxEntries an
+// arbitrary entry goes (a later read captures again).
 class MetadataCache {
  public:
-  std::optional<std::string> Get(SessionId id) {
+  static constexpr size_t kMaxEntries = 1 << 16;
+
+  std::optional<std::string> Get(SessionId id, uint64_t revision) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = values_.find(id);
-    if (it == values_.end()) return std::nullopt;
-    return it->second;
+    if (it == values_.end() || it->second.revision != revision) return std::nullopt;
+    return it->second.value;
   }
-  void Put(SessionId id, std::string value) {
+  void Put(SessionId id, uint64_t revision, std::string value) {
     std::lock_guard<std::mutex> lock(mu_);
-    values_[id] = std::move(value);
+    if (values_.size() >= kMaxEntries && !values_.count(id)) values_.erase(values_.begin());
+    values_[id] = {revision, std::move(value)};
+  }
+  // The session changed through this adapter (its driver): the value stays current.
+  void Advance(SessionId id, uint64_t revision) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = values_.find(id); it != values_.end()) it->second.revision = revision;
   }
   void Erase(SessionId id) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -67,8 +79,12 @@ class MetadataCache {
   }
 
  private:
+  struct Entry {
+    uint64_t revision = 0;
+    std::string value;
+  };
   std::mutex mu_;
-  std::map<SessionId, std::string> values_;
+  std::map<SessionId, Entry> values_;
 };
 
 DoneReason DoneReasonOf(FinishReason r) {
@@ -116,6 +132,8 @@ class AdapterSession : public Session {
     // Closed elsewhere meanwhile (CloseSession): gone from the registry, nothing to detach.
     if (owner_->closed()) return;
     AfterGeneration();
+    // Every change since the metadata was last written was this driver's own.
+    if (auto info = ctx_.engine.Get(s_->id); info.ok()) cache_.Advance(s_->id, info->revision);
     ctx_.registry.Detach(s_);
   }
 
@@ -230,23 +248,24 @@ class AdapterSession : public Session {
   }
 
   std::string Metadata() override {
-    if (auto cached = cache_.Get(s_->id)) return *cached;
-    // Restored from a snapshot since it was written: read it from the session's state once.
-    auto state = ctx_.engine.Capture(s_->id);
-    std::string value;
-    if (state.ok()) {
-      if (auto it = state->metadata.find(kMetadataKey); it != state->metadata.end()) {
-        value = it->second;
-      }
+    if (auto info = ctx_.engine.Get(s_->id); info.ok()) {
+      if (auto cached = cache_.Get(s_->id, info->revision)) return *cached;
     }
-    cache_.Put(s_->id, value);
+    // Changed elsewhere, or restored from a snapshot: read it from the session's state.
+    auto state = ctx_.engine.Capture(s_->id);
+    if (!state.ok()) return {};
+    std::string value;
+    if (auto it = state->metadata.find(kMetadataKey); it != state->metadata.end()) {
+      value = it->second;
+    }
+    cache_.Put(s_->id, state->revision, value);
     return value;
   }
 
   Status SetMetadata(const std::string& value) override {
     AfterGeneration();
     STREAMD_RETURN_IF_ERROR(ctx_.engine.SetMetadata(s_->id, kMetadataKey, value));
-    cache_.Put(s_->id, value);
+    if (auto info = ctx_.engine.Get(s_->id); info.ok()) cache_.Put(s_->id, info->revision, value);
     ctx_.registry.Touched(*s_);
     return OkStatus();
   }
