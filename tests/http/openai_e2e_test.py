@@ -299,6 +299,32 @@ class RestartTest(unittest.TestCase):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+class ReplicasTest(unittest.TestCase):
+    def test_previous_response_id_moves_to_another_replica(self):
+        # Two daemons sharing one snapshot directory, as replicas behind HAProxy do: a response
+        # made on one is continued on the other, which reads the session from its snapshot.
+        tmp = tempfile.mkdtemp(prefix="streamd-http-replicas-")
+        shared = "--sessions.snapshot_dir=" + os.path.join(tmp, "shared")
+        a_dir, b_dir = os.path.join(tmp, "a"), os.path.join(tmp, "b")
+        os.makedirs(a_dir)
+        os.makedirs(b_dir)
+        a = Daemon(a_dir, (shared,))
+        b = Daemon(b_dir, (shared,))
+        try:
+            first = a.client().responses.create(model="m", input="Remember: the code is 42.",
+                                                max_output_tokens=8, temperature=0)
+            second = b.client().responses.create(
+                model="m", input="What is the code?", previous_response_id=first.id,
+                max_output_tokens=8, temperature=0)
+            self.assertEqual(second.usage.input_tokens_details.cached_tokens,
+                             first.usage.input_tokens + first.usage.output_tokens)
+            self.assertRegex(second.id, r"_2$")
+        finally:
+            self.assertEqual(b.stop(), 0)
+            self.assertEqual(a.stop(), 0)
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _sha(text):
     return hashlib.sha256(text.encode()).hexdigest()
 
