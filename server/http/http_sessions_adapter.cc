@@ -146,6 +146,7 @@ class AdapterSession : public Session {
 
   Status Append(TurnRole role, const std::string& text) override {
     AfterGeneration();
+    if (ctx_.metrics != nullptr) ctx_.metrics->RecordRequest(metrics::RequestKind::kAppend);
     if (Status live = Live(); !live.ok()) return live;
     if (Status quota = CheckTokenQuota("append"); !quota.ok()) return quota;
     ChatState chat;
@@ -192,6 +193,7 @@ class AdapterSession : public Session {
       if (p.presence_penalty) sampling.presence_penalty = *p.presence_penalty;
       if (p.frequency_penalty) sampling.frequency_penalty = *p.frequency_penalty;
       if (p.seed) sampling.seed = *p.seed;
+      // The ranges were checked by the parser; top_k against this model's vocabulary here.
       STREAMD_RETURN_IF_ERROR(ValidateSamplingParams(sampling, ctx_.model.vocab_size));
       o.sampling = sampling;
     }
@@ -386,6 +388,7 @@ class ServerSessions : public HttpSessions {
   }
 
   StatusOr<std::unique_ptr<Session>> Open(const HttpCaller& caller) override {
+    if (ctx_.metrics != nullptr) ctx_.metrics->RecordRequest(metrics::RequestKind::kOpen);
     STREAMD_RETURN_IF_ERROR(Serving());
     SessionOptions options = ctx_.options.session_defaults;
     options.tenant = caller.tenant;  // it owns the session, and its snapshot says so
@@ -418,6 +421,7 @@ class ServerSessions : public HttpSessions {
 
   StatusOr<std::unique_ptr<Session>> Resume(const HttpCaller& caller,
                                             const std::string& id_text) override {
+    if (ctx_.metrics != nullptr) ctx_.metrics->RecordRequest(metrics::RequestKind::kResume);
     STREAMD_RETURN_IF_ERROR(Serving());
     STREAMD_ASSIGN_OR_RETURN(SessionId id, SessionId::Parse(id_text, "session"));
     auto owner = std::make_shared<Owner>();
