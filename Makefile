@@ -16,7 +16,7 @@ CONFIG ?= config/streamd.yaml
 # that tests and deployments opt in. HTTP_ADDRESS= turns it off here too.
 HTTP_ADDRESS ?= 127.0.0.1:8080
 
-.PHONY: all deps configure build model qwen-model vocab test fuzz-smoke sanitize run clean
+.PHONY: all deps configure build model qwen-model vocab test fuzz-smoke sanitize lint format run clean
 
 all: build
 
@@ -65,6 +65,18 @@ fuzz-smoke: deps model vocab
 # The unit tests of kernels/, engine/ and server/ under ASan+UBSan (build-asan/), and those that
 # run threads under TSan (build-tsan/); docs/TESTING.md. SANITIZERS=asan or tsan runs one.
 SANITIZERS ?= all
+# The code's shape, checked in seconds (CI runs it first): every C++/CUDA file formatted as
+# .clang-format says (clang-format 14, Debian 12's), and server/ and tools/streamctl including
+# only what the transports may drive of the engine (scripts/check-engine-includes.sh).
+# `make format` rewrites the files in place.
+FORMAT_FILES = $$(git ls-files '*.cc' '*.h' '*.cu' '*.cuh')
+lint: deps
+	@scripts/check-engine-includes.sh
+	@clang-format --dry-run --Werror $(FORMAT_FILES) && echo "clang-format: every file is formatted"
+
+format: deps
+	@clang-format -i $(FORMAT_FILES)
+
 sanitize: deps model vocab
 	JOBS=$(JOBS) STREAMD_MODEL=$(MODEL) STREAMD_SPM_VOCAB=$$(scripts/fetch-test-vocab.sh) \
 	  STREAMD_VOCAB_DIR=$$(scripts/fetch-test-vocab.sh --golden) \

@@ -22,6 +22,7 @@ packages=(
   python3-yaml                                 # deploy/check.py reads the deployment manifests
   clang libclang-rt-14-dev llvm                # scripts/fuzz-smoke.sh: libFuzzer, sanitizer
                                                # runtimes, llvm-symbolizer for their reports
+  clang-format                                 # make lint: the formatting check (CI)
 )
 
 missing=()

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/sessions/session_quotas.h"
 #include "engine/util/status.h"
 #include "server/config/api_keys_file.h"
 
@@ -65,6 +66,11 @@ class Authenticator {
   Status RequireAdmin(const Caller& caller, const std::string& call) const;
   // The tenant's quotas (all unlimited when the file gives none).
   TenantQuotas QuotasOf(const std::string& tenant) const;
+  // The part of them the engine's sessions count (engine/sessions/session_quotas.h).
+  SessionQuotas SessionQuotasOf(const std::string& tenant) const {
+    const TenantQuotas q = QuotasOf(tenant);
+    return {q.max_sessions, q.max_generations, q.max_kv_blocks};
+  }
   // Every tenant the keys file names (the only label values of per-tenant metrics).
   std::vector<std::string> Tenants() const;
   // A quota refusal, logged at most once a second (with how many were left out).

@@ -12,9 +12,9 @@
 #include <limits>
 #include <thread>
 
-#include "engine/serving/model_snapshot_dir.h"
+#include "engine/sessions/session_storage.h"
 #include "server/metrics_wiring.h"
-#include "server/open_quota.h"
+#include "engine/sessions/session_quotas.h"
 #include "server/tls_credentials.h"
 
 namespace streamd::server {
@@ -112,7 +112,8 @@ GrpcServer::GrpcServer(Engine& engine, const tokenizer::ChatTemplate& chat,
                                 options.limits.max_detached_share, {}},
                 persister_.get()),
       chat_(chat, engine.tokenizer()),
-      ctx_{engine, registry_, admission_, chat_, tasks_, io_tasks_, options_},
+      driver_(engine, registry_, chat_, tasks_),
+      ctx_{engine, registry_, driver_, admission_, chat_, tasks_, io_tasks_, options_},
       admission_(registry_, options.limits.max_waiting_opens),
       service_(ctx_) {
   ctx_.model = {engine.tokenizer().vocab_size(), engine.model().config().context_length};
@@ -132,21 +133,21 @@ StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
       return InvalidArgumentError("sessions.snapshot_dir is set but the engine gave no snapshot "
                                   "context");
     }
-    // One directory per model under snapshot_dir: models sharing it never touch each other's
-    // sessions (engine/serving/model_snapshot_dir.h).
-    ModelDirMigration migration;
-    auto store = OpenModelSnapshotStore(p.snapshot_dir, *snapshots, &migration);
-    if (!store.ok()) {
-      return Status(store.status().code(), "sessions.snapshot_dir: " + store.status().message());
-    }
-    LogModelDirMigration(p.snapshot_dir, *snapshots, migration);
     if (metrics != nullptr) {
       snapshot_metrics = std::make_unique<metrics::SnapshotMetrics>(*metrics->registry);
     }
-    persister = std::make_unique<SessionPersister>(
-        engine, std::move(store).value(), *snapshots,
+    // One directory per model under snapshot_dir: models sharing it never touch each other's
+    // sessions (engine/sessions/session_storage.h).
+    ModelDirMigration migration;
+    auto opened = OpenSessionStorage(
+        engine, p.snapshot_dir, *snapshots,
         PersisterOptions{p.snapshot_interval, std::chrono::milliseconds(1000)},
-        MakePersisterHooks(snapshot_metrics.get()));
+        MakePersisterHooks(snapshot_metrics.get()), &migration);
+    if (!opened.ok()) {
+      return Status(opened.status().code(), "sessions.snapshot_dir: " + opened.status().message());
+    }
+    LogModelDirMigration(p.snapshot_dir, *snapshots, migration);
+    persister = std::move(opened).value();
   }
   auto auth = Authenticator::Create(options.auth.keys_file, AuthFailureCounter(metrics));
   if (!auth.ok()) return auth.status();
@@ -158,7 +159,8 @@ StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
     const SessionRegistry* registry = &s->registry_;
     const int32_t context_length = engine.model().config().context_length;
     s->admission_.set_check([keys, registry, &engine, context_length](const SessionOptions& o) {
-      Status q = CheckOpenQuota(*keys, *registry, engine.config(), context_length, o);
+      Status q = CheckOpenQuota(*registry, engine.config(), context_length, o,
+                                keys->SessionQuotasOf(o.tenant));
       if (!q.ok()) keys->LogQuotaRefusal(q);
       return q;
     });

@@ -66,6 +66,8 @@ class GrpcServer {
   std::unique_ptr<SessionPersister> persister_;  // null: memory only; outlives the registry
   SessionRegistry registry_;
   ChatFormatter chat_;
+  // Before tasks_: the tasks still queued when tasks_ stops call into it.
+  SessionDriver driver_;
   TaskRunner tasks_;
   TaskRunner io_tasks_;
   std::optional<SnapshotContext> snapshots_;

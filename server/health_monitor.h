@@ -20,7 +20,7 @@
 #include <thread>
 
 #include "engine/api/streamd_engine.h"
-#include "server/admission_queue.h"
+#include "engine/sessions/admission_queue.h"
 #include "server/metrics/streamd_metrics.h"
 
 namespace streamd::server {

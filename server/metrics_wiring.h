@@ -7,11 +7,11 @@
 #include <functional>
 
 #include "engine/api/streamd_engine.h"
-#include "server/admission_queue.h"
+#include "engine/sessions/admission_queue.h"
 #include "server/authenticator.h"
 #include "server/metrics/snapshot_metrics.h"
 #include "server/metrics/streamd_metrics.h"
-#include "server/session_registry.h"
+#include "engine/sessions/session_registry.h"
 
 namespace streamd::server {
 

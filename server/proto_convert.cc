@@ -92,6 +92,27 @@ StatusOr<SamplingParams> MergeSampling(const v1::SamplingParams& p, const Sampli
   return s;
 }
 
+SessionInput ToSessionInput(const v1::Append& a) {
+  SessionInput in;
+  in.partial = a.partial();
+  if (a.tokens_size() > 0) {
+    in.kind = SessionInput::Kind::kTokens;
+    in.tokens.assign(a.tokens().begin(), a.tokens().end());
+    return in;
+  }
+  in.text = a.text();
+  if (a.role() == v1::CHAT_ROLE_UNSPECIFIED) {
+    in.kind = SessionInput::Kind::kRaw;
+    in.parse_special = a.parse_special();
+    return in;
+  }
+  in.kind = SessionInput::Kind::kTurn;
+  in.role = a.role() == v1::CHAT_ROLE_SYSTEM ? ChatRoleKind::kSystem
+            : a.role() == v1::CHAT_ROLE_USER ? ChatRoleKind::kUser
+                                             : ChatRoleKind::kAssistant;
+  return in;
+}
+
 Status ValidateTruncate(const v1::Truncate& t, const ServerLimits& limits) {
   STREAMD_RETURN_IF_ERROR(ValidateRequestId(t.request_id(), limits, "truncate.request_id"));
   if (t.keep_tokens() < 0) {

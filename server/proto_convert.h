@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "engine/api/streamd_engine.h"
+#include "engine/sessions/session_driver.h"
 #include "server/server_options.h"
 #include "streamd/v1/streamd.pb.h"
 
@@ -40,6 +41,9 @@ StatusOr<GenerateOptions> ToGenerateOptions(const v1::Generate& g,
 // Exactly one of text/tokens; text is valid UTF-8 within max_append_bytes; tokens are in the
 // vocabulary and within max_append_tokens; the role is known and used with text only.
 Status ValidateAppend(const v1::Append& a, const ServerLimits& limits, int32_t vocab_size);
+
+// A validated Append -> the driver's input (a chat turn, raw text or tokens).
+SessionInput ToSessionInput(const v1::Append& a);
 
 // Truncate: request_id as Generate's, keep_tokens >= 0 (its upper bound, the generation's
 // length, is the engine's check).

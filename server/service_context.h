@@ -6,14 +6,15 @@
 #include <atomic>
 
 #include "engine/api/streamd_engine.h"
-#include "server/admission_queue.h"
+#include "engine/sessions/admission_queue.h"
 #include "server/authenticator.h"
-#include "server/chat_formatter.h"
+#include "engine/sessions/chat_formatter.h"
 #include "server/metrics/streamd_metrics.h"
 #include "server/proto_convert.h"
 #include "server/server_options.h"
-#include "server/session_registry.h"
-#include "server/task_runner.h"
+#include "engine/sessions/session_driver.h"
+#include "engine/sessions/session_registry.h"
+#include "engine/util/task_runner.h"
 #include "server/token_budget.h"
 #include "streamd/v1/streamd.pb.h"
 
@@ -22,6 +23,7 @@ namespace streamd::server {
 struct ServiceContext {
   Engine& engine;
   SessionRegistry& registry;
+  SessionDriver& driver;  // what an attached session says and hears
   AdmissionQueue& admission;  // Opens waiting for KV blocks
   const ChatFormatter& chat;
   TaskRunner& tasks;

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "engine/api/streamd_engine.h"
-#include "server/admission_queue.h"
+#include "engine/sessions/admission_queue.h"
 #include "server/grpc_status.h"
 
 namespace streamd::server {
@@ -39,9 +39,6 @@ metrics::Finished FinishedOf(FinishReason reason) {
   return metrics::Finished::kError;
 }
 
-// How long a cancelled generation may take to report its end (one forward pass at most).
-constexpr std::chrono::seconds kCancelWait{10};
-
 v1::ServerMessage ErrorMessage(const Status& status, std::string_view request_id) {
   v1::ServerMessage m;
   *m.mutable_error() = ToProtoError(status, request_id);
@@ -58,7 +55,7 @@ SessionStream::SessionStream(ServiceContext& ctx, Transport* transport, Caller c
       outbox_(transport, ctx.options.limits.max_queued_tokens),
       transport_(transport) {}
 
-std::shared_ptr<ServerSession> SessionStream::session() const {
+std::shared_ptr<SessionRecord> SessionStream::session() const {
   std::lock_guard<std::mutex> lock(mu_);
   return session_;
 }
@@ -154,189 +151,8 @@ void SessionStream::SendCacheState(SessionId id) {
   outbox_.Push(std::move(m));
 }
 
-void SessionStream::Bind(const std::shared_ptr<ServerSession>& s, bool resumed) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!released_) session_ = s;
-  }
-  if (session() != s) {  // the stream ended while the session was being attached
-    if (resumed) {
-      ctx_.registry.Detach(s);
-    } else {
-      // A new session whose id was never sent: nobody could ever resume it.
-      (void)ctx_.registry.Close(s->id, CancelledError("its stream ended before it was opened"));
-    }
-    return;
-  }
-  const ServerOptions& o = ctx_.options;
-  const EngineConfig& e = ctx_.engine.config();
-  v1::ServerMessage m;
-  v1::Opened* opened = m.mutable_opened();
-  opened->set_session_id(s->id.ToString());
-  opened->set_resumed(resumed);
-  *opened->mutable_settings() = ToSettings(s->spec, s->options.sampling, s->max_blocks);
-  v1::Limits* limits = opened->mutable_limits();
-  limits->set_max_sinks(e.max_sinks);
-  limits->set_max_window(MaxWindow(e, ctx_.model, s->spec.sinks));
-  limits->set_max_tokens(o.limits.max_tokens);
-  limits->set_default_max_tokens(o.limits.default_max_tokens);
-  limits->set_max_append_bytes(o.limits.max_append_bytes);
-  limits->set_max_append_tokens(o.limits.max_append_tokens);
-  limits->set_max_message_bytes(o.limits.max_message_bytes);
-  limits->set_max_stop_strings(static_cast<int32_t>(kMaxStopStrings));
-  limits->set_max_stop_bytes(static_cast<int32_t>(kMaxStopBytes));
-  limits->set_max_queued_tokens(o.limits.max_queued_tokens);
-  limits->set_idle_timeout_s(
-      std::chrono::duration_cast<std::chrono::seconds>(o.limits.idle_timeout).count());
-  limits->set_persistent(ctx_.registry.persister() != nullptr);
-  limits->set_snapshot_interval_ms(o.persistence.snapshot_interval.count());
-  limits->set_offload_after_s(
-      std::chrono::duration_cast<std::chrono::seconds>(o.persistence.offload_after).count());
-  limits->set_max_snapshot_bytes(o.limits.max_snapshot_bytes);
-  *opened->mutable_model() = ctx_.model_info;
-  if (auto info = ctx_.engine.Get(s->id); info.ok()) {
-    *opened->mutable_cache() = ToCacheState(*info);
-  }
-  outbox_.Push(std::move(m));
-}
-
-void SessionStream::Bound(StatusOr<std::shared_ptr<ServerSession>> s, bool resumed) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    binding_ = false;
-    unbound_since_ = Clock::now();  // a failed attempt: server.open_timeout starts again
-  }
-  if (s.ok()) {
-    Bind(*s, resumed);
-  } else {
-    SendError(NamingRequest(resumed ? "resume" : "open", s.status()));
-  }
-  ReadNext();
-}
-
-SessionStream::Next SessionStream::HandleOpen(const v1::Open& open) {
-  if (auto s = session()) {
-    SendError(FailedPreconditionError("open: this stream already drives session " +
-                                      s->id.ToString() +
-                                      "; a stream drives one session (open another stream)"));
-    return Next::kRead;
-  }
-  if (ctx_.draining) {
-    SendError(UnavailableError("open: streamd is shutting down and accepts no new sessions"));
-    return Next::kRead;
-  }
-  auto options =
-      ToSessionOptions(open, ctx_.options.session_defaults, ctx_.engine.config(), ctx_.model);
-  if (options.ok()) {
-    options->tenant = caller_.tenant;  // it owns the session, and its snapshot says so
-    if (Status quota = CheckSessionQuota(*options); !quota.ok()) {
-      ctx_.auth->LogQuotaRefusal(quota);
-      options = quota;
-    }
-  }
-  if (!options.ok()) {
-    if (ctx_.metrics != nullptr) ctx_.metrics->sessions_rejected.Increment();
-    SendError(options.status());
-    return Next::kRead;
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    binding_ = true;
-  }
-  // Admission may wait for blocks (sessions.admission_timeout): the queue answers on its own
-  // thread, and this stream reads its next message after that.
-  const Clock::time_point start = Clock::now();
-  ctx_.admission.Submit(
-      *std::move(options), weak_from_this(), client_,
-      // Weak: a stream that ends while waiting must not be kept alive by the queue, which drops
-      // the Opens of streams that are gone.
-      [weak = weak_from_this(), registry = &ctx_.registry,
-       start](StatusOr<std::shared_ptr<ServerSession>> s) {
-        std::shared_ptr<SessionStream> self = weak.lock();
-        if (self == nullptr) {
-          // Nobody was told its id: nobody could ever resume it.
-          if (s.ok()) (void)registry->Close((*s)->id, CancelledError("its stream ended"));
-          return;
-        }
-        if (metrics::StreamdMetrics* m = self->ctx_.metrics; m != nullptr) {
-          (s.ok() ? m->sessions_opened : m->sessions_rejected).Increment();
-          if (s.ok()) {
-            m->queue_time.Observe(std::chrono::duration<double>(Clock::now() - start).count());
-          }
-        }
-        self->Bound(std::move(s), /*resumed=*/false);
-      });
-  return Next::kLater;
-}
-
-SessionStream::Next SessionStream::HandleResume(const v1::Resume& resume) {
-  if (auto s = session()) {
-    SendError(FailedPreconditionError("resume: this stream already drives session " +
-                                      s->id.ToString() +
-                                      "; a stream drives one session (open another stream)"));
-    return Next::kRead;
-  }
-  if (ctx_.draining) {
-    SendError(UnavailableError("resume: streamd is shutting down"));
-    return Next::kRead;
-  }
-  auto id = SessionId::Parse(resume.session_id(), "resume.session_id");
-  if (!id.ok()) {
-    SendError(id.status());
-    return Next::kRead;
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    binding_ = true;
-  }
-  // A resident session is attached at once; an offloaded one is read back from disk first on
-  // the registry's loader thread, which then answers here: the reaction does not wait.
-  ctx_.registry.Attach(*id, weak_from_this(),
-                       [self = shared_from_this()](StatusOr<std::shared_ptr<ServerSession>> s) {
-                         if (!s.ok()) {
-                           const Status& st = s.status();
-                           // "resume.session_id: session 7f3a... does not exist (...)"
-                           const bool named = st.message().rfind("resume.", 0) == 0;
-                           if (!named) s = Status(st.code(), "resume.session_id: " + st.message());
-                         }
-                         self->Bound(std::move(s), /*resumed=*/true);
-                       },
-                       caller_.admin ? std::nullopt : std::optional<std::string>(caller_.tenant));
-  return Next::kLater;
-}
-
-void SessionStream::StopGeneration(ServerSession& s, const Status& why) {
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    if (!s.generating) return;
-    if (!why.ok() && s.cancel_reason.ok()) s.cancel_reason = why;
-  }
-  // The GenerationDone arrives inside Cancel, or from the scheduler thread right after the
-  // step that finished the generation first.
-  (void)ctx_.engine.Cancel(s.id);
-  std::unique_lock<std::mutex> lock(s.mu);
-  s.generation_ended.wait_for(lock, kCancelWait, [&] { return !s.generating; });
-}
-
-bool SessionStream::DeferUntilStopped(const std::shared_ptr<ServerSession>& s, const Status& why,
-                                      std::function<void()> then) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    std::lock_guard<std::mutex> session_lock(s->mu);
-    if (!s->generating) return false;
-    if (!why.ok() && s->cancel_reason.ok()) s->cancel_reason = why;
-    // OnEvent clears `generating` under the session's lock and only then posts
-    // AfterGeneration, which runs this: it cannot be missed.
-    after_generation_.push_back(std::move(then));
-  }
-  // The GenerationDone arrives inside Cancel, or from the scheduler thread right after the
-  // step that finished the generation first.
-  (void)ctx_.engine.Cancel(s->id);
-  return true;
-}
-
 SessionStream::Next SessionStream::HandleAppend(const v1::Append& a) {
-  std::shared_ptr<ServerSession> s = session();
+  std::shared_ptr<SessionRecord> s = session();
   if (s == nullptr) {
     SendError(FailedPreconditionError("append: open or resume a session first"));
     return Next::kRead;
@@ -350,79 +166,23 @@ SessionStream::Next SessionStream::HandleAppend(const v1::Append& a) {
     SendError(valid);
     return Next::kRead;
   }
-  bool generating;
-  {
-    std::lock_guard<std::mutex> lock(s->mu);
-    generating = s->generating;
-  }
-  if (generating && RepeatsOpenPartial(*s, a)) {
-    AppendNow(s, a);
-    return Next::kRead;
-  }
-  // Barge-in: the client's new input wins. The generation is cancelled and the Append goes on
-  // after its GenerationDone, so the context never changes under a generation.
-  if (generating) {
-    auto copy = std::make_shared<v1::Append>(a);
-    if (DeferUntilStopped(s, OkStatus(), [self = shared_from_this(), s, copy] {
-          self->AppendNow(s, *copy);
-          self->ReadNext();
-        })) {
-      return Next::kLater;
-    }
-  }
-  AppendNow(s, a);
-  return Next::kRead;
-}
-
-StatusOr<std::vector<int32_t>> SessionStream::TokensOf(const v1::Append& a, bool first_input,
-                                                       ChatState* chat) const {
-  if (a.tokens_size() > 0) {
-    *chat = ChatState::kNone;
-    return std::vector<int32_t>(a.tokens().begin(), a.tokens().end());
-  }
-  if (a.role() == v1::CHAT_ROLE_UNSPECIFIED) {
-    return ctx_.chat.Raw(a.text(), a.parse_special(), first_input, chat);
-  }
-  const ChatRoleKind role = a.role() == v1::CHAT_ROLE_SYSTEM ? ChatRoleKind::kSystem
-                            : a.role() == v1::CHAT_ROLE_USER ? ChatRoleKind::kUser
-                                                             : ChatRoleKind::kAssistant;
-  return ctx_.chat.Turn(role, a.text(), first_input, chat);
-}
-
-void SessionStream::AppendNow(const std::shared_ptr<ServerSession>& s, const v1::Append& a) {
-  const AppendBase base = AppendBaseOf(*s);
-  ChatState chat = base.chat;
-  StatusOr<std::vector<int32_t>> tokens = TokensOf(a, base.first_input, &chat);
-  if (!tokens.ok()) return SendError(tokens.status());
-  if (tokens->empty()) return SendError(InvalidArgumentError("append.text encodes to no tokens"));
-  ChargeTokens(static_cast<int64_t>(tokens->size()));
-  // The chat state goes into the session's snapshot together with the tokens it describes.
-  const Status appended =
-      ctx_.engine.Append(s->id, *tokens, ChatMetadata(chat, true),
-                         a.partial() ? Engine::AppendMode::kPartial : Engine::AppendMode::kFinal);
-  if (!appended.ok()) return SendError(NamingRequest("append", appended));
-  RecordAppend(*s, a.partial(), base, *std::move(tokens), chat);
-  SendCacheState(s->id);
-  SaveSessionState(*s);
-}
-
-void SessionStream::SaveSessionState(ServerSession& s) {
-  ChatState chat;
-  bool has_input;
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    chat = s.chat;
-    has_input = s.has_input;
-  }
-  // Unchanged values leave the engine's revision alone.
-  for (const auto& [key, value] : ChatMetadata(chat, has_input)) {
-    (void)ctx_.engine.SetMetadata(s.id, key, value);
-  }
-  ctx_.registry.Touched(s);
+  // Barge-in: an Append while a generation runs cancels it and goes on after its
+  // GenerationDone (the driver), so the context never changes under a generation.
+  const bool deferred = ctx_.driver.Append(
+      s, ToSessionInput(a), [self = shared_from_this(), s](StatusOr<int64_t> appended, bool later) {
+        if (!appended.ok()) {
+          self->SendError(NamingRequest("append", appended.status()));
+        } else {
+          self->ChargeTokens(*appended);
+          self->SendCacheState(s->id);
+        }
+        if (later) self->ReadNext();
+      });
+  return deferred ? Next::kLater : Next::kRead;
 }
 
 void SessionStream::HandleGenerate(const v1::Generate& g) {
-  std::shared_ptr<ServerSession> s = session();
+  std::shared_ptr<SessionRecord> s = session();
   if (s == nullptr) {
     return SendError(FailedPreconditionError("generate: open or resume a session first"),
                      g.request_id());
@@ -439,71 +199,32 @@ void SessionStream::HandleGenerate(const v1::Generate& g) {
     ctx_.auth->LogQuotaRefusal(quota);
     return SendError(quota, g.request_id());
   }
-  ChatState chat;
-  {
-    std::lock_guard<std::mutex> lock(s->mu);
-    if (s->generating) {
-      return SendError(
-          FailedPreconditionError("generate: session " + s->id.ToString() +
-                                  " is already generating (request_id \"" + s->request_id +
-                                  "\"); send Cancel or wait for its GenerationDone"),
-          g.request_id());
-    }
-    chat = s->chat;
-  }
-  // After a system/user turn the answer starts with the template's assistant header.
-  const std::vector<int32_t> prompt = ctx_.chat.GenerationPrompt(&chat);
-  if (!prompt.empty()) {
-    // Behind an open partial: its replacement rewinds this prompt too.
-    const Status appended = ctx_.engine.Append(s->id, prompt, ChatMetadata(chat, true),
-                                               Engine::AppendMode::kAfterPartial);
-    if (!appended.ok()) return SendError(NamingRequest("generate", appended), g.request_id());
-  }
-  {
-    std::lock_guard<std::mutex> lock(s->mu);
-    s->chat = chat;
-    s->has_input = s->has_input || !prompt.empty();
-    s->generating = true;
-    ++s->generation;
-    s->request_id = options->request_id;
-    s->cancel_reason = OkStatus();
-  }
   auto self = shared_from_this();
-  const Status started = ctx_.engine.Generate(
-      s->id, *std::move(options),
-      [self, s](GenerationEvent&& event) { self->OnEvent(s, std::move(event)); });
-  if (!started.ok()) {
-    {
-      std::lock_guard<std::mutex> lock(s->mu);
-      s->generating = false;
-    }
-    s->generation_ended.notify_all();
-    SendError(NamingRequest("generate", started), g.request_id());
-  }
+  const std::string request_id = options->request_id;
+  const Status started = ctx_.driver.Generate(
+      s, *std::move(options),
+      {.on_event = [self, s](GenerationEvent&& event) { self->OnEvent(s, std::move(event)); },
+       .on_ended = [self, id = s->id](int64_t output_tokens) {
+         self->ChargeTokens(output_tokens);
+         self->SendCacheState(id);
+       }});
+  if (!started.ok()) SendError(NamingRequest("generate", started), request_id);
 }
 
 void SessionStream::HandleCancel(const v1::Cancel& c) {
-  std::shared_ptr<ServerSession> s = session();
+  std::shared_ptr<SessionRecord> s = session();
   if (s == nullptr) {
     return SendError(FailedPreconditionError("cancel: open or resume a session first"));
   }
   const Status valid = ValidateRequestId(c.request_id(), ctx_.options.limits, "cancel.request_id");
   if (!valid.ok()) return SendError(valid, c.request_id());
-  {
-    std::lock_guard<std::mutex> lock(s->mu);
-    if (!s->generating) return;  // nothing runs: cancelling is a no-op
-    if (!c.request_id().empty() && c.request_id() != s->request_id) {
-      return SendError(
-          FailedPreconditionError("cancel.request_id \"" + c.request_id() +
-                                  "\" is not the running generation (\"" + s->request_id + "\")"),
-          c.request_id());
-    }
+  if (Status cancelled = ctx_.driver.Cancel(s, c.request_id()); !cancelled.ok()) {
+    SendError(cancelled, c.request_id());
   }
-  (void)ctx_.engine.Cancel(s->id);
 }
 
 void SessionStream::HandleClose() {
-  std::shared_ptr<ServerSession> s;
+  std::shared_ptr<SessionRecord> s;
   {
     std::lock_guard<std::mutex> lock(mu_);
     s = std::move(session_);
@@ -514,50 +235,27 @@ void SessionStream::HandleClose() {
   outbox_.Finish(grpc::Status::OK);
 }
 
-void SessionStream::OnEvent(const std::shared_ptr<ServerSession>& s, GenerationEvent&& e) {
+void SessionStream::OnEvent(const std::shared_ptr<SessionRecord>& s, GenerationEvent&& e) {
   if (e.kind == GenerationEvent::Kind::kToken) {
     if (ctx_.metrics != nullptr) {
+      // One generation at a time per stream, its tokens in order on the scheduler thread.
       const Clock::time_point now = Clock::now();
-      std::lock_guard<std::mutex> lock(s->mu);
       if (e.index > 0) {
         ctx_.metrics->inter_token_latency.Observe(
-            std::chrono::duration<double>(now - s->last_token).count());
+            std::chrono::duration<double>(now - last_token_).count());
       }
-      s->last_token = now;
+      last_token_ = now;
     }
-    if (outbox_.PushToken(e.request_id, e.token, e.text, e.index) !=
+    if (outbox_.PushToken(e.request_id, e.token, e.text, e.index) ==
         StreamOutbox::PushResult::kFull) {
-      return;
+      ctx_.driver.CancelFromSink(
+          s, ResourceExhaustedError(
+                 "client too slow: " + std::to_string(ctx_.options.limits.max_queued_tokens) +
+                 " tokens were queued unread (limits.max_queued_tokens); the generation was "
+                 "cancelled"));
     }
-    uint64_t generation = 0;
-    {
-      std::lock_guard<std::mutex> lock(s->mu);
-      if (!s->generating || !s->cancel_reason.ok()) return;  // already being cancelled
-      s->cancel_reason = ResourceExhaustedError(
-          "client too slow: " + std::to_string(ctx_.options.limits.max_queued_tokens) +
-          " tokens were queued unread (limits.max_queued_tokens); the generation was cancelled");
-      generation = s->generation;
-    }
-    // The sink must not call into the engine: the task thread cancels.
-    Engine& engine = ctx_.engine;
-    ctx_.tasks.Post([&engine, s, generation] {
-      {
-        std::lock_guard<std::mutex> lock(s->mu);
-        if (!s->generating || s->generation != generation) return;
-      }
-      (void)engine.Cancel(s->id);
-    });
     return;
   }
-  Status note;
-  {
-    std::lock_guard<std::mutex> lock(s->mu);
-    s->generating = false;
-    s->request_id.clear();
-    note = std::exchange(s->cancel_reason, OkStatus());
-    ChatFormatter::OnGenerationEnd(e.reason == FinishReason::kEndOfGeneration, &s->chat);
-  }
-  s->generation_ended.notify_all();
   v1::ServerMessage m;
   v1::GenerationDone* done = m.mutable_generation_done();
   done->set_request_id(e.request_id);
@@ -572,42 +270,26 @@ void SessionStream::OnEvent(const std::shared_ptr<ServerSession>& s, GenerationE
     ctx_.metrics->RecordGeneration({FinishedOf(e.reason), e.prompt_tokens, e.output_tokens,
                                     e.time_to_first_token_s, e.total_s});
   }
-  if (!e.status.ok()) {
-    *done->mutable_error() = ToProtoError(e.status, e.request_id);
-  } else if (!note.ok()) {
-    *done->mutable_error() = ToProtoError(note, e.request_id);
-  }
+  // A failure, or why the server cancelled it (a slow client, the stream's end).
+  if (!e.status.ok()) *done->mutable_error() = ToProtoError(e.status, e.request_id);
   outbox_.Push(std::move(m));
-  ctx_.tasks.Post([self = shared_from_this(), id = s->id, n = e.output_tokens] {
-    self->AfterGeneration(id, n);
-  });
-}
-
-void SessionStream::AfterGeneration(SessionId id, int64_t output_tokens) {
-  ChargeTokens(output_tokens);
-  SendCacheState(id);
-  if (std::shared_ptr<ServerSession> s = ctx_.registry.Find(id)) SaveSessionState(*s);
-  std::optional<grpc::Status> end;
-  std::vector<std::function<void()>> then;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    end = std::exchange(end_after_generation_, std::nullopt);
-    then.swap(after_generation_);
-  }
-  for (auto& f : then) f();
-  if (end) End(*end);
 }
 
 void SessionStream::EndWhenIdle(const grpc::Status& status) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (session_ != nullptr) {
-      std::lock_guard<std::mutex> session_lock(session_->mu);
-      if (session_->generating) {
-        // AfterGeneration ends the stream; the Done that triggers it takes session->mu after us.
-        if (!end_after_generation_) end_after_generation_ = status;
-        return;
-      }
+    if (end_after_generation_) return;  // already ending after the generation
+    if (session_ != nullptr &&
+        ctx_.driver.WhenIdle(session_, [self = shared_from_this()] {
+          std::optional<grpc::Status> end;
+          {
+            std::lock_guard<std::mutex> stream_lock(self->mu_);
+            end = self->end_after_generation_;
+          }
+          if (end) self->End(*end);
+        })) {
+      end_after_generation_ = status;
+      return;
     }
   }
   End(status);
@@ -621,7 +303,7 @@ void SessionStream::Drain() {
 }
 
 void SessionStream::CancelGeneration(const Status& why) {
-  if (std::shared_ptr<ServerSession> s = session()) StopGeneration(*s, why);
+  if (std::shared_ptr<SessionRecord> s = session()) ctx_.driver.StopGeneration(*s, why);
 }
 
 void SessionStream::OnSessionClosed(SessionId id, const Status& why) {
@@ -636,7 +318,7 @@ void SessionStream::OnSessionClosed(SessionId id, const Status& why) {
 }
 
 void SessionStream::Release(std::function<void()> then) {
-  std::shared_ptr<ServerSession> s;
+  std::shared_ptr<SessionRecord> s;
   {
     std::lock_guard<std::mutex> lock(mu_);
     released_ = true;
@@ -649,7 +331,7 @@ void SessionStream::Release(std::function<void()> then) {
   // A session is detached once its generation is over; the reaction does not wait for that.
   SessionRegistry& registry = ctx_.registry;
   const std::function<void()> detach = [&registry, s, then] { registry.Detach(s, then); };
-  if (!DeferUntilStopped(s, CancelledError("the stream ended"), detach)) detach();
+  if (!ctx_.driver.CancelThen(s, CancelledError("the stream ended"), detach)) detach();
 }
 
 void SessionStream::End(const grpc::Status& status) {

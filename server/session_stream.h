@@ -79,42 +79,21 @@ class SessionStream : public SessionOwner, public std::enable_shared_from_this<S
   void OnSessionClosed(SessionId id, const Status& why) override;
 
  private:
+  // Binding (session_binding.cc): Open and Resume answer from the admission queue's or the
+  // loader's thread.
   Next HandleOpen(const v1::Open& open);
   Next HandleResume(const v1::Resume& resume);
   Next HandleAppend(const v1::Append& append);
-  // The rest of an Append once no generation runs (at once, or after the barge-in's
-  // GenerationDone).
-  void AppendNow(const std::shared_ptr<ServerSession>& s, const v1::Append& append);
   void HandleGenerate(const v1::Generate& generate);
   void HandleCancel(const v1::Cancel& cancel);
-  // Rollback (session_rollback_handlers.cc): Truncate, Fork, and the partial Append replaced by
-  // the next one.
-  // Truncate and Fork wait for the engine (a cancelled generation's last step, a fork's copy of
-  // the parent's bookkeeping): they run on the task thread and read on from there.
+  // Rollback (session_rollback_handlers.cc): Truncate and Fork wait for the engine (a cancelled
+  // generation's last step, a fork's copy of the parent's bookkeeping): the driver answers on
+  // its task thread, and the stream reads on from there.
   Next HandleTruncate(const v1::Truncate& truncate);
-  void TruncateNow(const std::shared_ptr<ServerSession>& s, const v1::Truncate& truncate);
   Next HandleFork(const v1::Fork& fork);
-  // What an Append's tokens are encoded from. The replacement of an open partial is encoded as
-  // if the partial had never been sent: from the chat state before it.
-  struct AppendBase {
-    ChatState chat = ChatState::kNone;
-    bool first_input = false;       // the session's first input (BOS, template start)
-    bool replaces_partial = false;  // an open partial is replaced
-  };
-  AppendBase AppendBaseOf(ServerSession& s) const;
-  // True when `a` encodes to exactly the open partial's tokens (its final version): a
-  // generation started on the partial goes on, as the engine changes nothing.
-  bool RepeatsOpenPartial(ServerSession& s, const v1::Append& a) const;
-  // After the engine took an Append's `tokens` (encoded from `base`, leaving `chat`): the
-  // session's chat state, and which partial is open now.
-  void RecordAppend(ServerSession& s, bool partial, const AppendBase& base,
-                    std::vector<int32_t> tokens, ChatState chat);
-  // The tokens an Append adds, encoded from `*chat` (updated) with `first_input`.
-  StatusOr<std::vector<int32_t>> TokensOf(const v1::Append& append, bool first_input,
-                                          ChatState* chat) const;
   void HandleClose();
 
-  std::shared_ptr<ServerSession> session() const;
+  std::shared_ptr<SessionRecord> session() const;
   // RESOURCE_EXHAUSTED naming the tenant's quota (auth.keys_file) when it is used up; the
   // message starts with `what` (the request: "open" or "fork").
   Status CheckSessionQuota(const SessionOptions& options, std::string_view what = "open") const;
@@ -124,29 +103,15 @@ class SessionStream : public SessionOwner, public std::enable_shared_from_this<S
   Status CheckTokenQuota(const std::string& what) const;
   void ChargeTokens(int64_t tokens) const;
   // Binds a freshly attached session, unless the stream ended meanwhile.
-  void Bind(const std::shared_ptr<ServerSession>& s, bool resumed);
+  void Bind(const std::shared_ptr<SessionRecord>& s, bool resumed);
   void SendError(const Status& status, std::string_view request_id = {});
   void SendCacheState(SessionId id);
-  // Keeps the chat state in the session's snapshot (engine metadata) and marks the session
-  // changed, so its snapshot is written within sessions.snapshot_interval. Never from an
-  // EventSink (it calls the engine).
-  void SaveSessionState(ServerSession& s);
-  // Cancels the session's generation (noting `why` for its GenerationDone when not OK) and
-  // waits for the GenerationDone. Only off the reactions (shutdown).
-  void StopGeneration(ServerSession& s, const Status& why);
-  // Cancels the session's generation, if one runs (noting `why` for its GenerationDone when not
-  // OK), and returns true: `then` runs on the task thread once the GenerationDone has been
-  // handled. False, doing nothing, when no generation runs. Never blocks.
-  bool DeferUntilStopped(const std::shared_ptr<ServerSession>& s, const Status& why,
-                         std::function<void()> then);
   // The answer to an Open or Resume: binds the session or reports why not, then reads on.
-  void Bound(StatusOr<std::shared_ptr<ServerSession>> s, bool resumed);
+  void Bound(StatusOr<std::shared_ptr<SessionRecord>> s, bool resumed);
   // Starts the next read after a handler that returned kLater.
   void ReadNext();
   // The EventSink of every generation started here.
-  void OnEvent(const std::shared_ptr<ServerSession>& s, GenerationEvent&& event);
-  // On the task thread, after a GenerationDone that produced `output_tokens`.
-  void AfterGeneration(SessionId id, int64_t output_tokens);
+  void OnEvent(const std::shared_ptr<SessionRecord>& s, GenerationEvent&& event);
   // Ends after the running generation, or now when none runs.
   void EndWhenIdle(const grpc::Status& status);
   // Lets go of the session (cancelling its generation) so that it can be resumed; `then`, when
@@ -162,14 +127,14 @@ class SessionStream : public SessionOwner, public std::enable_shared_from_this<S
   StreamOutbox outbox_;
   std::mutex transport_mu_;   // guards transport_ (null once the reactor is gone)
   Transport* transport_;
-  mutable std::mutex mu_;  // before any ServerSession::mu
-  std::shared_ptr<ServerSession> session_;
+  mutable std::mutex mu_;  // before any SessionRecord::mu
+  std::shared_ptr<SessionRecord> session_;
   bool released_ = false;
   bool binding_ = false;  // an Open or Resume is on its way (admission, a load from disk)
   Clock::time_point unbound_since_ = Clock::now();  // server.open_timeout counts from here
+  // Set when the stream ends once the running generation is over (EndWhenIdle).
   std::optional<grpc::Status> end_after_generation_;
-  // What runs once the running generation's GenerationDone has been handled (AfterStopping).
-  std::vector<std::function<void()>> after_generation_;
+  Clock::time_point last_token_;  // of the running generation (inter-token latency)
 };
 
 }  // namespace streamd::server

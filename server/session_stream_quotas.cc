@@ -3,7 +3,6 @@
 // or an anonymous caller) have none.
 #include <string>
 
-#include "server/open_quota.h"
 #include "server/session_stream.h"
 
 namespace streamd::server {
@@ -11,8 +10,8 @@ namespace streamd::server {
 Status SessionStream::CheckSessionQuota(const SessionOptions& options,
                                         std::string_view what) const {
   if (ctx_.auth == nullptr || !caller_.authenticated) return OkStatus();
-  return CheckOpenQuota(*ctx_.auth, ctx_.registry, ctx_.engine.config(), ctx_.model.context_length,
-                        options, what);
+  return CheckOpenQuota(ctx_.registry, ctx_.engine.config(), ctx_.model.context_length, options,
+                        ctx_.auth->SessionQuotasOf(options.tenant), what);
 }
 
 Status SessionStream::CheckTokenQuota(const std::string& what) const {
@@ -29,14 +28,8 @@ void SessionStream::ChargeTokens(int64_t tokens) const {
 
 Status SessionStream::CheckGenerationQuota() const {
   if (ctx_.auth == nullptr || !caller_.authenticated) return OkStatus();
-  const int32_t limit = ctx_.auth->QuotasOf(caller_.tenant).max_generations;
-  if (limit <= 0) return OkStatus();
-  const int32_t running = ctx_.registry.UsageOf(caller_.tenant).generating;
-  if (running < limit) return OkStatus();
-  return ResourceExhaustedError("generate: tenant " + caller_.tenant + " runs " +
-                                std::to_string(running) +
-                                " generations, its quota max_generations = " +
-                                std::to_string(limit) + " (auth.keys_file); retry when one ends");
+  return streamd::CheckGenerationQuota(ctx_.registry, caller_.tenant,
+                                       ctx_.auth->SessionQuotasOf(caller_.tenant));
 }
 
 }  // namespace streamd::server

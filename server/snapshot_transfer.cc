@@ -13,20 +13,6 @@
 namespace streamd::server {
 namespace {
 
-// The cache state an offloaded session reports: what its snapshot holds, counted as the engine
-// counts a resident one (SessionCache::tokens_cached), with no blocks held.
-v1::CacheState StoredCacheState(const SnapshotSummary& s) {
-  v1::CacheState c;
-  const int64_t sinks = std::min<int64_t>(s.tokens_seen, s.sinks);
-  const int64_t cached = sinks + std::min<int64_t>(s.tokens_seen - sinks, s.window);
-  c.set_tokens_seen(s.tokens_seen + s.pending_tokens);
-  c.set_tokens_cached(cached);
-  c.set_tokens_evicted(s.tokens_seen - cached);
-  c.set_pending_tokens(s.pending_tokens);
-  c.set_blocks_held(0);
-  return c;
-}
-
 // One of the limits.max_transfers places for an export or import, held from the call's start
 // until its answer is decided (End lets go of the place and of the snapshot bytes before it
 // finishes the call, so a client that has its answer can count on the place being free). A
@@ -105,21 +91,9 @@ class ExportReactor final : public grpc::ServerWriteReactor<v1::SnapshotChunk> {
   }
 
   StatusOr<std::vector<uint8_t>> Snapshot(SessionId id) {
-    const std::optional<std::string> tenant = TenantOf(ctx_, id);
-    if (!tenant || !caller_.CanSee(*tenant)) return SessionNotFound(id, ctx_.registry.options());
-    std::shared_ptr<ServerSession> s = ctx_.registry.Find(id);
-    if (ctx_.registry.persister() != nullptr) {
-      if (s == nullptr && !ctx_.registry.persister()->Summary(id).ok()) {
-        return SessionNotFound(id, ctx_.registry.options());
-      }
-      return ctx_.registry.persister()->Export(id);
-    }
-    if (s == nullptr) return SessionNotFound(id, ctx_.registry.options());
-    if (ctx_.snapshots == nullptr) {
-      return UnimplementedError("export: this daemon cannot make snapshots");
-    }
-    STREAMD_ASSIGN_OR_RETURN(const SessionState state, ctx_.engine.Capture(id));
-    return EncodeSnapshot(state, *ctx_.snapshots);
+    return ExportSessionSnapshot(
+        ctx_.registry, ctx_.engine, ctx_.snapshots, id,
+        [this](const std::string& tenant) { return caller_.CanSee(tenant); });
   }
 
   void WriteNext() {
@@ -174,31 +148,11 @@ class ImportReactor final : public grpc::ServerReadReactor<v1::SnapshotChunk> {
 
  private:
   Status Import() {
-    if (bytes_.empty()) return InvalidArgumentError("import: no snapshot bytes were sent");
-    SessionPersister* persister = ctx_.registry.persister();
-    if (persister != nullptr) {
-      STREAMD_ASSIGN_OR_RETURN(const SessionPersister::Imported imported,
-                               persister->Import(bytes_));
-      ctx_.registry.AdoptImported(imported.summary, imported.restored.metadata,
-                                  imported.restored.last_token, imported.resident);
-      response_->set_resident(imported.resident);
-      return FillSessionInfo(ctx_, imported.summary.id, response_->mutable_session());
-    }
-    if (ctx_.snapshots == nullptr) {
-      return UnimplementedError("import: this daemon cannot read snapshots");
-    }
-    STREAMD_ASSIGN_OR_RETURN(const SessionState state, DecodeSnapshot(bytes_, *ctx_.snapshots));
-    STREAMD_ASSIGN_OR_RETURN(const SnapshotSummary summary, ReadSnapshotSummary(bytes_));
-    if (ctx_.registry.Find(state.id) != nullptr) {
-      return AlreadyExistsError("import: session " + state.id.ToString() + " already exists here");
-    }
-    STREAMD_RETURN_IF_ERROR(ctx_.engine.Restore(state));
-    const int32_t last = !state.pending.empty()         ? state.pending.back()
-                         : !state.cached_tokens.empty() ? state.cached_tokens.back()
-                                                        : -1;
-    ctx_.registry.AdoptImported(summary, state.metadata, last, /*resident=*/true);
-    response_->set_resident(true);
-    return FillSessionInfo(ctx_, state.id, response_->mutable_session());
+    STREAMD_ASSIGN_OR_RETURN(const ImportedSession imported,
+                             ImportSessionSnapshot(ctx_.registry, ctx_.engine, ctx_.snapshots,
+                                                   bytes_));
+    response_->set_resident(imported.resident);
+    return FillSessionInfo(ctx_, imported.id, response_->mutable_session());
   }
 
   void End(const Status& status) {
@@ -218,38 +172,14 @@ class ImportReactor final : public grpc::ServerReadReactor<v1::SnapshotChunk> {
 }  // namespace
 
 Status FillSessionInfo(const ServiceContext& ctx, SessionId id, v1::SessionInfo* out) {
-  std::shared_ptr<ServerSession> s = ctx.registry.Find(id);
-  if (s == nullptr) return SessionNotFound(id, ctx.registry.options());
-  Residency residency;
-  SnapshotSummary stored;
-  {
-    std::lock_guard<std::mutex> lock(s->mu);
-    residency = s->residency;
-    stored = s->stored;
-  }
+  STREAMD_ASSIGN_OR_RETURN(const SessionView view, DescribeSession(ctx.registry, ctx.engine, id));
   out->set_session_id(id.ToString());
-  *out->mutable_settings() = ToSettings(s->spec, s->options.sampling, s->max_blocks);
-  // Resident, or on its way out (its engine copy is whole until the offload frees it): the
-  // engine's counters. On disk or on its way in: its snapshot's.
-  StatusOr<SessionInfo> info = NotFoundError("");
-  if (residency == Residency::kResident || residency == Residency::kOffloading) {
-    info = ctx.engine.Get(id);
-    if (!info.ok() && residency == Residency::kResident) return info.status();
-  }
-  if (info.ok()) {
-    *out->mutable_cache() = ToCacheState(*info);
-    out->set_generating(info->generating);
-  } else {
-    if (residency == Residency::kOffloading) {  // freed meanwhile: its snapshot is complete
-      if (auto summary = ctx.registry.persister()->Summary(id); summary.ok()) stored = *summary;
-    }
-    *out->mutable_cache() = StoredCacheState(stored);
-    out->set_offloaded(true);
-  }
-  std::lock_guard<std::mutex> lock(s->mu);
-  out->set_attached(s->attached);
-  out->set_idle_s(
-      s->attached ? 0.0 : std::chrono::duration<double>(Clock::now() - s->detached_at).count());
+  *out->mutable_settings() = ToSettings(view.spec, view.sampling, view.max_blocks);
+  *out->mutable_cache() = ToCacheState(view.cache);
+  out->set_generating(view.generating);
+  out->set_offloaded(view.offloaded);
+  out->set_attached(view.attached);
+  out->set_idle_s(view.idle_s);
   return OkStatus();
 }
 
@@ -257,14 +187,6 @@ grpc::ServerWriteReactor<v1::SnapshotChunk>* StartExport(ServiceContext& ctx,
                                                          const v1::ExportSessionRequest& request,
                                                          Caller caller) {
   return new ExportReactor(ctx, request, std::move(caller));
-}
-
-std::optional<std::string> TenantOf(const ServiceContext& ctx, SessionId id) {
-  if (std::shared_ptr<ServerSession> s = ctx.registry.Find(id)) return s->options.tenant;
-  if (SessionPersister* p = ctx.registry.persister(); p != nullptr) {
-    if (auto summary = p->Summary(id); summary.ok() && summary->id == id) return summary->tenant;
-  }
-  return std::nullopt;
 }
 
 grpc::ServerReadReactor<v1::SnapshotChunk>* StartImport(ServiceContext& ctx,

@@ -3,19 +3,18 @@
 // decoding, restore, file I/O) runs on the service's io TaskRunner, never in a reaction; the
 // reactions only move chunks.
 //
-// Export: the snapshot is made whole first (SessionPersister::Export, or a capture when there
-// is no snapshot directory), then written in chunks of kSnapshotChunkBytes; FAILED_PRECONDITION
-// while the session generates. Import: chunks are collected up to limits.max_snapshot_bytes
-// (INVALID_ARGUMENT past it, before the rest is read), then checked like a stored snapshot and
-// created here with the same id: written to the snapshot directory and loaded into the pool
-// when it fits, else left on disk as offloaded (ImportSessionResponse.resident says which).
-// Without a snapshot directory an import must fit the pool at once.
+// Export: the snapshot is made whole first (engine/sessions/session_transfer.h), then written in
+// chunks of kSnapshotChunkBytes. Import: chunks are collected up to limits.max_snapshot_bytes
+// (INVALID_ARGUMENT past it, before the rest is read), then handed to the engine, which creates
+// the session here with the same id (ImportSessionResponse.resident says whether it is in the
+// pool or on disk).
 // At most limits.max_transfers exports and imports run at once (each holds a whole snapshot in
 // memory); one more is refused with RESOURCE_EXHAUSTED naming the key.
 #pragma once
 
 #include <cstddef>
 
+#include "engine/sessions/session_transfer.h"
 #include "server/service_context.h"
 #include "streamd/v1/streamd.grpc.pb.h"
 
@@ -34,9 +33,5 @@ grpc::ServerReadReactor<v1::SnapshotChunk>* StartImport(ServiceContext& ctx,
 // A session's SessionInfo (shared with the unary calls): from the engine when resident, from
 // its snapshot's summary when offloaded.
 Status FillSessionInfo(const ServiceContext& ctx, SessionId id, v1::SessionInfo* out);
-
-// The tenant a session belongs to, from the registry or (a session only on disk, perhaps
-// written by another replica) its snapshot; nullopt when neither knows it.
-std::optional<std::string> TenantOf(const ServiceContext& ctx, SessionId id);
 
 }  // namespace streamd::server

@@ -32,7 +32,7 @@ StatusOr<Caller> StreamdService::CallerOf(const grpc::CallbackServerContext& con
 }
 
 Status StreamdService::Visible(const Caller& caller, SessionId id) const {
-  const std::optional<std::string> tenant = TenantOf(ctx_, id);
+  const std::optional<std::string> tenant = TenantOf(ctx_.registry, id);
   if (tenant && caller.CanSee(*tenant)) return OkStatus();
   return SessionNotFound(id, ctx_.registry.options());
 }
@@ -125,7 +125,7 @@ grpc::ServerUnaryReactor* StreamdService::ListSessions(grpc::CallbackServerConte
   Count(ctx_, metrics::RequestKind::kListSessions);
   StatusOr<Caller> caller = CallerOf(*context);
   if (!caller.ok()) return Answer(context, caller.status(), ctx_.metrics);
-  for (const std::shared_ptr<ServerSession>& s : ctx_.registry.All()) {
+  for (const std::shared_ptr<SessionRecord>& s : ctx_.registry.All()) {
     if (!caller->CanSee(s->options.tenant)) continue;
     v1::SessionInfo info;
     if (FillSessionInfo(ctx_, s->id, &info).ok()) *response->add_sessions() = std::move(info);

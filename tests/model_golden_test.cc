@@ -21,7 +21,7 @@
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
 #include "engine/model/llama_model.h"
-#include "engine/serving/step_runner.h"
+#include "engine/core/step_runner.h"
 #include "tests/test_env.h"
 
 namespace streamd {

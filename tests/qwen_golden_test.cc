@@ -31,7 +31,7 @@
 #include "engine/cache/session_cache.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/plain_reference_llama.h"
-#include "engine/serving/step_runner.h"
+#include "engine/core/step_runner.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace streamd {

@@ -22,8 +22,8 @@
 
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
-#include "engine/serving/engine_types.h"
-#include "engine/serving/step_runner.h"
+#include "engine/core/engine_types.h"
+#include "engine/core/step_runner.h"
 #include "kernels/cpu/matmul.h"
 #include "tools/bench_decode.h"
 #include "tools/bench_sessions.h"

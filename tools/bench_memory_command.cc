@@ -25,7 +25,7 @@
 #include "engine/cache/session_cache.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/synthetic_model.h"
-#include "engine/serving/step_runner.h"
+#include "engine/core/step_runner.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tools/commands.h"
 #include "tools/flags.h"

@@ -18,8 +18,8 @@
 
 #include "engine/gguf/gguf_file.h"
 #include "engine/model/llama_model.h"
-#include "engine/serving/engine.h"
-#include "engine/serving/snapshot_store.h"
+#include "engine/core/engine.h"
+#include "engine/core/snapshot_store.h"
 #include "engine/snapshot/model_fingerprint.h"
 #include "tools/bench/load_metrics.h"
 #include "tools/commands.h"

@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/serving/engine.h"
+#include "engine/core/engine.h"
 #include "kernels/cpu/matmul.h"
 #include "tools/bench/load_metrics.h"
 #include "tools/commands.h"

@@ -22,7 +22,7 @@
 #include "engine/plan/machine_load.h"
 #include "engine/plan/plan_binding.h"
 #include "engine/plan/plan_file.h"
-#include "engine/serving/step_runner.h"
+#include "engine/core/step_runner.h"
 #include "engine/snapshot/model_fingerprint.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/util/version.h"

@@ -18,7 +18,7 @@
 #include "engine/model/llama_model.h"
 #include "engine/model/model_check.h"
 #include "engine/sampling/stop_string_matcher.h"
-#include "engine/serving/engine.h"
+#include "engine/core/engine.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tools/commands.h"

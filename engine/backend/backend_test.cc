@@ -12,7 +12,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/serving/step_runner.h"
+#include "engine/core/step_runner.h"
 
 namespace streamd {
 namespace {

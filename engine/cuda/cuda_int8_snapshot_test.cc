@@ -16,8 +16,8 @@
 #include "engine/cuda/cuda_model.h"
 #include "engine/cuda/cuda_model_test_util.h"
 #include "engine/model/synthetic_model.h"
-#include "engine/serving/int8_engine_test_util.h"
-#include "engine/serving/step_runner.h"
+#include "engine/core/int8_engine_test_util.h"
+#include "engine/core/step_runner.h"
 #include "engine/snapshot/snapshot_format.h"
 #include "kernels/cuda/cuda_test_util.h"
 

@@ -21,8 +21,8 @@
 
 #include "engine/cuda/cuda_model_test_util.h"
 #include "engine/model/synthetic_model.h"
-#include "engine/serving/engine.h"
-#include "engine/serving/step_runner.h"
+#include "engine/core/engine.h"
+#include "engine/core/step_runner.h"
 #include "kernels/cuda/cuda_test_util.h"
 
 namespace streamd::cuda {

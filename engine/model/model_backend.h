@@ -7,7 +7,7 @@
 // to the slot its sequence's table names; each query attends the span the table gives for its
 // position. Logits rows (host memory, f32) are written in plan order: [plan.n_out, vocab]. The
 // backend plans nothing, touches no cache bookkeeping and drives no step: the StepRunner
-// (engine/serving/step_runner.h), the one step driver of the engine and the tools, plans the
+// (engine/core/step_runner.h), the one step driver of the engine and the tools, plans the
 // step, calls Execute, and commits the step when it succeeds or aborts it when it fails. On
 // error the status says why (bad input, or a device fault).
 #pragma once

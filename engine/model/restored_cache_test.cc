@@ -10,7 +10,7 @@
 
 #include "engine/cache/kv_image.h"
 #include "engine/model/synthetic_model.h"
-#include "engine/serving/step_runner.h"
+#include "engine/core/step_runner.h"
 
 namespace streamd {
 namespace {

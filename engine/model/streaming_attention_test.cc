@@ -17,7 +17,7 @@
 #include "engine/model/llama_model.h"
 #include "engine/model/plain_reference_llama.h"
 #include "engine/model/synthetic_model.h"
-#include "engine/serving/step_runner.h"
+#include "engine/core/step_runner.h"
 
 namespace streamd {
 namespace {

@@ -17,7 +17,7 @@
 #include "engine/plan/plan_binding.h"
 #include "engine/plan/plan_file.h"
 #include "engine/plan/plan_test_util.h"
-#include "engine/serving/step_runner.h"
+#include "engine/core/step_runner.h"
 #include "kernels/cpu/quant_blocks.h"
 
 namespace streamd {

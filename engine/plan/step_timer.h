@@ -16,7 +16,7 @@
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
 #include "engine/model/model_backend.h"
-#include "engine/serving/step_runner.h"
+#include "engine/core/step_runner.h"
 #include "engine/util/status.h"
 
 namespace streamd {

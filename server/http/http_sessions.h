@@ -1,8 +1,8 @@
 // HttpSessions: everything the HTTP front door asks of streamd's sessions (and of who owns them:
 // the caller's key), and nothing more. The server and its handlers see only this header; one
-// adapter (http_sessions_adapter.cc) implements it over the server's authenticator, session
-// registry, engine and chat formatter. Sessions are moving from server/ into the engine
-// (issue 29): when they do, only that adapter changes.
+// adapter (http_sessions_adapter.cc) implements it over the server's authenticator and the
+// engine's sessions (engine/sessions: registry, driver, admission): when those change, only
+// that adapter does.
 //
 // Threads: every call may block the calling HTTP worker thread (an Open waiting for KV blocks, a
 // Resume waiting for its session to be read back from disk). No call blocks the engine: the

@@ -1,15 +1,14 @@
 // The one place where the HTTP front door meets the daemon's session internals: HttpSessions
-// (http_sessions.h) over the SessionRegistry, the AdmissionQueue, the Engine and the
-// ChatFormatter of a ServiceContext, driving a session the way a gRPC SessionStream does
-// (session_stream.cc): the same chat state, generation flags, quotas and snapshot bookkeeping.
-// When sessions move into the engine (issue 29), this file is what gets ported.
+// (http_sessions.h) over the Authenticator, SessionRegistry, SessionDriver, AdmissionQueue and
+// Engine of a ServiceContext, driving a session the way a gRPC SessionStream does
+// (session_stream.cc): the same driver, quotas and snapshot bookkeeping. It is the one file
+// that knows where sessions live (engine/sessions since issue 29).
 //
 // Unlike a gRPC reaction, an HTTP worker thread may wait: Open and Resume block on the
-// admission queue's and the registry's answers, and a Session's destructor waits for its
-// cancelled generation to end before it detaches the session. The engine's EventSink only
-// updates the session's state and calls the HTTP layer's callbacks; what a gRPC stream does
-// after a generation on its task thread (charging tokens, saving the chat state) is done here
-// by the next call on the Session, on the HTTP worker's thread.
+// admission queue's and the registry's answers. The session's conversation (chat turns, the
+// running generation, its bookkeeping and the state saved in the snapshot) is the engine's
+// SessionDriver's, as for a gRPC stream; this file adds the caller's quotas, the HTTP layer's
+// metadata string, and the translation of the driver's events into http_sessions.h's callbacks.
 #include <atomic>
 #include <chrono>
 #include <future>
@@ -18,27 +17,23 @@
 #include <utility>
 
 #include "engine/api/streamd_engine.h"
+#include "engine/sessions/session_quotas.h"
 #include "server/http/http_sessions.h"
-#include "server/open_quota.h"
 #include "server/service_context.h"
 
 namespace streamd::http {
 namespace {
 
-using server::ChatState;
-using server::ServerSession;
 using server::ServiceContext;
 
 // The key of the HTTP layer's metadata in the session's snapshot.
 constexpr char kMetadataKey[] = "http.conversation";
-// How long a cancelled generation may take to report its end (one forward pass at most).
-constexpr std::chrono::seconds kCancelWait{10};
 // Beyond sessions.admission_timeout and resume_wait, the answer is late only if something is
 // wrong; the request then fails instead of hanging.
 constexpr std::chrono::seconds kAnswerSlack{30};
 
 // The registry tells the driver of a session when it is closed elsewhere (CloseSession).
-class Owner : public server::SessionOwner {
+class Owner : public SessionOwner {
  public:
   void OnSessionClosed(SessionId, const Status&) override { closed_.store(true); }
   bool closed() const { return closed_.load(); }
@@ -110,31 +105,35 @@ metrics::Finished FinishedOf(FinishReason reason) {
   return metrics::Finished::kError;
 }
 
-server::ChatRoleKind RoleKindOf(TurnRole role) {
+ChatRoleKind RoleKindOf(TurnRole role) {
   switch (role) {
-    case TurnRole::kSystem: return server::ChatRoleKind::kSystem;
-    case TurnRole::kUser: return server::ChatRoleKind::kUser;
+    case TurnRole::kSystem: return ChatRoleKind::kSystem;
+    case TurnRole::kUser: return ChatRoleKind::kUser;
     case TurnRole::kAssistant: break;
   }
-  return server::ChatRoleKind::kAssistant;
+  return ChatRoleKind::kAssistant;
 }
 
 class AdapterSession : public Session {
  public:
-  AdapterSession(ServiceContext& ctx, HttpCaller caller, std::shared_ptr<ServerSession> s,
-                 std::shared_ptr<Owner> owner, MetadataCache& cache)
+  AdapterSession(ServiceContext& ctx, HttpCaller caller, std::shared_ptr<SessionRecord> s,
+                 std::shared_ptr<Owner> owner, std::shared_ptr<MetadataCache> cache)
       : ctx_(ctx), caller_(std::move(caller)), s_(std::move(s)), owner_(std::move(owner)),
-        cache_(cache) {}
+        cache_(std::move(cache)) {}
 
+  // Detaches the session once its generation is over (cancelled first, if one still runs), as a
+  // gRPC stream that ends does; nothing here waits for that.
   ~AdapterSession() override {
-    if (closed_) return;
-    StopGeneration();
-    // Closed elsewhere meanwhile (CloseSession): gone from the registry, nothing to detach.
-    if (owner_->closed()) return;
-    AfterGeneration();
-    // Every change since the metadata was last written was this driver's own.
-    if (auto info = ctx_.engine.Get(s_->id); info.ok()) cache_.Advance(s_->id, info->revision);
-    ctx_.registry.Detach(s_);
+    // Closed here, or elsewhere meanwhile (CloseSession): gone from the registry.
+    if (closed_ || owner_->closed()) return;
+    Engine& engine = ctx_.engine;
+    SessionRegistry& registry = ctx_.registry;
+    const std::function<void()> detach = [&engine, &registry, s = s_, cache = cache_] {
+      // Every change since the metadata was last written was this driver's own.
+      if (auto info = engine.Get(s->id); info.ok()) cache->Advance(s->id, info->revision);
+      registry.Detach(s);
+    };
+    if (!ctx_.driver.CancelThen(s_, CancelledError("the HTTP request ended"), detach)) detach();
   }
 
   std::string id() const override { return s_->id.ToString(); }
@@ -145,43 +144,42 @@ class AdapterSession : public Session {
   }
 
   Status Append(TurnRole role, const std::string& text) override {
-    AfterGeneration();
     if (ctx_.metrics != nullptr) ctx_.metrics->RecordRequest(metrics::RequestKind::kAppend);
     if (Status live = Live(); !live.ok()) return live;
-    if (Status quota = CheckTokenQuota("append"); !quota.ok()) return quota;
-    ChatState chat;
-    bool first_input;
-    {
-      std::lock_guard<std::mutex> lock(s_->mu);
-      if (s_->generating) return FailedPreconditionError("the session is generating");
-      // An open partial (left by a gRPC client) is replaced, as a final Append over gRPC does:
-      // encoded from the state before it.
-      chat = s_->partial_open ? s_->chat_before_partial : s_->chat;
-      first_input = !(s_->partial_open ? s_->has_input_before_partial : s_->has_input);
+    if (Status quota = CheckTokenQuota("append"); !quota.ok()) {
+      ctx_.auth->LogQuotaRefusal(quota);
+      return quota;
     }
-    auto tokens = ctx_.chat.Turn(RoleKindOf(role), text, first_input, &chat);
-    if (!tokens.ok()) return tokens.status();
-    if (tokens->empty()) return InvalidArgumentError("the message encodes to no tokens");
-    Charge(static_cast<int64_t>(tokens->size()));
-    // The chat state goes into the snapshot together with the tokens it describes.
-    STREAMD_RETURN_IF_ERROR(ctx_.engine.Append(s_->id, *tokens, server::ChatMetadata(chat, true)));
-    {
-      std::lock_guard<std::mutex> lock(s_->mu);
-      s_->partial_open = false;
-      s_->partial_tokens.clear();
-      s_->chat = chat;
-      s_->has_input = true;
-    }
-    ctx_.registry.Touched(*s_);
+    SessionInput input;
+    input.kind = SessionInput::Kind::kTurn;
+    input.role = RoleKindOf(role);
+    input.text = text;
+    // No generation runs here (an Answer appends before it generates), so the driver answers at
+    // once; the future only carries the answer across a barge-in's wait if one ever happened.
+    auto answer = std::make_shared<std::promise<StatusOr<int64_t>>>();
+    auto future = answer->get_future();
+    ctx_.driver.Append(s_, std::move(input),
+                       [answer](StatusOr<int64_t> appended, bool) {
+                         answer->set_value(std::move(appended));
+                       });
+    StatusOr<int64_t> appended = future.get();
+    if (!appended.ok()) return appended.status();
+    Charge(*appended);
     return OkStatus();
   }
 
   Status Generate(const GenerateParams& p, GenerationCallbacks callbacks) override {
-    AfterGeneration();
     if (Status live = Live(); !live.ok()) return live;
     if (ctx_.draining) return UnavailableError("streamd is shutting down");
-    STREAMD_RETURN_IF_ERROR(CheckGenerationQuota());
-    STREAMD_RETURN_IF_ERROR(CheckTokenQuota("generate"));
+    if (ctx_.auth != nullptr && caller_.authenticated) {
+      Status quota = CheckGenerationQuota(ctx_.registry, caller_.tenant,
+                                          ctx_.auth->SessionQuotasOf(caller_.tenant));
+      if (quota.ok()) quota = CheckTokenQuota("generate");
+      if (!quota.ok()) {
+        ctx_.auth->LogQuotaRefusal(quota);
+        return quota;
+      }
+    }
     GenerateOptions o;
     o.max_tokens = p.max_tokens > 0 ? p.max_tokens : ctx_.options.limits.default_max_tokens;
     o.stop = p.stop;
@@ -197,61 +195,48 @@ class AdapterSession : public Session {
       STREAMD_RETURN_IF_ERROR(ValidateSamplingParams(sampling, ctx_.model.vocab_size));
       o.sampling = sampling;
     }
-    ChatState chat;
-    {
-      std::lock_guard<std::mutex> lock(s_->mu);
-      if (s_->generating) return FailedPreconditionError("the session is already generating");
-      chat = s_->chat;
-    }
-    // After a system/user turn the answer starts with the template's assistant header.
-    const std::vector<int32_t> prompt = ctx_.chat.GenerationPrompt(&chat);
-    if (!prompt.empty()) {
-      STREAMD_RETURN_IF_ERROR(ctx_.engine.Append(s_->id, prompt, server::ChatMetadata(chat, true),
-                                                 Engine::AppendMode::kAfterPartial));
-    }
-    {
-      std::lock_guard<std::mutex> lock(s_->mu);
-      s_->chat = chat;
-      s_->has_input = s_->has_input || !prompt.empty();
-      s_->generating = true;
-      ++s_->generation;
-      s_->request_id = o.request_id;
-      s_->cancel_reason = OkStatus();
-    }
     if (ctx_.metrics != nullptr) ctx_.metrics->RecordRequest(metrics::RequestKind::kGenerate);
-    const Status started = ctx_.engine.Generate(
-        s_->id, std::move(o),
-        [s = s_, callbacks = std::move(callbacks), pending = pending_,
-         m = ctx_.metrics](GenerationEvent&& e) {
-          if (m != nullptr && e.kind == GenerationEvent::Kind::kDone) {
-            m->RecordGeneration({FinishedOf(e.reason), e.prompt_tokens, e.output_tokens,
-                                 e.time_to_first_token_s, e.total_s});
-          }
-          OnEvent(*s, callbacks, *pending, std::move(e));
-        });
-    if (!started.ok()) {
-      {
-        std::lock_guard<std::mutex> lock(s_->mu);
-        s_->generating = false;
+    metrics::StreamdMetrics* m = ctx_.metrics;
+    streamd::GenerationCallbacks driver_callbacks;
+    // The scheduler thread: text and the end go to the HTTP layer's queue, nothing more.
+    driver_callbacks.on_event = [callbacks = std::move(callbacks), m](GenerationEvent&& e) {
+      if (e.kind == GenerationEvent::Kind::kToken) {
+        if (callbacks.on_text && !e.text.empty()) callbacks.on_text(e.text);
+        return;
       }
-      s_->generation_ended.notify_all();
-    }
-    return started;
+      if (m != nullptr) {
+        m->RecordGeneration({FinishedOf(e.reason), e.prompt_tokens, e.output_tokens,
+                             e.time_to_first_token_s, e.total_s});
+      }
+      GenerationEnd end;
+      end.reason = DoneReasonOf(e.reason);
+      end.status = e.status;  // an error, or why the server cancelled it
+      end.tail_text = std::move(e.tail_text);
+      end.output_tokens = e.output_tokens;
+      if (callbacks.on_done) callbacks.on_done(end);
+    };
+    // The task thread, once the session's state is saved: the tokens are charged.
+    driver_callbacks.on_ended = [auth = ctx_.auth, budget = ctx_.budget,
+                                 caller = caller_](int64_t output_tokens) {
+      if (auth == nullptr || budget == nullptr || !caller.authenticated) return;
+      budget->Charge(caller.tenant, auth->QuotasOf(caller.tenant).tokens_per_second,
+                     output_tokens);
+    };
+    return ctx_.driver.Generate(s_, std::move(o), std::move(driver_callbacks));
   }
 
-  void Cancel() override { (void)ctx_.engine.Cancel(s_->id); }
+  void Cancel() override { (void)ctx_.driver.Cancel(s_, ""); }
 
   Status Close() override {
-    StopGeneration();
-    AfterGeneration();
     closed_ = true;
-    cache_.Erase(s_->id);
+    cache_->Erase(s_->id);
+    // A running generation's end is delivered before the session goes.
     return ctx_.registry.Close(s_->id, CancelledError("closed over HTTP"), owner_.get());
   }
 
   std::string Metadata() override {
     if (auto info = ctx_.engine.Get(s_->id); info.ok()) {
-      if (auto cached = cache_.Get(s_->id, info->revision)) return *cached;
+      if (auto cached = cache_->Get(s_->id, info->revision)) return *cached;
     }
     // Changed elsewhere, or restored from a snapshot: read it from the session's state.
     auto state = ctx_.engine.Capture(s_->id);
@@ -260,94 +245,23 @@ class AdapterSession : public Session {
     if (auto it = state->metadata.find(kMetadataKey); it != state->metadata.end()) {
       value = it->second;
     }
-    cache_.Put(s_->id, state->revision, value);
+    cache_->Put(s_->id, state->revision, value);
     return value;
   }
 
   Status SetMetadata(const std::string& value) override {
-    AfterGeneration();
     STREAMD_RETURN_IF_ERROR(ctx_.engine.SetMetadata(s_->id, kMetadataKey, value));
-    if (auto info = ctx_.engine.Get(s_->id); info.ok()) cache_.Put(s_->id, info->revision, value);
+    if (auto info = ctx_.engine.Get(s_->id); info.ok()) cache_->Put(s_->id, info->revision, value);
     ctx_.registry.Touched(*s_);
     return OkStatus();
   }
 
  private:
-  // What the engine's thread leaves for the HTTP thread after a generation.
-  struct Pending {
-    std::atomic<bool> ended{false};
-    std::atomic<int64_t> output_tokens{0};
-  };
-
-  // The EventSink (engine thread): no engine calls, no waiting.
-  static void OnEvent(ServerSession& s, const GenerationCallbacks& callbacks, Pending& pending,
-                      GenerationEvent&& e) {
-    if (e.kind == GenerationEvent::Kind::kToken) {
-      if (callbacks.on_text && !e.text.empty()) callbacks.on_text(e.text);
-      return;
-    }
-    Status note;
-    {
-      std::lock_guard<std::mutex> lock(s.mu);
-      s.generating = false;
-      s.request_id.clear();
-      note = std::exchange(s.cancel_reason, OkStatus());
-      server::ChatFormatter::OnGenerationEnd(e.reason == FinishReason::kEndOfGeneration, &s.chat);
-    }
-    pending.output_tokens.store(e.output_tokens);
-    pending.ended.store(true);
-    s.generation_ended.notify_all();
-    GenerationEnd end;
-    end.reason = DoneReasonOf(e.reason);
-    end.status = !e.status.ok() ? e.status : note;
-    end.tail_text = std::move(e.tail_text);
-    end.output_tokens = e.output_tokens;
-    if (callbacks.on_done) callbacks.on_done(end);
-  }
-
-  // The gRPC stream's AfterGeneration: tokens charged, the chat state saved with the session.
-  void AfterGeneration() {
-    if (!pending_->ended.exchange(false)) return;
-    Charge(pending_->output_tokens.exchange(0));
-    ChatState chat;
-    bool has_input;
-    {
-      std::lock_guard<std::mutex> lock(s_->mu);
-      chat = s_->chat;
-      has_input = s_->has_input;
-    }
-    for (const auto& [key, value] : server::ChatMetadata(chat, has_input)) {
-      (void)ctx_.engine.SetMetadata(s_->id, key, value);
-    }
-    ctx_.registry.Touched(*s_);
-  }
-
-  void StopGeneration() {
-    {
-      std::lock_guard<std::mutex> lock(s_->mu);
-      if (!s_->generating) return;
-    }
-    (void)ctx_.engine.Cancel(s_->id);
-    std::unique_lock<std::mutex> lock(s_->mu);
-    s_->generation_ended.wait_for(lock, kCancelWait, [&] { return !s_->generating; });
-  }
-
   Status Live() const {
     if (owner_->closed()) {
       return Status(StatusCode::kAborted, "session " + s_->id.ToString() + " was closed meanwhile");
     }
     return OkStatus();
-  }
-
-  Status CheckGenerationQuota() const {
-    if (ctx_.auth == nullptr || !caller_.authenticated) return OkStatus();
-    const int32_t limit = ctx_.auth->QuotasOf(caller_.tenant).max_generations;
-    if (limit <= 0) return OkStatus();
-    const int32_t running = ctx_.registry.UsageOf(caller_.tenant).generating;
-    if (running < limit) return OkStatus();
-    return ResourceExhaustedError("tenant " + caller_.tenant + " runs " + std::to_string(running) +
-                                  " generations, its quota max_generations = " +
-                                  std::to_string(limit) + "; retry when one ends");
   }
 
   Status CheckTokenQuota(const std::string& what) const {
@@ -366,10 +280,9 @@ class AdapterSession : public Session {
 
   ServiceContext& ctx_;
   const HttpCaller caller_;
-  const std::shared_ptr<ServerSession> s_;
+  const std::shared_ptr<SessionRecord> s_;
   const std::shared_ptr<Owner> owner_;
-  MetadataCache& cache_;
-  std::shared_ptr<Pending> pending_ = std::make_shared<Pending>();
+  const std::shared_ptr<MetadataCache> cache_;
   bool closed_ = false;
 };
 
@@ -393,30 +306,31 @@ class ServerSessions : public HttpSessions {
     SessionOptions options = ctx_.options.session_defaults;
     options.tenant = caller.tenant;  // it owns the session, and its snapshot says so
     if (ctx_.auth != nullptr && caller.authenticated) {
-      Status quota = server::CheckOpenQuota(*ctx_.auth, ctx_.registry, ctx_.engine.config(),
-                                            ctx_.model.context_length, options);
+      Status quota = CheckOpenQuota(ctx_.registry, ctx_.engine.config(),
+                                    ctx_.model.context_length, options,
+                                    ctx_.auth->SessionQuotasOf(options.tenant));
       if (!quota.ok()) {
         ctx_.auth->LogQuotaRefusal(quota);
         return quota;
       }
     }
     auto owner = std::make_shared<Owner>();
-    auto answer = std::make_shared<std::promise<StatusOr<std::shared_ptr<ServerSession>>>>();
+    auto answer = std::make_shared<std::promise<StatusOr<std::shared_ptr<SessionRecord>>>>();
     auto future = answer->get_future();
     ctx_.admission.Submit(options, owner, caller.client,
-                          [answer](StatusOr<std::shared_ptr<ServerSession>> s) {
+                          [answer](StatusOr<std::shared_ptr<SessionRecord>> s) {
                             answer->set_value(std::move(s));
                           });
     if (future.wait_for(options.admission_timeout + kAnswerSlack) != std::future_status::ready) {
       return UnavailableError("no answer from the admission queue");
     }
-    StatusOr<std::shared_ptr<ServerSession>> s = future.get();
+    StatusOr<std::shared_ptr<SessionRecord>> s = future.get();
     if (ctx_.metrics != nullptr) {
       (s.ok() ? ctx_.metrics->sessions_opened : ctx_.metrics->sessions_rejected).Increment();
     }
     if (!s.ok()) return s.status();
     return std::unique_ptr<Session>(
-        new AdapterSession(ctx_, caller, *std::move(s), std::move(owner), cache_));
+        new AdapterSession(ctx_, caller, std::move(s).value(), std::move(owner), cache_));
   }
 
   StatusOr<std::unique_ptr<Session>> Resume(const HttpCaller& caller,
@@ -425,21 +339,21 @@ class ServerSessions : public HttpSessions {
     STREAMD_RETURN_IF_ERROR(Serving());
     STREAMD_ASSIGN_OR_RETURN(SessionId id, SessionId::Parse(id_text, "session"));
     auto owner = std::make_shared<Owner>();
-    auto answer = std::make_shared<std::promise<StatusOr<std::shared_ptr<ServerSession>>>>();
+    auto answer = std::make_shared<std::promise<StatusOr<std::shared_ptr<SessionRecord>>>>();
     auto future = answer->get_future();
     // A resident session is attached at once; an offloaded one is read back first.
     ctx_.registry.Attach(
         id, owner,
-        [answer](StatusOr<std::shared_ptr<ServerSession>> s) { answer->set_value(std::move(s)); },
+        [answer](StatusOr<std::shared_ptr<SessionRecord>> s) { answer->set_value(std::move(s)); },
         caller.admin ? std::nullopt : std::optional<std::string>(caller.tenant));
     if (future.wait_for(ctx_.options.persistence.resume_wait + kAnswerSlack) !=
         std::future_status::ready) {
       return UnavailableError("session " + id.ToString() + " could not be read back in time");
     }
-    StatusOr<std::shared_ptr<ServerSession>> s = future.get();
+    StatusOr<std::shared_ptr<SessionRecord>> s = future.get();
     if (!s.ok()) return s.status();
     return std::unique_ptr<Session>(
-        new AdapterSession(ctx_, caller, *std::move(s), std::move(owner), cache_));
+        new AdapterSession(ctx_, caller, std::move(s).value(), std::move(owner), cache_));
   }
 
   Status Serving() const override {
@@ -451,7 +365,8 @@ class ServerSessions : public HttpSessions {
 
  private:
   ServiceContext& ctx_;
-  MetadataCache cache_;
+  // Shared with the detaches that run on the task thread after a request's end.
+  std::shared_ptr<MetadataCache> cache_ = std::make_shared<MetadataCache>();
 };
 
 }  // namespace

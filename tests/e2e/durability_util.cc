@@ -10,7 +10,7 @@
 #include <iterator>
 
 #include "engine/gguf/gguf_file.h"
-#include "engine/serving/model_snapshot_dir.h"
+#include "engine/core/model_snapshot_dir.h"
 #include "engine/snapshot/model_fingerprint.h"
 
 namespace streamd::e2e {

@@ -55,7 +55,7 @@ void WriteBytes(const std::string& path, const std::vector<uint8_t>& bytes);
 // Regular files in `dir` (not recursive), by name, sorted.
 std::vector<std::string> FilesIn(const std::string& dir);
 // Where a daemon of the default model keeps its snapshots under sessions.snapshot_dir `root`:
-// root/<its fingerprint's first 16 hex digits> (engine/serving/model_snapshot_dir.h).
+// root/<its fingerprint's first 16 hex digits> (engine/core/model_snapshot_dir.h).
 std::string ModelDir(const std::string& root, const std::string& model_path = ModelPath());
 // "a, b, c", or "(none)".
 std::string Joined(const std::vector<std::string>& names);

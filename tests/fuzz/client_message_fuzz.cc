@@ -48,13 +48,13 @@
 #include <unistd.h>
 
 #include "engine/model/synthetic_model.h"
-#include "server/admission_queue.h"
+#include "engine/sessions/admission_queue.h"
 #include "server/authenticator.h"
-#include "server/chat_formatter.h"
+#include "engine/sessions/chat_formatter.h"
 #include "server/service_context.h"
-#include "server/session_registry.h"
+#include "engine/sessions/session_registry.h"
 #include "server/session_stream.h"
-#include "server/task_runner.h"
+#include "engine/util/task_runner.h"
 #include "server/token_budget.h"
 #include "tests/fuzz/client_message_input.h"
 #include "tests/fuzz/fuzz_transport.h"
@@ -64,7 +64,6 @@ namespace streamd::fuzz {
 namespace {
 
 using namespace std::chrono_literals;
-using server::Clock;
 using server::SessionStream;
 
 // How long a stream may take to come back after a message, or to end after its client
@@ -169,16 +168,17 @@ class World {
  public:
   explicit World(Engine& engine)
       : options_(FuzzOptions()),
-        registry_(std::make_unique<server::SessionRegistry>(
-            engine, server::RegistryOptions{options_.limits.idle_timeout,
+        registry_(std::make_unique<SessionRegistry>(
+            engine, RegistryOptions{options_.limits.idle_timeout,
                                             options_.persistence.offload_after, 10s,
                                             options_.limits.max_detached_share})),
         chat_(*g_model->chat, engine.tokenizer()),
-        tasks_(std::make_unique<server::TaskRunner>()),
-        io_(std::make_unique<server::TaskRunner>()),
-        admission_(std::make_unique<server::AdmissionQueue>(*registry_,
+        tasks_(std::make_unique<TaskRunner>()),
+        io_(std::make_unique<TaskRunner>()),
+        admission_(std::make_unique<AdmissionQueue>(*registry_,
                                                             options_.limits.max_waiting_opens)),
-        ctx_{engine, *registry_, *admission_, chat_, *tasks_, *io_, options_} {
+        driver_(std::make_unique<SessionDriver>(engine, *registry_, chat_, *tasks_)),
+        ctx_{engine, *registry_, *driver_, *admission_, chat_, *tasks_, *io_, options_} {
     ctx_.model = {engine.tokenizer().vocab_size(), engine.model().config().context_length};
     ctx_.auth = g_model->auth.get();
     ctx_.budget = &budget_;  // each input starts with full buckets
@@ -198,7 +198,7 @@ class World {
   }
 
   server::ServiceContext& ctx() { return ctx_; }
-  server::SessionRegistry& registry() { return *registry_; }
+  SessionRegistry& registry() { return *registry_; }
   const server::ServerOptions& options() const { return options_; }
 
   // Runs every task posted so far (and those they post) before returning; false after `bound`.
@@ -251,12 +251,14 @@ class World {
  private:
   server::ServerOptions options_;
   server::TokenBudget budget_;
-  std::unique_ptr<server::SessionRegistry> registry_;
-  server::ChatFormatter chat_;
-  std::unique_ptr<server::TaskRunner> tasks_;
-  std::unique_ptr<server::TaskRunner> io_;
-  std::unique_ptr<server::AdmissionQueue> admission_;
-  std::atomic<server::AdmissionQueue*> admission_alive_{nullptr};
+  std::unique_ptr<SessionRegistry> registry_;
+  ChatFormatter chat_;
+  std::unique_ptr<TaskRunner> tasks_;
+  std::unique_ptr<TaskRunner> io_;
+  std::unique_ptr<AdmissionQueue> admission_;
+  std::atomic<AdmissionQueue*> admission_alive_{nullptr};
+  // Outlives tasks_ (Shutdown): the tasks still queued call into it.
+  std::unique_ptr<SessionDriver> driver_;
   server::ServiceContext ctx_;
 };
 
@@ -450,7 +452,7 @@ class Driver {
       if (text.empty()) continue;
       auto id = SessionId::Parse(text, "session_id");
       STREAMD_FUZZ_CHECK(id.ok(), text);
-      const std::shared_ptr<server::ServerSession> s = world_.registry().Find(*id);
+      const std::shared_ptr<SessionRecord> s = world_.registry().Find(*id);
       if (s == nullptr) continue;
       STREAMD_FUZZ_CHECK(s->options.tenant == c.caller.tenant,
                          "a stream of tenant " + c.caller.tenant + " drives session " + text +

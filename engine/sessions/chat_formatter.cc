@@ -1,0 +1,137 @@
+#include "engine/sessions/chat_formatter.h"
+
+#include <span>
+#include <utility>
+
+namespace streamd {
+namespace {
+
+using tokenizer::ChatMessage;
+
+// Stands for the content while the framing is learned; no template adds or trims around it.
+constexpr std::string_view kPlaceholder = "STREAMD_CONTENT_PLACEHOLDER_7f3a";
+constexpr std::array<const char*, 3> kRoleNames = {"system", "user", "assistant"};
+
+// The framing of the last message of `messages` when `base` (all but it) renders as a prefix.
+StatusOr<std::pair<std::string, std::string>> SplitLast(const tokenizer::ChatTemplate& chat,
+                                                        std::vector<ChatMessage> messages) {
+  std::string base;
+  if (messages.size() > 1) {
+    STREAMD_ASSIGN_OR_RETURN(
+        base,
+        chat.Render(std::span<const ChatMessage>(messages.data(), messages.size() - 1), false));
+  }
+  STREAMD_ASSIGN_OR_RETURN(std::string all, chat.Render(messages, false));
+  if (all.compare(0, base.size(), base) != 0) {
+    return FailedPreconditionError("the template does not render turns incrementally");
+  }
+  all.erase(0, base.size());
+  const size_t at = all.find(kPlaceholder);
+  if (at == std::string::npos) return FailedPreconditionError("the template drops the content");
+  return std::make_pair(all.substr(0, at), all.substr(at + kPlaceholder.size()));
+}
+
+}  // namespace
+
+ChatFormatter::ChatFormatter(const tokenizer::ChatTemplate& chat,
+                             const tokenizer::Tokenizer& tokenizer)
+    : tokenizer_(tokenizer), template_name_(chat.kind_name()) {
+  bos_first_ = tokenizer.add_bos() && tokenizer.bos_id() >= 0 && !chat.renders_bos();
+  const std::string content(kPlaceholder);
+  // Earlier conversations a later turn may follow; the first one the template accepts wins.
+  const std::vector<std::vector<ChatMessage>> bases = {
+      {{"system", "x"}}, {{"user", "x"}}, {{"user", "x"}, {"assistant", "y"}}};
+  for (size_t r = 0; r < kRoleNames.size(); ++r) {
+    const ChatMessage message{kRoleNames[r], content};
+    auto first = SplitLast(chat, {message});
+    if (first.ok()) {
+      first_[r] = {true, "", first->first, first->second};
+    } else {
+      first_[r].error = first.status().message();
+    }
+    for (const auto& base : bases) {
+      std::vector<ChatMessage> messages = base;
+      messages.push_back(message);
+      auto next = SplitLast(chat, messages);
+      if (next.ok()) {
+        next_[r] = {true, "", next->first, next->second};
+        break;
+      }
+      next_[r].error = next.status().message();
+    }
+  }
+  const std::vector<ChatMessage> user = {{"user", "x"}};
+  auto without = chat.Render(user, false);
+  auto with = chat.Render(user, true);
+  if (without.ok() && with.ok() && with->compare(0, without->size(), *without) == 0) {
+    generation_prompt_ = with->substr(without->size());
+  }
+  const Framing& assistant = next_[static_cast<size_t>(ChatRoleKind::kAssistant)];
+  if (assistant.ok) {
+    close_assistant_ = assistant.suffix;
+    close_after_eog_ = assistant.suffix;
+    for (int32_t id : tokenizer.end_of_generation_ids()) {
+      const std::string piece = tokenizer.TokenToPiece(id);
+      if (!piece.empty() && close_assistant_.compare(0, piece.size(), piece) == 0) {
+        close_after_eog_ = close_assistant_.substr(piece.size());
+        break;
+      }
+    }
+  }
+}
+
+std::vector<int32_t> ChatFormatter::EncodeSpecial(const std::string& text) const {
+  if (text.empty()) return {};
+  // Template framing is valid UTF-8 of a bounded size: encoding cannot fail.
+  auto tokens = tokenizer_.Encode(text, /*add_bos=*/false, /*parse_special=*/true);
+  return tokens.ok() ? std::move(tokens).value() : std::vector<int32_t>{};
+}
+
+StatusOr<std::vector<int32_t>> ChatFormatter::Turn(ChatRoleKind role, const std::string& content,
+                                                   bool first_input, ChatState* state) const {
+  const size_t r = static_cast<size_t>(role);
+  const Framing& f = first_input ? first_[r] : next_[r];
+  if (!f.ok) {
+    return FailedPreconditionError("append.role " + std::string(kRoleNames[r]) +
+                                   ": the model's chat template (" + template_name_ +
+                                   ") cannot render this turn here: " + f.error);
+  }
+  std::string open;
+  if (*state == ChatState::kAssistantOpen) open = close_assistant_;
+  if (*state == ChatState::kAssistantClosed) open = close_after_eog_;
+  open += f.prefix;
+  std::vector<int32_t> tokens;
+  if (first_input && bos_first_) tokens.push_back(tokenizer_.bos_id());
+  const std::vector<int32_t> head = EncodeSpecial(open);
+  tokens.insert(tokens.end(), head.begin(), head.end());
+  STREAMD_ASSIGN_OR_RETURN(std::vector<int32_t> body,
+                           tokenizer_.Encode(content, /*add_bos=*/false, /*parse_special=*/false));
+  tokens.insert(tokens.end(), body.begin(), body.end());
+  const std::vector<int32_t> tail = EncodeSpecial(f.suffix);
+  tokens.insert(tokens.end(), tail.begin(), tail.end());
+  *state = role == ChatRoleKind::kAssistant ? ChatState::kNone : ChatState::kAwaitingAssistant;
+  return tokens;
+}
+
+std::vector<int32_t> ChatFormatter::GenerationPrompt(ChatState* state) const {
+  if (*state != ChatState::kAwaitingAssistant) return {};
+  *state = ChatState::kAssistantOpen;
+  return EncodeSpecial(generation_prompt_);
+}
+
+StatusOr<std::vector<int32_t>> ChatFormatter::Raw(const std::string& text, bool parse_special,
+                                                  bool first_input, ChatState* state) const {
+  const bool bos = first_input && tokenizer_.add_bos() && tokenizer_.bos_id() >= 0;
+  STREAMD_ASSIGN_OR_RETURN(std::vector<int32_t> tokens,
+                           tokenizer_.Encode(text, bos, parse_special));
+  *state = ChatState::kNone;
+  return tokens;
+}
+
+void ChatFormatter::OnGenerationEnd(bool end_of_generation, ChatState* state) {
+  if (*state == ChatState::kAssistantOpen && end_of_generation) {
+    *state = ChatState::kAssistantClosed;
+  }
+}
+
+}  // namespace streamd

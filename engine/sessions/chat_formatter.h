@@ -1,0 +1,76 @@
+// ChatFormatter: turns one Append{role, text} into the tokens of one chat turn of the model's
+// template, turn by turn, so that a session can be a conversation of unbounded length (the
+// template is never re-rendered over the whole history).
+//
+// Each turn's framing is learned once from the template by rendering a placeholder message and
+// splitting around it: for ChatML, "<|im_start|>user\n" + content + "<|im_end|>\n". Framing is
+// encoded with special tokens parsed; the content never is, so user text cannot forge template
+// markers. The session's first turn is rendered as a conversation's first message (ChatML
+// adds the template's default system turn before a first non-system message).
+//
+// The per-session ChatState says which turn is open:
+//   kNone               raw input, or an assistant turn the client appended itself
+//   kAwaitingAssistant  a system/user turn ended: the next Generate opens an assistant turn
+//   kAssistantOpen      the model is (or was) answering; the turn is not closed yet
+//   kAssistantClosed    the answer ended with an end-of-generation token (<|im_end|>), which
+//                       is in the context; the rest of the turn's closing ("\n") is not
+// A following chat Append first closes what is open. Raw input resets the state to kNone.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/tokenizer/chat_template.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/util/status.h"
+
+namespace streamd {
+
+enum class ChatRoleKind { kSystem = 0, kUser = 1, kAssistant = 2 };
+
+enum class ChatState { kNone, kAwaitingAssistant, kAssistantOpen, kAssistantClosed };
+
+class ChatFormatter {
+ public:
+  // Learns the framing from `chat`. Roles the template cannot render alone (Llama-2 has no
+  // system-only or assistant-first conversation) are rejected at Append time.
+  ChatFormatter(const tokenizer::ChatTemplate& chat, const tokenizer::Tokenizer& tokenizer);
+
+  // Tokens for one turn appended in `*state`; `first_input` when the session has no context
+  // yet (BOS, when the model wants it and the template does not write it, and the default
+  // system turn come first). Updates *state.
+  StatusOr<std::vector<int32_t>> Turn(ChatRoleKind role, const std::string& content,
+                                      bool first_input, ChatState* state) const;
+  // Tokens that open the assistant's answer when a Generate follows a system/user turn
+  // (empty otherwise). Updates *state.
+  std::vector<int32_t> GenerationPrompt(ChatState* state) const;
+  // Raw text: BOS on first input when the model wants it; special tokens only if asked.
+  StatusOr<std::vector<int32_t>> Raw(const std::string& text, bool parse_special, bool first_input,
+                                     ChatState* state) const;
+  // A generation ended: an end-of-generation token closes an open assistant turn.
+  static void OnGenerationEnd(bool end_of_generation, ChatState* state);
+
+  std::string_view template_name() const { return template_name_; }
+
+ private:
+  struct Framing {
+    bool ok = false;
+    std::string error;   // why the template cannot render this turn
+    std::string prefix;  // before the content
+    std::string suffix;  // after it
+  };
+  std::vector<int32_t> EncodeSpecial(const std::string& text) const;
+
+  const tokenizer::Tokenizer& tokenizer_;
+  std::string template_name_;
+  bool bos_first_ = false;
+  std::array<Framing, 3> first_;  // a conversation's first message, by role
+  std::array<Framing, 3> next_;   // any later message, by role
+  std::string generation_prompt_;
+  std::string close_assistant_;  // closes an open assistant turn
+  std::string close_after_eog_;  // the rest of it after an end-of-generation token
+};
+
+}  // namespace streamd
