@@ -12,6 +12,9 @@ MODEL ?= $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
 # The real Qwen2.5-Coder-0.5B-Instruct Q4_K_M file of the qwen2 golden tests (~480 MB).
 QWEN_MODEL ?= $(MODEL_DIR)/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
 CONFIG ?= config/streamd.yaml
+# The OpenAI-compatible HTTP API of `make run` (docs/HTTP.md); off by default in the config, so
+# that tests and deployments opt in. HTTP_ADDRESS= turns it off here too.
+HTTP_ADDRESS ?= 127.0.0.1:8080
 
 .PHONY: all deps configure build model qwen-model vocab test fuzz-smoke sanitize lint format run clean
 
@@ -96,7 +99,8 @@ run: build model
 	  echo "make run: no build plan (streamd build did not finish); the built-in defaults"; \
 	  plan=""; \
 	fi; \
-	exec $(BUILD_DIR)/tools/streamd serve --config $(CONFIG) --model.path=$(MODEL) $$plan
+	exec $(BUILD_DIR)/tools/streamd serve --config $(CONFIG) --model.path=$(MODEL) \
+	  --server.http_address=$(HTTP_ADDRESS) $$plan
 
 clean:
 	rm -rf $(BUILD_DIR) build-fuzz build-asan build-tsan

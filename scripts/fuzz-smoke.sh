@@ -7,7 +7,8 @@
 # Targets: gguf_fuzz (GGUF reader), snapshot_fuzz (snapshot reader), plan_fuzz (build-plan
 # reader), tokenizer_fuzz (encode, decode, streaming detokenizer on both real vocabularies),
 # chat_template_fuzz (template detection and rendering), client_message_fuzz (ClientMessage
-# bytes through the session handler, server/session_stream.cc, over a synthetic-model engine).
+# bytes through the session handler, server/session_stream.cc, over a synthetic-model engine),
+# http_request_fuzz (the HTTP front door's request bodies, errors and answers, server/http).
 # The tokenizer and chat template targets need the real vocabularies: STREAMD_MODEL and
 # STREAMD_SPM_VOCAB (`make fuzz-smoke` sets both).
 #
@@ -54,7 +55,8 @@ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
   -DSTREAMD_FUZZ=ON -DSTREAMD_SERVER=ON -DSTREAMD_BENCHMARKS=OFF -DSTREAMD_CUDA=OFF \
   ${CMAKE_EXTRA:-} \
   > "$BUILD/fuzz-smoke-configure.log" 2>&1 || { cat "$BUILD/fuzz-smoke-configure.log" >&2; exit 1; }
-FUZZERS=(client_message_fuzz gguf_fuzz snapshot_fuzz tokenizer_fuzz chat_template_fuzz plan_fuzz)
+FUZZERS=(client_message_fuzz gguf_fuzz snapshot_fuzz tokenizer_fuzz chat_template_fuzz plan_fuzz
+  http_request_fuzz)
 log "build ${FUZZERS[*]} and their seed writers"
 TARGETS=()
 for name in "${FUZZERS[@]}"; do TARGETS+=("$name" "${name}_seeds"); done
@@ -69,6 +71,7 @@ for name in "${FUZZERS[@]}"; do mkdir -p "$WORK/${name%_fuzz}"; done
 "$BUILD/tests/fuzz/snapshot_fuzz_seeds" "$WORK/snapshot"
 "$BUILD/tests/fuzz/plan_fuzz_seeds" "$WORK/plan"
 "$BUILD/tests/fuzz/client_message_fuzz_seeds" "$WORK/client_message"
+"$BUILD/tests/fuzz/http_request_fuzz_seeds" "$WORK/http_request"
 # These two check every seed they write against the fuzzer's properties (and fail if one breaks).
 "$BUILD/tests/fuzz/tokenizer_fuzz_seeds" "$WORK/tokenizer"
 "$BUILD/tests/fuzz/chat_template_fuzz_seeds" "$WORK/chat_template"
@@ -82,6 +85,7 @@ log "seeds: $(for name in "${FUZZERS[@]}"; do
 declare -A FLAGS=(
   [client_message_fuzz]="-max_len=4096 -malloc_limit_mb=64 -dict=tests/fuzz/client_message.dict"
   [gguf_fuzz]="-max_len=65536"
+  [http_request_fuzz]="-max_len=8192 -malloc_limit_mb=64 -dict=tests/fuzz/http_request.dict"
   [snapshot_fuzz]="-max_len=16384 -malloc_limit_mb=64 -dict=tests/fuzz/snapshot.dict"
   [plan_fuzz]="-max_len=16384 -malloc_limit_mb=64 -dict=tests/fuzz/plan.dict"
   [tokenizer_fuzz]="-max_len=4096 -malloc_limit_mb=256 -dict=tests/fuzz/tokenizer.dict"

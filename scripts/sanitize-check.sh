@@ -49,10 +49,13 @@ fi
 # Unit test binaries of kernels/, engine/ and server/ (CUDA off: no GPU tests).
 ASAN_TARGETS=(kernels_cpu_test kernels_repack_test util_test cache_test gguf_test tokenizer_test
   sampling_test model_check_test
-  snapshot_test plan_test model_test backend_test core_test sessions_test config_test metrics_test server_test)
+  snapshot_test plan_test model_test backend_test core_test sessions_test config_test metrics_test
+  server_test http_test http_server_test http_server_tls_test)
 # The test binaries whose code under test runs threads; the rest are single-threaded.
 # model_test: the forward pass on the thread pool, token-parallel decode among it (13 s).
-TSAN_TARGETS=(util_test model_test backend_test core_test sessions_test server_test metrics_test)
+# http_server_test: the HTTP server's worker threads, generations on threads of their own.
+TSAN_TARGETS=(util_test model_test backend_test core_test sessions_test server_test metrics_test
+  http_server_test)
 
 # Tests left out, by name ("Suite.*" for a whole suite), each with its reason. They still run
 # in `make test`.

@@ -51,6 +51,8 @@ class GrpcServer {
   GrpcServer& operator=(const GrpcServer&) = delete;
 
   int port() const { return port_; }
+  // What every transport shares (the HTTP front door drives sessions through it too).
+  ServiceContext& context() { return ctx_; }
   // Graceful shutdown as described above; idempotent.
   void Shutdown();
 

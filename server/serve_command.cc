@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/api/streamd_engine.h"
@@ -17,6 +18,7 @@
 #include "server/config/logging.h"
 #include "server/config/server_config.h"
 #include "server/grpc_server.h"
+#include "server/http/http_server.h"
 #include "server/listen_security.h"
 #include "server/metrics_wiring.h"
 #include "server/metrics/metrics_endpoint.h"
@@ -133,6 +135,16 @@ int ServeCommand(int argc, char** argv) {
   // Before the model loads (seconds): who may connect, and the TLS files, fail the start early.
   if (Status s = CheckListenSecurity(*options); !s.ok()) return Fail(s.message());
   if (Status s = CheckTlsFiles(options->tls); !s.ok()) return Fail(s.message());
+  const std::string& http_address = config->server.http_address;
+  if (!http_address.empty()) {
+    // The HTTP port follows the gRPC port's policy: off loopback only with client
+    // authentication (keys, or mTLS with the same files) or auth.allow_insecure.
+    ServerOptions http_policy = *options;
+    http_policy.listen_address = http_address;
+    if (Status s = CheckListenSecurity(http_policy); !s.ok()) {
+      return Fail("server.http_address: " + s.message());
+    }
+  }
   std::string metrics_host;
   int metrics_port = 0;
   if (!SplitHostPort(config->server.metrics_address, &metrics_host, &metrics_port)) {
@@ -177,6 +189,32 @@ int ServeCommand(int argc, char** argv) {
   auto server =
       GrpcServer::Start(*engine, *loaded->chat, *options, &metrics, &loaded->snapshot_context);
   if (!server.ok()) return Fail(server.status().message());
+  std::unique_ptr<http::HttpSessions> http_sessions;
+  std::unique_ptr<http::HttpServer> http_server;
+  if (!http_address.empty()) {
+    ServiceContext& ctx = (*server)->context();
+    http::HttpServerOptions h;
+    h.address = http_address;
+    h.cert_file = options->tls.cert_file;
+    h.key_file = options->tls.key_file;
+    h.client_ca_file = options->tls.client_ca_file;
+    h.max_body_bytes = static_cast<size_t>(options->limits.max_message_bytes);
+    h.limits.max_tokens = options->limits.max_tokens;
+    h.limits.max_content_bytes = options->limits.max_append_bytes;
+    h.limits.max_stop_strings = kMaxStopStrings;
+    h.limits.max_stop_bytes = kMaxStopBytes;
+    h.max_queued_tokens = static_cast<size_t>(options->limits.max_queued_tokens);
+    http_sessions = http::MakeServerSessions(ctx);
+    auto started = http::HttpServer::Start(h, *http_sessions);
+    if (!started.ok()) return Fail(started.status().message());
+    http_server = std::move(started).value();
+    const std::string http_host = http_address.substr(0, http_address.rfind(':'));
+    const std::string http_url = std::string(http_server->tls() ? "https" : "http") + "://" +
+                                 http_host + ":" + std::to_string(http_server->port()) + "/v1";
+    // Its own line, before the "listening" line that tests and scripts wait for.
+    std::printf("streamd: OpenAI-compatible HTTP API on %s\n", http_url.c_str());
+    spdlog::info("OpenAI-compatible HTTP API on {}", http_url);
+  }
   const std::string host = options->listen_address.substr(0, options->listen_address.rfind(':'));
   std::printf("streamd: listening on %s:%d (metrics %s)\n", host.c_str(), (*server)->port(),
               metrics_url.c_str());
@@ -191,7 +229,21 @@ int ServeCommand(int argc, char** argv) {
   sigwait(&signals, &signal);
   spdlog::info("{}: shutting down (grace period {} ms)", signal == SIGTERM ? "SIGTERM" : "SIGINT",
                options->grace_period.count());
+  // HTTP answers get the same grace period as gRPC streams, side by side: no new ones (503),
+  // those in flight finish or are cancelled after server.shutdown_grace, then the port closes.
+  // Their sessions are detached (and written) while the persister still runs.
+  std::thread http_drain;
+  if (http_server != nullptr) {
+    (*server)->context().draining = true;
+    http_drain = std::thread([&http_server, grace = options->grace_period] {
+      if (!http_server->Drain(grace)) {
+        spdlog::warn("shutdown: HTTP answers still running after the grace period were cancelled");
+      }
+      http_server->Stop();
+    });
+  }
   (*server)->Shutdown();  // metrics are served while it drains
+  if (http_drain.joinable()) http_drain.join();
   metrics_endpoint.reset();  // before the server: scrape hooks read its registry and queue
   server->reset();
   spdlog::info("stopped");

@@ -185,6 +185,18 @@ ConfigKey AddressKey(std::string path, Get get, bool allow_unix) {
           [get](const ServerConfig& c) { return get(c); }};
 }
 
+// An address that may be empty (a listener that is off).
+template <typename Get>
+ConfigKey OptionalAddressKey(std::string path, Get get) {
+  return {std::move(path),
+          [get](std::string_view v, ServerConfig& c) -> Status {
+            if (!v.empty()) STREAMD_RETURN_IF_ERROR(CheckAddress(v, /*allow_unix=*/false));
+            get(c) = std::string(v);
+            return OkStatus();
+          },
+          [get](const ServerConfig& c) { return get(c); }};
+}
+
 // A string that must be one of `choices`.
 template <typename Get>
 ConfigKey ChoiceKey(std::string path, Get get, std::vector<std::string> choices) {
@@ -207,6 +219,7 @@ std::vector<ConfigKey> MakeKeys() {
   // server
   k.push_back(AddressKey("server.listen_address", STREAMD_FIELD(server.listen_address), true));
   k.push_back(AddressKey("server.metrics_address", STREAMD_FIELD(server.metrics_address), false));
+  k.push_back(OptionalAddressKey("server.http_address", STREAMD_FIELD(server.http_address)));
   k.push_back(SizeKey("server.max_receive_message_bytes",
                       STREAMD_FIELD(server.max_receive_message_bytes), kKiB, kGiB));
   k.push_back(SizeKey("server.max_send_message_bytes", STREAMD_FIELD(server.max_send_message_bytes),

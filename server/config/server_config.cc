@@ -247,6 +247,16 @@ std::optional<KeyError> CheckKeysAndCombinations(const ServerConfig& c) {
                                "to require"};
     }
   }
+  if (!c.server.http_address.empty()) {
+    for (const auto& [key, other] : {std::pair{"server.listen_address", &c.server.listen_address},
+                                     {"server.metrics_address", &c.server.metrics_address}}) {
+      if (SameListener(c.server.http_address, *other)) {
+        return KeyError{"server.http_address", "server.http_address = " + c.server.http_address +
+                                                   " uses the same port as " + key + " = " +
+                                                   *other};
+      }
+    }
+  }
   if (SameListener(c.server.listen_address, c.server.metrics_address)) {
     return KeyError{
         "server.metrics_address",

@@ -64,6 +64,8 @@ struct ServerConfig {
   struct Server {
     std::string listen_address = "127.0.0.1:50051";    // gRPC; host:port, [v6]:port, unix:/path
     std::string metrics_address = "127.0.0.1:9464";    // Prometheus /metrics over HTTP; host:port
+    // The OpenAI-compatible HTTP API (docs/HTTP.md); host:port, "" = off.
+    std::string http_address;
     int64_t max_receive_message_bytes = 4LL << 20;     // [1KiB, 1GiB]
     int64_t max_send_message_bytes = 4LL << 20;        // [1KiB, 1GiB]
     std::chrono::milliseconds shutdown_grace{30'000};  // generations may finish; [0, 10m]

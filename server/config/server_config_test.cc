@@ -271,6 +271,18 @@ TEST(ServerConfigTest, CrossFieldChecks) {
                          "server.listen_address = 127.0.0.1:50051"));
   EXPECT_THAT(OverrideError({"--server.metrics_address=0.0.0.0:50051"}),
               HasSubstr("uses the same port"));
+  // The HTTP API: off when empty, an address otherwise, and a port of its own.
+  EXPECT_TRUE(LoadServerConfig("", {"--server.http_address="}).ok());
+  EXPECT_TRUE(LoadServerConfig("", {"--server.http_address=127.0.0.1:8080"}).ok());
+  EXPECT_THAT(OverrideError({"--server.http_address=localhost"}),
+              StartsWith("config: server.http_address = localhost is not host:port"));
+  EXPECT_THAT(OverrideError({"--server.http_address=unix:/tmp/s"}),
+              HasSubstr("unix: sockets not allowed"));
+  EXPECT_THAT(OverrideError({"--server.http_address=127.0.0.1:9464"}),
+              StartsWith("config: server.http_address = 127.0.0.1:9464 uses the same port as "
+                         "server.metrics_address = 127.0.0.1:9464"));
+  EXPECT_THAT(OverrideError({"--server.http_address=0.0.0.0:50051"}),
+              HasSubstr("uses the same port as server.listen_address"));
   // Port 0 picks a free port for each, so two port-0 addresses do not clash.
   EXPECT_TRUE(LoadServerConfig("", {"--server.listen_address=127.0.0.1:0",
                                     "--server.metrics_address=127.0.0.1:0"})

@@ -1,0 +1,348 @@
+// HttpServer over a scripted HttpSessions (no model, no engine): routing, the answers' shapes
+// on the wire, lasting sessions' bookkeeping, draining, body limits, and a client that leaves
+// mid-stream. The real adapter and model are covered end to end by tests/http.
+#include "server/http/http_server.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <nlohmann/json.hpp>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace streamd::http {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+// What every scripted session did, for the test to read.
+struct Journal {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::pair<TurnRole, std::string>> appended;
+  std::map<std::string, std::string> metadata;  // by session id
+  std::map<std::string, int64_t> context;       // tokens, by session id
+  int closed = 0;
+  int detached = 0;
+  int cancelled = 0;
+  bool endless = false;  // generations run until cancelled
+};
+
+class ScriptedSession : public Session {
+ public:
+  ScriptedSession(Journal& j, std::string id) : j_(j), id_(std::move(id)) {}
+  ~ScriptedSession() override {
+    if (worker_.joinable()) worker_.join();
+    std::lock_guard<std::mutex> lock(j_.mu);
+    if (!closed_) ++j_.detached;
+    j_.cv.notify_all();
+  }
+  std::string id() const override { return id_; }
+  int64_t ContextTokens() const override {
+    std::lock_guard<std::mutex> lock(j_.mu);
+    return j_.context[id_];
+  }
+  Status Append(TurnRole role, const std::string& text) override {
+    std::lock_guard<std::mutex> lock(j_.mu);
+    j_.appended.emplace_back(role, text);
+    j_.context[id_] += 10;
+    return OkStatus();
+  }
+  Status Generate(const GenerateParams& p, GenerationCallbacks cb) override {
+    bool endless;
+    {
+      std::lock_guard<std::mutex> lock(j_.mu);
+      endless = j_.endless;
+      j_.context[id_] += 2;
+    }
+    worker_ = std::thread([this, cb, endless, max = p.max_tokens] {
+      const char* pieces[] = {"Hel", "lo", " \"you\"\n"};
+      int64_t n = 0;
+      for (int i = 0; endless || i < 3; ++i) {
+        if (cancel_.load()) {
+          cb.on_done({DoneReason::kCancelled, OkStatus(), "", n});
+          return;
+        }
+        cb.on_text(pieces[i % 3]);
+        ++n;
+        std::this_thread::sleep_for(endless ? 20ms : 1ms);
+      }
+      cb.on_done({max == 3 ? DoneReason::kLength : DoneReason::kStop, OkStatus(), "!", n});
+    });
+    return OkStatus();
+  }
+  void Cancel() override {
+    cancel_.store(true);
+    std::lock_guard<std::mutex> lock(j_.mu);
+    ++j_.cancelled;
+    j_.cv.notify_all();
+  }
+  Status Close() override {
+    if (worker_.joinable()) worker_.join();
+    std::lock_guard<std::mutex> lock(j_.mu);
+    closed_ = true;
+    ++j_.closed;
+    j_.cv.notify_all();
+    return OkStatus();
+  }
+  std::string Metadata() override {
+    std::lock_guard<std::mutex> lock(j_.mu);
+    return j_.metadata[id_];
+  }
+  Status SetMetadata(const std::string& value) override {
+    std::lock_guard<std::mutex> lock(j_.mu);
+    j_.metadata[id_] = value;
+    return OkStatus();
+  }
+
+ private:
+  Journal& j_;
+  const std::string id_;
+  std::thread worker_;
+  std::atomic<bool> cancel_{false};
+  bool closed_ = false;
+};
+
+class ScriptedSessions : public HttpSessions {
+ public:
+  explicit ScriptedSessions(Journal& j) : j_(j) {}
+  // One key, "k", of tenant "t"; no header is the anonymous admin (keys off) unless required.
+  StatusOr<HttpCaller> Authenticate(const std::string* authorization) const override {
+    if (authorization == nullptr && !keys_required) return HttpCaller{};
+    if (authorization != nullptr && *authorization == "Bearer k") {
+      return HttpCaller{"t", false, true, ""};
+    }
+    return Status(StatusCode::kUnauthenticated, "authorization: not a valid key");
+  }
+  StatusOr<std::unique_ptr<Session>> Open(const HttpCaller&) override {
+    return std::unique_ptr<Session>(new ScriptedSession(j_, std::string(31, '0') + "1"));
+  }
+  StatusOr<std::unique_ptr<Session>> Resume(const HttpCaller&, const std::string& id) override {
+    std::lock_guard<std::mutex> lock(j_.mu);
+    if (!j_.metadata.count(id)) return NotFoundError("session " + id + " does not exist");
+    return std::unique_ptr<Session>(new ScriptedSession(j_, id));
+  }
+  Status Serving() const override {
+    return draining ? UnavailableError("streamd is shutting down") : OkStatus();
+  }
+  std::string ModelName() const override { return "scripted"; }
+  bool draining = false;
+  bool keys_required = false;
+
+ private:
+  Journal& j_;
+};
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    HttpServerOptions o;
+    o.address = "127.0.0.1:0";
+    o.max_body_bytes = 4096;
+    o.read_timeout = 2s;
+    auto s = HttpServer::Start(o, sessions_);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    server_ = std::move(s).value();
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
+  }
+  httplib::Result Chat(const std::string& body, const httplib::Headers& headers = {}) {
+    return client_->Post("/v1/chat/completions", headers, body, "application/json");
+  }
+  // Waits until `pred` holds on the journal.
+  template <typename Pred>
+  bool Eventually(Pred pred) {
+    std::unique_lock<std::mutex> lock(journal_.mu);
+    return journal_.cv.wait_for(lock, 10s, [&] { return pred(journal_); });
+  }
+
+  Journal journal_;
+  ScriptedSessions sessions_{journal_};
+  std::unique_ptr<HttpServer> server_;
+  std::unique_ptr<httplib::Client> client_;
+};
+
+const char kHi[] = R"({"messages": [{"role": "user", "content": "Hi"}]})";
+
+TEST_F(HttpServerTest, ModelsAndUnknownRoutes) {
+  auto models = client_->Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 200);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "scripted");
+  EXPECT_EQ(client_->Get("/v1/models/scripted")->status, 200);
+  auto other = client_->Get("/v1/models/gpt-4");
+  EXPECT_EQ(other->status, 404);
+  EXPECT_EQ(json::parse(other->body)["error"]["param"], "model");
+  auto none = client_->Get("/v2/anything");
+  EXPECT_EQ(none->status, 404);
+  EXPECT_EQ(json::parse(none->body)["error"]["type"], "invalid_request_error");
+}
+
+TEST_F(HttpServerTest, StatelessCompletionClosesItsSession) {
+  auto r = Chat(kHi);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json::parse(r->body);
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "Hello \"you\"\n!");  // tail text included
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_FALSE(r->has_header("x-streamd-session"));
+  EXPECT_TRUE(Eventually([](Journal& journal) { return journal.closed == 1; }));
+}
+
+TEST_F(HttpServerTest, StreamIsServerSentEvents) {
+  auto r = Chat(R"({"messages": [{"role": "user", "content": "Hi"}], "stream": true,
+                   "max_tokens": 3, "stream_options": {"include_usage": true}})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type"), "text/event-stream");
+  std::vector<json> chunks;
+  std::string text;
+  size_t at = 0;
+  while (at < r->body.size()) {
+    const size_t end = r->body.find("\n\n", at);
+    ASSERT_NE(end, std::string::npos) << r->body;
+    const std::string event = r->body.substr(at, end - at);
+    at = end + 2;
+    ASSERT_EQ(event.rfind("data: ", 0), 0u) << event;
+    if (event == "data: [DONE]") {
+      EXPECT_EQ(at, r->body.size());
+      break;
+    }
+    chunks.push_back(json::parse(event.substr(6)));
+  }
+  ASSERT_GE(chunks.size(), 3u);
+  EXPECT_EQ(chunks.front()["choices"][0]["delta"]["role"], "assistant");
+  for (const json& c : chunks) {
+    if (!c["choices"].empty()) text += c["choices"][0]["delta"].value("content", "");
+  }
+  EXPECT_EQ(text, "Hello \"you\"\n!");
+  EXPECT_EQ(chunks[chunks.size() - 2]["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(chunks.back()["choices"].empty());
+  EXPECT_EQ(chunks.back()["usage"]["completion_tokens"], 3);
+}
+
+TEST_F(HttpServerTest, LastingSessionGetsOnlyNewMessages) {
+  auto first = Chat(kHi, {{"x-streamd-session", "new"}});
+  ASSERT_EQ(first->status, 200) << first->body;
+  const std::string id = first->get_header_value("x-streamd-session");
+  ASSERT_EQ(id.size(), 32u);
+  const std::string answer = json::parse(first->body)["choices"][0]["message"]["content"];
+  EXPECT_TRUE(
+      Eventually([](Journal& journal) { return journal.detached == 1 && journal.closed == 0; }));
+  const json history = {{"messages",
+                         {{{"role", "user"}, {"content", "Hi"}},
+                          {{"role", "assistant"}, {"content", answer}},
+                          {{"role", "user"}, {"content", "More"}}}}};
+  auto second = Chat(history.dump(), {{"x-streamd-session", id}});
+  ASSERT_EQ(second->status, 200) << second->body;
+  EXPECT_EQ(json::parse(second->body)["usage"]["prompt_tokens_details"]["cached_tokens"], 12);
+  {
+    std::lock_guard<std::mutex> lock(journal_.mu);
+    ASSERT_EQ(journal_.appended.size(), 2u);  // "Hi", then only "More"
+    EXPECT_EQ(journal_.appended[1].second, "More");
+  }
+  // The old history again: the session has moved on.
+  auto stale = Chat(kHi, {{"x-streamd-session", id}});
+  EXPECT_EQ(stale->status, 409);
+  EXPECT_EQ(json::parse(stale->body)["error"]["param"], "messages");
+  auto missing = Chat(kHi, {{"x-streamd-session", std::string(32, 'a')}});
+  EXPECT_EQ(missing->status, 404);
+}
+
+TEST_F(HttpServerTest, KeysAreCheckedBeforeTheBody) {
+  sessions_.keys_required = true;
+  auto none = Chat(kHi);
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 401);
+  EXPECT_EQ(json::parse(none->body)["error"]["code"], "invalid_api_key");
+  EXPECT_EQ(client_->Get("/v1/models")->status, 401);
+  auto wrong = Chat(kHi, {{"Authorization", "Bearer nope"}});
+  EXPECT_EQ(wrong->status, 401);
+  auto ok = Chat(kHi, {{"Authorization", "Bearer k"}});
+  EXPECT_EQ(ok->status, 200);
+  // A refused caller is not made to upload its body first (nor is it read).
+  auto big = Chat(std::string(4000, ' ') + kHi);
+  EXPECT_EQ(big->status, 401);
+  std::lock_guard<std::mutex> lock(journal_.mu);
+  EXPECT_EQ(journal_.appended.size(), 1u);  // only the authenticated request ran
+}
+
+TEST_F(HttpServerTest, DrainingIs503WithRetryAfter) {
+  sessions_.draining = true;
+  auto r = Chat(kHi);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 503);
+  EXPECT_EQ(r->get_header_value("Retry-After"), "1");
+  EXPECT_EQ(client_->Get("/v1/models")->status, 200);  // reads still work
+}
+
+TEST_F(HttpServerTest, DrainCancelsWhatOutlivesTheGracePeriod) {
+  journal_.endless = true;
+  std::string body;
+  int status = 0;
+  std::thread client([&] {
+    auto r = Chat(R"({"messages": [{"role": "user", "content": "Hi"}], "stream": true})");
+    if (r) {
+      status = r->status;
+      body = r->body;
+    }
+  });
+  ASSERT_TRUE(Eventually([](Journal& journal) { return !journal.appended.empty(); }));
+  sessions_.draining = true;
+  EXPECT_FALSE(server_->Drain(200ms));  // an endless answer cannot finish in time
+  client.join();
+  ASSERT_EQ(status, 200);
+  // The stream ends with an error event, then [DONE]; the session is closed.
+  EXPECT_NE(body.find("data: {\"error\""), std::string::npos) << body;
+  ASSERT_GE(body.size(), 14u);
+  EXPECT_EQ(body.substr(body.size() - 14), "data: [DONE]\n\n");
+  EXPECT_TRUE(Eventually([](Journal& journal) { return journal.closed == 1; }));
+  EXPECT_TRUE(server_->Drain(0ms));  // nothing left
+}
+
+TEST_F(HttpServerTest, BodiesOverTheLimitAre413) {
+  auto r = Chat(std::string(5000, ' ') + kHi);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 413);
+  EXPECT_EQ(json::parse(r->body)["error"]["code"], "request_too_large");
+  auto bad = Chat("{\"messages\": 1}");
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_EQ(json::parse(bad->body)["error"]["param"], "messages");
+}
+
+TEST_F(HttpServerTest, ClientLeavingMidStreamCancelsAndClosesTheSession) {
+  journal_.endless = true;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string body = R"({"messages": [{"role": "user", "content": "Hi"}], "stream": true})";
+  const std::string request = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  std::string got;
+  char buf[4096];
+  while (got.find("\"content\":\"lo\"") == std::string::npos) {
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    ASSERT_GT(n, 0);
+    got.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);  // the client is gone; the endless generation must not go on
+  EXPECT_TRUE(
+      Eventually([](Journal& journal) { return journal.cancelled >= 1 && journal.closed == 1; }));
+}
+
+}  // namespace
+}  // namespace streamd::http
