@@ -2,10 +2,15 @@
 // kernels/cpu/repack_quant.h): a synthetic model written with such tensors loads, its matrices
 // are the converted copies, and its logits match PlainReferenceLlama on the same model with every
 // converted tensor replaced by its reference dequantization as F32 (DequantizeConvertedTensors).
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -128,6 +133,59 @@ TEST_P(ConvertedModelTest, LoadsAndMatchesTheDequantizedModel) {
   // wrong bit layout or a misplaced row gives errors of order 1.
   EXPECT_LT(worst_repack, 4e-2);
   EXPECT_LT(worst_forward, 5e-2);
+}
+
+// Loaded from a file, the converted tensors' source pages are unmapped after conversion
+// (llama_weights.cc, ReleaseSourcePages); loaded from memory, they are not touched. Both models
+// must run the same bits, and the file's mapping must still read the file's bytes (the model
+// fingerprint and the tokenizer read it after load).
+TEST(ConvertedModelFileTest, ReleasedSourcePagesLeaveTheModelAndTheMappingIntact) {
+  SyntheticModelSpec spec = Spec({TensorType::kQ5_0, TensorType::kQ6_K});
+  spec.dim = 1024;  // tensors of several pages, so that whole pages are released
+  spec.ffn_dim = 2048;
+  auto bytes = BuildSyntheticModel(spec);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(tmp != nullptr ? tmp : "/tmp") + "/converted_" +
+                           std::to_string(::getpid()) + ".gguf";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes->data()),
+              static_cast<std::streamsize>(bytes->size()));
+    ASSERT_TRUE(out.good());
+  }
+  const std::vector<uint8_t> original = *bytes;
+  auto from_file = LlamaModel::Load(path);
+  std::remove(path.c_str());  // the mapping keeps the inode
+  ASSERT_TRUE(from_file.ok()) << from_file.status().ToString();
+  auto from_bytes = LlamaModel::FromBytes(std::move(*bytes));
+  ASSERT_TRUE(from_bytes.ok()) << from_bytes.status().ToString();
+  ASSERT_TRUE((*from_file)->file().is_file_mapping());
+  ASSERT_FALSE((*from_bytes)->file().is_file_mapping());
+
+  const std::span<const uint8_t> mapped = (*from_file)->file().bytes();
+  ASSERT_EQ(mapped.size(), original.size());
+  EXPECT_TRUE(std::equal(mapped.begin(), mapped.end(), original.begin()));
+
+  std::vector<std::vector<float>> logits(2);
+  int m = 0;
+  for (LlamaModel* model : {from_file->get(), from_bytes->get()}) {
+    model->set_threads(1);
+    const LlamaConfig& c = model->config();
+    auto pool = BlockPool::Create({c.n_layers, c.n_kv_heads, c.head_dim}, 16, 16 << 20);
+    ASSERT_TRUE(pool.ok());
+    auto cache = SessionCache::Create(pool->get(), CacheSpec{CacheMode::kDense, 0, 0, 8},
+                                      c.context_length);
+    ASSERT_TRUE(cache.ok()) << cache.status().ToString();
+    std::vector<float> out(c.vocab_size);
+    for (int32_t t : {3, 141, 59, 26, 5}) {
+      const Status s = StepRunner(*model).Run({&t, 1}, **cache, LogitsMode::kLast, out.data());
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      logits[m].insert(logits[m].end(), out.begin(), out.end());
+    }
+    ++m;
+  }
+  EXPECT_EQ(logits[0], logits[1]);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -61,10 +61,14 @@ struct LlamaWeights {
   std::vector<LlamaLayerWeights> layers;
   const float* output_norm = nullptr;  // [dim]
   WeightMatrix output;                 // [vocab, dim]; token_embedding when tied
-  uint64_t total_bytes = 0;            // bytes of every tensor above (what a decode step reads)
+  // Bytes of every tensor above that a decode step reads whole: all but an untied embedding
+  // table, whose size is embedding_bytes (0 when tied: then it is the output head, read whole).
+  uint64_t total_bytes = 0;
+  uint64_t embedding_bytes = 0;
 
   // The matrices converted at load (their WeightMatrix::data points here): memory on top of the
-  // file mapping, whose pages of those tensors are read once and then left to the page cache.
+  // file mapping, whose pages of those tensors are read once and then unmapped (left to the
+  // page cache, out of the process's RSS).
   std::vector<std::unique_ptr<uint8_t, FreeDeleter>> converted_storage;
   uint64_t converted_bytes = 0;
 
