@@ -12,6 +12,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -186,6 +187,73 @@ TEST(ConvertedModelFileTest, ReleasedSourcePagesLeaveTheModelAndTheMappingIntact
     ++m;
   }
   EXPECT_EQ(logits[0], logits[1]);
+}
+
+// Logits of `tokens` fed one at a time, then of a 20-token chunk (another token bucket), into
+// fresh dense caches.
+std::vector<float> LogitsOf(LlamaModel& model) {
+  const LlamaConfig& c = model.config();
+  auto pool = BlockPool::Create(model.CacheShape(), 16, 16 << 20);
+  EXPECT_TRUE(pool.ok());
+  std::vector<float> all, out(static_cast<size_t>(c.vocab_size));
+  auto one = SessionCache::Create(pool->get(), CacheSpec{CacheMode::kDense, 0, 0, 32},
+                                  c.context_length);
+  EXPECT_TRUE(one.ok());
+  for (int32_t t : {3, 141, 59, 26, 5}) {
+    EXPECT_TRUE(StepRunner(model).Run({&t, 1}, **one, LogitsMode::kLast, out.data()).ok());
+    all.insert(all.end(), out.begin(), out.end());
+  }
+  std::vector<int32_t> chunk(20);
+  for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = static_cast<int32_t>(7 * i + 1);
+  auto many = SessionCache::Create(pool->get(), CacheSpec{CacheMode::kDense, 0, 0, 32},
+                                   c.context_length);
+  EXPECT_TRUE(many.ok());
+  EXPECT_TRUE(StepRunner(model).Run(chunk, **many, LogitsMode::kLast, out.data()).ok());
+  all.insert(all.end(), out.begin(), out.end());
+  return all;
+}
+
+// With every product at 8 bits (a plan's tuning), the converted rows of the layers are read by
+// no product: they are freed (ReleaseUnreadConvertedRows), the logits stay bit for bit, and a
+// tuning that would read them is refused instead of reading freed memory.
+TEST(ConvertedModelFileTest, EightBitProductsNeedOnlyTheirPackedCopies) {
+  if (!kernels::cpu::FastInt8Activations(kernels::cpu::WeightType::kQ8_0)) {
+    GTEST_SKIP() << "this CPU has no fast 8-bit kernel (AVX-512 VNNI): the rows stay in use";
+  }
+  auto model = LlamaModel::FromBytes(*BuildSyntheticModel(Spec({TensorType::kQ5_0, TensorType::kQ6_K})));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  LlamaModel& m = **model;
+  m.set_threads(2);
+  CpuTuning eight;
+  for (const WeightMatrix* w : m.ProductMatrices()) {
+    for (int b = 0; b < kTokenBuckets; ++b) {
+      eight.isa.push_back({w->type, w->rows, w->cols, b, kernels::cpu::ActiveIsa(), 8});
+    }
+  }
+  // ProductMatrices lists a shape once per matrix: keep one entry per shape and bucket.
+  std::sort(eight.isa.begin(), eight.isa.end(), [](const ShapeIsa& a, const ShapeIsa& b) {
+    return std::tie(a.type, a.rows, a.cols, a.bucket) < std::tie(b.type, b.rows, b.cols, b.bucket);
+  });
+  eight.isa.erase(std::unique(eight.isa.begin(), eight.isa.end()), eight.isa.end());
+  ASSERT_TRUE(m.ApplyTuning(eight).ok());
+  const std::vector<float> before = LogitsOf(m);
+  const uint64_t converted = m.weights().converted_bytes;
+
+  const uint64_t freed = m.ReleaseUnreadConvertedRows();
+  EXPECT_GT(freed, 0u);
+  EXPECT_EQ(m.weights().converted_bytes, converted - freed);
+  for (const LlamaLayerWeights& l : m.weights().layers) {
+    for (const WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      EXPECT_EQ(w->data, nullptr);
+    }
+  }
+  EXPECT_NE(m.weights().token_embedding.data, nullptr);  // the lookup reads its rows
+  EXPECT_EQ(LogitsOf(m), before);
+
+  const Status back = m.ApplyTuning(CpuTuning{});
+  EXPECT_EQ(back.code(), StatusCode::kFailedPrecondition) << back.ToString();
+  EXPECT_TRUE(m.ApplyTuning(eight).ok());
+  EXPECT_EQ(LogitsOf(m), before);
 }
 
 INSTANTIATE_TEST_SUITE_P(

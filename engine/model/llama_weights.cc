@@ -244,6 +244,31 @@ bool RunsAtEightBits(const WeightMatrix& m) {
 
 }  // namespace
 
+bool ServedByVnni8CopyAlone(const WeightMatrix& m) {
+  return std::all_of(m.int8_by_bucket.begin(), m.int8_by_bucket.end(), [](bool b) { return b; }) &&
+         m.vnni8_packed != nullptr && kernels::cpu::FastInt8Activations(m.type) &&
+         kernels::cpu::Vnni8Packable(m.type, m.rows, m.cols);
+}
+
+uint64_t ReleaseConvertedRowsServedByVnni8Copies(LlamaWeights& w) {
+  uint64_t freed = 0;
+  for (LlamaLayerWeights& l : w.layers) {
+    for (WeightMatrix* m : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      if (m->data == nullptr || !ServedByVnni8CopyAlone(*m)) continue;
+      auto owned = std::find_if(w.converted_storage.begin(), w.converted_storage.end(),
+                                [&](const auto& p) { return p.get() == m->data; });
+      if (owned == w.converted_storage.end()) continue;  // the file's own rows: never resident
+      const uint64_t bytes = m->row_bytes * static_cast<uint64_t>(m->rows);
+      owned->reset();
+      m->data = nullptr;
+      w.converted_bytes -= bytes;
+      freed += bytes;
+    }
+  }
+  std::erase_if(w.converted_storage, [](const auto& p) { return p == nullptr; });
+  return freed;
+}
+
 uint64_t Vnni8CopiesBytes(std::span<const WeightMatrix* const> matrices) {
   uint64_t total = 0;
   for (const WeightMatrix* m : matrices) {

@@ -81,6 +81,19 @@ struct LlamaWeights {
 
 StatusOr<LlamaWeights> BindLlamaWeights(const gguf::GgufFile& file, const LlamaConfig& config);
 
+// Whether every product of `m` reads only its 8-bit packed copy: every token bucket at 8 bits,
+// the copy made, and this CPU's fast 8-bit kernel, which reads whole 16-row tiles of the copy
+// (kernels::cpu::MatMulRows8; the engine cuts rows in multiples of 48).
+bool ServedByVnni8CopyAlone(const WeightMatrix& m);
+
+// Frees the load-time conversion (converted_storage) of every layer matrix that
+// ServedByVnni8CopyAlone: with a plan that runs the layers at 8 bits, the converted rows of a
+// K-quant model would otherwise sit in memory unread beside their packed copies (Qwen2.5-Coder
+// -0.5B Q4_K_M: 339 MiB). Such a matrix's `data` becomes null; LlamaModel::ApplyTuning then
+// refuses any tuning that would read it. The output head and the embedding table are never
+// released (the embedding lookup reads rows). Returns the bytes freed.
+uint64_t ReleaseConvertedRowsServedByVnni8Copies(LlamaWeights& weights);
+
 // Gives every matrix that kernels::cpu::AmxPackable accepts (the quantized projections and output
 // head) its AMX-packed copy, in one allocation on huge pages. Worth it only where the AMX level
 // runs: it reads the copies for batches of 6+ tokens (a decode step of many sessions, prefill)
