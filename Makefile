@@ -70,9 +70,10 @@ sanitize: deps model vocab
 
 # The model's build plan for this machine (docs/BUILD.md), made once beside the model and kept
 # while it matches the model, the streamd version and the machine; a build that would take over
-# BUILD_SECONDS (two minutes) is given up, and the daemon runs with the built-in defaults. With an eval text
-# (the team's shared one when it is there, or EVAL_TEXT=F) the build may take precision cuts
-# that its eval gate measures on it; without one, only choices that change no logit. The build
+# BUILD_SECONDS (two minutes) is given up, and the daemon runs with the built-in defaults. With
+# an eval text (the team's shared one when it is there, or EVAL_TEXT=F) the build may take
+# precision cuts that its eval gate measures on it; without one, only choices that change no
+# logit. The build
 # prints its stages and their times on stderr (load, tune, eval gate, calibrate, time steps,
 # write), so the first run is not silent while it works. BUILD_SECONDS bounds it: the default
 # model's build takes about a minute on 2 cores; a 0.5B model's (Qwen2.5-Coder-0.5B Q4_K_M) about

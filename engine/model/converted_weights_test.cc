@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -220,7 +221,9 @@ TEST(ConvertedModelFileTest, EightBitProductsNeedOnlyTheirPackedCopies) {
   if (!kernels::cpu::FastInt8Activations(kernels::cpu::WeightType::kQ8_0)) {
     GTEST_SKIP() << "this CPU has no fast 8-bit kernel (AVX-512 VNNI): the rows stay in use";
   }
-  auto model = LlamaModel::FromBytes(*BuildSyntheticModel(Spec({TensorType::kQ5_0, TensorType::kQ6_K})));
+  auto bytes = BuildSyntheticModel(Spec({TensorType::kQ5_0, TensorType::kQ6_K}));
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  auto model = LlamaModel::FromBytes(std::move(*bytes));
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   LlamaModel& m = **model;
   m.set_threads(2);
