@@ -2,10 +2,11 @@
 # Measures streamd and llama.cpp side by side, in one run, on the same model and thread counts:
 # prefill (P tokens in one batch) and decode (G single-token steps), median of R repetitions.
 # The two are interleaved (streamd, llama.cpp, streamd, ...) so that a noisy neighbour hurts
-# both alike. llama.cpp is not part of streamd: point LLAMA_BENCH at a llama-bench binary you
-# built yourself (see docs/PERFORMANCE.md for the version and options used).
+# both alike. llama.cpp is not part of streamd: LLAMA_BENCH names a llama-bench binary, by
+# default the one scripts/build-llama-bench.sh builds from the llama-cpp-python sdist (see
+# docs/PERFORMANCE.md for the version and options used).
 #
-# Usage: LLAMA_BENCH=/path/to/llama-bench scripts/bench-vs-llamacpp.sh [MODEL] [THREADS...]
+# Usage: [LLAMA_BENCH=/path/to/llama-bench] scripts/bench-vs-llamacpp.sh [MODEL] [THREADS...]
 # Env: P (512) G (128) R (5) ROUNDS (3) STREAMD (build/tools/streamd)
 #      PLAN: a build plan of MODEL (streamd build); streamd then also runs with it, in the same
 #      rounds, and both are compared with llama.cpp.
@@ -26,7 +27,7 @@ if [ "$SPIN" = off ]; then
 fi
 streamd="${STREAMD:-build/tools/streamd}"
 PLAN="${PLAN:-}"
-: "${LLAMA_BENCH:?set LLAMA_BENCH to a llama-bench binary}"
+LLAMA_BENCH="${LLAMA_BENCH:-$(scripts/build-llama-bench.sh)}"
 
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
