@@ -85,13 +85,23 @@ sanitize: deps model vocab
 
 # The model's build plan for this machine (docs/BUILD.md), made once beside the model and kept
 # while it matches the model, the streamd version and the machine; a build that would take over
-# two minutes is given up, and the daemon runs with the built-in defaults. With an eval text
-# (the team's shared one when it is there, or EVAL_TEXT=F) the build may take precision cuts
-# that its eval gate measures on it; without one, only choices that change no logit.
+# BUILD_SECONDS (two minutes) is given up, and the daemon runs with the built-in defaults. With
+# an eval text (the team's shared one when it is there, or EVAL_TEXT=F) the build may take
+# precision cuts that its eval gate measures on it; without one, only choices that change no
+# logit. The build
+# prints its stages and their times on stderr (load, tune, eval gate, calibrate, time steps,
+# write), so the first run is not silent while it works. BUILD_SECONDS bounds it: the default
+# model's build takes about a minute on 2 cores; a 0.5B model's (Qwen2.5-Coder-0.5B Q4_K_M) about
+# three (make run MODEL=... BUILD_SECONDS=400).
 PLAN ?= $(MODEL:.gguf=.plan)
+BUILD_SECONDS ?= 120
 EVAL_TEXT ?= $(wildcard ../shared/data/pride-and-prejudice.txt)
 run: build model
-	@if $(BUILD_DIR)/tools/streamd build --model $(MODEL) --out $(PLAN) --reuse --max-seconds 120 \
+	@echo "make run: the build plan for this machine ($(PLAN)): kept if current, else built now"; \
+	echo "  (streamd build: about a minute on 2 cores for the default model; given up past" \
+	  "$(BUILD_SECONDS) s, BUILD_SECONDS=N)"; \
+	if $(BUILD_DIR)/tools/streamd build --model $(MODEL) --out $(PLAN) --reuse \
+	    --max-seconds $(BUILD_SECONDS) \
 	    $(if $(EVAL_TEXT),--eval-text $(EVAL_TEXT)) --quiet; then \
 	  echo "make run: serving with the build plan $(PLAN) (streamd build; docs/BUILD.md)"; \
 	  plan="--plan $(PLAN)"; \

@@ -2,11 +2,14 @@
 # Measures streamd and llama.cpp side by side, in one run, on the same model and thread counts:
 # prefill (P tokens in one batch) and decode (G single-token steps), median of R repetitions.
 # The two are interleaved (streamd, llama.cpp, streamd, ...) so that a noisy neighbour hurts
-# both alike. llama.cpp is not part of streamd: point LLAMA_BENCH at a llama-bench binary you
-# built yourself (see docs/PERFORMANCE.md for the version and options used).
+# both alike. llama.cpp is not part of streamd: LLAMA_BENCH names a llama-bench binary, by
+# default the one scripts/build-llama-bench.sh builds from the llama-cpp-python sdist (see
+# docs/PERFORMANCE.md for the version and options used).
 #
-# Usage: LLAMA_BENCH=/path/to/llama-bench scripts/bench-vs-llamacpp.sh [MODEL] [THREADS...]
+# Usage: [LLAMA_BENCH=/path/to/llama-bench] scripts/bench-vs-llamacpp.sh [MODEL] [THREADS...]
 # Env: P (512) G (128) R (5) ROUNDS (3) STREAMD (build/tools/streamd)
+#      PLAN: a build plan of MODEL (streamd build); streamd then also runs with it, in the same
+#      rounds, and both are compared with llama.cpp.
 #      SPIN (on): "off" makes llama.cpp's idle threads sleep instead of spin (OMP_WAIT_POLICY=
 #      passive, --poll 0), which is what streamd's own thread pool does after a short spin; on
 #      a machine shared with other work spinning threads collapse (docs/PERFORMANCE.md).
@@ -23,7 +26,8 @@ if [ "$SPIN" = off ]; then
   llama_flags=(--poll 0)
 fi
 streamd="${STREAMD:-build/tools/streamd}"
-: "${LLAMA_BENCH:?set LLAMA_BENCH to a llama-bench binary}"
+PLAN="${PLAN:-}"
+LLAMA_BENCH="${LLAMA_BENCH:-$(scripts/build-llama-bench.sh)}"
 
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
@@ -31,6 +35,10 @@ for round in $(seq "$ROUNDS"); do
   for t in "${threads[@]}"; do
     "$streamd" bench --model "$model" --threads "$t" --prompt-tokens "$P" --gen-tokens "$G" \
       --reps "$R" --json | tail -n 1 >>"$out/streamd-$t.jsonl"
+    if [ -n "$PLAN" ]; then
+      "$streamd" bench --model "$model" --plan "$PLAN" --threads "$t" --prompt-tokens "$P" \
+        --gen-tokens "$G" --reps "$R" --json | tail -n 1 >>"$out/streamd+plan-$t.jsonl"
+    fi
     # --repack 0: llama.cpp's AMX repacking crashes in this build (see docs/PERFORMANCE.md).
     env "${llama_env[@]}" "$LLAMA_BENCH" -m "$model" -t "$t" -p "$P" -n "$G" -r "$R" --repack 0 \
       "${llama_flags[@]}" -o jsonl \
@@ -39,16 +47,23 @@ for round in $(seq "$ROUNDS"); do
 done
 
 python3 - "$out" "${threads[@]}" <<'PY'
-import json, statistics, sys, glob
+import json, os, statistics, sys
 out, threads = sys.argv[1], sys.argv[2:]
-print(f"{'threads':>7} {'':>10} {'streamd tok/s':>14} {'llama.cpp tok/s':>16} {'ratio':>7}")
+print(f"{'threads':>7} {'':>10} {'engine':>13} {'streamd tok/s':>14} {'llama.cpp tok/s':>16} "
+      f"{'ratio':>7}  rounds (streamd / llama.cpp)")
 for t in threads:
-    s = [json.loads(l) for l in open(f"{out}/streamd-{t}.jsonl")]
-    sp = statistics.median(r["results"][0]["prefill_tokens_per_s"] for r in s)
-    sd = statistics.median(r["results"][0]["decode_tokens_per_s"] for r in s)
     l = [json.loads(x) for x in open(f"{out}/llama-{t}.jsonl")]
-    lp = statistics.median(r["avg_ts"] for r in l if r["n_prompt"] > 0)
-    ld = statistics.median(r["avg_ts"] for r in l if r["n_gen"] > 0)
-    print(f"{t:>7} {'prefill':>10} {sp:>14.1f} {lp:>16.1f} {sp/lp:>7.2f}")
-    print(f"{t:>7} {'decode':>10} {sd:>14.1f} {ld:>16.1f} {sd/ld:>7.2f}")
+    lp = [r["avg_ts"] for r in l if r["n_prompt"] > 0]
+    ld = [r["avg_ts"] for r in l if r["n_gen"] > 0]
+    for engine in ("streamd", "streamd+plan"):
+        path = f"{out}/{engine}-{t}.jsonl"
+        if not os.path.exists(path):
+            continue
+        s = [json.loads(x) for x in open(path)]
+        sp = [r["results"][0]["prefill_tokens_per_s"] for r in s]
+        sd = [r["results"][0]["decode_tokens_per_s"] for r in s]
+        for name, a, b in (("prefill", sp, lp), ("decode", sd, ld)):
+            ma, mb = statistics.median(a), statistics.median(b)
+            rounds = " ".join(f"{x:.1f}/{y:.1f}" for x, y in zip(a, b))
+            print(f"{t:>7} {name:>10} {engine:>13} {ma:>14.1f} {mb:>16.1f} {ma/mb:>7.2f}  {rounds}")
 PY

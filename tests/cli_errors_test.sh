@@ -82,7 +82,8 @@ expect_error plan-truncated "$tmp/cut.plan: " -- plan inspect "$tmp/cut.plan"
 expect_error plan-missing "$tmp/none.plan" -- plan inspect "$tmp/none.plan"
 expect_error plan-no-file "which plan file" -- plan inspect
 expect_error plan-no-verb "usage: streamd plan inspect" -- plan show x
-expect_error bench-plan-needs-sessions "--plan applies to --sessions" -- bench --model "$model" --plan "$tmp/cut.plan"
+expect_error bench-plan-not-tenants "not to --tenants" -- bench --model "$model" --tenants --plan "$tmp/cut.plan"
+expect_error bench-plan-damaged "$tmp/cut.plan" -- bench --model "$model" --plan "$tmp/cut.plan"
 
 # A model with several problems at once (made with engine/gguf/gguf_writer by make_test_gguf):
 # one line naming the architecture, every unsupported tensor type with its count and the

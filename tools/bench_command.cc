@@ -144,8 +144,7 @@ int BenchCommand(int argc, char** argv) {
   flags.String("backend", &backend, "cpu, cuda or auto (cuda when built with it and a GPU is seen)");
   flags.String("plan", &plan,
                "a build plan of the model (streamd build) to run with, cpu backend (--sessions, "
-               "--snapshot: its KV cache too); with "
-               "--sessions only");
+               "--snapshot: its KV cache too); not with --tenants");
   flags.String("synthetic", &synthetic,
                std::string("random-weight model of a known shape instead of --model: ") +
                    kSyntheticShapes);
@@ -177,10 +176,10 @@ int BenchCommand(int argc, char** argv) {
                    " (default: the best this CPU has)");
   if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(s);
   if (flags.help_requested()) return PrintHelp(flags);
-  if (flags.was_set("plan") && ((!flags.was_set("sessions") && !flags.was_set("snapshot")) ||
-                                flags.was_set("tenants"))) {
+  if (flags.was_set("plan") && flags.was_set("tenants")) {
     return Fail(InvalidArgumentError(
-        "--plan applies to --sessions (with or without --decode-steps) and --snapshot"));
+        "--plan applies to the single-stream form, --sessions (with or without --decode-steps) "
+        "and --snapshot, not to --tenants"));
   }
   if (!isa_name.empty()) {
     if (Status s = ForceIsaByName(isa_name); !s.ok()) return Fail(s);
@@ -329,7 +328,8 @@ int BenchCommand(int argc, char** argv) {
     }
   }
 
-  auto loaded = LoadBenchModel({model_path, synthetic, backend}, /*with_tokenizer=*/false);
+  // With --plan: its tuning, pre-packed weights and KV cache; --threads still sets the threads.
+  auto loaded = LoadBenchModel({model_path, synthetic, backend, plan}, /*with_tokenizer=*/false);
   if (!loaded.ok()) return Fail(loaded.status(), synthetic.empty() ? model_path : "");
   ModelBackend& model = *loaded->model;
   const LlamaConfig& c = model.config();
@@ -340,7 +340,7 @@ int BenchCommand(int argc, char** argv) {
                                      std::to_string(c.context_length)));
   }
   const CacheSpec dense{CacheMode::kDense, 0, 0, static_cast<int32_t>(prompt_tokens)};
-  const KvShape shape{c.n_layers, c.n_kv_heads, c.head_dim};
+  const KvShape shape = model.CacheShape();  // f16, or a plan's int8 cache with its scales
   const int32_t blocks =
       SessionCache::PeakBlocks(SessionCache::Effective(dense, c.context_length), kBlockSize);
   auto pool = model.CreatePool(shape, kBlockSize, blocks * BlockPool::BlockBytes(shape, kBlockSize));

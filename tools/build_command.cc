@@ -26,6 +26,7 @@
 #include "engine/snapshot/model_fingerprint.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/util/version.h"
+#include "tools/build_stages.h"
 #include "tools/commands.h"
 #include "tools/model_path.h"
 #include "tools/perplexity.h"
@@ -299,7 +300,7 @@ int BuildCommand(int argc, char** argv) {
   flags.Int("max-seconds", &max_seconds, 0, 1 << 20,
             "give up (exit 3, no plan written) when tuning runs longer (0: no limit)");
   flags.Bool("reuse", &reuse, "keep --out when it is a plan for this model, version and machine");
-  flags.Bool("quiet", &quiet, "print only the result line");
+  flags.Bool("quiet", &quiet, "print only the stage lines (stderr) and the result line");
   if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(s);
   if (flags.help_requested()) return PrintHelp(flags);
   if (target == "cuda") {
@@ -371,9 +372,17 @@ int BuildCommand(int argc, char** argv) {
   plan.model_fingerprint = ModelFingerprint(**file);
   plan.model_path = model_path;
   plan.hardware = CpuFingerprint();
+  // From here on the input is valid: stage lines on stderr (build_stages.h).
+  BuildStages stages(started);
+  stages.Begin("load", "reading " + model_path + " (tensors in types the products do not read "
+                       "are converted)");
   auto loaded = LlamaModel::FromFile(std::move(file).value());
   if (!loaded.ok()) return Fail(loaded.status(), model_path);
   LlamaModel& model = **loaded;
+  {
+    const uint64_t converted = model.weights().converted_bytes;
+    stages.End(converted > 0 ? std::to_string(converted >> 20) + " MiB converted" : "");
+  }
   const LlamaConfig& config = model.config();
   plan.model_name = config.name.empty() ? config.architecture : config.name;
   const auto say = [&](const std::string& line) {
@@ -396,12 +405,17 @@ int BuildCommand(int argc, char** argv) {
     say("no --eval-text: only choices that leave the logits bit for bit unchanged are tuned");
   }
   const MachineLoad load;
+  stages.Begin("tune", std::string("timing kernel choices on this machine (") +
+                           std::to_string(rounds) + " alternated rounds each" +
+                           (eval_ids.empty() ? ", numerics-exact choices only)" : ")"));
   auto tuned = TuneCpu(model, options);
   if (!tuned.ok()) return FailTuning(tuned.status(), max_seconds);
   plan.tuning = tuned->tuning;
   plan.measurements = tuned->measurements;
 
-  if (!plan.tuning.isa.empty()) {
+  if (!plan.tuning.isa.empty()) {  // only with an eval text (stage 1 of the tuner)
+    stages.Begin("eval gate", "streaming perplexity of each precision cut on " +
+                                  std::to_string(eval_ids.size()) + " tokens of " + eval_text);
     auto gated = GateNumericsCuts(model, plan.tuning, eval_ids, eval_text, sinks, window,
                                   *max_increase, say);
     if (!gated.ok()) return Fail(gated.status(), "eval gate");
@@ -416,6 +430,8 @@ int BuildCommand(int argc, char** argv) {
           " calibration tokens (" + calibration_source + ") do not fill the " +
           std::to_string(sinks + window) + "-token cache; give --calibration-text");
     } else {
+      stages.Begin("calibrate", "int8 KV cache scales from " + calibration_source +
+                                    ", then its perplexity on the eval text");
       auto decided = GateInt8KvCache(model, calibration_ids, calibration_source, eval_ids,
                                      eval_text, sinks, window, *max_increase, &plan.kv_cache, say);
       if (!decided.ok()) return Fail(decided.status(), "eval gate");
@@ -435,6 +451,7 @@ int BuildCommand(int argc, char** argv) {
     }
   }
 
+  stages.Begin("time steps", "decode steps of 1 and 16 sessions, the defaults against the plan");
   auto compared = CompareWithDefaults(model, plan.tuning, options);
   if (!compared.ok()) return FailTuning(compared.status(), max_seconds);
   for (const PlanMeasurement& m : *compared) {
@@ -467,11 +484,14 @@ int BuildCommand(int argc, char** argv) {
                         : amx        ? "amx-packed"
                         : eight      ? "vnni8-packed"
                                      : "none";
+  stages.Begin("write", out_path + " (" + std::to_string(packed.size() >> 20) +
+                           " MiB of pre-packed weights)");
   plan.built_at = UtcNow();
   plan.build_seconds = std::chrono::duration<double>(Clock::now() - started).count();
   if (Status s = WritePlanFile(out_path, plan, packed); !s.ok()) return Fail(s);
   auto written = PlanFile::Open(out_path);
   if (!written.ok()) return Fail(written.status());
+  stages.End();
   std::printf("streamd build: wrote %s in %.1f s\n  %s\n", out_path.c_str(), plan.build_seconds,
               DescribePlan(**written).c_str());
   return 0;

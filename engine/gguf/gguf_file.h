@@ -125,6 +125,9 @@ class GgufFile {
   // Every byte of the file (the mapping, or the caller's buffer): what the model fingerprint
   // hashes (header, metadata and tensor infos before data_offset(), samples of tensor data).
   std::span<const uint8_t> bytes() const { return {bytes_, file_size_}; }
+  // True when bytes() is Open()'s read-only private mapping of the file (pages of it may be
+  // dropped and are read back from the file), false for FromBuffer()'s caller-owned memory.
+  bool is_file_mapping() const { return mapping_ != nullptr; }
 
   // Metadata, in file order.
   const std::vector<std::pair<std::string, Value>>& metadata() const { return metadata_; }

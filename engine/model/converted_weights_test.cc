@@ -2,11 +2,18 @@
 // kernels/cpu/repack_quant.h): a synthetic model written with such tensors loads, its matrices
 // are the converted copies, and its logits match PlainReferenceLlama on the same model with every
 // converted tensor replaced by its reference dequantization as F32 (DequantizeConvertedTensors).
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <random>
+#include <span>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -128,6 +135,128 @@ TEST_P(ConvertedModelTest, LoadsAndMatchesTheDequantizedModel) {
   // wrong bit layout or a misplaced row gives errors of order 1.
   EXPECT_LT(worst_repack, 4e-2);
   EXPECT_LT(worst_forward, 5e-2);
+}
+
+// Loaded from a file, the converted tensors' source pages are unmapped after conversion
+// (llama_weights.cc, ReleaseSourcePages); loaded from memory, they are not touched. Both models
+// must run the same bits, and the file's mapping must still read the file's bytes (the model
+// fingerprint and the tokenizer read it after load).
+TEST(ConvertedModelFileTest, ReleasedSourcePagesLeaveTheModelAndTheMappingIntact) {
+  SyntheticModelSpec spec = Spec({TensorType::kQ5_0, TensorType::kQ6_K});
+  spec.dim = 1024;  // tensors of several pages, so that whole pages are released
+  spec.ffn_dim = 2048;
+  auto bytes = BuildSyntheticModel(spec);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(tmp != nullptr ? tmp : "/tmp") + "/converted_" +
+                           std::to_string(::getpid()) + ".gguf";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes->data()),
+              static_cast<std::streamsize>(bytes->size()));
+    ASSERT_TRUE(out.good());
+  }
+  const std::vector<uint8_t> original = *bytes;
+  auto from_file = LlamaModel::Load(path);
+  std::remove(path.c_str());  // the mapping keeps the inode
+  ASSERT_TRUE(from_file.ok()) << from_file.status().ToString();
+  auto from_bytes = LlamaModel::FromBytes(std::move(*bytes));
+  ASSERT_TRUE(from_bytes.ok()) << from_bytes.status().ToString();
+  ASSERT_TRUE((*from_file)->file().is_file_mapping());
+  ASSERT_FALSE((*from_bytes)->file().is_file_mapping());
+
+  const std::span<const uint8_t> mapped = (*from_file)->file().bytes();
+  ASSERT_EQ(mapped.size(), original.size());
+  EXPECT_TRUE(std::equal(mapped.begin(), mapped.end(), original.begin()));
+
+  std::vector<std::vector<float>> logits(2);
+  int m = 0;
+  for (LlamaModel* model : {from_file->get(), from_bytes->get()}) {
+    model->set_threads(1);
+    const LlamaConfig& c = model->config();
+    auto pool = BlockPool::Create({c.n_layers, c.n_kv_heads, c.head_dim}, 16, 16 << 20);
+    ASSERT_TRUE(pool.ok());
+    auto cache = SessionCache::Create(pool->get(), CacheSpec{CacheMode::kDense, 0, 0, 8},
+                                      c.context_length);
+    ASSERT_TRUE(cache.ok()) << cache.status().ToString();
+    std::vector<float> out(c.vocab_size);
+    for (int32_t t : {3, 141, 59, 26, 5}) {
+      const Status s = StepRunner(*model).Run({&t, 1}, **cache, LogitsMode::kLast, out.data());
+      ASSERT_TRUE(s.ok()) << s.ToString();
+      logits[m].insert(logits[m].end(), out.begin(), out.end());
+    }
+    ++m;
+  }
+  EXPECT_EQ(logits[0], logits[1]);
+}
+
+// Logits of `tokens` fed one at a time, then of a 20-token chunk (another token bucket), into
+// fresh dense caches.
+std::vector<float> LogitsOf(LlamaModel& model) {
+  const LlamaConfig& c = model.config();
+  auto pool = BlockPool::Create(model.CacheShape(), 16, 16 << 20);
+  EXPECT_TRUE(pool.ok());
+  std::vector<float> all, out(static_cast<size_t>(c.vocab_size));
+  auto one = SessionCache::Create(pool->get(), CacheSpec{CacheMode::kDense, 0, 0, 32},
+                                  c.context_length);
+  EXPECT_TRUE(one.ok());
+  for (int32_t t : {3, 141, 59, 26, 5}) {
+    EXPECT_TRUE(StepRunner(model).Run({&t, 1}, **one, LogitsMode::kLast, out.data()).ok());
+    all.insert(all.end(), out.begin(), out.end());
+  }
+  std::vector<int32_t> chunk(20);
+  for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = static_cast<int32_t>(7 * i + 1);
+  auto many = SessionCache::Create(pool->get(), CacheSpec{CacheMode::kDense, 0, 0, 32},
+                                   c.context_length);
+  EXPECT_TRUE(many.ok());
+  EXPECT_TRUE(StepRunner(model).Run(chunk, **many, LogitsMode::kLast, out.data()).ok());
+  all.insert(all.end(), out.begin(), out.end());
+  return all;
+}
+
+// With every product at 8 bits (a plan's tuning), the converted rows of the layers are read by
+// no product: they are freed (ReleaseUnreadConvertedRows), the logits stay bit for bit, and a
+// tuning that would read them is refused instead of reading freed memory.
+TEST(ConvertedModelFileTest, EightBitProductsNeedOnlyTheirPackedCopies) {
+  if (!kernels::cpu::FastInt8Activations(kernels::cpu::WeightType::kQ8_0)) {
+    GTEST_SKIP() << "this CPU has no fast 8-bit kernel (AVX-512 VNNI): the rows stay in use";
+  }
+  auto bytes = BuildSyntheticModel(Spec({TensorType::kQ5_0, TensorType::kQ6_K}));
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  auto model = LlamaModel::FromBytes(std::move(*bytes));
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  LlamaModel& m = **model;
+  m.set_threads(2);
+  CpuTuning eight;
+  for (const WeightMatrix* w : m.ProductMatrices()) {
+    for (int b = 0; b < kTokenBuckets; ++b) {
+      eight.isa.push_back({w->type, w->rows, w->cols, b, kernels::cpu::ActiveIsa(), 8});
+    }
+  }
+  // ProductMatrices lists a shape once per matrix: keep one entry per shape and bucket.
+  std::sort(eight.isa.begin(), eight.isa.end(), [](const ShapeIsa& a, const ShapeIsa& b) {
+    return std::tie(a.type, a.rows, a.cols, a.bucket) < std::tie(b.type, b.rows, b.cols, b.bucket);
+  });
+  eight.isa.erase(std::unique(eight.isa.begin(), eight.isa.end()), eight.isa.end());
+  ASSERT_TRUE(m.ApplyTuning(eight).ok());
+  const std::vector<float> before = LogitsOf(m);
+  const uint64_t converted = m.weights().converted_bytes;
+
+  const uint64_t freed = m.ReleaseUnreadConvertedRows();
+  EXPECT_GT(freed, 0u);
+  EXPECT_EQ(m.weights().converted_bytes, converted - freed);
+  for (const LlamaLayerWeights& l : m.weights().layers) {
+    for (const WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      EXPECT_EQ(w->data, nullptr);
+    }
+  }
+  EXPECT_NE(m.weights().token_embedding.data, nullptr);  // the lookup reads its rows
+  EXPECT_EQ(LogitsOf(m), before);
+
+  const Status back = m.ApplyTuning(CpuTuning{});
+  EXPECT_EQ(back.code(), StatusCode::kFailedPrecondition) << back.ToString();
+  EXPECT_TRUE(m.ApplyTuning(eight).ok());
+  EXPECT_EQ(LogitsOf(m), before);
 }
 
 INSTANTIATE_TEST_SUITE_P(

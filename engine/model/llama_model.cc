@@ -144,6 +144,18 @@ Status LlamaModel::ApplyTuning(const CpuTuning& tuning, std::span<const uint8_t>
       }
     }
   }
+  // A matrix whose converted rows were released (ReleaseConvertedRows) has only its 8-bit copy.
+  for (size_t i = 0; i < matrices.size(); ++i) {
+    if (matrices[i]->data != nullptr) continue;
+    WeightMatrix check = tuned[i];
+    check.vnni8_packed = matrices[i]->vnni8_packed;
+    if (!ServedByVnni8CopyAlone(check)) {
+      return FailedPreconditionError(
+          "this tuning runs a " + std::to_string(check.rows) + "x" + std::to_string(check.cols) +
+          " matrix from its converted rows, which were released after a plan's tuning ran every "
+          "product of it on its 8-bit copy; load the model again to apply another tuning");
+    }
+  }
   if (!vnni8_copies.empty()) {
     std::vector<const WeightMatrix*> views;
     for (const WeightMatrix& m : tuned) views.push_back(&m);

@@ -77,6 +77,11 @@ class LlamaModel : public ModelBackend {
   // tuning needs) or packed here. Not thread-safe with Execute.
   Status ApplyTuning(const CpuTuning& tuning, std::span<const uint8_t> vnni8_copies = {});
   const CpuTuning& tuning() const { return tuning_; }
+  // Once a plan's tuning is applied for good (serving): frees the converted rows that no product
+  // reads any more (ReleaseConvertedRowsServedByVnni8Copies). Returns the bytes freed.
+  uint64_t ReleaseUnreadConvertedRows() {
+    return ReleaseConvertedRowsServedByVnni8Copies(weights_);
+  }
   // The matrices products run over (output head, then each layer's projections): the shapes a
   // tuner times.
   std::vector<const WeightMatrix*> ProductMatrices() const;

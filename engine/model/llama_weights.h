@@ -61,10 +61,14 @@ struct LlamaWeights {
   std::vector<LlamaLayerWeights> layers;
   const float* output_norm = nullptr;  // [dim]
   WeightMatrix output;                 // [vocab, dim]; token_embedding when tied
-  uint64_t total_bytes = 0;            // bytes of every tensor above (what a decode step reads)
+  // Bytes of every tensor above that a decode step reads whole: all but an untied embedding
+  // table, whose size is embedding_bytes (0 when tied: then it is the output head, read whole).
+  uint64_t total_bytes = 0;
+  uint64_t embedding_bytes = 0;
 
   // The matrices converted at load (their WeightMatrix::data points here): memory on top of the
-  // file mapping, whose pages of those tensors are read once and then left to the page cache.
+  // file mapping, whose pages of those tensors are read once and then unmapped (left to the
+  // page cache, out of the process's RSS).
   std::vector<std::unique_ptr<uint8_t, FreeDeleter>> converted_storage;
   uint64_t converted_bytes = 0;
 
@@ -76,6 +80,19 @@ struct LlamaWeights {
 };
 
 StatusOr<LlamaWeights> BindLlamaWeights(const gguf::GgufFile& file, const LlamaConfig& config);
+
+// Whether every product of `m` reads only its 8-bit packed copy: every token bucket at 8 bits,
+// the copy made, and this CPU's fast 8-bit kernel, which reads whole 16-row tiles of the copy
+// (kernels::cpu::MatMulRows8; the engine cuts rows in multiples of 48).
+bool ServedByVnni8CopyAlone(const WeightMatrix& m);
+
+// Frees the load-time conversion (converted_storage) of every layer matrix that
+// ServedByVnni8CopyAlone: with a plan that runs the layers at 8 bits, the converted rows of a
+// K-quant model would otherwise sit in memory unread beside their packed copies (Qwen2.5-Coder
+// -0.5B Q4_K_M: 339 MiB). Such a matrix's `data` becomes null; LlamaModel::ApplyTuning then
+// refuses any tuning that would read it. The output head and the embedding table are never
+// released (the embedding lookup reads rows). Returns the bytes freed.
+uint64_t ReleaseConvertedRowsServedByVnni8Copies(LlamaWeights& weights);
 
 // Gives every matrix that kernels::cpu::AmxPackable accepts (the quantized projections and output
 // head) its AMX-packed copy, in one allocation on huge pages. Worth it only where the AMX level

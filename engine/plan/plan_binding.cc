@@ -61,6 +61,8 @@ StatusOr<std::unique_ptr<LlamaModel>> LoadCpuModel(const std::string& model_path
     if (Status s = ApplyKvCache(plan->plan().kv_cache, **model); !s.ok()) {
       return Status(s.code(), "model.plan: " + plan_path + ": kv_cache: " + s.message());
     }
+    // The plan is applied for good: the converted rows its 8-bit products never read go.
+    (*model)->ReleaseUnreadConvertedRows();
     if (plan_note != nullptr) *plan_note = DescribePlan(*plan);
   }
   return model;
