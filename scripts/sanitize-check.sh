@@ -49,7 +49,7 @@ fi
 # Unit test binaries of kernels/, engine/ and server/ (CUDA off: no GPU tests).
 ASAN_TARGETS=(kernels_cpu_test kernels_repack_test util_test cache_test gguf_test tokenizer_test
   sampling_test model_check_test
-  snapshot_test plan_test model_test backend_test core_test sessions_test config_test metrics_test
+  snapshot_test build_plan_test model_test backend_test core_test sessions_test config_test metrics_test
   server_test http_test http_server_test http_server_tls_test)
 # The test binaries whose code under test runs threads; the rest are single-threaded.
 # model_test: the forward pass on the thread pool, token-parallel decode among it (13 s).

@@ -1,11 +1,11 @@
 // Writes a GGUF for the CLI tests (tests/cli_errors_test.sh) with engine/gguf/gguf_writer:
 //   make_test_gguf several-problems OUT   architecture, tensor types and pre-tokenizer all
-//                                         unsupported (engine/model/model_check_test_util.h)
+//                                         unsupported (tests/support/model_check_test_util.h)
 //   make_test_gguf good OUT               the same synthetic model without a problem
 #include <cstdio>
 #include <string>
 
-#include "engine/model/model_check_test_util.h"
+#include "tests/support/model_check_test_util.h"
 
 int main(int argc, char** argv) {
   using namespace streamd;

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/plan/step_timer.h"
+#include "engine/build_plan/step_timer.h"
 #include "tools/commands.h"
 
 namespace streamd::tools {

@@ -19,7 +19,7 @@
 #include "engine/gguf/gguf_file.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/synthetic_model.h"
-#include "engine/plan/plan_binding.h"
+#include "engine/build_plan/plan_binding.h"
 #include "engine/core/engine.h"
 #include "engine/core/session_persister.h"
 #include "engine/core/snapshot_store.h"

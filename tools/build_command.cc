@@ -1,5 +1,5 @@
 // `streamd build`: compiles a model for this machine into a build plan (docs/BUILD.md): kernel
-// choices timed here (engine/plan/cpu_tuner.h), the pre-packed weights those kernels read, and
+// choices timed here (engine/build_plan/cpu_tuner.h), the pre-packed weights those kernels read, and
 // the eval gate's verdict on every choice that changes the numerics.
 #include <sys/stat.h>
 
@@ -17,11 +17,11 @@
 #include "engine/cache/session_cache.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/model/llama_model.h"
-#include "engine/plan/cpu_tuner.h"
-#include "engine/plan/kv_calibration.h"
-#include "engine/plan/machine_load.h"
-#include "engine/plan/plan_binding.h"
-#include "engine/plan/plan_file.h"
+#include "engine/build_plan/cpu_tuner.h"
+#include "engine/build_plan/kv_calibration.h"
+#include "engine/build_plan/machine_load.h"
+#include "engine/build_plan/plan_binding.h"
+#include "engine/build_plan/plan_file.h"
 #include "engine/core/step_runner.h"
 #include "engine/snapshot/model_fingerprint.h"
 #include "engine/tokenizer/tokenizer.h"

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "engine/gguf/gguf_file.h"
-#include "engine/plan/plan_binding.h"
-#include "engine/plan/plan_file.h"
+#include "engine/build_plan/plan_binding.h"
+#include "engine/build_plan/plan_file.h"
 #include "engine/util/version.h"
 #include "tools/commands.h"
 

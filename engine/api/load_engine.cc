@@ -6,7 +6,7 @@
 #include "engine/backend/fault_injection.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model_check.h"
-#include "engine/plan/plan_binding.h"
+#include "engine/build_plan/plan_binding.h"
 #include "engine/snapshot/model_fingerprint.h"
 
 namespace streamd {

@@ -1,6 +1,6 @@
 // KvInt8Scales: the static scales of an int8 KV cache. A cached K or V value is stored as
 // q = round(x / scale) in [-127, 127] and read back as scale * q, with one scale per (layer,
-// kv head, channel) for K and for V, calibrated once by `streamd build` (engine/plan/
+// kv head, channel) for K and for V, calibrated once by `streamd build` (engine/build_plan/
 // kv_calibration.h) and kept in the plan. Static scales keep a block's bytes plain int8 (half
 // of f16: twice the sessions per GiB), attention folds them into the query and the output
 // (kernels/cpu/paged_attention.h), and a row is written without looking at other rows.

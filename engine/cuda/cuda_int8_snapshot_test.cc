@@ -19,7 +19,7 @@
 #include "tests/support/int8_engine_test_util.h"
 #include "engine/core/step_runner.h"
 #include "engine/snapshot/snapshot_format.h"
-#include "kernels/cuda/cuda_test_util.h"
+#include "tests/support/cuda_test_util.h"
 
 namespace streamd::cuda {
 namespace {

@@ -23,7 +23,7 @@
 #include "engine/model/synthetic_model.h"
 #include "engine/core/engine.h"
 #include "engine/core/step_runner.h"
-#include "kernels/cuda/cuda_test_util.h"
+#include "tests/support/cuda_test_util.h"
 
 namespace streamd::cuda {
 namespace {

@@ -38,7 +38,7 @@
 #include "engine/core/step_runner.h"
 #include "engine/snapshot/model_fingerprint.h"
 #include "engine/snapshot/snapshot_format.h"
-#include "kernels/cuda/cuda_test_util.h"
+#include "tests/support/cuda_test_util.h"
 
 namespace streamd::cuda {
 namespace {

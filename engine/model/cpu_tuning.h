@@ -1,5 +1,5 @@
 // CpuTuning: the CPU backend's kernel choices that a build plan tunes by timing candidates on the
-// machine at hand (engine/plan/cpu_tuner.h, docs/BUILD.md). Without a plan the defaults hold:
+// machine at hand (engine/build_plan/cpu_tuner.h, docs/BUILD.md). Without a plan the defaults hold:
 // the values measured on a Sapphire Rapids machine and written down in llama_model.cc before
 // plans existed, so a daemon without a plan runs exactly as it always did.
 //

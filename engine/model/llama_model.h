@@ -33,7 +33,7 @@ namespace streamd {
 // The CPU backend (ModelBackend); also the reference the CUDA backend is tested against.
 class LlamaModel : public ModelBackend {
  public:
-  // AMX-packed weight copies made earlier (a build plan's, engine/plan) to use instead of
+  // AMX-packed weight copies made earlier (a build plan's, engine/build_plan) to use instead of
   // packing at load; ignored where the AMX level does not run. The bytes need only outlive Load.
   struct Prepacked {
     const uint8_t* amx_bytes = nullptr;

@@ -128,7 +128,7 @@ std::vector<const WeightMatrix*> ProductMatrices(const LlamaWeights& weights);
 // Bytes AddAmxPackedCopies allocates for these weights (0: nothing to pack).
 uint64_t AmxPackedCopiesBytes(const LlamaWeights& weights);
 
-// Copies made earlier instead of packing at load: a build plan's (engine/plan), which stores
+// Copies made earlier instead of packing at load: a build plan's (engine/build_plan), which stores
 // the bytes AddAmxPackedCopies made, in its order. They are copied once onto huge pages (the
 // tile loops' TLB reach; a file mapping has 4 KiB pages), which takes a fraction of packing.
 // Errors: a size other than AmxPackedCopiesBytes (another model or layout).

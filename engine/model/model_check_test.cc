@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/model/llama_model.h"
-#include "engine/model/model_check_test_util.h"
+#include "tests/support/model_check_test_util.h"
 #include "engine/model/model_family.h"
 
 namespace streamd {

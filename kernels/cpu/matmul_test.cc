@@ -30,7 +30,7 @@
 
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/quant_blocks.h"
-#include "kernels/cpu/test_util.h"
+#include "tests/support/kernels_cpu_test_util.h"
 
 namespace streamd::kernels::cpu {
 namespace {

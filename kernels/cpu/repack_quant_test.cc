@@ -15,7 +15,7 @@
 
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/random_quant_blocks.h"
-#include "kernels/cpu/test_util.h"
+#include "tests/support/kernels_cpu_test_util.h"
 
 namespace streamd::kernels {
 namespace {

@@ -15,7 +15,7 @@
 
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/quant_blocks.h"
-#include "kernels/cuda/cuda_test_util.h"
+#include "tests/support/cuda_test_util.h"
 #include "kernels/cuda/kernels.h"
 
 namespace streamd::kernels::cuda {

@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "kernels/cpu/quant_blocks.h"
-#include "kernels/cuda/cuda_test_util.h"
+#include "tests/support/cuda_test_util.h"
 #include "kernels/cuda/kernels.h"
 
 namespace streamd::kernels::cuda {

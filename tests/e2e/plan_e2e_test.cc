@@ -9,7 +9,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "engine/plan/plan_file.h"
+#include "engine/build_plan/plan_file.h"
 #include "tests/e2e/daemon_process.h"
 #include "tests/e2e/durability_util.h"
 #include "tests/e2e/e2e_util.h"

@@ -1,4 +1,4 @@
-// libFuzzer target for the build-plan reader (engine/plan/plan_file.h): any byte string must
+// libFuzzer target for the build-plan reader (engine/build_plan/plan_file.h): any byte string must
 // yield either a plan whose fields pass every check the reader promises (ValidateCpuTuning, the
 // weights section inside the input and aligned) and that serializes back to bytes parsing to
 // the same plan, or an error with a non-empty one-line message. Never a crash, a sanitizer
@@ -17,7 +17,7 @@
 #include <span>
 #include <string>
 
-#include "engine/plan/plan_file.h"
+#include "engine/build_plan/plan_file.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "engine/plan/cpu_tuner.h"
+#include "engine/build_plan/cpu_tuner.h"
 
 #include <algorithm>
 #include <initializer_list>
@@ -11,8 +11,8 @@
 #include <thread>
 #include <utility>
 
-#include "engine/plan/machine_load.h"
-#include "engine/plan/step_timer.h"
+#include "engine/build_plan/machine_load.h"
+#include "engine/build_plan/step_timer.h"
 
 namespace streamd {
 namespace {

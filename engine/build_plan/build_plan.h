@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "engine/model/cpu_tuning.h"
-#include "engine/plan/hardware_fingerprint.h"
+#include "engine/build_plan/hardware_fingerprint.h"
 #include "engine/util/status.h"
 
 namespace streamd {

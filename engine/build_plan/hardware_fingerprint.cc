@@ -1,4 +1,4 @@
-#include "engine/plan/hardware_fingerprint.h"
+#include "engine/build_plan/hardware_fingerprint.h"
 
 #include <algorithm>
 #include <set>

@@ -20,7 +20,7 @@
 #include <span>
 #include <string>
 
-#include "engine/plan/build_plan.h"
+#include "engine/build_plan/build_plan.h"
 #include "engine/util/status.h"
 
 namespace streamd {

@@ -31,7 +31,7 @@
 
 #include "engine/model/cpu_tuning.h"
 #include "engine/model/llama_model.h"
-#include "engine/plan/build_plan.h"
+#include "engine/build_plan/build_plan.h"
 #include "engine/util/status.h"
 
 namespace streamd {

@@ -8,7 +8,7 @@
 #include <sstream>
 #include <thread>
 
-#include "engine/plan/hardware_fingerprint.h"
+#include "engine/build_plan/hardware_fingerprint.h"
 #include "kernels/cpu/matmul.h"
 
 namespace streamd {

@@ -1,6 +1,6 @@
 // The plan file: round trips, every kind of damage refused with a reason, the binding checks, and
 // that a plan's kernel choices and pre-packed weights leave the model's outputs as they were.
-#include "engine/plan/plan_file.h"
+#include "engine/build_plan/plan_file.h"
 
 #include <filesystem>
 #include <random>
@@ -11,7 +11,7 @@
 #include "engine/cache/session_cache.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/synthetic_model.h"
-#include "engine/plan/plan_test_util.h"
+#include "tests/support/plan_test_util.h"
 
 namespace streamd {
 namespace {

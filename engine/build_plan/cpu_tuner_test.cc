@@ -1,7 +1,7 @@
 // The tuner and what it times with: StepTimer's workloads and errors, TuneCpu's result (valid,
 // applied, numerics-exact when asked, bounded by its deadline) and OpenPlanFor's binding of a
 // plan file to a model, a version and this machine.
-#include "engine/plan/cpu_tuner.h"
+#include "engine/build_plan/cpu_tuner.h"
 
 #include <algorithm>
 #include <chrono>
@@ -11,10 +11,10 @@
 #include <gtest/gtest.h>
 
 #include "engine/cache/kv_scales.h"
-#include "engine/plan/machine_load.h"
-#include "engine/plan/plan_binding.h"
-#include "engine/plan/plan_test_util.h"
-#include "engine/plan/step_timer.h"
+#include "engine/build_plan/machine_load.h"
+#include "engine/build_plan/plan_binding.h"
+#include "tests/support/plan_test_util.h"
+#include "engine/build_plan/step_timer.h"
 #include "engine/snapshot/model_fingerprint.h"
 #include "engine/util/version.h"
 

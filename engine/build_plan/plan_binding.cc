@@ -1,4 +1,4 @@
-#include "engine/plan/plan_binding.h"
+#include "engine/build_plan/plan_binding.h"
 
 #include "engine/snapshot/model_fingerprint.h"
 #include "engine/util/version.h"

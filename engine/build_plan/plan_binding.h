@@ -8,7 +8,7 @@
 
 #include "engine/gguf/gguf_file.h"
 #include "engine/model/llama_model.h"
-#include "engine/plan/plan_file.h"
+#include "engine/build_plan/plan_file.h"
 #include "engine/util/status.h"
 
 namespace streamd {

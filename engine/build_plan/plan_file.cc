@@ -1,4 +1,4 @@
-#include "engine/plan/plan_file.h"
+#include "engine/build_plan/plan_file.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,4 +1,4 @@
-#include "engine/plan/machine_load.h"
+#include "engine/build_plan/machine_load.h"
 
 #include <sys/resource.h>
 #include <unistd.h>

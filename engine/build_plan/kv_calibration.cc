@@ -1,4 +1,4 @@
-#include "engine/plan/kv_calibration.h"
+#include "engine/build_plan/kv_calibration.h"
 
 #include <algorithm>
 #include <cmath>

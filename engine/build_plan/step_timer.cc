@@ -1,4 +1,4 @@
-#include "engine/plan/step_timer.h"
+#include "engine/build_plan/step_timer.h"
 
 #include <algorithm>
 #include <chrono>
