@@ -41,7 +41,7 @@ const char* AuthFailureName(AuthFailure reason) {
 }
 
 StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(const std::string& keys_file,
-                                                                OnFailure on_failure) {
+                                                               OnFailure on_failure) {
   std::unique_ptr<Authenticator> a(new Authenticator(keys_file, std::move(on_failure)));
   if (keys_file.empty()) return a;
   if (::stat(keys_file.c_str(), &a->seen_) != 0) {
@@ -105,7 +105,8 @@ bool Authenticator::ReloadIfChanged() {
 
 // At most one log line per second per limiter: true when this one may log; `more` is then how
 // many were left out since the last line.
-static bool MayLog(std::atomic<int64_t>& last_log_s, std::atomic<int64_t>& suppressed, int64_t* more) {
+static bool MayLog(std::atomic<int64_t>& last_log_s, std::atomic<int64_t>& suppressed,
+                   int64_t* more) {
   const int64_t now_s = std::chrono::duration_cast<std::chrono::seconds>(
                             std::chrono::steady_clock::now().time_since_epoch())
                             .count();
@@ -171,8 +172,7 @@ StatusOr<Caller> Authenticator::AuthenticateHeader(const std::string* authorizat
   }
   if (!bearer) {
     Refused(AuthFailure::kMalformed);
-    return Status(StatusCode::kUnauthenticated,
-                  "authorization: not of the form `Bearer <key>`");
+    return Status(StatusCode::kUnauthenticated, "authorization: not of the form `Bearer <key>`");
   }
   KeyHash presented{};
   SHA256(reinterpret_cast<const unsigned char*>(value.data() + kScheme.size()),

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <grpcpp/server_context.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <chrono>
@@ -20,7 +21,6 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <sys/stat.h>
 #include <thread>
 #include <vector>
 
@@ -35,9 +35,7 @@ struct Caller {
   bool admin = true;           // sees and may act on every session
   bool authenticated = false;  // a key named it
   // Whether a session of `session_tenant` exists for this caller: its own, or any for admins.
-  bool CanSee(const std::string& session_tenant) const {
-    return admin || session_tenant == tenant;
-  }
+  bool CanSee(const std::string& session_tenant) const { return admin || session_tenant == tenant; }
 };
 
 // Why a call was refused (streamd_auth_failures_total{reason}).

@@ -1,20 +1,18 @@
 #include "server/grpc_server.h"
 
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
-
 #include <spdlog/spdlog.h>
-
-#include <grpcpp/resource_quota.h>
 
 #include <algorithm>
 #include <chrono>
 #include <limits>
 #include <thread>
 
+#include "engine/sessions/session_quotas.h"
 #include "engine/sessions/session_storage.h"
 #include "server/metrics_wiring.h"
-#include "engine/sessions/session_quotas.h"
 #include "server/tls_credentials.h"
 
 namespace streamd::server {
@@ -58,23 +56,30 @@ void ApplyTransportLimits(const TransportOptions& t, grpc::ServerBuilder* builde
 // What the start found in the flat layout of snapshot_dir (before per-model directories).
 void LogModelDirMigration(const std::string& root, const SnapshotContext& model,
                           const ModelDirMigration& m) {
-  spdlog::info("sessions.snapshot_dir {}: the snapshots of model \"{}\" (fingerprint {}) are in "
-               "{}", root, model.model_name, model.model_fingerprint, m.dir);
+  spdlog::info(
+      "sessions.snapshot_dir {}: the snapshots of model \"{}\" (fingerprint {}) are in "
+      "{}",
+      root, model.model_name, model.model_fingerprint, m.dir);
   if (m.moved > 0 || m.superseded > 0) {
-    spdlog::info("sessions.snapshot_dir {}: moved {} snapshots of this model from the flat layout "
-                 "into {}{}", root, m.moved, m.dir,
-                 m.superseded > 0 ? ", and " + std::to_string(m.superseded) +
-                                        " older copies into its rejected/"
-                                  : std::string());
+    spdlog::info(
+        "sessions.snapshot_dir {}: moved {} snapshots of this model from the flat layout "
+        "into {}{}",
+        root, m.moved, m.dir,
+        m.superseded > 0
+            ? ", and " + std::to_string(m.superseded) + " older copies into its rejected/"
+            : std::string());
   }
   if (m.other_models > 0) {
-    spdlog::info("sessions.snapshot_dir {}: {} snapshots of other models in the flat layout left "
-                 "untouched (their daemons move them into their own directories)",
-                 root, m.other_models);
+    spdlog::info(
+        "sessions.snapshot_dir {}: {} snapshots of other models in the flat layout left "
+        "untouched (their daemons move them into their own directories)",
+        root, m.other_models);
   }
   for (const std::string& f : m.unreadable) {
-    spdlog::warn("sessions.snapshot_dir {}: flat file {} left untouched, its header cannot be "
-                 "read", root, f);
+    spdlog::warn(
+        "sessions.snapshot_dir {}: flat file {} left untouched, its header cannot be "
+        "read",
+        root, f);
   }
   for (const std::string& f : m.failed) {
     spdlog::error("sessions.snapshot_dir {}: {} not moved into {}; it stays where it is", root, f,
@@ -107,9 +112,11 @@ GrpcServer::GrpcServer(Engine& engine, const tokenizer::ChatTemplate& chat,
       snapshot_metrics_(std::move(snapshot_metrics)),
       persister_(std::move(persister)),
       registry_(engine,
-                RegistryOptions{options.limits.idle_timeout, options.persistence.offload_after,
+                RegistryOptions{options.limits.idle_timeout,
+                                options.persistence.offload_after,
                                 options.persistence.resume_wait,
-                                options.limits.max_detached_share, {}},
+                                options.limits.max_detached_share,
+                                {}},
                 persister_.get()),
       chat_(chat, engine.tokenizer()),
       driver_(engine, registry_, chat_, tasks_),
@@ -130,8 +137,9 @@ StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
   const PersistenceOptions& p = options.persistence;
   if (!p.snapshot_dir.empty()) {
     if (snapshots == nullptr) {
-      return InvalidArgumentError("sessions.snapshot_dir is set but the engine gave no snapshot "
-                                  "context");
+      return InvalidArgumentError(
+          "sessions.snapshot_dir is set but the engine gave no snapshot "
+          "context");
     }
     if (metrics != nullptr) {
       snapshot_metrics = std::make_unique<metrics::SnapshotMetrics>(*metrics->registry);
@@ -139,10 +147,10 @@ StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
     // One directory per model under snapshot_dir: models sharing it never touch each other's
     // sessions (engine/sessions/session_storage.h).
     ModelDirMigration migration;
-    auto opened = OpenSessionStorage(
-        engine, p.snapshot_dir, *snapshots,
-        PersisterOptions{p.snapshot_interval, std::chrono::milliseconds(1000)},
-        MakePersisterHooks(snapshot_metrics.get()), &migration);
+    auto opened =
+        OpenSessionStorage(engine, p.snapshot_dir, *snapshots,
+                           PersisterOptions{p.snapshot_interval, std::chrono::milliseconds(1000)},
+                           MakePersisterHooks(snapshot_metrics.get()), &migration);
     if (!opened.ok()) {
       return Status(opened.status().code(), "sessions.snapshot_dir: " + opened.status().message());
     }
@@ -218,9 +226,8 @@ StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
     return UnavailableError("server.listen_address: cannot listen on \"" + options.listen_address +
                             "\" (in use, or not a host:port this machine has)");
   }
-  s->health_ = std::make_unique<HealthMonitor>(*s->health_service_, engine,
-                                               s->admission_, options.session_defaults, metrics,
-                                               kHealthInterval);
+  s->health_ = std::make_unique<HealthMonitor>(*s->health_service_, engine, s->admission_,
+                                               options.session_defaults, metrics, kHealthInterval);
   if (metrics != nullptr) {
     // A scrape reads health as it is at that moment, not as of the last tick.
     metrics->AddScrapeHook([health = s->health_.get()] { health->Check(); });

@@ -30,14 +30,14 @@ void HealthMonitor::Check() {
   const Status backend = engine_.BackendHealth();
   if (!backend.ok() && !backend_broken_) {
     backend_broken_ = true;
-    spdlog::critical("backend unhealthy: {}; gRPC health is NOT_SERVING: restart the process "
-                     "(sessions with snapshots resume after it)",
-                     backend.message());
+    spdlog::critical(
+        "backend unhealthy: {}; gRPC health is NOT_SERVING: restart the process "
+        "(sessions with snapshots resume after it)",
+        backend.message());
     if (metrics_ != nullptr) metrics_->backend_failures.Increment();
   }
   const bool live = backend.ok();
-  const bool ready =
-      live && admission_.waiting() == 0 && engine_.CanAdmit(default_session_);
+  const bool ready = live && admission_.waiting() == 0 && engine_.CanAdmit(default_session_);
   health_.SetServingStatus("", live);
   health_.SetServingStatus(kServiceName, live);
   health_.SetServingStatus(kLivenessService, live);

@@ -24,9 +24,9 @@ PersisterHooks MakePersisterHooks(metrics::SnapshotMetrics* m) {
   h.on_write_failed = [m](SessionId id, const Status& why) {
     const std::string reason(StatusCodeName(why.code()));
     if (m != nullptr) {
-      m->RecordWriteError(why.code() == StatusCode::kResourceExhausted   ? "RESOURCE_EXHAUSTED"
+      m->RecordWriteError(why.code() == StatusCode::kResourceExhausted  ? "RESOURCE_EXHAUSTED"
                           : why.code() == StatusCode::kPermissionDenied ? "PERMISSION_DENIED"
-                                                                         : "INTERNAL");
+                                                                        : "INTERNAL");
     }
     spdlog::error("snapshot of session {} not written ({}): {}; it keeps serving from memory",
                   id.valid() ? id.ToString() : std::string("-"), reason, why.message());
@@ -44,7 +44,7 @@ PersisterHooks MakePersisterHooks(metrics::SnapshotMetrics* m) {
     if (m != nullptr) {
       m->RecordRejected(why.code() == StatusCode::kFailedPrecondition ? "FAILED_PRECONDITION"
                         : why.code() == StatusCode::kInvalidArgument  ? "INVALID_ARGUMENT"
-                                                                       : "DATA_LOSS");
+                                                                      : "DATA_LOSS");
     }
     if (moved_to.empty()) {
       // Another model's snapshot (never moved: it is that model's), or a move that failed.
@@ -68,8 +68,8 @@ RegistryHooks MakeRegistryHooks(metrics::StreamdMetrics* m, metrics::SnapshotMet
     if (snapshots != nullptr) snapshots->offloads.Increment();
     admission->Notify();
   };
-  h.on_transition = [snapshots](SessionId id, std::string_view transition,
-                                std::string_view outcome, double seconds) {
+  h.on_transition = [snapshots](SessionId id, std::string_view transition, std::string_view outcome,
+                                double seconds) {
     if (snapshots != nullptr) snapshots->RecordTransition(transition, outcome, seconds);
     // A transition holds its session's Resumes: a slow one is worth a warning.
     const auto level = seconds >= 1.0 ? spdlog::level::warn : spdlog::level::debug;
@@ -89,8 +89,9 @@ std::function<void(AuthFailure)> AuthFailureCounter(metrics::StreamdMetrics* m) 
   if (m == nullptr) return [](AuthFailure) {};
   auto& family = prometheus::BuildCounter()
                      .Name("streamd_auth_failures_total")
-                     .Help("Calls refused by authentication (missing, malformed or unknown API "
-                           "key) or authorization (not_admin).")
+                     .Help(
+                         "Calls refused by authentication (missing, malformed or unknown API "
+                         "key) or authorization (not_admin).")
                      .Register(*m->registry);
   std::array<prometheus::Counter*, kNumAuthFailures> by_reason{};
   for (int i = 0; i < kNumAuthFailures; ++i) {

@@ -8,10 +8,10 @@
 
 #include "engine/api/streamd_engine.h"
 #include "engine/sessions/admission_queue.h"
+#include "engine/sessions/session_registry.h"
 #include "server/authenticator.h"
 #include "server/metrics/snapshot_metrics.h"
 #include "server/metrics/streamd_metrics.h"
-#include "engine/sessions/session_registry.h"
 
 namespace streamd::server {
 

@@ -107,8 +107,8 @@ Response ReflectionService::Answer(const Request& request) const {
       const pb::FieldDescriptor* extension =
           type == nullptr ? nullptr : pool->FindExtensionByNumber(type, e.extension_number());
       files(extension == nullptr ? nullptr : extension->file(),
-            "extension " + std::to_string(e.extension_number()) + " of \"" +
-                e.containing_type() + "\"");
+            "extension " + std::to_string(e.extension_number()) + " of \"" + e.containing_type() +
+                "\"");
       break;
     }
     case Request::kAllExtensionNumbersOfType: {
@@ -121,8 +121,7 @@ Response ReflectionService::Answer(const Request& request) const {
       }
       std::vector<const pb::FieldDescriptor*> extensions;
       pool->FindAllExtensions(type, &extensions);
-      reflection::ExtensionNumberResponse* out =
-          response.mutable_all_extension_numbers_response();
+      reflection::ExtensionNumberResponse* out = response.mutable_all_extension_numbers_response();
       out->set_base_type_name(type->full_name());
       for (const pb::FieldDescriptor* f : extensions) out->add_extension_number(f->number());
       break;

@@ -62,8 +62,7 @@ TEST(ReflectionServiceTest, AFileComesFirstWithEveryDependencyOnce) {
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()).size(), names.size());
   // Everything the file imports is there, so a client can build its descriptors.
   google::protobuf::FileDescriptorProto first;
-  ASSERT_TRUE(
-      first.ParseFromString(by_symbol.file_descriptor_response().file_descriptor_proto(0)));
+  ASSERT_TRUE(first.ParseFromString(by_symbol.file_descriptor_response().file_descriptor_proto(0)));
   for (const std::string& dependency : first.dependency()) {
     EXPECT_NE(std::find(names.begin(), names.end(), dependency), names.end()) << dependency;
   }
@@ -183,8 +182,8 @@ TEST_F(ReflectionStreamTest, AClosedGateRefusesAStreamWithoutAValidKey) {
       << "keys:\n  - {tenant: ops, role: user, sha256: "
          "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08}\n";
   std::vector<AuthFailure> refused;
-  auto auth = Authenticator::Create(dir_ + "/keys.yaml",
-                                    [&](AuthFailure why) { refused.push_back(why); });
+  auto auth =
+      Authenticator::Create(dir_ + "/keys.yaml", [&](AuthFailure why) { refused.push_back(why); });
   ASSERT_TRUE(auth.ok()) << auth.status().ToString();
   auth_ = std::move(auth).value();
   Start(KeyGate(auth_.get(), nullptr));
@@ -192,8 +191,7 @@ TEST_F(ReflectionStreamTest, AClosedGateRefusesAStreamWithoutAValidKey) {
   list.set_list_services("");
   for (const std::string& key : {std::string(), std::string("wrong")}) {
     std::vector<Response> responses;
-    EXPECT_EQ(Exchange({list}, &responses, key).error_code(),
-              grpc::StatusCode::UNAUTHENTICATED);
+    EXPECT_EQ(Exchange({list}, &responses, key).error_code(), grpc::StatusCode::UNAUTHENTICATED);
     EXPECT_TRUE(responses.empty()) << "answered without a key: " << key;
   }
   EXPECT_EQ(refused, (std::vector<AuthFailure>{AuthFailure::kMissing, AuthFailure::kUnknownKey}));

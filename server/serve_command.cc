@@ -20,9 +20,9 @@
 #include "server/grpc_server.h"
 #include "server/http/http_server.h"
 #include "server/listen_security.h"
-#include "server/metrics_wiring.h"
 #include "server/metrics/metrics_endpoint.h"
 #include "server/metrics/streamd_metrics.h"
+#include "server/metrics_wiring.h"
 #include "server/serve_options.h"
 #include "server/tls_credentials.h"
 
@@ -30,7 +30,8 @@ namespace streamd::server {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: streamd serve [--config PATH] [--plan PATH] [--port-file PATH] [--section.key=value ...]\n"
+    "usage: streamd serve [--config PATH] [--plan PATH] [--port-file PATH] [--section.key=value "
+    "...]\n"
     "Runs the gRPC daemon until SIGTERM or SIGINT, then shuts down gracefully (exit 0).\n"
     "\n"
     "  --config PATH      YAML config (config/streamd.yaml documents every key); without it the\n"
@@ -178,9 +179,9 @@ int ServeCommand(int argc, char** argv) {
                        engine->model().config().name);
   const ServerConfig::Server::MetricsTls& mt = config->server.metrics_tls;
   std::string error;
-  auto metrics_endpoint = metrics::MetricsEndpoint::Start(
-      metrics_host, metrics_port, metrics.source, {mt.cert_file, mt.key_file, mt.client_ca_file},
-      &error);
+  auto metrics_endpoint =
+      metrics::MetricsEndpoint::Start(metrics_host, metrics_port, metrics.source,
+                                      {mt.cert_file, mt.key_file, mt.client_ca_file}, &error);
   if (metrics_endpoint == nullptr) return Fail(error);
   const std::string metrics_url = std::string(metrics_endpoint->tls() ? "https" : "http") + "://" +
                                   metrics_host + ":" + std::to_string(metrics_endpoint->port()) +

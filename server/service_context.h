@@ -7,14 +7,14 @@
 
 #include "engine/api/streamd_engine.h"
 #include "engine/sessions/admission_queue.h"
-#include "server/authenticator.h"
 #include "engine/sessions/chat_formatter.h"
-#include "server/metrics/streamd_metrics.h"
-#include "server/proto_convert.h"
-#include "server/server_options.h"
 #include "engine/sessions/session_driver.h"
 #include "engine/sessions/session_registry.h"
 #include "engine/util/task_runner.h"
+#include "server/authenticator.h"
+#include "server/metrics/streamd_metrics.h"
+#include "server/proto_convert.h"
+#include "server/server_options.h"
 #include "server/token_budget.h"
 #include "streamd/v1/streamd.pb.h"
 
@@ -23,7 +23,7 @@ namespace streamd::server {
 struct ServiceContext {
   Engine& engine;
   SessionRegistry& registry;
-  SessionDriver& driver;  // what an attached session says and hears
+  SessionDriver& driver;      // what an attached session says and hears
   AdmissionQueue& admission;  // Opens waiting for KV blocks
   const ChatFormatter& chat;
   TaskRunner& tasks;

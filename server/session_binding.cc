@@ -150,17 +150,18 @@ SessionStream::Next SessionStream::HandleResume(const v1::Resume& resume) {
   }
   // A resident session is attached at once; an offloaded one is read back from disk first on
   // the registry's loader thread, which then answers here: the reaction does not wait.
-  ctx_.registry.Attach(*id, weak_from_this(),
-                       [self = shared_from_this()](StatusOr<std::shared_ptr<SessionRecord>> s) {
-                         if (!s.ok()) {
-                           const Status& st = s.status();
-                           // "resume.session_id: session 7f3a... does not exist (...)"
-                           const bool named = st.message().rfind("resume.", 0) == 0;
-                           if (!named) s = Status(st.code(), "resume.session_id: " + st.message());
-                         }
-                         self->Bound(std::move(s), /*resumed=*/true);
-                       },
-                       caller_.admin ? std::nullopt : std::optional<std::string>(caller_.tenant));
+  ctx_.registry.Attach(
+      *id, weak_from_this(),
+      [self = shared_from_this()](StatusOr<std::shared_ptr<SessionRecord>> s) {
+        if (!s.ok()) {
+          const Status& st = s.status();
+          // "resume.session_id: session 7f3a... does not exist (...)"
+          const bool named = st.message().rfind("resume.", 0) == 0;
+          if (!named) s = Status(st.code(), "resume.session_id: " + st.message());
+        }
+        self->Bound(std::move(s), /*resumed=*/true);
+      },
+      caller_.admin ? std::nullopt : std::optional<std::string>(caller_.tenant));
   return Next::kLater;
 }
 

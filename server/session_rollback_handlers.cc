@@ -25,18 +25,18 @@ SessionStream::Next SessionStream::HandleTruncate(const v1::Truncate& t) {
   }
   // A running generation of that request_id is cancelled first; its GenerationDone goes out
   // before the truncation's CacheState. The driver answers on the task thread.
-  ctx_.driver.Truncate(s, t.request_id(), t.keep_tokens(),
-                       [self = shared_from_this(), request_id = t.request_id()](
-                           StatusOr<SessionInfo> info) {
-                         if (!info.ok()) {
-                           self->SendError(NamingRequest("truncate", info.status()), request_id);
-                         } else {
-                           v1::ServerMessage m;
-                           *m.mutable_cache_state() = ToCacheState(*info);
-                           self->outbox_.Push(std::move(m));
-                         }
-                         self->ReadNext();
-                       });
+  ctx_.driver.Truncate(
+      s, t.request_id(), t.keep_tokens(),
+      [self = shared_from_this(), request_id = t.request_id()](StatusOr<SessionInfo> info) {
+        if (!info.ok()) {
+          self->SendError(NamingRequest("truncate", info.status()), request_id);
+        } else {
+          v1::ServerMessage m;
+          *m.mutable_cache_state() = ToCacheState(*info);
+          self->outbox_.Push(std::move(m));
+        }
+        self->ReadNext();
+      });
   return Next::kLater;
 }
 

@@ -14,15 +14,23 @@ namespace {
 
 metrics::RequestKind RequestKindOf(v1::ClientMessage::KindCase kind) {
   switch (kind) {
-    case v1::ClientMessage::kOpen: return metrics::RequestKind::kOpen;
-    case v1::ClientMessage::kResume: return metrics::RequestKind::kResume;
-    case v1::ClientMessage::kAppend: return metrics::RequestKind::kAppend;
-    case v1::ClientMessage::kGenerate: return metrics::RequestKind::kGenerate;
-    case v1::ClientMessage::kCancel: return metrics::RequestKind::kCancel;
-    case v1::ClientMessage::kTruncate: return metrics::RequestKind::kTruncate;
-    case v1::ClientMessage::kFork: return metrics::RequestKind::kFork;
+    case v1::ClientMessage::kOpen:
+      return metrics::RequestKind::kOpen;
+    case v1::ClientMessage::kResume:
+      return metrics::RequestKind::kResume;
+    case v1::ClientMessage::kAppend:
+      return metrics::RequestKind::kAppend;
+    case v1::ClientMessage::kGenerate:
+      return metrics::RequestKind::kGenerate;
+    case v1::ClientMessage::kCancel:
+      return metrics::RequestKind::kCancel;
+    case v1::ClientMessage::kTruncate:
+      return metrics::RequestKind::kTruncate;
+    case v1::ClientMessage::kFork:
+      return metrics::RequestKind::kFork;
     case v1::ClientMessage::kClose:
-    case v1::ClientMessage::KIND_NOT_SET: break;
+    case v1::ClientMessage::KIND_NOT_SET:
+      break;
   }
   return metrics::RequestKind::kClose;
 }
@@ -31,10 +39,14 @@ metrics::RequestKind RequestKindOf(v1::ClientMessage::KindCase kind) {
 metrics::Finished FinishedOf(FinishReason reason) {
   switch (reason) {
     case FinishReason::kStop:
-    case FinishReason::kEndOfGeneration: return metrics::Finished::kStop;
-    case FinishReason::kLength: return metrics::Finished::kLength;
-    case FinishReason::kCancelled: return metrics::Finished::kAbort;
-    case FinishReason::kError: break;
+    case FinishReason::kEndOfGeneration:
+      return metrics::Finished::kStop;
+    case FinishReason::kLength:
+      return metrics::Finished::kLength;
+    case FinishReason::kCancelled:
+      return metrics::Finished::kAbort;
+    case FinishReason::kError:
+      break;
   }
   return metrics::Finished::kError;
 }
@@ -204,10 +216,11 @@ void SessionStream::HandleGenerate(const v1::Generate& g) {
   const Status started = ctx_.driver.Generate(
       s, *std::move(options),
       {.on_event = [self, s](GenerationEvent&& event) { self->OnEvent(s, std::move(event)); },
-       .on_ended = [self, id = s->id](int64_t output_tokens) {
-         self->ChargeTokens(output_tokens);
-         self->SendCacheState(id);
-       }});
+       .on_ended =
+           [self, id = s->id](int64_t output_tokens) {
+             self->ChargeTokens(output_tokens);
+             self->SendCacheState(id);
+           }});
   if (!started.ok()) SendError(NamingRequest("generate", started), request_id);
 }
 
@@ -279,8 +292,7 @@ void SessionStream::EndWhenIdle(const grpc::Status& status) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (end_after_generation_) return;  // already ending after the generation
-    if (session_ != nullptr &&
-        ctx_.driver.WhenIdle(session_, [self = shared_from_this()] {
+    if (session_ != nullptr && ctx_.driver.WhenIdle(session_, [self = shared_from_this()] {
           std::optional<grpc::Status> end;
           {
             std::lock_guard<std::mutex> stream_lock(self->mu_);

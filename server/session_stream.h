@@ -33,8 +33,8 @@
 // can be resumed (Resume{session_id}) until it has been detached for the idle timeout.
 #pragma once
 
-#include <memory>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string_view>
@@ -125,7 +125,7 @@ class SessionStream : public SessionOwner, public std::enable_shared_from_this<S
   const Caller caller_;
   const std::string client_;
   StreamOutbox outbox_;
-  std::mutex transport_mu_;   // guards transport_ (null once the reactor is gone)
+  std::mutex transport_mu_;  // guards transport_ (null once the reactor is gone)
   Transport* transport_;
   mutable std::mutex mu_;  // before any SessionRecord::mu
   std::shared_ptr<SessionRecord> session_;

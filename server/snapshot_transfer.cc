@@ -134,8 +134,10 @@ class ImportReactor final : public grpc::ServerReadReactor<v1::SnapshotChunk> {
     if (ok) {
       const int64_t limit = ctx_.options.limits.max_snapshot_bytes;
       if (static_cast<int64_t>(bytes_.size() + chunk_.data().size()) > limit) {
-        return End(InvalidArgumentError("import: the snapshot is over limits.max_snapshot_bytes "
-                                        "= " + std::to_string(limit) + " bytes"));
+        return End(
+            InvalidArgumentError("import: the snapshot is over limits.max_snapshot_bytes "
+                                 "= " +
+                                 std::to_string(limit) + " bytes"));
       }
       bytes_.insert(bytes_.end(), chunk_.data().begin(), chunk_.data().end());
       StartRead(&chunk_);
@@ -148,9 +150,9 @@ class ImportReactor final : public grpc::ServerReadReactor<v1::SnapshotChunk> {
 
  private:
   Status Import() {
-    STREAMD_ASSIGN_OR_RETURN(const ImportedSession imported,
-                             ImportSessionSnapshot(ctx_.registry, ctx_.engine, ctx_.snapshots,
-                                                   bytes_));
+    STREAMD_ASSIGN_OR_RETURN(
+        const ImportedSession imported,
+        ImportSessionSnapshot(ctx_.registry, ctx_.engine, ctx_.snapshots, bytes_));
     response_->set_resident(imported.resident);
     return FillSessionInfo(ctx_, imported.id, response_->mutable_session());
   }

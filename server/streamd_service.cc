@@ -66,9 +66,9 @@ StreamdService::~StreamdService() {
 
 void StreamdService::WatchdogLoop() {
   // Checks a few times per timeout: a stream ends between 1 and 1.25 timeouts after it started.
-  const auto period = std::clamp<std::chrono::milliseconds>(
-      ctx_.options.transport.open_timeout / 4, std::chrono::milliseconds(10),
-      std::chrono::seconds(1));
+  const auto period =
+      std::clamp<std::chrono::milliseconds>(ctx_.options.transport.open_timeout / 4,
+                                            std::chrono::milliseconds(10), std::chrono::seconds(1));
   std::unique_lock<std::mutex> lock(mu_);
   while (!stopping_) {
     streams_cv_.wait_for(lock, period, [&] { return stopping_; });
@@ -91,12 +91,12 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StreamdService::Ses
   std::string client = caller->authenticated ? "tenant " + caller->tenant : ClientOf(*context);
   auto* reactor = new SessionReactor(context, ctx_, *std::move(caller), std::move(client),
                                      [this](SessionStream* stream) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      streams_.erase(stream);
-    }
-    streams_cv_.notify_all();
-  });
+                                       {
+                                         std::lock_guard<std::mutex> lock(mu_);
+                                         streams_.erase(stream);
+                                       }
+                                       streams_cv_.notify_all();
+                                     });
   {
     std::lock_guard<std::mutex> lock(mu_);
     streams_.emplace(reactor->stream().get(), reactor->stream());

@@ -2,8 +2,6 @@
 // session ids: Opened, GetSession and ListSessions show 32 lowercase hex digits; an incoming id
 // that is malformed is INVALID_ARGUMENT naming its field (resume.session_id, session_id), one
 // that is well-formed but names no session is NOT_FOUND; either case of digits is accepted.
-#include "server/grpc_server.h"
-
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
@@ -17,6 +15,7 @@
 
 #include "engine/model/synthetic_model.h"
 #include "engine/tokenizer/chat_template.h"
+#include "server/grpc_server.h"
 #include "streamd/v1/streamd.grpc.pb.h"
 
 namespace streamd::server {
@@ -51,8 +50,8 @@ class StreamdServiceTest : public ::testing::Test {
     auto server = GrpcServer::Start(*engine_, *chat_, options_);
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(server).value();
-    stub_ = v1::Streamd::NewStub(grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials()));
+    stub_ = v1::Streamd::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
+                                                     grpc::InsecureChannelCredentials()));
   }
   void TearDown() override {
     server_.reset();  // before the engine it serves
@@ -160,7 +159,7 @@ TEST_F(StreamdServiceTest, MalformedIdsAreInvalidArgumentAndUnknownOnesNotFound)
       std::string(33, 'a'),
       "0123456789abcdef0123456789abcdeg",
       "0123456789abcdef-0123456789abcde",
-      std::string(32, '0'),  // the all-zero id names no session
+      std::string(32, '0'),               // the all-zero id names no session
       std::string(39, 'a') + "\xc3\xa9",  // echoed cut at 40 bytes, inside this character
   };
   for (const std::string& id : malformed) {
@@ -184,9 +183,9 @@ TEST_F(StreamdServiceTest, MalformedIdsAreInvalidArgumentAndUnknownOnesNotFound)
   ASSERT_TRUE(unknown.has_error()) << unknown.ShortDebugString();
   EXPECT_EQ(unknown.error().code(), static_cast<int>(grpc::StatusCode::NOT_FOUND));
   EXPECT_EQ(unknown.error().field(), "resume.session_id");
-  EXPECT_NE(unknown.error().message().find(std::string("session ") + kUnknownId +
-                                           " does not exist"),
-            std::string::npos)
+  EXPECT_NE(
+      unknown.error().message().find(std::string("session ") + kUnknownId + " does not exist"),
+      std::string::npos)
       << unknown.error().message();
   v1::SessionInfo info;
   grpc::Status st = GetSession(kUnknownId, &info);
@@ -204,7 +203,6 @@ TEST_F(StreamdServiceTest, MalformedIdsAreInvalidArgumentAndUnknownOnesNotFound)
             grpc::StatusCode::NOT_FOUND);
 }
 
-
 // Exports and imports hold a whole snapshot in memory while they stream, so only
 // limits.max_transfers of them run at once; one more is refused at once with
 // RESOURCE_EXHAUSTED naming the key, and the place comes back when a call ends.
@@ -214,8 +212,8 @@ TEST_F(StreamdServiceTest, SnapshotTransfersBeyondMaxTransfersAreRefused) {
   auto server = GrpcServer::Start(*engine_, *chat_, options_);
   ASSERT_TRUE(server.ok()) << server.status().ToString();
   server_ = std::move(server).value();
-  stub_ = v1::Streamd::NewStub(grpc::CreateChannel(
-      "127.0.0.1:" + std::to_string(server_->port()), grpc::InsecureChannelCredentials()));
+  stub_ = v1::Streamd::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
+                                                   grpc::InsecureChannelCredentials()));
   auto export_unknown = [&] {
     grpc::ClientContext ctx;
     v1::ExportSessionRequest request;

@@ -29,11 +29,10 @@ Status TokenBudget::Check(const std::string& tenant, int32_t rate, const std::st
   }
   if (level >= 0) return OkStatus();
   const double wait_s = std::ceil(-level / rate * 10) / 10;
-  return ResourceExhaustedError(what + ": tenant " + tenant + " is over its quota " +
-                                "tokens_per_second = " + std::to_string(rate) +
-                                " (auth.keys_file); retry in " +
-                                std::to_string(wait_s).substr(0, std::to_string(wait_s).find('.') + 2) +
-                                " s");
+  return ResourceExhaustedError(
+      what + ": tenant " + tenant + " is over its quota " +
+      "tokens_per_second = " + std::to_string(rate) + " (auth.keys_file); retry in " +
+      std::to_string(wait_s).substr(0, std::to_string(wait_s).find('.') + 2) + " s");
 }
 
 void TokenBudget::Charge(const std::string& tenant, int32_t rate, int64_t tokens,

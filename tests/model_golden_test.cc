@@ -10,18 +10,18 @@
 //    agreement reported and held above 95%.
 //  - Greedy continuations of the exact-weights reference, teacher-forced: our argmax equals
 //    its argmax at every step whose top-2 gap is not a near-tie.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <fstream>
 #include <memory>
-#include <vector>
-
-#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
-#include "engine/model/llama_model.h"
 #include "engine/core/step_runner.h"
+#include "engine/model/llama_model.h"
 #include "tests/test_env.h"
 
 namespace streamd {
@@ -143,8 +143,8 @@ TEST_F(ModelGoldenTest, GreedyContinuationsMatchExactWeightsReference) {
     std::unique_ptr<SessionCache> cache = Dense(static_cast<int32_t>(prompt.size()));
     ASSERT_TRUE(StepRunner(*model_).Run(prompt, *cache, LogitsMode::kLast, logits.data()).ok());
     for (size_t i = 0; i < expected.size(); ++i) {
-      const int32_t ours = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) -
-                                                logits.begin());
+      const int32_t ours =
+          static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       if (gap[i] >= 0.05) {
         EXPECT_EQ(ours, expected[i]) << "case " << c.value("name", "?") << " step " << i;
         ++checked;
@@ -189,7 +189,8 @@ TEST_F(ModelGoldenTest, ChunkedPrefillEqualsTokenByToken) {
     // Not bit-identical: the tiled and one-token kernels sum in different orders, and such
     // last-bit differences can flip an f16 rounding of a cached K/V value (2^-11 relative)
     // that 30 layers then carry; a wrong position or mask would be O(1).
-    std::printf("chunk %zu: max logit difference %.3g of max |logit| %.3g\n", chunk, max_err, scale);
+    std::printf("chunk %zu: max logit difference %.3g of max |logit| %.3g\n", chunk, max_err,
+                scale);
     EXPECT_LT(max_err / scale, 1e-2) << "chunk " << chunk;
   }
 }

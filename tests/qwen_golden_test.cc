@@ -14,6 +14,8 @@
 //  - a sink + window cache past eviction: streamd's per-token NLL equals the plain reference's
 //    (which rebuilds each token's cache explicitly) within 2% in perplexity.
 // Without $STREAMD_QWEN_MODEL every test skips, saying so.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -21,17 +23,15 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
-
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
+#include "engine/core/step_runner.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/plain_reference_llama.h"
-#include "engine/core/step_runner.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace streamd {
@@ -121,9 +121,8 @@ TEST_F(QwenGoldenTest, TokenizesAsLlamaCpp) {
   const std::string book_bytes((std::istreambuf_iterator<char>(book)), {});
   int cases = 0;
   for (const nlohmann::json& c : fx.at("cases")) {
-    const std::string text = c.contains("bytes")
-                                 ? book_bytes.substr(0, c.at("bytes").get<size_t>())
-                                 : c.at("text").get<std::string>();
+    const std::string text = c.contains("bytes") ? book_bytes.substr(0, c.at("bytes").get<size_t>())
+                                                 : c.at("text").get<std::string>();
     auto ids = (*tok)->Encode(text, false, c.at("parse_special").get<bool>());
     ASSERT_TRUE(ids.ok()) << ids.status().ToString();
     EXPECT_EQ(*ids, c.at("ids").get<std::vector<int32_t>>()) << c.at("name");
@@ -143,9 +142,10 @@ TEST_F(QwenGoldenTest, DensePassMatchesLlamaCpp) {
   std::vector<float> logits(n * vocab);
   std::unique_ptr<SessionCache> cache = Cache(Dense());
   for (int64_t begin = 0; begin < n; begin += 256) {
-    ASSERT_TRUE(StepRunner(*model_).Run({tokens.data() + begin, 256}, *cache, LogitsMode::kAll,
-                                &logits[begin * vocab])
-                    .ok());
+    ASSERT_TRUE(
+        StepRunner(*model_)
+            .Run({tokens.data() + begin, 256}, *cache, LogitsMode::kAll, &logits[begin * vocab])
+            .ok());
   }
   int64_t agree = 0, clear = 0, clear_agree = 0;
   double nll = 0.0;
@@ -170,10 +170,11 @@ TEST_F(QwenGoldenTest, DensePassMatchesLlamaCpp) {
       worst_topk = std::max(worst_topk, std::fabs(logits[pos * vocab + ids[j]] - ref[j]));
     }
   }
-  std::printf("llama.cpp Q4_K_M: argmax agreement %.4f (%.4f where gap >= 0.5), perplexity "
-              "%.4f vs %.4f (%.5f), worst top-8 logit error %.3f\n",
-              agree / static_cast<double>(n - 1), clear_agree / static_cast<double>(clear), ppl,
-              ref_ppl, ppl / ref_ppl, worst_topk);
+  std::printf(
+      "llama.cpp Q4_K_M: argmax agreement %.4f (%.4f where gap >= 0.5), perplexity "
+      "%.4f vs %.4f (%.5f), worst top-8 logit error %.3f\n",
+      agree / static_cast<double>(n - 1), clear_agree / static_cast<double>(clear), ppl, ref_ppl,
+      ppl / ref_ppl, worst_topk);
   EXPECT_GE(agree / static_cast<double>(n - 1), 0.95);
   EXPECT_GE(clear_agree / static_cast<double>(clear), 0.99);
   EXPECT_NEAR(ppl / ref_ppl, 1.0, 0.01);
@@ -231,8 +232,9 @@ TEST_F(QwenGoldenTest, StreamingPerplexityMatchesPlainReference) {
     std::vector<float> logits(n * vocab);
     for (int64_t i = 0; i < n; i += spec.max_chunk) {
       const int64_t len = std::min<int64_t>(spec.max_chunk, n - i);
-      ASSERT_TRUE(StepRunner(*model_).Run({tokens.data() + i, static_cast<size_t>(len)}, *cache,
-                                  LogitsMode::kAll, &logits[i * vocab])
+      ASSERT_TRUE(StepRunner(*model_)
+                      .Run({tokens.data() + i, static_cast<size_t>(len)}, *cache, LogitsMode::kAll,
+                           &logits[i * vocab])
                       .ok());
     }
     const CacheSpec eff = SessionCache::Effective(spec, model_->config().context_length);
@@ -248,11 +250,11 @@ TEST_F(QwenGoldenTest, StreamingPerplexityMatchesPlainReference) {
       agree += Argmax(&logits[i * vocab], vocab) == Argmax(ref_row.data(), vocab);
     }
     const double ppl = std::exp(nll / (n - 1)), ref_ppl = std::exp(ref_nll / (n - 1));
-    std::printf("sink S=%d W=%d over %lld tokens: perplexity %.4f vs plain reference %.4f "
-                "(%.5f), argmax agreement %lld/%lld\n",
-                eff.sinks, eff.window,
-                static_cast<long long>(n), ppl, ref_ppl, ppl / ref_ppl,
-                static_cast<long long>(agree), static_cast<long long>(n - 1));
+    std::printf(
+        "sink S=%d W=%d over %lld tokens: perplexity %.4f vs plain reference %.4f "
+        "(%.5f), argmax agreement %lld/%lld\n",
+        eff.sinks, eff.window, static_cast<long long>(n), ppl, ref_ppl, ppl / ref_ppl,
+        static_cast<long long>(agree), static_cast<long long>(n - 1));
     EXPECT_NEAR(ppl / ref_ppl, 1.0, 0.02);
     EXPECT_GE(agree, (n - 1) * 9 / 10);
   }

@@ -2,10 +2,10 @@
 // one fails (never passes silently) when it is missing.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <string>
-
-#include <gtest/gtest.h>
 
 namespace streamd::testing {
 

@@ -14,11 +14,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
@@ -141,13 +140,14 @@ int BenchCommand(int argc, char** argv) {
                "default); --decode-steps: default 1020; --snapshot: a list, default 252,1020");
   flags.Int("max-batch-tokens", &max_batch_tokens, 1, 1 << 20,
             "--sessions: the scheduler's token budget per step");
-  flags.String("backend", &backend, "cpu, cuda or auto (cuda when built with it and a GPU is seen)");
+  flags.String("backend", &backend,
+               "cpu, cuda or auto (cuda when built with it and a GPU is seen)");
   flags.String("plan", &plan,
                "a build plan of the model (streamd build) to run with, cpu backend (--sessions, "
                "--snapshot: its KV cache too); not with --tenants");
-  flags.String("synthetic", &synthetic,
-               std::string("random-weight model of a known shape instead of --model: ") +
-                   kSyntheticShapes);
+  flags.String(
+      "synthetic", &synthetic,
+      std::string("random-weight model of a known shape instead of --model: ") + kSyntheticShapes);
   flags.Int("decode-steps", &decode_steps, 1, 100000,
             "--sessions: time K decode steps of full-window sessions (no prefill)");
   flags.String("reference-gbps", &reference_gbps_text,
@@ -171,9 +171,9 @@ int BenchCommand(int argc, char** argv) {
                "holds the bench's random K/V in (-1, 1)); default f16");
   flags.String("snapshot-every", &snapshot_every_text,
                "--sessions: comma-separated snapshot intervals in ms (0 = no snapshots)");
-  flags.String("isa", &isa_name,
-               "CPU instruction-set level, one of " + IsaNames() +
-                   " (default: the best this CPU has)");
+  flags.String(
+      "isa", &isa_name,
+      "CPU instruction-set level, one of " + IsaNames() + " (default: the best this CPU has)");
   if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(s);
   if (flags.help_requested()) return PrintHelp(flags);
   if (flags.was_set("plan") && flags.was_set("tenants")) {
@@ -209,8 +209,8 @@ int BenchCommand(int argc, char** argv) {
     for (const char* name : {"snapshot", "sessions", "decode-steps", "snapshot-every", "dir",
                              "tokens-seen", "reference-gbps"}) {
       if (flags.was_set(name)) {
-        return Fail(InvalidArgumentError(std::string("--") + name +
-                                         " does not apply to --tenants"));
+        return Fail(
+            InvalidArgumentError(std::string("--") + name + " does not apply to --tenants"));
       }
     }
     if (flags.was_set("threads") && threads->size() != 1) {
@@ -237,20 +237,18 @@ int BenchCommand(int argc, char** argv) {
     }
   }
   if (snapshot) {
-    for (const char* name :
-         {"sessions", "decode-steps", "prompt-tokens", "gen-tokens", "max-batch-tokens",
-          "snapshot-every", "reference-gbps"}) {
+    for (const char* name : {"sessions", "decode-steps", "prompt-tokens", "gen-tokens",
+                             "max-batch-tokens", "snapshot-every", "reference-gbps"}) {
       if (flags.was_set(name)) {
-        return Fail(InvalidArgumentError(std::string("--") + name +
-                                         " does not apply to --snapshot"));
+        return Fail(
+            InvalidArgumentError(std::string("--") + name + " does not apply to --snapshot"));
       }
     }
     if (flags.was_set("threads") && threads->size() != 1) {
       return Fail(InvalidArgumentError("--threads takes one thread count with --snapshot"));
     }
     if (sinks > EngineConfig{}.max_sinks) {
-      return Fail(InvalidArgumentError("--sinks = " + std::to_string(sinks) +
-                                       " is outside [0, " +
+      return Fail(InvalidArgumentError("--sinks = " + std::to_string(sinks) + " is outside [0, " +
                                        std::to_string(EngineConfig{}.max_sinks) +
                                        "] (the engine's limit)"));
     }
@@ -291,8 +289,8 @@ int BenchCommand(int argc, char** argv) {
     if (flags.was_set("decode-steps")) {
       for (const char* name : {"snapshot-every", "dir"}) {
         if (flags.was_set(name)) {
-          return Fail(InvalidArgumentError(std::string("--") + name +
-                                           " does not apply to --decode-steps"));
+          return Fail(
+              InvalidArgumentError(std::string("--") + name + " does not apply to --decode-steps"));
         }
       }
       DecodeStepBenchOptions d;
@@ -343,7 +341,8 @@ int BenchCommand(int argc, char** argv) {
   const KvShape shape = model.CacheShape();  // f16, or a plan's int8 cache with its scales
   const int32_t blocks =
       SessionCache::PeakBlocks(SessionCache::Effective(dense, c.context_length), kBlockSize);
-  auto pool = model.CreatePool(shape, kBlockSize, blocks * BlockPool::BlockBytes(shape, kBlockSize));
+  auto pool =
+      model.CreatePool(shape, kBlockSize, blocks * BlockPool::BlockBytes(shape, kBlockSize));
   if (!pool.ok()) return Fail(pool.status());
   std::vector<float> logits(c.vocab_size);
   std::mt19937 rng(1234);
@@ -373,7 +372,8 @@ int BenchCommand(int argc, char** argv) {
       for (int64_t g = 0; g < gen_tokens; ++g) {
         s = step.Run({&token, 1}, **cache, LogitsMode::kLast, logits.data());
         if (!s.ok()) return Fail(s);
-        token = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        token =
+            static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       }
       const auto t3 = Clock::now();
       if (r == 0) continue;
@@ -383,8 +383,8 @@ int BenchCommand(int argc, char** argv) {
     const std::string isa = model.backend_name() == "cpu"
                                 ? kernels::cpu::IsaName(kernels::cpu::ActiveIsa())
                                 : std::string(model.backend_name());
-    std::printf("%-8lld %-10s %16.1f %16.1f\n", static_cast<long long>(nt), isa.c_str(), Median(prefill),
-                Median(decode));
+    std::printf("%-8lld %-10s %16.1f %16.1f\n", static_cast<long long>(nt), isa.c_str(),
+                Median(prefill), Median(decode));
     results.push_back({{"threads", nt},
                        {"isa", isa},
                        {"prefill_tokens_per_s", Median(prefill)},

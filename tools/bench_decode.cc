@@ -3,9 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "engine/build_plan/step_timer.h"
 #include "tools/commands.h"
@@ -40,7 +39,8 @@ StatusOr<Row> RunOne(ModelBackend& model, const DecodeStepBenchOptions& o, int64
   row.kv_bytes = (*timer)->kv_bytes_per_step();
   row.total_bytes = (*timer)->bytes_per_step();
   row.gbps = row.total_bytes / (row.step_ms_p50 * 1e6);
-  if (o.reference_gbps > 0) row.x_ideal = row.step_ms_p50 * 1e6 / (row.total_bytes / o.reference_gbps);
+  if (o.reference_gbps > 0)
+    row.x_ideal = row.step_ms_p50 * 1e6 / (row.total_bytes / o.reference_gbps);
   return row;
 }
 
@@ -48,7 +48,8 @@ StatusOr<Row> RunOne(ModelBackend& model, const DecodeStepBenchOptions& o, int64
 
 int RunDecodeStepBench(const DecodeStepBenchOptions& o) {
   auto loaded = LoadBenchModel(o.source, /*with_tokenizer=*/false);
-  if (!loaded.ok()) return Fail(loaded.status(), o.source.synthetic.empty() ? o.source.model_path : "");
+  if (!loaded.ok())
+    return Fail(loaded.status(), o.source.synthetic.empty() ? o.source.model_path : "");
   ModelBackend& model = *loaded->model;
   if (o.threads > 0) {
     model.set_threads(static_cast<int32_t>(o.threads));
@@ -59,8 +60,8 @@ int RunDecodeStepBench(const DecodeStepBenchOptions& o) {
               loaded->name.c_str(), model.device_description().c_str(),
               static_cast<long long>(o.sinks), static_cast<long long>(o.window),
               static_cast<long long>(o.steps));
-  std::printf("%8s %10s %10s %12s %10s %10s %9s %8s\n", "sessions", "step ms", "min ms",
-              "tok/s", "weights GB", "KV GB", "GB/s", "x ideal");
+  std::printf("%8s %10s %10s %12s %10s %10s %9s %8s\n", "sessions", "step ms", "min ms", "tok/s",
+              "weights GB", "KV GB", "GB/s", "x ideal");
   nlohmann::json rows = nlohmann::json::array();
   for (int64_t n : o.sessions) {
     auto row = RunOne(model, o, n);
@@ -70,9 +71,9 @@ int RunDecodeStepBench(const DecodeStepBenchOptions& o) {
       rows.push_back({{"sessions", n}, {"fits", false}, {"error", row->error}});
       continue;
     }
-    std::printf("%8lld %10.3f %10.3f %12.1f %10.3f %10.3f %9.1f %8.2f\n",
-                static_cast<long long>(n), row->step_ms_p50, row->step_ms_min, row->tokens_per_s,
-                model.weight_bytes() / 1e9, row->kv_bytes / 1e9, row->gbps, row->x_ideal);
+    std::printf("%8lld %10.3f %10.3f %12.1f %10.3f %10.3f %9.1f %8.2f\n", static_cast<long long>(n),
+                row->step_ms_p50, row->step_ms_min, row->tokens_per_s, model.weight_bytes() / 1e9,
+                row->kv_bytes / 1e9, row->gbps, row->x_ideal);
     rows.push_back({{"sessions", n},
                     {"fits", true},
                     {"step_ms_p50", row->step_ms_p50},

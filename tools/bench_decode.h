@@ -20,9 +20,9 @@ struct DecodeStepBenchOptions {
   std::vector<int64_t> sessions = {1};
   int64_t sinks = 4;
   int64_t window = 1020;
-  int64_t steps = 20;            // timed steps per session count, after 3 warm-up steps
-  int64_t threads = 0;           // CPU backend: 0 = all cores
-  double reference_gbps = 0.0;   // > 0: also print step time / ((weights + KV) / reference)
+  int64_t steps = 20;           // timed steps per session count, after 3 warm-up steps
+  int64_t threads = 0;          // CPU backend: 0 = all cores
+  double reference_gbps = 0.0;  // > 0: also print step time / ((weights + KV) / reference)
   bool json = false;
 };
 

@@ -23,9 +23,9 @@
 
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
+#include "engine/core/step_runner.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/synthetic_model.h"
-#include "engine/core/step_runner.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
@@ -164,7 +164,8 @@ int BenchMemoryCommand(int argc, char** argv) {
                        static_cast<int32_t>(chunk)};
   const KvShape shape{c.n_layers, c.n_kv_heads, c.head_dim};
   const int32_t b = static_cast<int32_t>(block_size);
-  const int32_t bound = SessionCache::PeakBlocks(SessionCache::Effective(spec, c.context_length), b);
+  const int32_t bound =
+      SessionCache::PeakBlocks(SessionCache::Effective(spec, c.context_length), b);
   auto pool = BlockPool::Create(shape, b, bound * BlockPool::BlockBytes(shape, b));
   if (!pool.ok()) return Fail(pool.status());
   auto cache_or = SessionCache::Create(pool->get(), spec, c.context_length);

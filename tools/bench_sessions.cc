@@ -1,5 +1,7 @@
 #include "tools/bench_sessions.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -7,22 +9,19 @@
 #include <filesystem>
 #include <iostream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 #include <vector>
 
-#include <sys/resource.h>
-
-#include <nlohmann/json.hpp>
-
 #include "engine/backend/backend.h"
-#include "engine/gguf/gguf_file.h"
-#include "engine/model/llama_model.h"
-#include "engine/model/synthetic_model.h"
 #include "engine/build_plan/plan_binding.h"
 #include "engine/core/engine.h"
 #include "engine/core/session_persister.h"
 #include "engine/core/snapshot_store.h"
+#include "engine/gguf/gguf_file.h"
+#include "engine/model/llama_model.h"
+#include "engine/model/synthetic_model.h"
 #include "tools/bench/load_metrics.h"
 #include "tools/bench_snapshot.h"
 #include "tools/commands.h"
@@ -164,8 +163,8 @@ class PeriodicSnapshots {
       : engine_(engine), every_(every), ids_(std::move(ids)), log_(log) {}
 
   void Loop() {
-    const auto period = std::chrono::duration_cast<Clock::duration>(every_) /
-                        static_cast<int64_t>(ids_.size());
+    const auto period =
+        std::chrono::duration_cast<Clock::duration>(every_) / static_cast<int64_t>(ids_.size());
     Clock::time_point next = Clock::now();
     uint64_t turn = 0;
     std::unique_lock<std::mutex> lock(mu_);
@@ -200,7 +199,7 @@ struct RunResult {
   double steps = 0;            // scheduler steps (forward passes) in the run
   double step_ms = 0;          // total_wall_s / steps
   double tokens_per_step = 0;  // tokens run through the model (prompt + fed back) per step
-  double cpu_s = 0;            // process CPU time over the run (T > 1: includes the workers' brief spinning)
+  double cpu_s = 0;  // process CPU time over the run (T > 1: includes the workers' brief spinning)
   double snapshot_every_ms = 0;       // 0 = no snapshots
   double snapshot_writes = 0;         // writes that ended during the run (t0 .. last token)
   double snapshot_writes_steady = 0;  // ... within the steady window
@@ -212,14 +211,14 @@ struct RunResult {
 std::vector<NamedFigure> Fields(RunResult& r) {
   std::vector<NamedFigure> fields = Figures(r.load);
   fields.insert(fields.end(), {{"steps", &r.steps},
-                                 {"step_ms", &r.step_ms},
-                                 {"tokens_per_step", &r.tokens_per_step},
-                                 {"cpu_s", &r.cpu_s},
-                                 {"snapshot_every_ms", &r.snapshot_every_ms},
-                                 {"snapshot_writes", &r.snapshot_writes},
-                                 {"snapshot_writes_steady", &r.snapshot_writes_steady},
-                                 {"snapshot_write_ms_p50", &r.snapshot_write_ms_p50},
-                                 {"snapshot_bytes", &r.snapshot_bytes}});
+                               {"step_ms", &r.step_ms},
+                               {"tokens_per_step", &r.tokens_per_step},
+                               {"cpu_s", &r.cpu_s},
+                               {"snapshot_every_ms", &r.snapshot_every_ms},
+                               {"snapshot_writes", &r.snapshot_writes},
+                               {"snapshot_writes_steady", &r.snapshot_writes_steady},
+                               {"snapshot_write_ms_p50", &r.snapshot_write_ms_p50},
+                               {"snapshot_bytes", &r.snapshot_bytes}});
   return fields;
 }
 
@@ -377,8 +376,9 @@ int RunSessionsBench(const SessionsBenchOptions& o) {
     if (n < 1) return Fail(InvalidArgumentError("--sessions must be >= 1"));
   }
   if (o.gen_tokens < 2) {
-    return Fail(InvalidArgumentError("--gen-tokens must be >= 2 with --sessions (the decode "
-                                     "phase starts after each session's first token)"));
+    return Fail(
+        InvalidArgumentError("--gen-tokens must be >= 2 with --sessions (the decode "
+                             "phase starts after each session's first token)"));
   }
   if (o.prompt_tokens < 1) return Fail(InvalidArgumentError("--prompt-tokens must be >= 1"));
   if (o.max_batch_tokens < 1) return Fail(InvalidArgumentError("--max-batch-tokens must be >= 1"));
@@ -430,10 +430,10 @@ int RunSessionsBench(const SessionsBenchOptions& o) {
 
   EngineConfig config;
   // A plan's thread count holds unless --threads says otherwise.
-  config.threads = o.threads > 0                  ? static_cast<int32_t>(o.threads)
-                   : !o.source.plan_path.empty() ? 0
-                                                  : static_cast<int32_t>(
-                                                        std::max(1u, std::thread::hardware_concurrency()));
+  config.threads = o.threads > 0 ? static_cast<int32_t>(o.threads)
+                   : !o.source.plan_path.empty()
+                       ? 0
+                       : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   config.planner.max_batch_tokens = static_cast<int32_t>(o.max_batch_tokens);
   config.max_chunk = static_cast<int32_t>(std::min<int64_t>(config.max_chunk, c.context_length));
   // The pool holds every session's bound and the prefill headroom, so all of them are admitted.
@@ -484,9 +484,8 @@ int RunSessionsBench(const SessionsBenchOptions& o) {
         WriteLog log;
         std::unique_ptr<PeriodicSnapshots> writer;
         if (every > 0) {
-          auto started = PeriodicSnapshots::Start(engine, dir, snapshot_context,
-                                                  std::chrono::milliseconds(every), resting_ids,
-                                                  &log);
+          auto started = PeriodicSnapshots::Start(
+              engine, dir, snapshot_context, std::chrono::milliseconds(every), resting_ids, &log);
           if (!started.ok()) return Fail(started.status());
           writer = std::move(*started);
         }
@@ -507,21 +506,22 @@ int RunSessionsBench(const SessionsBenchOptions& o) {
 
   const char* isa = kernels::cpu::IsaName(kernels::cpu::ActiveIsa());
   std::printf("model %s on %s\n", loaded->name.c_str(), device.c_str());
-  std::printf("prompt %lld  gen %lld  threads %d  sinks %d  window %d  max-batch-tokens %lld  "
-              "isa %s  medians of %lld runs; x1 = steady tok/s over the first row's\n",
-              static_cast<long long>(o.prompt_tokens), static_cast<long long>(o.gen_tokens),
-              config.threads, spec.sinks, spec.window, static_cast<long long>(o.max_batch_tokens),
-              isa, static_cast<long long>(o.reps));
+  std::printf(
+      "prompt %lld  gen %lld  threads %d  sinks %d  window %d  max-batch-tokens %lld  "
+      "isa %s  medians of %lld runs; x1 = steady tok/s over the first row's\n",
+      static_cast<long long>(o.prompt_tokens), static_cast<long long>(o.gen_tokens), config.threads,
+      spec.sinks, spec.window, static_cast<long long>(o.max_batch_tokens), isa,
+      static_cast<long long>(o.reps));
   if (snapshots) {
-    std::printf("snapshots: %lld resting sessions of %lld tokens written by a SessionPersister "
-                "to %s%s\n",
-                static_cast<long long>(resting),
-                static_cast<long long>(o.prompt_tokens + o.gen_tokens), dir.c_str(),
-                o.snapshot_dir.empty() ? " (removed)" : "");
+    std::printf(
+        "snapshots: %lld resting sessions of %lld tokens written by a SessionPersister "
+        "to %s%s\n",
+        static_cast<long long>(resting), static_cast<long long>(o.prompt_tokens + o.gen_tokens),
+        dir.c_str(), o.snapshot_dir.empty() ? " (removed)" : "");
   }
-  std::printf("%8s %12s %12s %6s %10s %26s %26s %8s %8s %10s %10s %7s", "sessions",
-              "decode tok/s", "steady tok/s", "x1", "tok/s/sess", "ttft p50/p90/p99 (ms)", "itl p50/p90/p99 (ms)", "step ms",
-              "tok/step", "out tok/s", "prompt t/s", "cpu s");
+  std::printf("%8s %12s %12s %6s %10s %26s %26s %8s %8s %10s %10s %7s", "sessions", "decode tok/s",
+              "steady tok/s", "x1", "tok/s/sess", "ttft p50/p90/p99 (ms)", "itl p50/p90/p99 (ms)",
+              "step ms", "tok/step", "out tok/s", "prompt t/s", "cpu s");
   if (snapshots) {
     std::printf(" %9s %8s %7s %9s %6s %7s", "snap ms", "writes", "steady", "write ms", "x off",
                 "paired");
@@ -539,14 +539,14 @@ int RunSessionsBench(const SessionsBenchOptions& o) {
       const RunResult m = MedianRun(these);
       const LoadMetrics& l = m.load;
       if (k == 0 && j == 0) first_decode = l.steady_decode_tokens_per_s;
-      std::printf("%8lld %12.1f %12.1f %6.2f %10.1f %8.1f %8.1f %8.1f %8.2f %8.2f %8.2f %8.2f "
-                  "%8.1f %10.1f %10.1f %7.2f",
-                  static_cast<long long>(o.sessions[k]), l.decode_tokens_per_s,
-                  l.steady_decode_tokens_per_s, l.steady_decode_tokens_per_s / first_decode,
-                  l.session_decode_tokens_per_s_p50,
-                  l.ttft_ms.p50, l.ttft_ms.p90, l.ttft_ms.p99, l.itl_ms.p50, l.itl_ms.p90,
-                  l.itl_ms.p99, m.step_ms, m.tokens_per_step, l.output_tokens_per_s,
-                  l.prompt_tokens_per_s, m.cpu_s);
+      std::printf(
+          "%8lld %12.1f %12.1f %6.2f %10.1f %8.1f %8.1f %8.1f %8.2f %8.2f %8.2f %8.2f "
+          "%8.1f %10.1f %10.1f %7.2f",
+          static_cast<long long>(o.sessions[k]), l.decode_tokens_per_s,
+          l.steady_decode_tokens_per_s, l.steady_decode_tokens_per_s / first_decode,
+          l.session_decode_tokens_per_s_p50, l.ttft_ms.p50, l.ttft_ms.p90, l.ttft_ms.p99,
+          l.itl_ms.p50, l.itl_ms.p90, l.itl_ms.p99, m.step_ms, m.tokens_per_step,
+          l.output_tokens_per_s, l.prompt_tokens_per_s, m.cpu_s);
       nlohmann::json row = ToJson(m);
       if (snapshots) {
         double x_off = 0, paired = 0;

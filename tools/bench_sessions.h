@@ -46,14 +46,14 @@ struct SessionsBenchOptions {
   BenchModelSource source;
   std::vector<int64_t> sessions = {1};  // session counts, measured in turn within each rep
   int64_t prompt_tokens = 128;
-  int64_t gen_tokens = 64;         // >= 2: the decode phase needs a token after the first
-  int64_t threads = 0;             // 0 = all cores
+  int64_t gen_tokens = 64;  // >= 2: the decode phase needs a token after the first
+  int64_t threads = 0;      // 0 = all cores
   int64_t sinks = 4;
   int64_t window = 0;              // 0 = prompt + gen tokens (nothing is evicted)
   int64_t max_batch_tokens = 512;  // the step planner's token budget per forward pass
   int64_t reps = 1;                // closed-loop runs after one warm-up; figures are medians
   std::vector<int64_t> snapshot_every_ms = {0};  // snapshot intervals; 0 = no snapshots
-  std::string snapshot_dir;        // "" = a fresh temporary directory (removed at the end)
+  std::string snapshot_dir;  // "" = a fresh temporary directory (removed at the end)
   bool json = false;
 };
 

@@ -11,15 +11,14 @@
 #include <filesystem>
 #include <future>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-
-#include "engine/gguf/gguf_file.h"
-#include "engine/model/llama_model.h"
 #include "engine/core/engine.h"
 #include "engine/core/snapshot_store.h"
+#include "engine/gguf/gguf_file.h"
+#include "engine/model/llama_model.h"
 #include "engine/snapshot/model_fingerprint.h"
 #include "tools/bench/load_metrics.h"
 #include "tools/commands.h"
@@ -58,16 +57,20 @@ struct Times {
   double capture = 0, encode = 0, write = 0, snapshot = 0;
   double snapshot_cpu = 0;  // this thread's CPU time over capture + encode + write
   double read = 0, decode = 0, restore = 0, restore_total = 0;
-  double restore_cpu = 0;   // ... over read + decode + restore
+  double restore_cpu = 0;  // ... over read + decode + restore
   double read_cold = 0;
 };
 
 std::vector<NamedFigure> Fields(Times& t) {
-  return {{"capture_ms", &t.capture},     {"encode_ms", &t.encode},
-          {"write_ms", &t.write},         {"snapshot_ms", &t.snapshot},
+  return {{"capture_ms", &t.capture},
+          {"encode_ms", &t.encode},
+          {"write_ms", &t.write},
+          {"snapshot_ms", &t.snapshot},
           {"snapshot_cpu_ms", &t.snapshot_cpu},
-          {"read_ms", &t.read},           {"decode_ms", &t.decode},
-          {"restore_ms", &t.restore},     {"restore_total_ms", &t.restore_total},
+          {"read_ms", &t.read},
+          {"decode_ms", &t.decode},
+          {"restore_ms", &t.restore},
+          {"restore_total_ms", &t.restore_total},
           {"restore_cpu_ms", &t.restore_cpu},
           {"read_cold_ms", &t.read_cold}};
 }
@@ -116,10 +119,10 @@ struct CountResult {
   int32_t headroom_blocks = 0;
   int32_t bound_blocks = 0;
   int32_t old_bound_blocks = 0;
-  int64_t measured = 0;      // sessions Open admitted before RESOURCE_EXHAUSTED
-  int64_t formula = 0;       // floor((pool - headroom) / bound)
-  int64_t old_formula = 0;   // floor(pool / old bound)
-  std::string refusal;       // the RESOURCE_EXHAUSTED message that ended the count
+  int64_t measured = 0;     // sessions Open admitted before RESOURCE_EXHAUSTED
+  int64_t formula = 0;      // floor((pool - headroom) / bound)
+  int64_t old_formula = 0;  // floor(pool / old bound)
+  std::string refusal;      // the RESOURCE_EXHAUSTED message that ended the count
 };
 
 // Ordinary (non-special) token ids: what a conversation's context holds.
@@ -202,14 +205,14 @@ Status GenerateOne(Engine& engine, SessionId id) {
   return result.get();
 }
 
-StatusOr<CaseResult> RunCase(Engine& a, Engine& b, SnapshotStore& store,
-                             const SnapshotContext& ctx, const std::vector<int32_t>& ids,
-                             const SnapshotBenchOptions& o, int64_t window, int64_t tokens_seen) {
+StatusOr<CaseResult> RunCase(Engine& a, Engine& b, SnapshotStore& store, const SnapshotContext& ctx,
+                             const std::vector<int32_t>& ids, const SnapshotBenchOptions& o,
+                             int64_t window, int64_t tokens_seen) {
   const LlamaConfig& c = a.model().config();
-  const CacheSpec spec = SessionCache::Effective(
-      {CacheMode::kSink, static_cast<int32_t>(o.sinks), static_cast<int32_t>(window),
-       a.config().max_chunk},
-      c.context_length);
+  const CacheSpec spec =
+      SessionCache::Effective({CacheMode::kSink, static_cast<int32_t>(o.sinks),
+                               static_cast<int32_t>(window), a.config().max_chunk},
+                              c.context_length);
   std::mt19937_64 rng(static_cast<uint64_t>(window * 1000003 + tokens_seen));
   // The session to capture: a made state restored into engine a (which checks it).
   SessionState made = MakeIdleState(spec, c, tokens_seen, ids, rng);
@@ -248,8 +251,9 @@ StatusOr<CaseResult> RunCase(Engine& a, Engine& b, SnapshotStore& store,
       return static_cast<void*>(encoded.data() + SnapshotKvOffset(meta, ctx));
     }));
     const auto t1 = Clock::now();
-    STREAMD_ASSIGN_OR_RETURN(const size_t n, EncodeSnapshotAroundKv(
-                                                 captured, ctx, {encoded.data(), encoded.capacity()}));
+    STREAMD_ASSIGN_OR_RETURN(
+        const size_t n,
+        EncodeSnapshotAroundKv(captured, ctx, {encoded.data(), encoded.capacity()}));
     const std::span<const uint8_t> bytes(encoded.data(), n);
     const auto t2 = Clock::now();
     STREAMD_RETURN_IF_ERROR(store.Write(id, encoded, n));
@@ -314,8 +318,7 @@ StatusOr<CaseResult> RunCase(Engine& a, Engine& b, SnapshotStore& store,
 }
 
 // Opens sessions of each window in an empty engine until Open answers RESOURCE_EXHAUSTED.
-StatusOr<CountResult> CountSessions(Engine& engine, const SnapshotBenchOptions& o,
-                                    int64_t window) {
+StatusOr<CountResult> CountSessions(Engine& engine, const SnapshotBenchOptions& o, int64_t window) {
   const EngineStats before = engine.Stats();
   if (before.sessions != 0 || before.blocks_reserved != 0) {
     return InternalError("the engine that counts sessions is not empty");
@@ -356,8 +359,8 @@ StatusOr<CountResult> CountSessions(Engine& engine, const SnapshotBenchOptions& 
 // Every channel's scale 1/127: int8 holds the made K/V (random values in (-1, 1)) unsaturated.
 StatusOr<std::shared_ptr<const KvInt8Scales>> UnitRangeScales(const LlamaConfig& c) {
   const size_t n = static_cast<size_t>(c.n_layers) * c.n_kv_heads * c.head_dim;
-  return KvInt8Scales::Make(c.n_layers, c.n_kv_heads, c.head_dim,
-                            std::vector<float>(n, 1.0f / 127), std::vector<float>(n, 1.0f / 127));
+  return KvInt8Scales::Make(c.n_layers, c.n_kv_heads, c.head_dim, std::vector<float>(n, 1.0f / 127),
+                            std::vector<float>(n, 1.0f / 127));
 }
 
 // An engine whose K/V cache has `dtype`: f16 sets a plan's int8 cache aside; int8 keeps the
@@ -468,10 +471,10 @@ int RunSnapshotBench(const SnapshotBenchOptions& o) {
     const LlamaConfig& c = (*a)->model().config();
     for (int64_t w : o.windows) {
       if (o.sinks + w > c.context_length) {
-        return Fail(InvalidArgumentError(
-            "--sinks + --window = " + std::to_string(o.sinks) + " + " + std::to_string(w) +
-            " = " + std::to_string(o.sinks + w) + " is over the model context of " +
-            std::to_string(c.context_length)));
+        return Fail(InvalidArgumentError("--sinks + --window = " + std::to_string(o.sinks) + " + " +
+                                         std::to_string(w) + " = " + std::to_string(o.sinks + w) +
+                                         " is over the model context of " +
+                                         std::to_string(c.context_length)));
       }
     }
     auto b = MakeEngine(o.source, o.count_pool_bytes, o.threads, dtype);
@@ -483,8 +486,7 @@ int RunSnapshotBench(const SnapshotBenchOptions& o) {
     block_size = (*b)->config().block_size;
     max_chunk = (*b)->config().max_chunk;
     bytes_per_token.emplace_back(dtype, (*a)->Stats().bytes_per_token);
-    auto ctx =
-        BenchSnapshotContext(o.source, (*a)->model(), model_name, (*a)->config().block_size);
+    auto ctx = BenchSnapshotContext(o.source, (*a)->model(), model_name, (*a)->config().block_size);
     if (!ctx.ok()) return Fail(ctx.status(), context);
     const std::vector<int32_t> ids = OrdinaryIds((*a)->tokenizer());
     if (ids.empty()) return Fail(InvalidArgumentError("the vocabulary has no ordinary tokens"));
@@ -518,18 +520,18 @@ int RunSnapshotBench(const SnapshotBenchOptions& o) {
 
   std::string per_token;
   for (const auto& [dtype, bytes] : bytes_per_token) {
-    per_token += (per_token.empty() ? "" : ", ") + std::to_string(bytes) + " (" +
-                 DtypeName(dtype) + ")";
+    per_token +=
+        (per_token.empty() ? "" : ", ") + std::to_string(bytes) + " (" + DtypeName(dtype) + ")";
   }
-  std::printf("snapshot: model %s on %s; sinks %lld, bytes of K/V per token %s; dir %s%s; "
-              "median of %lld reps\n",
-              model_name.c_str(), device.c_str(), static_cast<long long>(o.sinks),
-              per_token.c_str(), dir.c_str(), o.dir.empty() ? " (removed)" : "",
-              static_cast<long long>(o.reps));
-  std::printf("%4s %6s %11s %7s %12s %12s %6s %8s %8s %8s %9s %8s %8s %8s %8s %9s %8s %9s\n",
-              "K/V", "window", "tokens seen", "cached", "K/V bytes", "snap bytes", "x K/V",
-              "capture", "encode", "write", "snapshot", "(cpu)", "read", "decode", "restore",
-              "restore.", "(cpu)", "cold read");
+  std::printf(
+      "snapshot: model %s on %s; sinks %lld, bytes of K/V per token %s; dir %s%s; "
+      "median of %lld reps\n",
+      model_name.c_str(), device.c_str(), static_cast<long long>(o.sinks), per_token.c_str(),
+      dir.c_str(), o.dir.empty() ? " (removed)" : "", static_cast<long long>(o.reps));
+  std::printf("%4s %6s %11s %7s %12s %12s %6s %8s %8s %8s %9s %8s %8s %8s %8s %9s %8s %9s\n", "K/V",
+              "window", "tokens seen", "cached", "K/V bytes", "snap bytes", "x K/V", "capture",
+              "encode", "write", "snapshot", "(cpu)", "read", "decode", "restore", "restore.",
+              "(cpu)", "cold read");
   std::printf("%4s %6s %11s %7s %12s %12s %6s %8s %8s %8s %9s %8s %8s %8s %8s %9s %8s %9s\n", "",
               "", "", "", "", "", "", "ms", "ms", "ms", "total ms", "ms", "ms", "ms", "ms",
               "total ms", "ms", "ms");
@@ -537,20 +539,20 @@ int RunSnapshotBench(const SnapshotBenchOptions& o) {
   for (const CaseResult& r : cases) {
     const Times& m = r.median;
     // No K/V (one token seen, none cached yet): no ratio.
-    const double ratio = r.kv_bytes > 0 ? static_cast<double>(r.snapshot_bytes) /
-                                              static_cast<double>(r.kv_bytes)
-                                        : 0.0;
+    const double ratio =
+        r.kv_bytes > 0 ? static_cast<double>(r.snapshot_bytes) / static_cast<double>(r.kv_bytes)
+                       : 0.0;
     const int64_t goal = static_cast<int64_t>(1.1 * static_cast<double>(r.kv_bytes)) + 65536;
     char ratio_text[16] = "-";
     if (r.kv_bytes > 0) std::snprintf(ratio_text, sizeof(ratio_text), "%.4f", ratio);
-    std::printf("%4s %6lld %11lld %7lld %12lld %12lld %6s %8.3f %8.3f %8.3f %9.3f %8.3f %8.3f "
-                "%8.3f %8.3f %9.3f %8.3f %9.3f\n",
-                DtypeName(r.dtype), static_cast<long long>(r.window),
-                static_cast<long long>(r.tokens_seen),
-                static_cast<long long>(r.cached_tokens), static_cast<long long>(r.kv_bytes),
-                static_cast<long long>(r.snapshot_bytes), ratio_text, m.capture, m.encode,
-                m.write, m.snapshot, m.snapshot_cpu, m.read, m.decode, m.restore,
-                m.restore_total, m.restore_cpu, m.read_cold);
+    std::printf(
+        "%4s %6lld %11lld %7lld %12lld %12lld %6s %8.3f %8.3f %8.3f %9.3f %8.3f %8.3f "
+        "%8.3f %8.3f %9.3f %8.3f %9.3f\n",
+        DtypeName(r.dtype), static_cast<long long>(r.window), static_cast<long long>(r.tokens_seen),
+        static_cast<long long>(r.cached_tokens), static_cast<long long>(r.kv_bytes),
+        static_cast<long long>(r.snapshot_bytes), ratio_text, m.capture, m.encode, m.write,
+        m.snapshot, m.snapshot_cpu, m.read, m.decode, m.restore, m.restore_total, m.restore_cpu,
+        m.read_cold);
     nlohmann::json runs = nlohmann::json::array();
     for (const Times& t : r.runs) runs.push_back(ToJson(t));
     nlohmann::json row = ToJson(m);
@@ -575,28 +577,30 @@ int RunSnapshotBench(const SnapshotBenchOptions& o) {
           f16.tokens_seen != i8.tokens_seen || f16.snapshot_bytes == 0) {
         continue;
       }
-      std::printf("int8 / f16, window %lld, %lld seen: snapshot bytes %.4f, snapshot total %.3f, "
-                  "restore total %.3f\n",
-                  static_cast<long long>(i8.window), static_cast<long long>(i8.tokens_seen),
-                  static_cast<double>(i8.snapshot_bytes) / static_cast<double>(f16.snapshot_bytes),
-                  i8.median.snapshot / f16.median.snapshot,
-                  i8.median.restore_total / f16.median.restore_total);
+      std::printf(
+          "int8 / f16, window %lld, %lld seen: snapshot bytes %.4f, snapshot total %.3f, "
+          "restore total %.3f\n",
+          static_cast<long long>(i8.window), static_cast<long long>(i8.tokens_seen),
+          static_cast<double>(i8.snapshot_bytes) / static_cast<double>(f16.snapshot_bytes),
+          i8.median.snapshot / f16.median.snapshot,
+          i8.median.restore_total / f16.median.restore_total);
     }
   }
-  std::printf("sessions per pool of %lld MiB (block %d, max_chunk %d, prefill headroom %d "
-              "blocks; Open until RESOURCE_EXHAUSTED):\n",
-              static_cast<long long>(o.count_pool_bytes >> 20), block_size, max_chunk,
-              counts.empty() ? 0 : counts.front().headroom_blocks);
+  std::printf(
+      "sessions per pool of %lld MiB (block %d, max_chunk %d, prefill headroom %d "
+      "blocks; Open until RESOURCE_EXHAUSTED):\n",
+      static_cast<long long>(o.count_pool_bytes >> 20), block_size, max_chunk,
+      counts.empty() ? 0 : counts.front().headroom_blocks);
   nlohmann::json count_rows = nlohmann::json::array();
   const double gib = static_cast<double>(o.count_pool_bytes) / static_cast<double>(1 << 30);
   for (const CountResult& r : counts) {
-    std::printf("  %s window %lld: %lld sessions (formula (%d - %d) / %d = %lld); the old bound of "
-                "%d blocks and no headroom: %d / %d = %lld\n",
-                DtypeName(r.dtype), static_cast<long long>(r.window),
-                static_cast<long long>(r.measured), r.pool_blocks, r.headroom_blocks,
-                r.bound_blocks,
-                static_cast<long long>(r.formula), r.old_bound_blocks, r.pool_blocks,
-                r.old_bound_blocks, static_cast<long long>(r.old_formula));
+    std::printf(
+        "  %s window %lld: %lld sessions (formula (%d - %d) / %d = %lld); the old bound of "
+        "%d blocks and no headroom: %d / %d = %lld\n",
+        DtypeName(r.dtype), static_cast<long long>(r.window), static_cast<long long>(r.measured),
+        r.pool_blocks, r.headroom_blocks, r.bound_blocks, static_cast<long long>(r.formula),
+        r.old_bound_blocks, r.pool_blocks, r.old_bound_blocks,
+        static_cast<long long>(r.old_formula));
     count_rows.push_back({{"kv_dtype", DtypeName(r.dtype)},
                           {"window", r.window},
                           {"pool_bytes", o.count_pool_bytes},

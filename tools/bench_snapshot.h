@@ -40,9 +40,9 @@ struct SnapshotBenchOptions {
   std::vector<int64_t> tokens_seen = {10000, 1000000};
   std::vector<kernels::KvDtype> kv_dtypes = {kernels::KvDtype::kF16};
   int64_t sinks = 4;
-  int64_t reps = 5;    // timed repetitions per case, after one warm-up
-  std::string dir;     // "" = a fresh directory under $TMPDIR (removed at the end)
-  int64_t threads = 0; // forward-pass threads of the engines (0 = all cores)
+  int64_t reps = 5;     // timed repetitions per case, after one warm-up
+  std::string dir;      // "" = a fresh directory under $TMPDIR (removed at the end)
+  int64_t threads = 0;  // forward-pass threads of the engines (0 = all cores)
   int64_t count_pool_bytes = int64_t{1} << 30;  // the pool "sessions per GiB" fills
   bool json = false;
 };

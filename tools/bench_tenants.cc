@@ -8,12 +8,11 @@
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/core/engine.h"
 #include "kernels/cpu/matmul.h"
@@ -25,8 +24,10 @@ namespace streamd::tools {
 const char* const kTenantsBenchDefinitions =
     "With --tenants: tenant A opens --flood N sessions that append P random tokens and generate\n"
     "without end; once all of them decode, tenant B's one session appends P tokens and generates\n"
-    "G (greedy). Runs, in turn within every repetition: alone (no A), full (max-batch-sessions - 1\n"
-    "of A: a full step, not over-subscribed), flood (N of A), flood off (N of A, fair_tenants off:\n"
+    "G (greedy). Runs, in turn within every repetition: alone (no A), full (max-batch-sessions - "
+    "1\n"
+    "of A: a full step, not over-subscribed), flood (N of A), flood off (N of A, fair_tenants "
+    "off:\n"
     "the policy before tenants, on a second engine), and with --shared-step-tokens N flood shared\n"
     "(N of A on a third engine whose steps run at most N tokens while both tenants have work).\n"
     "  itl            = gaps between B's consecutive token events, p50/p90/p99\n"
@@ -69,8 +70,8 @@ struct TenantsRun {
 };
 
 std::vector<NamedFigure> Fields(TenantsRun& r) {
-  return {{"itl_ms_p50", &r.itl_ms_p50}, {"itl_ms_p90", &r.itl_ms_p90},
-          {"itl_ms_p99", &r.itl_ms_p99}, {"ttft_ms", &r.ttft_ms},
+  return {{"itl_ms_p50", &r.itl_ms_p50},     {"itl_ms_p90", &r.itl_ms_p90},
+          {"itl_ms_p99", &r.itl_ms_p99},     {"ttft_ms", &r.ttft_ms},
           {"tokens_per_s", &r.tokens_per_s}, {"flood_tokens", &r.flood_tokens}};
 }
 
@@ -84,8 +85,7 @@ nlohmann::json ToJson(TenantsRun r) {
 // `gen_tokens`; A's sessions are closed when B is done.
 StatusOr<TenantsRun> RunOnce(Engine& engine, int64_t n_flood, const SessionOptions& a_options,
                              const SessionOptions& b_options,
-                             const std::vector<std::vector<int32_t>>& prompts,
-                             int64_t gen_tokens) {
+                             const std::vector<std::vector<int32_t>>& prompts, int64_t gen_tokens) {
   auto flood = std::make_shared<Flood>();
   auto single = std::make_shared<Single>();
   single->times.reserve(static_cast<size_t>(gen_tokens));
@@ -171,8 +171,7 @@ StatusOr<TenantsRun> RunOnce(Engine& engine, int64_t n_flood, const SessionOptio
   r.itl_ms_p90 = Percentile(gaps, 90);
   r.itl_ms_p99 = Percentile(gaps, 99);
   r.ttft_ms = Ms(t.front() - t0);
-  r.flood_tokens =
-      static_cast<double>(single->flood_tokens.back() - single->flood_tokens.front());
+  r.flood_tokens = static_cast<double>(single->flood_tokens.back() - single->flood_tokens.front());
   const double window_s = Ms(t.back() - t.front()) / 1e3;
   r.tokens_per_s =
       window_s > 0 ? (r.flood_tokens + static_cast<double>(gen_tokens - 1)) / window_s : 0.0;
@@ -190,8 +189,9 @@ struct RunKind {
 int RunTenantsBench(const TenantsBenchOptions& o) {
   if (o.flood < 1) return Fail(InvalidArgumentError("--flood must be >= 1"));
   if (o.gen_tokens < 3) {
-    return Fail(InvalidArgumentError("--gen-tokens must be >= 3 with --tenants (B's "
-                                     "latency needs two gaps at least)"));
+    return Fail(
+        InvalidArgumentError("--gen-tokens must be >= 3 with --tenants (B's "
+                             "latency needs two gaps at least)"));
   }
   if (o.prompt_tokens < 1) return Fail(InvalidArgumentError("--prompt-tokens must be >= 1"));
   if (o.window < 1) return Fail(InvalidArgumentError("--window must be >= 1 with --tenants"));
@@ -271,8 +271,8 @@ int RunTenantsBench(const TenantsBenchOptions& o) {
     EngineConfig this_config = config;
     this_config.planner.fair_tenants = k != 1;
     if (k == 2) this_config.planner.shared_step_tokens = static_cast<int32_t>(o.shared_step_tokens);
-    auto engine = Engine::Create(std::move(loaded->model), std::move(loaded->tokenizer),
-                                 this_config);
+    auto engine =
+        Engine::Create(std::move(loaded->model), std::move(loaded->tokenizer), this_config);
     if (!engine.ok()) return Fail(engine.status());
     engines[k] = std::move(*engine);
   }
@@ -281,10 +281,8 @@ int RunTenantsBench(const TenantsBenchOptions& o) {
   b_options.tenant = "b";
 
   const int64_t full = std::min(o.flood, std::max<int64_t>(0, o.max_batch_sessions - 1));
-  std::vector<RunKind> kinds = {{"alone", 0, 0},
-                                {"full", full, 0},
-                                {"flood", o.flood, 0},
-                                {"flood, off", o.flood, 1}};
+  std::vector<RunKind> kinds = {
+      {"alone", 0, 0}, {"full", full, 0}, {"flood", o.flood, 0}, {"flood, off", o.flood, 1}};
   if (o.shared_step_tokens > 0) kinds.push_back({"flood, shared", o.flood, 2});
   // Warm-up: a short run on each engine pages the weights in and sizes the workspaces.
   for (int k = 0; k < n_engines; ++k) {
@@ -306,13 +304,13 @@ int RunTenantsBench(const TenantsBenchOptions& o) {
 
   const char* isa = kernels::cpu::IsaName(kernels::cpu::ActiveIsa());
   std::printf("model %s on %s\n", model_name.c_str(), device.c_str());
-  std::printf("flood %lld  prompt %lld  gen %lld  threads %d  sinks %lld  window %lld  "
-              "max-batch-sessions %lld  max-batch-tokens %lld  isa %s  medians of %lld runs\n",
-              static_cast<long long>(o.flood), static_cast<long long>(o.prompt_tokens),
-              static_cast<long long>(o.gen_tokens), config.threads,
-              static_cast<long long>(o.sinks), static_cast<long long>(o.window),
-              static_cast<long long>(o.max_batch_sessions),
-              static_cast<long long>(o.max_batch_tokens), isa, static_cast<long long>(o.reps));
+  std::printf(
+      "flood %lld  prompt %lld  gen %lld  threads %d  sinks %lld  window %lld  "
+      "max-batch-sessions %lld  max-batch-tokens %lld  isa %s  medians of %lld runs\n",
+      static_cast<long long>(o.flood), static_cast<long long>(o.prompt_tokens),
+      static_cast<long long>(o.gen_tokens), config.threads, static_cast<long long>(o.sinks),
+      static_cast<long long>(o.window), static_cast<long long>(o.max_batch_sessions),
+      static_cast<long long>(o.max_batch_tokens), isa, static_cast<long long>(o.reps));
   std::printf("%-13s %10s %26s %18s %18s %10s %10s %10s\n", "run", "A sessions",
               "B itl p50/p90/p99 (ms)", "x alone p50/p90", "x full p50/p90", "B ttft ms",
               "A tokens", "tok/s");
@@ -336,9 +334,9 @@ int RunTenantsBench(const TenantsBenchOptions& o) {
     if (k == 2) flood_x = x_p50;
     if (k == 4) shared_x = x_p50;
     std::printf("%-13s %10lld %8.2f %8.2f %8.2f %9.2f %8.2f %9.2f %8.2f %10.1f %10.0f %10.1f\n",
-                kinds[k].name, static_cast<long long>(kinds[k].flood), m.itl_ms_p50,
-                m.itl_ms_p90, m.itl_ms_p99, x_p50, x_p90, f_p50, f_p90, m.ttft_ms,
-                m.flood_tokens, m.tokens_per_s);
+                kinds[k].name, static_cast<long long>(kinds[k].flood), m.itl_ms_p50, m.itl_ms_p90,
+                m.itl_ms_p99, x_p50, x_p90, f_p50, f_p90, m.ttft_ms, m.flood_tokens,
+                m.tokens_per_s);
     nlohmann::json row = ToJson(m);
     row["run"] = kinds[k].name;
     row["a_sessions"] = kinds[k].flood;
@@ -354,10 +352,11 @@ int RunTenantsBench(const TenantsBenchOptions& o) {
     results.push_back(row);
   }
   const bool goal_met = flood_x > 0 && flood_x <= 1.5;
-  std::printf("goal: B's itl beside the flood <= 1.5x alone (p50): %.2fx, %s; beside the flood "
-              "over in a full step: %.2fx (%.2fx with fair_tenants off)\n",
-              flood_x, goal_met ? "met" : "not met", paired(2, 1, &TenantsRun::itl_ms_p50),
-              paired(3, 1, &TenantsRun::itl_ms_p50));
+  std::printf(
+      "goal: B's itl beside the flood <= 1.5x alone (p50): %.2fx, %s; beside the flood "
+      "over in a full step: %.2fx (%.2fx with fair_tenants off)\n",
+      flood_x, goal_met ? "met" : "not met", paired(2, 1, &TenantsRun::itl_ms_p50),
+      paired(3, 1, &TenantsRun::itl_ms_p50));
   const bool shared_met = shared_x > 0 && shared_x <= 1.5;
   if (o.shared_step_tokens > 0) {
     std::printf("goal with --shared-step-tokens %lld: %.2fx alone, %s\n",

@@ -27,10 +27,10 @@ namespace streamd::tools {
 
 struct TenantsBenchOptions {
   BenchModelSource source;
-  int64_t flood = 100;              // tenant A's sessions
-  int64_t prompt_tokens = 32;       // each session's append before it generates
-  int64_t gen_tokens = 64;          // B's generation (>= 3: two gaps at least)
-  int64_t threads = 0;              // 0 = all cores
+  int64_t flood = 100;         // tenant A's sessions
+  int64_t prompt_tokens = 32;  // each session's append before it generates
+  int64_t gen_tokens = 64;     // B's generation (>= 3: two gaps at least)
+  int64_t threads = 0;         // 0 = all cores
   int64_t sinks = 4;
   int64_t window = 252;
   int64_t max_batch_tokens = 512;

@@ -1,6 +1,6 @@
 // `streamd build`: compiles a model for this machine into a build plan (docs/BUILD.md): kernel
-// choices timed here (engine/build_plan/cpu_tuner.h), the pre-packed weights those kernels read, and
-// the eval gate's verdict on every choice that changes the numerics.
+// choices timed here (engine/build_plan/cpu_tuner.h), the pre-packed weights those kernels read,
+// and the eval gate's verdict on every choice that changes the numerics.
 #include <sys/stat.h>
 
 #include <chrono>
@@ -13,16 +13,16 @@
 #include <string>
 #include <vector>
 
-#include "engine/cache/kv_image.h"
-#include "engine/cache/session_cache.h"
-#include "engine/gguf/gguf_file.h"
-#include "engine/model/llama_model.h"
 #include "engine/build_plan/cpu_tuner.h"
 #include "engine/build_plan/kv_calibration.h"
 #include "engine/build_plan/machine_load.h"
 #include "engine/build_plan/plan_binding.h"
 #include "engine/build_plan/plan_file.h"
+#include "engine/cache/kv_image.h"
+#include "engine/cache/session_cache.h"
 #include "engine/core/step_runner.h"
+#include "engine/gguf/gguf_file.h"
+#include "engine/model/llama_model.h"
 #include "engine/snapshot/model_fingerprint.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/util/version.h"
@@ -78,17 +78,17 @@ StatusOr<std::vector<int32_t>> TextTokens(const gguf::GgufFile& file, const std:
 // token bucket's probe size (64, 16, 8, 4, 1 tokens), so the products of every bucket, and the
 // kernels a tuning picks for it, see some of the text.
 using ChunkFn = std::function<Status(const SessionCache&, size_t, size_t, const float*)>;
-Status StreamThroughSinkCache(LlamaModel& model, const std::vector<int32_t>& tokens,
-                              int64_t sinks, int64_t window, const ChunkFn& chunk) {
+Status StreamThroughSinkCache(LlamaModel& model, const std::vector<int32_t>& tokens, int64_t sinks,
+                              int64_t window, const ChunkFn& chunk) {
   const LlamaConfig& c = model.config();
   const CacheSpec spec = SessionCache::Effective(
       {CacheMode::kSink, static_cast<int32_t>(sinks), static_cast<int32_t>(window), kEvalChunk},
       c.context_length);
   const KvShape shape = model.CacheShape();
-  STREAMD_ASSIGN_OR_RETURN(
-      auto pool, BlockPool::Create(shape, kEvalBlockSize,
-                                   SessionCache::PeakBlocks(spec, kEvalBlockSize) *
-                                       BlockPool::BlockBytes(shape, kEvalBlockSize)));
+  STREAMD_ASSIGN_OR_RETURN(auto pool,
+                           BlockPool::Create(shape, kEvalBlockSize,
+                                             SessionCache::PeakBlocks(spec, kEvalBlockSize) *
+                                                 BlockPool::BlockBytes(shape, kEvalBlockSize)));
   STREAMD_ASSIGN_OR_RETURN(auto cache, SessionCache::Create(pool.get(), spec, c.context_length));
   std::vector<float> logits(static_cast<size_t>(kEvalChunk) * c.vocab_size);
   StepRunner runner(model);
@@ -110,15 +110,16 @@ StatusOr<double> SinkPerplexity(LlamaModel& model, const std::vector<int32_t>& t
                                 int64_t sinks, int64_t window) {
   const int32_t vocab = model.config().vocab_size;
   NllAccumulator nll(static_cast<int64_t>(tokens.size()));
-  STREAMD_RETURN_IF_ERROR(StreamThroughSinkCache(
-      model, tokens, sinks, window,
-      [&](const SessionCache&, size_t i, size_t len, const float* logits) {
-        for (size_t k = 0; k < len; ++k) {
-          const size_t target = i + k + 1;
-          nll.Add(static_cast<int64_t>(target), TokenNll(logits + k * vocab, vocab, tokens[target]));
-        }
-        return OkStatus();
-      }));
+  STREAMD_RETURN_IF_ERROR(
+      StreamThroughSinkCache(model, tokens, sinks, window,
+                             [&](const SessionCache&, size_t i, size_t len, const float* logits) {
+                               for (size_t k = 0; k < len; ++k) {
+                                 const size_t target = i + k + 1;
+                                 nll.Add(static_cast<int64_t>(target),
+                                         TokenNll(logits + k * vocab, vocab, tokens[target]));
+                               }
+                               return OkStatus();
+                             }));
   return nll.Perplexity();
 }
 
@@ -126,8 +127,8 @@ StatusOr<double> SinkPerplexity(LlamaModel& model, const std::vector<int32_t>& t
 // (at most 64 tokens, under the window) every cached token's K and V widen the ranges, so each
 // token is seen at least once (kv_calibration.h).
 StatusOr<std::shared_ptr<const KvInt8Scales>> CalibrateInt8Kv(LlamaModel& model,
-                                                             const std::vector<int32_t>& tokens,
-                                                             int64_t sinks, int64_t window) {
+                                                              const std::vector<int32_t>& tokens,
+                                                              int64_t sinks, int64_t window) {
   STREAMD_RETURN_IF_ERROR(model.SetInt8KvCache(nullptr));
   const LlamaConfig& c = model.config();
   KvRangeTracker tracker(c.n_layers, c.n_kv_heads, c.head_dim);
@@ -196,8 +197,8 @@ StatusOr<Gated> GateNumericsCuts(LlamaModel& model, const CpuTuning& tuned,
     STREAMD_ASSIGN_OR_RETURN(const double ppl, SinkPerplexity(model, eval_ids, sinks, window));
     const PrecisionDecision d = Decide(cut.name, baseline, ppl, max_increase_pct, eval_text,
                                        static_cast<int64_t>(eval_ids.size()));
-    say(Verdict(d, " (" + std::to_string(candidate.isa.size() - out.tuning.isa.size()) +
-                       " choices)"));
+    say(Verdict(d,
+                " (" + std::to_string(candidate.isa.size() - out.tuning.isa.size()) + " choices)"));
     if (d.accepted) out.tuning = candidate;
     out.decisions.push_back(d);
   }
@@ -208,14 +209,11 @@ StatusOr<Gated> GateNumericsCuts(LlamaModel& model, const CpuTuning& tuned,
 // The int8 KV cache cut, under the tuning the gate kept: scales calibrated on `calibration_ids`,
 // then the streaming perplexity on the eval text with them against the f16 cache. Accepted:
 // the plan's kv_cache holds the scales, and the model keeps them.
-StatusOr<PrecisionDecision> GateInt8KvCache(LlamaModel& model,
-                                            const std::vector<int32_t>& calibration_ids,
-                                            const std::string& calibration_source,
-                                            const std::vector<int32_t>& eval_ids,
-                                            const std::string& eval_text, int64_t sinks,
-                                            int64_t window, double max_increase_pct,
-                                            PlanKvCache* kv,
-                                            const std::function<void(const std::string&)>& say) {
+StatusOr<PrecisionDecision> GateInt8KvCache(
+    LlamaModel& model, const std::vector<int32_t>& calibration_ids,
+    const std::string& calibration_source, const std::vector<int32_t>& eval_ids,
+    const std::string& eval_text, int64_t sinks, int64_t window, double max_increase_pct,
+    PlanKvCache* kv, const std::function<void(const std::string&)>& say) {
   STREAMD_ASSIGN_OR_RETURN(auto scales, CalibrateInt8Kv(model, calibration_ids, sinks, window));
   STREAMD_ASSIGN_OR_RETURN(const double baseline, SinkPerplexity(model, eval_ids, sinks, window));
   STREAMD_RETURN_IF_ERROR(model.SetInt8KvCache(scales));
@@ -258,7 +256,7 @@ std::string DefaultPlanPath(const std::string& model_path) {
 }
 
 bool Exists(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(path.c_str(), &st) == 0;
 }
 
@@ -307,7 +305,8 @@ int BuildCommand(int argc, char** argv) {
     return Fail(UnimplementedError(
         "--target cuda: the CUDA target of streamd build does not exist yet; build a cpu plan"));
   }
-  if (target != "cpu") return Fail(InvalidArgumentError("--target = \"" + target + "\": cpu or cuda"));
+  if (target != "cpu")
+    return Fail(InvalidArgumentError("--target = \"" + target + "\": cpu or cuda"));
   if (kv_cache != "auto" && kv_cache != "f16") {
     return Fail(InvalidArgumentError("--kv-cache = \"" + kv_cache + "\": auto or f16"));
   }
@@ -326,8 +325,10 @@ int BuildCommand(int argc, char** argv) {
   if (reuse && Exists(out_path)) {
     auto current = OpenPlanFor(out_path, **file);
     if (current.ok()) {
-      std::printf("streamd build: %s is current for this model, streamd version and machine; "
-                  "kept\n", out_path.c_str());
+      std::printf(
+          "streamd build: %s is current for this model, streamd version and machine; "
+          "kept\n",
+          out_path.c_str());
       return 0;
     }
     std::printf("streamd build: rebuilding %s\n", current.status().message().c_str());
@@ -341,10 +342,10 @@ int BuildCommand(int argc, char** argv) {
     if (!ids.ok()) return Fail(ids.status());
     const int64_t min_tokens = 2 * (sinks + window);
     if (static_cast<int64_t>(ids->size()) < min_tokens) {
-      return Fail(InvalidArgumentError(
-          "--eval-text " + eval_text + ": " + std::to_string(ids->size()) +
-          " tokens; the gate needs at least " + std::to_string(min_tokens) +
-          " (twice the sink cache, so most are scored after eviction)"));
+      return Fail(
+          InvalidArgumentError("--eval-text " + eval_text + ": " + std::to_string(ids->size()) +
+                               " tokens; the gate needs at least " + std::to_string(min_tokens) +
+                               " (twice the sink cache, so most are scored after eviction)"));
     }
     const size_t scored = std::min(ids->size(), static_cast<size_t>(eval_tokens));
     eval_ids.assign(ids->begin(), ids->begin() + static_cast<std::ptrdiff_t>(scored));
@@ -352,8 +353,8 @@ int BuildCommand(int argc, char** argv) {
       const size_t end = std::min(ids->size(), scored + static_cast<size_t>(calibration_tokens));
       calibration_ids.assign(ids->begin() + static_cast<std::ptrdiff_t>(scored),
                              ids->begin() + static_cast<std::ptrdiff_t>(end));
-      calibration_source = eval_text + " tokens " + std::to_string(scored) + ".." +
-                           std::to_string(end);
+      calibration_source =
+          eval_text + " tokens " + std::to_string(scored) + ".." + std::to_string(end);
     } else {
       auto calib = TextTokens(**file, "calibration-text", calibration_text);
       if (!calib.ok()) return Fail(calib.status());
@@ -374,8 +375,9 @@ int BuildCommand(int argc, char** argv) {
   plan.hardware = CpuFingerprint();
   // From here on the input is valid: stage lines on stderr (build_stages.h).
   BuildStages stages(started);
-  stages.Begin("load", "reading " + model_path + " (tensors in types the products do not read "
-                       "are converted)");
+  stages.Begin("load", "reading " + model_path +
+                           " (tensors in types the products do not read "
+                           "are converted)");
   auto loaded = LlamaModel::FromFile(std::move(file).value());
   if (!loaded.ok()) return Fail(loaded.status(), model_path);
   LlamaModel& model = **loaded;
@@ -462,7 +464,8 @@ int BuildCommand(int argc, char** argv) {
   }
 
   const double others = load.OthersShare();
-  plan.measurements.push_back({"CPU time other processes took during the build", 100 * others, "%"});
+  plan.measurements.push_back(
+      {"CPU time other processes took during the build", 100 * others, "%"});
   if (others > options.max_others_share) {
     std::fprintf(stderr,
                  "streamd build: warning: other processes took %.0f%% of the CPU during the "
@@ -485,7 +488,7 @@ int BuildCommand(int argc, char** argv) {
                         : eight      ? "vnni8-packed"
                                      : "none";
   stages.Begin("write", out_path + " (" + std::to_string(packed.size() >> 20) +
-                           " MiB of pre-packed weights)");
+                            " MiB of pre-packed weights)");
   plan.built_at = UtcNow();
   plan.build_seconds = std::chrono::duration<double>(Clock::now() - started).count();
   if (Status s = WritePlanFile(out_path, plan, packed); !s.ok()) return Fail(s);

@@ -30,9 +30,9 @@
 
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
+#include "engine/core/step_runner.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model_check.h"
-#include "engine/core/step_runner.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tools/commands.h"
 #include "tools/flags.h"
@@ -53,10 +53,14 @@ enum class EvalMode { kDense, kWindow, kSink, kRecompute };
 
 const char* ModeName(EvalMode m) {
   switch (m) {
-    case EvalMode::kDense: return "dense";
-    case EvalMode::kWindow: return "window";
-    case EvalMode::kSink: return "sink";
-    case EvalMode::kRecompute: return "recompute";
+    case EvalMode::kDense:
+      return "dense";
+    case EvalMode::kWindow:
+      return "window";
+    case EvalMode::kSink:
+      return "sink";
+    case EvalMode::kRecompute:
+      return "recompute";
   }
   return "?";
 }
@@ -98,9 +102,12 @@ struct RunSpec {
   int64_t cache_tokens() const { return static_cast<int64_t>(sinks) + window; }
   std::string Label() const {
     switch (mode) {
-      case EvalMode::kDense: return "dense";
-      case EvalMode::kSink: return "sink " + std::to_string(sinks) + "+" + std::to_string(window);
-      default: return std::string(ModeName(mode)) + " " + std::to_string(window);
+      case EvalMode::kDense:
+        return "dense";
+      case EvalMode::kSink:
+        return "sink " + std::to_string(sinks) + "+" + std::to_string(window);
+      default:
+        return std::string(ModeName(mode)) + " " + std::to_string(window);
     }
   }
   // First token index scored from a truncated context (N or more: never).

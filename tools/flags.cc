@@ -25,52 +25,50 @@ void FlagParser::String(const std::string& name, std::string* dest, std::string 
 
 void FlagParser::Strings(const std::string& name, std::vector<std::string>* dest,
                          std::string help) {
-  flags_.push_back({name, std::move(help) + " (repeatable)", "", true, false,
-                    [dest](const std::string& v) {
-                      dest->push_back(v);
-                      return OkStatus();
-                    }});
+  flags_.push_back(
+      {name, std::move(help) + " (repeatable)", "", true, false, [dest](const std::string& v) {
+         dest->push_back(v);
+         return OkStatus();
+       }});
 }
 
 void FlagParser::Int(const std::string& name, int64_t* dest, int64_t min, int64_t max,
                      std::string help) {
-  flags_.push_back({name, std::move(help), std::to_string(*dest), true, false,
-                    [name, dest, min, max](const std::string& v) -> Status {
-                      errno = 0;
-                      char* end = nullptr;
-                      const long long x = std::strtoll(v.c_str(), &end, 10);
-                      if (v.empty() || *end != '\0' || errno == ERANGE) {
-                        return InvalidArgumentError("--" + name + " = \"" + v +
-                                                    "\" is not an integer");
-                      }
-                      if (x < min || x > max) {
-                        return InvalidArgumentError("--" + name + " = " + v + " is outside [" +
-                                                    std::to_string(min) + ", " +
-                                                    std::to_string(max) + "]");
-                      }
-                      *dest = x;
-                      return OkStatus();
-                    }});
+  flags_.push_back(
+      {name, std::move(help), std::to_string(*dest), true, false,
+       [name, dest, min, max](const std::string& v) -> Status {
+         errno = 0;
+         char* end = nullptr;
+         const long long x = std::strtoll(v.c_str(), &end, 10);
+         if (v.empty() || *end != '\0' || errno == ERANGE) {
+           return InvalidArgumentError("--" + name + " = \"" + v + "\" is not an integer");
+         }
+         if (x < min || x > max) {
+           return InvalidArgumentError("--" + name + " = " + v + " is outside [" +
+                                       std::to_string(min) + ", " + std::to_string(max) + "]");
+         }
+         *dest = x;
+         return OkStatus();
+       }});
 }
 
 void FlagParser::Float(const std::string& name, double* dest, double min, double max,
                        std::string help) {
-  flags_.push_back({name, std::move(help), FormatDouble(*dest), true, false,
-                    [name, dest, min, max](const std::string& v) -> Status {
-                      char* end = nullptr;
-                      const double x = std::strtod(v.c_str(), &end);
-                      if (v.empty() || *end != '\0' || !std::isfinite(x)) {
-                        return InvalidArgumentError("--" + name + " = \"" + v +
-                                                    "\" is not a finite number");
-                      }
-                      if (x < min || x > max) {
-                        return InvalidArgumentError("--" + name + " = " + v + " is outside [" +
-                                                    FormatDouble(min) + ", " + FormatDouble(max) +
-                                                    "]");
-                      }
-                      *dest = x;
-                      return OkStatus();
-                    }});
+  flags_.push_back(
+      {name, std::move(help), FormatDouble(*dest), true, false,
+       [name, dest, min, max](const std::string& v) -> Status {
+         char* end = nullptr;
+         const double x = std::strtod(v.c_str(), &end);
+         if (v.empty() || *end != '\0' || !std::isfinite(x)) {
+           return InvalidArgumentError("--" + name + " = \"" + v + "\" is not a finite number");
+         }
+         if (x < min || x > max) {
+           return InvalidArgumentError("--" + name + " = " + v + " is outside [" +
+                                       FormatDouble(min) + ", " + FormatDouble(max) + "]");
+         }
+         *dest = x;
+         return OkStatus();
+       }});
 }
 
 void FlagParser::Bool(const std::string& name, bool* dest, std::string help) {

@@ -17,7 +17,8 @@ class FlagParser {
   explicit FlagParser(std::string usage) : usage_(std::move(usage)) {}
 
   void String(const std::string& name, std::string* dest, std::string help);
-  void Strings(const std::string& name, std::vector<std::string>* dest, std::string help);  // repeatable
+  void Strings(const std::string& name, std::vector<std::string>* dest,
+               std::string help);  // repeatable
   void Int(const std::string& name, int64_t* dest, int64_t min, int64_t max, std::string help);
   void Float(const std::string& name, double* dest, double min, double max, std::string help);
   void Bool(const std::string& name, bool* dest, std::string help);

@@ -8,17 +8,16 @@
 #include <deque>
 #include <iostream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
+#include "engine/core/engine.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model_check.h"
 #include "engine/sampling/stop_string_matcher.h"
-#include "engine/core/engine.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tools/commands.h"
@@ -64,9 +63,12 @@ class EventQueue {
 
 const char* StopReason(FinishReason reason) {
   switch (reason) {
-    case FinishReason::kEndOfGeneration: return "eog";
-    case FinishReason::kStop: return "stop";
-    default: return "length";
+    case FinishReason::kEndOfGeneration:
+      return "eog";
+    case FinishReason::kStop:
+      return "stop";
+    default:
+      return "length";
   }
 }
 
@@ -135,7 +137,8 @@ int GenerateCommand(int argc, char** argv) {
   flags.Bool("json", &f.json, "print one JSON object with counts and speed as the last line");
   if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(s);
   if (flags.help_requested()) return PrintHelp(flags);
-  if (f.prompt.empty()) return Fail(InvalidArgumentError("--prompt is required and must not be empty"));
+  if (f.prompt.empty())
+    return Fail(InvalidArgumentError("--prompt is required and must not be empty"));
 
   auto model_or = LlamaModel::Load(f.model);
   // Every problem of the file at once, the path named once (engine/model/model_check.h).
@@ -178,9 +181,9 @@ int GenerateCommand(int argc, char** argv) {
   const int64_t needed = static_cast<int64_t>(prompt.size()) + f.n;
   if (*mode == CacheMode::kDense && needed > config.context_length) {
     return Fail(InvalidArgumentError(
-        "the prompt (" + std::to_string(prompt.size()) + " tokens) plus -n " +
-        std::to_string(f.n) + " is " + std::to_string(needed) +
-        " tokens, over the model context of " + std::to_string(config.context_length)));
+        "the prompt (" + std::to_string(prompt.size()) + " tokens) plus -n " + std::to_string(f.n) +
+        " is " + std::to_string(needed) + " tokens, over the model context of " +
+        std::to_string(config.context_length)));
   }
 
   // One session: the pool holds exactly its worst case, its bound plus the prefill headroom of

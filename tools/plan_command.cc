@@ -5,9 +5,9 @@
 #include <iostream>
 #include <string>
 
-#include "engine/gguf/gguf_file.h"
 #include "engine/build_plan/plan_binding.h"
 #include "engine/build_plan/plan_file.h"
+#include "engine/gguf/gguf_file.h"
 #include "engine/util/version.h"
 #include "tools/commands.h"
 
@@ -24,13 +24,15 @@ void PrintPlan(const PlanFile& file) {
               p.model_fingerprint.c_str(), p.model_path.c_str());
   std::printf("  hardware %s\n", p.hardware.Describe().c_str());
   const CpuTuning& t = p.tuning;
-  std::printf("choices\n  threads %d\n  attention: one task per token from %d tokens per thread\n"
-              "  attention: keys prefetched %d blocks ahead\n",
-              t.threads, t.attention_batch_factor, t.attention_prefetch_runs);
+  std::printf(
+      "choices\n  threads %d\n  attention: one task per token from %d tokens per thread\n"
+      "  attention: keys prefetched %d blocks ahead\n",
+      t.threads, t.attention_batch_factor, t.attention_prefetch_runs);
   if (t.decode_by_tokens_from > 0) {
-    std::printf("  decode steps of %d or more sessions: token-parallel (each thread takes its "
-                "sessions through every layer)\n",
-                t.decode_by_tokens_from);
+    std::printf(
+        "  decode steps of %d or more sessions: token-parallel (each thread takes its "
+        "sessions through every layer)\n",
+        t.decode_by_tokens_from);
   } else {
     std::printf("  decode steps: every product's rows split across the threads\n");
   }
@@ -55,10 +57,11 @@ void PrintPlan(const PlanFile& file) {
   if (kv.dtype == "int8") {
     const auto [k_lo, k_hi] = std::minmax_element(kv.k_scales.begin(), kv.k_scales.end());
     const auto [v_lo, v_hi] = std::minmax_element(kv.v_scales.begin(), kv.v_scales.end());
-    std::printf("  KV cache int8, per-channel scales for %d layers x %d KV heads x %d (K %.3g..%.3g, "
-                "V %.3g..%.3g), calibrated on %lld tokens of %s\n",
-                kv.n_layers, kv.n_kv_heads, kv.head_dim, *k_lo, *k_hi, *v_lo, *v_hi,
-                static_cast<long long>(kv.calibration_tokens), kv.calibration_text.c_str());
+    std::printf(
+        "  KV cache int8, per-channel scales for %d layers x %d KV heads x %d (K %.3g..%.3g, "
+        "V %.3g..%.3g), calibrated on %lld tokens of %s\n",
+        kv.n_layers, kv.n_kv_heads, kv.head_dim, *k_lo, *k_hi, *v_lo, *v_hi,
+        static_cast<long long>(kv.calibration_tokens), kv.calibration_text.c_str());
   } else {
     std::printf("  KV cache f16\n");
   }
@@ -122,9 +125,9 @@ int PlanCommand(int argc, char** argv) {
     std::fprintf(json ? stderr : stdout, "usable here: no: %s\n", s.message().c_str());
     return 1;
   }
-  std::fprintf(json ? stderr : stdout, "usable here: yes%s\n",
-               model_path.empty() ? " (this machine and version; give --model to check the model)"
-                                  : "");
+  std::fprintf(
+      json ? stderr : stdout, "usable here: yes%s\n",
+      model_path.empty() ? " (this machine and version; give --model to check the model)" : "");
   return 0;
 }
 

@@ -1,9 +1,8 @@
 // `streamd tokenize`: the token ids of a text (or a file) as one JSON array line.
 #include <fstream>
 #include <iostream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "engine/gguf/gguf_file.h"
 #include "engine/tokenizer/tokenizer.h"

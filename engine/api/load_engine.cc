@@ -1,12 +1,11 @@
-#include "engine/api/streamd_engine.h"
-
 #include <cstdlib>
 
+#include "engine/api/streamd_engine.h"
 #include "engine/backend/backend.h"
 #include "engine/backend/fault_injection.h"
+#include "engine/build_plan/plan_binding.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model_check.h"
-#include "engine/build_plan/plan_binding.h"
 #include "engine/snapshot/model_fingerprint.h"
 
 namespace streamd {
@@ -40,11 +39,11 @@ StatusOr<LoadedEngine> LoadEngine(const EngineSetup& setup) {
   }
   if (chat->is_fallback()) out.chat_warning = chat->fallback_reason();
   out.chat = std::make_unique<tokenizer::ChatTemplate>(std::move(chat).value());
-  const BackendKind kind = ResolveBackend(setup.backend == BackendChoice::kCuda ? BackendKind::kCuda
-                                          : setup.backend == BackendChoice::kCpu
-                                              ? BackendKind::kCpu
-                                              : BackendKind::kAuto,
-                                          &out.backend_note);
+  const BackendKind kind =
+      ResolveBackend(setup.backend == BackendChoice::kCuda  ? BackendKind::kCuda
+                     : setup.backend == BackendChoice::kCpu ? BackendKind::kCpu
+                                                            : BackendKind::kAuto,
+                     &out.backend_note);
   if (planned && kind != BackendKind::kCpu) {
     if (setup.backend == BackendChoice::kCuda) {
       return FailedPreconditionError("model.plan: " + setup.plan_path +
@@ -64,8 +63,8 @@ StatusOr<LoadedEngine> LoadEngine(const EngineSetup& setup) {
     if (!steps.ok()) return steps.status();
     if (steps->has_value()) {
       *backend = InjectFaultAfterSteps(std::move(backend).value(), **steps);
-      out.fault_injection = "FAULT INJECTION: the backend breaks after " +
-                            std::to_string(**steps) + " steps (" + kInjectBackendFaultEnv + ")";
+      out.fault_injection = "FAULT INJECTION: the backend breaks after " + std::to_string(**steps) +
+                            " steps (" + kInjectBackendFaultEnv + ")";
     }
   }
   auto engine = Engine::Create(std::move(backend).value(), std::move(vocab).value(), setup.engine);

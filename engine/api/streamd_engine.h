@@ -10,9 +10,9 @@
 #include <string>
 #include <string_view>
 
-#include "engine/sampling/stop_string_matcher.h"
 #include "engine/core/engine.h"
 #include "engine/core/session_persister.h"
+#include "engine/sampling/stop_string_matcher.h"
 #include "engine/snapshot/snapshot_format.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"

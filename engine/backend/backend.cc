@@ -58,8 +58,8 @@ const CudaPluginApi* LoadCudaPlugin(std::string* error) {
       api = found;
       return;
     }
-    failure = "the CUDA backend library libstreamd_cuda.so is not installed (looked at " +
-              tried + ")";
+    failure =
+        "the CUDA backend library libstreamd_cuda.so is not installed (looked at " + tried + ")";
   });
   if (api == nullptr && error != nullptr) *error = failure;
   return api;
@@ -69,9 +69,12 @@ const CudaPluginApi* LoadCudaPlugin(std::string* error) {
 
 std::string_view BackendKindName(BackendKind kind) {
   switch (kind) {
-    case BackendKind::kAuto: return "auto";
-    case BackendKind::kCpu: return "cpu";
-    case BackendKind::kCuda: return "cuda";
+    case BackendKind::kAuto:
+      return "auto";
+    case BackendKind::kCpu:
+      return "cpu";
+    case BackendKind::kCuda:
+      return "cuda";
   }
   return "?";
 }
@@ -137,7 +140,8 @@ StatusOr<std::unique_ptr<ModelBackend>> Prefixed(StatusOr<std::unique_ptr<ModelB
 
 StatusOr<std::unique_ptr<ModelBackend>> MakeBackend(BackendKind kind,
                                                     std::unique_ptr<LlamaModel> model) {
-  if (ResolveBackend(kind) == BackendKind::kCpu) return std::unique_ptr<ModelBackend>(std::move(model));
+  if (ResolveBackend(kind) == BackendKind::kCpu)
+    return std::unique_ptr<ModelBackend>(std::move(model));
   // auto: a family the CUDA kernels do not run yet (qwen2, qwen3) stays on the CPU; asking for
   // cuda by name gets the CUDA backend's error, which says so.
   if (kind == BackendKind::kAuto && !UsesPlainLlamaLayer(model->config())) {

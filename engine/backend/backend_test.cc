@@ -2,6 +2,8 @@
 // where it cannot run (a build without CUDA, or no usable device) instead of falling back.
 #include "engine/backend/backend.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -9,8 +11,6 @@
 #include <span>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "engine/core/step_runner.h"
 
@@ -120,9 +120,8 @@ TEST(BackendTest, CpuRunsHostWorkOnItsThreadsOncePerIndex) {
   ASSERT_TRUE(b.ok());
   (*b)->set_threads(2);
   std::vector<std::atomic<int>> runs(1000);
-  (*b)->RunOnHostThreads(static_cast<int64_t>(runs.size()), [&](int64_t i) {
-    runs[static_cast<size_t>(i)].fetch_add(1);
-  });
+  (*b)->RunOnHostThreads(static_cast<int64_t>(runs.size()),
+                         [&](int64_t i) { runs[static_cast<size_t>(i)].fetch_add(1); });
   for (size_t i = 0; i < runs.size(); ++i) ASSERT_EQ(runs[i].load(), 1) << "index " << i;
   std::atomic<int> started{0};
   std::atomic<int> met{0};
@@ -147,8 +146,8 @@ TEST(BackendTest, CudaWithoutAUsableGpuIsAClearStartUpError) {
   ASSERT_FALSE(backend.ok());
   EXPECT_NE(backend.status().message().find("backend cuda"), std::string::npos)
       << backend.status().message();
-  EXPECT_EQ(backend.status().code(), CudaBackendBuilt() ? StatusCode::kUnavailable
-                                                        : StatusCode::kFailedPrecondition);
+  EXPECT_EQ(backend.status().code(),
+            CudaBackendBuilt() ? StatusCode::kUnavailable : StatusCode::kFailedPrecondition);
   auto synthetic = MakeSyntheticBackend(BackendKind::kCuda, Tiny());
   EXPECT_FALSE(synthetic.ok());
 }

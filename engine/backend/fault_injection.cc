@@ -14,8 +14,8 @@ class FaultInjectingBackend final : public ForwardingBackend {
       : ForwardingBackend(std::move(inner)), steps_left_(steps) {}
 
   std::string device_description() const override {
-    return inner().device_description() + " (fault injected after " +
-           std::to_string(steps_left_) + " more steps)";
+    return inner().device_description() + " (fault injected after " + std::to_string(steps_left_) +
+           " more steps)";
   }
   Status Execute(const StepPlan& plan, float* logits) override {
     if (Status s = Step(); !s.ok()) return s;
@@ -52,8 +52,8 @@ StatusOr<std::optional<int64_t>> ParseInjectedFault(std::string_view value) {
     if (ec != std::errc() || end != digits.data() + digits.size()) n = -1;
   }
   if (n < 0) {
-    return InvalidArgumentError(std::string(kInjectBackendFaultEnv) + " = \"" +
-                                std::string(value) + "\": expected after_steps:N (N >= 0)");
+    return InvalidArgumentError(std::string(kInjectBackendFaultEnv) + " = \"" + std::string(value) +
+                                "\": expected after_steps:N (N >= 0)");
   }
   return std::optional<int64_t>(n);
 }

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/cpu_tuning.h"
 #include "engine/build_plan/hardware_fingerprint.h"
+#include "engine/model/cpu_tuning.h"
 #include "engine/util/status.h"
 
 namespace streamd {
@@ -32,13 +32,13 @@ struct PlanMeasurement {
 
 // A precision cut the build considered, and the eval gate's verdict on it.
 struct PrecisionDecision {
-  std::string name;          // "kernel choices", "int8 kv cache", ...
+  std::string name;  // "kernel choices", "int8 kv cache", ...
   bool accepted = false;
-  double baseline_ppl = 0;   // streaming (sink) perplexity on the eval text without it
-  double ppl = 0;            // ... with it
-  double increase_pct = 0;   // 100 * (ppl / baseline_ppl - 1)
+  double baseline_ppl = 0;  // streaming (sink) perplexity on the eval text without it
+  double ppl = 0;           // ... with it
+  double increase_pct = 0;  // 100 * (ppl / baseline_ppl - 1)
   double max_increase_pct = 0;
-  std::string eval_text;     // the file it was measured on, and how many tokens
+  std::string eval_text;  // the file it was measured on, and how many tokens
   int64_t eval_tokens = 0;
   bool operator==(const PrecisionDecision&) const = default;
 };
@@ -61,9 +61,9 @@ struct BuildPlan {
   std::string target = "cpu";
   std::string model_fingerprint;  // 32 hex digits
   std::string model_name;
-  std::string model_path;         // where the model was at build time (informational)
+  std::string model_path;  // where the model was at build time (informational)
   HardwareFingerprint hardware;
-  std::string built_at;           // UTC, ISO 8601
+  std::string built_at;  // UTC, ISO 8601
   double build_seconds = 0;
   CpuTuning tuning;
   // Pre-packed weights stored after the manifest: "none", "amx-packed" (LlamaModel's AMX copies,

@@ -1,10 +1,10 @@
 #include "engine/build_plan/cpu_tuner.h"
 
 #include <algorithm>
-#include <initializer_list>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <random>
@@ -94,8 +94,8 @@ Status CheckDeadline(Clock::time_point deadline) {
 // timers[c]: candidate c's workloads (the same ones for every candidate, except where candidates
 // differ in the cache their pools hold); every candidate has as many.
 StatusOr<Medians> TimeCandidates(LlamaModel& model, const std::vector<CpuTuning>& candidates,
-                                 const std::vector<std::vector<StepTimer*>>& timers,
-                                 int32_t rounds, int64_t steps, Clock::time_point deadline) {
+                                 const std::vector<std::vector<StepTimer*>>& timers, int32_t rounds,
+                                 int64_t steps, Clock::time_point deadline) {
   const size_t nc = candidates.size();
   const size_t nw = timers.empty() ? 0 : timers[0].size();
   std::vector<std::vector<std::vector<double>>> samples(nc, std::vector<std::vector<double>>(nw));
@@ -145,8 +145,7 @@ size_t PickWinner(const std::vector<double>& score, double min_gain) {
 
 class Tuner {
  public:
-  Tuner(LlamaModel& model, const CpuTunerOptions& o)
-      : model_(model), o_(o), workloads_(model, o) {}
+  Tuner(LlamaModel& model, const CpuTunerOptions& o) : model_(model), o_(o), workloads_(model, o) {}
 
   StatusOr<CpuTuningResult> Run() {
     result_.tuning = model_.tuning();
@@ -275,17 +274,16 @@ class Tuner {
     STREAMD_ASSIGN_OR_RETURN(StepTimer * four, workloads_.Get(4, 1));
     STREAMD_ASSIGN_OR_RETURN(StepTimer * eight, workloads_.Get(8, 1));
     STREAMD_ASSIGN_OR_RETURN(StepTimer * sixteen, workloads_.Get(16, 1));
-    return TuneField("decode token-parallel from", &CpuTuning::decode_by_tokens_from,
-                     {0, 4, 8, 16}, {four, eight, sixteen});
+    return TuneField("decode token-parallel from", &CpuTuning::decode_by_tokens_from, {0, 4, 8, 16},
+                     {four, eight, sixteen});
   }
 
   // One knob of the bucket's split at a time (items per thread, then the largest and the
   // smallest work item), each on the winner of the one before.
   Status TuneSplit(int b) {
     const int64_t probe = kBucketProbeTokens[static_cast<size_t>(b)];
-    StatusOr<StepTimer*> timer = probe >= kPrefillProbeTokens
-                                     ? workloads_.Get(1, probe)
-                                     : workloads_.Get(probe, 1);
+    StatusOr<StepTimer*> timer =
+        probe >= kPrefillProbeTokens ? workloads_.Get(1, probe) : workloads_.Get(probe, 1);
     if (!timer.ok()) return timer.status();
     const std::string knob = std::string("split ") + TokenBucketName(b) + " tokens";
     const auto try_values = [&](const char* field, const std::vector<int64_t>& values,
@@ -303,9 +301,9 @@ class Tuner {
       if (candidates.size() < 2) return OkStatus();
       return Decide(knob + " " + field, candidates, labels, {*timer}).status();
     };
-    STREAMD_RETURN_IF_ERROR(try_values("items_per_thread", {1, 2, 3, 4}, [](RowSplit& s, int64_t v) {
-      s.items_per_thread = static_cast<int32_t>(v);
-    }));
+    STREAMD_RETURN_IF_ERROR(
+        try_values("items_per_thread", {1, 2, 3, 4},
+                   [](RowSplit& s, int64_t v) { s.items_per_thread = static_cast<int32_t>(v); }));
     STREAMD_RETURN_IF_ERROR(try_values("max_rows", {384, 768, 1536, 3072},
                                        [](RowSplit& s, int64_t v) { s.max_rows = v; }));
     return try_values("min_rows", {48, 96, 192, 384},
@@ -381,9 +379,8 @@ class Tuner {
     const auto t0 = Clock::now();
     model_.RunProduct(w, x, n, y);
     const double once = std::chrono::duration<double>(Clock::now() - t0).count();
-    const int64_t reps =
-        std::clamp<int64_t>(static_cast<int64_t>(kProductSampleSeconds / std::max(once, 1e-7)), 1,
-                            10000);
+    const int64_t reps = std::clamp<int64_t>(
+        static_cast<int64_t>(kProductSampleSeconds / std::max(once, 1e-7)), 1, 10000);
     const size_t nc = candidates.size();
     std::vector<std::vector<double>> samples(nc);
     for (int32_t r = 0; r < o_.rounds; ++r) {
@@ -443,10 +440,10 @@ StatusOr<std::vector<PlanMeasurement>> CompareWithDefaults(LlamaModel& model,
   STREAMD_ASSIGN_OR_RETURN(StepTimer * one, tuned_workloads.Get(1, 1));
   STREAMD_ASSIGN_OR_RETURN(StepTimer * sixteen, tuned_workloads.Get(16, 1));
   STREAMD_ASSIGN_OR_RETURN(
-      Medians m, TimeCandidates(model, {defaults, tuned},
-                                {{*one_default, *sixteen_default}, {one, sixteen}},
-                                std::max(options.rounds, 7),
-                                std::max<int64_t>(options.steps_per_sample, 3), options.deadline));
+      Medians m,
+      TimeCandidates(model, {defaults, tuned}, {{*one_default, *sixteen_default}, {one, sixteen}},
+                     std::max(options.rounds, 7), std::max<int64_t>(options.steps_per_sample, 3),
+                     options.deadline));
   std::vector<PlanMeasurement> out;
   const char* names[] = {"default", "tuned"};
   for (size_t c = 0; c < 2; ++c) {

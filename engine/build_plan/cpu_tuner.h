@@ -29,9 +29,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/build_plan/build_plan.h"
 #include "engine/model/cpu_tuning.h"
 #include "engine/model/llama_model.h"
-#include "engine/build_plan/build_plan.h"
 #include "engine/util/status.h"
 
 namespace streamd {
@@ -41,9 +41,9 @@ struct CpuTunerOptions {
   // voice or agent turn's working set; a longer window makes attention a larger share.
   int64_t sinks = 4;
   int64_t window = 252;
-  int32_t rounds = 5;            // alternated rounds per comparison, in [1, 101]
-  int64_t steps_per_sample = 2;  // timed steps per candidate per round (after one untimed)
-  double min_gain = 0.03;        // in [0, 1)
+  int32_t rounds = 5;                // alternated rounds per comparison, in [1, 101]
+  int64_t steps_per_sample = 2;      // timed steps per candidate per round (after one untimed)
+  double min_gain = 0.03;            // in [0, 1)
   bool numerics_exact_only = false;  // skip stage 1
   // Stage 2 keeps the thread count in place when other processes took more than this share of
   // the machine's CPU while it timed (machine_load.h): a busy machine favours fewer threads.

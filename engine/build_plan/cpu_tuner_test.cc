@@ -3,28 +3,28 @@
 // plan file to a model, a version and this machine.
 #include "engine/build_plan/cpu_tuner.h"
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
-#include "engine/cache/kv_scales.h"
 #include "engine/build_plan/machine_load.h"
 #include "engine/build_plan/plan_binding.h"
-#include "tests/support/plan_test_util.h"
 #include "engine/build_plan/step_timer.h"
+#include "engine/cache/kv_scales.h"
 #include "engine/snapshot/model_fingerprint.h"
 #include "engine/util/version.h"
+#include "tests/support/plan_test_util.h"
 
 namespace streamd {
 namespace {
 
-using ::testing::HasSubstr;
 using plan_test::Logits;
 using plan_test::QuantSpec;
 using plan_test::RandomTokens;
+using ::testing::HasSubstr;
 
 CpuTunerOptions QuickOptions() {
   CpuTunerOptions o;
@@ -58,8 +58,7 @@ TEST(StepTimerTest, BadWorkloadsNameTheField) {
               HasSubstr("sessions = 0 outside [1, 4096]"));
   EXPECT_THAT(StepTimer::Create(**model, {1, 257, 4, 28}).status().message(),
               HasSubstr("tokens_per_session = 257 outside [1, 256]"));
-  EXPECT_THAT(StepTimer::Create(**model, {1, 1, 4, 0}).status().message(),
-              HasSubstr("window = 0"));
+  EXPECT_THAT(StepTimer::Create(**model, {1, 1, 4, 0}).status().message(), HasSubstr("window = 0"));
 }
 
 // Scales of 1 for every channel of `model`: an int8 cache of the model's shape.
@@ -155,9 +154,9 @@ TEST(CpuTunerTest, LevelChoicesNameShapesOfTheModel) {
   }
   EXPECT_TRUE((*model)->ApplyTuning(result->tuning).ok());
   const bool several_levels = kernels::cpu::ActiveIsa() > kernels::cpu::Isa::kAvx2;
-  const bool timed_products = std::any_of(
-      result->measurements.begin(), result->measurements.end(),
-      [](const PlanMeasurement& m) { return m.what.rfind("product ", 0) == 0; });
+  const bool timed_products =
+      std::any_of(result->measurements.begin(), result->measurements.end(),
+                  [](const PlanMeasurement& m) { return m.what.rfind("product ", 0) == 0; });
   EXPECT_EQ(timed_products, several_levels);
 }
 

@@ -11,9 +11,9 @@ namespace {
 // AVX-512 F/BW/VL/VNNI, AMX; BF16/FP16 for later kernels).
 const std::set<std::string>& RelevantFlags() {
   static const std::set<std::string> flags = {
-      "avx",        "avx2",        "fma",         "f16c",        "avx_vnni",   "avx512f",
-      "avx512bw",   "avx512vl",    "avx512dq",    "avx512_vnni", "avx512_bf16", "avx512_fp16",
-      "amx_tile",   "amx_int8",    "amx_bf16",    "amx_fp16"};
+      "avx",      "avx2",     "fma",      "f16c",        "avx_vnni",    "avx512f",
+      "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+      "amx_tile", "amx_int8", "amx_bf16", "amx_fp16"};
   return flags;
 }
 
@@ -50,13 +50,11 @@ HardwareFingerprint ParseCpuInfo(const std::string& cpuinfo) {
         if (RelevantFlags().count(flag) > 0) fp.isa_flags.push_back(flag);
       }
       std::sort(fp.isa_flags.begin(), fp.isa_flags.end());
-      fp.isa_flags.erase(std::unique(fp.isa_flags.begin(), fp.isa_flags.end()),
-                         fp.isa_flags.end());
+      fp.isa_flags.erase(std::unique(fp.isa_flags.begin(), fp.isa_flags.end()), fp.isa_flags.end());
     }
   }
   return fp;
 }
-
 
 std::string HardwareFingerprint::Describe() const {
   std::string out = kind + " " + vendor + " \"" + model + "\", " + std::to_string(cpus) +

@@ -16,12 +16,12 @@
 namespace streamd {
 
 struct HardwareFingerprint {
-  std::string kind;           // "cpu"
-  std::string vendor;         // "GenuineIntel", "AuthenticAMD"
-  std::string model;          // "Intel(R) Xeon(R) Platinum 8480+"
+  std::string kind;                    // "cpu"
+  std::string vendor;                  // "GenuineIntel", "AuthenticAMD"
+  std::string model;                   // "Intel(R) Xeon(R) Platinum 8480+"
   std::vector<std::string> isa_flags;  // sorted: "amx_int8", "avx2", "avx512_vnni", ...
-  std::string kernel_level;   // kernels::cpu::IsaName(DetectIsa())
-  int32_t cpus = 0;           // CPUs this process may run on
+  std::string kernel_level;            // kernels::cpu::IsaName(DetectIsa())
+  int32_t cpus = 0;                    // CPUs this process may run on
 
   bool operator==(const HardwareFingerprint&) const = default;
   // One line: "cpu GenuineIntel \"Intel(R) Xeon(R) ...\", 2 CPUs, kernels amx-int8, flags ...".

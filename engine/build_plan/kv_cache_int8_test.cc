@@ -3,29 +3,29 @@
 // out, quantization stable under a round trip through f16), the model's int8 path against its
 // f16 path on fresh random weights, and the plan's kv_cache section (round trip, every bad field
 // refused, applied to a model).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstdio>
 #include <random>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
-#include "engine/cache/kv_convert.h"
-#include "engine/cache/kv_image.h"
-#include "engine/cache/kv_scales.h"
 #include "engine/build_plan/kv_calibration.h"
 #include "engine/build_plan/plan_binding.h"
 #include "engine/build_plan/plan_file.h"
-#include "tests/support/plan_test_util.h"
+#include "engine/cache/kv_convert.h"
+#include "engine/cache/kv_image.h"
+#include "engine/cache/kv_scales.h"
 #include "engine/core/step_runner.h"
 #include "kernels/cpu/quant_blocks.h"
+#include "tests/support/plan_test_util.h"
 
 namespace streamd {
 namespace {
 
-using ::testing::HasSubstr;
 using plan_test::QuantSpec;
 using plan_test::RandomTokens;
+using ::testing::HasSubstr;
 
 // Logits of every token streamed through a fresh sink cache (S 4 + W 28, chunks of 8) of the
 // model's CacheShape, and the cache's K/V image at the end.
@@ -59,7 +59,8 @@ Streamed Stream(LlamaModel& model, const std::vector<int32_t>& tokens) {
 }
 
 // Scales calibrated the way `streamd build` does: every chunk's cache shown to the tracker.
-std::shared_ptr<const KvInt8Scales> Calibrate(LlamaModel& model, const std::vector<int32_t>& tokens) {
+std::shared_ptr<const KvInt8Scales> Calibrate(LlamaModel& model,
+                                              const std::vector<int32_t>& tokens) {
   const LlamaConfig& c = model.config();
   const KvShape shape{c.n_layers, c.n_kv_heads, c.head_dim};
   auto pool = BlockPool::Create(shape, 16, 8 * BlockPool::BlockBytes(shape, 16));
@@ -165,14 +166,14 @@ TEST(Int8PoolTest, HalfTheBytesAndStableF16RoundTrips) {
                   .status()
                   .message(),
               HasSubstr("needs its scales"));
-  EXPECT_THAT(BlockPool::Create({layers + 1, heads, hd, kernels::KvDtype::kInt8, *scales}, 4,
-                                1 << 20)
-                  .status()
-                  .message(),
-              HasSubstr("do not fit a cache of 3 x 2 x 8"));
+  EXPECT_THAT(
+      BlockPool::Create({layers + 1, heads, hd, kernels::KvDtype::kInt8, *scales}, 4, 1 << 20)
+          .status()
+          .message(),
+      HasSubstr("do not fit a cache of 3 x 2 x 8"));
 
-  // A cache that has seen 13 tokens and holds 12 (S 2 + W 11: the window holds W - 1 before the next token) restored from a random image (2.5 scales' worth of
-  // values saturate).
+  // A cache that has seen 13 tokens and holds 12 (S 2 + W 11: the window holds W - 1 before the
+  // next token) restored from a random image (2.5 scales' worth of values saturate).
   const CacheSpec spec{CacheMode::kSink, 2, 11, 4};
   auto cache = SessionCache::Create(pool->get(), spec, 1 << 20);
   ASSERT_TRUE(cache.ok());
@@ -245,7 +246,8 @@ TEST(Int8KvModelTest, LogitsFollowTheF16CacheAndSnapshotsMoveBetweenKinds) {
   }
   EXPECT_GT(max_diff, 0.0) << "the int8 path gave the f16 logits bit for bit: was it used?";
   EXPECT_LT(max_diff, 0.02 * max_logit) << "max |logit| " << max_logit;
-  std::printf("int8 vs f16 KV: max |logit difference| %.4f of max |logit| %.4f\n", max_diff, max_logit);
+  std::printf("int8 vs f16 KV: max |logit difference| %.4f of max |logit| %.4f\n", max_diff,
+              max_logit);
 
   // The int8 cache's image (int8 with its scales) into an int8 pool (copied) and an f16 pool
   // (dequantized), then 8 more tokens on each.
@@ -268,7 +270,8 @@ TEST(Int8KvModelTest, LogitsFollowTheF16CacheAndSnapshotsMoveBetweenKinds) {
   continue_from(m.CacheShape(), &on_i8);
   continue_from({c.n_layers, c.n_kv_heads, c.head_dim}, &on_f16);
   double diff = 0;
-  for (size_t i = 0; i < on_i8.size(); ++i) diff = std::max(diff, double{std::fabs(on_i8[i] - on_f16[i])});
+  for (size_t i = 0; i < on_i8.size(); ++i)
+    diff = std::max(diff, double{std::fabs(on_i8[i] - on_f16[i])});
   EXPECT_LT(diff, 0.02 * max_logit);
   ASSERT_TRUE(m.SetInt8KvCache(nullptr).ok());
   EXPECT_EQ(m.CacheShape().dtype, kernels::KvDtype::kF16);
@@ -325,9 +328,11 @@ TEST(PlanKvCacheTest, ApplyKvCacheSetsTheModelsCacheShapeOrRefusesAnotherShape) 
   auto model = MakeSyntheticModel(QuantSpec());
   ASSERT_TRUE(model.ok());
   const LlamaConfig& c = (*model)->config();
-  ASSERT_TRUE(ApplyKvCache(PlanWithInt8Kv(c.n_layers, c.n_kv_heads, c.head_dim).kv_cache, **model).ok());
+  ASSERT_TRUE(
+      ApplyKvCache(PlanWithInt8Kv(c.n_layers, c.n_kv_heads, c.head_dim).kv_cache, **model).ok());
   EXPECT_EQ((*model)->CacheShape().dtype, kernels::KvDtype::kInt8);
-  const Status other = ApplyKvCache(PlanWithInt8Kv(c.n_layers + 1, c.n_kv_heads, c.head_dim).kv_cache, **model);
+  const Status other =
+      ApplyKvCache(PlanWithInt8Kv(c.n_layers + 1, c.n_kv_heads, c.head_dim).kv_cache, **model);
   EXPECT_THAT(other.message(), HasSubstr("do not fit"));
   ASSERT_TRUE(ApplyKvCache(PlanKvCache{}, **model).ok());
   EXPECT_EQ((*model)->CacheShape().dtype, kernels::KvDtype::kF16);

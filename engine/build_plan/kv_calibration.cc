@@ -68,8 +68,7 @@ StatusOr<std::shared_ptr<const KvInt8Scales>> KvRangeTracker::Scales() const {
     }
     return s;
   };
-  return KvInt8Scales::Make(n_layers_, n_kv_heads_, head_dim_, scales(k_range_),
-                            scales(v_range_));
+  return KvInt8Scales::Make(n_layers_, n_kv_heads_, head_dim_, scales(k_range_), scales(v_range_));
 }
 
 }  // namespace streamd

@@ -31,8 +31,8 @@ std::span<const uint8_t> PrepackedVnni8Weights(const PlanFile& plan) {
 
 Status ApplyKvCache(const PlanKvCache& kv, LlamaModel& model) {
   if (kv.dtype != "int8") return model.SetInt8KvCache(nullptr);
-  STREAMD_ASSIGN_OR_RETURN(auto scales, KvInt8Scales::Make(kv.n_layers, kv.n_kv_heads,
-                                                           kv.head_dim, kv.k_scales, kv.v_scales));
+  STREAMD_ASSIGN_OR_RETURN(auto scales, KvInt8Scales::Make(kv.n_layers, kv.n_kv_heads, kv.head_dim,
+                                                           kv.k_scales, kv.v_scales));
   return model.SetInt8KvCache(std::move(scales));
 }
 
@@ -51,8 +51,10 @@ StatusOr<std::unique_ptr<LlamaModel>> LoadCpuModel(const std::string& model_path
     plan = std::move(opened).value();
     prepacked = PrepackedWeights(*plan);
   }
-  auto model = LlamaModel::FromFile(std::move(file).value(), plan != nullptr ? &prepacked : nullptr);
-  if (!model.ok()) return Status(model.status().code(), model_path + ": " + model.status().message());
+  auto model =
+      LlamaModel::FromFile(std::move(file).value(), plan != nullptr ? &prepacked : nullptr);
+  if (!model.ok())
+    return Status(model.status().code(), model_path + ": " + model.status().message());
   if (plan != nullptr) {
     if (Status s = (*model)->ApplyTuning(plan->plan().tuning, PrepackedVnni8Weights(*plan));
         !s.ok()) {
@@ -71,23 +73,24 @@ StatusOr<std::unique_ptr<LlamaModel>> LoadCpuModel(const std::string& model_path
 std::string DescribePlan(const PlanFile& file) {
   const BuildPlan& p = file.plan();
   const CpuTuning& t = p.tuning;
-  std::string line = file.path() + ": built " + p.built_at + " in " +
-                     std::to_string(static_cast<int64_t>(p.build_seconds + 0.5)) + " s; " +
-                     std::to_string(t.threads) + " threads, attention grouping from " +
-                     std::to_string(t.attention_batch_factor) + " tokens per thread, " +
-                     "prefetch " + std::to_string(t.attention_prefetch_runs) + " blocks ahead, " +
-                     (t.decode_by_tokens_from > 0
-                          ? "decode token-parallel from " +
-                                std::to_string(t.decode_by_tokens_from) + " sessions, "
-                          : std::string("decode split by rows, ")) +
-                     std::to_string(t.isa.size()) + " kernel choices per shape, splits";
+  std::string line =
+      file.path() + ": built " + p.built_at + " in " +
+      std::to_string(static_cast<int64_t>(p.build_seconds + 0.5)) + " s; " +
+      std::to_string(t.threads) + " threads, attention grouping from " +
+      std::to_string(t.attention_batch_factor) + " tokens per thread, " + "prefetch " +
+      std::to_string(t.attention_prefetch_runs) + " blocks ahead, " +
+      (t.decode_by_tokens_from > 0
+           ? "decode token-parallel from " + std::to_string(t.decode_by_tokens_from) + " sessions, "
+           : std::string("decode split by rows, ")) +
+      std::to_string(t.isa.size()) + " kernel choices per shape, splits";
   for (int b = 0; b < kTokenBuckets; ++b) {
     const RowSplit& s = t.split[static_cast<size_t>(b)];
-    line += std::string(" ") + TokenBucketName(b) + ":" + std::to_string(s.items_per_thread) +
-            "/" + std::to_string(s.min_rows) + "-" + std::to_string(s.max_rows);
+    line += std::string(" ") + TokenBucketName(b) + ":" + std::to_string(s.items_per_thread) + "/" +
+            std::to_string(s.min_rows) + "-" + std::to_string(s.max_rows);
   }
   line += "; KV cache " + p.kv_cache.dtype + "; weights " + p.weights_layout;
-  if (p.weights_bytes > 0) line += " " + std::to_string((p.weights_bytes + (1 << 19)) >> 20) + " MiB";
+  if (p.weights_bytes > 0)
+    line += " " + std::to_string((p.weights_bytes + (1 << 19)) >> 20) + " MiB";
   return line;
 }
 

@@ -6,9 +6,9 @@
 #include <string>
 #include <string_view>
 
+#include "engine/build_plan/plan_file.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/model/llama_model.h"
-#include "engine/build_plan/plan_file.h"
 #include "engine/util/status.h"
 
 namespace streamd {
@@ -18,9 +18,9 @@ namespace streamd {
 PlanExpectations ExpectationsHere(const gguf::GgufFile& model_file);
 
 // Opens `plan_path` (every byte checked, plan_file.h; the reader knows only cpu plans) and checks
-// it is for `model_file`, this streamd version and this machine. Errors name the file and the reason:
-// FAILED_PRECONDITION for a plan that is well formed but bound to something else, the reader's
-// code for a damaged one.
+// it is for `model_file`, this streamd version and this machine. Errors name the file and the
+// reason: FAILED_PRECONDITION for a plan that is well formed but bound to something else, the
+// reader's code for a damaged one.
 StatusOr<std::unique_ptr<PlanFile>> OpenPlanFor(const std::string& plan_path,
                                                 const gguf::GgufFile& model_file);
 
@@ -33,8 +33,8 @@ std::span<const uint8_t> PrepackedVnni8Weights(const PlanFile& plan);
 Status ApplyKvCache(const PlanKvCache& kv, LlamaModel& model);
 
 // The CPU model of `model_path` under the plan at `plan_path` (checked first with OpenPlanFor,
-// before anything is packed; its pre-packed weights used, its tuning and KV cache applied), or with the
-// built-in defaults when plan_path is empty. `plan_note` (optional) gets DescribePlan's line.
+// before anything is packed; its pre-packed weights used, its tuning and KV cache applied), or with
+// the built-in defaults when plan_path is empty. `plan_note` (optional) gets DescribePlan's line.
 // Errors: "<model path>: ..." for the model, "model.plan: <plan path>: ..." for the plan.
 StatusOr<std::unique_ptr<LlamaModel>> LoadCpuModel(const std::string& model_path,
                                                    const std::string& plan_path,

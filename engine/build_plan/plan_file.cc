@@ -4,13 +4,12 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-
 #include <nlohmann/json.hpp>
-#include <xxhash.h>
 
 #include "engine/cache/kv_scales.h"
 #include "engine/util/atomic_file.h"
@@ -57,16 +56,15 @@ Status CheckWeightsLayout(const BuildPlan& p) {
                                 "amx-packed+vnni8-packed");
   }
   if (p.amx_bytes > p.weights_bytes || p.amx_bytes % 64 != 0) {
-    return InvalidArgumentError("weights.amx_bytes = " + std::to_string(p.amx_bytes) +
-                                " must be a multiple of 64 within weights.bytes = " +
-                                std::to_string(p.weights_bytes));
+    return InvalidArgumentError(
+        "weights.amx_bytes = " + std::to_string(p.amx_bytes) +
+        " must be a multiple of 64 within weights.bytes = " + std::to_string(p.weights_bytes));
   }
   const bool amx = l.find("amx-packed") != std::string::npos;
   const bool vnni8 = l.find("vnni8-packed") != std::string::npos;
   if (amx != (p.amx_bytes > 0) || vnni8 != (p.weights_bytes > p.amx_bytes)) {
-    return InvalidArgumentError("weights.layout \"" + l + "\" with " +
-                                std::to_string(p.amx_bytes) + " AMX bytes of " +
-                                std::to_string(p.weights_bytes));
+    return InvalidArgumentError("weights.layout \"" + l + "\" with " + std::to_string(p.amx_bytes) +
+                                " AMX bytes of " + std::to_string(p.weights_bytes));
   }
   return OkStatus();
 }
@@ -173,8 +171,7 @@ StatusOr<CpuTuning> ParseTuning(const json& j) {
       f.Integer("attention_batch_factor", &t.attention_batch_factor, 1, 1 << 20));
   STREAMD_RETURN_IF_ERROR(f.Integer("attention_prefetch_runs", &t.attention_prefetch_runs, 0,
                                     kernels::cpu::kMaxPrefetchRuns));
-  STREAMD_RETURN_IF_ERROR(
-      f.Integer("decode_by_tokens_from", &t.decode_by_tokens_from, 0, 1 << 20));
+  STREAMD_RETURN_IF_ERROR(f.Integer("decode_by_tokens_from", &t.decode_by_tokens_from, 0, 1 << 20));
   STREAMD_ASSIGN_OR_RETURN(const json* split, f.Array("split", kTokenBuckets));
   if (split->size() != kTokenBuckets) {
     return InvalidArgumentError("tuning.split has " + std::to_string(split->size()) +
@@ -201,9 +198,11 @@ StatusOr<CpuTuning> ParseTuning(const json& j) {
     STREAMD_RETURN_IF_ERROR(fs.String("type", &type));
     STREAMD_RETURN_IF_ERROR(fs.String("isa", &level));
     auto parsed_type = ParseWeightType(type);
-    if (!parsed_type.ok()) return InvalidArgumentError(at + ".type: " + parsed_type.status().message());
+    if (!parsed_type.ok())
+      return InvalidArgumentError(at + ".type: " + parsed_type.status().message());
     auto parsed_isa = ParseIsa(level);
-    if (!parsed_isa.ok()) return InvalidArgumentError(at + ".isa: " + parsed_isa.status().message());
+    if (!parsed_isa.ok())
+      return InvalidArgumentError(at + ".isa: " + parsed_isa.status().message());
     choice.type = *parsed_type;
     choice.isa = *parsed_isa;
     STREAMD_RETURN_IF_ERROR(fs.Integer("rows", &choice.rows, 1, int64_t{1} << 31));
@@ -217,9 +216,12 @@ StatusOr<CpuTuning> ParseTuning(const json& j) {
 }
 
 json HardwareJson(const HardwareFingerprint& h) {
-  return {{"kind", h.kind},     {"vendor", h.vendor},
-          {"model", h.model},   {"isa_flags", h.isa_flags},
-          {"kernel_level", h.kernel_level}, {"cpus", h.cpus}};
+  return {{"kind", h.kind},
+          {"vendor", h.vendor},
+          {"model", h.model},
+          {"isa_flags", h.isa_flags},
+          {"kernel_level", h.kernel_level},
+          {"cpus", h.cpus}};
 }
 
 StatusOr<HardwareFingerprint> ParseHardware(const json& j) {
@@ -264,9 +266,9 @@ StatusOr<PlanKvCache> ParseKvCache(const json& j) {
   STREAMD_RETURN_IF_ERROR(f.String("calibration_text", &kv.calibration_text));
   STREAMD_RETURN_IF_ERROR(f.Integer("calibration_tokens", &kv.calibration_tokens, 0, INT64_MAX));
   // The manifest's size cap bounds the arrays; a float needs at least 2 bytes of JSON.
-  for (const auto& [key, out] : {std::pair<const char*, std::vector<float>*>{"k_scales",
-                                                                             &kv.k_scales},
-                                 {"v_scales", &kv.v_scales}}) {
+  for (const auto& [key, out] :
+       {std::pair<const char*, std::vector<float>*>{"k_scales", &kv.k_scales},
+        {"v_scales", &kv.v_scales}}) {
     STREAMD_ASSIGN_OR_RETURN(const json* a, f.Array(key, kMaxPlanManifestBytes / 2));
     out->reserve(a->size());
     for (const json& x : *a) {
@@ -280,8 +282,8 @@ StatusOr<PlanKvCache> ParseKvCache(const json& j) {
     }
     return kv;
   }
-  auto scales = KvInt8Scales::Make(kv.n_layers, kv.n_kv_heads, kv.head_dim, kv.k_scales,
-                                   kv.v_scales);
+  auto scales =
+      KvInt8Scales::Make(kv.n_layers, kv.n_kv_heads, kv.head_dim, kv.k_scales, kv.v_scales);
   if (!scales.ok()) return InvalidArgumentError("kv_cache: " + scales.status().message());
   return kv;
 }
@@ -304,23 +306,21 @@ std::string PlanManifestJson(const BuildPlan& p) {
   for (const PlanMeasurement& m : p.measurements) {
     measurements.push_back({{"what", m.what}, {"value", m.value}, {"unit", m.unit}});
   }
-  const json j = {{"format_version", p.format_version},
-                  {"streamd_version", p.streamd_version},
-                  {"target", p.target},
-                  {"model", {{"fingerprint", p.model_fingerprint},
-                             {"name", p.model_name},
-                             {"path", p.model_path}}},
-                  {"hardware", HardwareJson(p.hardware)},
-                  {"built_at", p.built_at},
-                  {"build_seconds", p.build_seconds},
-                  {"tuning", TuningJson(p.tuning)},
-                  {"weights",
-                   {{"layout", p.weights_layout},
-                    {"bytes", p.weights_bytes},
-                    {"amx_bytes", p.amx_bytes}}},
-                  {"kv_cache", KvCacheJson(p.kv_cache)},
-                  {"precision", precision},
-                  {"measurements", measurements}};
+  const json j = {
+      {"format_version", p.format_version},
+      {"streamd_version", p.streamd_version},
+      {"target", p.target},
+      {"model",
+       {{"fingerprint", p.model_fingerprint}, {"name", p.model_name}, {"path", p.model_path}}},
+      {"hardware", HardwareJson(p.hardware)},
+      {"built_at", p.built_at},
+      {"build_seconds", p.build_seconds},
+      {"tuning", TuningJson(p.tuning)},
+      {"weights",
+       {{"layout", p.weights_layout}, {"bytes", p.weights_bytes}, {"amx_bytes", p.amx_bytes}}},
+      {"kv_cache", KvCacheJson(p.kv_cache)},
+      {"precision", precision},
+      {"measurements", measurements}};
   // Invalid UTF-8 in a string (a model path) is replaced rather than thrown on.
   return j.dump(2, ' ', false, json::error_handler_t::replace);
 }
@@ -334,8 +334,7 @@ StatusOr<BuildPlan> ParsePlanManifest(std::string_view text) {
   STREAMD_RETURN_IF_ERROR(f.Integer("format_version", &p.format_version, 0, INT32_MAX));
   if (p.format_version != kPlanFormatVersion) {
     return InvalidArgumentError("manifest format_version " + std::to_string(p.format_version) +
-                                " differs from the header's " +
-                                std::to_string(kPlanFormatVersion));
+                                " differs from the header's " + std::to_string(kPlanFormatVersion));
   }
   STREAMD_RETURN_IF_ERROR(f.String("streamd_version", &p.streamd_version));
   STREAMD_RETURN_IF_ERROR(f.String("target", &p.target));
@@ -433,8 +432,7 @@ StatusOr<ParsedPlan> ParsePlanBytes(std::span<const uint8_t> bytes) {
   if (GetU32(&bytes[kAtVersion + 4]) != kPlanHeaderBytes) {
     return InvalidArgumentError("corrupt: the header claims " +
                                 std::to_string(GetU32(&bytes[kAtVersion + 4])) +
-                                " bytes; headers are " +
-                                std::to_string(kPlanHeaderBytes));
+                                " bytes; headers are " + std::to_string(kPlanHeaderBytes));
   }
   const uint64_t size = bytes.size();
   const uint64_t m_off = GetU64(&bytes[kAtManifestOffset]);
@@ -464,13 +462,12 @@ StatusOr<ParsedPlan> ParsePlanBytes(std::span<const uint8_t> bytes) {
   if (XXH3_64bits(bytes.data() + w_off, w_len) != GetU64(&bytes[kAtWeightsHash])) {
     return DataLossError("corrupt: the pre-packed weights' checksum does not match");
   }
-  auto plan = ParsePlanManifest(
-      std::string_view(reinterpret_cast<const char*>(&bytes[m_off]), m_len));
+  auto plan =
+      ParsePlanManifest(std::string_view(reinterpret_cast<const char*>(&bytes[m_off]), m_len));
   if (!plan.ok()) return Status(plan.status().code(), "manifest: " + plan.status().message());
   if (plan->weights_bytes != w_len) {
-    return InvalidArgumentError("manifest: weights.bytes = " +
-                                std::to_string(plan->weights_bytes) + " but the file holds " +
-                                std::to_string(w_len));
+    return InvalidArgumentError("manifest: weights.bytes = " + std::to_string(plan->weights_bytes) +
+                                " but the file holds " + std::to_string(w_len));
   }
   return ParsedPlan{std::move(plan).value(), w_off};
 }
@@ -534,9 +531,9 @@ Status CheckPlanMatches(const BuildPlan& plan, const std::string& path,
                                    here.streamd_version + " (rebuild it: streamd build)");
   }
   if (!(plan.hardware == here.hardware)) {
-    return FailedPreconditionError(path + ": the plan was tuned on other hardware: plan: " +
-                                   plan.hardware.Describe() + "; here: " +
-                                   here.hardware.Describe() + " (rebuild it on this machine)");
+    return FailedPreconditionError(
+        path + ": the plan was tuned on other hardware: plan: " + plan.hardware.Describe() +
+        "; here: " + here.hardware.Describe() + " (rebuild it on this machine)");
   }
   return OkStatus();
 }

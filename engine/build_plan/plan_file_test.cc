@@ -2,11 +2,11 @@
 // that a plan's kernel choices and pre-packed weights leave the model's outputs as they were.
 #include "engine/build_plan/plan_file.h"
 
-#include <filesystem>
-#include <random>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <filesystem>
+#include <random>
 
 #include "engine/cache/session_cache.h"
 #include "engine/model/llama_model.h"
@@ -16,12 +16,12 @@
 namespace streamd {
 namespace {
 
-using ::testing::HasSubstr;
+using kernels::cpu::Isa;
+using kernels::cpu::WeightType;
 using plan_test::Logits;
 using plan_test::QuantSpec;
 using plan_test::RandomTokens;
-using kernels::cpu::Isa;
-using kernels::cpu::WeightType;
+using ::testing::HasSubstr;
 
 BuildPlan SamplePlan() {
   BuildPlan p;
@@ -29,8 +29,9 @@ BuildPlan SamplePlan() {
   p.model_fingerprint = "0123456789abcdef0123456789abcdef";
   p.model_name = "synthetic";
   p.model_path = "/models/m.gguf";
-  p.hardware = ParseCpuInfo("vendor_id\t: GenuineIntel\nmodel name\t: Test CPU\n"
-                            "flags\t\t: fpu avx2 fma f16c avx512f avx512_vnni\n\n");
+  p.hardware = ParseCpuInfo(
+      "vendor_id\t: GenuineIntel\nmodel name\t: Test CPU\n"
+      "flags\t\t: fpu avx2 fma f16c avx512f avx512_vnni\n\n");
   p.hardware.kernel_level = "avx512-vnni";
   p.hardware.cpus = 8;
   p.built_at = "2026-12-02T20:00:00Z";

@@ -34,8 +34,7 @@ Status CheckWorkload(const StepWorkload& w, const LlamaConfig& c) {
 double Median(std::vector<double> values) {
   if (values.empty()) return 0;
   const size_t mid = values.size() / 2;
-  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid),
-                   values.end());
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid), values.end());
   return values[mid];
 }
 
@@ -46,8 +45,7 @@ StepTimer::~StepTimer() {
   caches_.clear();  // their blocks go back before the pool does
 }
 
-StatusOr<std::unique_ptr<StepTimer>> StepTimer::Create(ModelBackend& model,
-                                                       const StepWorkload& w) {
+StatusOr<std::unique_ptr<StepTimer>> StepTimer::Create(ModelBackend& model, const StepWorkload& w) {
   const LlamaConfig& c = model.config();
   STREAMD_RETURN_IF_ERROR(CheckWorkload(w, c));
   std::unique_ptr<StepTimer> t(new StepTimer(model, w));
@@ -74,7 +72,8 @@ StatusOr<std::unique_ptr<StepTimer>> StepTimer::Create(ModelBackend& model,
     t->caches_.push_back(std::move(cache));
   }
   for (auto& cache : t->caches_) {
-    t->seqs_.push_back({cache.get(), static_cast<int32_t>(w.tokens_per_session), LogitsMode::kLast});
+    t->seqs_.push_back(
+        {cache.get(), static_cast<int32_t>(w.tokens_per_session), LogitsMode::kLast});
   }
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> pick(0, c.vocab_size - 1);
@@ -94,7 +93,8 @@ StatusOr<std::vector<double>> StepTimer::Run(int64_t steps) {
     ms.push_back(
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
     // Each session's next input: its argmax, then (for chunks) the ids that followed it.
-    for (int64_t s = 0; s < workload_.sessions; ++s) tokens_[static_cast<size_t>(s * per)] = next_[s];
+    for (int64_t s = 0; s < workload_.sessions; ++s)
+      tokens_[static_cast<size_t>(s * per)] = next_[s];
   }
   return ms;
 }

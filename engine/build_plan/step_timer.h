@@ -15,8 +15,8 @@
 
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
-#include "engine/model/model_backend.h"
 #include "engine/core/step_runner.h"
+#include "engine/model/model_backend.h"
 #include "engine/util/status.h"
 
 namespace streamd {

@@ -1,7 +1,5 @@
 #include "engine/cache/block_pool.h"
 
-#include "engine/util/huge_pages.h"
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -9,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/util/huge_pages.h"
 #include "kernels/common/check.h"
 
 namespace streamd {
@@ -52,12 +51,10 @@ Status PoolStorage::CopyIn(int64_t first, int64_t pitch, int64_t run, int64_t ro
   return OkStatus();
 }
 
-Status PoolStorage::CopyWithin(int64_t src, int64_t dst, int64_t pitch, int64_t run,
-                               int64_t rows) {
+Status PoolStorage::CopyWithin(int64_t src, int64_t dst, int64_t pitch, int64_t run, int64_t rows) {
   if (host_accessible()) {
     for (int64_t r = 0; r < rows; ++r) {
-      std::memcpy(data() + dst + r * pitch, data() + src + r * pitch,
-                  static_cast<size_t>(run) * 2);
+      std::memcpy(data() + dst + r * pitch, data() + src + r * pitch, static_cast<size_t>(run) * 2);
     }
     return OkStatus();
   }
@@ -85,8 +82,8 @@ StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(const KvShape& shape, int
                                                        int64_t budget_bytes,
                                                        const PoolStorageFactory& storage) {
   if (block_size < 1 || block_size > kMaxBlockSize) {
-    return InvalidArgumentError("block_size = " + std::to_string(block_size) +
-                                " is outside [1, " + std::to_string(kMaxBlockSize) + "]");
+    return InvalidArgumentError("block_size = " + std::to_string(block_size) + " is outside [1, " +
+                                std::to_string(kMaxBlockSize) + "]");
   }
   if (shape.n_layers < 1 || shape.n_kv_heads < 1 || shape.head_dim < 1) {
     return InvalidArgumentError("KV shape must have at least one layer, head and dimension");
@@ -127,13 +124,12 @@ StatusOr<std::unique_ptr<BlockPool>> BlockPool::Create(const KvShape& shape, int
   }
   if (blocks > INT32_MAX / 2) {
     return InvalidArgumentError("KV pool budget of " + std::to_string(budget_bytes) +
-                                " bytes is over the limit of " +
-                                std::to_string(INT32_MAX / 2) + " blocks");
+                                " bytes is over the limit of " + std::to_string(INT32_MAX / 2) +
+                                " blocks");
   }
   l.num_blocks = static_cast<int32_t>(blocks);
   const int64_t bytes = pool->total_bytes();
-  STREAMD_ASSIGN_OR_RETURN(pool->storage_,
-                           storage ? storage(bytes) : MakeHostPoolStorage(bytes));
+  STREAMD_ASSIGN_OR_RETURN(pool->storage_, storage ? storage(bytes) : MakeHostPoolStorage(bytes));
   if (int8 && !pool->storage_->host_accessible()) {
     return UnimplementedError("an int8 KV cache lives in host memory only (CPU backend)");
   }
@@ -169,7 +165,7 @@ int32_t BlockPool::Allocate() {
 
 void BlockPool::AddRef(int32_t block) {
   STREAMD_CHECK_MSG(block >= 0 && block < total_blocks() && refs_[block] != 0,
-                   "BlockPool::AddRef of a block that is not allocated");
+                    "BlockPool::AddRef of a block that is not allocated");
   ++refs_[block];
 }
 
@@ -223,7 +219,7 @@ Status BlockPool::WriteBlocks(std::span<const int32_t> ids, const uint16_t* host
 
 void BlockPool::Free(int32_t block) {
   STREAMD_CHECK_MSG(block >= 0 && block < total_blocks() && refs_[block] != 0,
-                   "BlockPool::Free of a block that is not allocated");
+                    "BlockPool::Free of a block that is not allocated");
   if (--refs_[block] == 0) free_.push_back(block);
 }
 

@@ -55,8 +55,7 @@ class PoolStorage {
   // element first + r * pitch of the storage and at host + r * run. The defaults (host
   // storage) are memcpy; device storage does one 2D copy. Safe to call from any thread while
   // other blocks are in use.
-  virtual Status CopyOut(int64_t first, int64_t pitch, int64_t run, int64_t rows,
-                         uint16_t* host);
+  virtual Status CopyOut(int64_t first, int64_t pitch, int64_t run, int64_t rows, uint16_t* host);
   virtual Status CopyIn(int64_t first, int64_t pitch, int64_t run, int64_t rows,
                         const uint16_t* host);
   // Copy `rows` runs of `run` elements within the storage: run r from element
@@ -150,8 +149,8 @@ class BlockPool {
   kernels::KvPoolLayout layout_;
   std::shared_ptr<const KvInt8Scales> int8_scales_;
   std::unique_ptr<PoolStorage> storage_;
-  uint16_t* data_ = nullptr;  // storage_->data()
-  std::vector<int32_t> free_;       // stack of free ids
+  uint16_t* data_ = nullptr;   // storage_->data()
+  std::vector<int32_t> free_;  // stack of free ids
   std::vector<int32_t> refs_;  // per block: references; 0 = free (catches double frees)
 };
 

@@ -1,12 +1,12 @@
 #include "engine/cache/block_pool.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <memory>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace streamd {
 namespace {
@@ -92,7 +92,8 @@ TEST(BlockPoolTest, StorageIsPluggable) {
   EXPECT_TRUE((*host)->host_accessible());
 
   const PoolStorageFactory full = [](int64_t bytes) -> StatusOr<std::unique_ptr<PoolStorage>> {
-    return ResourceExhaustedError("device 0 (fake): " + std::to_string(bytes) + " bytes do not fit");
+    return ResourceExhaustedError("device 0 (fake): " + std::to_string(bytes) +
+                                  " bytes do not fit");
   };
   auto failed = BlockPool::Create(kShape, 16, 1 << 20, full);
   ASSERT_FALSE(failed.ok());
@@ -141,10 +142,9 @@ TEST(BlockPoolTest, BlockCopiesMoveEveryLayerOfTheNamedBlocksOnly) {
       for (int64_t e = 0; e < l.block_elems(); ++e) {
         const uint16_t got = pool.layer_data(layer)[b * l.block_elems() + e];
         const uint16_t want =
-            t == targets.end()
-                ? before[layer * l.layer_elems() + b * l.block_elems() + e]
-                : static_cast<uint16_t>(layer * 1000 +
-                                        ids[t - targets.begin()] * l.block_elems() + e);
+            t == targets.end() ? before[layer * l.layer_elems() + b * l.block_elems() + e]
+                               : static_cast<uint16_t>(
+                                     layer * 1000 + ids[t - targets.begin()] * l.block_elems() + e);
         ASSERT_EQ(got, want) << "layer " << layer << " block " << b << " element " << e;
       }
     }

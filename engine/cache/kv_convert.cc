@@ -20,8 +20,8 @@ void DequantizeRowsToF16(const int8_t* q, int64_t rows, int32_t head_dim, const 
   }
 }
 
-void QuantizeRowsFromF16(const uint16_t* in, int64_t rows, int32_t head_dim,
-                         const float* inverse, int8_t* q) {
+void QuantizeRowsFromF16(const uint16_t* in, int64_t rows, int32_t head_dim, const float* inverse,
+                         int8_t* q) {
   thread_local std::vector<float> row;
   row.resize(static_cast<size_t>(head_dim));
   for (int64_t r = 0; r < rows; ++r) {

@@ -20,8 +20,8 @@ namespace streamd {
 
 void DequantizeRowsToF16(const int8_t* q, int64_t rows, int32_t head_dim, const float* scale,
                          uint16_t* out);
-void QuantizeRowsFromF16(const uint16_t* in, int64_t rows, int32_t head_dim,
-                         const float* inverse, int8_t* q);
+void QuantizeRowsFromF16(const uint16_t* in, int64_t rows, int32_t head_dim, const float* inverse,
+                         int8_t* q);
 void RequantizeRows(const int8_t* in, int64_t rows, int32_t head_dim, const float* scale,
                     const float* inverse, int8_t* out);
 

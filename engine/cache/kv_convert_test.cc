@@ -4,10 +4,10 @@
 // f32; into an f16 pool dequantized with the image's scales. Incomplete views are refused.
 #include "engine/cache/kv_convert.h"
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <random>
-
-#include <gtest/gtest.h>
 
 #include "engine/cache/kv_image.h"
 #include "kernels/cpu/quant_blocks.h"

@@ -31,9 +31,8 @@ void ForEachRun(const SessionCache& cache, Copy&& copy) {
     }
     int64_t run = std::min<int64_t>(b - slot, span.size() - i);
     if (i < span.sinks) run = std::min<int64_t>(run, span.sinks - i);
-    const int32_t block = listed < n_sink_blocks
-                              ? cache.sink_block_ids()[listed]
-                              : cache.window_block_ids()[listed - n_sink_blocks];
+    const int32_t block = listed < n_sink_blocks ? cache.sink_block_ids()[listed]
+                                                 : cache.window_block_ids()[listed - n_sink_blocks];
     copy(block, listed, static_cast<int32_t>(slot), i, run);
     i += run;
   }
@@ -50,16 +49,15 @@ Status CheckShape(const SessionCache& cache, const Image& image, int64_t have) {
   const kernels::KvPoolLayout& l = cache.pool()->layout();
   if (image.n_layers != l.n_layers || image.n_kv_heads != l.n_kv_heads ||
       image.head_dim != l.head_dim) {
-    return InvalidArgumentError(
-        "K/V image of " + std::to_string(image.n_layers) + " layers, " +
-        std::to_string(image.n_kv_heads) + " KV heads of " + std::to_string(image.head_dim) +
-        " does not fit a pool of " + std::to_string(l.n_layers) + ", " +
-        std::to_string(l.n_kv_heads) + " of " + std::to_string(l.head_dim));
+    return InvalidArgumentError("K/V image of " + std::to_string(image.n_layers) + " layers, " +
+                                std::to_string(image.n_kv_heads) + " KV heads of " +
+                                std::to_string(image.head_dim) + " does not fit a pool of " +
+                                std::to_string(l.n_layers) + ", " + std::to_string(l.n_kv_heads) +
+                                " of " + std::to_string(l.head_dim));
   }
   if (image.n_tokens != cache.cached_span().size() || have != image.elements()) {
-    return InvalidArgumentError("K/V image of " + std::to_string(image.n_tokens) +
-                                " tokens (" + std::to_string(have) +
-                                " values) does not fit a cache holding " +
+    return InvalidArgumentError("K/V image of " + std::to_string(image.n_tokens) + " tokens (" +
+                                std::to_string(have) + " values) does not fit a cache holding " +
                                 std::to_string(cache.cached_span().size()));
   }
   return OkStatus();

@@ -74,7 +74,7 @@ struct KvView {
   const uint16_t* data = nullptr;  // kF16: [n_layers][2][n_kv_heads][n_tokens][head_dim]
   int64_t size = 0;                // elements at data (kF16) or data_i8 (kInt8)
   kernels::KvDtype dtype = kernels::KvDtype::kF16;
-  const int8_t* data_i8 = nullptr;  // kInt8: the same layout
+  const int8_t* data_i8 = nullptr;             // kInt8: the same layout
   std::shared_ptr<const KvInt8Scales> scales;  // kInt8: what data_i8 was quantized with
 
   int64_t elements() const {
@@ -85,9 +85,9 @@ struct KvView {
            head_dim;
   }
   static KvView Of(const KvImage& image) {
-    return {image.n_layers, image.n_kv_heads, image.head_dim, image.n_tokens,
-            image.data.data(), image.held(),    image.dtype,    image.data_i8.data(),
-            image.scales};
+    return {image.n_layers, image.n_kv_heads,     image.head_dim,
+            image.n_tokens, image.data.data(),    image.held(),
+            image.dtype,    image.data_i8.data(), image.scales};
   }
 };
 

@@ -3,9 +3,9 @@
 // cache order, and land where a restored cache of another block size reads them.
 #include "engine/cache/kv_image.h"
 
-#include <random>
-
 #include <gtest/gtest.h>
+
+#include <random>
 
 namespace streamd {
 namespace {
@@ -62,12 +62,11 @@ TEST(KvImageTest, RoundTripsInCacheOrderAcrossBlockSizes) {
   const uint32_t seed = rd();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   std::mt19937 rng(seed);
-  for (const CacheSpec spec : {CacheSpec{CacheMode::kSink, 4, 37, 20},
-                               CacheSpec{CacheMode::kSink, 0, 16, 7},
-                               CacheSpec{CacheMode::kSink, 5, 1, 3},
-                               CacheSpec{CacheMode::kDense, 0, 90, 13}}) {
-    SCOPED_TRACE(::testing::Message() << CacheModeName(spec.mode) << " S " << spec.sinks
-                                      << " W " << spec.window);
+  for (const CacheSpec spec :
+       {CacheSpec{CacheMode::kSink, 4, 37, 20}, CacheSpec{CacheMode::kSink, 0, 16, 7},
+        CacheSpec{CacheMode::kSink, 5, 1, 3}, CacheSpec{CacheMode::kDense, 0, 90, 13}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << CacheModeName(spec.mode) << " S " << spec.sinks << " W " << spec.window);
     auto pool = BlockPool::Create(kShape, 5, 1 << 20);
     ASSERT_TRUE(pool.ok());
     auto cache = SessionCache::Create(pool->get(), spec, 90);

@@ -3,7 +3,6 @@
 #include <cmath>
 #include <string>
 
-
 namespace streamd {
 
 StatusOr<std::shared_ptr<const KvInt8Scales>> KvInt8Scales::Make(int32_t n_layers,
@@ -15,15 +14,13 @@ StatusOr<std::shared_ptr<const KvInt8Scales>> KvInt8Scales::Make(int32_t n_layer
     return InvalidArgumentError("int8 KV scales need at least one layer, head and channel");
   }
   const size_t n = static_cast<size_t>(n_layers) * n_kv_heads * head_dim;
-  for (const auto& [name, s] : {std::pair<const char*, const std::vector<float>*>{"k", &k},
-                                {"v", &v}}) {
+  for (const auto& [name, s] :
+       {std::pair<const char*, const std::vector<float>*>{"k", &k}, {"v", &v}}) {
     if (s->size() != n) {
-      return InvalidArgumentError(std::string("int8 KV scales: ") + name + " has " +
-                                  std::to_string(s->size()) + " values; " +
-                                  std::to_string(n_layers) + " layers x " +
-                                  std::to_string(n_kv_heads) + " KV heads x " +
-                                  std::to_string(head_dim) + " channels need " +
-                                  std::to_string(n));
+      return InvalidArgumentError(
+          std::string("int8 KV scales: ") + name + " has " + std::to_string(s->size()) +
+          " values; " + std::to_string(n_layers) + " layers x " + std::to_string(n_kv_heads) +
+          " KV heads x " + std::to_string(head_dim) + " channels need " + std::to_string(n));
     }
     for (size_t i = 0; i < n; ++i) {
       // Scales far below any real activation would make 1 / scale overflow.

@@ -15,9 +15,12 @@ int64_t SpanBlocks(int64_t n, int32_t b) { return n <= 0 ? 0 : CeilDiv(n + b - 1
 
 std::string_view CacheModeName(CacheMode mode) {
   switch (mode) {
-    case CacheMode::kDense: return "dense";
-    case CacheMode::kWindow: return "window";
-    case CacheMode::kSink: return "sink";
+    case CacheMode::kDense:
+      return "dense";
+    case CacheMode::kWindow:
+      return "window";
+    case CacheMode::kSink:
+      return "sink";
   }
   return "?";
 }
@@ -50,9 +53,9 @@ int32_t SessionCache::BoundBlocks(const CacheSpec& spec, int32_t block_size) {
 int32_t SessionCache::PeakBlocks(const CacheSpec& spec, int32_t block_size) {
   if (spec.mode == CacheMode::kDense) return BoundBlocks(spec, block_size);
   // The first query of a chunk of C still sees W - 1 earlier keys: W + C - 1 window indices.
-  return static_cast<int32_t>(CeilDiv(spec.sinks, block_size) +
-                              SpanBlocks(static_cast<int64_t>(spec.window) + spec.max_chunk - 1,
-                                         block_size));
+  return static_cast<int32_t>(
+      CeilDiv(spec.sinks, block_size) +
+      SpanBlocks(static_cast<int64_t>(spec.window) + spec.max_chunk - 1, block_size));
 }
 
 StatusOr<std::unique_ptr<SessionCache>> SessionCache::Create(BlockPool* pool, CacheSpec spec,
@@ -75,11 +78,11 @@ StatusOr<std::unique_ptr<SessionCache>> SessionCache::Create(BlockPool* pool, Ca
   }
   const int32_t need = BoundBlocks(spec, pool->block_size());
   if (need > pool->total_blocks()) {
-    return ResourceExhaustedError(
-        "a " + std::string(CacheModeName(spec.mode)) + " cache with sinks " +
-        std::to_string(spec.sinks) + " and window " + std::to_string(spec.window) +
-        " needs up to " + std::to_string(need) + " blocks; the whole pool has " +
-        std::to_string(pool->total_blocks()));
+    return ResourceExhaustedError("a " + std::string(CacheModeName(spec.mode)) +
+                                  " cache with sinks " + std::to_string(spec.sinks) +
+                                  " and window " + std::to_string(spec.window) + " needs up to " +
+                                  std::to_string(need) + " blocks; the whole pool has " +
+                                  std::to_string(pool->total_blocks()));
   }
   return std::unique_ptr<SessionCache>(new SessionCache(pool, spec));
 }
@@ -97,9 +100,8 @@ CachedSpan CachedSpanOf(const CacheSpec& spec, int64_t seen) {
   span.sinks = std::min<int64_t>(seen, spec.sinks);
   if (seen > spec.sinks) {
     // A dense cache never evicts (there is no query past its context to make room for).
-    span.window_begin = spec.mode == CacheMode::kDense
-                            ? 0
-                            : std::max<int64_t>(spec.sinks, seen - spec.window + 1);
+    span.window_begin =
+        spec.mode == CacheMode::kDense ? 0 : std::max<int64_t>(spec.sinks, seen - spec.window + 1);
     span.window_end = seen;
   } else {
     span.window_begin = span.window_end = spec.sinks;
@@ -212,8 +214,7 @@ int32_t SessionCache::SharedWrites(int64_t last) const {
   // Sink blocks the chunk writes into that are already held.
   if (seen_ < spec_.sinks) {
     const int64_t end = std::min<int64_t>(last + 1, spec_.sinks);
-    for (int64_t k = seen_ / b; k * b < end && k < static_cast<int64_t>(sink_blocks_.size());
-         ++k) {
+    for (int64_t k = seen_ / b; k * b < end && k < static_cast<int64_t>(sink_blocks_.size()); ++k) {
       shared += pool_->refs(sink_blocks_[k]) > 1;
     }
   }
@@ -245,8 +246,7 @@ Status SessionCache::CopySharedWrites(int64_t last) {
   };
   if (seen_ < spec_.sinks) {
     const int64_t end = std::min<int64_t>(last + 1, spec_.sinks);
-    for (int64_t k = seen_ / b; k * b < end && k < static_cast<int64_t>(sink_blocks_.size());
-         ++k) {
+    for (int64_t k = seen_ / b; k * b < end && k < static_cast<int64_t>(sink_blocks_.size()); ++k) {
       STREAMD_RETURN_IF_ERROR(copy(sink_blocks_[k]));
     }
   }
@@ -390,11 +390,10 @@ Status SessionCache::Restore(int64_t tokens_seen, std::span<const int32_t> cache
   }
   const int32_t b = pool_->block_size();
   const int64_t sink_blocks = CeilDiv(span.sinks, b);
-  const int64_t window_blocks =
-      span.window_begin == span.window_end
-          ? 0
-          : WindowBlock(span.window_end - 1 - spec_.sinks) -
-                WindowBlock(span.window_begin - spec_.sinks) + 1;
+  const int64_t window_blocks = span.window_begin == span.window_end
+                                    ? 0
+                                    : WindowBlock(span.window_end - 1 - spec_.sinks) -
+                                          WindowBlock(span.window_begin - spec_.sinks) + 1;
   if (sink_blocks + window_blocks > pool_->free_blocks()) {
     return ResourceExhaustedError(
         "restore: the KV pool has " + std::to_string(pool_->free_blocks()) +

@@ -1,10 +1,10 @@
 // Rewind and Fork of the sink + window cache, without a model: a rewound cache holds exactly
 // what a cache that never saw the dropped tokens holds (span, ids, rows), the limit after
 // eviction, and copy-on-write of shared blocks with exact pool accounting.
+#include <gtest/gtest.h>
+
 #include <cstring>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "engine/cache/session_cache.h"
 
@@ -31,8 +31,7 @@ void Feed(BlockPool& pool, SessionCache& cache, const std::vector<int32_t>& ids,
       const int64_t p = cache.tokens_seen() + static_cast<int64_t>(i);
       int32_t block = 0, slot = 0;
       t.Locate(p, &block, &slot);
-      pool.layer_data(0)[pool.layout().Offset(block, 0, 0, slot)] =
-          static_cast<uint16_t>(part[i]);
+      pool.layer_data(0)[pool.layout().Offset(block, 0, 0, slot)] = static_cast<uint16_t>(part[i]);
     }
     cache.Commit(static_cast<int32_t>(n));
     at += n;

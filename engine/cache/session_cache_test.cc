@@ -2,12 +2,12 @@
 // no token a query can see is ever overwritten, and exact pool accounting.
 #include "engine/cache/session_cache.h"
 
+#include <gtest/gtest.h>
+
 #include <map>
 #include <random>
 #include <set>
 #include <utility>
-
-#include <gtest/gtest.h>
 
 namespace streamd {
 namespace {
@@ -33,8 +33,8 @@ TEST_P(SessionCacheBoundTest, BoundHoldsAndVisibleTokensAreNeverOverwritten) {
   ASSERT_TRUE(other_pool.ok());
   const int32_t free_at_start = pool.free_blocks();
   {
-    auto cache_or = SessionCache::Create(&pool, {CacheMode::kSink, c.sinks, c.window, c.chunk},
-                                         1 << 20);
+    auto cache_or =
+        SessionCache::Create(&pool, {CacheMode::kSink, c.sinks, c.window, c.chunk}, 1 << 20);
     ASSERT_TRUE(cache_or.ok()) << cache_or.status().ToString();
     SessionCache& cache = **cache_or;
     const int64_t bound = CeilDiv(c.sinks, c.block) + CeilDiv(c.window + c.block - 1, c.block);
@@ -106,10 +106,10 @@ TEST_P(SessionCacheBoundTest, BoundHoldsAndVisibleTokensAreNeverOverwritten) {
       history.insert(history.end(), ids.begin(), ids.begin() + kept);
       ASSERT_EQ(cache.tokens_seen(), static_cast<int64_t>(history.size()));
       ASSERT_LE(cache.blocks_held(), cache.bound_blocks()) << "at rest the bound holds";
-      ASSERT_EQ(cache.tokens_cached(),
-                std::min<int64_t>(cache.tokens_seen(), c.sinks) +
-                    std::min<int64_t>(std::max<int64_t>(cache.tokens_seen() - c.sinks, 0),
-                                      c.window));
+      ASSERT_EQ(
+          cache.tokens_cached(),
+          std::min<int64_t>(cache.tokens_seen(), c.sinks) +
+              std::min<int64_t>(std::max<int64_t>(cache.tokens_seen() - c.sinks, 0), c.window));
       ASSERT_EQ(cache.tokens_evicted(), cache.tokens_seen() - cache.tokens_cached());
       ASSERT_EQ(pool.used_blocks(), cache.blocks_held());
       // The cached ids are the committed ids of the cached span.
@@ -142,11 +142,12 @@ TEST_P(SessionCacheBoundTest, BoundHoldsAndVisibleTokensAreNeverOverwritten) {
   EXPECT_EQ(pool.free_blocks(), free_at_start) << "closing the session returns every block";
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, SessionCacheBoundTest,
-    ::testing::Values(Case{4, 1020, 16, 1}, Case{4, 1020, 16, 512}, Case{4, 37, 16, 23},
-                      Case{4, 37, 7, 23}, Case{0, 37, 3, 5}, Case{4, 1, 1, 1}, Case{5, 13, 3, 40},
-                      Case{16, 50, 16, 16}, Case{1, 100, 7, 1}, Case{4, 252, 16, 256}));
+INSTANTIATE_TEST_SUITE_P(Shapes, SessionCacheBoundTest,
+                         ::testing::Values(Case{4, 1020, 16, 1}, Case{4, 1020, 16, 512},
+                                           Case{4, 37, 16, 23}, Case{4, 37, 7, 23},
+                                           Case{0, 37, 3, 5}, Case{4, 1, 1, 1}, Case{5, 13, 3, 40},
+                                           Case{16, 50, 16, 16}, Case{1, 100, 7, 1},
+                                           Case{4, 252, 16, 256}));
 
 // The footprint the issue asked for: a 4 + 252 cache of 16-token blocks holds 17 blocks of
 // tokens and reserves 18 (it reserved 34 with a per-session chunk slack).
@@ -168,8 +169,8 @@ TEST(SessionCacheTest, LongestChunkWithinFitsTheHeadroomAndIsTheLongest) {
     g.sinks = static_cast<int32_t>(rng() % 8);
     g.window = 1 + static_cast<int32_t>(rng() % 300);
     g.block_size = 1 + static_cast<int32_t>(rng() % 32);
-    g.bound_blocks = SessionCache::BoundBlocks({CacheMode::kSink, g.sinks, g.window, 512},
-                                               g.block_size);
+    g.bound_blocks =
+        SessionCache::BoundBlocks({CacheMode::kSink, g.sinks, g.window, 512}, g.block_size);
     g.seen = static_cast<int64_t>(rng() % 5000);
     const int32_t n = 1 + static_cast<int32_t>(rng() % 512);
     const int32_t headroom = static_cast<int32_t>(rng() % 40);

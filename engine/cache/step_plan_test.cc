@@ -3,9 +3,9 @@
 // failed plans leave nothing placed, and Commit/Abort leave the caches as the contract says.
 #include "engine/cache/step_plan.h"
 
-#include <random>
-
 #include <gtest/gtest.h>
+
+#include <random>
 
 namespace streamd {
 namespace {

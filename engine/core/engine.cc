@@ -16,11 +16,16 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 const char* FinishReasonName(FinishReason reason) {
   switch (reason) {
-    case FinishReason::kLength: return "length";
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kEndOfGeneration: return "end_of_generation";
-    case FinishReason::kCancelled: return "cancelled";
-    case FinishReason::kError: return "error";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kEndOfGeneration:
+      return "end_of_generation";
+    case FinishReason::kCancelled:
+      return "cancelled";
+    case FinishReason::kError:
+      return "error";
   }
   return "?";
 }
@@ -31,7 +36,6 @@ int32_t DefaultPrefillHeadroom(const PlannerConfig& planner, int32_t max_chunk,
   const int64_t chunks = CeilDiv(tokens, std::max(1, max_chunk));
   return static_cast<int32_t>(CeilDiv(tokens, block_size) + chunks + 2);
 }
-
 
 StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<ModelBackend> model,
                                                  std::unique_ptr<tokenizer::Tokenizer> tokenizer,
@@ -49,14 +53,14 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<ModelBackend> m
     return InvalidArgumentError("max_batch_tokens and max_batch_sessions must be >= 1");
   }
   if (config.planner.shared_step_tokens < 0) {
-    return InvalidArgumentError("shared_step_tokens = " +
-                                std::to_string(config.planner.shared_step_tokens) +
-                                " must be >= 0 (0 = off)");
+    return InvalidArgumentError(
+        "shared_step_tokens = " + std::to_string(config.planner.shared_step_tokens) +
+        " must be >= 0 (0 = off)");
   }
   if (config.prefill_headroom_blocks < -1) {
-    return InvalidArgumentError("prefill_headroom_blocks = " +
-                                std::to_string(config.prefill_headroom_blocks) +
-                                " must be >= 0, or -1 for the default");
+    return InvalidArgumentError(
+        "prefill_headroom_blocks = " + std::to_string(config.prefill_headroom_blocks) +
+        " must be >= 0, or -1 for the default");
   }
   if (config.pool_fraction < 0.0 || config.pool_fraction > 1.0) {
     return InvalidArgumentError("KV pool fraction = " + std::to_string(config.pool_fraction) +
@@ -74,10 +78,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<ModelBackend> m
         DefaultPrefillHeadroom(config.planner, config.max_chunk, config.block_size);
   }
   if (config.prefill_headroom_blocks >= pool->total_blocks()) {
-    return ResourceExhaustedError(
-        "the KV pool of " + std::to_string(pool->total_blocks()) +
-        " blocks cannot hold its prefill headroom of " +
-        std::to_string(config.prefill_headroom_blocks) + " blocks and any session");
+    return ResourceExhaustedError("the KV pool of " + std::to_string(pool->total_blocks()) +
+                                  " blocks cannot hold its prefill headroom of " +
+                                  std::to_string(config.prefill_headroom_blocks) +
+                                  " blocks and any session");
   }
   if (config.threads > 0) model->set_threads(config.threads);
   return std::unique_ptr<Engine>(
@@ -134,9 +138,9 @@ bool Engine::Fits(int32_t need) const {
 
 StatusOr<SessionId> Engine::Open(const SessionOptions& options) {
   STREAMD_RETURN_IF_ERROR(ValidateOptions(options));
-  const CacheSpec spec = SessionCache::Effective(
-      {options.mode, options.sinks, options.window, config_.max_chunk},
-      model_->config().context_length);
+  const CacheSpec spec =
+      SessionCache::Effective({options.mode, options.sinks, options.window, config_.max_chunk},
+                              model_->config().context_length);
   const int32_t need = SessionCache::BoundBlocks(spec, pool_->block_size());
   std::unique_lock<std::mutex> lock(mu_);
   if (!backend_fault_.ok()) return UnavailableError(backend_fault_.message());
@@ -152,10 +156,10 @@ StatusOr<SessionId> Engine::Open(const SessionOptions& options) {
   if (!fits()) {
     return ResourceExhaustedError(
         "the KV pool cannot admit this session: it needs up to " + std::to_string(need) +
-        " blocks (sinks " + std::to_string(spec.sinks) + ", window " +
-        std::to_string(spec.window) + "), " + std::to_string(reserved_blocks_) + " of " +
-        std::to_string(pool_->total_blocks()) + " are reserved by open sessions and " +
-        std::to_string(headroom_blocks_) + " by the prefill headroom");
+        " blocks (sinks " + std::to_string(spec.sinks) + ", window " + std::to_string(spec.window) +
+        "), " + std::to_string(reserved_blocks_) + " of " + std::to_string(pool_->total_blocks()) +
+        " are reserved by open sessions and " + std::to_string(headroom_blocks_) +
+        " by the prefill headroom");
   }
   STREAMD_ASSIGN_OR_RETURN(
       std::unique_ptr<SessionCache> cache,
@@ -284,10 +288,16 @@ Status Engine::Generate(SessionId id, GenerateOptions options, EventSink sink) {
                                      " has no context to continue; append input first");
     }
     const int32_t last = s->pending.back();
-    auto gen = std::unique_ptr<Generation>(new Generation{
-        std::move(options), std::move(sink), Sampler(params, model_->config().vocab_size),
-        tokenizer::IncrementalDetokenizer(*tokenizer_, tokenizer_->IsSpecial(last)),
-        StopStringMatcher({}), 0, 0, Clock::now(), {}});
+    auto gen = std::unique_ptr<Generation>(
+        new Generation{std::move(options),
+                       std::move(sink),
+                       Sampler(params, model_->config().vocab_size),
+                       tokenizer::IncrementalDetokenizer(*tokenizer_, tokenizer_->IsSpecial(last)),
+                       StopStringMatcher({}),
+                       0,
+                       0,
+                       Clock::now(),
+                       {}});
     gen->stops = StopStringMatcher(gen->options.stop);
     gen->prompt_tokens = static_cast<int64_t>(s->pending.size());
     s->gen = std::move(gen);
@@ -415,9 +425,9 @@ EngineStats Engine::Stats() const {
 
 bool Engine::CanAdmit(const SessionOptions& options) const {
   if (!ValidateOptions(options).ok()) return false;
-  const CacheSpec spec = SessionCache::Effective(
-      {options.mode, options.sinks, options.window, config_.max_chunk},
-      model_->config().context_length);
+  const CacheSpec spec =
+      SessionCache::Effective({options.mode, options.sinks, options.window, config_.max_chunk},
+                              model_->config().context_length);
   const int32_t need = SessionCache::BoundBlocks(spec, pool_->block_size());
   std::lock_guard<std::mutex> lock(mu_);
   return backend_fault_.ok() && static_cast<int32_t>(sessions_.size()) < config_.max_sessions &&
@@ -511,10 +521,10 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
     if (Status health = model_->Health(); !health.ok()) {
       backend_fault_ = std::move(health);
     } else if (++failed_steps_in_a_row_ >= kMaxFailedStepsInARow) {
-      backend_fault_ = InternalError("the " + std::string(model_->backend_name()) + " backend " +
-                                     "failed " + std::to_string(failed_steps_in_a_row_) +
-                                     " steps in a row (restart the process); last: " +
-                                     status.message());
+      backend_fault_ =
+          InternalError("the " + std::string(model_->backend_name()) + " backend " + "failed " +
+                        std::to_string(failed_steps_in_a_row_) +
+                        " steps in a row (restart the process); last: " + status.message());
     }
   }
   // Sampling reads a whole vocabulary row per generating session (16 x 49152 floats a step for
@@ -543,8 +553,8 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
       model_->RunOnHostThreads(static_cast<int64_t>(to_sample.size()), [&](int64_t j) {
         const size_t i = to_sample[static_cast<size_t>(j)];
         // The sampler edits the row in place (penalties); it is this step's scratch.
-        sampled[i] = chunks[i].session->gen->sampler.Sample(
-            std::span<float>(&logits_[i * vocab], vocab));
+        sampled[i] =
+            chunks[i].session->gen->sampler.Sample(std::span<float>(&logits_[i * vocab], vocab));
       });
     }
   }
@@ -595,8 +605,8 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
   // Observed before the events go out: whoever sees a generation end sees its steps counted.
   if (config_.step_observer) {
     config_.step_observer({std::chrono::duration<double>(Clock::now() - step_start).count(),
-                           static_cast<int64_t>(tokens.size()),
-                           static_cast<int32_t>(chunks.size()), status.ok()});
+                           static_cast<int64_t>(tokens.size()), static_cast<int32_t>(chunks.size()),
+                           status.ok()});
   }
   if (deliver) DeliverInTurn(ticket, events);
   lock.lock();
@@ -643,7 +653,8 @@ void Engine::Finish(Session& s, FinishReason reason, Status status,
   e.request_id = g.options.request_id;
   e.reason = reason;
   e.status = std::move(status);
-  if (reason != FinishReason::kStop) e.tail_text = g.stops.Feed(g.detok.Flush()).text + g.stops.Flush();
+  if (reason != FinishReason::kStop)
+    e.tail_text = g.stops.Feed(g.detok.Flush()).text + g.stops.Flush();
   e.prompt_tokens = g.prompt_tokens;
   e.output_tokens = g.produced;
   const Clock::time_point now = Clock::now();

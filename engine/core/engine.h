@@ -46,10 +46,10 @@
 #include <vector>
 
 #include "engine/cache/block_pool.h"
-#include "engine/model/model_backend.h"
 #include "engine/core/engine_types.h"
-#include "engine/core/step_runner.h"
 #include "engine/core/step_planner.h"
+#include "engine/core/step_runner.h"
+#include "engine/model/model_backend.h"
 #include "engine/snapshot/session_state.h"
 #include "engine/tokenizer/tokenizer.h"
 
@@ -78,8 +78,8 @@ class Engine {
   // kAfterPartial adds input behind an open partial without replacing it (the server's chat
   // prompt before a Generate): the partial's replacement rewinds it too.
   enum class AppendMode { kFinal, kPartial, kAfterPartial };
-  Status Append(SessionId id, std::span<const int32_t> tokens,
-                const MetadataUpdates& metadata = {}, AppendMode mode = AppendMode::kFinal);
+  Status Append(SessionId id, std::span<const int32_t> tokens, const MetadataUpdates& metadata = {},
+                AppendMode mode = AppendMode::kFinal);
   Status Generate(SessionId id, GenerateOptions options, EventSink sink);
   // Ends the running generation with FinishReason::kCancelled (OK if none is running).
   Status Cancel(SessionId id);
@@ -90,8 +90,7 @@ class Engine {
   // when it is not the last generation, INVALID_ARGUMENT "truncate.keep_tokens" outside
   // [0, generated], FAILED_PRECONDITION when input was appended after it, or when the shorter
   // context needs rows the window has evicted (the message names how many can be dropped).
-  StatusOr<SessionInfo> Truncate(SessionId id, const std::string& request_id,
-                                 int64_t keep_tokens);
+  StatusOr<SessionInfo> Truncate(SessionId id, const std::string& request_id, int64_t keep_tokens);
   // A new session of the same tenant with a copy of this one's context, settings and pending
   // input; its K/V blocks are shared with the parent (copy-on-write in the pool), so it costs
   // blocks only as it writes. Admission reserves its full bound (once its window slides it holds
@@ -163,8 +162,8 @@ class Engine {
   // step, it is destroyed when that step ends. Callers must use the session it returns, never
   // one found before the wait.
   Session* WaitUntilIdle(std::unique_lock<std::mutex>& lock, SessionId id);
-  SessionInfo InfoOf(const Session& s) const;   // requires mu_
-  bool HasWork() const;                          // requires mu_
+  SessionInfo InfoOf(const Session& s) const;  // requires mu_
+  bool HasWork() const;                        // requires mu_
   void Loop();
   void RunStep(std::unique_lock<std::mutex>& lock);
   // Applies a token sampled for a generating session (delivered, and now in its context);
@@ -207,19 +206,19 @@ class Engine {
   std::condition_variable admission_cv_;  // Open waits for blocks
   std::condition_variable step_cv_;       // a step ended, or a capture finished
   std::map<SessionId, std::unique_ptr<Session>> sessions_;
-  uint64_t next_key_ = 1;          // the planner's name for a session (never reused)
+  uint64_t next_key_ = 1;  // the planner's name for a session (never reused)
   struct TenantKey {
     uint32_t key = 0;
     int64_t sessions = 0;
   };
   std::unordered_map<std::string, TenantKey> tenant_keys_;  // tenants with open sessions
-  uint32_t next_tenant_key_ = 0;   // the planner's name for a tenant (not reused while open)
-  int32_t reserved_blocks_ = 0;    // sum of admitted sessions' bounds
-  int32_t headroom_blocks_ = 0;    // the prefill headroom, reserved once
+  uint32_t next_tenant_key_ = 0;  // the planner's name for a tenant (not reused while open)
+  int32_t reserved_blocks_ = 0;   // sum of admitted sessions' bounds
+  int32_t headroom_blocks_ = 0;   // the prefill headroom, reserved once
   StepPlanner planner_;
   StepRunner runner_;  // plans, runs and commits every step (only the scheduler thread uses it)
   EngineStats stats_;
-  Status backend_fault_;            // BackendHealth()
+  Status backend_fault_;  // BackendHealth()
   int32_t failed_steps_in_a_row_ = 0;
   bool stopping_ = false;
   std::vector<float> logits_;

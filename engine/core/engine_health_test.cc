@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "engine/backend/fault_injection.h"
-#include "engine/model/synthetic_model.h"
 #include "engine/core/engine.h"
+#include "engine/model/synthetic_model.h"
 #include "tests/support/engine_test_util.h"
 
 namespace streamd {
@@ -66,7 +66,7 @@ TEST(EngineHealthTest, EveryStepIsReportedWithItsTokens) {
     EXPECT_GE(r.seconds, 0);
     tokens += r.tokens;
   }
-  EXPECT_EQ(tokens, st.tokens_in);  // what the steps ran is what was run through the caches
+  EXPECT_EQ(tokens, st.tokens_in);     // what the steps ran is what was run through the caches
   EXPECT_EQ(st.tokens_appended, 100);  // the prompt only, not the fed-back tokens
   EXPECT_EQ(st.tokens_out, 10);
   // 4 sinks + 16 recent tokens are kept of the 109 run through the cache (the 10th sampled

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/engine.h"
 #include "engine/sampling/sampler.h"
 #include "engine/sampling/stop_string_matcher.h"
-#include "engine/core/engine.h"
 #include "engine/tokenizer/incremental_detokenizer.h"
 
 namespace streamd {
@@ -65,7 +65,9 @@ struct Engine::Session {
   std::map<std::string, std::string> metadata;  // the caller's (SetMetadata)
   std::optional<LastGeneration> last_gen;
   std::optional<PartialInput> partial;
-  int64_t context_length() const { return cache->tokens_seen() + static_cast<int64_t>(pending.size()); }
+  int64_t context_length() const {
+    return cache->tokens_seen() + static_cast<int64_t>(pending.size());
+  }
   // Bumped by every change of the state (prefill commits too); context_revision is the
   // revision of the last change of the context itself (input, tokens, metadata): a snapshot
   // taken since then still describes the session, only with more of it pending.

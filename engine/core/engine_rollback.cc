@@ -24,12 +24,12 @@ Status Engine::RewindContext(Session& s, int64_t n, std::string_view field) {
   const int64_t rewind = from_cache + (hold_back ? 1 : 0);
   if (!cache.CanRewind(rewind)) {
     const int64_t most = std::max<int64_t>(0, cache.MaxRewind() - 1) + pending;
-    return FailedPreconditionError(
-        std::string(field) + ": dropping " + std::to_string(n) +
-        " tokens needs K/V rows the window has evicted (window " +
-        std::to_string(cache.spec().window) + ", " + std::to_string(cache.tokens_evicted()) +
-        " tokens evicted); at most " + std::to_string(most) +
-        " tokens can be dropped from this context now");
+    return FailedPreconditionError(std::string(field) + ": dropping " + std::to_string(n) +
+                                   " tokens needs K/V rows the window has evicted (window " +
+                                   std::to_string(cache.spec().window) + ", " +
+                                   std::to_string(cache.tokens_evicted()) +
+                                   " tokens evicted); at most " + std::to_string(most) +
+                                   " tokens can be dropped from this context now");
   }
   const int32_t held_back = hold_back ? cache.IdAt(cache.tokens_seen() - rewind) : -1;
   STREAMD_RETURN_IF_ERROR(cache.Rewind(rewind));

@@ -1,13 +1,13 @@
 // Truncate, Fork and partial Appends against control sessions that never saw the dropped
 // tokens / were never forked: the same K/V bits, the same next-token logits bit for bit, the
 // same greedy tokens, and exact block accounting. Synthetic model, CPU.
+#include <gtest/gtest.h>
+
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "tests/support/engine_test_util.h"
 
@@ -142,13 +142,13 @@ TEST_F(RollbackTest, TruncateRefusesBadInputNamingTheFieldAndChangesNothing) {
   auto over = engine_->Truncate(a, "r", 13);
   EXPECT_EQ(over.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(over.status().message().find("truncate.keep_tokens = 13 is outside [0, 12]"),
-            std::string::npos) << over.status().message();
+            std::string::npos)
+      << over.status().message();
   EXPECT_EQ(engine_->Truncate(a, "r", -1).status().code(), StatusCode::kInvalidArgument);
   auto wrong = engine_->Truncate(a, "other", 0);
   EXPECT_EQ(wrong.status().code(), StatusCode::kNotFound);
   EXPECT_NE(wrong.status().message().find("truncate.request_id"), std::string::npos);
-  EXPECT_EQ(engine_->Truncate(SessionId::Random(), "r", 0).status().code(),
-            StatusCode::kNotFound);
+  EXPECT_EQ(engine_->Truncate(SessionId::Random(), "r", 0).status().code(), StatusCode::kNotFound);
   EXPECT_EQ(engine_->Get(a)->tokens_seen, before.tokens_seen);
   // keep = all changes nothing but is fine.
   ASSERT_TRUE(engine_->Truncate(a, "r", 12).ok());
@@ -379,8 +379,7 @@ TEST(RollbackWaitTest, AWaitingForkOrTruncateOfASessionClosedMeanwhileIsNotFound
     steps->WaitForAStep();  // the session is in the step, which waits for Release
     Status waited;
     std::thread waiter([&] {
-      waited =
-          truncate ? (*engine)->Truncate(*id, "r", 0).status() : (*engine)->Fork(*id).status();
+      waited = truncate ? (*engine)->Truncate(*id, "r", 0).status() : (*engine)->Fork(*id).status();
     });
     std::this_thread::sleep_for(100ms);  // it waits for the step now
     ASSERT_TRUE((*engine)->Close(*id).ok());

@@ -123,8 +123,8 @@ Status Engine::Restore(const SessionState& st, const KvView& kv) {
   options.window = st.window;
   options.sampling = st.sampling;
   STREAMD_RETURN_IF_ERROR(ValidateOptions(options));
-  const CacheSpec spec = SessionCache::Effective(
-      {st.mode, st.sinks, st.window, config_.max_chunk}, c.context_length);
+  const CacheSpec spec =
+      SessionCache::Effective({st.mode, st.sinks, st.window, config_.max_chunk}, c.context_length);
   if (spec.sinks != st.sinks || spec.window != st.window) {
     return InvalidArgumentError("restore: a " + std::string(CacheModeName(st.mode)) +
                                 " cache here has sinks " + std::to_string(spec.sinks) +
@@ -132,18 +132,16 @@ Status Engine::Restore(const SessionState& st, const KvView& kv) {
                                 std::to_string(st.sinks) + " and " + std::to_string(st.window));
   }
   if (kv.n_layers != c.n_layers || kv.n_kv_heads != c.n_kv_heads || kv.head_dim != c.head_dim) {
-    return InvalidArgumentError(
-        "restore: the state's K/V have " + std::to_string(kv.n_layers) + " layers, " +
-        std::to_string(kv.n_kv_heads) + " KV heads of " + std::to_string(kv.head_dim) +
-        "; the model " + std::to_string(c.n_layers) + ", " + std::to_string(c.n_kv_heads) +
-        " of " + std::to_string(c.head_dim));
+    return InvalidArgumentError("restore: the state's K/V have " + std::to_string(kv.n_layers) +
+                                " layers, " + std::to_string(kv.n_kv_heads) + " KV heads of " +
+                                std::to_string(kv.head_dim) + "; the model " +
+                                std::to_string(c.n_layers) + ", " + std::to_string(c.n_kv_heads) +
+                                " of " + std::to_string(c.head_dim));
   }
-  if (kv.n_tokens != static_cast<int64_t>(st.cached_tokens.size()) ||
-      kv.size != kv.elements()) {
+  if (kv.n_tokens != static_cast<int64_t>(st.cached_tokens.size()) || kv.size != kv.elements()) {
     return InvalidArgumentError("restore: the state holds " + std::to_string(kv.n_tokens) +
                                 " tokens of K/V, " + std::to_string(st.cached_tokens.size()) +
-                                " cached ids and " + std::to_string(kv.size) +
-                                " K/V elements");
+                                " cached ids and " + std::to_string(kv.size) + " K/V elements");
   }
   if (const Status complete = CheckKvView(kv); !complete.ok()) {
     return InvalidArgumentError("restore: " + complete.message());

@@ -2,9 +2,9 @@
 // another engine (another pool, other block numbers, other sessions around it) or back into the
 // same one continues token for token as if it had never moved; bad states are refused with the
 // field named and change nothing; copies never hold up other sessions' generations.
-#include <thread>
-
 #include <gtest/gtest.h>
+
+#include <thread>
 
 #include "tests/support/engine_test_util.h"
 
@@ -67,9 +67,9 @@ TEST(EngineStateTest, RestoredSessionsContinueTokenForToken) {
   SessionState reused;
   std::vector<uint16_t> outside;
   ASSERT_TRUE(a->CaptureInto(*id, &reused, [&](const SessionState& meta) {
-    outside.assign(static_cast<size_t>(meta.kv.elements()), 0);
-    return outside.data();
-  }).ok());
+                 outside.assign(static_cast<size_t>(meta.kv.elements()), 0);
+                 return outside.data();
+               }).ok());
   EXPECT_TRUE(reused.kv.data.empty());
   EXPECT_EQ(outside, state->kv.data);
   ASSERT_TRUE(a->CaptureInto(*id, &reused).ok());

@@ -3,6 +3,8 @@
 // planner's tenants as the engine passes them.
 #include "engine/core/engine.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -12,8 +14,6 @@
 #include <set>
 #include <thread>
 
-#include <gtest/gtest.h>
-
 #include "engine/model/synthetic_model.h"
 #include "tests/support/engine_test_util.h"
 
@@ -22,7 +22,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using namespace streamd::testing;
-
 
 TEST(EngineTest, GeneratesStreamsAndKeepsDeliveredTokensInContext) {
   auto engine = MakeEngine();
@@ -178,8 +177,8 @@ void CheckCancelAtAnyMoment(bool ids_on_device) {
 
     auto ref = engine->Open(Greedy());
     ASSERT_TRUE(engine->Append(*ref, prompt).ok());
-    ASSERT_TRUE(engine->Generate(*ref, UpTo(static_cast<int32_t>(interrupted.size())),
-                                 events.Sink()).ok());
+    ASSERT_TRUE(
+        engine->Generate(*ref, UpTo(static_cast<int32_t>(interrupted.size())), events.Sink()).ok());
     events.WaitDone(*ref);
     EXPECT_EQ(events.Tokens(*ref), interrupted) << "round " << round;
     ASSERT_TRUE(engine->Close(*ref).ok());
@@ -206,7 +205,8 @@ TEST(EngineTest, BadRequestsGetStableCodesAndDisturbNothing) {
   Status s = engine->Append(*id, std::vector<int32_t>{1, 2, 300});
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("token id 300 at index 2 is outside the vocabulary [0, 300)"),
-            std::string::npos) << s.message();
+            std::string::npos)
+      << s.message();
   EXPECT_EQ(engine->Append(*id, std::vector<int32_t>{}).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(engine->Generate(*id, UpTo(3), events.Sink()).code(), StatusCode::kFailedPrecondition);
   ASSERT_TRUE(engine->Append(*id, RandomTokens(5, 2)).ok());

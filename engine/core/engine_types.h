@@ -11,27 +11,25 @@
 #include <vector>
 
 #include "engine/cache/session_cache.h"
-#include "engine/sampling/sampling_params.h"
 #include "engine/core/step_planner.h"
+#include "engine/sampling/sampling_params.h"
 #include "engine/util/session_id.h"
 #include "engine/util/status.h"
 
 namespace streamd {
 
-
 // The prefill headroom when EngineConfig::prefill_headroom_blocks is -1: enough for a step of
 // max_batch_tokens prefill tokens in full chunks (a chunk of n borrows at most ceil((n-1)/B)
 // blocks), plus a few blocks of rounding; smaller or more numerous chunks get shortened
 // (StepPlanner) rather than reserving for the worst case.
-int32_t DefaultPrefillHeadroom(const PlannerConfig& planner, int32_t max_chunk,
-                               int32_t block_size);
+int32_t DefaultPrefillHeadroom(const PlannerConfig& planner, int32_t max_chunk, int32_t block_size);
 
 // One engine step as its observer sees it (EngineConfig::step_observer).
 struct StepReport {
-  double seconds = 0;      // plan, forward pass, sampling and bookkeeping
-  int64_t tokens = 0;      // tokens of the forward pass: decode tokens plus prefill chunks
-  int32_t sequences = 0;   // sessions in it
-  bool ok = true;          // false: the forward pass failed (its generations ended with kError)
+  double seconds = 0;     // plan, forward pass, sampling and bookkeeping
+  int64_t tokens = 0;     // tokens of the forward pass: decode tokens plus prefill chunks
+  int32_t sequences = 0;  // sessions in it
+  bool ok = true;         // false: the forward pass failed (its generations ended with kError)
 };
 
 struct EngineConfig {
@@ -42,14 +40,14 @@ struct EngineConfig {
   int64_t pool_bytes = 256LL << 20;
   double pool_fraction = 0.0;
   PlannerConfig planner;
-  int32_t threads = 0;           // forward-pass threads; 0 = all cores
-  int32_t max_chunk = 256;       // most tokens of one session per step
+  int32_t threads = 0;      // forward-pass threads; 0 = all cores
+  int32_t max_chunk = 256;  // most tokens of one session per step
   // Blocks of the pool set aside for the prefill chunks of a step beyond their sessions'
   // bounds (SessionCache: "prefill headroom"); -1 = DefaultPrefillHeadroom.
   int32_t prefill_headroom_blocks = -1;
-  int32_t max_sessions = 4096;   // open sessions, admitted or queued
-  int32_t max_sinks = 64;        // per-session limits
-  int32_t max_window = 8192;     // also bounded by the model context minus sinks
+  int32_t max_sessions = 4096;           // open sessions, admitted or queued
+  int32_t max_sinks = 64;                // per-session limits
+  int32_t max_window = 8192;             // also bounded by the model context minus sinks
   int64_t max_pending_tokens = 1 << 20;  // appended but not yet prefilled, per session
   // Called on the scheduler thread after every step, outside the engine's lock (metrics). It
   // must be quick and must not call into the engine.
@@ -90,9 +88,9 @@ struct GenerationEvent {
   int64_t index = 0;  // 0-based position of the token in this generation
   // kDone:
   FinishReason reason = FinishReason::kLength;
-  Status status;                 // non-OK with kError
-  std::string tail_text;         // text held back until the end (a partial character, ...)
-  int64_t prompt_tokens = 0;     // input prefilled for this generation
+  Status status;              // non-OK with kError
+  std::string tail_text;      // text held back until the end (a partial character, ...)
+  int64_t prompt_tokens = 0;  // input prefilled for this generation
   int64_t output_tokens = 0;
   double time_to_first_token_s = 0.0;
   double total_s = 0.0;
@@ -105,14 +103,14 @@ using EventSink = std::function<void(GenerationEvent&&)>;
 struct SessionInfo {
   SessionId id;
   CacheSpec cache;
-  int64_t tokens_seen = 0;     // every token appended or generated, prefilled or pending
-  int64_t tokens_cached = 0;   // in the KV cache and visible
+  int64_t tokens_seen = 0;    // every token appended or generated, prefilled or pending
+  int64_t tokens_cached = 0;  // in the KV cache and visible
   int64_t tokens_evicted = 0;
   int64_t pending_tokens = 0;
   bool generating = false;
   int32_t blocks_held = 0;
-  int32_t max_blocks = 0;      // its bound: what admission reserved
-  uint64_t revision = 0;       // bumped by every change of its state (SessionState::revision)
+  int32_t max_blocks = 0;  // its bound: what admission reserved
+  uint64_t revision = 0;   // bumped by every change of its state (SessionState::revision)
   std::string tenant;
 };
 
@@ -126,9 +124,10 @@ struct EngineStats {
   int64_t bytes_per_token = 0;
   int64_t steps = 0;
   int64_t tokens_appended = 0;  // input accepted by Append (the clients' prompt tokens)
-  int64_t tokens_in = 0;   // run through the caches: prefill and fed-back sampled tokens
-  int64_t tokens_out = 0;  // generated
-  int64_t tokens_evicted = 0;  // dropped from windows by steps (restored sessions' past not counted)
+  int64_t tokens_in = 0;        // run through the caches: prefill and fed-back sampled tokens
+  int64_t tokens_out = 0;       // generated
+  int64_t tokens_evicted =
+      0;  // dropped from windows by steps (restored sessions' past not counted)
 };
 
 }  // namespace streamd

@@ -60,12 +60,12 @@ StatusOr<Move> MoveIn(const std::string& from, const std::string& file, SessionI
   }
   StatusOr<SnapshotSummary> there = SummaryIn(store, id);
   if (there.ok() && there->revision >= revision) {
-    STREAMD_RETURN_IF_ERROR(
-        store
-            .RejectPath(from, file,
-                        "superseded by revision " + std::to_string(there->revision) +
-                            " in the model directory")
-            .status());
+    STREAMD_RETURN_IF_ERROR(store
+                                .RejectPath(from, file,
+                                            "superseded by revision " +
+                                                std::to_string(there->revision) +
+                                                " in the model directory")
+                                .status());
     return Move::kSuperseded;
   }
   if (!there.ok() && there.status().code() != StatusCode::kNotFound) {
@@ -86,8 +86,8 @@ std::string ModelSnapshotDirName(std::string_view model_fingerprint) {
 }
 
 StatusOr<std::unique_ptr<SnapshotStore>> OpenModelSnapshotStore(const std::string& root,
-                                                                 const SnapshotContext& context,
-                                                                 ModelDirMigration* migration) {
+                                                                const SnapshotContext& context,
+                                                                ModelDirMigration* migration) {
   const std::string name = ModelSnapshotDirName(context.model_fingerprint);
   if (name.size() != kModelDirFingerprintDigits ||
       name.find_first_not_of("0123456789abcdef") != std::string::npos) {

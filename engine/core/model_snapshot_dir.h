@@ -44,10 +44,10 @@ std::string ModelSnapshotDirName(std::string_view model_fingerprint);
 
 // What opening the model's store found in the flat layout.
 struct ModelDirMigration {
-  std::string dir;              // <root>/<name>: where this model's snapshots live
-  int32_t moved = 0;            // this model's flat snapshots moved into dir
-  int32_t superseded = 0;       // flat copies older than the one in dir, moved to dir/rejected/
-  int32_t other_models = 0;     // flat snapshots of other models, left where they are
+  std::string dir;           // <root>/<name>: where this model's snapshots live
+  int32_t moved = 0;         // this model's flat snapshots moved into dir
+  int32_t superseded = 0;    // flat copies older than the one in dir, moved to dir/rejected/
+  int32_t other_models = 0;  // flat snapshots of other models, left where they are
   std::vector<std::string> unreadable;  // "<file>: <why>" for flat files left unread, in place
   std::vector<std::string> failed;      // "<file>: <why>" for moves that failed (left in place)
 };
@@ -56,7 +56,7 @@ struct ModelDirMigration {
 // migrating this model's flat snapshots into it (above). Errors name the directory; a failed
 // move of one file is reported in `migration->failed` and does not fail the start.
 StatusOr<std::unique_ptr<SnapshotStore>> OpenModelSnapshotStore(const std::string& root,
-                                                                 const SnapshotContext& context,
-                                                                 ModelDirMigration* migration);
+                                                                const SnapshotContext& context,
+                                                                ModelDirMigration* migration);
 
 }  // namespace streamd

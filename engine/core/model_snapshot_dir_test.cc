@@ -6,6 +6,7 @@
 #include "engine/core/model_snapshot_dir.h"
 
 #include <dirent.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,10 +14,8 @@
 #include <fstream>
 #include <iterator>
 
-#include <gtest/gtest.h>
-
-#include "tests/support/engine_test_util.h"
 #include "engine/core/session_persister.h"
+#include "tests/support/engine_test_util.h"
 #include "tests/support/store_test_util.h"
 
 namespace streamd {
@@ -34,7 +33,8 @@ std::vector<uint8_t> ReadAll(const std::string& path) {
 
 void WriteAll(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream(path, std::ios::binary)
-      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
 }
 
 bool Exists(const std::string& path) {
@@ -76,14 +76,13 @@ TEST(ModelSnapshotDirTest, NameIsTheFingerprintsFirstSixteenHexDigits) {
   EXPECT_EQ(ModelSnapshotDirName(kFingerprintA), "a1b2c3d4e5f60718");
   ModelDirMigration m;
   auto engine = MakeEngine();
-  EXPECT_EQ(OpenModelSnapshotStore(TempDir(), ModelContext(*engine, "tiny", "t"), &m)
-                .status()
-                .code(),
-            StatusCode::kInvalidArgument)
+  EXPECT_EQ(
+      OpenModelSnapshotStore(TempDir(), ModelContext(*engine, "tiny", "t"), &m).status().code(),
+      StatusCode::kInvalidArgument)
       << "a fingerprint that names no directory is refused, not used as a path";
-  EXPECT_FALSE(OpenModelSnapshotStore(TempDir(), ModelContext(*engine, "../../etc/passwd0000", "t"),
-                                      &m)
-                   .ok());
+  EXPECT_FALSE(
+      OpenModelSnapshotStore(TempDir(), ModelContext(*engine, "../../etc/passwd0000", "t"), &m)
+          .ok());
 }
 
 TEST(ModelSnapshotDirTest, MigratesThisModelsFlatSnapshotsAndLeavesEveryOtherFileAlone) {
@@ -244,8 +243,8 @@ TEST(ModelSnapshotDirTest, AnotherModelsSnapshotIsRefusedNamingBothModelsAndNeve
   EXPECT_EQ(refused[0].first, foreign.id);
   const auto names_both = [](const Status& s) {
     EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.ToString();
-    for (const std::string& part : {std::string("model-a"), std::string("model-b"), kFingerprintA,
-                                    kFingerprintB}) {
+    for (const std::string& part :
+         {std::string("model-a"), std::string("model-b"), kFingerprintA, kFingerprintB}) {
       EXPECT_NE(s.message().find(part), std::string::npos) << part << " not in " << s.message();
     }
   };

@@ -203,8 +203,8 @@ Status SessionPersister::WriteNow(SessionId id, bool* skipped) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = entries_.find(id);
     if (it != entries_.end() && it->second.forget) return NotFoundError("session closed");
-    *skipped = it != entries_.end() && it->second.stored &&
-               it->second.stored_revision == info.revision;
+    *skipped =
+        it != entries_.end() && it->second.stored && it->second.stored_revision == info.revision;
   }
   if (*skipped) {
     // Unchanged since its last write: the file only learns that the session was used now, so
@@ -318,8 +318,8 @@ StatusOr<SessionPersister::Restored> SessionPersister::Load(SessionId id) {
   }
   SessionState& state = *decoded;
   if (state.id != id) {
-    const Status wrong = DataLossError("the snapshot in " + file + " is of session " +
-                                       state.id.ToString());
+    const Status wrong =
+        DataLossError("the snapshot in " + file + " is of session " + state.id.ToString());
     (void)RejectFile(file, wrong);
     return wrong;
   }
@@ -388,8 +388,8 @@ std::vector<SnapshotSummary> SessionPersister::Scan(
       // named, refused and left where it is, never moved from under the model it belongs to.
       why = FailedPreconditionError("snapshot of another model: \"" + summary->model_name +
                                     "\" (fingerprint " + summary->model_fingerprint +
-                                    "), this daemon serves \"" + context_.model_name +
-                                    "\" (" + context_.model_fingerprint + ")");
+                                    "), this daemon serves \"" + context_.model_name + "\" (" +
+                                    context_.model_fingerprint + ")");
       move = false;
     }
     if (!why.ok()) {

@@ -33,8 +33,8 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -140,15 +140,15 @@ class SessionPersister {
  private:
   using Clock = std::chrono::steady_clock;
   struct Entry {
-    bool stored = false;                // written to or loaded from the store
-    uint64_t stored_revision = 0;       // ... at this revision
-    Clock::time_point last_write{};     // for the interval
-    Clock::time_point due{};            // when queued: write at or after this
+    bool stored = false;             // written to or loaded from the store
+    uint64_t stored_revision = 0;    // ... at this revision
+    Clock::time_point last_write{};  // for the interval
+    Clock::time_point due{};         // when queued: write at or after this
     bool queued = false;
     bool urgent = false;
-    bool forget = false;                // delete its snapshot (the session closed)
+    bool forget = false;  // delete its snapshot (the session closed)
     std::chrono::milliseconds backoff{0};
-    Clock::time_point retry_at{};       // after a failed write: no offload before this
+    Clock::time_point retry_at{};                   // after a failed write: no offload before this
     std::vector<std::function<void()>> on_written;  // Urgent's callbacks for the queued write
   };
   using QueueKey = std::pair<Clock::time_point, SessionId>;  // due (urgent: the epoch), id
@@ -183,12 +183,12 @@ class SessionPersister {
   std::mutex load_mu_;
   std::vector<uint8_t> read_buffer_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;       // the writer waits for due work
-  std::condition_variable idle_cv_;  // WaitIdle waits for an empty queue
+  std::condition_variable cv_;            // the writer waits for due work
+  std::condition_variable idle_cv_;       // WaitIdle waits for an empty queue
   std::condition_variable forgotten_cv_;  // Import waits for a closed session's file removal
   std::map<SessionId, Entry> entries_;
   std::set<QueueKey> queue_;  // queued entries by due time
-  int64_t in_progress_ = 0;  // writes the writer thread is doing now
+  int64_t in_progress_ = 0;   // writes the writer thread is doing now
   bool stopping_ = false;
   std::thread writer_;
 };

@@ -2,15 +2,14 @@
 // straight into the snapshot buffer (format version 2, half the K/V bytes of f16), Load on
 // another replica of the same scales restores them from the read buffer bit for bit, and
 // Export / Import moves the session to an f16 replica, which takes the dequantized values.
+#include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <filesystem>
 
-#include <gtest/gtest.h>
-
 #include "engine/cache/kv_convert.h"
-#include "tests/support/int8_engine_test_util.h"
 #include "engine/core/session_persister.h"
+#include "tests/support/int8_engine_test_util.h"
 
 namespace streamd {
 namespace {

@@ -152,7 +152,7 @@ StatusOr<std::vector<uint8_t>> SnapshotStore::Read(SessionId id, int64_t max_byt
 }
 
 StatusOr<size_t> SnapshotStore::ReadInto(SessionId id, std::vector<uint8_t>* buffer,
-                                          int64_t max_bytes) const {
+                                         int64_t max_bytes) const {
   return ReadFile(PathOf(id), max_bytes, true, buffer);
 }
 
@@ -198,8 +198,8 @@ StatusOr<std::vector<StoredSnapshot>> SnapshotStore::List() const {
     const std::string path = dir_ + "/" + name;
     struct stat st;
     if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
-    const int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 +
-                          st.st_mtim.tv_nsec / 1000000;
+    const int64_t mtime =
+        static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000;
     if (name.size() > 4 && name[0] == '.' && name.ends_with(".tmp")) {
       if (now - mtime > kStaleTempMs) ::unlink(path.c_str());  // a writer died mid-write
       continue;

@@ -6,6 +6,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -19,15 +20,13 @@
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <thread>
 
-#include <gtest/gtest.h>
-
-#include "tests/support/store_test_util.h"
 #include "tests/support/page_cache_test_util.h"
+#include "tests/support/store_test_util.h"
 
 namespace streamd {
 namespace {

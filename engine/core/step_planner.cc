@@ -59,9 +59,8 @@ void StepPlanner::Deal(Lane lane, const std::vector<SessionWork>& work,
                        Full full) {
   // Each tenant's sessions in a run, longest waiting first.
   grouped_.assign(sessions.begin(), sessions.end());
-  std::stable_sort(grouped_.begin(), grouped_.end(), [&](uint32_t a, uint32_t b) {
-    return TenantOf(work[a]) < TenantOf(work[b]);
-  });
+  std::stable_sort(grouped_.begin(), grouped_.end(),
+                   [&](uint32_t a, uint32_t b) { return TenantOf(work[a]) < TenantOf(work[b]); });
   queues_.clear();
   for (size_t i = 0; i < grouped_.size(); ++i) {
     const uint32_t key = TenantOf(work[grouped_[i]]);
@@ -132,8 +131,7 @@ std::vector<PlannedChunk> StepPlanner::Plan(const std::vector<SessionWork>& work
   // When appends wait, decoders leave them a share (1/8 of the budget, one session slot), so
   // prefill progresses even when decoders alone would fill every step.
   const auto [decode_cap, decode_budget] = DecodeLimits(cap, budget, !prefills_.empty());
-  if (!prefills_.empty() && !decoders_.empty() &&
-      (decode_cap >= cap || decode_budget >= budget)) {
+  if (!prefills_.empty() && !decoders_.empty() && (decode_cap >= cap || decode_budget >= budget)) {
     // No room to share (one session slot or one token per step): the least recently served
     // tenant's longest-waiting session of either lane takes the step.
     uint32_t best = decoders_[0];
@@ -154,8 +152,8 @@ std::vector<PlannedChunk> StepPlanner::Plan(const std::vector<SessionWork>& work
     return plan;
   }
 
-  const size_t n_decode = std::min({decoders_.size(), decode_cap,
-                                    static_cast<size_t>(std::max<int64_t>(decode_budget, 0))});
+  const size_t n_decode = std::min(
+      {decoders_.size(), decode_cap, static_cast<size_t>(std::max<int64_t>(decode_budget, 0))});
   const bool decode_contended = decoders_.size() > n_decode;
   EnterLane(kDecode, work, decoders_, decode_contended);
   const auto take_decoder = [&](uint32_t i) -> int64_t {

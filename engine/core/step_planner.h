@@ -66,11 +66,11 @@ struct PlannerConfig {
 
 struct SessionWork {
   uint64_t id = 0;
-  int64_t pending = 0;     // tokens waiting to enter the cache
-  bool decoding = false;   // pending == 1 and it is the last sampled token of a generation
-  int32_t max_chunk = 1;   // the session cache's chunk limit
-  CacheGeometry cache;     // where its cache stands (for the headroom a chunk borrows)
-  uint32_t tenant = 0;     // who owns it: any key, equal for the sessions of one tenant
+  int64_t pending = 0;    // tokens waiting to enter the cache
+  bool decoding = false;  // pending == 1 and it is the last sampled token of a generation
+  int32_t max_chunk = 1;  // the session cache's chunk limit
+  CacheGeometry cache;    // where its cache stands (for the headroom a chunk borrows)
+  uint32_t tenant = 0;    // who owns it: any key, equal for the sessions of one tenant
 };
 
 struct PlannedChunk {
@@ -91,8 +91,7 @@ class StepPlanner {
   const PlannerConfig& config() const { return config_; }
 
   // Session slots and tokens decoders may take this step.
-  static std::pair<size_t, int64_t> DecodeLimits(size_t cap, int64_t budget,
-                                                 bool prefill_waiting);
+  static std::pair<size_t, int64_t> DecodeLimits(size_t cap, int64_t budget, bool prefill_waiting);
 
  private:
   enum Lane { kDecode = 0, kPrefill = 1 };
@@ -101,7 +100,7 @@ class StepPlanner {
     uint64_t seen = 0;         // the step it last had work
   };
   struct TenantLedger {
-    uint64_t last_served = 0;           // as SessionClock
+    uint64_t last_served = 0;  // as SessionClock
     uint64_t seen = 0;
     std::array<int64_t, 2> served{};    // a lane's tokens received while it stays contended
     std::array<uint64_t, 2> in_lane{};  // the step it last had work in a lane
@@ -132,11 +131,11 @@ class StepPlanner {
   std::unordered_map<uint32_t, TenantLedger> tenants_;   // by tenant key
   std::array<int64_t, 2> floor_{};  // where a tenant entering a contended lane starts
   // Scratch, reused from step to step.
-  std::vector<uint64_t> stamps_;             // [work.size()] last_served of each session
+  std::vector<uint64_t> stamps_;               // [work.size()] last_served of each session
   std::vector<uint32_t> decoders_, prefills_;  // indices into work, longest waiting first
-  std::vector<uint32_t> grouped_;            // a lane's indices by tenant, then waiting
+  std::vector<uint32_t> grouped_;              // a lane's indices by tenant, then waiting
   std::vector<TenantQueue> queues_;
-  std::vector<size_t> heap_;                 // indices into queues_
+  std::vector<size_t> heap_;  // indices into queues_
 };
 
 }  // namespace streamd

@@ -1,10 +1,10 @@
 // StepPlanner with PlannerConfig::shared_step_tokens: a step with work of more than one tenant
 // runs at most that many tokens; a step with one tenant's work is not capped.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <set>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "engine/core/step_planner.h"
 #include "tests/support/step_planner_test_util.h"
@@ -34,8 +34,8 @@ TEST(StepPlannerTenantTest, SharedStepTokensCapStepsOnlyWhileTenantsShare) {
         continue;
       }
       ASSERT_EQ(plan.size(), 3u) << "step " << step;
-      ASSERT_TRUE(std::any_of(plan.begin(), plan.end(),
-                              [](const PlannedChunk& c) { return c.id == 500; }))
+      ASSERT_TRUE(
+          std::any_of(plan.begin(), plan.end(), [](const PlannedChunk& c) { return c.id == 500; }))
           << "step " << step;
     }
     work.pop_back();  // B's generation ended

@@ -1,5 +1,7 @@
 #include "engine/core/step_planner.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <map>
@@ -7,8 +9,6 @@
 #include <set>
 #include <string>
 #include <unordered_map>
-
-#include <gtest/gtest.h>
 
 #include "tests/support/step_planner_test_util.h"
 
@@ -60,8 +60,8 @@ TEST(StepPlannerTest, DecodersOverTheSessionCapRotate) {
 
 TEST(StepPlannerTest, PrefillsShareTheBudgetInTurn) {
   StepPlanner planner({512, 256});
-  const std::vector<SessionWork> work = {{1, 10000, false, 512}, {2, 10000, false, 512},
-                                         {3, 10000, false, 512}};
+  const std::vector<SessionWork> work = {
+      {1, 10000, false, 512}, {2, 10000, false, 512}, {3, 10000, false, 512}};
   std::map<uint64_t, int> served;
   for (int step = 0; step < 3; ++step) {
     const auto plan = planner.Plan(work);
@@ -137,7 +137,6 @@ TEST(StepPlannerTest, RandomMixesRespectLimitsAndNobodyStarves) {
   }
 }
 
-
 // ---------------------------------------------------------------------------------------------
 // Tenants.
 
@@ -168,10 +167,8 @@ class ReferencePlanner {
     const size_t cap = static_cast<size_t>(std::max(1, config_.max_batch_sessions));
     const auto [decode_cap, decode_budget] =
         StepPlanner::DecodeLimits(cap, budget, !prefills.empty());
-    if (!prefills.empty() && !decoders.empty() &&
-        (decode_cap >= cap || decode_budget >= budget)) {
-      const SessionWork& w =
-          longest_waiting(prefills[0], decoders[0]) ? prefills[0] : decoders[0];
+    if (!prefills.empty() && !decoders.empty() && (decode_cap >= cap || decode_budget >= budget)) {
+      const SessionWork& w = longest_waiting(prefills[0], decoders[0]) ? prefills[0] : decoders[0];
       const int64_t n = std::min<int64_t>({w.pending, w.max_chunk, budget});
       plan.push_back({w.id, w.cache.LongestChunkWithin(static_cast<int32_t>(n), headroom_blocks)});
       last_served_[w.id] = step_ + 1;
@@ -225,8 +222,8 @@ TEST(StepPlannerTenantTest, OneTenantPlansExactlyAsBefore) {
     for (int step = 0; step < 300; ++step) {
       pop.Arrive();
       const std::vector<SessionWork> work = pop.Work();
-      const int32_t headroom = rng() % 4 == 0 ? std::numeric_limits<int32_t>::max()
-                                              : static_cast<int32_t>(rng() % 40);
+      const int32_t headroom =
+          rng() % 4 == 0 ? std::numeric_limits<int32_t>::max() : static_cast<int32_t>(rng() % 40);
       const auto plan = planner.Plan(work, headroom);
       const auto want = reference.Plan(work, headroom);
       ASSERT_EQ(Describe(plan), Describe(want)) << "trial " << trial << " step " << step;
@@ -252,8 +249,8 @@ TEST(StepPlannerTenantTest, UncontendedStepsPlanExactlyAsBefore) {
     for (int step = 0; step < 300; ++step) {
       pop.Arrive();
       const std::vector<SessionWork> work = pop.Work();
-      const int32_t headroom = rng() % 2 == 0 ? std::numeric_limits<int32_t>::max()
-                                              : static_cast<int32_t>(rng() % 60);
+      const int32_t headroom =
+          rng() % 2 == 0 ? std::numeric_limits<int32_t>::max() : static_cast<int32_t>(rng() % 60);
       const auto plan = planner.Plan(work, headroom);
       ASSERT_EQ(Describe(plan), Describe(reference.Plan(work, headroom)))
           << "trial " << trial << " step " << step;
@@ -322,8 +319,8 @@ TEST(StepPlannerTenantTest, AFloodOfDecodersDoesNotStarveASingleSession) {
         waited[c.id] = 0;
       }
       if (!fair) continue;
-      ASSERT_TRUE(std::any_of(plan.begin(), plan.end(),
-                              [](const PlannedChunk& c) { return c.id == 500; }))
+      ASSERT_TRUE(
+          std::any_of(plan.begin(), plan.end(), [](const PlannedChunk& c) { return c.id == 500; }))
           << "step " << step;
       if (step >= 7) {
         for (uint64_t id = 1; id <= 100; ++id) {
@@ -445,8 +442,8 @@ TEST(StepPlannerTenantTest, ContendedDecodeSlotsSplitEvenlyAcrossTenants) {
     const std::vector<double> share = FairShares(demand, slots);
     for (int t = 0; t < tenants; ++t) {
       EXPECT_NEAR(static_cast<double>(got[t]), share[t] * steps, 1.0 + 1e-6)
-          << "trial " << trial << ": tenant " << t << " of " << tenants << " asks for "
-          << demand[t] << " of " << slots << " slots a step, " << steps << " steps";
+          << "trial " << trial << ": tenant " << t << " of " << tenants << " asks for " << demand[t]
+          << " of " << slots << " slots a step, " << steps << " steps";
     }
   }
 }
@@ -491,9 +488,8 @@ TEST(StepPlannerTenantTest, ContendedPrefillTokensSplitEvenlyAcrossTenants) {
     const std::vector<double> share = FairShares(demand, std::min<double>(budget, total_demand));
     for (int t = 0; t < tenants; ++t) {
       EXPECT_NEAR(static_cast<double>(got[t]), share[t] * steps, biggest_chunk + 1e-6)
-          << "trial " << trial << ": tenant " << t << " of " << tenants << " asks for "
-          << demand[t] << " of a budget of " << budget << " a step, " << steps << " steps; "
-          << Demands(work);
+          << "trial " << trial << ": tenant " << t << " of " << tenants << " asks for " << demand[t]
+          << " of a budget of " << budget << " a step, " << steps << " steps; " << Demands(work);
     }
   }
 }
@@ -526,8 +522,8 @@ TEST(StepPlannerTenantTest, RandomTenantMixesKeepTheGuarantees) {
       const auto [dcap, dbudget] = StepPlanner::DecodeLimits(cap, budget, prefills);
       const int32_t headroom = static_cast<int32_t>(rng() % 30);
       const auto plan = planner.Plan(work, headroom);
-      const std::string where = "trial " + std::to_string(trial) + " step " +
-                                std::to_string(step) + ": " + Describe(plan);
+      const std::string where = "trial " + std::to_string(trial) + " step " + std::to_string(step) +
+                                ": " + Describe(plan);
       ASSERT_LE(Tokens(plan), budget) << where;
       ASSERT_LE(static_cast<int32_t>(plan.size()), cap) << where;
       std::map<uint32_t, int> decode_slots;  // tenant -> slots this step
@@ -548,9 +544,8 @@ TEST(StepPlannerTenantTest, RandomTenantMixesKeepTheGuarantees) {
       if (prefills && decoders > 0 && (dcap >= static_cast<size_t>(cap) || dbudget >= budget)) {
         ASSERT_EQ(plan.size(), 1u) << where;
       } else {
-        ASSERT_EQ(planned_decoders,
-                  std::min<int64_t>({static_cast<int64_t>(decoders), static_cast<int64_t>(dcap),
-                                     dbudget}))
+        ASSERT_EQ(planned_decoders, std::min<int64_t>({static_cast<int64_t>(decoders),
+                                                       static_cast<int64_t>(dcap), dbudget}))
             << where;
         if (prefills) {
           ASSERT_GE(planned_prefills, 1) << where;

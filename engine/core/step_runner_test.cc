@@ -3,11 +3,11 @@
 // whether the backend picks ids on the device or not.
 #include "engine/core/step_runner.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <memory>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "engine/model/forwarding_backend.h"
 #include "engine/model/synthetic_model.h"

@@ -3,23 +3,23 @@
 // dequantized with those scales, through the snapshot format, and lands where the kernels read
 // it; the CUDA cache then decodes as a CPU f16 cache holding the same dequantized K/V does
 // (within the backends' agreement, as in cuda_snapshot_test.cc). Skipped without a GPU.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <random>
 #include <span>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "engine/cache/kv_convert.h"
 #include "engine/cache/kv_image.h"
-#include "engine/cuda/cuda_model.h"
-#include "tests/support/cuda_model_test_util.h"
-#include "engine/model/synthetic_model.h"
-#include "tests/support/int8_engine_test_util.h"
 #include "engine/core/step_runner.h"
+#include "engine/cuda/cuda_model.h"
+#include "engine/model/synthetic_model.h"
 #include "engine/snapshot/snapshot_format.h"
+#include "tests/support/cuda_model_test_util.h"
 #include "tests/support/cuda_test_util.h"
+#include "tests/support/int8_engine_test_util.h"
 
 namespace streamd::cuda {
 namespace {

@@ -69,8 +69,7 @@ class DevicePoolStorage final : public PoolStorage {
   uint16_t* data() override { return buffer_.get<uint16_t>(); }
   bool host_accessible() const override { return false; }
   // Run r: pool elements [first + r * pitch, + run) <-> host elements [r * run, + run).
-  Status CopyOut(int64_t first, int64_t pitch, int64_t run, int64_t rows,
-                 uint16_t* host) override {
+  Status CopyOut(int64_t first, int64_t pitch, int64_t run, int64_t rows, uint16_t* host) override {
     return Copy(host, static_cast<size_t>(run) * 2, buffer_.get<uint16_t>() + first,
                 static_cast<size_t>(pitch) * 2, static_cast<size_t>(run) * 2,
                 static_cast<size_t>(rows), cudaMemcpyDeviceToHost);
@@ -94,8 +93,8 @@ class DevicePoolStorage final : public PoolStorage {
       : buffer_(std::move(buffer)), device_(device), max_pitch_(max_pitch) {}
 
   // `rows` rows of `width` bytes, row r at dst + r * dpitch and src + r * spitch.
-  Status Copy(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
-              size_t rows, cudaMemcpyKind kind) {
+  Status Copy(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width, size_t rows,
+              cudaMemcpyKind kind) {
     std::lock_guard<std::mutex> lock(mu_);
     STREAMD_CUDA_CHECK(cudaSetDevice(device_));
     cudaError_t enqueued = cudaSuccess;
@@ -105,9 +104,9 @@ class DevicePoolStorage final : public PoolStorage {
     } else {
       call = "cudaMemcpyAsync (one per layer)";
       for (size_t r = 0; r < rows && enqueued == cudaSuccess; ++r) {
-        enqueued = cudaMemcpyAsync(static_cast<char*>(dst) + r * dpitch,
-                                   static_cast<const char*>(src) + r * spitch, width, kind,
-                                   stream_);
+        enqueued =
+            cudaMemcpyAsync(static_cast<char*>(dst) + r * dpitch,
+                            static_cast<const char*>(src) + r * spitch, width, kind, stream_);
       }
     }
     // Wait even when an enqueue failed: copies already enqueued may still read or write the
@@ -163,7 +162,8 @@ Status CudaModel::Init(const LlamaConfig& config, const CudaModelOptions& option
   }
   const kernels::KvPoolLayout layout{1, config.n_layers, config.n_kv_heads, config.head_dim, 16};
   const float scale = 1.0f / std::sqrt(static_cast<float>(config.head_dim));
-  if (const char* why = kc::AttentionCanImplement(layout, {config.n_heads, config.head_dim, scale})) {
+  if (const char* why =
+          kc::AttentionCanImplement(layout, {config.n_heads, config.head_dim, scale})) {
     return UnimplementedError("the CUDA backend cannot run " + config.name + ": " + why);
   }
   if (config.dim > 8192 || config.head_dim % 8 != 0 || config.rope_dim != config.head_dim) {
@@ -172,10 +172,9 @@ Status CudaModel::Init(const LlamaConfig& config, const CudaModelOptions& option
   }
   const uint64_t need = CudaWeightBytes(config);
   if (static_cast<int64_t>(need) > device_.free_bytes) {
-    return ResourceExhaustedError("model " + config.name + " needs " +
-                                  FormatBytes(static_cast<int64_t>(need)) +
-                                  " of device memory for its f16 weights; CUDA " +
-                                  device_.Describe());
+    return ResourceExhaustedError(
+        "model " + config.name + " needs " + FormatBytes(static_cast<int64_t>(need)) +
+        " of device memory for its f16 weights; CUDA " + device_.Describe());
   }
   STREAMD_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   STREAMD_CUBLAS_CHECK(cublasCreate(&cublas_));
@@ -222,8 +221,7 @@ StatusOr<int64_t> CudaModel::PoolBudgetFromFraction(double fraction) const {
   return static_cast<int64_t>(fraction * 0.95 * static_cast<double>(free_b));
 }
 
-StatusOr<std::unique_ptr<BlockPool>> CudaModel::CreatePool(const KvShape& shape,
-                                                           int32_t block_size,
+StatusOr<std::unique_ptr<BlockPool>> CudaModel::CreatePool(const KvShape& shape, int32_t block_size,
                                                            int64_t budget_bytes) {
   if (shape.n_layers != config_.n_layers || shape.n_kv_heads != config_.n_kv_heads ||
       shape.head_dim != config_.head_dim) {
@@ -242,11 +240,11 @@ StatusOr<std::unique_ptr<BlockPool>> CudaModel::CreatePool(const KvShape& shape,
     if (bytes > usable) {
       return ResourceExhaustedError(
           "KV pool of " + FormatBytes(bytes) + " does not fit on CUDA device " +
-          std::to_string(options_.device) + " (" + device_.name + "): " +
-          FormatBytes(static_cast<int64_t>(free_b)) + " free of " +
+          std::to_string(options_.device) + " (" + device_.name +
+          "): " + FormatBytes(static_cast<int64_t>(free_b)) + " free of " +
           FormatBytes(static_cast<int64_t>(total_b)) + " after " +
-          FormatBytes(static_cast<int64_t>(weights_.bytes)) +
-          " of weights, at most " + FormatBytes(usable) + " usable; lower engine.kv_pool");
+          FormatBytes(static_cast<int64_t>(weights_.bytes)) + " of weights, at most " +
+          FormatBytes(usable) + " usable; lower engine.kv_pool");
     }
     DeviceBuffer buffer;
     STREAMD_RETURN_IF_ERROR(buffer.Allocate(static_cast<size_t>(bytes), "KV pool"));
@@ -326,16 +324,15 @@ Status CudaModel::Gemm(const uint16_t* w, int64_t rows, int64_t k, const uint16_
   // W is column-major [k, rows] (ld k), transposed; x is column-major [k, n] (ld k).
   const float alpha = 1.0f, beta = 0.0f;
   STREAMD_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows),
-                                    static_cast<int>(n), static_cast<int>(k), &alpha, w,
-                                    CUDA_R_16F, static_cast<int>(k), x, CUDA_R_16F,
-                                    static_cast<int>(k), &beta, y, CUDA_R_32F,
-                                    static_cast<int>(rows), CUBLAS_COMPUTE_32F,
+                                    static_cast<int>(n), static_cast<int>(k), &alpha, w, CUDA_R_16F,
+                                    static_cast<int>(k), x, CUDA_R_16F, static_cast<int>(k), &beta,
+                                    y, CUDA_R_32F, static_cast<int>(rows), CUBLAS_COMPUTE_32F,
                                     CUBLAS_GEMM_DEFAULT));
   return OkStatus();
 }
 
-Status CudaModel::Enqueue(int32_t n, int32_t n_out, bool decode, int32_t n_tiles,
-                          int32_t n_splits, int32_t keys_per_split, BlockPool& pool) {
+Status CudaModel::Enqueue(int32_t n, int32_t n_out, bool decode, int32_t n_tiles, int32_t n_splits,
+                          int32_t keys_per_split, BlockPool& pool) {
   const LlamaConfig& c = config_;
   const StepLayout& L = step_layout_;
   uint8_t* dev = step_dev_.get<uint8_t>();
@@ -365,8 +362,8 @@ Status CudaModel::Enqueue(int32_t n, int32_t n_out, bool decode, int32_t n_tiles
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const CudaLayerWeights& w = weights_.layers[l];
     uint16_t* kv = pool.layer_data(l);
-    STREAMD_CUDA_CHECK(kc::AddRmsNorm(x, l == 0 ? nullptr : proj, w.attn_norm, c.rms_eps, n,
-                                      dim, nullptr, xb, stream_));
+    STREAMD_CUDA_CHECK(kc::AddRmsNorm(x, l == 0 ? nullptr : proj, w.attn_norm, c.rms_eps, n, dim,
+                                      nullptr, xb, stream_));
     STREAMD_RETURN_IF_ERROR(Gemm(w.wqkv, ld, dim, xb, n, qkv));
     STREAMD_CUDA_CHECK(kc::RopeAndWriteKv(qkv, ld, n, c.n_heads, c.head_dim, positions,
                                           cache_positions, inv_freq_.get<double>(), q_sink,
@@ -385,17 +382,17 @@ Status CudaModel::Enqueue(int32_t n, int32_t n_out, bool decode, int32_t n_tiles
     STREAMD_CUDA_CHECK(kc::SwiGlu(gate_up, n, ffn, h, stream_));
     STREAMD_RETURN_IF_ERROR(Gemm(w.w_down, dim, ffn, h, n, proj));
   }
-  STREAMD_CUDA_CHECK(kc::AddRmsNorm(x, proj, weights_.output_norm, c.rms_eps, n, dim, out_rows,
-                                    xb, stream_));
+  STREAMD_CUDA_CHECK(
+      kc::AddRmsNorm(x, proj, weights_.output_norm, c.rms_eps, n, dim, out_rows, xb, stream_));
   return Gemm(weights_.output, c.vocab_size, dim, xb, n_out, logits_.get<float>());
 }
 
 Status CudaModel::Fail(Status s) {
   const cudaError_t e = cudaPeekAtLastError();
   if (IsStickyCudaError(e) && broken_.ok()) {
-    broken_ = InternalError("CUDA " + device_.Describe() +
-                            " is unusable after an earlier error (restart the process): " +
-                            s.message());
+    broken_ =
+        InternalError("CUDA " + device_.Describe() +
+                      " is unusable after an earlier error (restart the process): " + s.message());
   }
   return s;
 }
@@ -412,8 +409,8 @@ Status CudaModel::CopyGreedyStepLogits(int64_t row, float* out) {
   if (!broken_.ok()) return broken_;
   if (row < 0 || row >= greedy_rows_) {
     return InvalidArgumentError("logits row " + std::to_string(row) +
-                                " is not in the last greedy step (" +
-                                std::to_string(greedy_rows_) + " rows)");
+                                " is not in the last greedy step (" + std::to_string(greedy_rows_) +
+                                " rows)");
   }
   const size_t vocab = static_cast<size_t>(config_.vocab_size);
   STREAMD_CUDA_CHECK(cudaSetDevice(options_.device));
@@ -437,8 +434,8 @@ Status CudaModel::Run(const StepPlan& plan, float* logits, int32_t* next_tokens)
   // batch keeps the same graph as its sessions grow.
   int32_t keys_per_split = max_keys, n_splits = 1;
   if (decode) {
-    n_splits = kc::ChooseDecodeSplits(n, config_.n_kv_heads, max_keys, device_.sm_count,
-                                      &keys_per_split);
+    n_splits =
+        kc::ChooseDecodeSplits(n, config_.n_kv_heads, max_keys, device_.sm_count, &keys_per_split);
   }
   if (Status s = Reserve(n, n_seqs, n_ids, n_splits); !s.ok()) return Fail(s);
 
@@ -474,8 +471,8 @@ Status CudaModel::Run(const StepPlan& plan, float* logits, int32_t* next_tokens)
   const int32_t n_out = plan.n_out;
 
   auto run = [&]() -> Status {
-    STREAMD_CUDA_CHECK(cudaMemcpyAsync(step_dev_.get(), step_host_, L.total,
-                                       cudaMemcpyHostToDevice, stream_));
+    STREAMD_CUDA_CHECK(
+        cudaMemcpyAsync(step_dev_.get(), step_host_, L.total, cudaMemcpyHostToDevice, stream_));
     BlockPool& pool = *plan.pool;
     if (decode && options_.use_graphs) {
       // Everything the graph bakes in: the pool (base, blocks, block size), the shapes (n
@@ -483,8 +480,13 @@ Status CudaModel::Run(const StepPlan& plan, float* logits, int32_t* next_tokens)
       // first_window_block), positions and tokens are data in step_dev_, refreshed by the copy
       // above, so they may change every step. A plan from PlanStep has n_out == n in a decode
       // step, but n_out sizes the output GEMM, so it is part of the key rather than assumed.
-      const GraphKey key{pool.layer_data(0), pool.layout().num_blocks, pool.layout().block_size,
-                         n, n_out, n_splits, keys_per_split};
+      const GraphKey key{pool.layer_data(0),
+                         pool.layout().num_blocks,
+                         pool.layout().block_size,
+                         n,
+                         n_out,
+                         n_splits,
+                         keys_per_split};
       auto it = graphs_.find(key);
       if (it == graphs_.end()) {
         STREAMD_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));

@@ -53,10 +53,10 @@ class CudaModel final : public ModelBackend {
   // Uploads a loaded model's weights (dequantized to f16). Fails with a message naming the
   // device and the numbers when there is no usable GPU or the weights do not fit.
   static StatusOr<std::unique_ptr<CudaModel>> FromCpuModel(const LlamaModel& model,
-                                                          const CudaModelOptions& options = {});
+                                                           const CudaModelOptions& options = {});
   // Random weights of `config`'s shape generated on the device (config.tied_output must hold).
   static StatusOr<std::unique_ptr<CudaModel>> Random(const LlamaConfig& config, uint64_t seed,
-                                                    const CudaModelOptions& options = {});
+                                                     const CudaModelOptions& options = {});
   ~CudaModel() override;
   CudaModel(const CudaModel&) = delete;
   CudaModel& operator=(const CudaModel&) = delete;
@@ -95,8 +95,7 @@ class CudaModel final : public ModelBackend {
   Status Enqueue(int32_t n, int32_t n_out, bool decode, int32_t n_tiles, int32_t n_splits,
                  int32_t keys_per_split, BlockPool& pool);
   void DropGraphs();
-  Status Gemm(const uint16_t* w, int64_t rows, int64_t k, const uint16_t* x, int64_t n,
-              float* y);
+  Status Gemm(const uint16_t* w, int64_t rows, int64_t k, const uint16_t* x, int64_t n, float* y);
   Status Fail(Status s);  // records a sticky error
 
   LlamaConfig config_;
@@ -123,8 +122,7 @@ class CudaModel final : public ModelBackend {
   // Captured decode steps by (pool base, pool blocks, block size, tokens, logits rows, splits,
   // keys per split): everything a graph bakes in (a later pool may reuse a freed pool's
   // address).
-  using GraphKey =
-      std::tuple<const void*, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t>;
+  using GraphKey = std::tuple<const void*, int32_t, int32_t, int32_t, int32_t, int32_t, int32_t>;
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   int64_t graphs_captured_ = 0;
   int64_t greedy_rows_ = 0;  // logits rows the last successful ExecuteGreedy left in logits_

@@ -6,6 +6,8 @@
 // input. Every test is skipped, with the reason, on a machine without a usable GPU.
 #include "engine/cuda/cuda_model.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -17,12 +19,10 @@
 #include <random>
 #include <vector>
 
-#include <gtest/gtest.h>
-
-#include "tests/support/cuda_model_test_util.h"
-#include "engine/model/synthetic_model.h"
 #include "engine/core/engine.h"
 #include "engine/core/step_runner.h"
+#include "engine/model/synthetic_model.h"
+#include "tests/support/cuda_model_test_util.h"
 #include "tests/support/cuda_test_util.h"
 
 namespace streamd::cuda {
@@ -46,9 +46,10 @@ void MakeTwin(std::unique_ptr<LlamaModel> cpu, int32_t sessions, CacheSpec spec,
   twin->gpu = std::move(gpu).value();
   const LlamaConfig& c = twin->cpu->config();
   const KvShape shape{c.n_layers, c.n_kv_heads, c.head_dim};
-  const int64_t bytes = static_cast<int64_t>(sessions) *
-                        SessionCache::PeakBlocks(SessionCache::Effective(spec, c.context_length), 16) *
-                        BlockPool::BlockBytes(shape, 16);
+  const int64_t bytes =
+      static_cast<int64_t>(sessions) *
+      SessionCache::PeakBlocks(SessionCache::Effective(spec, c.context_length), 16) *
+      BlockPool::BlockBytes(shape, 16);
   auto cpu_pool = twin->cpu->CreatePool(shape, 16, bytes);
   auto gpu_pool = twin->gpu->CreatePool(shape, 16, bytes);
   ASSERT_TRUE(cpu_pool.ok() && gpu_pool.ok()) << gpu_pool.status().ToString();
@@ -99,10 +100,10 @@ std::vector<int32_t> Step(Twin& t, const std::vector<std::vector<int32_t>>& toke
 void RunScenario(Twin& t, double tolerance, int32_t decode_steps) {
   const int32_t vocab = t.cpu->config().vocab_size;
   std::mt19937 rng(7);
-  std::vector<int32_t> last = Step(
-      t, {RandomTokens(rng, 1, vocab), RandomTokens(rng, 17, vocab), RandomTokens(rng, 64, vocab),
-          RandomTokens(rng, 40, vocab)},
-      tolerance);
+  std::vector<int32_t> last = Step(t,
+                                   {RandomTokens(rng, 1, vocab), RandomTokens(rng, 17, vocab),
+                                    RandomTokens(rng, 64, vocab), RandomTokens(rng, 40, vocab)},
+                                   tolerance);
   last = Step(t, {{last[0]}, RandomTokens(rng, 30, vocab), {last[2]}, {last[3]}}, tolerance);
   for (int32_t step = 0; step < decode_steps; ++step) {
     last = Step(t, {{last[0]}, {last[1]}, {last[2]}, {last[3]}}, tolerance);

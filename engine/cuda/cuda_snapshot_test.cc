@@ -11,6 +11,8 @@
 //   - captures and restores while other sessions decode through CUDA graphs change none of
 //     their tokens.
 // Every test is skipped, with the reason, on a machine without a usable GPU.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -26,19 +28,17 @@
 #include <thread>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "engine/cache/kv_image.h"
+#include "engine/core/engine.h"
+#include "engine/core/step_runner.h"
 #include "engine/cuda/cuda_model.h"
-#include "tests/support/cuda_model_test_util.h"
 #include "engine/model/forwarding_backend.h"
 #include "engine/model/synthetic_model.h"
-#include "engine/core/engine.h"
-#include "tests/support/engine_test_util.h"
-#include "engine/core/step_runner.h"
 #include "engine/snapshot/model_fingerprint.h"
 #include "engine/snapshot/snapshot_format.h"
+#include "tests/support/cuda_model_test_util.h"
 #include "tests/support/cuda_test_util.h"
+#include "tests/support/engine_test_util.h"
 
 namespace streamd::cuda {
 namespace {
@@ -120,8 +120,9 @@ TEST(CudaSnapshotTest, DevicePoolBlockCopiesAreExactAndTouchNothingElse) {
   ASSERT_TRUE(pool.ReadBlocks(all, everything.data()).ok());
   for (int32_t b = 0; b < 40; ++b) {
     const auto at = std::find(ids.begin(), ids.end(), b);
-    const uint16_t* want = at == ids.end() ? &first[b * per_block]
-                                           : &second[static_cast<size_t>(at - ids.begin()) * per_block];
+    const uint16_t* want = at == ids.end()
+                               ? &first[b * per_block]
+                               : &second[static_cast<size_t>(at - ids.begin()) * per_block];
     EXPECT_TRUE(std::equal(want, want + per_block, everything.begin() + b * per_block))
         << "block " << b << (at == ids.end() ? " (not written)" : " (written)");
   }
@@ -225,8 +226,8 @@ void ExpectDeviceHolds(const SessionCache& cache, const KvImage& image) {
       for (int32_t h = 0; h < l.n_kv_heads; ++h) {
         ASSERT_CUDA_OK(cudaMemcpy(row.data(), pool.layer_data(layer) + l.Offset(block, kv, h, slot),
                                   row.size() * sizeof(uint16_t), cudaMemcpyDeviceToHost));
-        ASSERT_TRUE(std::equal(row.begin(), row.end(),
-                               image.data.begin() + image.Offset(layer, kv, h, i)))
+        ASSERT_TRUE(
+            std::equal(row.begin(), row.end(), image.data.begin() + image.Offset(layer, kv, h, i)))
             << "cache index " << i << " (position " << span.Position(i) << "), kv " << kv
             << ", head " << h << ", block " << block << " slot " << slot;
       }
@@ -386,8 +387,9 @@ struct Reference {
 };
 
 // The greedy continuations of one state on the two engines, judged by the agreement rule of the
-// CPU-vs-CUDA tests (cuda_model_test.cc) extended to free-running tokens. The state is restored into a cache of each backend of `ref` and both are fed the CPU
-// continuation, so row j of each holds that backend's logits for token j in the same context:
+// CPU-vs-CUDA tests (cuda_model_test.cc) extended to free-running tokens. The state is restored
+// into a cache of each backend of `ref` and both are fed the CPU continuation, so row j of each
+// holds that backend's logits for token j in the same context:
 //   - the rows agree within `tolerance` (relative L2), as in cuda_model_test.cc's comparisons;
 //   - token j is a near-tie when the CPU row's best logit leads its second by at most twice the
 //     largest difference between the two rows (only then can the backends order the top two
@@ -404,10 +406,10 @@ void ExpectSameContinuation(const Reference& ref, const SessionState& st,
   ASSERT_FALSE(st.pending.empty()) << what;
   const LlamaConfig& c = ref.cpu->config();
   const CacheSpec spec{st.mode, st.sinks, st.window, 64};
-  auto a = RestoredCache(ref.cpu_pool, spec, c.context_length, st.tokens_seen, st.cached_tokens,
-                         st.kv);
-  auto b = RestoredCache(ref.gpu_pool, spec, c.context_length, st.tokens_seen, st.cached_tokens,
-                         st.kv);
+  auto a =
+      RestoredCache(ref.cpu_pool, spec, c.context_length, st.tokens_seen, st.cached_tokens, st.kv);
+  auto b =
+      RestoredCache(ref.gpu_pool, spec, c.context_length, st.tokens_seen, st.cached_tokens, st.kv);
   ASSERT_TRUE(a.ok()) << a.status().ToString();
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   const int32_t vocab = c.vocab_size;
@@ -436,25 +438,26 @@ void ExpectSameContinuation(const Reference& ref, const SessionState& st,
       tie_bound = 2 * err;
     }
     if (!tie) {
-      EXPECT_EQ(cpu_tokens[j], best) << what << ": the CPU engine's token " << j
-                                     << " is not the argmax of the CPU row";
+      EXPECT_EQ(cpu_tokens[j], best)
+          << what << ": the CPU engine's token " << j << " is not the argmax of the CPU row";
     }
     if (!parted) {
       EXPECT_EQ(gpu_tokens[j], gpu_best) << what << ": the CUDA engine's token " << j
                                          << " is not the argmax of the CUDA row of its context";
     }
     if (j < near_tie) {
-      EXPECT_EQ(gpu_tokens[j], cpu_tokens[j]) << what << ": token " << j
-                                              << " differs before any near-tie";
+      EXPECT_EQ(gpu_tokens[j], cpu_tokens[j])
+          << what << ": token " << j << " differs before any near-tie";
     }
     parted = parted || gpu_tokens[j] != cpu_tokens[j];
     input = {cpu_tokens[j]};
   }
   if (near_tie < cpu_tokens.size()) {
-    std::printf("%s: %zu greedy tokens; identical before the first near-tie, token %zu (lead %.3g"
-                " <= %.3g); %s; worst relative L2 of a logits row %.3g\n",
-                what, cpu_tokens.size(), near_tie, tie_margin, tie_bound,
-                parted ? "parted after it" : "identical after it too", worst);
+    std::printf(
+        "%s: %zu greedy tokens; identical before the first near-tie, token %zu (lead %.3g"
+        " <= %.3g); %s; worst relative L2 of a logits row %.3g\n",
+        what, cpu_tokens.size(), near_tie, tie_margin, tie_bound,
+        parted ? "parted after it" : "identical after it too", worst);
   } else {
     std::printf("%s: %zu greedy tokens, no near-tie, %s; worst relative L2 of a logits row %.3g\n",
                 what, cpu_tokens.size(), parted ? "PARTED" : "identical", worst);
@@ -719,10 +722,11 @@ TEST(CudaSnapshotTest, CopiesDuringGraphDecodeStepsLeaveOtherSessionsAlone) {
   EXPECT_GT(restores.load(), 0);
   EXPECT_GE(cuda_a->graphs_captured(), 1) << "the decode steps did not run as graphs";
   EXPECT_EQ(cuda_a->graphs_captured(), cuda_b->graphs_captured());
-  std::printf("%d captures and %d restores of a %zu-token session during 80 decode steps of 3 "
-              "sessions (%lld graphs captured)\n",
-              captures.load(), restores.load(), lengths[3] - 1,
-              static_cast<long long>(cuda_a->graphs_captured()));
+  std::printf(
+      "%d captures and %d restores of a %zu-token session during 80 decode steps of 3 "
+      "sessions (%lld graphs captured)\n",
+      captures.load(), restores.load(), lengths[3] - 1,
+      static_cast<long long>(cuda_a->graphs_captured()));
 }
 
 }  // namespace

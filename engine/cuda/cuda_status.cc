@@ -7,8 +7,8 @@ namespace {
 
 std::string Where(const char* call, const char* file, int line) {
   const char* base = std::strrchr(file, '/');
-  return std::string(" in ") + call + " (" + (base ? base + 1 : file) + ":" +
-         std::to_string(line) + ")";
+  return std::string(" in ") + call + " (" + (base ? base + 1 : file) + ":" + std::to_string(line) +
+         ")";
 }
 
 }  // namespace

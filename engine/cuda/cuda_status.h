@@ -21,18 +21,18 @@ bool IsStickyCudaError(cudaError_t e);
 
 }  // namespace streamd::cuda
 
-#define STREAMD_CUDA_CHECK(call)                                                 \
-  do {                                                                           \
-    const cudaError_t streamd_cuda_e_ = (call);                                  \
-    if (streamd_cuda_e_ != cudaSuccess) {                                        \
+#define STREAMD_CUDA_CHECK(call)                                                     \
+  do {                                                                               \
+    const cudaError_t streamd_cuda_e_ = (call);                                      \
+    if (streamd_cuda_e_ != cudaSuccess) {                                            \
       return ::streamd::cuda::CudaError(streamd_cuda_e_, #call, __FILE__, __LINE__); \
-    }                                                                            \
+    }                                                                                \
   } while (0)
 
-#define STREAMD_CUBLAS_CHECK(call)                                                 \
-  do {                                                                             \
-    const cublasStatus_t streamd_cublas_e_ = (call);                               \
-    if (streamd_cublas_e_ != CUBLAS_STATUS_SUCCESS) {                              \
+#define STREAMD_CUBLAS_CHECK(call)                                                       \
+  do {                                                                                   \
+    const cublasStatus_t streamd_cublas_e_ = (call);                                     \
+    if (streamd_cublas_e_ != CUBLAS_STATUS_SUCCESS) {                                    \
       return ::streamd::cuda::CublasError(streamd_cublas_e_, #call, __FILE__, __LINE__); \
-    }                                                                              \
+    }                                                                                    \
   } while (0)

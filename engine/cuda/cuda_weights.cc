@@ -82,8 +82,7 @@ Status UploadMatrix(const WeightMatrix& m, uint8_t* dst, std::vector<uint16_t>& 
       threads.emplace_back([&, w] {
         std::vector<float> row(static_cast<size_t>(m.cols));
         for (int64_t r = w; r < rows; r += workers) {
-          kernels::cpu::DequantizeRow(m.type, m.data + (r0 + r) * m.row_bytes, m.cols,
-                                      row.data());
+          kernels::cpu::DequantizeRow(m.type, m.data + (r0 + r) * m.row_bytes, m.cols, row.data());
           kernels::cpu::FloatToHalfRow(row.data(), &staging[static_cast<size_t>(r * m.cols)],
                                        m.cols);
         }
@@ -91,8 +90,7 @@ Status UploadMatrix(const WeightMatrix& m, uint8_t* dst, std::vector<uint16_t>& 
     }
     for (std::thread& t : threads) t.join();
     STREAMD_CUDA_CHECK(cudaMemcpy(dst + r0 * m.cols * 2, staging.data(),
-                                  static_cast<size_t>(rows * m.cols * 2),
-                                  cudaMemcpyHostToDevice));
+                                  static_cast<size_t>(rows * m.cols * 2), cudaMemcpyHostToDevice));
   }
   return OkStatus();
 }
@@ -114,7 +112,8 @@ StatusOr<CudaWeights> UploadWeights(const LlamaConfig& c, const LlamaWeights& sr
   uint8_t* base = w.arena.get<uint8_t>();
   std::vector<uint16_t> staging;
   STREAMD_RETURN_IF_ERROR(UploadMatrix(src.token_embedding, base + plan.embedding, staging));
-  if (!c.tied_output) STREAMD_RETURN_IF_ERROR(UploadMatrix(src.output, base + plan.output, staging));
+  if (!c.tied_output)
+    STREAMD_RETURN_IF_ERROR(UploadMatrix(src.output, base + plan.output, staging));
   STREAMD_RETURN_IF_ERROR(UploadF32(src.output_norm, c.dim, base + plan.output_norm));
   const uint64_t row = static_cast<uint64_t>(c.dim) * 2;
   for (int32_t l = 0; l < c.n_layers; ++l) {
@@ -150,7 +149,8 @@ StatusOr<CudaWeights> RandomWeights(const LlamaConfig& c, uint64_t seed, cudaStr
     return OkStatus();
   };
   auto ones = [&](uint64_t off, int64_t n) -> Status {
-    STREAMD_CUDA_CHECK(kernels::cuda::FillF32(reinterpret_cast<float*>(base + off), n, 1.0f, stream));
+    STREAMD_CUDA_CHECK(
+        kernels::cuda::FillF32(reinterpret_cast<float*>(base + off), n, 1.0f, stream));
     return OkStatus();
   };
   const auto a = [](int64_t fan_in) { return std::sqrt(3.0f / static_cast<float>(fan_in)); };

@@ -46,7 +46,6 @@ StatusOr<CudaWeights> UploadWeights(const LlamaConfig& config, const LlamaWeight
                                     cudaStream_t stream);
 // Uniform(-a, a) with a = sqrt(3 / fan_in) (the embedding: a = 1), unit norms, tied head: the
 // same distribution as engine/model/synthetic_model.h, generated on the device.
-StatusOr<CudaWeights> RandomWeights(const LlamaConfig& config, uint64_t seed,
-                                    cudaStream_t stream);
+StatusOr<CudaWeights> RandomWeights(const LlamaConfig& config, uint64_t seed, cudaStream_t stream);
 
 }  // namespace streamd::cuda

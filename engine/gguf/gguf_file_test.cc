@@ -257,8 +257,8 @@ TEST(GgufFileTest, NamesUnsupportedTensorTypes) {
 TEST(GgufFileTest, NamesEveryUnsupportedTensorTypeWithCounts) {
   GgufWriter w;
   w.AddRawTensor("blk.0.attn_q.weight", 16, {256}, {});  // IQ2_XXS
-  ASSERT_TRUE(w.AddTensor("blk.0.attn_norm.weight", TensorType::kF32, {4}, std::vector<uint8_t>(16))
-                  .ok());
+  ASSERT_TRUE(
+      w.AddTensor("blk.0.attn_norm.weight", TensorType::kF32, {4}, std::vector<uint8_t>(16)).ok());
   w.AddRawTensor("blk.0.attn_k.weight", 19, {256}, {});  // IQ1_S
   w.AddRawTensor("blk.1.attn_q.weight", 16, {256}, {});
   w.AddRawTensor("blk.2.attn_q.weight", 16, {256}, {});

@@ -2,6 +2,7 @@
 // kernels/cpu/repack_quant.h): a synthetic model written with such tensors loads, its matrices
 // are the converted copies, and its logits match PlainReferenceLlama on the same model with every
 // converted tensor replaced by its reference dequantization as F32 (DequantizeConvertedTensors).
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,14 +17,12 @@
 #include <utility>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
+#include "engine/core/step_runner.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/plain_reference_llama.h"
 #include "engine/model/synthetic_model.h"
-#include "engine/core/step_runner.h"
 #include "kernels/cpu/dequantize_reference.h"
 #include "kernels/cpu/repack_quant.h"
 
@@ -104,8 +103,8 @@ TEST_P(ConvertedModelTest, LoadsAndMatchesTheDequantizedModel) {
   const LlamaConfig& c = model.config();
   auto pool = BlockPool::Create({c.n_layers, c.n_kv_heads, c.head_dim}, 16, 16 << 20);
   ASSERT_TRUE(pool.ok());
-  auto cache = SessionCache::Create(pool->get(), CacheSpec{CacheMode::kDense, 0, 0, 8},
-                                    c.context_length);
+  auto cache =
+      SessionCache::Create(pool->get(), CacheSpec{CacheMode::kDense, 0, 0, 8}, c.context_length);
   ASSERT_TRUE(cache.ok()) << cache.status().ToString();
   PlainReferenceLlama exact(**twin, 0, c.context_length);
   PlainReferenceLlama repacked(model, 0, c.context_length);
@@ -123,10 +122,11 @@ TEST_P(ConvertedModelTest, LoadsAndMatchesTheDequantizedModel) {
     std::vector<float> rep_f(rep.begin(), rep.end());
     worst_repack = std::max(worst_repack, RelativeError(rep_f, ref));
   }
-  std::printf("%s weights, %s embeddings: converted copies %.2f MiB; worst relative logit error: "
-              "forward pass %.2e, repack alone (reference on the converted weights) %.2e\n",
-              Name(tc.weights).c_str(), Name(tc.embedding).c_str(),
-              static_cast<double>(w.converted_bytes) / (1 << 20), worst_forward, worst_repack);
+  std::printf(
+      "%s weights, %s embeddings: converted copies %.2f MiB; worst relative logit error: "
+      "forward pass %.2e, repack alone (reference on the converted weights) %.2e\n",
+      Name(tc.weights).c_str(), Name(tc.embedding).c_str(),
+      static_cast<double>(w.converted_bytes) / (1 << 20), worst_forward, worst_repack);
   // The repack alone: Q4_K -> Q4_1 rounds two f16 scales (~1e-4 of a weight), the Q8_0
   // re-quantization moves each weight by up to 1/254 of its block's maximum (rms ~0.4% of the
   // weights, kernels/cpu/repack_quant_test.cc), exact conversions not at all; over 2 layers of
@@ -176,8 +176,8 @@ TEST(ConvertedModelFileTest, ReleasedSourcePagesLeaveTheModelAndTheMappingIntact
     const LlamaConfig& c = model->config();
     auto pool = BlockPool::Create({c.n_layers, c.n_kv_heads, c.head_dim}, 16, 16 << 20);
     ASSERT_TRUE(pool.ok());
-    auto cache = SessionCache::Create(pool->get(), CacheSpec{CacheMode::kDense, 0, 0, 8},
-                                      c.context_length);
+    auto cache =
+        SessionCache::Create(pool->get(), CacheSpec{CacheMode::kDense, 0, 0, 8}, c.context_length);
     ASSERT_TRUE(cache.ok()) << cache.status().ToString();
     std::vector<float> out(c.vocab_size);
     for (int32_t t : {3, 141, 59, 26, 5}) {
@@ -197,8 +197,8 @@ std::vector<float> LogitsOf(LlamaModel& model) {
   auto pool = BlockPool::Create(model.CacheShape(), 16, 16 << 20);
   EXPECT_TRUE(pool.ok());
   std::vector<float> all, out(static_cast<size_t>(c.vocab_size));
-  auto one = SessionCache::Create(pool->get(), CacheSpec{CacheMode::kDense, 0, 0, 32},
-                                  c.context_length);
+  auto one =
+      SessionCache::Create(pool->get(), CacheSpec{CacheMode::kDense, 0, 0, 32}, c.context_length);
   EXPECT_TRUE(one.ok());
   for (int32_t t : {3, 141, 59, 26, 5}) {
     EXPECT_TRUE(StepRunner(model).Run({&t, 1}, **one, LogitsMode::kLast, out.data()).ok());
@@ -206,8 +206,8 @@ std::vector<float> LogitsOf(LlamaModel& model) {
   }
   std::vector<int32_t> chunk(20);
   for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = static_cast<int32_t>(7 * i + 1);
-  auto many = SessionCache::Create(pool->get(), CacheSpec{CacheMode::kDense, 0, 0, 32},
-                                   c.context_length);
+  auto many =
+      SessionCache::Create(pool->get(), CacheSpec{CacheMode::kDense, 0, 0, 32}, c.context_length);
   EXPECT_TRUE(many.ok());
   EXPECT_TRUE(StepRunner(model).Run(chunk, **many, LogitsMode::kLast, out.data()).ok());
   all.insert(all.end(), out.begin(), out.end());
@@ -263,9 +263,12 @@ INSTANTIATE_TEST_SUITE_P(
     Types, ConvertedModelTest,
     ::testing::Values(
         // Q4_K_M's mix: Q4_K and Q6_K matrices; the embeddings people ship as Q5_0, Q6_K or Q8_0.
-        TypeCase{TensorType::kQ4_K, TensorType::kQ6_K}, TypeCase{TensorType::kQ6_K, TensorType::kQ5_0},
-        TypeCase{TensorType::kQ5_K, TensorType::kQ8_0}, TypeCase{TensorType::kQ3_K, TensorType::kQ2_K},
-        TypeCase{TensorType::kQ2_K, TensorType::kQ4_K}, TypeCase{TensorType::kQ5_1, TensorType::kQ5_K},
+        TypeCase{TensorType::kQ4_K, TensorType::kQ6_K},
+        TypeCase{TensorType::kQ6_K, TensorType::kQ5_0},
+        TypeCase{TensorType::kQ5_K, TensorType::kQ8_0},
+        TypeCase{TensorType::kQ3_K, TensorType::kQ2_K},
+        TypeCase{TensorType::kQ2_K, TensorType::kQ4_K},
+        TypeCase{TensorType::kQ5_1, TensorType::kQ5_K},
         TypeCase{TensorType::kQ5_0, TensorType::kIQ4_NL},
         TypeCase{TensorType::kIQ4_XS, TensorType::kQ5_1}),
     [](const ::testing::TestParamInfo<TypeCase>& p) {

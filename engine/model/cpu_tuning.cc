@@ -47,8 +47,8 @@ Status ValidateCpuTuning(const CpuTuning& t) {
     for (const auto& [name, v] : {std::pair{"min_rows", s.min_rows}, {"max_rows", s.max_rows}}) {
       if (v < kRowQuantum || v > (int64_t{1} << 20) || v % kRowQuantum != 0) {
         return OutOfRange(at + name, v,
-                          "must be a multiple of " + std::to_string(kRowQuantum) +
-                              " in [" + std::to_string(kRowQuantum) + ", 1048576]");
+                          "must be a multiple of " + std::to_string(kRowQuantum) + " in [" +
+                              std::to_string(kRowQuantum) + ", 1048576]");
       }
     }
     if (s.min_rows > s.max_rows) {
@@ -60,8 +60,7 @@ Status ValidateCpuTuning(const CpuTuning& t) {
     return OutOfRange("tuning.attention_batch_factor", t.attention_batch_factor,
                       "is outside [1, 1048576]");
   }
-  if (t.attention_prefetch_runs < 0 ||
-      t.attention_prefetch_runs > kernels::cpu::kMaxPrefetchRuns) {
+  if (t.attention_prefetch_runs < 0 || t.attention_prefetch_runs > kernels::cpu::kMaxPrefetchRuns) {
     return OutOfRange("tuning.attention_prefetch_runs", t.attention_prefetch_runs,
                       "is outside [0, " + std::to_string(kernels::cpu::kMaxPrefetchRuns) + "]");
   }
@@ -92,8 +91,7 @@ Status ValidateCpuTuning(const CpuTuning& t) {
     if (!seen.insert({static_cast<int>(s.type), s.rows, s.cols, s.bucket}).second) {
       return InvalidArgumentError(at + "bucket: the shape " + std::to_string(s.rows) + "x" +
                                   std::to_string(s.cols) + " " + WeightTypeName(s.type) +
-                                  " and bucket " + TokenBucketName(s.bucket) +
-                                  " are listed twice");
+                                  " and bucket " + TokenBucketName(s.bucket) + " are listed twice");
     }
   }
   return OkStatus();
@@ -101,12 +99,18 @@ Status ValidateCpuTuning(const CpuTuning& t) {
 
 const char* WeightTypeName(WeightType type) {
   switch (type) {
-    case WeightType::kF32: return "f32";
-    case WeightType::kF16: return "f16";
-    case WeightType::kBF16: return "bf16";
-    case WeightType::kQ4_0: return "q4_0";
-    case WeightType::kQ4_1: return "q4_1";
-    case WeightType::kQ8_0: return "q8_0";
+    case WeightType::kF32:
+      return "f32";
+    case WeightType::kF16:
+      return "f16";
+    case WeightType::kBF16:
+      return "bf16";
+    case WeightType::kQ4_0:
+      return "q4_0";
+    case WeightType::kQ4_1:
+      return "q4_1";
+    case WeightType::kQ8_0:
+      return "q8_0";
   }
   return "?";
 }
@@ -116,7 +120,8 @@ StatusOr<WeightType> ParseWeightType(const std::string& name) {
                        WeightType::kQ4_1, WeightType::kQ8_0}) {
     if (name == WeightTypeName(t)) return t;
   }
-  return InvalidArgumentError("\"" + name + "\" is not a weight type (f32, f16, bf16, q4_0, "
+  return InvalidArgumentError("\"" + name +
+                              "\" is not a weight type (f32, f16, bf16, q4_0, "
                               "q4_1, q8_0)");
 }
 
@@ -124,7 +129,8 @@ StatusOr<Isa> ParseIsa(const std::string& name) {
   for (Isa isa : kernels::cpu::kAllIsas) {
     if (name == kernels::cpu::IsaName(isa)) return isa;
   }
-  return InvalidArgumentError("\"" + name + "\" is not an instruction-set level (portable, avx2, "
+  return InvalidArgumentError("\"" + name +
+                              "\" is not an instruction-set level (portable, avx2, "
                               "avx-vnni, avx512-vnni, amx-int8)");
 }
 

@@ -87,7 +87,8 @@ struct CpuTuning {
 // [1, 1 << 20], attention_prefetch_runs in [0, kernels::cpu::kMaxPrefetchRuns],
 // decode_by_tokens_from in [0, 1 << 20], buckets in range, shapes positive, no shape and bucket
 // listed twice, levels
-// known, activation bits 12, or 8 for a quantized type). Errors name the field ("tuning.split[2].max_rows") and the limit.
+// known, activation bits 12, or 8 for a quantized type). Errors name the field
+// ("tuning.split[2].max_rows") and the limit.
 Status ValidateCpuTuning(const CpuTuning& tuning);
 
 // Names used in plan files and `streamd plan inspect`: "q4_1", "avx512-vnni" ...

@@ -4,6 +4,8 @@
 // through sink + window, window-only and dense caches (past eviction), equals PlainReferenceLlama,
 // which rebuilds each token's cache explicitly from the family's definition. Also: the loader
 // asks for each family's tensors, and an unknown architecture's error lists the supported ones.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -11,15 +13,13 @@
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
+#include "engine/core/step_runner.h"
 #include "engine/gguf/gguf_writer.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/model_family.h"
 #include "engine/model/plain_reference_llama.h"
-#include "engine/core/step_runner.h"
 #include "engine/model/synthetic_model.h"
 
 namespace streamd {
@@ -37,7 +37,7 @@ SyntheticModelSpec FamilySpec(const std::string& family, gguf::TensorType weight
     return spec;
   }
   spec.architecture = family;
-  spec.rope_base = 1000000.0f;  // Qwen's
+  spec.rope_base = 1000000.0f;                // Qwen's
   if (family == "qwen3") spec.head_dim = 24;  // q_dim 96 != dim 64, as Qwen3 0.6B's 2048 != 1024
   return spec;
 }
@@ -69,8 +69,9 @@ struct FamilyCase {
 
 std::string CaseName(const ::testing::TestParamInfo<FamilyCase>& info) {
   const FamilyCase& c = info.param;
-  const char* mode = c.mode == CacheMode::kSink ? "sink" : c.mode == CacheMode::kWindow ? "window"
-                                                                                       : "dense";
+  const char* mode = c.mode == CacheMode::kSink     ? "sink"
+                     : c.mode == CacheMode::kWindow ? "window"
+                                                    : "dense";
   return c.family + "_" + mode + "_" + std::to_string(c.window) + "_" +
          (c.weights == gguf::TensorType::kF32 ? "f32" : "q4_1");
 }

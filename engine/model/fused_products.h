@@ -61,8 +61,7 @@ void PrepareToken(const ActivationSlots<N>& slots, const float* x, int64_t k, in
     if (slots.int8[s]) {
       kernels::cpu::PrepareActivations8(x, k, k, t, t + 1, xq_base + s * xq_stride);
     } else {
-      kernels::cpu::PrepareActivations(slots.types[s], x, k, k, t, t + 1,
-                                       xq_base + s * xq_stride);
+      kernels::cpu::PrepareActivations(slots.types[s], x, k, k, t, t + 1, xq_base + s * xq_stride);
     }
   }
 }
@@ -80,8 +79,7 @@ void RunProductRows(const Product& p, bool int8, int bucket, const uint8_t* xq, 
 // ~1 us of work per token).
 template <size_t N, class Produce>
 void FusedMatMul(ThreadPool& pool, const CpuTuning& tuning, const Product (&group)[N],
-                 const float* x, int64_t n, uint8_t* xq_base, size_t xq_stride,
-                 Produce&& produce) {
+                 const float* x, int64_t n, uint8_t* xq_base, size_t xq_stride, Produce&& produce) {
   const int64_t k = group[0].w->cols;
   const int bucket = TokenBucket(n);
   const ActivationSlots<N> slots(group, bucket);

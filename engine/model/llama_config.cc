@@ -116,7 +116,8 @@ StatusOr<LlamaConfig> ReadLlamaConfig(const gguf::GgufFile& file) {
   c.head_dim = static_cast<int32_t>(key_len);
   STREAMD_ASSIGN_OR_RETURN(c.ffn_dim, ReadDim(file, a, "feed_forward_length", 1 << 20));
   STREAMD_ASSIGN_OR_RETURN(c.context_length, ReadDim(file, a, "context_length", 1 << 24));
-  STREAMD_ASSIGN_OR_RETURN(c.rms_eps, file.GetF32Or(a + ".attention.layer_norm_rms_epsilon", 1e-5f));
+  STREAMD_ASSIGN_OR_RETURN(c.rms_eps,
+                           file.GetF32Or(a + ".attention.layer_norm_rms_epsilon", 1e-5f));
   if (!std::isfinite(c.rms_eps) || c.rms_eps <= 0.0f || c.rms_eps > 1.0f) {
     return InvalidArgumentError(a + ".attention.layer_norm_rms_epsilon = " +
                                 std::to_string(c.rms_eps) + " is outside (0, 1]");

@@ -19,16 +19,16 @@ struct LlamaConfig {
   ModelFamily family;        // what the architecture changes in the forward pass
   std::string name;          // general.name, for logs
   int32_t n_layers = 0;
-  int32_t dim = 0;           // embedding length
+  int32_t dim = 0;  // embedding length
   int32_t n_heads = 0;
-  int32_t n_kv_heads = 0;    // grouped-query attention: n_heads % n_kv_heads == 0
-  int32_t head_dim = 0;      // attention.key_length, else dim / n_heads
+  int32_t n_kv_heads = 0;  // grouped-query attention: n_heads % n_kv_heads == 0
+  int32_t head_dim = 0;    // attention.key_length, else dim / n_heads
   int32_t ffn_dim = 0;
   int32_t vocab_size = 0;
   int32_t context_length = 0;  // trained context
   float rms_eps = 1e-5f;
   float rope_base = 10000.0f;
-  int32_t rope_dim = 0;        // rotated dimensions per head (== head_dim)
+  int32_t rope_dim = 0;  // rotated dimensions per head (== head_dim)
   RopeScaling rope_scaling = RopeScaling::kNone;
   float rope_scaling_factor = 1.0f;  // positions are divided by this for kLinear
   // Per-frequency divisors (Llama 3.x "rope_freqs" tensor); empty when the model has none.

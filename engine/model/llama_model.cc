@@ -62,7 +62,8 @@ void LlamaModel::ReserveWorkspace(int64_t n, int64_t max_keys) {
     ws_.proj.resize(n * c.dim);
     ws_.gate.resize(n * c.ffn_dim);
     ws_.up.resize(n * c.ffn_dim);
-    for (auto* v : {&ws_.rope_cos, &ws_.rope_sin, &ws_.sink_cos, &ws_.sink_sin}) v->resize(n * half);
+    for (auto* v : {&ws_.rope_cos, &ws_.rope_sin, &ws_.sink_cos, &ws_.sink_sin})
+      v->resize(n * half);
   }
   // Each of the three activation slots holds n tokens of the widest row in any format.
   const int64_t widest = std::max({c.dim, c.ffn_dim, c.q_dim()});
@@ -189,8 +190,8 @@ void LlamaModel::RunOnHostThreads(int64_t n, const std::function<void(int64_t)>&
 std::string LlamaModel::device_description() const {
   std::string amx;
   if (weights_.amx_packed_bytes > 0) {
-    amx = ", AMX-packed weights " +
-          std::to_string((weights_.amx_packed_bytes + (1 << 19)) >> 20) + " MiB";
+    amx = ", AMX-packed weights " + std::to_string((weights_.amx_packed_bytes + (1 << 19)) >> 20) +
+          " MiB";
   }
   return std::string("cpu (") + kernels::cpu::IsaName(kernels::cpu::ActiveIsa()) + ", " +
          std::to_string(threads_) + " threads" + amx + ")";
@@ -211,10 +212,9 @@ Status LlamaModel::SetInt8KvCache(std::shared_ptr<const KvInt8Scales> scales) {
        scales->head_dim() != config_.head_dim)) {
     return InvalidArgumentError(
         "int8 KV scales for " + std::to_string(scales->n_layers()) + " layers x " +
-        std::to_string(scales->n_kv_heads()) + " KV heads x " +
-        std::to_string(scales->head_dim()) + " do not fit " + config_.name + " (" +
-        std::to_string(config_.n_layers) + " x " + std::to_string(config_.n_kv_heads) + " x " +
-        std::to_string(config_.head_dim) + ")");
+        std::to_string(scales->n_kv_heads()) + " KV heads x " + std::to_string(scales->head_dim()) +
+        " do not fit " + config_.name + " (" + std::to_string(config_.n_layers) + " x " +
+        std::to_string(config_.n_kv_heads) + " x " + std::to_string(config_.head_dim) + ")");
   }
   kv_int8_scales_ = std::move(scales);
   return OkStatus();
@@ -242,8 +242,7 @@ Status LlamaModel::Execute(const StepPlan& plan, float* logits) {
   const int64_t n = plan.n_tokens();
   ReserveWorkspace(n, plan.max_keys);
   PrepareTokens(plan);
-  const StepView step{&plan, &plan.pool->layout(), plan.pool->int8_scales(),
-                      ws_.xq.size() / 3};
+  const StepView step{&plan, &plan.pool->layout(), plan.pool->int8_scales(), ws_.xq.size() / 3};
   if (RunsByTokens(plan)) {
     ExecuteByTokens(step, logits);
     return OkStatus();
@@ -258,9 +257,8 @@ Status LlamaModel::Execute(const StepPlan& plan, float* logits) {
   for (int32_t l = 0; l < c.n_layers; ++l) {
     const LlamaLayerWeights& w = weights_.layers[l];
     // --- attention block ---
-    const Product qkv[] = {{&w.wq, ws.q.data(), q_dim},
-                           {&w.wk, ws.k.data(), kv_dim},
-                           {&w.wv, ws.v.data(), kv_dim}};
+    const Product qkv[] = {
+        {&w.wq, ws.q.data(), q_dim}, {&w.wk, ws.k.data(), kv_dim}, {&w.wv, ws.v.data(), kv_dim}};
     FusedMatMul(tp, tuning_, qkv, ws.xb.data(), n, ws.xq.data(), xq_stride,
                 [&](int64_t t) { NormForAttention(step, l, t); });
     // One task per (token, KV head): the group's query heads g * group .. (g + 1) * group - 1
@@ -309,8 +307,7 @@ void LlamaModel::NormForAttention(const StepView& step, int32_t l, int64_t t) {
                                 &ws_.x[t * dim]);
   }
   kernels::cpu::AddRmsNormRow(&ws_.x[t * dim], l == 0 ? nullptr : &ws_.proj[t * dim],
-                              weights_.layers[l].attn_norm, config_.rms_eps, dim,
-                              &ws_.xb[t * dim]);
+                              weights_.layers[l].attn_norm, config_.rms_eps, dim, &ws_.xb[t * dim]);
 }
 
 // The family's steps between the projections and RoPE (model_family.h): q/k/v biases, then the
@@ -370,8 +367,8 @@ void LlamaModel::RopeAndWriteKv(const StepView& step, int32_t l, int64_t t) {
 
 // Token t's attention for the query heads of KV heads [g0, g1), into attn; `thread` picks the
 // scratch.
-void LlamaModel::AttendKvHeads(const StepView& step, int32_t l, int64_t t, int32_t g0,
-                               int32_t g1, int thread) {
+void LlamaModel::AttendKvHeads(const StepView& step, int32_t l, int64_t t, int32_t g0, int32_t g1,
+                               int thread) {
   const LlamaConfig& c = config_;
   const StepPlan& plan = *step.plan;
   const int32_t hd = c.head_dim, group = c.n_heads / c.n_kv_heads;
@@ -382,15 +379,14 @@ void LlamaModel::AttendKvHeads(const StepView& step, int32_t l, int64_t t, int32
     const float* q_sink = ws_.has_sink_rope[t] ? &ws_.q_sink[first] : q;
     float* scores = &ws_.scores[static_cast<size_t>(thread) * group * (plan.max_keys + 2 * hd)];
     if (step.kv_scales == nullptr) {
-      kernels::cpu::PagedAttentionGroup(*step.layout, plan.pool->layer_data(l),
-                                        ws_.tables[plan.seq_of[t]], plan.position[t], g, group, q,
-                                        q_sink, scale, scores, &ws_.attn[first],
-                                        tuning_.attention_prefetch_runs);
+      kernels::cpu::PagedAttentionGroup(
+          *step.layout, plan.pool->layer_data(l), ws_.tables[plan.seq_of[t]], plan.position[t], g,
+          group, q, q_sink, scale, scores, &ws_.attn[first], tuning_.attention_prefetch_runs);
     } else {
       kernels::cpu::PagedAttentionGroupI8(
           *step.layout, plan.pool->layer_data_i8(l), step.kv_scales->scales(l, 0),
-          step.kv_scales->scales(l, 1), ws_.tables[plan.seq_of[t]], plan.position[t], g, group,
-          q, q_sink, scale, scores, &ws_.attn[first], tuning_.attention_prefetch_runs);
+          step.kv_scales->scales(l, 1), ws_.tables[plan.seq_of[t]], plan.position[t], g, group, q,
+          q_sink, scale, scores, &ws_.attn[first], tuning_.attention_prefetch_runs);
     }
   }
 }

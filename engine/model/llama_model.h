@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/gguf/gguf_file.h"
 #include "engine/cache/session_cache.h"
+#include "engine/gguf/gguf_file.h"
 #include "engine/model/cpu_tuning.h"
 #include "engine/model/llama_config.h"
 #include "engine/model/llama_weights.h"
@@ -134,8 +134,8 @@ class LlamaModel : public ModelBackend {
   int32_t threads_ = 1;
   CpuTuning tuning_;
   std::shared_ptr<const KvInt8Scales> kv_int8_scales_;  // SetInt8KvCache
-  std::unique_ptr<ThreadPool> thread_pool_;  // threads_ threads (the caller included)
-  std::vector<uint8_t> product_xq_;          // RunProduct's quantized activations
+  std::unique_ptr<ThreadPool> thread_pool_;             // threads_ threads (the caller included)
+  std::vector<uint8_t> product_xq_;                     // RunProduct's quantized activations
   std::atomic<int64_t> steps_by_tokens_{0};
 
   // Scratch reused across calls; sized for the largest batch seen so far.

@@ -28,21 +28,36 @@ struct ProductFormat {
 
 ProductFormat FormatOf(gguf::TensorType type) {
   switch (type) {
-    case gguf::TensorType::kF32: return {WeightType::kF32, {}};
-    case gguf::TensorType::kF16: return {WeightType::kF16, {}};
-    case gguf::TensorType::kBF16: return {WeightType::kBF16, {}};
-    case gguf::TensorType::kQ4_0: return {WeightType::kQ4_0, {}};
-    case gguf::TensorType::kQ4_1: return {WeightType::kQ4_1, {}};
-    case gguf::TensorType::kQ8_0: return {WeightType::kQ8_0, {}};
-    case gguf::TensorType::kQ5_0: return {{}, ConvertedQuant::kQ5_0};
-    case gguf::TensorType::kQ5_1: return {{}, ConvertedQuant::kQ5_1};
-    case gguf::TensorType::kQ2_K: return {{}, ConvertedQuant::kQ2_K};
-    case gguf::TensorType::kQ3_K: return {{}, ConvertedQuant::kQ3_K};
-    case gguf::TensorType::kQ4_K: return {{}, ConvertedQuant::kQ4_K};
-    case gguf::TensorType::kQ5_K: return {{}, ConvertedQuant::kQ5_K};
-    case gguf::TensorType::kQ6_K: return {{}, ConvertedQuant::kQ6_K};
-    case gguf::TensorType::kIQ4_NL: return {{}, ConvertedQuant::kIQ4_NL};
-    case gguf::TensorType::kIQ4_XS: return {{}, ConvertedQuant::kIQ4_XS};
+    case gguf::TensorType::kF32:
+      return {WeightType::kF32, {}};
+    case gguf::TensorType::kF16:
+      return {WeightType::kF16, {}};
+    case gguf::TensorType::kBF16:
+      return {WeightType::kBF16, {}};
+    case gguf::TensorType::kQ4_0:
+      return {WeightType::kQ4_0, {}};
+    case gguf::TensorType::kQ4_1:
+      return {WeightType::kQ4_1, {}};
+    case gguf::TensorType::kQ8_0:
+      return {WeightType::kQ8_0, {}};
+    case gguf::TensorType::kQ5_0:
+      return {{}, ConvertedQuant::kQ5_0};
+    case gguf::TensorType::kQ5_1:
+      return {{}, ConvertedQuant::kQ5_1};
+    case gguf::TensorType::kQ2_K:
+      return {{}, ConvertedQuant::kQ2_K};
+    case gguf::TensorType::kQ3_K:
+      return {{}, ConvertedQuant::kQ3_K};
+    case gguf::TensorType::kQ4_K:
+      return {{}, ConvertedQuant::kQ4_K};
+    case gguf::TensorType::kQ5_K:
+      return {{}, ConvertedQuant::kQ5_K};
+    case gguf::TensorType::kQ6_K:
+      return {{}, ConvertedQuant::kQ6_K};
+    case gguf::TensorType::kIQ4_NL:
+      return {{}, ConvertedQuant::kIQ4_NL};
+    case gguf::TensorType::kIQ4_XS:
+      return {{}, ConvertedQuant::kIQ4_XS};
   }
   return {};
 }
@@ -57,8 +72,8 @@ Status ConvertTensor(const gguf::TensorInfo& t, ConvertedQuant type, int64_t row
     return InternalError("tensor '" + t.name + "': the GGUF reader's row size of " + layout.name +
                          " differs from the converter's");
   }
-  const int64_t n_threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1,
-                                                std::max<int64_t>(1, rows / 64));
+  const int64_t n_threads =
+      std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, std::max<int64_t>(1, rows / 64));
   std::vector<char> ok(static_cast<size_t>(n_threads), 0);
   std::vector<std::thread> threads;
   for (int64_t i = 0; i < n_threads; ++i) {
@@ -69,12 +84,11 @@ Status ConvertTensor(const gguf::TensorInfo& t, ConvertedQuant type, int64_t row
   }
   for (std::thread& th : threads) th.join();
   if (std::find(ok.begin(), ok.end(), 0) != ok.end()) {
-    return InvalidArgumentError("tensor '" + t.name + "' of type " + layout.name +
-                                " has a block scale whose converted value does not fit an f16 "
-                                "(it is converted to " +
-                                (kernels::RepackTarget(type) == WeightType::kQ4_1 ? "Q4_1"
-                                                                                  : "Q8_0") +
-                                " at load)");
+    return InvalidArgumentError(
+        "tensor '" + t.name + "' of type " + layout.name +
+        " has a block scale whose converted value does not fit an f16 "
+        "(it is converted to " +
+        (kernels::RepackTarget(type) == WeightType::kQ4_1 ? "Q4_1" : "Q8_0") + " at load)");
   }
   return OkStatus();
 }
@@ -196,9 +210,7 @@ void AssignPackedCopies(const std::vector<WeightMatrix*>& matrices, uint8_t* at)
 std::vector<WeightMatrix*> ProductMatrices(LlamaWeights& w) { return MatricesOf(w); }
 std::vector<const WeightMatrix*> ProductMatrices(const LlamaWeights& w) { return MatricesOf(w); }
 
-uint64_t AmxPackedCopiesBytes(const LlamaWeights& w) {
-  return PackedBytes(ProductMatrices(w));
-}
+uint64_t AmxPackedCopiesBytes(const LlamaWeights& w) { return PackedBytes(ProductMatrices(w)); }
 
 void AddAmxPackedCopies(LlamaWeights& w) {
   const std::vector<WeightMatrix*> matrices = ProductMatrices(w);
@@ -220,8 +232,8 @@ void AddAmxPackedCopies(LlamaWeights& w) {
 
 void AddVnni8PackedCopies(LlamaWeights& w) {
   for (WeightMatrix* m : ProductMatrices(w)) {
-    const bool wanted = std::any_of(m->int8_by_bucket.begin(), m->int8_by_bucket.end(),
-                                    [](bool b) { return b; });
+    const bool wanted =
+        std::any_of(m->int8_by_bucket.begin(), m->int8_by_bucket.end(), [](bool b) { return b; });
     if (!wanted || m->vnni8_packed != nullptr) continue;
     const size_t bytes = kernels::cpu::Vnni8PackedBytes(m->type, m->rows, m->cols);
     if (bytes == 0) continue;
@@ -338,7 +350,8 @@ Status UsePrepackedAmxCopies(LlamaWeights& w, const uint8_t* bytes, uint64_t siz
 StatusOr<LlamaWeights> BindLlamaWeights(const gguf::GgufFile& file, const LlamaConfig& c) {
   LlamaWeights w;
   Binder bind(file, w);
-  STREAMD_ASSIGN_OR_RETURN(w.token_embedding, bind.Matrix("token_embd.weight", c.dim, c.vocab_size));
+  STREAMD_ASSIGN_OR_RETURN(w.token_embedding,
+                           bind.Matrix("token_embd.weight", c.dim, c.vocab_size));
   STREAMD_ASSIGN_OR_RETURN(w.output_norm, bind.Vector("output_norm.weight", c.dim));
   if (c.tied_output) {
     w.output = w.token_embedding;

@@ -54,8 +54,7 @@ class ModelBackend {
   }
   // The KV pool this backend's Execute reads and writes: host memory for the CPU, device
   // memory for CUDA. Errors name the budget and the memory available.
-  virtual StatusOr<std::unique_ptr<BlockPool>> CreatePool(const KvShape& shape,
-                                                          int32_t block_size,
+  virtual StatusOr<std::unique_ptr<BlockPool>> CreatePool(const KvShape& shape, int32_t block_size,
                                                           int64_t budget_bytes) = 0;
   // A pool budget of `fraction` (0, 1] of the memory available now where the pool would live
   // (host MemAvailable for the CPU, free device memory for CUDA).

@@ -29,9 +29,9 @@ Status CheckModelFile(const std::string& path) {
   if (!architecture.ok()) {
     problems.push_back(architecture.status());
   } else if (!IsSupportedArchitecture(*architecture)) {
-    problems.push_back(UnimplementedError("architecture \"" + *architecture +
-                                          "\" is not supported (supported: " +
-                                          SupportedArchitectureNames() + ")"));
+    problems.push_back(UnimplementedError(
+        "architecture \"" + *architecture +
+        "\" is not supported (supported: " + SupportedArchitectureNames() + ")"));
   } else {
     architecture_ok = true;
   }

@@ -3,15 +3,14 @@
 // alone; a good model has none, and a loader's own error stays as it was.
 #include "engine/model/model_check.h"
 
+#include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <fstream>
 
-#include <gtest/gtest.h>
-
 #include "engine/model/llama_model.h"
-#include "tests/support/model_check_test_util.h"
 #include "engine/model/model_family.h"
+#include "tests/support/model_check_test_util.h"
 
 namespace streamd {
 namespace {
@@ -27,7 +26,8 @@ std::string TempDir() {
 
 std::string WriteFile(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream(path, std::ios::binary)
-      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
   return path;
 }
 
@@ -88,7 +88,10 @@ TEST(ModelCheckTest, EachProblemAloneIsNamedAlone) {
   const std::vector<Case> cases = {
       {"architecture", kBadArchitecture, "", {}, kArchitectureProblem, StatusCode::kUnimplemented},
       {"pre", "", kBadPreTokenizer, {}, kPreProblem, StatusCode::kInvalidArgument},
-      {"types", "", "", {{"blk.0.attn_q.weight", kIq1S}},
+      {"types",
+       "",
+       "",
+       {{"blk.0.attn_q.weight", kIq1S}},
        "tensor types streamd does not support: IQ1_S (1 tensor: 'blk.0.attn_q.weight')",
        StatusCode::kUnimplemented},
   };

@@ -74,8 +74,9 @@ void PlainReferenceLlama::Rope(double* v, int64_t position) const {
   const int32_t half = c_.head_dim / 2;
   const double linear = c_.rope_scaling == RopeScaling::kLinear ? c_.rope_scaling_factor : 1.0;
   for (int32_t i = 0; i < half; ++i) {
-    double freq = std::pow(static_cast<double>(c_.rope_base),
-                           -2.0 * i / static_cast<double>(c_.head_dim)) / linear;
+    double freq =
+        std::pow(static_cast<double>(c_.rope_base), -2.0 * i / static_cast<double>(c_.head_dim)) /
+        linear;
     if (!c_.rope_freq_factors.empty()) freq /= c_.rope_freq_factors[i];
     const double theta = static_cast<double>(position) * freq;
     // Which two dimensions form pair i: adjacent (Llama) or half a head apart (NEOX).

@@ -41,7 +41,7 @@ class PlainReferenceLlama {
     const float* attn_norm;
     const float* ffn_norm;
     const float *q_bias, *k_bias, *v_bias, *q_norm, *k_norm;  // the family's extras, or null
-    std::vector<std::vector<double>> keys, values;  // per text position: [kv_dim]
+    std::vector<std::vector<double>> keys, values;            // per text position: [kv_dim]
   };
   std::vector<Layer> layers_;
   Matrix embedding_, output_;

@@ -2,15 +2,15 @@
 // as the original: the next tokens' logits agree (the summation order over keys follows the
 // blocks, so the two agree to float rounding, not bit for bit), across eviction and with the
 // chunk that restored sessions resume with.
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <random>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "engine/cache/kv_image.h"
-#include "engine/model/synthetic_model.h"
 #include "engine/core/step_runner.h"
+#include "engine/model/synthetic_model.h"
 
 namespace streamd {
 namespace {
@@ -36,8 +36,8 @@ TEST(RestoredCacheTest, ContinuesAsTheOriginalInAnyBlockSize) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int32_t> token(0, c.vocab_size - 1);
   const int32_t vocab = c.vocab_size;
-  for (const CacheSpec cs : {CacheSpec{CacheMode::kSink, 4, 60, 32},
-                             CacheSpec{CacheMode::kDense, 0, 0, 32}}) {
+  for (const CacheSpec cs :
+       {CacheSpec{CacheMode::kSink, 4, 60, 32}, CacheSpec{CacheMode::kDense, 0, 0, 32}}) {
     SCOPED_TRACE(CacheModeName(cs.mode));
     auto pool_a = BlockPool::Create(shape, 16, 16 << 20);
     auto pool_b = BlockPool::Create(shape, 7, 16 << 20);

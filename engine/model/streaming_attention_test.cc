@@ -5,19 +5,19 @@
 //    block size;
 //  - prefilling in chunks of any size equals feeding token by token, across eviction;
 //  - sessions in one batch do not see each other.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
+#include "engine/core/step_runner.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/plain_reference_llama.h"
 #include "engine/model/synthetic_model.h"
-#include "engine/core/step_runner.h"
 
 namespace streamd {
 namespace {
@@ -199,8 +199,8 @@ TEST(StreamingTest, SessionsInOneBatchAreIndependent) {
     for (size_t k = 0; k < seqs.size(); ++k) {
       const int i = who[k];
       for (int32_t j = 0; j < seqs[k].n_tokens; ++j, ++row) {
-        worst = std::max(worst, RelativeError(&logits[row * vocab],
-                                              &alone[i][(next[i] + j) * vocab], vocab));
+        worst = std::max(
+            worst, RelativeError(&logits[row * vocab], &alone[i][(next[i] + j) * vocab], vocab));
       }
       next[i] += seqs[k].n_tokens;
     }

@@ -191,7 +191,8 @@ SyntheticModelSpec Llama3_8BShape() {
 
 StatusOr<std::vector<uint8_t>> BuildSyntheticModel(const SyntheticModelSpec& s) {
   for (TensorType t : {s.weight_type, s.embedding_type}) {
-    if (t == TensorType::kBF16) return UnimplementedError("synthetic BF16 weights are not supported");
+    if (t == TensorType::kBF16)
+      return UnimplementedError("synthetic BF16 weights are not supported");
   }
   gguf::GgufWriter w;
   using gguf::MakeString;
@@ -219,7 +220,8 @@ StatusOr<std::vector<uint8_t>> BuildSyntheticModel(const SyntheticModelSpec& s) 
   w.Add(a + ".attention.layer_norm_rms_epsilon", MakeValue<float>(1e-5f));
 
   if (s.with_vocab) {
-    if (s.vocab_size < 259) return InvalidArgumentError("a synthetic vocabulary needs >= 259 tokens");
+    if (s.vocab_size < 259)
+      return InvalidArgumentError("a synthetic vocabulary needs >= 259 tokens");
     std::vector<std::string> tokens;
     std::vector<int32_t> types;
     for (int b = 0; b < 256; ++b) {
@@ -255,14 +257,14 @@ StatusOr<std::vector<uint8_t>> BuildSyntheticModel(const SyntheticModelSpec& s) 
   for (int32_t l = 0; l < s.n_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     STREAMD_RETURN_IF_ERROR(b.Ones(w, p + "attn_norm.weight", s.dim));
-    STREAMD_RETURN_IF_ERROR(b.Matrix(w, p + "attn_q.weight", s.weight_type,
-                                     s.dim, s.n_heads * hd, bound(s.dim)));
-    STREAMD_RETURN_IF_ERROR(b.Matrix(w, p + "attn_k.weight", s.weight_type,
-                                     s.dim, s.n_kv_heads * hd, bound(s.dim)));
-    STREAMD_RETURN_IF_ERROR(b.Matrix(w, p + "attn_v.weight", s.weight_type,
-                                     s.dim, s.n_kv_heads * hd, bound(s.dim)));
-    STREAMD_RETURN_IF_ERROR(b.Matrix(w, p + "attn_output.weight", s.weight_type,
-                                     s.n_heads * hd, s.dim, bound(s.dim)));
+    STREAMD_RETURN_IF_ERROR(
+        b.Matrix(w, p + "attn_q.weight", s.weight_type, s.dim, s.n_heads * hd, bound(s.dim)));
+    STREAMD_RETURN_IF_ERROR(
+        b.Matrix(w, p + "attn_k.weight", s.weight_type, s.dim, s.n_kv_heads * hd, bound(s.dim)));
+    STREAMD_RETURN_IF_ERROR(
+        b.Matrix(w, p + "attn_v.weight", s.weight_type, s.dim, s.n_kv_heads * hd, bound(s.dim)));
+    STREAMD_RETURN_IF_ERROR(
+        b.Matrix(w, p + "attn_output.weight", s.weight_type, s.n_heads * hd, s.dim, bound(s.dim)));
     if (family.qkv_bias) {
       // Biases of the size of a projection's outputs: they move q, k and v visibly.
       STREAMD_RETURN_IF_ERROR(b.Uniform(w, p + "attn_q.bias", s.n_heads * hd, -0.5f, 0.5f));
@@ -275,12 +277,12 @@ StatusOr<std::vector<uint8_t>> BuildSyntheticModel(const SyntheticModelSpec& s) 
       STREAMD_RETURN_IF_ERROR(b.Uniform(w, p + "attn_k_norm.weight", hd, 0.5f, 1.5f));
     }
     STREAMD_RETURN_IF_ERROR(b.Ones(w, p + "ffn_norm.weight", s.dim));
-    STREAMD_RETURN_IF_ERROR(b.Matrix(w, p + "ffn_gate.weight", s.weight_type,
-                                     s.dim, s.ffn_dim, bound(s.dim)));
-    STREAMD_RETURN_IF_ERROR(b.Matrix(w, p + "ffn_up.weight", s.weight_type,
-                                     s.dim, s.ffn_dim, bound(s.dim)));
-    STREAMD_RETURN_IF_ERROR(b.Matrix(w, p + "ffn_down.weight", s.weight_type,
-                                     s.ffn_dim, s.dim, bound(s.ffn_dim)));
+    STREAMD_RETURN_IF_ERROR(
+        b.Matrix(w, p + "ffn_gate.weight", s.weight_type, s.dim, s.ffn_dim, bound(s.dim)));
+    STREAMD_RETURN_IF_ERROR(
+        b.Matrix(w, p + "ffn_up.weight", s.weight_type, s.dim, s.ffn_dim, bound(s.dim)));
+    STREAMD_RETURN_IF_ERROR(
+        b.Matrix(w, p + "ffn_down.weight", s.weight_type, s.ffn_dim, s.dim, bound(s.ffn_dim)));
   }
   return w.Serialize();
 }

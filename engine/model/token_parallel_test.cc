@@ -9,6 +9,8 @@
 //    matrices: up to 4e-4 of an output, relative), as they do when the engine batches sessions
 //    differently. (Over an int8 cache such differences move values across a rounding step of
 //    the cache now and then: the int8 paths are compared at 8 bits, bit for bit.)
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -17,14 +19,12 @@
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "engine/cache/block_pool.h"
 #include "engine/cache/kv_scales.h"
 #include "engine/cache/session_cache.h"
+#include "engine/core/step_runner.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/synthetic_model.h"
-#include "engine/core/step_runner.h"
 
 namespace streamd {
 namespace {
@@ -76,8 +76,8 @@ double RelativeError(const float* a, const float* b, size_t n) {
 
 void ExpectSameLogits(const Case& tc) {
   SCOPED_TRACE(testing::Message() << "int8 cache " << tc.int8_cache << ", activations "
-                                  << tc.activation_bits << " bits, " << tc.sessions
-                                  << " sessions, " << tc.architecture);
+                                  << tc.activation_bits << " bits, " << tc.sessions << " sessions, "
+                                  << tc.architecture);
   std::mt19937 rng(std::random_device{}());
   SyntheticModelSpec spec;
   spec.dim = 128;
@@ -195,15 +195,15 @@ TEST(TokenParallelTest, OnlyDecodeStepsFromTheThresholdRunByTokens) {
   ASSERT_TRUE(pool.ok());
   std::vector<std::unique_ptr<SessionCache>> caches;
   for (int i = 0; i < 4; ++i) {
-    auto cache = SessionCache::Create(pool->get(), {CacheMode::kSink, 4, 28, 64},
-                                      c.context_length);
+    auto cache = SessionCache::Create(pool->get(), {CacheMode::kSink, 4, 28, 64}, c.context_length);
     ASSERT_TRUE(cache.ok());
     caches.push_back(std::move(cache).value());
   }
   std::vector<float> logits(8 * static_cast<size_t>(c.vocab_size));
   const auto step = [&](int sessions, int32_t tokens_each) {
     std::vector<SequenceInput> seqs;
-    for (int i = 0; i < sessions; ++i) seqs.push_back({caches[i].get(), tokens_each, LogitsMode::kLast});
+    for (int i = 0; i < sessions; ++i)
+      seqs.push_back({caches[i].get(), tokens_each, LogitsMode::kLast});
     const std::vector<int32_t> tokens(static_cast<size_t>(sessions * tokens_each), 7);
     EXPECT_TRUE(StepRunner(model).Run(tokens, seqs, logits.data()).ok());
     return model.steps_by_tokens();

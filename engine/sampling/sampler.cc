@@ -40,7 +40,7 @@ double Uniform01(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11)
 // Runs in the member initializer list so that no member is built from invalid params.
 const SamplingParams& CheckedParams(const SamplingParams& params, int32_t vocab_size) {
   STREAMD_CHECK_MSG(ValidateSamplingParams(params, vocab_size).ok(),
-                         "invalid SamplingParams; validate before constructing a Sampler");
+                    "invalid SamplingParams; validate before constructing a Sampler");
   return params;
 }
 

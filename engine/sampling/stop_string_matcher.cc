@@ -56,8 +56,7 @@ StatusOr<StopStringMatcher> StopStringMatcher::Create(std::vector<std::string> s
 }
 
 StopStringMatcher::StopStringMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
-  STREAMD_CHECK_MSG(Validate(stops_).ok(),
-                         "invalid stop strings; use StopStringMatcher::Create");
+  STREAMD_CHECK_MSG(Validate(stops_).ok(), "invalid stop strings; use StopStringMatcher::Create");
 }
 
 StopStringMatcher::FeedResult StopStringMatcher::Feed(std::string_view text) {

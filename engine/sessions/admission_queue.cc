@@ -78,9 +78,10 @@ void AdmissionQueue::ExpireLocked(Clock::time_point now,
       const std::string waited = "sessions.admission_timeout (" +
                                  std::to_string(it->options.admission_timeout.count()) + " ms)";
       Status why = it->last_refusal.ok()
-                       ? ResourceExhaustedError("open: earlier Opens were still waiting for KV "
-                                                "blocks when this one's " +
-                                                waited + " passed")
+                       ? ResourceExhaustedError(
+                             "open: earlier Opens were still waiting for KV "
+                             "blocks when this one's " +
+                             waited + " passed")
                        : Status(it->last_refusal.code(),
                                 "open: " + it->last_refusal.message() + "; waited " + waited);
       out->emplace_back(std::move(*it), std::move(why));

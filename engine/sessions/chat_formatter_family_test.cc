@@ -3,6 +3,8 @@
 // `scripts/fetch-test-vocab.sh --golden`; `make test` sets it). Turn by turn, the tokens must be
 // the template's rendering of the same conversation, framing encoded with special tokens and
 // content without.
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -10,12 +12,10 @@
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "engine/gguf/gguf_file.h"
+#include "engine/sessions/chat_formatter.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
-#include "engine/sessions/chat_formatter.h"
 
 namespace streamd {
 namespace {

@@ -8,6 +8,8 @@
 //
 // STREAMD_CHURN_SECONDS sets the run's length (default 8; docs/TESTING.md has the longer
 // manual run).
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -18,8 +20,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "tests/support/engine_test_util.h"
 #include "tests/support/session_registry_test_util.h"
@@ -110,12 +110,22 @@ class ChurnClient {
     Owned* current = AnyAttached();
     if (current == nullptr) return Bind();
     switch (Pick(10)) {
-      case 0: case 1: case 2: return Append(*current);
-      case 3: case 4: return Generate(*current);
-      case 5: return Truncate(*current);
-      case 6: return Fork(*current);
-      case 7: case 8: return Detach(*current);
-      default: return Close(*current);
+      case 0:
+      case 1:
+      case 2:
+        return Append(*current);
+      case 3:
+      case 4:
+        return Generate(*current);
+      case 5:
+        return Truncate(*current);
+      case 6:
+        return Fork(*current);
+      case 7:
+      case 8:
+        return Detach(*current);
+      default:
+        return Close(*current);
     }
   }
 
@@ -123,7 +133,8 @@ class ChurnClient {
   void Bind() {
     std::vector<Owned*> detached;
     for (Owned& o : owned_) detached.push_back(&o);
-    if (detached.empty() || (static_cast<int>(owned_.size()) < kMaxSessionsPerClient && Pick(3) == 0)) {
+    if (detached.empty() ||
+        (static_cast<int>(owned_.size()) < kMaxSessionsPerClient && Pick(3) == 0)) {
       auto s = registry_.Open(Small(), std::make_shared<FakeOwner>(), name_);
       if (!s.ok()) {
         EXPECT_EQ(s.status().code(), StatusCode::kResourceExhausted) << s.status().ToString();
@@ -137,10 +148,9 @@ class ChurnClient {
     Owned& o = *detached[Pick(static_cast<int>(detached.size()))];
     std::promise<StatusOr<std::shared_ptr<SessionRecord>>> answer;
     const Clock::time_point start = Clock::now();
-    registry_.Attach(o.id, std::make_shared<FakeOwner>(),
-                     [&](StatusOr<std::shared_ptr<SessionRecord>> s) {
-                       answer.set_value(std::move(s));
-                     });
+    registry_.Attach(
+        o.id, std::make_shared<FakeOwner>(),
+        [&](StatusOr<std::shared_ptr<SessionRecord>> s) { answer.set_value(std::move(s)); });
     auto f = answer.get_future();
     // The bound: resume_wait, and the reaper's period (a tenth of the shortest timeout).
     ASSERT_EQ(f.wait_for(kResumeWait + 2s), std::future_status::ready)
@@ -278,16 +288,15 @@ TEST(ChurnTest, ResumesAlwaysAnswerAndBringBackTheWholeSession) {
   }
   for (std::thread& t : clients) t.join();
 
-  std::printf("churn: %lld opens, %lld resumes (%lld refused: retry), %lld forks, %lld closes, "
-              "%lld generations, %lld truncates, %lld offloads, %lld loads; slowest resume %lld "
-              "ms\n",
-              static_cast<long long>(counts.opens), static_cast<long long>(counts.resumes),
-              static_cast<long long>(counts.refused_resumes),
-              static_cast<long long>(counts.forks), static_cast<long long>(counts.closes),
-              static_cast<long long>(counts.generations),
-              static_cast<long long>(counts.truncates), static_cast<long long>(counts.offloads),
-              static_cast<long long>(counts.loads),
-              static_cast<long long>(counts.resume_ms_max));
+  std::printf(
+      "churn: %lld opens, %lld resumes (%lld refused: retry), %lld forks, %lld closes, "
+      "%lld generations, %lld truncates, %lld offloads, %lld loads; slowest resume %lld "
+      "ms\n",
+      static_cast<long long>(counts.opens), static_cast<long long>(counts.resumes),
+      static_cast<long long>(counts.refused_resumes), static_cast<long long>(counts.forks),
+      static_cast<long long>(counts.closes), static_cast<long long>(counts.generations),
+      static_cast<long long>(counts.truncates), static_cast<long long>(counts.offloads),
+      static_cast<long long>(counts.loads), static_cast<long long>(counts.resume_ms_max));
   // Not vacuous: sessions really left memory and came back.
   EXPECT_GT(counts.offloads, 10);
   EXPECT_GT(counts.loads, 10);

@@ -29,15 +29,16 @@ bool SessionDriver::Append(const std::shared_ptr<SessionRecord>& s, SessionInput
   // Barge-in: the client's new input wins. The generation is cancelled and the Append goes on
   // after its GenerationDone, so the context never changes under a generation.
   auto deferred = std::make_shared<SessionInput>(std::move(input));
-  if (CancelThen(s, OkStatus(), [this, s, deferred, done] { done(AppendNow(s, *deferred), true); })) {
+  if (CancelThen(s, OkStatus(),
+                 [this, s, deferred, done] { done(AppendNow(s, *deferred), true); })) {
     return true;
   }
   done(AppendNow(s, *deferred), false);
   return false;
 }
 
-StatusOr<std::vector<int32_t>> SessionDriver::TokensOf(const SessionInput& input,
-                                                       bool first_input, ChatState* chat) const {
+StatusOr<std::vector<int32_t>> SessionDriver::TokensOf(const SessionInput& input, bool first_input,
+                                                       ChatState* chat) const {
   switch (input.kind) {
     case SessionInput::Kind::kTokens:
       *chat = ChatState::kNone;
@@ -141,8 +142,8 @@ Status SessionDriver::Generate(const std::shared_ptr<SessionRecord>& s, Generate
   const std::vector<int32_t> prompt = chat_.GenerationPrompt(&chat);
   if (!prompt.empty()) {
     // Behind an open partial: its replacement rewinds this prompt too.
-    const Status appended = engine_.Append(s->id, prompt, ChatMetadata(chat, true),
-                                           Engine::AppendMode::kAfterPartial);
+    const Status appended =
+        engine_.Append(s->id, prompt, ChatMetadata(chat, true), Engine::AppendMode::kAfterPartial);
     if (!appended.ok()) return appended;
   }
   {
@@ -242,8 +243,7 @@ void SessionDriver::StopGeneration(SessionRecord& s, const Status& why) {
   s.generation_ended.wait_for(lock, kCancelWait, [&] { return !s.generating; });
 }
 
-bool SessionDriver::WhenIdle(const std::shared_ptr<SessionRecord>& s,
-                             std::function<void()> then) {
+bool SessionDriver::WhenIdle(const std::shared_ptr<SessionRecord>& s, std::function<void()> then) {
   std::lock_guard<std::mutex> lock(s->mu);
   if (!s->generating) return false;
   // The Done clears `generating` under the session's lock and only then posts the work that

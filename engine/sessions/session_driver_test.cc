@@ -2,14 +2,14 @@
 // a reason, a truncate of the running generation, and the work queued for a generation's end.
 #include "engine/sessions/session_driver.h"
 
+#include <gtest/gtest.h>
+
 #include <future>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "tests/support/session_registry_test_util.h"
 
@@ -143,9 +143,8 @@ TEST_F(SessionDriverTest, RepeatingTheOpenPartialLetsTheGenerationGoOn) {
   in.kind = SessionInput::Kind::kTokens;
   in.tokens = Bytes(6, 4);
   bool answered_inline = false;
-  EXPECT_FALSE(driver_.Append(s, in, [&](StatusOr<int64_t> n, bool later) {
-    answered_inline = n.ok() && !later;
-  }));
+  EXPECT_FALSE(driver_.Append(
+      s, in, [&](StatusOr<int64_t> n, bool later) { answered_inline = n.ok() && !later; }));
   EXPECT_TRUE(answered_inline);
   WaitDone();
   EXPECT_EQ(log_.entries().front(), "done length");

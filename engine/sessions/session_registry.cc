@@ -129,7 +129,7 @@ StatusOr<std::shared_ptr<SessionRecord>> SessionRegistry::Fork(
     sessions_.emplace(*id, s);
   }
   if (persister_ != nullptr) persister_->Touch(*id);  // written like any new session
-  reaper_cv_.notify_all();  // the per-client cap counts it
+  reaper_cv_.notify_all();                            // the per-client cap counts it
   return s;
 }
 
@@ -138,8 +138,8 @@ void SessionRegistry::AttachOrWaitLocked(const std::shared_ptr<SessionRecord>& s
   SessionRecord& s = *session;
   const bool waited = w.since != Clock::time_point{};  // it comes from waiters_
   const auto answer = [&](StatusOr<std::shared_ptr<SessionRecord>> result) {
-    answers.push_back({std::move(w.done), std::move(result),
-                       waited ? w.since : Clock::time_point{}});
+    answers.push_back(
+        {std::move(w.done), std::move(result), waited ? w.since : Clock::time_point{}});
   };
   if (s.closed) return answer(SessionNotFound(s.id, options_));
   if (s.attached) {
@@ -248,8 +248,7 @@ void SessionRegistry::Touched(const SessionRecord& session) {
   if (persister_ != nullptr) persister_->Touch(session.id);
 }
 
-std::shared_ptr<SessionRecord> SessionRegistry::EraseClosedLocked(SessionId id,
-                                                                  Answers& answers) {
+std::shared_ptr<SessionRecord> SessionRegistry::EraseClosedLocked(SessionId id, Answers& answers) {
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return nullptr;
   std::shared_ptr<SessionRecord> s = it->second;
@@ -375,10 +374,11 @@ int32_t SessionRegistry::ReapIdle(Clock::time_point now) {
       hooks_.on_resume_waited(id, "timed_out",
                               std::chrono::duration<double>(Clock::now() - w.since).count());
     }
-    w.done(UnavailableError("resume.session_id: the session is still being moved between memory "
-                            "and its snapshot after " +
-                            std::to_string(options_.resume_wait.count()) +
-                            " ms (sessions.resume_wait); retry in a few seconds"));
+    w.done(
+        UnavailableError("resume.session_id: the session is still being moved between memory "
+                         "and its snapshot after " +
+                         std::to_string(options_.resume_wait.count()) +
+                         " ms (sessions.resume_wait); retry in a few seconds"));
   }
   int32_t acted = 0;
   for (const std::shared_ptr<SessionRecord>& s : to_offload) {
@@ -390,8 +390,8 @@ int32_t SessionRegistry::ReapIdle(Clock::time_point now) {
     std::shared_ptr<SessionRecord> s = Find(c.id);
     if (s == nullptr) continue;
     if (c.idle_timeout && UsedElsewhere(s, now)) continue;
-    acted += CloseIfIdle(c.id, CancelledError(c.idle_timeout ? "idle timeout"
-                                                             : "idle for sessions.offload_after"));
+    acted += CloseIfIdle(
+        c.id, CancelledError(c.idle_timeout ? "idle timeout" : "idle for sessions.offload_after"));
   }
   return acted + EnforceDetachedCaps();
 }

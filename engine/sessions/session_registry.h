@@ -99,8 +99,8 @@ struct SessionRecord {
   // Guarded by mu:
   Residency residency = Residency::kResident;
   Clock::time_point transition_since;  // when it entered offloading or loading
-  SnapshotSummary stored;  // while offloaded: what its snapshot says (for listings)
-  std::weak_ptr<SessionOwner> owner;  // the attached stream
+  SnapshotSummary stored;              // while offloaded: what its snapshot says (for listings)
+  std::weak_ptr<SessionOwner> owner;   // the attached stream
   bool attached = false;
   Clock::time_point detached_at;
   bool closed = false;
@@ -190,9 +190,9 @@ class SessionRegistry {
   void Attach(SessionId id, std::weak_ptr<SessionOwner> owner, AttachDone done,
               const std::optional<std::string>& tenant = std::nullopt);
   struct Usage {
-    int32_t sessions = 0;    // resident or on disk
+    int32_t sessions = 0;  // resident or on disk
     int32_t generating = 0;
-    int64_t blocks = 0;      // reserved by its resident sessions (their bounds)
+    int64_t blocks = 0;  // reserved by its resident sessions (their bounds)
   };
   // What one tenant holds now (its quotas).
   Usage UsageOf(const std::string& tenant) const;
@@ -249,8 +249,7 @@ class SessionRegistry {
   // snapshot cannot come back); its waiting Resumes get their answers. A session closed
   // meanwhile is left to the caller (EndClosedTransition). Requires mu_ and s->mu.
   void EndLoadLocked(const std::shared_ptr<SessionRecord>& session, const LoadRequest& request,
-                     const Status& loaded,
-                     Answers& answers);
+                     const Status& loaded, Answers& answers);
   // Moves the waiting Resumes of `s` on: attached, refused, or waiting for the next transition.
   // Requires mu_ and s->mu.
   void ResolveWaitersLocked(const std::shared_ptr<SessionRecord>& session, Answers& answers);
@@ -324,7 +323,7 @@ class SessionRegistry {
   // find the file and bring them back.
   std::set<SessionId> closing_;
   SessionId loading_now_;  // the session the loader is loading (its transition's driver)
-  bool background_loads_paused_ = false;              // the pool was full: wait for room
+  bool background_loads_paused_ = false;  // the pool was full: wait for room
   std::condition_variable reaper_cv_;
   std::condition_variable loader_cv_;
   bool stopping_ = false;

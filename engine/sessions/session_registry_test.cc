@@ -5,6 +5,7 @@
 #include "engine/sessions/session_registry.h"
 
 #include <dirent.h>
+#include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -14,8 +15,6 @@
 #include <future>
 #include <random>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "tests/support/session_registry_test_util.h"
 
@@ -391,8 +390,8 @@ TEST(SessionRegistryTest, ASnapshotCanBeImportedRightAfterItsSessionClosed) {
     auto imported = persister->Import(*bytes);
     ASSERT_TRUE(imported.ok()) << "round " << round << ": " << imported.status().ToString();
     ASSERT_TRUE(persister->WaitIdle(Clock::now() + 10s));
-    EXPECT_TRUE(persister->store().ModifiedUnixMs(id).ok()) << "round " << round
-                                                            << ": the imported file was removed";
+    EXPECT_TRUE(persister->store().ModifiedUnixMs(id).ok())
+        << "round " << round << ": the imported file was removed";
     EXPECT_EQ(e.engine->Get(id)->tokens_seen, 20);
     ASSERT_TRUE(e.engine->Close(id).ok());
     persister->Forget(id);
@@ -415,9 +414,9 @@ TEST(SessionRegistryTest, RestoredSessionsKnowWhereTheChatTurnIs) {
       ASSERT_TRUE(s.ok());
       ids.push_back((*s)->id);
       // A user turn and the assistant header: the assistant's turn is open.
-      ASSERT_TRUE(e.engine->Append((*s)->id, Bytes(12, i),
-                                   ChatMetadata(ChatState::kAssistantOpen, true))
-                      .ok());
+      ASSERT_TRUE(
+          e.engine->Append((*s)->id, Bytes(12, i), ChatMetadata(ChatState::kAssistantOpen, true))
+              .ok());
     }
     ASSERT_TRUE(e.engine->tokenizer().IsEndOfGeneration(kSyntheticImEnd));
     // The second session's turn ended with <|im_end|>; its chat state was not saved yet.

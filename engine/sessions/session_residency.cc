@@ -36,10 +36,14 @@ Status CouldNotRestore(SessionId id, const Status& why) {
 
 const char* ResidencyName(Residency r) {
   switch (r) {
-    case Residency::kResident: return "resident";
-    case Residency::kOffloading: return "offloading";
-    case Residency::kOffloaded: return "offloaded";
-    case Residency::kLoading: return "loading";
+    case Residency::kResident:
+      return "resident";
+    case Residency::kOffloading:
+      return "offloading";
+    case Residency::kOffloaded:
+      return "offloaded";
+    case Residency::kLoading:
+      return "loading";
   }
   return "unknown";
 }
@@ -298,8 +302,7 @@ void SessionRegistry::LoadOne(const LoadRequest& request) {
          request.for_resume && OffloadOneForRoom()) {
     loaded = persister_->Load(id);
   }
-  const bool in_engine =
-      loaded.ok() || loaded.status().code() == StatusCode::kAlreadyExists;
+  const bool in_engine = loaded.ok() || loaded.status().code() == StatusCode::kAlreadyExists;
   if (loaded.ok()) {
     ApplyMetadata(*s, loaded->metadata, loaded->last_token);
     if (hooks_.on_load) hooks_.on_load();

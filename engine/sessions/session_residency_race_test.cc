@@ -7,6 +7,8 @@
 // Points: an offload claimed (nothing written yet); an offload whose snapshot is complete and
 // whose blocks are not freed yet; a Resume's load restored into the engine and not resident
 // yet; the same for a load at start (restore_on_start).
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <future>
@@ -18,8 +20,6 @@
 #include <thread>
 #include <tuple>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "tests/support/engine_test_util.h"
 #include "tests/support/session_registry_test_util.h"
@@ -105,22 +105,32 @@ enum class Op {
 
 const char* OpName(Op op) {
   switch (op) {
-    case Op::kResume: return "Resume";
-    case Op::kSecondResume: return "SecondResume";
-    case Op::kClose: return "Close";
-    case Op::kIdleTimeout: return "IdleTimeout";
-    case Op::kExport: return "Export";
-    case Op::kResumeTimesOut: return "ResumeTimesOut";
+    case Op::kResume:
+      return "Resume";
+    case Op::kSecondResume:
+      return "SecondResume";
+    case Op::kClose:
+      return "Close";
+    case Op::kIdleTimeout:
+      return "IdleTimeout";
+    case Op::kExport:
+      return "Export";
+    case Op::kResumeTimesOut:
+      return "ResumeTimesOut";
   }
   return "?";
 }
 
 const char* PointName(TransitionPoint p) {
   switch (p) {
-    case TransitionPoint::kOffloadClaimed: return "OffloadClaimed";
-    case TransitionPoint::kOffloadWritten: return "OffloadWritten";
-    case TransitionPoint::kResumeLoaded: return "ResumeLoaded";
-    case TransitionPoint::kStartupLoaded: return "StartupLoaded";
+    case TransitionPoint::kOffloadClaimed:
+      return "OffloadClaimed";
+    case TransitionPoint::kOffloadWritten:
+      return "OffloadWritten";
+    case TransitionPoint::kResumeLoaded:
+      return "ResumeLoaded";
+    case TransitionPoint::kStartupLoaded:
+      return "StartupLoaded";
   }
   return "?";
 }
@@ -377,18 +387,18 @@ TEST_P(ResidencyRaceTest, EveryOperationIsAnsweredAndTheContextIsKept) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllPointsAndOperations, ResidencyRaceTest,
-    ::testing::Combine(::testing::Values(TransitionPoint::kOffloadClaimed,
-                                         TransitionPoint::kOffloadWritten,
-                                         TransitionPoint::kResumeLoaded,
-                                         TransitionPoint::kStartupLoaded),
-                       ::testing::Values(Op::kResume, Op::kSecondResume, Op::kClose,
-                                         Op::kIdleTimeout, Op::kExport, Op::kResumeTimesOut)),
-    [](const ::testing::TestParamInfo<ResidencyRaceTest::ParamType>& param) {
-      return std::string(PointName(std::get<0>(param.param))) + "_" +
-             OpName(std::get<1>(param.param));
-    });
+INSTANTIATE_TEST_SUITE_P(AllPointsAndOperations, ResidencyRaceTest,
+                         ::testing::Combine(::testing::Values(TransitionPoint::kOffloadClaimed,
+                                                              TransitionPoint::kOffloadWritten,
+                                                              TransitionPoint::kResumeLoaded,
+                                                              TransitionPoint::kStartupLoaded),
+                                            ::testing::Values(Op::kResume, Op::kSecondResume,
+                                                              Op::kClose, Op::kIdleTimeout,
+                                                              Op::kExport, Op::kResumeTimesOut)),
+                         [](const ::testing::TestParamInfo<ResidencyRaceTest::ParamType>& param) {
+                           return std::string(PointName(std::get<0>(param.param))) + "_" +
+                                  OpName(std::get<1>(param.param));
+                         });
 
 }  // namespace
 }  // namespace streamd

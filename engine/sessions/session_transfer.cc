@@ -77,8 +77,8 @@ std::optional<std::string> TenantOf(const SessionRegistry& registry, SessionId i
 }
 
 StatusOr<std::vector<uint8_t>> ExportSessionSnapshot(
-    const SessionRegistry& registry, Engine& engine, const SnapshotContext* snapshots,
-    SessionId id, const std::function<bool(const std::string& tenant)>& can_see) {
+    const SessionRegistry& registry, Engine& engine, const SnapshotContext* snapshots, SessionId id,
+    const std::function<bool(const std::string& tenant)>& can_see) {
   const std::optional<std::string> tenant = TenantOf(registry, id);
   if (!tenant || !can_see(*tenant)) return SessionNotFound(id, registry.options());
   std::shared_ptr<SessionRecord> s = registry.Find(id);

@@ -48,8 +48,8 @@ std::optional<std::string> TenantOf(const SessionRegistry& registry, SessionId i
 // word as one that does not exist. `snapshots` (nullable) stamps a capture without a snapshot
 // directory.
 StatusOr<std::vector<uint8_t>> ExportSessionSnapshot(
-    const SessionRegistry& registry, Engine& engine, const SnapshotContext* snapshots,
-    SessionId id, const std::function<bool(const std::string& tenant)>& can_see);
+    const SessionRegistry& registry, Engine& engine, const SnapshotContext* snapshots, SessionId id,
+    const std::function<bool(const std::string& tenant)>& can_see);
 
 struct ImportedSession {
   SessionId id;

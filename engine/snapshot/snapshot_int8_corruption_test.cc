@@ -89,16 +89,16 @@ TEST(SnapshotInt8CorruptionTest, MissingOrMisshapenScalesAreRefused) {
   const SectionSpan scales = Find(sections, L::kTagKvScales);
 
   // No KVSC section at all: the int8 values come where the scales must be.
-  ExpectError(DecodeSnapshot(Without(good, scales), ctx).status(), StatusCode::kDataLoss,
-              {"expected section KV_SCALES at offset " + std::to_string(scales.header),
-               "found KV_INT8"});
+  ExpectError(
+      DecodeSnapshot(Without(good, scales), ctx).status(), StatusCode::kDataLoss,
+      {"expected section KV_SCALES at offset " + std::to_string(scales.header), "found KV_INT8"});
   // A state written without scales: an empty KVSC.
   SessionState no_scales = state;
   no_scales.kv.scales = nullptr;
-  ExpectError(DecodeSnapshot(EncodeSnapshot(no_scales, ctx), ctx).status(),
-              StatusCode::kDataLoss,
-              {"section KV_SCALES holds 0 bytes", "need 2 (K, V) x n_layers 2 x n_kv_heads 2 x "
-                                                  "head_dim 3 x 4 bytes = 96"});
+  ExpectError(DecodeSnapshot(EncodeSnapshot(no_scales, ctx), ctx).status(), StatusCode::kDataLoss,
+              {"section KV_SCALES holds 0 bytes",
+               "need 2 (K, V) x n_layers 2 x n_kv_heads 2 x "
+               "head_dim 3 x 4 bytes = 96"});
   // Scales of another shape (one head fewer), with valid checksums.
   SessionState other = state;
   other.kv.scales = RandomScales(rng, TestContext(2, 1, 3));

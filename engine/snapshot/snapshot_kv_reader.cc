@@ -22,8 +22,8 @@ StatusOr<std::shared_ptr<const KvInt8Scales>> ReadKvScales(std::span<const uint8
                          " bytes; the int8 K/V of META's layout need 2 (K, V) x n_layers " +
                          std::to_string(d.n_layers) + " x n_kv_heads " +
                          std::to_string(d.n_kv_heads) + " x head_dim " +
-                         std::to_string(d.head_dim) + " x 4 bytes = " +
-                         std::to_string(d.scale_bytes()));
+                         std::to_string(d.head_dim) +
+                         " x 4 bytes = " + std::to_string(d.scale_bytes()));
   }
   const size_t n = static_cast<size_t>(d.n_layers) * d.n_kv_heads * d.head_dim;
   std::vector<float> k(n), v(n);
@@ -43,12 +43,12 @@ StatusOr<std::shared_ptr<const KvInt8Scales>> ReadKvScales(std::span<const uint8
       std::snprintf(value, sizeof(value), "%g", static_cast<double>(s[i]));
       return DataLossError("snapshot section KV_SCALES: the " + std::string(kv == 0 ? "K" : "V") +
                            " scale of layer " + std::to_string(layer) + ", head " +
-                           std::to_string(head) + ", channel " + std::to_string(channel) +
-                           " is " + value + "; scales are finite numbers >= 1e-30");
+                           std::to_string(head) + ", channel " + std::to_string(channel) + " is " +
+                           value + "; scales are finite numbers >= 1e-30");
     }
   }
-  auto scales = KvInt8Scales::Make(d.n_layers, d.n_kv_heads, d.head_dim, std::move(k),
-                                   std::move(v));
+  auto scales =
+      KvInt8Scales::Make(d.n_layers, d.n_kv_heads, d.head_dim, std::move(k), std::move(v));
   if (!scales.ok()) {
     return DataLossError("snapshot section KV_SCALES: " + scales.status().message());
   }

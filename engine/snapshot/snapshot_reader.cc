@@ -402,8 +402,7 @@ Status ParseMeta(std::span<const uint8_t> p, uint32_t version, Meta* m) {
                      std::to_string(m->window) + " (a dense cache evicts nothing)");
   }
   // The keys the session's next query reads (SessionCache::cached_span).
-  const int64_t held =
-      CachedSpanOf({m->mode, m->sinks, m->window, 1}, m->tokens_seen).size();
+  const int64_t held = CachedSpanOf({m->mode, m->sinks, m->window, 1}, m->tokens_seen).size();
   if (m->n_cached != held) {
     return MetaError("n_cached = " + std::to_string(m->n_cached) + " does not match tokens_seen " +
                      std::to_string(m->tokens_seen) + " with sinks " + std::to_string(m->sinks) +

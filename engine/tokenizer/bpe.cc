@@ -31,8 +31,7 @@ StatusOr<BpeModel> BpeModel::Create(const Vocab& vocab, const std::vector<std::s
     auto result = vocab.Find(joined);
     if (!result) continue;
     // The first entry for a pair wins, like llama.cpp's bpe_ranks.emplace().
-    model.merges_.emplace(Key(*left_id, *right_id),
-                          Merge{static_cast<int32_t>(rank), *result});
+    model.merges_.emplace(Key(*left_id, *right_id), Merge{static_cast<int32_t>(rank), *result});
   }
   return model;
 }

@@ -13,8 +13,8 @@ constexpr std::string_view kImEnd = "<|im_end|>";
 // Python's str.isspace(), which Jinja's trim filter and str.strip() use.
 bool IsPythonSpace(char32_t c) {
   return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 ||
-         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 ||
-         c == 0x202F || c == 0x205F || c == 0x3000;
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+         c == 0x205F || c == 0x3000;
 }
 
 // Python's str.strip() on UTF-8 text (invalid bytes are never spaces).
@@ -66,11 +66,24 @@ std::vector<std::string> JinjaStringLiterals(std::string_view jinja) {
       }
       const char next = jinja[++i];
       switch (next) {
-        case 'n': literal.push_back('\n'); break;
-        case 't': literal.push_back('\t'); break;
-        case 'r': literal.push_back('\r'); break;
-        case '\\': case '\'': case '"': literal.push_back(next); break;
-        default: literal.push_back('\\'); literal.push_back(next); break;
+        case 'n':
+          literal.push_back('\n');
+          break;
+        case 't':
+          literal.push_back('\t');
+          break;
+        case 'r':
+          literal.push_back('\r');
+          break;
+        case '\\':
+        case '\'':
+        case '"':
+          literal.push_back(next);
+          break;
+        default:
+          literal.push_back('\\');
+          literal.push_back(next);
+          break;
       }
     }
     literals.push_back(std::move(literal));
@@ -181,9 +194,12 @@ ChatTemplate ChatTemplate::FromTemplateText(std::string_view jinja, std::string 
 
 std::string_view ChatTemplate::kind_name() const {
   switch (kind_) {
-    case ChatTemplateKind::kChatMl: return "chatml";
-    case ChatTemplateKind::kLlama2: return "llama2";
-    case ChatTemplateKind::kLlama3: return "llama3";
+    case ChatTemplateKind::kChatMl:
+      return "chatml";
+    case ChatTemplateKind::kLlama2:
+      return "llama2";
+    case ChatTemplateKind::kLlama3:
+      return "llama3";
   }
   return "chatml";
 }
@@ -191,9 +207,12 @@ std::string_view ChatTemplate::kind_name() const {
 StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> messages,
                                            bool add_generation_prompt) const {
   switch (kind_) {
-    case ChatTemplateKind::kChatMl: return RenderChatMl(messages, add_generation_prompt);
-    case ChatTemplateKind::kLlama2: return RenderLlama2(messages);
-    case ChatTemplateKind::kLlama3: return RenderLlama3(messages, add_generation_prompt);
+    case ChatTemplateKind::kChatMl:
+      return RenderChatMl(messages, add_generation_prompt);
+    case ChatTemplateKind::kLlama2:
+      return RenderLlama2(messages);
+    case ChatTemplateKind::kLlama3:
+      return RenderLlama3(messages, add_generation_prompt);
   }
   return InternalError("unknown chat template kind");
 }
@@ -228,7 +247,8 @@ StatusOr<std::string> ChatTemplate::RenderLlama2(std::span<const ChatMessage> me
     const bool expect_user = i % 2 == 0;
     if ((m.role == "user") != expect_user || (!expect_user && m.role != "assistant")) {
       return InvalidArgumentError("Llama-2 chat: message " + std::to_string(i) + " has role '" +
-                                  m.role + "'; roles must alternate user/assistant after an "
+                                  m.role +
+                                  "'; roles must alternate user/assistant after an "
                                   "optional leading system message");
     }
     std::string content = m.content;

@@ -5,14 +5,14 @@
 // The templates and vocabularies are llama.cpp's (models/templates/*.jinja and
 // models/ggml-vocab-*.gguf of the llama-cpp-python 0.3.36 sdist), read from
 // $STREAMD_VOCAB_DIR (`scripts/fetch-test-vocab.sh --golden`; `make test` sets it).
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "engine/gguf/gguf_file.h"
 #include "engine/tokenizer/chat_template.h"
@@ -121,24 +121,34 @@ TEST(ChatTemplateFamilyTest, Qwen25AddsItsDefaultSystemTurn) {
   constexpr std::string_view kQwen =
       "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
   ASSERT_TRUE(t.default_system_turn().has_value());
-  EXPECT_EQ(*t.default_system_turn(), "<|im_start|>system\n" + std::string(kQwen) +
-                                          "<|im_end|>\n");
+  EXPECT_EQ(*t.default_system_turn(), "<|im_start|>system\n" + std::string(kQwen) + "<|im_end|>\n");
 
   // {%- else %}{{- '<|im_start|>system\nYou are Qwen, ...<|im_end|>\n' }} before the loop,
   // then '<|im_start|>' + role + '\n' + content + '<|im_end|>' + '\n' per message.
   EXPECT_EQ(RenderAndEncode(t, tok, {{"user", "Hi!"}}, true),
             Expect(tok)
-                .Special("<|im_start|>").Text("system\n" + std::string(kQwen))
-                .Special("<|im_end|>").Text("\n")
-                .Special("<|im_start|>").Text("user\nHi!").Special("<|im_end|>").Text("\n")
-                .Special("<|im_start|>").Text("assistant\n")
+                .Special("<|im_start|>")
+                .Text("system\n" + std::string(kQwen))
+                .Special("<|im_end|>")
+                .Text("\n")
+                .Special("<|im_start|>")
+                .Text("user\nHi!")
+                .Special("<|im_end|>")
+                .Text("\n")
+                .Special("<|im_start|>")
+                .Text("assistant\n")
                 .ids());
   // A system message of the conversation replaces the default.
   EXPECT_EQ(RenderAndEncode(t, tok, {{"system", "Be terse."}, {"user", "2+2?"}}, false),
             Expect(tok)
-                .Special("<|im_start|>").Text("system\nBe terse.").Special("<|im_end|>")
+                .Special("<|im_start|>")
+                .Text("system\nBe terse.")
+                .Special("<|im_end|>")
                 .Text("\n")
-                .Special("<|im_start|>").Text("user\n2+2?").Special("<|im_end|>").Text("\n")
+                .Special("<|im_start|>")
+                .Text("user\n2+2?")
+                .Special("<|im_end|>")
+                .Text("\n")
                 .ids());
 }
 
@@ -163,8 +173,13 @@ TEST(ChatTemplateFamilyTest, Qwen3IsChatMlWithoutADefaultSystemTurn) {
   EXPECT_FALSE(t.default_system_turn().has_value());
   EXPECT_EQ(RenderAndEncode(t, tok, {{"user", "Hi!"}, {"assistant", "Hello."}}, false),
             Expect(tok)
-                .Special("<|im_start|>").Text("user\nHi!").Special("<|im_end|>").Text("\n")
-                .Special("<|im_start|>").Text("assistant\nHello.").Special("<|im_end|>")
+                .Special("<|im_start|>")
+                .Text("user\nHi!")
+                .Special("<|im_end|>")
+                .Text("\n")
+                .Special("<|im_start|>")
+                .Text("assistant\nHello.")
+                .Special("<|im_end|>")
                 .Text("\n")
                 .ids());
 }
@@ -190,20 +205,34 @@ TEST_P(Llama31TemplateTest, OpensWithTheKnowledgeDateSystemTurn) {
   EXPECT_EQ(RenderAndEncode(t, tok, {{"user", " Hi! "}}, true),
             Expect(tok)
                 .Special("<|begin_of_text|>")
-                .Special("<|start_header_id|>").Text("system").Special("<|end_header_id|>")
-                .Text("\n\n" + std::string(kPreamble)).Special("<|eot_id|>")
-                .Special("<|start_header_id|>").Text("user").Special("<|end_header_id|>")
-                .Text("\n\nHi!").Special("<|eot_id|>")
-                .Special("<|start_header_id|>").Text("assistant").Special("<|end_header_id|>")
+                .Special("<|start_header_id|>")
+                .Text("system")
+                .Special("<|end_header_id|>")
+                .Text("\n\n" + std::string(kPreamble))
+                .Special("<|eot_id|>")
+                .Special("<|start_header_id|>")
+                .Text("user")
+                .Special("<|end_header_id|>")
+                .Text("\n\nHi!")
+                .Special("<|eot_id|>")
+                .Special("<|start_header_id|>")
+                .Text("assistant")
+                .Special("<|end_header_id|>")
                 .Text("\n\n")
                 .ids());
   EXPECT_EQ(RenderAndEncode(t, tok, {{"system", "Be terse.\n"}, {"user", "Hi"}}, false),
             Expect(tok)
                 .Special("<|begin_of_text|>")
-                .Special("<|start_header_id|>").Text("system").Special("<|end_header_id|>")
-                .Text("\n\n" + std::string(kPreamble) + "Be terse.").Special("<|eot_id|>")
-                .Special("<|start_header_id|>").Text("user").Special("<|end_header_id|>")
-                .Text("\n\nHi").Special("<|eot_id|>")
+                .Special("<|start_header_id|>")
+                .Text("system")
+                .Special("<|end_header_id|>")
+                .Text("\n\n" + std::string(kPreamble) + "Be terse.")
+                .Special("<|eot_id|>")
+                .Special("<|start_header_id|>")
+                .Text("user")
+                .Special("<|end_header_id|>")
+                .Text("\n\nHi")
+                .Special("<|eot_id|>")
                 .ids());
 }
 

@@ -2,14 +2,14 @@
 // real template with Python's jinja2 (an independent reference), then pasted here.
 #include "engine/tokenizer/chat_template.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
-#include "tests/support/tokenizer_test_util.h"
 #include "engine/tokenizer/utf8.h"
+#include "tests/support/tokenizer_test_util.h"
 
 namespace streamd::tokenizer {
 namespace {
@@ -43,13 +43,12 @@ TEST(ChatTemplateTest, SmolLm2MatchesJinja) {
             "assistant\nHello! How can I help?<|im_end|>\n<|im_start|>user\nTell me a joke."
             "<|im_end|>\n<|im_start|>assistant\n");
   // A system message replaces the default one.
-  EXPECT_EQ(MustRender(*t,
-                       {{"system", "You are terse."},
-                        {"user", "Name a color."},
-                        {"assistant", "Blue."}},
-                       false),
-            "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nName a color."
-            "<|im_end|>\n<|im_start|>assistant\nBlue.<|im_end|>\n");
+  EXPECT_EQ(
+      MustRender(*t,
+                 {{"system", "You are terse."}, {"user", "Name a color."}, {"assistant", "Blue."}},
+                 false),
+      "<|im_start|>system\nYou are terse.<|im_end|>\n<|im_start|>user\nName a color."
+      "<|im_end|>\n<|im_start|>assistant\nBlue.<|im_end|>\n");
   // The default system turn lives inside the message loop: none for an empty conversation.
   EXPECT_EQ(MustRender(*t, {}, true), "<|im_start|>assistant\n");
 
@@ -86,10 +85,8 @@ constexpr std::string_view kLlama3Template =
     "endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ "
     "'<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{% endif %}";
 
-const std::vector<ChatMessage> kConversation = {{"system", "Be brief."},
-                                                {"user", " Hi there \n"},
-                                                {"assistant", "Hello!"},
-                                                {"user", "Bye"}};
+const std::vector<ChatMessage> kConversation = {
+    {"system", "Be brief."}, {"user", " Hi there \n"}, {"assistant", "Hello!"}, {"user", "Bye"}};
 
 TEST(ChatTemplateTest, Llama2MatchesJinja) {
   const ChatTemplate t = ChatTemplate::FromTemplateText(kLlama2Template, "<s>", "</s>");

@@ -1,13 +1,13 @@
 #include "engine/tokenizer/incremental_detokenizer.h"
 
+#include <gtest/gtest.h>
+
 #include <random>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
-#include "tests/support/tokenizer_test_util.h"
 #include "engine/tokenizer/utf8.h"
+#include "tests/support/tokenizer_test_util.h"
 
 namespace streamd::tokenizer {
 namespace {
@@ -22,7 +22,8 @@ const std::vector<std::string> kTexts = {
     "\xF0\x9F\x87\xAB\xF0\x9F\x87\xB7",
     "\xE4\xBD\xA0\xE5\xA5\xBD\xEF\xBC\x8C\xE4\xB8\x96\xE7\x95\x8C\xEF\xBC\x81 "
     "\xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4 \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E",
-    "Hello world, caf\xC3\xA9 na\xC3\xAFve \xE2\x82\xAC" "42.",
+    "Hello world, caf\xC3\xA9 na\xC3\xAFve \xE2\x82\xAC"
+    "42.",
     "  leading spaces and a trailing one ",
 };
 

@@ -140,9 +140,9 @@ StatusOr<std::unique_ptr<PreTokenizer>> PreTokenizer::Create(std::string_view na
     regex->pattern = ExpandWhitespace(pattern);
     int error = 0;
     PCRE2_SIZE error_offset = 0;
-    regex->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(regex->pattern.data()),
-                                regex->pattern.size(),
-                                PCRE2_UTF | PCRE2_UCP, &error, &error_offset, nullptr);
+    regex->code =
+        pcre2_compile(reinterpret_cast<PCRE2_SPTR>(regex->pattern.data()), regex->pattern.size(),
+                      PCRE2_UTF | PCRE2_UCP, &error, &error_offset, nullptr);
     if (regex->code == nullptr) {
       PCRE2_UCHAR message[256];
       pcre2_get_error_message(error, message, sizeof(message));
@@ -185,8 +185,8 @@ Status PreTokenizer::Split(std::string_view text, std::vector<std::string_view>*
         if (rc < 0) {
           PCRE2_UCHAR message[256];
           pcre2_get_error_message(rc, message, sizeof(message));
-          return InternalError("pre-tokenizer regex '" + regex.pattern + "' failed: " +
-                               reinterpret_cast<const char*>(message));
+          return InternalError("pre-tokenizer regex '" + regex.pattern +
+                               "' failed: " + reinterpret_cast<const char*>(message));
         }
         const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.get());
         const size_t start = ovector[0];

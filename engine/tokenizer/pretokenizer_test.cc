@@ -1,10 +1,10 @@
 #include "engine/tokenizer/pretokenizer.h"
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace streamd::tokenizer {
 namespace {

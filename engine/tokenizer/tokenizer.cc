@@ -112,10 +112,9 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const gguf::GgufFile& f
     if (vocab.IsSpecial(id)) tok->special_tokens_.push_back(id);
   }
   // Longest first, so "<|im_start|>" is cut before a shorter special that it contains.
-  std::stable_sort(tok->special_tokens_.begin(), tok->special_tokens_.end(),
-                   [&vocab](int32_t a, int32_t b) {
-                     return vocab.texts[a].size() > vocab.texts[b].size();
-                   });
+  std::stable_sort(
+      tok->special_tokens_.begin(), tok->special_tokens_.end(),
+      [&vocab](int32_t a, int32_t b) { return vocab.texts[a].size() > vocab.texts[b].size(); });
   return tok;
 }
 

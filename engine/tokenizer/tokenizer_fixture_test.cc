@@ -1,15 +1,15 @@
 // The tokenizer against llama.cpp: ids must equal the golden fixtures made with llama.cpp
 // (tests/fixtures/*_tokenize.json) for SmolLM2 (byte-level BPE) and LLaMA (SentencePiece),
 // and decoding must give the text back.
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include "engine/tokenizer/tokenizer.h"
 #include "tests/support/tokenizer_test_util.h"
@@ -72,8 +72,7 @@ std::string DescribeMismatch(const Tokenizer& tok, const std::vector<int32_t>& g
   size_t i = 0;
   while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
   std::string out = "first difference at index " + std::to_string(i) + " (got " +
-                    std::to_string(got.size()) + " ids, want " + std::to_string(want.size()) +
-                    ")";
+                    std::to_string(got.size()) + " ids, want " + std::to_string(want.size()) + ")";
   if (i < got.size()) out += "; got '" + std::string(tok.TokenText(got[i])) + "'";
   if (i < want.size()) out += "; want '" + std::string(tok.TokenText(want[i])) + "'";
   return out;
@@ -153,7 +152,10 @@ TEST(TokenizerFixtureTest, LlamaSpmMetadataAndPieces) {
   const std::vector<int32_t> hello = *tok.Encode("  Hello", true, false);
   EXPECT_EQ(tok.Decode(hello), "<s>  Hello");
   // SentencePiece's one lossy spot: a literal "▁" is the escaped form of a space.
-  EXPECT_EQ(tok.Decode(*tok.Encode("a\xE2\x96\x81" "b", false, false)), "a b");
+  EXPECT_EQ(tok.Decode(*tok.Encode("a\xE2\x96\x81"
+                                   "b",
+                                   false, false)),
+            "a b");
 }
 
 TEST(TokenizerFixtureTest, SpecialTokensNeedParseSpecial) {
@@ -179,8 +181,7 @@ TEST(TokenizerFixtureTest, InvalidUtf8IsRejectedWithOffset) {
   auto ids = vocab->tokenizer->Encode("abc\xC3(def", false, false);
   ASSERT_FALSE(ids.ok());
   EXPECT_EQ(ids.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(ids.status().message().find("offset 3"), std::string::npos)
-      << ids.status().message();
+  EXPECT_NE(ids.status().message().find("offset 3"), std::string::npos) << ids.status().message();
   EXPECT_FALSE(vocab->tokenizer->Encode("\xED\xA0\x80", false, false).ok());  // a surrogate
 }
 
@@ -188,8 +189,8 @@ TEST(TokenizerFixtureTest, InvalidUtf8IsRejectedWithOffset) {
 // under a second). The bound asserted is loose so a loaded machine does not flake; the time
 // is printed for the record.
 TEST(TokenizerFixtureTest, WholeBookRoundTripsQuickly) {
-  const std::string book = ReadFileOrEmpty(std::string(STREAMD_SHARED_DATA) +
-                                           "/pride-and-prejudice.txt");
+  const std::string book =
+      ReadFileOrEmpty(std::string(STREAMD_SHARED_DATA) + "/pride-and-prejudice.txt");
   ASSERT_GT(book.size(), 700000u) << "missing " << STREAMD_SHARED_DATA;
   for (const LoadedVocab* vocab : {SmolLm2(), LlamaSpm()}) {
     ASSERT_NE(vocab, nullptr);

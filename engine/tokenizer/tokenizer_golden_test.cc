@@ -9,14 +9,14 @@
 // test` sets it). A vocabulary whose tokenizer.ggml.model or tokenizer.ggml.pre streamd does
 // not support is skipped, with the tokenizer's own error as the reason; every other load
 // failure, a missing file or a differing case fails.
+#include <gtest/gtest.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "engine/gguf/gguf_file.h"
 #include "engine/tokenizer/pretokenizer.h"

@@ -1,14 +1,14 @@
 // Properties over many generated texts, on both real vocabularies: decoding inverts encoding,
 // streaming equals decoding, and special-token texts behave by parse_special.
+#include <gtest/gtest.h>
+
 #include <random>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "engine/tokenizer/incremental_detokenizer.h"
-#include "tests/support/tokenizer_test_util.h"
 #include "engine/tokenizer/utf8.h"
+#include "tests/support/tokenizer_test_util.h"
 
 namespace streamd::tokenizer {
 namespace {
@@ -20,12 +20,41 @@ using testing::SmolLm2;
 // Pieces chosen to hit the tricky paths: runs of spaces, CR/LF, digits, contractions,
 // multi-byte letters and emoji, and special-token texts of both vocabularies. (Not U+2581
 // "▁": SentencePiece cannot tell it from an escaped space; see LlamaSpmMetadataAndPieces.)
-const std::vector<std::string> kAtoms = {
-    " ", "  ", "\n", "\r\n", "\t", "a", "Hello", " world", "'s", "'LL", "0", "42", "1234",
-    ".", "!?", "...", "--", "(", ")", "\xC3\xA9", "\xC3\x9F", "\xE4\xBD\xA0\xE5\xA5\xBD",
-    "\xF0\x9F\x98\x80", "\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD", "\xE2\x80\x8D", "\xD9\xA1",
-    "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<s>", "</s>", "<unk>",
-    "<0x41>", "\xC2\xA0", "\xE3\x80\x80"};
+const std::vector<std::string> kAtoms = {" ",
+                                         "  ",
+                                         "\n",
+                                         "\r\n",
+                                         "\t",
+                                         "a",
+                                         "Hello",
+                                         " world",
+                                         "'s",
+                                         "'LL",
+                                         "0",
+                                         "42",
+                                         "1234",
+                                         ".",
+                                         "!?",
+                                         "...",
+                                         "--",
+                                         "(",
+                                         ")",
+                                         "\xC3\xA9",
+                                         "\xC3\x9F",
+                                         "\xE4\xBD\xA0\xE5\xA5\xBD",
+                                         "\xF0\x9F\x98\x80",
+                                         "\xF0\x9F\x91\x8D\xF0\x9F\x8F\xBD",
+                                         "\xE2\x80\x8D",
+                                         "\xD9\xA1",
+                                         "<|im_start|>",
+                                         "<|im_end|>",
+                                         "<|endoftext|>",
+                                         "<s>",
+                                         "</s>",
+                                         "<unk>",
+                                         "<0x41>",
+                                         "\xC2\xA0",
+                                         "\xE3\x80\x80"};
 
 std::vector<std::string> GenerateTexts(int count) {
   std::mt19937 rng(20240131);  // fixed seed: the same texts on every run

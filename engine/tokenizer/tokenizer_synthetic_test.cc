@@ -1,10 +1,10 @@
 // The tokenizer on small vocabularies built in memory: algorithm details (merge order, byte
 // fallback, special-token rules) and the errors for files we do not support.
+#include <gtest/gtest.h>
+
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "engine/gguf/gguf_writer.h"
 #include "engine/tokenizer/byte_unicode.h"
@@ -168,12 +168,12 @@ std::unique_ptr<Built> BuildSpm() {
     std::snprintf(hex, sizeof(hex), "<0x%02X>", b);
     v.Add(hex, kByte);
   }
-  v.Add("\xE2\x96\x81", kNormal, -1.0f);             // 259 "▁"
-  v.Add("h", kNormal, -2.0f);                        // 260
-  v.Add("i", kNormal, -2.0f);                        // 261
-  v.Add("\xE2\x96\x81h", kNormal, -3.0f);            // 262 "▁h"
-  v.Add("hi", kNormal, -0.5f);                       // 263: outscores "▁h"
-  v.Add("\xE2\x96\x81hi", kNormal, -4.0f);           // 264
+  v.Add("\xE2\x96\x81", kNormal, -1.0f);    // 259 "▁"
+  v.Add("h", kNormal, -2.0f);               // 260
+  v.Add("i", kNormal, -2.0f);               // 261
+  v.Add("\xE2\x96\x81h", kNormal, -3.0f);   // 262 "▁h"
+  v.Add("hi", kNormal, -0.5f);              // 263: outscores "▁h"
+  v.Add("\xE2\x96\x81hi", kNormal, -4.0f);  // 264
   gguf::GgufWriter w;
   w.Add("tokenizer.ggml.model", MakeString("llama"));
   w.Add("tokenizer.ggml.tokens", MakeArrayOf(v.tokens));
@@ -191,8 +191,7 @@ TEST(TokenizerSyntheticTest, SpmMergesByScoreAndFallsBackToBytes) {
   EXPECT_EQ(Ids(*tok, "hi", false), (std::vector<int32_t>{264}));
   EXPECT_EQ(*tok->Encode("hi", true, false), (std::vector<int32_t>{1, 264}));
   // "é" is not a piece: its two UTF-8 bytes become byte tokens.
-  EXPECT_EQ(Ids(*tok, "h\xC3\xA9", false),
-            (std::vector<int32_t>{262, 3 + 0xC3, 3 + 0xA9}));
+  EXPECT_EQ(Ids(*tok, "h\xC3\xA9", false), (std::vector<int32_t>{262, 3 + 0xC3, 3 + 0xA9}));
   EXPECT_EQ(tok->Decode(Ids(*tok, "h\xC3\xA9 hi", false)), "h\xC3\xA9 hi");
   // After a special token the text gets the space prefix again, and Decode removes it.
   const std::vector<int32_t> ids = Ids(*tok, "hi</s>hi", true);

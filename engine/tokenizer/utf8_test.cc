@@ -1,8 +1,8 @@
 #include "engine/tokenizer/utf8.h"
 
-#include <string>
-
 #include <gtest/gtest.h>
+
+#include <string>
 
 #include "engine/tokenizer/byte_unicode.h"
 
@@ -51,14 +51,19 @@ TEST(Utf8Test, FindsFirstInvalidByte) {
   EXPECT_EQ(FindInvalidUtf8(""), std::string_view::npos);
   EXPECT_EQ(FindInvalidUtf8("h\xC3\xA9llo \xF0\x9F\x98\x80"), std::string_view::npos);
   EXPECT_EQ(FindInvalidUtf8("abc\xC3"), 3u);  // truncated at the end is invalid text
-  EXPECT_EQ(FindInvalidUtf8("ab\x80" "c"), 2u);
+  EXPECT_EQ(FindInvalidUtf8("ab\x80"
+                            "c"),
+            2u);
 }
 
 TEST(Utf8Test, ReplacesMaximalSubparts) {
-  EXPECT_EQ(Sanitize("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
-  EXPECT_EQ(Sanitize("\xE2\x96(x"), "\xEF\xBF\xBD(x");             // one U+FFFD for 2 bytes
-  EXPECT_EQ(Sanitize("\xF0\x9F\x98"), "\xEF\xBF\xBD");             // truncated tail
-  EXPECT_EQ(Sanitize("\x80\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD");     // each stray byte
+  EXPECT_EQ(Sanitize("a\xFF"
+                     "b"),
+            "a\xEF\xBF\xBD"
+            "b");
+  EXPECT_EQ(Sanitize("\xE2\x96(x"), "\xEF\xBF\xBD(x");          // one U+FFFD for 2 bytes
+  EXPECT_EQ(Sanitize("\xF0\x9F\x98"), "\xEF\xBF\xBD");          // truncated tail
+  EXPECT_EQ(Sanitize("\x80\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // each stray byte
   std::string out;
   EXPECT_EQ(AppendSanitizedUtf8("ok\xF0\x9F", /*hold_incomplete_tail=*/true, &out), 2u);
   EXPECT_EQ(out, "ok");
@@ -71,7 +76,7 @@ TEST(Utf8Test, EncodesCodePoints) {
 }
 
 TEST(ByteUnicodeTest, MatchesGpt2Table) {
-  EXPECT_EQ(ByteToCodePoint(' '), U'\u0120');  // "Ġ"
+  EXPECT_EQ(ByteToCodePoint(' '), U'\u0120');   // "Ġ"
   EXPECT_EQ(ByteToCodePoint('\n'), U'\u010A');  // "Ċ"
   EXPECT_EQ(ByteToCodePoint('A'), U'A');
   EXPECT_EQ(ByteToCodePoint(0xAD), U'\u0143');  // soft hyphen: the last of the 68 remapped bytes

@@ -13,23 +13,49 @@ using std::string_view_literals::operator""sv;
 // say which tokens end a turn. Each category list is in our priority order: when a vocabulary
 // holds several candidates, the first listed becomes the category's id.
 constexpr std::initializer_list<std::string_view> kEotTexts = {
-    "<|eot_id|>"sv, "<|im_end|>"sv, "<|end|>"sv, "<end_of_turn>"sv, "<|endoftext|>"sv,
-    "<|end_of_text|>"sv, "<EOT>"sv, "_<EOT>"sv, "[EOT]"sv,
-    "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"sv,  // DeepSeek
+    "<|eot_id|>"sv,
+    "<|im_end|>"sv,
+    "<|end|>"sv,
+    "<end_of_turn>"sv,
+    "<|endoftext|>"sv,
+    "<|end_of_text|>"sv,
+    "<EOT>"sv,
+    "_<EOT>"sv,
+    "[EOT]"sv,
+    "<\xEF\xBD\x9C"
+    "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"sv,  // DeepSeek
     "<end_of_utterance>"sv};
 constexpr std::initializer_list<std::string_view> kEomTexts = {"<|eom_id|>"sv};
-constexpr std::initializer_list<std::string_view> kFimPreTexts = {
-    "<|fim_prefix|>"sv, "<fim-prefix>"sv, "<fim_prefix>"sv,
-    "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "begin\xEF\xBD\x9C>"sv, "<PRE>"sv, "\xE2\x96\x81<PRE>"sv,
-    "<|code_prefix|>"sv, "<|prefix|>"sv};
+constexpr std::initializer_list<std::string_view> kFimPreTexts = {"<|fim_prefix|>"sv,
+                                                                  "<fim-prefix>"sv,
+                                                                  "<fim_prefix>"sv,
+                                                                  "<\xEF\xBD\x9C"
+                                                                  "fim\xE2\x96\x81"
+                                                                  "begin\xEF\xBD\x9C>"sv,
+                                                                  "<PRE>"sv,
+                                                                  "\xE2\x96\x81<PRE>"sv,
+                                                                  "<|code_prefix|>"sv,
+                                                                  "<|prefix|>"sv};
 constexpr std::initializer_list<std::string_view> kFimSufTexts = {
-    "<|fim_suffix|>"sv, "<fim-suffix>"sv, "<fim_suffix>"sv,
-    "<\xEF\xBD\x9C" "fim\xE2\x96\x81hole\xEF\xBD\x9C>"sv, "<SUF>"sv, "\xE2\x96\x81<SUF>"sv,
-    "<|code_suffix|>"sv, "<|suffix|>"sv};
-constexpr std::initializer_list<std::string_view> kFimMidTexts = {
-    "<|fim_middle|>"sv, "<fim-middle>"sv, "<fim_middle>"sv,
-    "<\xEF\xBD\x9C" "fim\xE2\x96\x81" "end\xEF\xBD\x9C>"sv, "<MID>"sv, "\xE2\x96\x81<MID>"sv,
-    "<|code_middle|>"sv, "<|middle|>"sv};
+    "<|fim_suffix|>"sv,
+    "<fim-suffix>"sv,
+    "<fim_suffix>"sv,
+    "<\xEF\xBD\x9C"
+    "fim\xE2\x96\x81hole\xEF\xBD\x9C>"sv,
+    "<SUF>"sv,
+    "\xE2\x96\x81<SUF>"sv,
+    "<|code_suffix|>"sv,
+    "<|suffix|>"sv};
+constexpr std::initializer_list<std::string_view> kFimMidTexts = {"<|fim_middle|>"sv,
+                                                                  "<fim-middle>"sv,
+                                                                  "<fim_middle>"sv,
+                                                                  "<\xEF\xBD\x9C"
+                                                                  "fim\xE2\x96\x81"
+                                                                  "end\xEF\xBD\x9C>"sv,
+                                                                  "<MID>"sv,
+                                                                  "\xE2\x96\x81<MID>"sv,
+                                                                  "<|code_middle|>"sv,
+                                                                  "<|middle|>"sv};
 constexpr std::initializer_list<std::string_view> kFimPadTexts = {
     "<|fim_pad|>"sv, "<fim-pad>"sv, "<fim_pad>"sv, "<PAD>"sv, "[PAD]"sv};
 constexpr std::initializer_list<std::string_view> kFimRepTexts = {
@@ -37,11 +63,29 @@ constexpr std::initializer_list<std::string_view> kFimRepTexts = {
 constexpr std::initializer_list<std::string_view> kFimSepTexts = {"<|file_sep|>"sv};
 // Every token with one of these texts ends generation, whatever the category ids are.
 constexpr std::initializer_list<std::string_view> kEogTexts = {
-    "<|eot_id|>"sv, "<|im_end|>"sv, "<|end|>"sv, "<|return|>"sv, "<|call|>"sv, "<|flush|>"sv,
-    "<|calls|>"sv, "<end_of_turn>"sv, "<|endoftext|>"sv, "</s>"sv, "<|eom_id|>"sv, "<EOT>"sv,
-    "_<EOT>"sv, "[EOT]"sv, "[EOS]"sv, "<|end_of_text|>"sv, "<end_of_utterance>"sv, "<eos>"sv,
-    "<turn|>"sv, "<|tool_response>"sv,
-    "<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"sv, "[e~["sv};
+    "<|eot_id|>"sv,
+    "<|im_end|>"sv,
+    "<|end|>"sv,
+    "<|return|>"sv,
+    "<|call|>"sv,
+    "<|flush|>"sv,
+    "<|calls|>"sv,
+    "<end_of_turn>"sv,
+    "<|endoftext|>"sv,
+    "</s>"sv,
+    "<|eom_id|>"sv,
+    "<EOT>"sv,
+    "_<EOT>"sv,
+    "[EOT]"sv,
+    "[EOS]"sv,
+    "<|end_of_text|>"sv,
+    "<end_of_utterance>"sv,
+    "<eos>"sv,
+    "<turn|>"sv,
+    "<|tool_response>"sv,
+    "<\xEF\xBD\x9C"
+    "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"sv,
+    "[e~["sv};
 
 int32_t FindFirst(const Vocab& vocab, std::initializer_list<std::string_view> texts) {
   for (std::string_view text : texts) {
@@ -63,8 +107,8 @@ Status ReadTokenId(const gguf::GgufFile& file, std::string_view key, const Vocab
   STREAMD_ASSIGN_OR_RETURN(int64_t value, file.GetI64(key));
   if (value < 0 || value >= vocab.size()) {
     return InvalidArgumentError(std::string(key) + " = " + std::to_string(value) +
-                                " is outside the vocabulary of " +
-                                std::to_string(vocab.size()) + " tokens");
+                                " is outside the vocabulary of " + std::to_string(vocab.size()) +
+                                " tokens");
   }
   *id = static_cast<int32_t>(value);
   return OkStatus();
@@ -93,9 +137,8 @@ Status ReadTokens(const gguf::GgufFile& file, Vocab& vocab) {
     STREAMD_ASSIGN_OR_RETURN(std::vector<int32_t> types,
                              file.GetI32Array("tokenizer.ggml.token_type"));
     if (types.size() < n) {
-      return InvalidArgumentError("tokenizer.ggml.token_type has " +
-                                  std::to_string(types.size()) + " entries for " +
-                                  std::to_string(n) + " tokens");
+      return InvalidArgumentError("tokenizer.ggml.token_type has " + std::to_string(types.size()) +
+                                  " entries for " + std::to_string(n) + " tokens");
     }
     for (size_t i = 0; i < n; ++i) {
       const bool known = types[i] >= 0 && types[i] <= static_cast<int32_t>(TokenType::kByte);
@@ -191,8 +234,8 @@ StatusOr<Vocab> LoadVocab(const gguf::GgufFile& file) {
 
   // llama.cpp's defaults: SPM adds BOS and a space prefix; BPE adds BOS only for the Llama-3
   // pre-tokenizer family. The file's own flags win.
-  const bool llama3 = vocab.pre_name == "llama3" || vocab.pre_name == "llama-bpe" ||
-                      vocab.pre_name == "llama-v3";
+  const bool llama3 =
+      vocab.pre_name == "llama3" || vocab.pre_name == "llama-bpe" || vocab.pre_name == "llama-v3";
   const bool spm = vocab.type == VocabType::kSpm;
   STREAMD_ASSIGN_OR_RETURN(vocab.add_bos,
                            file.GetBoolOr("tokenizer.ggml.add_bos_token", spm || llama3));

@@ -71,8 +71,8 @@ Status WriteAtomically(const std::string& path, std::span<const uint8_t> bytes, 
   const std::string dir = DirectoryOf(path);
   const size_t slash = path.rfind('/');
   const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
-  const std::string tmp = (dir == "." && slash == std::string::npos ? "" : dir + "/") + "." +
-                          name + "." + std::to_string(::getpid()) + "." + Nonce() + ".tmp";
+  const std::string tmp = (dir == "." && slash == std::string::npos ? "" : dir + "/") + "." + name +
+                          "." + std::to_string(::getpid()) + "." + Nonce() + ".tmp";
   constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
   bool direct = padded > 0;
   int fd = direct ? ::open(tmp.c_str(), kFlags | O_DIRECT, mode) : -1;

@@ -4,6 +4,8 @@
 #include "engine/util/atomic_file.h"
 
 #include <fcntl.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
@@ -16,9 +18,6 @@
 #include <random>
 #include <sstream>
 #include <vector>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "tests/support/page_cache_test_util.h"
 
@@ -50,7 +49,7 @@ TEST(AtomicFileTest, WritesAndReplacesWholeWithNothingLeftBehind) {
   ASSERT_TRUE(WriteFileAtomically(path, Bytes("second, longer")).ok());
   EXPECT_EQ(Contents(path), "second, longer");
   ASSERT_TRUE(WriteFileAtomically(dir + "/private", Bytes("x"), 0600).ok());
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::stat((dir + "/private").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   EXPECT_EQ(Entries(dir), 2) << "a temporary file was left behind";
@@ -68,9 +67,10 @@ TEST(AtomicFileTest, DirectWritesGiveExactlyTheBytesOnEveryFileSystem) {
     const std::string dir = base + "/atomic_direct_" + std::to_string(::getpid());
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
-    struct statfs fs{};
+    struct statfs fs {};
     ASSERT_EQ(::statfs(dir.c_str(), &fs), 0);
-    const bool takes_direct_io = fs.f_type == 0xEF53 /* ext4 */ || fs.f_type == 0x58465342 /* xfs */;
+    const bool takes_direct_io =
+        fs.f_type == 0xEF53 /* ext4 */ || fs.f_type == 0x58465342 /* xfs */;
     PageAlignedBuffer buffer;
     for (const size_t size : {size_t{0}, size_t{1}, size_t{4095}, size_t{4096}, size_t{4097},
                               size_t{(1 << 20) + 3}, size_t{100}}) {

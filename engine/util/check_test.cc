@@ -14,8 +14,9 @@ int Twice(int x) {
 
 TEST(CheckDeathTest, AFailedCheckNamesWhereAndWhatThenAborts) {
   EXPECT_EQ(Twice(3), 6);  // a check that holds costs nothing visible
-  EXPECT_DEATH(Twice(-1), "check_test.cc:11: STREAMD_CHECK failed: x >= 0: a negative input "
-                          "reached Twice");
+  EXPECT_DEATH(Twice(-1),
+               "check_test.cc:11: STREAMD_CHECK failed: x >= 0: a negative input "
+               "reached Twice");
   EXPECT_DEATH(STREAMD_CHECK(1 + 1 == 3), "STREAMD_CHECK failed: 1 \\+ 1 == 3\n");
   EXPECT_DEATH(STREAMD_CHECK_UNREACHABLE("no such weight type"),
                "STREAMD_CHECK failed: unreachable: no such weight type");

@@ -16,7 +16,9 @@ class PageAlignedBuffer {
  public:
   static constexpr size_t kAlignment = 4096;
 
-  static constexpr size_t RoundUp(size_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
+  static constexpr size_t RoundUp(size_t n) {
+    return (n + kAlignment - 1) / kAlignment * kAlignment;
+  }
 
   uint8_t* data() { return data_.get(); }
   const uint8_t* data() const { return data_.get(); }

@@ -56,17 +56,16 @@ SessionId SessionId::Random() {
 
 StatusOr<SessionId> SessionId::Parse(std::string_view text, std::string_view what) {
   if (text.size() != 32) {
-    return InvalidArgumentError(std::string(what) + " " + Quoted(text) +
-                                " is not a session id (32 hex digits; it has " +
-                                std::to_string(text.size()) +
-                                (text.size() == 1 ? " byte)" : " bytes)"));
+    return InvalidArgumentError(
+        std::string(what) + " " + Quoted(text) + " is not a session id (32 hex digits; it has " +
+        std::to_string(text.size()) + (text.size() == 1 ? " byte)" : " bytes)"));
   }
   uint64_t words[2] = {0, 0};
   for (size_t i = 0; i < 32; ++i) {
     const int v = HexDigitValue(text[i]);
     if (v < 0) {
-      return InvalidArgumentError(std::string(what) + ": character " + std::to_string(i) +
-                                  " of " + Quoted(text) + " is not a hex digit");
+      return InvalidArgumentError(std::string(what) + ": character " + std::to_string(i) + " of " +
+                                  Quoted(text) + " is not a hex digit");
     }
     words[i / 16] = (words[i / 16] << 4) | static_cast<uint64_t>(v);
   }

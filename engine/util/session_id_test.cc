@@ -1,8 +1,8 @@
 #include "engine/util/session_id.h"
 
-#include <set>
-
 #include <gtest/gtest.h>
+
+#include <set>
 
 namespace streamd {
 namespace {

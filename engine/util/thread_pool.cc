@@ -60,7 +60,7 @@ void ThreadPool::Run(int64_t n_tasks, void* fn, Trampoline call) {
     return;
   }
   STREAMD_CHECK_MSG(static_cast<uint64_t>(n_tasks) <= kFieldMask,
-                   "more tasks than a round can count");  // far beyond any forward pass
+                    "more tasks than a round can count");  // far beyond any forward pass
   Job job;
   job.fn = fn;
   job.call = call;

@@ -25,7 +25,6 @@ namespace streamd {
 
 class ThreadPool {
  public:
-
   // threads >= 1: the caller plus threads - 1 workers.
   explicit ThreadPool(int threads);
   ~ThreadPool();

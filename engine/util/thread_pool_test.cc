@@ -1,14 +1,12 @@
 #include "engine/util/thread_pool.h"
 
-#include <sched.h>
-
-#include <thread>
-
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <atomic>
 #include <chrono>
 #include <random>
+#include <thread>
 #include <vector>
 
 namespace streamd {

@@ -30,11 +30,11 @@ namespace streamd::check_internal {
 // STREAMD_CHECK(cond): aborts when `cond` is false.
 #define STREAMD_CHECK(cond) STREAMD_CHECK_MSG(cond, "")
 // STREAMD_CHECK_MSG(cond, "what broke"): the same with a message (a C string).
-#define STREAMD_CHECK_MSG(cond, msg)                                                 \
-  do {                                                                               \
-    if (__builtin_expect(!(cond), 0)) {                                              \
-      ::streamd::check_internal::CheckFailed(__FILE__, __LINE__, #cond, (msg));      \
-    }                                                                                \
+#define STREAMD_CHECK_MSG(cond, msg)                                            \
+  do {                                                                          \
+    if (__builtin_expect(!(cond), 0)) {                                         \
+      ::streamd::check_internal::CheckFailed(__FILE__, __LINE__, #cond, (msg)); \
+    }                                                                           \
   } while (0)
 // STREAMD_CHECK_UNREACHABLE("why"): a branch our own code never takes.
 #define STREAMD_CHECK_UNREACHABLE(msg) \

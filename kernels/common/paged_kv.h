@@ -54,8 +54,7 @@ struct KvPoolLayout {
   STREAMD_HOST_DEVICE int64_t block_elems() const { return 2 * n_kv_heads * head_elems(); }
   STREAMD_HOST_DEVICE int64_t layer_elems() const { return num_blocks * block_elems(); }
   // Offset, from a layer's base, of the head_dim vector of (block, K or V, head, slot).
-  STREAMD_HOST_DEVICE int64_t Offset(int32_t block, int32_t kv, int32_t head,
-                                     int32_t slot) const {
+  STREAMD_HOST_DEVICE int64_t Offset(int32_t block, int32_t kv, int32_t head, int32_t slot) const {
     return block * block_elems() + (kv * n_kv_heads + head) * head_elems() +
            static_cast<int64_t>(slot) * head_dim;
   }

@@ -21,8 +21,7 @@ uint8_t Value(const uint8_t* qs, int v) {
 
 bool AmxPackable(WeightType type, int64_t rows, int64_t k) {
   return (type == WeightType::kQ4_0 || type == WeightType::kQ4_1 || type == WeightType::kQ8_0) &&
-         rows > 0 &&
-         rows % kTileRows == 0 && k > 0 && k % kQuantBlock == 0;
+         rows > 0 && rows % kTileRows == 0 && k > 0 && k % kQuantBlock == 0;
 }
 
 size_t AmxPackedBytes(WeightType type, int64_t rows, int64_t k) {
@@ -49,7 +48,7 @@ void PackForAmx(WeightType type, const void* w, size_t w_row_bytes, int64_t rows
       uint8_t* quants = rec + internal::kAmxPackedScaleBytes;
       for (int n = 0; n < kTileRows; ++n) {
         const uint8_t* block = src + (tile * kTileRows + n) * w_row_bytes + b * block_bytes;
-        std::memcpy(rec + 2 * n, block, 2);                       // d
+        std::memcpy(rec + 2 * n, block, 2);                        // d
         if (has_min) std::memcpy(rec + 32 + 2 * n, block + 2, 2);  // m
         if (type == WeightType::kQ8_0) {  // values 4kk..4kk+3 in row kk, bytes 4n..4n+3
           for (int v = 0; v < kQuantBlock; ++v) quants[64 * (v / 4) + 4 * n + v % 4] = block[2 + v];

@@ -136,15 +136,24 @@ void Iq4XsBlock(const uint8_t* b, float* out) {
 
 QuantLayout LayoutOf(ConvertedQuant type) {
   switch (type) {
-    case ConvertedQuant::kQ5_0: return {"Q5_0", 32, 22};
-    case ConvertedQuant::kQ5_1: return {"Q5_1", 32, 24};
-    case ConvertedQuant::kQ2_K: return {"Q2_K", 256, 84};
-    case ConvertedQuant::kQ3_K: return {"Q3_K", 256, 110};
-    case ConvertedQuant::kQ4_K: return {"Q4_K", 256, 144};
-    case ConvertedQuant::kQ5_K: return {"Q5_K", 256, 176};
-    case ConvertedQuant::kQ6_K: return {"Q6_K", 256, 210};
-    case ConvertedQuant::kIQ4_NL: return {"IQ4_NL", 32, 18};
-    case ConvertedQuant::kIQ4_XS: return {"IQ4_XS", 256, 136};
+    case ConvertedQuant::kQ5_0:
+      return {"Q5_0", 32, 22};
+    case ConvertedQuant::kQ5_1:
+      return {"Q5_1", 32, 24};
+    case ConvertedQuant::kQ2_K:
+      return {"Q2_K", 256, 84};
+    case ConvertedQuant::kQ3_K:
+      return {"Q3_K", 256, 110};
+    case ConvertedQuant::kQ4_K:
+      return {"Q4_K", 256, 144};
+    case ConvertedQuant::kQ5_K:
+      return {"Q5_K", 256, 176};
+    case ConvertedQuant::kQ6_K:
+      return {"Q6_K", 256, 210};
+    case ConvertedQuant::kIQ4_NL:
+      return {"IQ4_NL", 32, 18};
+    case ConvertedQuant::kIQ4_XS:
+      return {"IQ4_XS", 256, 136};
   }
   return {"?", 0, 0};
 }
@@ -153,15 +162,33 @@ void DequantizeReference(ConvertedQuant type, const uint8_t* src, int64_t n_bloc
   const QuantLayout layout = LayoutOf(type);
   for (int64_t n = 0; n < n_blocks; ++n, src += layout.block_bytes, out += layout.block_values) {
     switch (type) {
-      case ConvertedQuant::kQ5_0: Q5Block(src, /*with_min=*/false, out); break;
-      case ConvertedQuant::kQ5_1: Q5Block(src, /*with_min=*/true, out); break;
-      case ConvertedQuant::kQ2_K: Q2KBlock(src, out); break;
-      case ConvertedQuant::kQ3_K: Q3KBlock(src, out); break;
-      case ConvertedQuant::kQ4_K: Q45KBlock(src, nullptr, src + 16, out); break;
-      case ConvertedQuant::kQ5_K: Q45KBlock(src, src + 16, src + 48, out); break;
-      case ConvertedQuant::kQ6_K: Q6KBlock(src, out); break;
-      case ConvertedQuant::kIQ4_NL: Iq4NlBlock(src, out); break;
-      case ConvertedQuant::kIQ4_XS: Iq4XsBlock(src, out); break;
+      case ConvertedQuant::kQ5_0:
+        Q5Block(src, /*with_min=*/false, out);
+        break;
+      case ConvertedQuant::kQ5_1:
+        Q5Block(src, /*with_min=*/true, out);
+        break;
+      case ConvertedQuant::kQ2_K:
+        Q2KBlock(src, out);
+        break;
+      case ConvertedQuant::kQ3_K:
+        Q3KBlock(src, out);
+        break;
+      case ConvertedQuant::kQ4_K:
+        Q45KBlock(src, nullptr, src + 16, out);
+        break;
+      case ConvertedQuant::kQ5_K:
+        Q45KBlock(src, src + 16, src + 48, out);
+        break;
+      case ConvertedQuant::kQ6_K:
+        Q6KBlock(src, out);
+        break;
+      case ConvertedQuant::kIQ4_NL:
+        Iq4NlBlock(src, out);
+        break;
+      case ConvertedQuant::kIQ4_XS:
+        Iq4XsBlock(src, out);
+        break;
     }
   }
 }

@@ -48,8 +48,8 @@ enum class ConvertedQuant : uint32_t {
   kIQ4_XS = 23,
 };
 inline constexpr ConvertedQuant kConvertedQuants[] = {
-    ConvertedQuant::kQ5_0, ConvertedQuant::kQ5_1, ConvertedQuant::kQ2_K,
-    ConvertedQuant::kQ3_K, ConvertedQuant::kQ4_K, ConvertedQuant::kQ5_K,
+    ConvertedQuant::kQ5_0, ConvertedQuant::kQ5_1,   ConvertedQuant::kQ2_K,
+    ConvertedQuant::kQ3_K, ConvertedQuant::kQ4_K,   ConvertedQuant::kQ5_K,
     ConvertedQuant::kQ6_K, ConvertedQuant::kIQ4_NL, ConvertedQuant::kIQ4_XS,
 };
 

@@ -5,6 +5,7 @@
 #include "kernels/cpu/dequantize_reference.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -15,8 +16,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "kernels/cpu/random_quant_blocks.h"
 #include "tests/support/kernels_cpu_test_util.h"

@@ -2,7 +2,6 @@
 // active instruction set (isa.cc). Broken preconditions (k not a multiple of 32 for quantized
 // weights, empty or inverted ranges) are caller bugs and abort.
 #include "kernels/cpu/matmul.h"
-#include "kernels/common/check.h"
 
 #include <array>
 #include <cstdio>
@@ -10,6 +9,7 @@
 #include <cstring>
 #include <iterator>
 
+#include "kernels/common/check.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/quant_blocks.h"
 
@@ -31,7 +31,7 @@ bool SupportedOnce(Isa isa) {
 void CheckK(WeightType type, int64_t k) {
   STREAMD_CHECK_MSG(k > 0, "k must be positive");
   STREAMD_CHECK_MSG(!IsQuantized(type) || k % kQuantBlock == 0,
-                   "quantized k must be a multiple of 32");
+                    "quantized k must be a multiple of 32");
 }
 
 }  // namespace
@@ -67,7 +67,7 @@ void PrepareActivations(WeightType type, const float* x, int64_t ldx, int64_t k,
                         int64_t token_begin, int64_t token_end, void* xq) {
   CheckK(type, k);
   STREAMD_CHECK_MSG(token_begin >= 0 && token_end >= token_begin && ldx >= k,
-                   "bad activation range");
+                    "bad activation range");
   if (IsQuantized(type)) {
     const int64_t nb = k / kQuantBlock;
     auto* blocks = static_cast<BlockQ16_1*>(xq);
@@ -106,7 +106,7 @@ void MatMulRowsAt(Isa level, WeightType type, const void* w, size_t w_row_bytes,
   const Isa isa = level <= ActiveIsa() && SupportedOnce(level) ? level : ActiveIsa();
   CheckK(type, k);
   STREAMD_CHECK_MSG(row_begin >= 0 && row_end >= row_begin && n_tokens >= 0,
-                   "bad row or token range");
+                    "bad row or token range");
   STREAMD_CHECK_MSG(n_tokens <= 1 || ldo >= row_end, "ldo smaller than row_end");
   STREAMD_CHECK_MSG(w_row_bytes >= WeightRowBytes(type, k), "w_row_bytes smaller than one row");
   if (row_begin == row_end || n_tokens == 0) return;
@@ -116,9 +116,8 @@ void MatMulRowsAt(Isa level, WeightType type, const void* w, size_t w_row_bytes,
     const auto* x_blocks = static_cast<const BlockQ16_1*>(xq);
 #if !defined(STREAMD_NO_AMX)
     if (isa == Isa::kAmx) {
-      internal::MatMulQuantAmx(type, w_bytes, w_row_bytes,
-                               static_cast<const uint8_t*>(amx_packed), k, x_blocks, n_tokens,
-                               out, ldo, row_begin, row_end);
+      internal::MatMulQuantAmx(type, w_bytes, w_row_bytes, static_cast<const uint8_t*>(amx_packed),
+                               k, x_blocks, n_tokens, out, ldo, row_begin, row_end);
       return;
     }
 #endif

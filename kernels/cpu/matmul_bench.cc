@@ -218,8 +218,8 @@ void BM_ModelMatmuls8(benchmark::State& state) {
     for (const ModelMatrix& m : mats) {
       PrepareActivations8(x.data(), m.k, m.k, 0, n, xq.data());
       // Every row is in a whole tile of 16: the kernel reads the copy only.
-      MatMulRows8(m.type, m.w.data(), WeightRowBytes(m.type, m.k), m.k, xq.data(), n,
-                  out.data(), m.rows, 0, m.rows, m.packed_at);
+      MatMulRows8(m.type, m.w.data(), WeightRowBytes(m.type, m.k), m.k, xq.data(), n, out.data(),
+                  m.rows, 0, m.rows, m.packed_at);
     }
     benchmark::ClobberMemory();
   }

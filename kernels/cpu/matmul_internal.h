@@ -139,8 +139,8 @@ void HalfToFloatRowAvx2(const uint16_t* x, float* out, int64_t n);
 // vec_ops.h, AVX-512 versions of the attention rows and softmax helpers (vec_ops_avx512.cc).
 void DotRowsF16Avx512(const float* q, int64_t n_q, const uint16_t* k, int64_t n_rows, int64_t hd,
                       float scale, float* out, int64_t ldo);
-void AxpyRowsF16Avx512(const float* w, int64_t ldw, int64_t n_q, const uint16_t* v,
-                       int64_t n_rows, int64_t hd, float* y);
+void AxpyRowsF16Avx512(const float* w, int64_t ldw, int64_t n_q, const uint16_t* v, int64_t n_rows,
+                       int64_t hd, float* y);
 void QuantizeRowI8Avx512(const float* x, const float* inv_scale, int64_t n, int8_t* out);
 void DotRowsI8Avx512(const float* q, int64_t n_q, const int8_t* k, int64_t n_rows, int64_t hd,
                      float scale, float* out, int64_t ldo);

@@ -8,8 +8,8 @@
 #include <cstring>
 #include <vector>
 
-#include "kernels/cpu/matmul.h"
 #include "kernels/common/check.h"
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/quant_blocks.h"
 
@@ -112,9 +112,9 @@ size_t ActivationBytes8(int64_t n_tokens, int64_t k) {
 
 void PrepareActivations8(const float* x, int64_t ldx, int64_t k, int64_t token_begin,
                          int64_t token_end, void* xq8) {
-  STREAMD_CHECK_MSG(k > 0 && k % kQuantBlock == 0 && token_begin >= 0 &&
-                       token_end >= token_begin && ldx >= k,
-                   "bad 8-bit activation range");
+  STREAMD_CHECK_MSG(
+      k > 0 && k % kQuantBlock == 0 && token_begin >= 0 && token_end >= token_begin && ldx >= k,
+      "bad 8-bit activation range");
   const int64_t nb = k / kQuantBlock;
   auto* blocks = static_cast<BlockQ8A*>(xq8);
   const bool avx512 = ActiveIsa() >= Isa::kAvx512Vnni;
@@ -150,7 +150,7 @@ void MatMulRows8(WeightType type, const void* w, size_t w_row_bytes, int64_t k, 
   STREAMD_CHECK_MSG(IsQuantized(type), "8-bit activations need Q4_0, Q4_1 or Q8_0 weights");
   STREAMD_CHECK_MSG(k > 0 && k % kQuantBlock == 0, "quantized k must be a multiple of 32");
   STREAMD_CHECK_MSG(row_begin >= 0 && row_end >= row_begin && n_tokens >= 0,
-                   "bad row or token range");
+                    "bad row or token range");
   STREAMD_CHECK_MSG(n_tokens <= 1 || ldo >= row_end, "ldo smaller than row_end");
   STREAMD_CHECK_MSG(w_row_bytes >= WeightRowBytes(type, k), "w_row_bytes smaller than one row");
   if (row_begin == row_end || n_tokens == 0) return;

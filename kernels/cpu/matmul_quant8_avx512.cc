@@ -63,7 +63,9 @@ void ActivationSums(const BlockQ8A* x, int64_t n, int64_t nb, int32_t* sums) {
 // vpbroadcastd for each of a block's 64 products, and that extra instruction per multiply keeps
 // the front end, not the multipliers, the limit (measured on Zen 4).
 inline __m512i DpbusdBroadcast(__m512i sum, __m512i w, const int8_t* p) {
-  __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(sum) : "v"(w), "m"(*reinterpret_cast<const int32_t*>(p)));
+  __asm__("vpdpbusd %2%{1to16%}, %1, %0"
+          : "+v"(sum)
+          : "v"(w), "m"(*reinterpret_cast<const int32_t*>(p)));
   return sum;
 }
 
@@ -78,7 +80,8 @@ inline void PackedChunk(const uint8_t* tile, int64_t nb, const BlockQ8A* x, cons
   for (int64_t b = kb0; b < kb1; ++b) {
     const uint8_t* rec = tile + static_cast<size_t>(b) * kRecord;
     for (size_t line = 0; line < kRecord; line += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(rec + kPrefetchRecords * kRecord + line), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(rec + kPrefetchRecords * kRecord + line),
+                   _MM_HINT_T0);
     }
     const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(rec)));
     __m512i wv[kQuads];
@@ -110,9 +113,10 @@ inline void PackedChunk(const uint8_t* tile, int64_t nb, const BlockQ8A* x, cons
     for (int t = 0; t < G; ++t) {
       const BlockQ8A& xb = x[t * nb + b];
       __m512i s = sum[t];
-      if constexpr (F == Format::kQ8_0) s = _mm512_sub_epi32(s, _mm512_set1_epi32(shifts[t * nb + b]));
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(xb.d)),
-                               acc[t]);
+      if constexpr (F == Format::kQ8_0)
+        s = _mm512_sub_epi32(s, _mm512_set1_epi32(shifts[t * nb + b]));
+      acc[t] =
+          _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(xb.d)), acc[t]);
       if constexpr (F != Format::kQ8_0) {
         acc[t] = _mm512_fmadd_ps(ow, _mm512_set1_ps(os_factor * xb.s), acc[t]);
       }
@@ -145,8 +149,7 @@ void MatMul8Packed(const uint8_t* packed, int64_t k, const BlockQ8A* xq, int64_t
   const int64_t nb = k / kQuantBlock;
   // Q8_0's shifts for up to kVnni8TokensPerPass tokens at a time, in the caller's scratch.
   for (int64_t p0 = 0; p0 < n_tokens; p0 += kVnni8TokensPerPass) {
-    const int64_t np =
-        n_tokens - p0 < kVnni8TokensPerPass ? n_tokens - p0 : kVnni8TokensPerPass;
+    const int64_t np = n_tokens - p0 < kVnni8TokensPerPass ? n_tokens - p0 : kVnni8TokensPerPass;
     if (F == Format::kQ8_0) ActivationSums(xq + p0 * nb, np, nb, shifts);
     for (int64_t r0 = row_begin; r0 < row_end; r0 += 16) {
       const uint8_t* tile = packed + static_cast<size_t>(r0 / 16 * nb) * kRecord;
@@ -155,14 +158,30 @@ void MatMul8Packed(const uint8_t* packed, int64_t k, const BlockQ8A* xq, int64_t
         const int32_t* s = F == Format::kQ8_0 ? shifts + t0 * nb : nullptr;
         float* o = out + (p0 + t0) * ldo + r0;
         switch (np - t0 < kGroup ? np - t0 : kGroup) {
-          case 1: PackedGroup<F, 1>(tile, nb, x, s, o, ldo); break;
-          case 2: PackedGroup<F, 2>(tile, nb, x, s, o, ldo); break;
-          case 3: PackedGroup<F, 3>(tile, nb, x, s, o, ldo); break;
-          case 4: PackedGroup<F, 4>(tile, nb, x, s, o, ldo); break;
-          case 5: PackedGroup<F, 5>(tile, nb, x, s, o, ldo); break;
-          case 6: PackedGroup<F, 6>(tile, nb, x, s, o, ldo); break;
-          case 7: PackedGroup<F, 7>(tile, nb, x, s, o, ldo); break;
-          default: PackedGroup<F, 8>(tile, nb, x, s, o, ldo); break;
+          case 1:
+            PackedGroup<F, 1>(tile, nb, x, s, o, ldo);
+            break;
+          case 2:
+            PackedGroup<F, 2>(tile, nb, x, s, o, ldo);
+            break;
+          case 3:
+            PackedGroup<F, 3>(tile, nb, x, s, o, ldo);
+            break;
+          case 4:
+            PackedGroup<F, 4>(tile, nb, x, s, o, ldo);
+            break;
+          case 5:
+            PackedGroup<F, 5>(tile, nb, x, s, o, ldo);
+            break;
+          case 6:
+            PackedGroup<F, 6>(tile, nb, x, s, o, ldo);
+            break;
+          case 7:
+            PackedGroup<F, 7>(tile, nb, x, s, o, ldo);
+            break;
+          default:
+            PackedGroup<F, 8>(tile, nb, x, s, o, ldo);
+            break;
         }
       }
     }
@@ -193,8 +212,7 @@ void QuantizeRowQ8AAvx512(const float* x, int64_t k, BlockQ8A* out) {
   for (int64_t b = 0; b < k / kQuantBlock; ++b) {
     const __m512 x0 = _mm512_loadu_ps(x + b * kQuantBlock);
     const __m512 x1 = _mm512_loadu_ps(x + b * kQuantBlock + 16);
-    const float amax = _mm512_reduce_max_ps(
-        _mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+    const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
     const float inv = amax > 0 ? static_cast<float>(kQ8Max) / amax : 0.0f;
     const __m512 vinv = _mm512_set1_ps(inv);
     // Round to nearest even (the default rounding mode), as nearbyint in the portable quantizer.

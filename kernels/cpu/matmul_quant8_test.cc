@@ -64,7 +64,8 @@ TEST(MatMul8Test, QuantizersAgreeBitForBitAndRoundTrip) {
     EXPECT_EQ(portable[b].d, amax / 127.0f);
     EXPECT_EQ(portable[b].s, portable[b].d * static_cast<float>(sum));
   }
-  if (!IsaSupported(Isa::kAvx512Vnni)) GTEST_SKIP() << "no AVX-512 VNNI: only the portable quantizer";
+  if (!IsaSupported(Isa::kAvx512Vnni))
+    GTEST_SKIP() << "no AVX-512 VNNI: only the portable quantizer";
   internal::QuantizeRowQ8AAvx512(x.data(), k, fast.data());
   for (int64_t b = 0; b < k / kQuantBlock; ++b) {
     EXPECT_EQ(fast[b].d, portable[b].d) << "block " << b;
@@ -104,7 +105,8 @@ TEST(MatMul8Test, WithoutACopyEqualsReferenceAndStaysWithinTheQuantizationBound)
     MatMulRows8(c.type, w.data(), row_bytes, c.k, xq.data(), c.tokens, out.data(), ldo, cut,
                 c.rows);
     EXPECT_EQ(FastInt8Activations(c.type), fast);
-    // Without a packed copy every row takes the reference (the fast kernel: PackedCopyGivesTheSameBits).
+    // Without a packed copy every row takes the reference (the fast kernel:
+    // PackedCopyGivesTheSameBits).
     EXPECT_EQ(out, reference) << "the path without a packed copy differs from the reference";
     // Against exact arithmetic on the decoded weights and the float activations.
     const int64_t nb = c.k / kQuantBlock;
@@ -129,7 +131,8 @@ TEST(MatMul8Test, WithoutACopyEqualsReferenceAndStaysWithinTheQuantizationBound)
       }
     }
     for (int64_t t = 0; t < c.tokens; ++t) {
-      for (int64_t r = c.rows; r < ldo; ++r) EXPECT_EQ(out[t * ldo + r], -1.0f) << "wrote past rows";
+      for (int64_t r = c.rows; r < ldo; ++r)
+        EXPECT_EQ(out[t * ldo + r], -1.0f) << "wrote past rows";
     }
   }
 }
@@ -143,13 +146,17 @@ TEST(MatMul8Test, PackedCopyGivesTheSameBits) {
   EXPECT_EQ(Vnni8PackedBytes(WeightType::kQ4_1, 32, 64), 2u * 2u * 320u);
   EXPECT_EQ(Vnni8PackedBytes(WeightType::kQ8_0, 16, 96), 3u * 576u);
   const Case cases[] = {
-      {WeightType::kQ4_1, 48, 576, 16},  {WeightType::kQ4_1, 64, 1536, 20},
-      {WeightType::kQ4_1, 32, 64, 1},    {WeightType::kQ4_0, 48, 1088, 7},
-      {WeightType::kQ8_0, 48, 576, 16},  {WeightType::kQ8_0, 32, 2304, 70},
+      {WeightType::kQ4_1, 48, 576, 16},
+      {WeightType::kQ4_1, 64, 1536, 20},
+      {WeightType::kQ4_1, 32, 64, 1},
+      {WeightType::kQ4_0, 48, 1088, 7},
+      {WeightType::kQ8_0, 48, 576, 16},
+      {WeightType::kQ8_0, 32, 2304, 70},
       {WeightType::kQ4_1, 16, 128, 70},
       // Q8_0 past 64 blocks: the shifts of a pass outgrow a 64-block table (a decode step, and
       // a wider matrix after the one above, whose scratch then grows).
-      {WeightType::kQ8_0, 16, 4096, 1},  {WeightType::kQ8_0, 32, 8192, 9},
+      {WeightType::kQ8_0, 16, 4096, 1},
+      {WeightType::kQ8_0, 32, 8192, 9},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "type " << static_cast<int>(c.type) << " rows " << c.rows
@@ -170,9 +177,9 @@ TEST(MatMul8Test, PackedCopyGivesTheSameBits) {
                                    reference.data(), ldo, 0, c.rows);
     // Whole tiles, and ranges that start and end inside a tile (those rows come from the GGUF
     // rows, the tiles between from the copy).
-    for (const auto& [begin, end] : {std::pair<int64_t, int64_t>{0, c.rows},
-                                    std::pair<int64_t, int64_t>{5, c.rows - 3},
-                                    std::pair<int64_t, int64_t>{3, 9}}) {
+    for (const auto& [begin, end] :
+         {std::pair<int64_t, int64_t>{0, c.rows}, std::pair<int64_t, int64_t>{5, c.rows - 3},
+          std::pair<int64_t, int64_t>{3, 9}}) {
       std::vector<float> out(reference.size(), -1.0f);
       MatMulRows8(c.type, w.data(), row_bytes, c.k, xq.data(), c.tokens, out.data(), ldo, 0, begin,
                   packed);

@@ -147,8 +147,8 @@ void PackTokens(const BlockQ16_1* x, int64_t nb, int n_valid, int64_t nbc, Packe
         const __m256i lo = _mm512_cvtepi16_epi8(q);  // truncation keeps the low byte
         const __m256i hi = _mm512_cvtepi16_epi8(_mm512_srai_epi16(q, 8));
         _mm256_store_si256(reinterpret_cast<__m256i*>(p.a[b] + t * kQuantBlock), hi);
-        _mm256_store_si256(
-            reinterpret_cast<__m256i*>(p.a[b] + (kTileTokens + t) * kQuantBlock), lo);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(p.a[b] + (kTileTokens + t) * kQuantBlock),
+                           lo);
       }
       p.dx[b][t] = dx;
       p.os[b][t] = os;
@@ -164,10 +164,8 @@ inline void Transpose16x4(const uint8_t* rows, size_t stride, __m512i out[4]) {
     const uint8_t* r = rows + 4 * j * stride;
     __m512i x = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r)));
     x = _mm512_inserti32x4(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + stride)), 1);
-    x = _mm512_inserti32x4(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * stride)),
-                           2);
-    x = _mm512_inserti32x4(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 3 * stride)),
-                           3);
+    x = _mm512_inserti32x4(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * stride)), 2);
+    x = _mm512_inserti32x4(x, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 3 * stride)), 3);
     v[j] = x;
   }
   // Lane L of a pair (v0, v1): dword L / 8 (or 2 + L / 8) of row L % 8; then halves of rows
@@ -241,19 +239,19 @@ struct WeightTiles {
 // wt[i]: the B tile of row tile i.
 // The 4-bit formats' one multiply per row tile: activation tile kAct, sum tiles kSum0 and
 // kSum1 (tile numbers).
-#define STREAMD_MULTIPLY_PAIRS(kAct, kSum0, kSum1)                                   \
-  do {                                                                               \
-    _tile_loadd(kAct, p.a[b], 2 * kQuantBlock);                                      \
-    _tile_loadd(STREAMD_TILE_WEIGHTS_0, wt[0], kTileRows * 4);                       \
-    _tile_zero(kSum0);                                                               \
-    _tile_dpbsud(kSum0, kAct, STREAMD_TILE_WEIGHTS_0);                               \
-    if constexpr (kTiles == 2) {                                                     \
-      _tile_loadd(STREAMD_TILE_WEIGHTS_1, wt[kTiles - 1], kTileRows * 4);            \
-      _tile_zero(kSum1);                                                             \
-      _tile_dpbsud(kSum1, kAct, STREAMD_TILE_WEIGHTS_1);                             \
-    }                                                                                \
-    _tile_stored(kSum0, s[0].hi, kStride);                                           \
-    if constexpr (kTiles == 2) _tile_stored(kSum1, s[kTiles - 1].hi, kStride);       \
+#define STREAMD_MULTIPLY_PAIRS(kAct, kSum0, kSum1)                             \
+  do {                                                                         \
+    _tile_loadd(kAct, p.a[b], 2 * kQuantBlock);                                \
+    _tile_loadd(STREAMD_TILE_WEIGHTS_0, wt[0], kTileRows * 4);                 \
+    _tile_zero(kSum0);                                                         \
+    _tile_dpbsud(kSum0, kAct, STREAMD_TILE_WEIGHTS_0);                         \
+    if constexpr (kTiles == 2) {                                               \
+      _tile_loadd(STREAMD_TILE_WEIGHTS_1, wt[kTiles - 1], kTileRows * 4);      \
+      _tile_zero(kSum1);                                                       \
+      _tile_dpbsud(kSum1, kAct, STREAMD_TILE_WEIGHTS_1);                       \
+    }                                                                          \
+    _tile_stored(kSum0, s[0].hi, kStride);                                     \
+    if constexpr (kTiles == 2) _tile_stored(kSum1, s[kTiles - 1].hi, kStride); \
   } while (0)
 
 template <class F, int kTiles>
@@ -308,10 +306,10 @@ template <class F>
 inline void ScaleBlock(const BlockSums& s, const PackedTokens& p, int64_t b, __m512 dw, __m512 ow,
                        int n_valid, __m512* acc) {
   for (int t = 0; t < n_valid; ++t) {
-    const __m512i sum =
-        F::kPairs ? _mm512_load_si512(s.hi[t])
-                  : _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(s.hi[t]), 8),
-                                     _mm512_load_si512(s.lo[t]));
+    const __m512i sum = F::kPairs
+                            ? _mm512_load_si512(s.hi[t])
+                            : _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(s.hi[t]), 8),
+                                               _mm512_load_si512(s.lo[t]));
     acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), _mm512_mul_ps(dw, _mm512_set1_ps(p.dx[b][t])),
                              acc[t]);
     if constexpr (F::kOffset) acc[t] = _mm512_fmadd_ps(ow, _mm512_set1_ps(p.os[b][t]), acc[t]);
@@ -327,9 +325,9 @@ struct GgufRows {
   const uint8_t* w;  // row 0 of tile 0, block 0 of the chunk
   size_t stride;     // bytes per row
   int64_t nbc;       // blocks in the chunk
-  __m512i row_offsets = _mm512_mullo_epi32(
-      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-      _mm512_set1_epi32(static_cast<int32_t>(stride)));
+  __m512i row_offsets =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int32_t>(stride)));
   // The next row tiles (they follow these in memory), and how many of their lines each block
   // step asks for: computed once, not in every step of the block loop.
   const uint8_t* next = w + kTiles * kTileRows * stride;
@@ -466,8 +464,8 @@ void RowTilesFrom(const uint8_t* w, size_t w_row_bytes, const uint8_t* packed, i
 // rows w or, when packed is not null, from their AMX-packed copy (row_begin a multiple of 16).
 template <class F>
 void MatMulTiles(const uint8_t* w, size_t w_row_bytes, const uint8_t* packed, int64_t nb,
-                 const BlockQ16_1* xq, int64_t n_tokens, float* out, int64_t ldo,
-                 int64_t row_begin, int64_t row_end) {
+                 const BlockQ16_1* xq, int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin,
+                 int64_t row_end) {
   static const TileConfig config = MakeTileConfig<F>();
   _tile_loadconfig(&config);
   PackedTokens p;
@@ -509,8 +507,8 @@ void MatMulFormatAmx(WeightType type, const uint8_t* w, size_t w_row_bytes, cons
     MatMulQuantAvx512Vnni(type, w, w_row_bytes, k, xq, n16, out, ldo, tile_end, row_end);
   }
   if (n16 < n_tokens) {
-    MatMulQuantAvx512Vnni(type, w, w_row_bytes, k, xq + n16 * nb, n_tokens - n16,
-                          out + n16 * ldo, ldo, row_begin, row_end);
+    MatMulQuantAvx512Vnni(type, w, w_row_bytes, k, xq + n16 * nb, n_tokens - n16, out + n16 * ldo,
+                          ldo, row_begin, row_end);
   }
 }
 

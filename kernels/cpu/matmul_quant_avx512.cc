@@ -185,8 +185,7 @@ void MatMulOuter16(const uint8_t* w, size_t w_row_bytes, int64_t nb, const Block
 
 template <class F>
 void MatMulFormat16(const uint8_t* w, size_t w_row_bytes, int64_t k, const BlockQ16_1* xq,
-                    int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin,
-                    int64_t row_end) {
+                    int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin, int64_t row_end) {
   const int64_t nb = k / kQuantBlock;
   const int64_t n16 = TokensInChunksOf16(n_tokens);
   if (n16 == 0) {
@@ -195,8 +194,8 @@ void MatMulFormat16(const uint8_t* w, size_t w_row_bytes, int64_t k, const Block
   }
   MatMulOuter16<F>(w, w_row_bytes, nb, xq, n16, out, ldo, row_begin, row_end);
   if (n16 < n_tokens) {
-    MatMulFormat<DpwssdEvex, F>(w, w_row_bytes, k, xq + n16 * nb, n_tokens - n16,
-                                out + n16 * ldo, ldo, row_begin, row_end);
+    MatMulFormat<DpwssdEvex, F>(w, w_row_bytes, k, xq + n16 * nb, n_tokens - n16, out + n16 * ldo,
+                                ldo, row_begin, row_end);
   }
 }
 

@@ -336,8 +336,8 @@ TEST(AmxTest, ActivationSplitIsExactAtTheExtremes) {
     }
     // One value per block at the block's maximum sets the scale to 1 (q = +-2047); the others
     // hit the split boundaries.
-    const float edges[] = {-2047, -256, -255, -129, -128, -17, -16, -15, -1, 0,
-                           1,     15,   16,   17,   127,  128,  255, 256, 2047};
+    const float edges[] = {-2047, -256, -255, -129, -128, -17, -16, -15, -1,  0,
+                           1,     15,   16,   17,   127,  128, 255, 256, 2047};
     std::uniform_int_distribution<size_t> pick(0, std::size(edges) - 1);
     std::vector<float> x(n * k);
     for (int64_t t = 0; t < n; ++t) {

@@ -186,11 +186,10 @@ void PagedAttentionGroup(const KvPoolLayout& layout, const uint16_t* layer_kv,
               prefetch_runs);
 }
 
-void PagedAttentionGroupI8(const KvPoolLayout& layout, const int8_t* layer_kv,
-                           const float* k_scale, const float* v_scale,
-                           const SinkWindowTable& table, int64_t p, int32_t kv_head, int32_t n_q,
-                           const float* q_window, const float* q_sink, float scale,
-                           float* scratch, float* out, int32_t prefetch_runs) {
+void PagedAttentionGroupI8(const KvPoolLayout& layout, const int8_t* layer_kv, const float* k_scale,
+                           const float* v_scale, const SinkWindowTable& table, int64_t p,
+                           int32_t kv_head, int32_t n_q, const float* q_window, const float* q_sink,
+                           float scale, float* scratch, float* out, int32_t prefetch_runs) {
   // s_j = sum_c q_c * (k_scale_c * K8_jc) = sum_c (q_c * k_scale_c) * K8_jc: the scales go into
   // the queries once, not into every key; likewise out_c = v_scale_c * sum_j p_j V8_jc.
   const int32_t hd = layout.head_dim;
@@ -210,8 +209,7 @@ void PagedAttentionGroupI8(const KvPoolLayout& layout, const int8_t* layer_kv,
       for (int32_t c = 0; c < hd; ++c) qs[i + c] = q_sink[i + c] * ks[c];
     }
   }
-  AttendGroup(layout, layer_kv, table, p, kv_head, n_q, qw, qs, scale, scratch, out,
-              prefetch_runs);
+  AttendGroup(layout, layer_kv, table, p, kv_head, n_q, qw, qs, scale, scratch, out, prefetch_runs);
   for (int64_t i = 0; i < q_elems; i += hd) {
     for (int32_t c = 0; c < hd; ++c) out[i + c] *= vs[c];
   }
@@ -249,8 +247,10 @@ void WriteKvI8(const KvPoolLayout& layout, int8_t* layer_kv, const float* k_inv_
   table.Locate(t, &block, &slot);
   const int32_t hd = layout.head_dim;
   for (int32_t h = 0; h < layout.n_kv_heads; ++h) {
-    QuantizeRowI8(k + h * hd, k_inv_scale + h * hd, hd, layer_kv + layout.Offset(block, 0, h, slot));
-    QuantizeRowI8(v + h * hd, v_inv_scale + h * hd, hd, layer_kv + layout.Offset(block, 1, h, slot));
+    QuantizeRowI8(k + h * hd, k_inv_scale + h * hd, hd,
+                  layer_kv + layout.Offset(block, 0, h, slot));
+    QuantizeRowI8(v + h * hd, v_inv_scale + h * hd, hd,
+                  layer_kv + layout.Offset(block, 1, h, slot));
   }
 }
 

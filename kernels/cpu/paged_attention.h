@@ -60,11 +60,10 @@ void WriteKv(const KvPoolLayout& layout, uint16_t* layer_kv, const SinkWindowTab
 // the scales of this layer ([n_kv_heads, head_dim] each, > 0, engine/cache/kv_scales.h).
 // PagedAttentionGroupI8 computes what PagedAttentionGroup computes over those values; scratch
 // needs n_q * (S + W) + 2 * n_q * head_dim floats (the scaled queries).
-void PagedAttentionGroupI8(const KvPoolLayout& layout, const int8_t* layer_kv,
-                           const float* k_scale, const float* v_scale,
-                           const SinkWindowTable& table, int64_t p, int32_t kv_head, int32_t n_q,
-                           const float* q_window, const float* q_sink, float scale,
-                           float* scratch, float* out,
+void PagedAttentionGroupI8(const KvPoolLayout& layout, const int8_t* layer_kv, const float* k_scale,
+                           const float* v_scale, const SinkWindowTable& table, int64_t p,
+                           int32_t kv_head, int32_t n_q, const float* q_window, const float* q_sink,
+                           float scale, float* scratch, float* out,
                            int32_t prefetch_runs = kDefaultPrefetchRuns);
 // out[i] = round(x[i] * inv_scale[i]) saturated to [-127, 127] (ties to even).
 void QuantizeRowI8(const float* x, const float* inv_scale, int64_t n, int8_t* out);

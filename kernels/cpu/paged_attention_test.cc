@@ -2,7 +2,8 @@
 // recomputation of the sink + window attention and against one PagedAttentionHead call per query
 // head at the portable level (bit-identical there). Cases: group sizes 1, 2, 3, 4 and 8, head
 // sizes 64, 128 and 40, block sizes 1, 7 and 16, windows that are not a multiple of the block
-// size, S = 0, queries before eviction, at its start and far past it (window blocks far from block 0).
+// size, S = 0, queries before eviction, at its start and far past it (window blocks far from block
+// 0).
 #include "kernels/cpu/paged_attention.h"
 
 #include <gtest/gtest.h>
@@ -209,23 +210,23 @@ TEST(PagedAttentionTest, EveryPrefetchDistanceGivesTheSameBits) {
       for (float& x : q) x = 4 * u(rng);
       for (float& x : q_sink) x = 4 * u(rng);
       for (Isa isa : SupportedIsas()) {
-        SCOPED_TRACE(::testing::Message() << IsaName(isa) << " S " << sh.sinks << " W "
-                                          << sh.window << " B " << sh.block << " p " << p);
+        SCOPED_TRACE(::testing::Message() << IsaName(isa) << " S " << sh.sinks << " W " << sh.window
+                                          << " B " << sh.block << " p " << p);
         ScopedIsa scoped(isa);
         std::vector<float> scratch(static_cast<size_t>(n_q) * (full + 2 * hd));
         std::vector<float> want(n_q * hd), want_i8(n_q * hd), got(n_q * hd);
         PagedAttentionGroup(c.layout, c.pool.data(), c.At(p), p, 1, n_q, q.data(), q_sink.data(),
                             0.125f, scratch.data(), want.data());
-        PagedAttentionGroupI8(layout_i8, pool_i8.data(), k_scale.data(), v_scale.data(), c.At(p),
-                              p, 1, n_q, q.data(), q_sink.data(), 0.125f, scratch.data(),
+        PagedAttentionGroupI8(layout_i8, pool_i8.data(), k_scale.data(), v_scale.data(), c.At(p), p,
+                              1, n_q, q.data(), q_sink.data(), 0.125f, scratch.data(),
                               want_i8.data());
         for (int32_t runs = 0; runs <= kMaxPrefetchRuns; ++runs) {
-          PagedAttentionGroup(c.layout, c.pool.data(), c.At(p), p, 1, n_q, q.data(),
-                              q_sink.data(), 0.125f, scratch.data(), got.data(), runs);
+          PagedAttentionGroup(c.layout, c.pool.data(), c.At(p), p, 1, n_q, q.data(), q_sink.data(),
+                              0.125f, scratch.data(), got.data(), runs);
           ASSERT_EQ(got, want) << "prefetch_runs " << runs;
-          PagedAttentionGroupI8(layout_i8, pool_i8.data(), k_scale.data(), v_scale.data(),
-                                c.At(p), p, 1, n_q, q.data(), q_sink.data(), 0.125f,
-                                scratch.data(), got.data(), runs);
+          PagedAttentionGroupI8(layout_i8, pool_i8.data(), k_scale.data(), v_scale.data(), c.At(p),
+                                p, 1, n_q, q.data(), q_sink.data(), 0.125f, scratch.data(),
+                                got.data(), runs);
           ASSERT_EQ(got, want_i8) << "int8, prefetch_runs " << runs;
         }
       }
@@ -279,8 +280,8 @@ TEST(PagedAttentionTest, Int8GroupMatchesReferenceOverDequantizedValues) {
               std::vector<float> scratch(static_cast<size_t>(n_q) * (full + 2 * hd) + 1, NAN);
               scratch.back() = 7.0f;
               std::vector<float> out(n_q * hd, NAN);
-              PagedAttentionGroupI8(c.layout, pool.data(), k_scale.data(), v_scale.data(),
-                                    c.At(p), p, kv_head, n_q, q_window.data(),
+              PagedAttentionGroupI8(c.layout, pool.data(), k_scale.data(), v_scale.data(), c.At(p),
+                                    p, kv_head, n_q, q_window.data(),
                                     shared_sink_query ? q_window.data() : q_sink.data(), scale,
                                     scratch.data(), out.data());
               ASSERT_EQ(scratch.back(), 7.0f);

@@ -18,15 +18,24 @@ namespace streamd::kernels {
 // Byte offsets of a block's f16 scales (d, and dmin where the format has one).
 inline std::vector<int> HalfScaleOffsets(ConvertedQuant type) {
   switch (type) {
-    case ConvertedQuant::kQ5_0: return {0};
-    case ConvertedQuant::kQ5_1: return {0, 2};
-    case ConvertedQuant::kQ2_K: return {80, 82};
-    case ConvertedQuant::kQ3_K: return {108};
-    case ConvertedQuant::kQ4_K: return {0, 2};
-    case ConvertedQuant::kQ5_K: return {0, 2};
-    case ConvertedQuant::kQ6_K: return {208};
-    case ConvertedQuant::kIQ4_NL: return {0};
-    case ConvertedQuant::kIQ4_XS: return {0};
+    case ConvertedQuant::kQ5_0:
+      return {0};
+    case ConvertedQuant::kQ5_1:
+      return {0, 2};
+    case ConvertedQuant::kQ2_K:
+      return {80, 82};
+    case ConvertedQuant::kQ3_K:
+      return {108};
+    case ConvertedQuant::kQ4_K:
+      return {0, 2};
+    case ConvertedQuant::kQ5_K:
+      return {0, 2};
+    case ConvertedQuant::kQ6_K:
+      return {208};
+    case ConvertedQuant::kIQ4_NL:
+      return {0};
+    case ConvertedQuant::kIQ4_XS:
+      return {0};
   }
   return {};
 }

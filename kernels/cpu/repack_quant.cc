@@ -116,9 +116,15 @@ bool RepackRows(ConvertedQuant type, const uint8_t* src, size_t src_row_bytes, i
       case ConvertedQuant::kQ4_K:
         ok = Q4KRowToQ4_1(in, n_blocks, reinterpret_cast<BlockQ4_1*>(row));
         break;
-      case ConvertedQuant::kQ5_0: ok = Q5_0RowToQ8_0(in, n_blocks, q8); break;
-      case ConvertedQuant::kIQ4_NL: ok = Iq4NlRowToQ8_0(in, n_blocks, q8); break;
-      default: ok = RequantizeRowToQ8_0(type, in, k, scratch.data(), q8); break;
+      case ConvertedQuant::kQ5_0:
+        ok = Q5_0RowToQ8_0(in, n_blocks, q8);
+        break;
+      case ConvertedQuant::kIQ4_NL:
+        ok = Iq4NlRowToQ8_0(in, n_blocks, q8);
+        break;
+      default:
+        ok = RequantizeRowToQ8_0(type, in, k, scratch.data(), q8);
+        break;
     }
     if (!ok) return false;
   }

@@ -40,9 +40,9 @@ double ValueErrorBound(ConvertedQuant type, double amax) {
 
 struct Matrix {
   int64_t rows, k;
-  std::vector<uint8_t> src;          // [rows, k] in `type`
-  std::vector<float> reference;      // [rows, k] DequantizeReference
-  std::vector<uint8_t> repacked;     // [rows, k] in RepackTarget(type)
+  std::vector<uint8_t> src;       // [rows, k] in `type`
+  std::vector<float> reference;   // [rows, k] DequantizeReference
+  std::vector<uint8_t> repacked;  // [rows, k] in RepackTarget(type)
   size_t src_row_bytes, dst_row_bytes;
 };
 
@@ -93,10 +93,11 @@ TEST_P(RepackTest, ValuesWithinTheStatedError) {
     }
   }
   // The accuracy cost of the repack, for docs/ARCHITECTURE.md.
-  std::printf("%s -> %s: max |error| %.3g (values up to 0.5), max |error| / block amax %.3g, "
-              "rms error / rms value %.3g\n",
-              LayoutOf(type).name, RepackTarget(type) == WeightType::kQ4_1 ? "Q4_1" : "Q8_0",
-              max_err, max_rel, std::sqrt(sum_sq_err / sum_sq));
+  std::printf(
+      "%s -> %s: max |error| %.3g (values up to 0.5), max |error| / block amax %.3g, "
+      "rms error / rms value %.3g\n",
+      LayoutOf(type).name, RepackTarget(type) == WeightType::kQ4_1 ? "Q4_1" : "Q8_0", max_err,
+      max_rel, std::sqrt(sum_sq_err / sum_sq));
 }
 
 TEST_P(RepackTest, ProductsMatchTheReferenceMatrixAtEveryLevel) {

@@ -39,7 +39,8 @@ __m512 Load16(const uint16_t* p, __mmask16 m) {
 
 // 16 int8 values of an int8 KV row as floats (exact).
 __m512 Load16(const int8_t* p) {
-  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  return _mm512_cvtepi32_ps(
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 
 __m512 Load16(const int8_t* p, __mmask16 m) {
@@ -82,8 +83,8 @@ template <int N>
 // code in the same function made GCC keep the accumulators in memory (and zero them with
 // rep stos) for both paths: 18% of this function's time at hd = 64 when it did.
 template <int QG, int KR, bool kTail, class T>
-[[gnu::always_inline]] inline void ScoreTile(const float* q, const T* k, int64_t hd,
-                                             float scale, float* out, int64_t ldo) {
+[[gnu::always_inline]] inline void ScoreTile(const float* q, const T* k, int64_t hd, float scale,
+                                             float* out, int64_t ldo) {
   __m512 acc[QG * KR];
   for (auto& a : acc) a = _mm512_setzero_ps();
   const int64_t full = kTail ? hd / 16 * 16 : hd;
@@ -124,8 +125,8 @@ template <int QG, int KR, bool kTail, class T>
 
 // Rows [0, n_rows), KR at a time, then KR/2, KR/4, ... for the rest.
 template <int QG, int KR, bool kTail, class T>
-void ScoreRows(const float* q, const T* k, int64_t n_rows, int64_t hd, float scale,
-               float* out, int64_t ldo) {
+void ScoreRows(const float* q, const T* k, int64_t n_rows, int64_t hd, float scale, float* out,
+               int64_t ldo) {
   int64_t r = 0;
   for (; r + KR <= n_rows; r += KR) {
     ScoreTile<QG, KR, kTail>(q, k + r * hd, hd, scale, out + r, ldo);
@@ -138,8 +139,8 @@ void ScoreRows(const float* q, const T* k, int64_t n_rows, int64_t hd, float sca
 }
 
 template <int QG, class T>
-void ScoreRowsAnyHd(const float* q, const T* k, int64_t n_rows, int64_t hd, float scale,
-                    float* out, int64_t ldo) {
+void ScoreRowsAnyHd(const float* q, const T* k, int64_t n_rows, int64_t hd, float scale, float* out,
+                    int64_t ldo) {
   if (hd % 16 == 0) {
     ScoreRows<QG, kScoreKeys<QG>, false>(q, k, n_rows, hd, scale, out, ldo);
   } else {
@@ -326,9 +327,8 @@ void AddRmsNormRowAvx512(float* x, const float* delta, const float* weight, floa
     sums[a] = _mm512_fmadd_pd(lo, lo, sums[a]);
     sums[a + 1] = _mm512_fmadd_pd(hi, hi, sums[a + 1]);
   }
-  const double sum =
-      _mm512_reduce_add_pd(_mm512_add_pd(_mm512_add_pd(sums[0], sums[1]),
-                                         _mm512_add_pd(sums[2], sums[3])));
+  const double sum = _mm512_reduce_add_pd(
+      _mm512_add_pd(_mm512_add_pd(sums[0], sums[1]), _mm512_add_pd(sums[2], sums[3])));
   const __m512 scale = _mm512_set1_ps(RmsScale(sum, n, eps));
   for (int64_t i = 0; i < n; i += 16) {
     const auto live = static_cast<__mmask16>(n - i >= 16 ? 0xffff : (1u << (n - i)) - 1);

@@ -2,8 +2,10 @@
 // float64 recomputation of the sink + window attention, and the CPU backend's
 // PagedAttentionHead. Cases: ragged batches, GQA groups 1/3/4/8/32, head_dim 64 and 128, block
 // sizes 1, 7 and 16, windows that are not a multiple of the block size, sessions many times
-// longer than the window (window blocks far from block 0), S = 0, queries before eviction starts, and
-// chunks that cross the window boundary. Outputs are poisoned (NaN) before each launch.
+// longer than the window (window blocks far from block 0), S = 0, queries before eviction starts,
+// and chunks that cross the window boundary. Outputs are poisoned (NaN) before each launch.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -11,12 +13,10 @@
 #include <random>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/quant_blocks.h"
-#include "tests/support/cuda_test_util.h"
 #include "kernels/cuda/kernels.h"
+#include "tests/support/cuda_test_util.h"
 
 namespace streamd::kernels::cuda {
 namespace {
@@ -41,12 +41,12 @@ struct Problem {
   KvPoolLayout layout;
   int32_t n_tokens = 0, q_dim = 0, q_ld = 0;
   float scale = 0;
-  std::vector<uint16_t> pool;           // one layer, f16
-  std::vector<int32_t> block_ids;       // every session's sink then window ids
+  std::vector<uint16_t> pool;      // one layer, f16
+  std::vector<int32_t> block_ids;  // every session's sink then window ids
   std::vector<SinkWindowTable> host_tables, device_tables;
   std::vector<int32_t> seq_of;
   std::vector<int64_t> positions;
-  std::vector<float> q, q_sink;         // [n, q_ld], [n, q_dim]
+  std::vector<float> q, q_sink;  // [n, q_ld], [n, q_dim]
 };
 
 Problem Make(const Case& c, DeviceArray<int32_t>** ids_out) {
@@ -123,8 +123,8 @@ std::vector<double> Reference(const Problem& pr, int32_t n_heads) {
         int32_t block, slot;
         tab.Locate(keys[i], &block, &slot);
         const uint16_t* k = pr.pool.data() + L.Offset(block, 0, kvh, slot);
-        const float* q = keys[i] < tab.sinks ? &pr.q_sink[t * pr.q_dim + h * hd]
-                                             : &pr.q[t * pr.q_ld + h * hd];
+        const float* q =
+            keys[i] < tab.sinks ? &pr.q_sink[t * pr.q_dim + h * hd] : &pr.q[t * pr.q_ld + h * hd];
         double dot = 0;
         for (int32_t d = 0; d < hd; ++d) dot += static_cast<double>(q[d]) * HalfToFloat(k[d]);
         s[i] = dot * pr.scale;

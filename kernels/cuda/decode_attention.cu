@@ -47,9 +47,9 @@ template <int kHeadDim>
 struct DecodeConfig {
   static constexpr int kWarps = kHeadDim == 128 ? 2 : 4;
   static constexpr int kBlocksPerSm = 4;  // what the registers are budgeted for (228 KB smem / 48)
-  static constexpr int kStages = 3;                       // tiles in flight + the one computed
-  static constexpr int kRowBytes = kHeadDim * 2;          // one key's K (or V), f16
-  static constexpr int kChunks = kHeadDim / 8;            // 16-byte chunks per row
+  static constexpr int kStages = 3;       // tiles in flight + the one computed
+  static constexpr int kRowBytes = kHeadDim * 2;            // one key's K (or V), f16
+  static constexpr int kChunks = kHeadDim / 8;              // 16-byte chunks per row
   static constexpr int kTileBytes = kTileKeys * kRowBytes;  // K (or V) of one tile
   static constexpr int kStageBytes = 2 * kTileBytes;        // K then V
   static constexpr int kWarpBytes = kStages * kStageBytes;
@@ -202,9 +202,9 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim>::kWarps * 32,
   // Merge the warps' states per head (log-sum-exp), then write the split's state, or the final
   // output when there is one split. The stages' bytes are reused once every warp is done.
   __syncthreads();
-  float* sh_acc = reinterpret_cast<float*>(smem);         // [kWarps][16][kHeadDim]
-  float* sh_m = sh_acc + kWarps * kTileRows * kHeadDim;   // [kWarps][16]
-  float* sh_l = sh_m + kWarps * kTileRows;                // [kWarps][16]
+  float* sh_acc = reinterpret_cast<float*>(smem);        // [kWarps][16][kHeadDim]
+  float* sh_m = sh_acc + kWarps * kTileRows * kHeadDim;  // [kWarps][16]
+  float* sh_l = sh_m + kWarps * kTileRows;               // [kWarps][16]
 #pragma unroll
   for (int n = 0; n < 2 * kDimSteps; ++n) {
 #pragma unroll
@@ -268,21 +268,20 @@ __global__ void MergeSplitsKernel(const float* part_acc, const float* part_ml, i
 
 template <int kHeadDim>
 cudaError_t Launch(const KvPoolLayout& layout, const uint16_t* layer_kv,
-                   const AttentionBatch& batch, const float* q, int64_t q_ld,
-                   const float* q_sink, const AttentionShape& shape, int32_t n_splits,
-                   int32_t keys_per_split, void* workspace, uint16_t* out,
-                   cudaStream_t stream) {
+                   const AttentionBatch& batch, const float* q, int64_t q_ld, const float* q_sink,
+                   const AttentionShape& shape, int32_t n_splits, int32_t keys_per_split,
+                   void* workspace, uint16_t* out, cudaStream_t stream) {
   const int32_t group = shape.n_heads / layout.n_kv_heads;
   const int32_t chunks = (group + kTileRows - 1) / kTileRows;
   // Partial states (only with several splits): [n_tokens, n_heads, n_splits] x (acc, then M, L).
   float* part_acc = n_splits > 1 ? static_cast<float*>(workspace) : nullptr;
-  float* part_ml = n_splits > 1 ? part_acc + static_cast<int64_t>(batch.n_tokens) *
-                                                 shape.n_heads * n_splits * kHeadDim
+  float* part_ml = n_splits > 1 ? part_acc + static_cast<int64_t>(batch.n_tokens) * shape.n_heads *
+                                                 n_splits * kHeadDim
                                 : nullptr;
   const dim3 grid(layout.n_kv_heads * chunks, n_splits, batch.n_tokens);
   DecodeAttentionKernel<kHeadDim><<<grid, DecodeConfig<kHeadDim>::kWarps * 32, 0, stream>>>(
-      layout, AsHalf(layer_kv), batch, q, q_ld, q_sink, shape.n_heads, shape.scale,
-      keys_per_split, n_splits, part_acc, part_ml, AsHalf(out));
+      layout, AsHalf(layer_kv), batch, q, q_ld, q_sink, shape.n_heads, shape.scale, keys_per_split,
+      n_splits, part_acc, part_ml, AsHalf(out));
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess || n_splits == 1) return e;
   MergeSplitsKernel<<<batch.n_tokens * shape.n_heads, kHeadDim, 0, stream>>>(
       part_acc, part_ml, n_splits, kHeadDim, AsHalf(out));
@@ -307,8 +306,8 @@ size_t DecodeAttentionWorkspaceBytes(int32_t n_tokens, int32_t n_heads, int32_t 
   return static_cast<size_t>(n_tokens) * n_heads * n_splits * (head_dim + 2) * sizeof(float);
 }
 
-int32_t ChooseDecodeSplits(int32_t n_tokens, int32_t n_kv_heads, int32_t max_keys,
-                           int32_t sm_count, int32_t* keys_per_split) {
+int32_t ChooseDecodeSplits(int32_t n_tokens, int32_t n_kv_heads, int32_t max_keys, int32_t sm_count,
+                           int32_t* keys_per_split) {
   constexpr int32_t kMinKeys = 64;
   const int64_t base = static_cast<int64_t>(n_tokens) * n_kv_heads;
   // About three blocks per SM, rounded to the nearest split count: each split adds a pass of
@@ -328,9 +327,9 @@ int32_t ChooseDecodeSplits(int32_t n_tokens, int32_t n_kv_heads, int32_t max_key
 }
 
 cudaError_t DecodeAttention(KvPoolLayout layout, const uint16_t* layer_kv, AttentionBatch batch,
-                            const float* q, int64_t q_ld, const float* q_sink,
-                            AttentionShape shape, int32_t n_splits, int32_t keys_per_split,
-                            void* workspace, uint16_t* out, cudaStream_t stream) {
+                            const float* q, int64_t q_ld, const float* q_sink, AttentionShape shape,
+                            int32_t n_splits, int32_t keys_per_split, void* workspace,
+                            uint16_t* out, cudaStream_t stream) {
   if (AttentionCanImplement(layout, shape) != nullptr || batch.n_tokens <= 0 || n_splits < 1 ||
       keys_per_split < 1 || (n_splits > 1 && workspace == nullptr)) {
     return cudaErrorInvalidValue;

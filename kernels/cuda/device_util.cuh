@@ -41,7 +41,9 @@ __device__ __forceinline__ float GroupMax(float v) {
 __host__ __device__ __forceinline__ const __half* AsHalf(const uint16_t* p) {
   return reinterpret_cast<const __half*>(p);
 }
-__host__ __device__ __forceinline__ __half* AsHalf(uint16_t* p) { return reinterpret_cast<__half*>(p); }
+__host__ __device__ __forceinline__ __half* AsHalf(uint16_t* p) {
+  return reinterpret_cast<__half*>(p);
+}
 
 // Eight halves, held as 16 raw bytes, as floats.
 __device__ __forceinline__ void HalvesToFloat8(const uint4& raw, float* out) {

@@ -1,16 +1,16 @@
-// Embedding, AddRmsNorm, RoPE with the K/V append, SwiGLU and the fill/convert helpers against plain CPU
-// references (float64 where it matters) on fresh random inputs; outputs poisoned first.
+// Embedding, AddRmsNorm, RoPE with the K/V append, SwiGLU and the fill/convert helpers against
+// plain CPU references (float64 where it matters) on fresh random inputs; outputs poisoned first.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <random>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "kernels/cpu/quant_blocks.h"
-#include "tests/support/cuda_test_util.h"
 #include "kernels/cuda/kernels.h"
+#include "tests/support/cuda_test_util.h"
 
 namespace streamd::kernels::cuda {
 namespace {
@@ -164,8 +164,7 @@ TEST(RopeAndWriteKvTest, WindowSinkAndKeyRotationsAtLargePositions) {
   EXPECT_LT(testing::RelativeError(std::vector<double>(got.begin(), got.end()), ref),
             testing::kF32Tolerance)
       << "q (k and v columns of qkv must be left as they were)";
-  EXPECT_LT(testing::RelativeError(std::vector<double>(got_sink.begin(), got_sink.end()),
-                                   ref_sink),
+  EXPECT_LT(testing::RelativeError(std::vector<double>(got_sink.begin(), got_sink.end()), ref_sink),
             testing::kF32Tolerance);
   EXPECT_LT(testing::RelativeError(got_k, ref_k), testing::kF16Tolerance) << "stored keys";
 }
@@ -211,9 +210,9 @@ TEST(RopeAndWriteKvTest, TokensLandInTheirBlocksAndSlotsAndNowhereElse) {
   DeviceArray<double> d_freq(inv_freq);
   DeviceArray<uint16_t> pool(layout.layer_elems());
   ASSERT_CUDA_OK(pool.Poison());
-  ASSERT_CUDA_OK(RopeAndWriteKv(d_qkv.get(), ld, n, 4, 64, d_pos.get(), d_cache.get(),
-                                d_freq.get(), q_sink.get(),
-                                {layout, pool.get(), tables.get(), seq_of.get()}, nullptr));
+  ASSERT_CUDA_OK(RopeAndWriteKv(d_qkv.get(), ld, n, 4, 64, d_pos.get(), d_cache.get(), d_freq.get(),
+                                q_sink.get(), {layout, pool.get(), tables.get(), seq_of.get()},
+                                nullptr));
   const std::vector<uint16_t> got = pool.Download();
   std::vector<double> got_k, ref_k;
   for (int32_t t = 0; t < n; ++t) {
@@ -247,9 +246,9 @@ TEST(RopeAndWriteKvTest, RejectsShapesItCannotServe) {
             cudaErrorInvalidValue);  // odd head_dim
   EXPECT_EQ(RopeAndWriteKv(nullptr, ld, 1, 4, 128, nullptr, nullptr, nullptr, nullptr, kv, nullptr),
             cudaErrorInvalidValue);  // the pool's head_dim differs
-  EXPECT_EQ(RopeAndWriteKv(nullptr, ld - 2, 1, 4, 64, nullptr, nullptr, nullptr, nullptr, kv,
-                           nullptr),
-            cudaErrorInvalidValue);  // rows too short for q | k | v
+  EXPECT_EQ(
+      RopeAndWriteKv(nullptr, ld - 2, 1, 4, 64, nullptr, nullptr, nullptr, nullptr, kv, nullptr),
+      cudaErrorInvalidValue);  // rows too short for q | k | v
   EXPECT_EQ(RopeAndWriteKv(nullptr, ld, 0, 4, 64, nullptr, nullptr, nullptr, nullptr, kv, nullptr),
             cudaErrorInvalidValue);  // no tokens
 }

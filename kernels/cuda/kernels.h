@@ -12,10 +12,10 @@
 // Launchers never synchronize, so a sequence of them can be captured into a CUDA graph.
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <cstddef>
 #include <cstdint>
-
-#include <cuda_runtime_api.h>
 
 #include "kernels/common/paged_kv.h"
 
@@ -98,12 +98,12 @@ size_t DecodeAttentionWorkspaceBytes(int32_t n_tokens, int32_t n_heads, int32_t 
 // Splits for a batch: about three thread blocks per SM (fewer splits stream better: each adds
 // partial states and a merge), each split at least 64 keys and a whole number of 16-key tiles.
 // Returns n_splits; *keys_per_split gets the matching split length.
-int32_t ChooseDecodeSplits(int32_t n_tokens, int32_t n_kv_heads, int32_t max_keys,
-                           int32_t sm_count, int32_t* keys_per_split);
+int32_t ChooseDecodeSplits(int32_t n_tokens, int32_t n_kv_heads, int32_t max_keys, int32_t sm_count,
+                           int32_t* keys_per_split);
 cudaError_t DecodeAttention(KvPoolLayout layout, const uint16_t* layer_kv, AttentionBatch batch,
-                            const float* q, int64_t q_ld, const float* q_sink,
-                            AttentionShape shape, int32_t n_splits, int32_t keys_per_split,
-                            void* workspace, uint16_t* out, cudaStream_t stream);
+                            const float* q, int64_t q_ld, const float* q_sink, AttentionShape shape,
+                            int32_t n_splits, int32_t keys_per_split, void* workspace,
+                            uint16_t* out, cudaStream_t stream);
 
 // Chunked prefill: a tile is up to PrefillTileQueries(group) consecutive tokens of one
 // session (first_token .. first_token + n_tokens - 1 in the batch); one thread block per
@@ -142,7 +142,7 @@ struct SampleParams {
 // softmax(logit / temperature) over them; the shortest prefix whose mass reaches top_p of the
 // total is kept; the token is the first whose cumulative mass exceeds uniform * kept mass.
 const char* SampleCanImplement(const SampleParams& params);
-cudaError_t SampleTopKTopP(const float* logits,         // [rows, vocab]
+cudaError_t SampleTopKTopP(const float* logits,  // [rows, vocab]
                            int32_t rows, int32_t vocab,
                            const SampleParams* params,  // [rows]
                            int32_t* out, cudaStream_t stream);

@@ -63,8 +63,8 @@ double g_copy_gbps = 0;
 
 void Report(const std::string& kernel, const std::string& shape, double ms, double bytes) {
   const double gbps = bytes / (ms * 1e6);
-  std::printf("%-18s %-44s %10.1f %9.1f %6.0f%%\n", kernel.c_str(), shape.c_str(), ms * 1e3,
-              gbps, 100.0 * gbps / g_copy_gbps);
+  std::printf("%-18s %-44s %10.1f %9.1f %6.0f%%\n", kernel.c_str(), shape.c_str(), ms * 1e3, gbps,
+              100.0 * gbps / g_copy_gbps);
 }
 
 double CopyBandwidth() {
@@ -103,14 +103,16 @@ void BenchDecodeAttention(const ModelShape& m, int32_t n, int32_t window, int sm
   std::vector<int32_t> seq_of(n);
   std::vector<int64_t> pos(n);
   for (int32_t s = 0; s < n; ++s) {
-    tables[s] = {d_ids + s * per_session, d_ids + s * per_session + sink_blocks, S, window, ring, B};
+    tables[s] = {
+        d_ids + s * per_session, d_ids + s * per_session + sink_blocks, S, window, ring, B};
     seq_of[s] = s;
     pos[s] = 100000 + s;  // far past S + W: every session sees S + W keys
   }
   auto* d_tables = static_cast<SinkWindowTable*>(DeviceAlloc(n * sizeof(SinkWindowTable)));
   auto* d_seq = static_cast<int32_t*>(DeviceAlloc(n * 4));
   auto* d_pos = static_cast<int64_t*>(DeviceAlloc(n * 8));
-  BENCH_CHECK(cudaMemcpy(d_tables, tables.data(), n * sizeof(SinkWindowTable), cudaMemcpyHostToDevice));
+  BENCH_CHECK(
+      cudaMemcpy(d_tables, tables.data(), n * sizeof(SinkWindowTable), cudaMemcpyHostToDevice));
   BENCH_CHECK(cudaMemcpy(d_seq, seq_of.data(), n * 4, cudaMemcpyHostToDevice));
   BENCH_CHECK(cudaMemcpy(d_pos, pos.data(), n * 8, cudaMemcpyHostToDevice));
   const int64_t q_dim = static_cast<int64_t>(m.n_heads) * m.head_dim;
@@ -126,7 +128,8 @@ void BenchDecodeAttention(const ModelShape& m, int32_t n, int32_t window, int sm
     per = (per + 15) / 16 * 16;
     splits = (S + window + per - 1) / per;
   }
-  void* ws = DeviceAlloc(std::max<size_t>(1, DecodeAttentionWorkspaceBytes(n, m.n_heads, m.head_dim, splits)));
+  void* ws = DeviceAlloc(
+      std::max<size_t>(1, DecodeAttentionWorkspaceBytes(n, m.n_heads, m.head_dim, splits)));
   const AttentionBatch batch{d_tables, d_seq, d_pos, n};
   const AttentionShape shape{m.n_heads, m.head_dim, 0.088f};
   const double ms = TimeMs([&] {
@@ -136,7 +139,8 @@ void BenchDecodeAttention(const ModelShape& m, int32_t n, int32_t window, int sm
   const double kv = static_cast<double>(n) * (S + window) * m.n_kv_heads * m.head_dim * 2 * 2;
   char desc[128];
   std::snprintf(desc, sizeof desc, "%s sessions=%d W=%d splits=%d", m.name, n, window, splits);
-  Report(forced_splits > 0 ? "decode_attn_sweep" : "decode_attention", desc, ms, kv + n * q_dim * (8.0 + 2.0));
+  Report(forced_splits > 0 ? "decode_attn_sweep" : "decode_attention", desc, ms,
+         kv + n * q_dim * (8.0 + 2.0));
   for (void* p : {static_cast<void*>(pool), static_cast<void*>(d_ids), static_cast<void*>(d_tables),
                   static_cast<void*>(d_seq), static_cast<void*>(d_pos), static_cast<void*>(q),
                   static_cast<void*>(q_sink), static_cast<void*>(out), ws}) {
@@ -163,7 +167,8 @@ void BenchPrefillAttention(const ModelShape& m, int32_t n, int32_t chunk, int32_
   for (int32_t s = 0; s < n; ++s) {
     tables[s] = {d_ids + s * per_session, d_ids + s * per_session + 1, S, window, ring, B};
     for (int32_t i = 0; i < chunk; ++i) {
-      if (i % per == 0) tiles.push_back({static_cast<int32_t>(seq_of.size()), std::min(per, chunk - i)});
+      if (i % per == 0)
+        tiles.push_back({static_cast<int32_t>(seq_of.size()), std::min(per, chunk - i)});
       seq_of.push_back(s);
       pos.push_back(S + window + i);
     }
@@ -173,27 +178,31 @@ void BenchPrefillAttention(const ModelShape& m, int32_t n, int32_t chunk, int32_
   auto* d_seq = static_cast<int32_t*>(DeviceAlloc(n_tok * 4));
   auto* d_pos = static_cast<int64_t*>(DeviceAlloc(n_tok * 8));
   auto* d_tiles = static_cast<PrefillTile*>(DeviceAlloc(tiles.size() * sizeof(PrefillTile)));
-  BENCH_CHECK(cudaMemcpy(d_tables, tables.data(), n * sizeof(SinkWindowTable), cudaMemcpyHostToDevice));
+  BENCH_CHECK(
+      cudaMemcpy(d_tables, tables.data(), n * sizeof(SinkWindowTable), cudaMemcpyHostToDevice));
   BENCH_CHECK(cudaMemcpy(d_seq, seq_of.data(), n_tok * 4, cudaMemcpyHostToDevice));
   BENCH_CHECK(cudaMemcpy(d_pos, pos.data(), n_tok * 8, cudaMemcpyHostToDevice));
-  BENCH_CHECK(cudaMemcpy(d_tiles, tiles.data(), tiles.size() * sizeof(PrefillTile), cudaMemcpyHostToDevice));
+  BENCH_CHECK(cudaMemcpy(d_tiles, tiles.data(), tiles.size() * sizeof(PrefillTile),
+                         cudaMemcpyHostToDevice));
   const int64_t q_dim = static_cast<int64_t>(m.n_heads) * m.head_dim;
   float* q = static_cast<float*>(DeviceAlloc(n_tok * q_dim * 4));
   float* q_sink = static_cast<float*>(DeviceAlloc(n_tok * q_dim * 4));
   uint16_t* out = static_cast<uint16_t*>(DeviceAlloc(n_tok * q_dim * 2));
   const AttentionBatch batch{d_tables, d_seq, d_pos, n_tok};
   const AttentionShape shape{m.n_heads, m.head_dim, 0.088f};
-  const double ms = TimeMs([&] {
-    return PrefillAttention(layout, pool, batch, d_tiles, static_cast<int32_t>(tiles.size()), q,
-                            q_dim, q_sink, shape, out, nullptr);
-  }, 5);
+  const double ms = TimeMs(
+      [&] {
+        return PrefillAttention(layout, pool, batch, d_tiles, static_cast<int32_t>(tiles.size()), q,
+                                q_dim, q_sink, shape, out, nullptr);
+      },
+      5);
   // Bytes: each tile streams its keys' K and V once (S + W + tile - 1 keys).
-  const double kv =
-      static_cast<double>(tiles.size()) * (S + window + per - 1) * m.n_kv_heads * m.head_dim * 2 * 2;
+  const double kv = static_cast<double>(tiles.size()) * (S + window + per - 1) * m.n_kv_heads *
+                    m.head_dim * 2 * 2;
   const double flops = 4.0 * n_tok * (S + window) * q_dim;
   char desc[128];
-  std::snprintf(desc, sizeof desc, "%s sessions=%d chunk=%d W=%d (%.1f TFLOP/s)", m.name, n,
-                chunk, window, flops / (ms * 1e9));
+  std::snprintf(desc, sizeof desc, "%s sessions=%d chunk=%d W=%d (%.1f TFLOP/s)", m.name, n, chunk,
+                window, flops / (ms * 1e9));
   Report("prefill_attention", desc, ms, kv);
   for (void* p : {static_cast<void*>(pool), static_cast<void*>(d_ids), static_cast<void*>(d_tables),
                   static_cast<void*>(d_seq), static_cast<void*>(d_pos), static_cast<void*>(d_tiles),
@@ -210,7 +219,8 @@ void BenchElementwise(const ModelShape& m, int32_t n) {
   float* delta = static_cast<float*>(DeviceAlloc(static_cast<size_t>(n) * m.dim * 4));
   float* w = static_cast<float*>(DeviceAlloc(m.dim * 4));
   uint16_t* xb = static_cast<uint16_t*>(DeviceAlloc(static_cast<size_t>(n) * m.dim * 2));
-  double ms = TimeMs([&] { return AddRmsNorm(x, delta, w, 1e-5f, n, m.dim, nullptr, xb, nullptr); });
+  double ms =
+      TimeMs([&] { return AddRmsNorm(x, delta, w, 1e-5f, n, m.dim, nullptr, xb, nullptr); });
   Report("add_rmsnorm", desc, ms, static_cast<double>(n) * m.dim * (4 + 4 + 4 + 2));
 
   float* gu = static_cast<float*>(DeviceAlloc(static_cast<size_t>(n) * 2 * m.ffn * 4));
@@ -219,7 +229,8 @@ void BenchElementwise(const ModelShape& m, int32_t n) {
   Report("swiglu", desc, ms, static_cast<double>(n) * m.ffn * (8 + 2));
 
   float* qkv = static_cast<float*>(DeviceAlloc(static_cast<size_t>(n) * ld * 4));
-  float* q_sink = static_cast<float*>(DeviceAlloc(static_cast<size_t>(n) * m.n_heads * m.head_dim * 4));
+  float* q_sink =
+      static_cast<float*>(DeviceAlloc(static_cast<size_t>(n) * m.n_heads * m.head_dim * 4));
   auto* pos = static_cast<int64_t*>(DeviceAlloc(n * 8));
   auto* freq = static_cast<double*>(DeviceAlloc(m.head_dim / 2 * 8));
   const int32_t per_block = 16;
@@ -246,7 +257,8 @@ void BenchElementwise(const ModelShape& m, int32_t n) {
   Report("rope_write_kv", desc, ms,
          static_cast<double>(n) * (q_dim * 3 * 4 + kv_dim * 2 * (4 + 2)));
 
-  uint16_t* table_f16 = static_cast<uint16_t*>(DeviceAlloc(static_cast<size_t>(m.vocab) * m.dim * 2));
+  uint16_t* table_f16 =
+      static_cast<uint16_t*>(DeviceAlloc(static_cast<size_t>(m.vocab) * m.dim * 2));
   auto* tokens = static_cast<int32_t*>(DeviceAlloc(n * 4));
   ms = TimeMs([&] { return EmbeddingLookup(table_f16, tokens, n, m.dim, x, nullptr); });
   Report("embedding", desc, ms, static_cast<double>(n) * m.dim * (2 + 4));
@@ -257,7 +269,8 @@ void BenchElementwise(const ModelShape& m, int32_t n) {
   Report("argmax", desc, ms, static_cast<double>(n) * m.vocab * 4);
   std::vector<SampleParams> params(n, SampleParams{0.8f, 40, 0.95f, 0.5f});
   auto* d_params = static_cast<SampleParams*>(DeviceAlloc(n * sizeof(SampleParams)));
-  BENCH_CHECK(cudaMemcpy(d_params, params.data(), n * sizeof(SampleParams), cudaMemcpyHostToDevice));
+  BENCH_CHECK(
+      cudaMemcpy(d_params, params.data(), n * sizeof(SampleParams), cudaMemcpyHostToDevice));
   // Random logits: radix select's passes depend on the values.
   std::vector<float> host(static_cast<size_t>(n) * m.vocab);
   std::mt19937 rng(5);
@@ -267,13 +280,14 @@ void BenchElementwise(const ModelShape& m, int32_t n) {
   ms = TimeMs([&] { return SampleTopKTopP(logits, n, m.vocab, d_params, ids_out, nullptr); });
   Report("top_k_top_p", desc, ms, static_cast<double>(n) * m.vocab * 4 * 6);  // ~6 row passes
 
-  for (void* p : {static_cast<void*>(x), static_cast<void*>(delta), static_cast<void*>(w),
-                  static_cast<void*>(xb), static_cast<void*>(gu), static_cast<void*>(h),
-                  static_cast<void*>(qkv), static_cast<void*>(q_sink), static_cast<void*>(pos),
-                  static_cast<void*>(freq), static_cast<void*>(pool), static_cast<void*>(d_ids),
-                  static_cast<void*>(d_table), static_cast<void*>(seq), static_cast<void*>(table_f16),
-                  static_cast<void*>(tokens), static_cast<void*>(logits),
-                  static_cast<void*>(ids_out), static_cast<void*>(d_params)}) {
+  for (void* p :
+       {static_cast<void*>(x), static_cast<void*>(delta), static_cast<void*>(w),
+        static_cast<void*>(xb), static_cast<void*>(gu), static_cast<void*>(h),
+        static_cast<void*>(qkv), static_cast<void*>(q_sink), static_cast<void*>(pos),
+        static_cast<void*>(freq), static_cast<void*>(pool), static_cast<void*>(d_ids),
+        static_cast<void*>(d_table), static_cast<void*>(seq), static_cast<void*>(table_f16),
+        static_cast<void*>(tokens), static_cast<void*>(logits), static_cast<void*>(ids_out),
+        static_cast<void*>(d_params)}) {
     BENCH_CHECK(cudaFree(p));
   }
 }
@@ -301,7 +315,8 @@ int Main(int argc, char** argv) {
   // How the split count moves the target shapes (ChooseDecodeSplits' choice is the line above).
   if (!quick) {
     for (int32_t n : {64, 256}) {
-      for (int32_t splits : {1, 2, 3, 4, 6}) BenchDecodeAttention(kLlama8B, n, 1020, sm_count, splits);
+      for (int32_t splits : {1, 2, 3, 4, 6})
+        BenchDecodeAttention(kLlama8B, n, 1020, sm_count, splits);
     }
     for (int32_t splits : {1, 2, 4, 8}) BenchDecodeAttention(kSmol, 64, 1020, sm_count, splits);
   }

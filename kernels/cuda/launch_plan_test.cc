@@ -1,7 +1,7 @@
 // Host-side planning helpers of the attention launchers (no device needed: runs everywhere).
-#include <algorithm>
-
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 #include "kernels/cuda/kernels.h"
 
@@ -24,7 +24,7 @@ TEST(LaunchPlanTest, DecodeSplitsCoverEveryKeyWithEnoughKeysPerSplit) {
     }
   }
   int32_t per = 0;
-  EXPECT_GT(ChooseDecodeSplits(1, 8, 4096, 132, &per), 1);   // one session still fills the GPU
+  EXPECT_GT(ChooseDecodeSplits(1, 8, 4096, 132, &per), 1);    // one session still fills the GPU
   EXPECT_EQ(ChooseDecodeSplits(256, 8, 1024, 132, &per), 1);  // enough blocks already
 }
 

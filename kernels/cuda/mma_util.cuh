@@ -111,9 +111,8 @@ __device__ __forceinline__ void ScoreKeys16(uint32_t k_tile, int key0,
 #pragma unroll
   for (int step = 0; step < kDimSteps; ++step) {
     uint32_t b[4];
-    LoadMatrixX4(k_tile + SwizzledOffset<kRowBytes>(key0 + (mat / 2) * 8 + mat_row,
-                                                    2 * step + mat % 2),
-                 b);
+    LoadMatrixX4(
+        k_tile + SwizzledOffset<kRowBytes>(key0 + (mat / 2) * 8 + mat_row, 2 * step + mat % 2), b);
     Mma16x8x16(s0, qa[step], b[0], b[1]);
     Mma16x8x16(s1, qa[step], b[2], b[3]);
   }
@@ -170,9 +169,8 @@ __device__ __forceinline__ void AccumulatePv(uint32_t v_tile, int key0, const fl
 #pragma unroll
   for (int step = 0; step < kDimSteps; ++step) {
     uint32_t b[4];
-    LoadMatrixX4Transposed(v_tile + SwizzledOffset<kRowBytes>(key0 + (mat % 2) * 8 + mat_row,
-                                                              2 * step + mat / 2),
-                           b);
+    LoadMatrixX4Transposed(
+        v_tile + SwizzledOffset<kRowBytes>(key0 + (mat % 2) * 8 + mat_row, 2 * step + mat / 2), b);
     Mma16x8x16(acc[2 * step], pa, b[0], b[1]);
     Mma16x8x16(acc[2 * step + 1], pa, b[2], b[3]);
   }

@@ -107,8 +107,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       tile_range(j, &first, &end);
       long long row_offset = -1;
       if (lane < 8) {
-        const int row = (lane / Config::kWarpRows) * Config::kCopyRows +
-                        warp * Config::kWarpRows + lane % Config::kWarpRows;
+        const int row = (lane / Config::kWarpRows) * Config::kCopyRows + warp * Config::kWarpRows +
+                        lane % Config::kWarpRows;
         if (first + row < end) {
           int32_t block, slot;
           table.Locate(first + row, &block, &slot);
@@ -179,9 +179,9 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int e = 0; e < 4; ++e) {
         const int h = e / 2;
         const int64_t key = first + n * 8 + 2 * c + (e % 2);
-        const bool visible = row_valid[h] && key < end &&
-                             (kind == 0 ? key < row_sinks[h]
-                                        : key >= row_window[h] && key <= row_p[h]);
+        const bool visible =
+            row_valid[h] && key < end &&
+            (kind == 0 ? key < row_sinks[h] : key >= row_window[h] && key <= row_p[h]);
         if (!visible) s[n][e] = -INFINITY;
       }
     }
@@ -216,8 +216,8 @@ int32_t PrefillTileQueries(int32_t group) {
 
 cudaError_t PrefillAttention(KvPoolLayout layout, const uint16_t* layer_kv, AttentionBatch batch,
                              const PrefillTile* tiles, int32_t n_tiles, const float* q,
-                             int64_t q_ld, const float* q_sink, AttentionShape shape,
-                             uint16_t* out, cudaStream_t stream) {
+                             int64_t q_ld, const float* q_sink, AttentionShape shape, uint16_t* out,
+                             cudaStream_t stream) {
   if (AttentionCanImplement(layout, shape) != nullptr || n_tiles <= 0) {
     return cudaErrorInvalidValue;
   }
@@ -225,13 +225,13 @@ cudaError_t PrefillAttention(KvPoolLayout layout, const uint16_t* layer_kv, Atte
   const int32_t chunks = (group + kHeadsPerBlock - 1) / kHeadsPerBlock;
   const dim3 grid(layout.n_kv_heads * chunks, n_tiles);
   if (shape.head_dim == 64) {
-    PrefillAttentionKernel<64><<<grid, kWarps * 32, 0, stream>>>(
-        layout, AsHalf(layer_kv), batch, tiles, q, q_ld, q_sink, shape.n_heads, shape.scale,
-        AsHalf(out));
+    PrefillAttentionKernel<64>
+        <<<grid, kWarps * 32, 0, stream>>>(layout, AsHalf(layer_kv), batch, tiles, q, q_ld, q_sink,
+                                           shape.n_heads, shape.scale, AsHalf(out));
   } else {
-    PrefillAttentionKernel<128><<<grid, kWarps * 32, 0, stream>>>(
-        layout, AsHalf(layer_kv), batch, tiles, q, q_ld, q_sink, shape.n_heads, shape.scale,
-        AsHalf(out));
+    PrefillAttentionKernel<128>
+        <<<grid, kWarps * 32, 0, stream>>>(layout, AsHalf(layer_kv), batch, tiles, q, q_ld, q_sink,
+                                           shape.n_heads, shape.scale, AsHalf(out));
   }
   return cudaGetLastError();
 }

@@ -50,11 +50,9 @@ __global__ void AddRmsNormKernel(float* x, const float* delta, const float* weig
 }  // namespace
 
 cudaError_t AddRmsNorm(float* x, const float* delta, const float* weight, float eps, int32_t n,
-                       int32_t dim, const int32_t* out_rows, uint16_t* out,
-                       cudaStream_t stream) {
+                       int32_t dim, const int32_t* out_rows, uint16_t* out, cudaStream_t stream) {
   if (n <= 0 || dim <= 0 || dim > kThreads * kMaxPerThread) return cudaErrorInvalidValue;
-  AddRmsNormKernel<<<n, kThreads, 0, stream>>>(x, delta, weight, eps, dim, out_rows,
-                                               AsHalf(out));
+  AddRmsNormKernel<<<n, kThreads, 0, stream>>>(x, delta, weight, eps, dim, out_rows, AsHalf(out));
   return cudaGetLastError();
 }
 

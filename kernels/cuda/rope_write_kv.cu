@@ -26,8 +26,8 @@ __device__ __forceinline__ float2 Rotated(float2 v, float2 cs) {
 __global__ void __launch_bounds__(kThreads)
     RopeWriteKvKernel(float* qkv, int64_t ld, int32_t n_heads, int32_t head_dim,
                       const int64_t* positions, const int64_t* cache_positions,
-                      const double* inv_freq, float* q_sink, KvPoolLayout layout,
-                      __half* layer_kv, const SinkWindowTable* tables, const int32_t* seq_of) {
+                      const double* inv_freq, float* q_sink, KvPoolLayout layout, __half* layer_kv,
+                      const SinkWindowTable* tables, const int32_t* seq_of) {
   __shared__ float2 rot[kMaxPairs];       // (cos, sin) at the text position
   __shared__ float2 rot_sink[kMaxPairs];  // at the cache position
   const int64_t t = blockIdx.x;

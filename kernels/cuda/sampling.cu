@@ -66,8 +66,7 @@ __global__ void ArgmaxKernel(const float* logits, int32_t vocab, int32_t* out) {
 }
 
 __global__ void __launch_bounds__(kThreads)
-    TopKTopPKernel(const float* logits, int32_t vocab, const SampleParams* params,
-                   int32_t* out) {
+    TopKTopPKernel(const float* logits, int32_t vocab, const SampleParams* params, int32_t* out) {
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * vocab;
   const SampleParams prm = params[blockIdx.x];
   const int32_t k = min(prm.top_k, vocab);

@@ -1,16 +1,16 @@
 // Argmax and top-k / top-p sampling on the device against float64 CPU references on fresh
 // random logits (with planted ties and -inf entries); the draws use given uniforms, so both
 // sides make the same choice unless a uniform falls within 1e-6 of a cumulative boundary.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
 #include <vector>
 
-#include <gtest/gtest.h>
-
-#include "tests/support/cuda_test_util.h"
 #include "kernels/cuda/kernels.h"
+#include "tests/support/cuda_test_util.h"
 
 namespace streamd::kernels::cuda {
 namespace {
@@ -41,7 +41,8 @@ int32_t ReferenceSample(const float* row, int32_t vocab, const SampleParams& p) 
   const int32_t k = std::min(p.top_k, vocab);
   std::vector<double> w(k);
   double total = 0;
-  for (int32_t c = 0; c < k; ++c) total += w[c] = std::exp((row[idx[c]] - row[idx[0]]) / p.temperature);
+  for (int32_t c = 0; c < k; ++c)
+    total += w[c] = std::exp((row[idx[c]] - row[idx[0]]) / p.temperature);
   double kept = 0;
   int32_t n = 0;
   while (n < k) {

@@ -24,8 +24,7 @@ cudaError_t SwiGlu(const float* gate_up, int32_t n, int32_t ffn, uint16_t* out,
   if (n <= 0 || ffn <= 0) return cudaErrorInvalidValue;
   const int64_t total = static_cast<int64_t>(n) * ffn;
   const int64_t blocks = CeilDiv(total, 256) < 65535 ? CeilDiv(total, 256) : 65535;
-  SwiGluKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(gate_up, total, ffn,
-                                                                 AsHalf(out));
+  SwiGluKernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(gate_up, total, ffn, AsHalf(out));
   return cudaGetLastError();
 }
 

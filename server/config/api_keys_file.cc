@@ -18,7 +18,8 @@ namespace {
 StatusOr<int32_t> Count(const YAML::Node& node, const std::string& path) {
   if (!node.IsScalar()) return InvalidArgumentError(path + " must be a number");
   const std::string text = node.Scalar();
-  if (text.empty() || text.size() > 7 || text.find_first_not_of("0123456789") != std::string::npos) {
+  if (text.empty() || text.size() > 7 ||
+      text.find_first_not_of("0123456789") != std::string::npos) {
     return InvalidArgumentError(path + " = " + text + " is not a whole number in [0, 1000000]");
   }
   const int value = std::stoi(text);
@@ -160,7 +161,8 @@ StatusOr<ApiKeys> LoadApiKeysFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const int err = errno;
-    const std::string why = "auth.keys_file " + path + ": cannot be read (" + std::strerror(err) + ")";
+    const std::string why =
+        "auth.keys_file " + path + ": cannot be read (" + std::strerror(err) + ")";
     return err == EACCES ? Status(StatusCode::kPermissionDenied, why) : NotFoundError(why);
   }
   std::ostringstream text;

@@ -12,14 +12,18 @@ const std::string kHashA(64, 'a');
 const std::string kHashB = "9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08";
 
 TEST(ApiKeysFileTest, ParsesKeysRolesAndQuotas) {
-  const std::string text = "tenants:\n"
-                           "  acme: {max_sessions: 10, max_generations: 2, max_kv_blocks: 300,"
-                           " tokens_per_second: 50}\n"
-                           "keys:\n"
-                           "  - tenant: acme\n"
-                           "    role: user\n"
-                           "    sha256: " + kHashA + "\n"
-                           "  - {tenant: ops.team_1, role: admin, sha256: " + kHashB + "}\n";
+  const std::string text =
+      "tenants:\n"
+      "  acme: {max_sessions: 10, max_generations: 2, max_kv_blocks: 300,"
+      " tokens_per_second: 50}\n"
+      "keys:\n"
+      "  - tenant: acme\n"
+      "    role: user\n"
+      "    sha256: " +
+      kHashA +
+      "\n"
+      "  - {tenant: ops.team_1, role: admin, sha256: " +
+      kHashB + "}\n";
   auto keys = ParseApiKeys(text, "keys.yaml");
   ASSERT_TRUE(keys.ok()) << keys.status().ToString();
   ASSERT_EQ(keys->keys.size(), 2u);
@@ -74,7 +78,8 @@ TEST(ApiKeysFileTest, EveryMistakeNamesTheEntryAndTheField) {
     EXPECT_NE(keys.status().message().find("auth.keys_file k.yaml: "), std::string::npos)
         << keys.status().message();
     EXPECT_NE(keys.status().message().find(c.expect), std::string::npos)
-        << "text:\n" << c.text << "message: " << keys.status().message();
+        << "text:\n"
+        << c.text << "message: " << keys.status().message();
   }
 }
 

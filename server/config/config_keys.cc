@@ -232,8 +232,8 @@ std::vector<ConfigKey> MakeKeys() {
       DurationKey("server.open_timeout", STREAMD_FIELD(server.open_timeout), 0, 10 * kMinute));
   k.push_back(DurationKey("server.max_connection_idle", STREAMD_FIELD(server.max_connection_idle),
                           0, 365 * kDay));
-  k.push_back(DurationKey("server.max_connection_age", STREAMD_FIELD(server.max_connection_age),
-                          0, 365 * kDay));
+  k.push_back(DurationKey("server.max_connection_age", STREAMD_FIELD(server.max_connection_age), 0,
+                          365 * kDay));
   k.push_back(DurationKey("server.max_connection_age_grace",
                           STREAMD_FIELD(server.max_connection_age_grace), 0, 365 * kDay));
   k.push_back(DurationKey("server.handshake_timeout", STREAMD_FIELD(server.handshake_timeout), 100,
@@ -248,8 +248,7 @@ std::vector<ConfigKey> MakeKeys() {
   k.push_back(PathKey("server.tls.client_ca_file", STREAMD_FIELD(server.tls.client_ca_file)));
   k.push_back(WholeSecondsKey("server.tls.reload_interval",
                               STREAMD_FIELD(server.tls.reload_interval), 1000, kDay));
-  k.push_back(PathKey("server.metrics_tls.cert_file",
-                      STREAMD_FIELD(server.metrics_tls.cert_file)));
+  k.push_back(PathKey("server.metrics_tls.cert_file", STREAMD_FIELD(server.metrics_tls.cert_file)));
   k.push_back(PathKey("server.metrics_tls.key_file", STREAMD_FIELD(server.metrics_tls.key_file)));
   k.push_back(PathKey("server.metrics_tls.client_ca_file",
                       STREAMD_FIELD(server.metrics_tls.client_ca_file)));
@@ -257,8 +256,7 @@ std::vector<ConfigKey> MakeKeys() {
   k.push_back(PathKey("auth.keys_file", STREAMD_FIELD(auth.keys_file)));
   k.push_back(BoolKey("auth.allow_insecure", STREAMD_FIELD(auth.allow_insecure)));
   k.push_back(BoolKey("auth.health_requires_key", STREAMD_FIELD(auth.health_requires_key)));
-  k.push_back(
-      BoolKey("auth.reflection_requires_key", STREAMD_FIELD(auth.reflection_requires_key)));
+  k.push_back(BoolKey("auth.reflection_requires_key", STREAMD_FIELD(auth.reflection_requires_key)));
   // model
   k.push_back({"model.path",
                [](std::string_view v, ServerConfig& c) -> Status {
@@ -308,10 +306,10 @@ std::vector<ConfigKey> MakeKeys() {
                [](const ServerConfig& c) { return c.sessions.snapshot_dir; }});
   k.push_back(DurationKey("sessions.snapshot_interval", STREAMD_FIELD(sessions.snapshot_interval),
                           0, 60 * kMinute));
-  k.push_back(DurationKey("sessions.offload_after", STREAMD_FIELD(sessions.offload_after), 0,
-                          365 * kDay));
-  k.push_back(DurationKey("sessions.resume_wait", STREAMD_FIELD(sessions.resume_wait),
-                          100, 5 * kMinute));
+  k.push_back(
+      DurationKey("sessions.offload_after", STREAMD_FIELD(sessions.offload_after), 0, 365 * kDay));
+  k.push_back(
+      DurationKey("sessions.resume_wait", STREAMD_FIELD(sessions.resume_wait), 100, 5 * kMinute));
   k.push_back(BoolKey("sessions.restore_on_start", STREAMD_FIELD(sessions.restore_on_start)));
   k.push_back(SizeKey("sessions.max_snapshot_bytes", STREAMD_FIELD(sessions.max_snapshot_bytes),
                       kMiB, 64 * kGiB));

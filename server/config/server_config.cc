@@ -224,8 +224,8 @@ std::optional<KeyError> CheckKeysAndCombinations(const ServerConfig& c) {
     }
     if (!client_ca.empty() && cert.empty()) {
       return KeyError{prefix + ".client_ca_file",
-                      prefix + ".client_ca_file is set but " + prefix + ".cert_file and " +
-                          prefix + ".key_file are not: mTLS is TLS with client certificates"};
+                      prefix + ".client_ca_file is set but " + prefix + ".cert_file and " + prefix +
+                          ".key_file are not: mTLS is TLS with client certificates"};
     }
     return std::nullopt;
   };
@@ -239,8 +239,9 @@ std::optional<KeyError> CheckKeysAndCombinations(const ServerConfig& c) {
   }
   // A key can only be required where there are keys; without a keys file every caller is the
   // anonymous admin and the setting would silently change nothing.
-  for (const auto& [key, set] : {std::pair{"auth.health_requires_key", c.auth.health_requires_key},
-                                 {"auth.reflection_requires_key", c.auth.reflection_requires_key}}) {
+  for (const auto& [key, set] :
+       {std::pair{"auth.health_requires_key", c.auth.health_requires_key},
+        {"auth.reflection_requires_key", c.auth.reflection_requires_key}}) {
     if (set && c.auth.keys_file.empty()) {
       return KeyError{key, std::string(key) +
                                " = true needs auth.keys_file: without API keys there is no key "
@@ -285,11 +286,11 @@ StatusOr<ServerConfig> LoadServerConfig(const std::string& yaml_path,
   }
   config.model.path = config::ExpandHome(config.model.path);
   config.sessions.snapshot_dir = config::ExpandHome(config.sessions.snapshot_dir);
-  for (std::string* path : {&config.server.tls.cert_file, &config.server.tls.key_file,
-                            &config.server.tls.client_ca_file, &config.server.metrics_tls.cert_file,
-                            &config.server.metrics_tls.key_file,
-                            &config.server.metrics_tls.client_ca_file, &config.auth.keys_file,
-                            &config.model.plan}) {
+  for (std::string* path :
+       {&config.server.tls.cert_file, &config.server.tls.key_file,
+        &config.server.tls.client_ca_file, &config.server.metrics_tls.cert_file,
+        &config.server.metrics_tls.key_file, &config.server.metrics_tls.client_ca_file,
+        &config.auth.keys_file, &config.model.plan}) {
     *path = config::ExpandHome(*path);
   }
   if (const std::optional<KeyError> error = CheckKeysAndCombinations(config)) {

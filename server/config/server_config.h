@@ -62,23 +62,23 @@ struct SamplingDefaults {
 
 struct ServerConfig {
   struct Server {
-    std::string listen_address = "127.0.0.1:50051";    // gRPC; host:port, [v6]:port, unix:/path
-    std::string metrics_address = "127.0.0.1:9464";    // Prometheus /metrics over HTTP; host:port
+    std::string listen_address = "127.0.0.1:50051";  // gRPC; host:port, [v6]:port, unix:/path
+    std::string metrics_address = "127.0.0.1:9464";  // Prometheus /metrics over HTTP; host:port
     // The OpenAI-compatible HTTP API (docs/HTTP.md); host:port, "" = off.
     std::string http_address;
     int64_t max_receive_message_bytes = 4LL << 20;     // [1KiB, 1GiB]
     int64_t max_send_message_bytes = 4LL << 20;        // [1KiB, 1GiB]
     std::chrono::milliseconds shutdown_grace{30'000};  // generations may finish; [0, 10m]
     // The transport's limits on what one client may hold (server_options.h: TransportOptions).
-    int32_t max_streams_per_connection = 100;               // [1, 65536]
-    std::chrono::milliseconds open_timeout{10'000};         // no session yet -> ended; 0 = never
+    int32_t max_streams_per_connection = 100;                // [1, 65536]
+    std::chrono::milliseconds open_timeout{10'000};          // no session yet -> ended; 0 = never
     std::chrono::milliseconds max_connection_idle{600'000};  // no streams -> closed; 0 = never
     std::chrono::milliseconds max_connection_age{0};         // -> GOAWAY; 0 = never
     std::chrono::milliseconds max_connection_age_grace{300'000};
-    std::chrono::milliseconds handshake_timeout{10'000};    // [100ms, 10m]
-    int64_t grpc_memory_limit = 1LL << 30;                  // gRPC's buffers; [16MiB, 1TiB]
-    std::chrono::milliseconds min_ping_interval{10'000};    // client pings without data
-    int32_t max_ping_strikes = 2;                           // then GOAWAY; [1, 100]
+    std::chrono::milliseconds handshake_timeout{10'000};  // [100ms, 10m]
+    int64_t grpc_memory_limit = 1LL << 30;                // gRPC's buffers; [16MiB, 1TiB]
+    std::chrono::milliseconds min_ping_interval{10'000};  // client pings without data
+    int32_t max_ping_strikes = 2;                         // then GOAWAY; [1, 100]
     // TLS on listen_address (docs/SECURITY.md). Paths; a leading "~/" is expanded to $HOME.
     struct Tls {
       std::string cert_file;       // PEM chain; empty = plaintext; set with key_file
@@ -139,7 +139,7 @@ struct ServerConfig {
     int32_t max_sinks = 64;         // [0, 65536]
     int32_t max_window = 8188;      // also capped by the model's context minus sinks; [1, 1048576]
     int32_t max_sessions = 4096;    // open sessions, admitted or waiting; [1, 1000000]
-    int64_t max_pending_tokens = 1LL << 20;           // appended, not yet prefilled, per session
+    int64_t max_pending_tokens = 1LL << 20;  // appended, not yet prefilled, per session
     // A detached session is closed for good (its snapshot deleted) after this; 0 = never.
     std::chrono::milliseconds idle_timeout{7LL * 24 * 3600 * 1000};
     // Durable sessions (docs/SESSIONS.md). Empty snapshot_dir = memory only. A leading "~/"
@@ -149,12 +149,12 @@ struct ServerConfig {
     std::chrono::milliseconds offload_after{600'000};   // detached -> disk (or closed); 0 = never
     // A Resume meeting an offload or load in flight waits at most this, then UNAVAILABLE.
     std::chrono::milliseconds resume_wait{10'000};
-    bool restore_on_start = true;                       // read snapshots back at start
-    int64_t max_snapshot_bytes = 1LL << 30;              // ImportSession; [1MiB, 64GiB]
+    bool restore_on_start = true;            // read snapshots back at start
+    int64_t max_snapshot_bytes = 1LL << 30;  // ImportSession; [1MiB, 64GiB]
     int32_t max_transfers = 4;  // ExportSession + ImportSession calls at once; [1, 1024]
     std::chrono::milliseconds admission_timeout{10'000};  // wait for KV blocks; 0 = fail at once
-    int32_t max_waiting_opens = 1024;  // Opens waiting for blocks at once; [1, 1000000]
-    float max_detached_share = 0.5f;   // of the pool, per client's detached sessions; (0, 1]
+    int32_t max_waiting_opens = 1024;      // Opens waiting for blocks at once; [1, 1000000]
+    float max_detached_share = 0.5f;       // of the pool, per client's detached sessions; (0, 1]
     int32_t max_queued_tokens = 1024;      // undelivered tokens per stream before it is cut as slow
     int64_t max_append_bytes = 1LL << 20;  // Append.text; [1, server.max_receive_message_bytes]
     int32_t max_append_tokens = 65536;     // Append.tokens; [1, max_pending_tokens]

@@ -146,10 +146,10 @@ TEST(ServerConfigTest, EveryFieldHasAKey) {
   // A nested struct is one field of its parent and its own fields are the keys.
   constexpr size_t kLeaves =
       FieldCount<ServerConfig::Server>() - 2 + FieldCount<ServerConfig::Server::Tls>() +
-      FieldCount<ServerConfig::Server::MetricsTls>() +
-      FieldCount<ServerConfig::Auth>() + FieldCount<ServerConfig::Model>() +
-      FieldCount<ServerConfig::Engine>() + FieldCount<ServerConfig::Sessions>() - 1 +
-      FieldCount<SamplingDefaults>() + FieldCount<ServerConfig::Logging>();
+      FieldCount<ServerConfig::Server::MetricsTls>() + FieldCount<ServerConfig::Auth>() +
+      FieldCount<ServerConfig::Model>() + FieldCount<ServerConfig::Engine>() +
+      FieldCount<ServerConfig::Sessions>() - 1 + FieldCount<SamplingDefaults>() +
+      FieldCount<ServerConfig::Logging>();
   EXPECT_EQ(ServerConfigKeys().size(), kLeaves);
 }
 
@@ -298,10 +298,10 @@ TEST(ServerConfigTest, TlsKeys) {
               d.server.tls.client_ca_file.empty());
   EXPECT_EQ(d.server.tls.reload_interval, milliseconds(60'000));
   EXPECT_FALSE(d.auth.allow_insecure);
-  auto c = LoadServerConfig("", {"--server.tls.cert_file=/etc/s/cert.pem",
-                                 "--server.tls.key_file=~/key.pem",
-                                 "--server.tls.client_ca_file=/etc/s/ca.pem",
-                                 "--server.tls.reload_interval=2s", "--auth.allow_insecure=true"});
+  auto c = LoadServerConfig(
+      "", {"--server.tls.cert_file=/etc/s/cert.pem", "--server.tls.key_file=~/key.pem",
+           "--server.tls.client_ca_file=/etc/s/ca.pem", "--server.tls.reload_interval=2s",
+           "--auth.allow_insecure=true"});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->server.tls.cert_file, "/etc/s/cert.pem");
   EXPECT_EQ(c->server.tls.key_file, config::ExpandHome("~/key.pem"));
@@ -332,9 +332,9 @@ TEST(ServerConfigTest, HealthAndReflectionKeys) {
   const ServerConfig d = DefaultServerConfig();
   EXPECT_FALSE(d.auth.health_requires_key);
   EXPECT_FALSE(d.auth.reflection_requires_key);
-  auto c = LoadServerConfig("", {"--auth.keys_file=/etc/s/keys.yaml",
-                                 "--auth.health_requires_key=true",
-                                 "--auth.reflection_requires_key=true"});
+  auto c =
+      LoadServerConfig("", {"--auth.keys_file=/etc/s/keys.yaml", "--auth.health_requires_key=true",
+                            "--auth.reflection_requires_key=true"});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_TRUE(c->auth.health_requires_key);
   EXPECT_TRUE(c->auth.reflection_requires_key);

@@ -106,8 +106,8 @@ void HandleChatCompletions(const HttpContext& ctx, const HttpCaller& caller,
   format.text = [head](const std::string& text) {
     return SseEvent(ChatChunkJson(head, {.text = text}));
   };
-  format.closing = [head, include_usage = r.include_usage](
-                       Answer& a, const GenerationEnd& end, const std::string&) {
+  format.closing = [head, include_usage = r.include_usage](Answer& a, const GenerationEnd& end,
+                                                           const std::string&) {
     if (end.reason == DoneReason::kCancelled || end.reason == DoneReason::kError) {
       return ErrorEvent(EndStatus(end)) + kSseDone;
     }

@@ -20,16 +20,15 @@ uint64_t Fnv(uint64_t h, std::string_view bytes) {
 
 void Conversation::Add(TurnRole role, std::string_view text) {
   // Role and length first: "ab"+"c" and "a"+"bc" must not hash alike.
-  const std::string head = std::to_string(static_cast<int>(role)) + ":" +
-                           std::to_string(text.size()) + ":";
+  const std::string head =
+      std::to_string(static_cast<int>(role)) + ":" + std::to_string(text.size()) + ":";
   hash = Fnv(Fnv(hash, head), text);
   ++turns;
 }
 
 std::string Conversation::Encode() const {
   char buf[96];
-  std::snprintf(buf, sizeof(buf), "v1 %" PRId64 " %016" PRIx64 " %" PRId64, turns, hash,
-                responses);
+  std::snprintf(buf, sizeof(buf), "v1 %" PRId64 " %016" PRIx64 " %" PRId64, turns, hash, responses);
   return buf;
 }
 
@@ -50,10 +49,10 @@ StatusOr<size_t> NewMessagesStart(const Conversation& stored,
                                   const std::vector<ChatMessage>& messages,
                                   const std::string& field) {
   if (static_cast<int64_t>(messages.size()) < stored.turns) {
-    return FailedPreconditionError(
-        field + " has " + std::to_string(messages.size()) + " entries but the session holds " +
-        std::to_string(stored.turns) +
-        " turns: send the whole conversation, then the new messages");
+    return FailedPreconditionError(field + " has " + std::to_string(messages.size()) +
+                                   " entries but the session holds " +
+                                   std::to_string(stored.turns) +
+                                   " turns: send the whole conversation, then the new messages");
   }
   Conversation prefix;
   for (int64_t i = 0; i < stored.turns; ++i) prefix.Add(messages[i].role, messages[i].content);

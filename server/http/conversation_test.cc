@@ -6,8 +6,10 @@ namespace streamd::http {
 namespace {
 
 std::vector<ChatMessage> History() {
-  return {{TurnRole::kSystem, "Be brief."}, {TurnRole::kUser, "Hi"},
-          {TurnRole::kAssistant, "Hello!"}, {TurnRole::kUser, "And now?"}};
+  return {{TurnRole::kSystem, "Be brief."},
+          {TurnRole::kUser, "Hi"},
+          {TurnRole::kAssistant, "Hello!"},
+          {TurnRole::kUser, "And now?"}};
 }
 
 TEST(ConversationTest, EncodeDecodeRoundTrip) {

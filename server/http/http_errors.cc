@@ -1,12 +1,10 @@
 #include "server/http/http_errors.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
-
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 
 namespace streamd::http {
 namespace {
@@ -17,12 +15,18 @@ const char* TypeOf(int http_status) {
     case 404:
     case 405:
     case 409:
-    case 413: return "invalid_request_error";
-    case 401: return "authentication_error";
-    case 403: return "permission_error";
-    case 429: return "rate_limit_error";
-    case 503: return "service_unavailable";
-    default: break;
+    case 413:
+      return "invalid_request_error";
+    case 401:
+      return "authentication_error";
+    case 403:
+      return "permission_error";
+    case 429:
+      return "rate_limit_error";
+    case 503:
+      return "service_unavailable";
+    default:
+      break;
   }
   return "server_error";
 }
@@ -30,13 +34,20 @@ const char* TypeOf(int http_status) {
 // OpenAI's machine-readable `code` where one fits.
 const char* CodeOf(int http_status) {
   switch (http_status) {
-    case 401: return "invalid_api_key";
-    case 404: return "not_found";
-    case 409: return "conflict";
-    case 413: return "request_too_large";
-    case 429: return "rate_limit_exceeded";
-    case 503: return "unavailable";
-    default: break;
+    case 401:
+      return "invalid_api_key";
+    case 404:
+      return "not_found";
+    case 409:
+      return "conflict";
+    case 413:
+      return "request_too_large";
+    case 429:
+      return "rate_limit_exceeded";
+    case 503:
+      return "unavailable";
+    default:
+      break;
   }
   return nullptr;
 }
@@ -44,17 +55,26 @@ const char* CodeOf(int http_status) {
 int HttpStatusOf(StatusCode code) {
   switch (code) {
     case StatusCode::kInvalidArgument:
-    case StatusCode::kOutOfRange: return 400;
-    case StatusCode::kUnauthenticated: return 401;
-    case StatusCode::kPermissionDenied: return 403;
-    case StatusCode::kNotFound: return 404;
+    case StatusCode::kOutOfRange:
+      return 400;
+    case StatusCode::kUnauthenticated:
+      return 401;
+    case StatusCode::kPermissionDenied:
+      return 403;
+    case StatusCode::kNotFound:
+      return 404;
     case StatusCode::kAlreadyExists:
     case StatusCode::kFailedPrecondition:
-    case StatusCode::kAborted: return 409;
-    case StatusCode::kResourceExhausted: return 429;
-    case StatusCode::kUnavailable: return 503;
-    case StatusCode::kDeadlineExceeded: return 504;
-    default: break;
+    case StatusCode::kAborted:
+      return 409;
+    case StatusCode::kResourceExhausted:
+      return 429;
+    case StatusCode::kUnavailable:
+      return 503;
+    case StatusCode::kDeadlineExceeded:
+      return 504;
+    default:
+      break;
   }
   return 500;
 }
@@ -85,10 +105,8 @@ std::string ParamOf(std::string_view m) {
 }
 
 HttpError MakeHttpError(int http_status, const std::string& message, std::string_view param) {
-  nlohmann::json error = {{"message", message},
-                          {"type", TypeOf(http_status)},
-                          {"param", nullptr},
-                          {"code", nullptr}};
+  nlohmann::json error = {
+      {"message", message}, {"type", TypeOf(http_status)}, {"param", nullptr}, {"code", nullptr}};
   if (!param.empty()) error["param"] = std::string(param);
   if (const char* code = CodeOf(http_status)) error["code"] = code;
   HttpError out;

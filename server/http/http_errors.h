@@ -12,7 +12,7 @@ namespace streamd::http {
 
 struct HttpError {
   int status = 500;
-  std::string body;         // the JSON error object
+  std::string body;  // the JSON error object
   // > 0: send Retry-After (429, 503): the "retry in N s" of a quota's message, else 1.
   int retry_after_s = 0;
 };
@@ -23,8 +23,7 @@ struct HttpError {
 // 503 unavailable (draining, backend down), 504 deadline exceeded, 500 otherwise.
 HttpError ToHttpError(const Status& status);
 // An error that has no Status (httplib's own refusals: 404 route, 413 body, 405 method).
-HttpError MakeHttpError(int http_status, const std::string& message,
-                        std::string_view param = {});
+HttpError MakeHttpError(int http_status, const std::string& message, std::string_view param = {});
 
 // The field a message starts with: a path of [a-z0-9_.] and [index] segments, followed by
 // " " or ":"; empty when the message does not start with one.

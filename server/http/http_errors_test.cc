@@ -1,6 +1,7 @@
 #include "server/http/http_errors.h"
 
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
 
 namespace streamd::http {
@@ -10,12 +11,12 @@ nlohmann::json ErrorOf(const HttpError& e) { return nlohmann::json::parse(e.body
 
 TEST(HttpErrorsTest, EveryCodeHasItsStatus) {
   const std::pair<StatusCode, int> cases[] = {
-      {StatusCode::kInvalidArgument, 400}, {StatusCode::kOutOfRange, 400},
-      {StatusCode::kUnauthenticated, 401}, {StatusCode::kPermissionDenied, 403},
-      {StatusCode::kNotFound, 404},        {StatusCode::kFailedPrecondition, 409},
-      {StatusCode::kAborted, 409},         {StatusCode::kAlreadyExists, 409},
+      {StatusCode::kInvalidArgument, 400},   {StatusCode::kOutOfRange, 400},
+      {StatusCode::kUnauthenticated, 401},   {StatusCode::kPermissionDenied, 403},
+      {StatusCode::kNotFound, 404},          {StatusCode::kFailedPrecondition, 409},
+      {StatusCode::kAborted, 409},           {StatusCode::kAlreadyExists, 409},
       {StatusCode::kResourceExhausted, 429}, {StatusCode::kUnavailable, 503},
-      {StatusCode::kDeadlineExceeded, 504}, {StatusCode::kInternal, 500},
+      {StatusCode::kDeadlineExceeded, 504},  {StatusCode::kInternal, 500},
       {StatusCode::kDataLoss, 500},
   };
   for (const auto& [code, http] : cases) {
@@ -40,7 +41,7 @@ TEST(HttpErrorsTest, QuotaAndDrainSayWhenToRetry) {
   EXPECT_EQ(ErrorOf(quota)["type"], "rate_limit_error");
   EXPECT_TRUE(ErrorOf(quota)["param"].is_null());
   EXPECT_EQ(ToHttpError(ResourceExhaustedError("generate: tenant a is over its quota "
-                                              "tokens_per_second = 1; retry in 19.2 s"))
+                                               "tokens_per_second = 1; retry in 19.2 s"))
                 .retry_after_s,
             20);
   const HttpError drain = ToHttpError(UnavailableError("streamd is shutting down"));
@@ -60,8 +61,8 @@ TEST(HttpErrorsTest, ParamOfReadsOnlyLeadingFieldPaths) {
   EXPECT_EQ(ParamOf("The model"), "");
   EXPECT_EQ(ParamOf(""), "");
   // A malformed body names no parameter.
-  EXPECT_TRUE(ErrorOf(ToHttpError(InvalidArgumentError("body is not valid JSON: x")))["param"]
-                  .is_null());
+  EXPECT_TRUE(
+      ErrorOf(ToHttpError(InvalidArgumentError("body is not valid JSON: x")))["param"].is_null());
 }
 
 TEST(HttpErrorsTest, InvalidUtf8InAMessageStillMakesJson) {

@@ -93,8 +93,7 @@ struct HttpServer::Impl {
   StatusOr<HttpCaller> Authenticate(const httplib::Request& req) const {
     const bool has = req.has_header("Authorization");
     const std::string value = req.get_header_value("Authorization");
-    STREAMD_ASSIGN_OR_RETURN(HttpCaller caller,
-                             ctx.sessions.Authenticate(has ? &value : nullptr));
+    STREAMD_ASSIGN_OR_RETURN(HttpCaller caller, ctx.sessions.Authenticate(has ? &value : nullptr));
     caller.client = "peer " + req.remote_addr;
     return caller;
   }
@@ -118,29 +117,27 @@ struct HttpServer::Impl {
     const std::string name = ctx.sessions.ModelName();
     const std::string asked = req.matches[1];
     if (asked != name) {
-      return WriteHttpError(res, MakeHttpError(404,
-                                               "model \"" + asked +
-                                                   "\" does not exist; this daemon serves \"" +
-                                                   name + "\"",
-                                               "model"));
+      return WriteHttpError(
+          res,
+          MakeHttpError(
+              404, "model \"" + asked + "\" does not exist; this daemon serves \"" + name + "\"",
+              "model"));
     }
     res.set_content(ModelJson(name, ctx.created), "application/json");
   }
 
   void AddRoutes() {
     httplib::Server& s = *server;
-    s.Get("/v1/models", Guarded(
-                            [this](const HttpCaller&, const httplib::Request&,
-                                   httplib::Response& res) {
-                              res.set_content(
-                                  ModelListJson(ctx.sessions.ModelName(), ctx.created),
-                                  "application/json");
-                            },
-                            false));
-    s.Get(R"(/v1/models/(.+))",
-          Guarded([this](const HttpCaller&, const httplib::Request& req,
-                         httplib::Response& res) { GetModel(req, res); },
-                  false));
+    s.Get("/v1/models",
+          Guarded(
+              [this](const HttpCaller&, const httplib::Request&, httplib::Response& res) {
+                res.set_content(ModelListJson(ctx.sessions.ModelName(), ctx.created),
+                                "application/json");
+              },
+              false));
+    s.Get(R"(/v1/models/(.+))", Guarded([this](const HttpCaller&, const httplib::Request& req,
+                                               httplib::Response& res) { GetModel(req, res); },
+                                        false));
     s.Post("/v1/chat/completions",
            Guarded([this](const HttpCaller& c, const httplib::Request& req,
                           httplib::Response& res) { HandleChatCompletions(ctx, c, req, res); },
@@ -158,10 +155,10 @@ struct HttpServer::Impl {
       char* end = nullptr;
       const unsigned long long n = std::strtoull(length.c_str(), &end, 10);
       if (!length.empty() && (*end != '\0' || n > max)) {
-        WriteHttpError(res, MakeHttpError(413, "the request body of " + length +
-                                                   " bytes is over the limit of " +
-                                                   std::to_string(max) +
-                                                   " (server.max_receive_message_bytes)"));
+        WriteHttpError(
+            res,
+            MakeHttpError(413, "the request body of " + length + " bytes is over the limit of " +
+                                   std::to_string(max) + " (server.max_receive_message_bytes)"));
         res.set_header("Connection", "close");
         return httplib::Server::HandlerResponse::Handled;
       }
@@ -177,12 +174,18 @@ struct HttpServer::Impl {
       if (!res.body.empty()) return;
       std::string message;
       switch (res.status) {
-        case 404: message = "no such endpoint: " + req.method + " " + req.path; break;
+        case 404:
+          message = "no such endpoint: " + req.method + " " + req.path;
+          break;
         case 413:
           message = "the request body is over the limit (server.max_receive_message_bytes)";
           break;
-        case 400: message = "malformed HTTP request"; break;
-        default: message = "HTTP " + std::to_string(res.status); break;
+        case 400:
+          message = "malformed HTTP request";
+          break;
+        default:
+          message = "HTTP " + std::to_string(res.status);
+          break;
       }
       WriteHttpError(res, MakeHttpError(res.status, message));
     });
@@ -214,9 +217,9 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions&
   std::string tls_error;
   auto impl = std::make_unique<Impl>(o, sessions, &tls_error);
   if (!impl->server->is_valid()) {
-    return InvalidArgumentError("server.http_address " + o.address + ": " +
-                                (tls_error.empty() ? "the TLS context could not be made"
-                                                   : tls_error));
+    return InvalidArgumentError(
+        "server.http_address " + o.address + ": " +
+        (tls_error.empty() ? "the TLS context could not be made" : tls_error));
   }
   httplib::Server& server = *impl->server;
   const int threads = o.threads;

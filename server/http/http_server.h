@@ -24,7 +24,7 @@
 namespace streamd::http {
 
 struct HttpServerOptions {
-  std::string address;  // host:port; port 0 picks a free port
+  std::string address;                              // host:port; port 0 picks a free port
   std::string cert_file, key_file, client_ca_file;  // TLS when cert_file is set; mTLS with a CA
   size_t max_body_bytes = 4 << 20;
   int threads = 64;

@@ -30,7 +30,7 @@ namespace streamd::http {
 
 // Who calls (from the API key); sessions belong to a tenant, and only admins see others'.
 struct HttpCaller {
-  std::string tenant;          // "" without keys
+  std::string tenant;  // "" without keys
   bool admin = true;
   bool authenticated = false;  // a key named it: its quotas apply
   // Who is on the other end ("peer 127.0.0.1"), for the per-client cap on detached sessions.
@@ -55,8 +55,8 @@ enum class DoneReason { kStop, kLength, kCancelled, kError };
 // The end of a generation.
 struct GenerationEnd {
   DoneReason reason = DoneReason::kStop;
-  Status status;             // non-OK with kError, or why it was cancelled by the server
-  std::string tail_text;     // text held back until the end (a partial character)
+  Status status;          // non-OK with kError, or why it was cancelled by the server
+  std::string tail_text;  // text held back until the end (a partial character)
   int64_t output_tokens = 0;
 };
 

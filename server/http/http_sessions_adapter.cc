@@ -85,10 +85,14 @@ class MetadataCache {
 DoneReason DoneReasonOf(FinishReason r) {
   switch (r) {
     case FinishReason::kStop:
-    case FinishReason::kEndOfGeneration: return DoneReason::kStop;
-    case FinishReason::kLength: return DoneReason::kLength;
-    case FinishReason::kCancelled: return DoneReason::kCancelled;
-    case FinishReason::kError: break;
+    case FinishReason::kEndOfGeneration:
+      return DoneReason::kStop;
+    case FinishReason::kLength:
+      return DoneReason::kLength;
+    case FinishReason::kCancelled:
+      return DoneReason::kCancelled;
+    case FinishReason::kError:
+      break;
   }
   return DoneReason::kError;
 }
@@ -97,19 +101,26 @@ DoneReason DoneReasonOf(FinishReason r) {
 metrics::Finished FinishedOf(FinishReason reason) {
   switch (reason) {
     case FinishReason::kStop:
-    case FinishReason::kEndOfGeneration: return metrics::Finished::kStop;
-    case FinishReason::kLength: return metrics::Finished::kLength;
-    case FinishReason::kCancelled: return metrics::Finished::kAbort;
-    case FinishReason::kError: break;
+    case FinishReason::kEndOfGeneration:
+      return metrics::Finished::kStop;
+    case FinishReason::kLength:
+      return metrics::Finished::kLength;
+    case FinishReason::kCancelled:
+      return metrics::Finished::kAbort;
+    case FinishReason::kError:
+      break;
   }
   return metrics::Finished::kError;
 }
 
 ChatRoleKind RoleKindOf(TurnRole role) {
   switch (role) {
-    case TurnRole::kSystem: return ChatRoleKind::kSystem;
-    case TurnRole::kUser: return ChatRoleKind::kUser;
-    case TurnRole::kAssistant: break;
+    case TurnRole::kSystem:
+      return ChatRoleKind::kSystem;
+    case TurnRole::kUser:
+      return ChatRoleKind::kUser;
+    case TurnRole::kAssistant:
+      break;
   }
   return ChatRoleKind::kAssistant;
 }
@@ -118,7 +129,10 @@ class AdapterSession : public Session {
  public:
   AdapterSession(ServiceContext& ctx, HttpCaller caller, std::shared_ptr<SessionRecord> s,
                  std::shared_ptr<Owner> owner, std::shared_ptr<MetadataCache> cache)
-      : ctx_(ctx), caller_(std::move(caller)), s_(std::move(s)), owner_(std::move(owner)),
+      : ctx_(ctx),
+        caller_(std::move(caller)),
+        s_(std::move(s)),
+        owner_(std::move(owner)),
         cache_(std::move(cache)) {}
 
   // Detaches the session once its generation is over (cancelled first, if one still runs), as a
@@ -158,10 +172,9 @@ class AdapterSession : public Session {
     // once; the future only carries the answer across a barge-in's wait if one ever happened.
     auto answer = std::make_shared<std::promise<StatusOr<int64_t>>>();
     auto future = answer->get_future();
-    ctx_.driver.Append(s_, std::move(input),
-                       [answer](StatusOr<int64_t> appended, bool) {
-                         answer->set_value(std::move(appended));
-                       });
+    ctx_.driver.Append(s_, std::move(input), [answer](StatusOr<int64_t> appended, bool) {
+      answer->set_value(std::move(appended));
+    });
     StatusOr<int64_t> appended = future.get();
     if (!appended.ok()) return appended.status();
     Charge(*appended);
@@ -219,8 +232,7 @@ class AdapterSession : public Session {
     driver_callbacks.on_ended = [auth = ctx_.auth, budget = ctx_.budget,
                                  caller = caller_](int64_t output_tokens) {
       if (auth == nullptr || budget == nullptr || !caller.authenticated) return;
-      budget->Charge(caller.tenant, auth->QuotasOf(caller.tenant).tokens_per_second,
-                     output_tokens);
+      budget->Charge(caller.tenant, auth->QuotasOf(caller.tenant).tokens_per_second, output_tokens);
     };
     return ctx_.driver.Generate(s_, std::move(o), std::move(driver_callbacks));
   }
@@ -268,8 +280,8 @@ class AdapterSession : public Session {
     if (ctx_.auth == nullptr || ctx_.budget == nullptr || !caller_.authenticated) {
       return OkStatus();
     }
-    return ctx_.budget->Check(caller_.tenant,
-                              ctx_.auth->QuotasOf(caller_.tenant).tokens_per_second, what);
+    return ctx_.budget->Check(caller_.tenant, ctx_.auth->QuotasOf(caller_.tenant).tokens_per_second,
+                              what);
   }
 
   void Charge(int64_t tokens) const {
@@ -306,9 +318,8 @@ class ServerSessions : public HttpSessions {
     SessionOptions options = ctx_.options.session_defaults;
     options.tenant = caller.tenant;  // it owns the session, and its snapshot says so
     if (ctx_.auth != nullptr && caller.authenticated) {
-      Status quota = CheckOpenQuota(ctx_.registry, ctx_.engine.config(),
-                                    ctx_.model.context_length, options,
-                                    ctx_.auth->SessionQuotasOf(options.tenant));
+      Status quota = CheckOpenQuota(ctx_.registry, ctx_.engine.config(), ctx_.model.context_length,
+                                    options, ctx_.auth->SessionQuotasOf(options.tenant));
       if (!quota.ok()) {
         ctx_.auth->LogQuotaRefusal(quota);
         return quota;
@@ -317,10 +328,9 @@ class ServerSessions : public HttpSessions {
     auto owner = std::make_shared<Owner>();
     auto answer = std::make_shared<std::promise<StatusOr<std::shared_ptr<SessionRecord>>>>();
     auto future = answer->get_future();
-    ctx_.admission.Submit(options, owner, caller.client,
-                          [answer](StatusOr<std::shared_ptr<SessionRecord>> s) {
-                            answer->set_value(std::move(s));
-                          });
+    ctx_.admission.Submit(
+        options, owner, caller.client,
+        [answer](StatusOr<std::shared_ptr<SessionRecord>> s) { answer->set_value(std::move(s)); });
     if (future.wait_for(options.admission_timeout + kAnswerSlack) != std::future_status::ready) {
       return UnavailableError("no answer from the admission queue");
     }

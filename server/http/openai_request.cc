@@ -1,9 +1,8 @@
 #include "server/http/openai_request.h"
 
-#include <nlohmann/json.hpp>
-
 #include <cmath>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 
@@ -14,15 +13,23 @@ using nlohmann::json;
 
 const char* TypeName(const json& v) {
   switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::string: return "a string";
-    case json::value_t::array: return "an array";
-    case json::value_t::object: return "an object";
-    case json::value_t::number_float: return "a number with a fraction";
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return "a boolean";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::object:
+      return "an object";
+    case json::value_t::number_float:
+      return "a number with a fraction";
     case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "an integer";
-    default: break;
+    case json::value_t::number_unsigned:
+      return "an integer";
+    default:
+      break;
   }
   return "something else";
 }

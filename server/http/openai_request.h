@@ -23,12 +23,12 @@ namespace streamd::http {
 
 // The server's request limits (server_options.h ServerLimits and the engine's stop limits).
 struct RequestLimits {
-  int32_t max_tokens = 4096;             // max_tokens / max_completion_tokens upper bound
-  int32_t max_content_bytes = 1 << 20;   // one message's text (limits.max_append_bytes)
-  int32_t max_messages = 4096;           // messages (or input items) of one request
+  int32_t max_tokens = 4096;            // max_tokens / max_completion_tokens upper bound
+  int32_t max_content_bytes = 1 << 20;  // one message's text (limits.max_append_bytes)
+  int32_t max_messages = 4096;          // messages (or input items) of one request
   size_t max_stop_strings = 16;
   size_t max_stop_bytes = 256;
-  int32_t max_nesting = 32;              // JSON arrays/objects inside each other
+  int32_t max_nesting = 32;  // JSON arrays/objects inside each other
 };
 
 struct ChatMessage {
@@ -52,7 +52,7 @@ struct ResponsesRequest {
   std::vector<ChatMessage> input;    // a string input is one user message
   std::string previous_response_id;  // continue the session that produced it
   bool stream = false;
-  bool store = true;                 // false: the session is closed after the response
+  bool store = true;  // false: the session is closed after the response
   GenerateParams params;
 };
 

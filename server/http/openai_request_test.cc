@@ -162,7 +162,8 @@ TEST(ParseChatRequestTest, KnownUnsupportedFieldsAreRefusedByName) {
 TEST(ParseResponsesRequestTest, StringOrMessagesInput) {
   auto r = ParseResponsesRequest(R"({"model": "m", "input": "Hi", "instructions": "Be brief.",
       "previous_response_id": "resp_x", "max_output_tokens": 5, "store": false,
-      "text": {"format": {"type": "text"}}})", {});
+      "text": {"format": {"type": "text"}}})",
+                                 {});
   ASSERT_TRUE(r.ok()) << r.status().message();
   ASSERT_EQ(r->input.size(), 1u);
   EXPECT_EQ(r->input[0].role, TurnRole::kUser);
@@ -182,8 +183,8 @@ TEST(ParseResponsesRequestTest, StringOrMessagesInput) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().message(),
             "input[0].type = \"function_call_output\" is not supported: only messages are");
-  auto json = ParseResponsesRequest(
-      R"({"input": "x", "text": {"format": {"type": "json_schema"}}})", {});
+  auto json =
+      ParseResponsesRequest(R"({"input": "x", "text": {"format": {"type": "json_schema"}}})", {});
   ASSERT_FALSE(json.ok());
   EXPECT_EQ(json.status().message(), "text.format: only {\"type\": \"text\"} is supported");
 }

@@ -81,8 +81,8 @@ std::string SseEvent(const std::string& json_text, const char* event) {
 std::string MessageItemId(const std::string& response_id) {
   // resp_X -> msg_X: one message per response.
   const size_t underscore = response_id.find('_');
-  return "msg_" + (underscore == std::string::npos ? response_id
-                                                   : response_id.substr(underscore + 1));
+  return "msg_" +
+         (underscore == std::string::npos ? response_id : response_id.substr(underscore + 1));
 }
 
 namespace {
@@ -116,11 +116,10 @@ std::string ResponseStreamOpening(const AnswerHead& head, const ResponseParts& i
   std::string out = Event("response.created", sequence, {{"response", response}});
   out += Event("response.in_progress", sequence, {{"response", response}});
   out += Event("response.output_item.added", sequence,
-               {{"output_index", 0},
-                {"item", MessageItem(head.id, "in_progress", json::array())}});
-  out += Event("response.content_part.added", sequence,
-               {{"item_id", item}, {"output_index", 0}, {"content_index", 0},
-                {"part", OutputText("")}});
+               {{"output_index", 0}, {"item", MessageItem(head.id, "in_progress", json::array())}});
+  out += Event(
+      "response.content_part.added", sequence,
+      {{"item_id", item}, {"output_index", 0}, {"content_index", 0}, {"part", OutputText("")}});
   return out;
 }
 
@@ -129,15 +128,20 @@ std::string ResponseStreamClosing(const AnswerHead& head, const ResponseParts& d
   const std::string item = MessageItemId(head.id);
   const json text = json::array({OutputText(done.text)});
   std::string out = Event("response.output_text.done", sequence,
-                          {{"item_id", item}, {"output_index", 0}, {"content_index", 0},
-                           {"text", done.text}, {"logprobs", json::array()}});
+                          {{"item_id", item},
+                           {"output_index", 0},
+                           {"content_index", 0},
+                           {"text", done.text},
+                           {"logprobs", json::array()}});
   out += Event("response.content_part.done", sequence,
-               {{"item_id", item}, {"output_index", 0}, {"content_index", 0},
+               {{"item_id", item},
+                {"output_index", 0},
+                {"content_index", 0},
                 {"part", OutputText(done.text)}});
   out += Event("response.output_item.done", sequence,
                {{"output_index", 0}, {"item", MessageItem(head.id, "completed", text)}});
-  out += Event("response.completed", sequence,
-               {{"response", json::parse(ResponseJson(head, done))}});
+  out +=
+      Event("response.completed", sequence, {{"response", json::parse(ResponseJson(head, done))}});
   return out;
 }
 
@@ -186,8 +190,8 @@ std::string ModelJson(const std::string& model, int64_t created) {
 }
 
 std::string ModelListJson(const std::string& model, int64_t created) {
-  return Dump({{"object", "list"},
-               {"data", json::array({json::parse(ModelJson(model, created))})}});
+  return Dump(
+      {{"object", "list"}, {"data", json::array({json::parse(ModelJson(model, created))})}});
 }
 
 }  // namespace streamd::http

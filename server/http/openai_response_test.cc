@@ -1,6 +1,7 @@
 #include "server/http/openai_response.h"
 
 #include <gtest/gtest.h>
+
 #include <nlohmann/json.hpp>
 
 namespace streamd::http {
@@ -18,9 +19,9 @@ json DataOf(const std::string& event) {
 }
 
 TEST(OpenAIResponseTest, ChatCompletion) {
-  const json j = json::parse(ChatCompletionJson(kHead, "Hello", DoneReason::kLength,
-                                                {.prompt_tokens = 10, .cached_tokens = 4,
-                                                 .completion_tokens = 3}));
+  const json j = json::parse(
+      ChatCompletionJson(kHead, "Hello", DoneReason::kLength,
+                         {.prompt_tokens = 10, .cached_tokens = 4, .completion_tokens = 3}));
   EXPECT_EQ(j["object"], "chat.completion");
   EXPECT_EQ(j["id"], "chatcmpl-1");
   EXPECT_EQ(j["model"], "smol");
@@ -59,10 +60,11 @@ TEST(OpenAIResponseTest, NamedEvents) {
 }
 
 TEST(OpenAIResponseTest, ResponseObject) {
-  const json j = json::parse(ResponseJson(
-      {"resp_abc_2", 1, "smol"},
-      {.status = "completed", .text = "Hi", .usage = Usage{5, 3, 2},
-       .previous_response_id = "resp_abc_1"}));
+  const json j =
+      json::parse(ResponseJson({"resp_abc_2", 1, "smol"}, {.status = "completed",
+                                                           .text = "Hi",
+                                                           .usage = Usage{5, 3, 2},
+                                                           .previous_response_id = "resp_abc_1"}));
   EXPECT_EQ(j["object"], "response");
   EXPECT_EQ(j["status"], "completed");
   EXPECT_EQ(j["previous_response_id"], "resp_abc_1");
@@ -85,8 +87,8 @@ TEST(OpenAIResponseTest, ResponseStreamEventsAreNumberedInOrder) {
   int64_t sequence = 0;
   const AnswerHead head{"resp_abc_1", 1, "m"};
   std::string events = ResponseStreamOpening(head, {.status = "in_progress"}, &sequence);
-  events += SseEvent(ResponseDeltaJson("msg_abc_1", "Hi", sequence++),
-                     "response.output_text.delta");
+  events +=
+      SseEvent(ResponseDeltaJson("msg_abc_1", "Hi", sequence++), "response.output_text.delta");
   events += ResponseStreamClosing(head, {.text = "Hi", .usage = Usage{3, 0, 1}}, &sequence);
   std::vector<std::string> types;
   size_t at = 0;

@@ -80,10 +80,12 @@ StatusOr<std::unique_ptr<Answer>> Prepare(const HttpContext& ctx, const HttpCall
       return NotFoundError("previous_response_id: response \"" + r.previous_response_id +
                            "\" not found");
     }
-    return FailedPreconditionError(
-        "previous_response_id names response " + std::to_string(ref.index) + " of its session, "
-        "whose latest is " + ResponseId(ref.session_id, record.responses) +
-        ": only the latest response of a session can be continued");
+    return FailedPreconditionError("previous_response_id names response " +
+                                   std::to_string(ref.index) +
+                                   " of its session, "
+                                   "whose latest is " +
+                                   ResponseId(ref.session_id, record.responses) +
+                                   ": only the latest response of a session can be continued");
   }
   return std::make_unique<Answer>(std::move(s).value(), /*stateless=*/!r.store, record,
                                   ctx.in_flight);
@@ -148,8 +150,8 @@ void HandleResponses(const HttpContext& ctx, const HttpCaller& caller, const htt
     if (end.reason == DoneReason::kCancelled || end.reason == DoneReason::kError) {
       const HttpError e = ToHttpError(EndStatus(end));
       // {"type": "error", "sequence_number", "error": {...}}
-      return SseEvent("{\"type\":\"error\",\"sequence_number\":" +
-                          std::to_string((*sequence)++) + "," + e.body.substr(1),
+      return SseEvent("{\"type\":\"error\",\"sequence_number\":" + std::to_string((*sequence)++) +
+                          "," + e.body.substr(1),
                       "error");
     }
     ResponseParts parts = base;

@@ -32,8 +32,7 @@ std::string HostPort(const std::string& host, int port) {
 
 std::unique_ptr<MetricsEndpoint> MetricsEndpoint::Start(const std::string& host, int port,
                                                         std::shared_ptr<ScrapeSource> source,
-                                                        const MetricsTls& tls,
-                                                        std::string* error) {
+                                                        const MetricsTls& tls, std::string* error) {
   std::unique_ptr<MetricsEndpoint> e(new MetricsEndpoint());
   e->source_ = std::move(source);
   if (tls.enabled()) {
@@ -43,8 +42,8 @@ std::unique_ptr<MetricsEndpoint> MetricsEndpoint::Start(const std::string& host,
     return e;
   }
   // Two threads: scrapes are rare and quick; a third scraper waits its turn.
-  const std::vector<std::string> options = {"listening_ports", HostPort(host, port),
-                                            "num_threads", "2"};
+  const std::vector<std::string> options = {"listening_ports", HostPort(host, port), "num_threads",
+                                            "2"};
   CivetCallbacks callbacks{};
   callbacks.log_message = &CaptureStartError;
   std::string problem;

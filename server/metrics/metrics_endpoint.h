@@ -55,9 +55,9 @@ class MetricsEndpoint {
  private:
   MetricsEndpoint() = default;
 
-  std::shared_ptr<ScrapeSource> source_;  // the Exposer holds it weakly
-  std::unique_ptr<prometheus::Exposer> exposer_;   // plain HTTP
-  std::unique_ptr<HttpsScrapeServer> https_;       // or TLS
+  std::shared_ptr<ScrapeSource> source_;          // the Exposer holds it weakly
+  std::unique_ptr<prometheus::Exposer> exposer_;  // plain HTTP
+  std::unique_ptr<HttpsScrapeServer> https_;      // or TLS
   int port_ = 0;
 };
 

@@ -79,9 +79,8 @@ class MetricsTlsTest : public ::testing::Test {
   httplib::Result Scrape(int port, const std::string& ca, const std::string& client = "") {
     std::unique_ptr<httplib::SSLClient> c =
         client.empty() ? std::make_unique<httplib::SSLClient>("127.0.0.1", port)
-                       : std::make_unique<httplib::SSLClient>("127.0.0.1", port,
-                                                              certs_->Cert(client),
-                                                              certs_->Key(client));
+                       : std::make_unique<httplib::SSLClient>(
+                             "127.0.0.1", port, certs_->Cert(client), certs_->Key(client));
     c->set_ca_cert_path(certs_->Cert(ca).c_str());
     c->enable_server_certificate_verification(true);
     c->set_connection_timeout(5);
@@ -118,8 +117,8 @@ TEST_F(MetricsTlsTest, MutualTlsNeedsAClientCertificateFromTheCa) {
   auto ok = Scrape(e->port(), "ca", "scraper");
   ASSERT_TRUE(ok) << httplib::to_string(ok.error());
   EXPECT_EQ(ok->status, 200);
-  EXPECT_FALSE(Scrape(e->port(), "ca"));               // no certificate
-  EXPECT_FALSE(Scrape(e->port(), "ca", "stranger"));   // signed by another CA
+  EXPECT_FALSE(Scrape(e->port(), "ca"));              // no certificate
+  EXPECT_FALSE(Scrape(e->port(), "ca", "stranger"));  // signed by another CA
 }
 
 TEST_F(MetricsTlsTest, UnusableFilesAreErrorsNamingTheKey) {

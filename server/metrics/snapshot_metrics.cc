@@ -65,7 +65,8 @@ SnapshotMetrics::SnapshotMetrics(prometheus::Registry& registry)
                                  .Help("Sessions moving between memory and disk now, by state "
                                        "(offloading, loading).")
                                  .Register(registry)) {
-  for (const char* state : {"offloading", "loading"}) sessions_in_transition.Add({{"state", state}});
+  for (const char* state : {"offloading", "loading"})
+    sessions_in_transition.Add({{"state", state}});
 }
 
 void SnapshotMetrics::RecordTransition(std::string_view transition, std::string_view outcome,

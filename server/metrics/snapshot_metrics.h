@@ -8,15 +8,15 @@
 // (another model or format version) or INVALID_ARGUMENT (limits this daemon refuses).
 #pragma once
 
-#include <array>
-#include <string>
-#include <string_view>
-
 #include <prometheus/counter.h>
 #include <prometheus/family.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
+
+#include <array>
+#include <string>
+#include <string_view>
 
 namespace streamd::metrics {
 
@@ -46,14 +46,15 @@ struct SnapshotMetrics {
   // A Resume that waited for a transition was answered (RegistryHooks::on_resume_waited).
   void RecordResumeWait(std::string_view outcome, double seconds);
 
-  prometheus::Counter& writes;            // snapshots written (atomically, fsynced)
-  prometheus::Counter& written_bytes;     // their bytes
-  prometheus::Histogram& write_bytes;     // size of each snapshot written
-  prometheus::Histogram& write_seconds;   // capture + encode + write + fsync of one snapshot
+  prometheus::Counter& writes;           // snapshots written (atomically, fsynced)
+  prometheus::Counter& written_bytes;    // their bytes
+  prometheus::Histogram& write_bytes;    // size of each snapshot written
+  prometheus::Histogram& write_seconds;  // capture + encode + write + fsync of one snapshot
   prometheus::Family<prometheus::Counter>& write_errors;  // label `reason`
-  prometheus::Counter& loads;             // snapshots read back into the engine (restore, Resume, import)
-  prometheus::Histogram& load_seconds;    // read + decode + restore of one snapshot
-  prometheus::Family<prometheus::Counter>& rejected;    // label `reason`: snapshots moved aside, never deleted
+  prometheus::Counter& loads;  // snapshots read back into the engine (restore, Resume, import)
+  prometheus::Histogram& load_seconds;  // read + decode + restore of one snapshot
+  prometheus::Family<prometheus::Counter>&
+      rejected;                           // label `reason`: snapshots moved aside, never deleted
   prometheus::Counter& offloads;          // detached sessions written out and their blocks freed
   prometheus::Gauge& sessions_offloaded;  // sessions only on disk now
   // Residency transitions: labels `transition` (offload, drop_stale, load, startup_load) and

@@ -37,10 +37,9 @@ constexpr std::array<std::string_view, kNumGrpcCodes> kGrpcCodeNames = {
 constexpr int kUnknownCode = 2;
 
 constexpr std::array<std::string_view, kNumRequestKinds> kRequestKindNames = {
-    "open",           "resume",        "append",      "generate",
-    "cancel",         "close",         "get_model_info", "list_sessions",
-    "get_session",    "close_session", "export_session", "import_session",
-    "truncate",       "fork",
+    "open",           "resume",         "append",        "generate",    "cancel",
+    "close",          "get_model_info", "list_sessions", "get_session", "close_session",
+    "export_session", "import_session", "truncate",      "fork",
 };
 constexpr std::array<std::string_view, kNumFinished> kFinishedNames = {"stop", "length", "abort",
                                                                        "error"};
@@ -100,8 +99,9 @@ StreamdMetrics::StreamdMetrics()
                                "Tokens in one engine step's forward pass (decode tokens plus "
                                "prefill chunk tokens).",
                                kStepTokensBuckets)),
-      prompt_tokens(OneCounter(*registry, "streamd_prompt_tokens_total",
-                               "Input tokens clients appended to session contexts (prompt tokens).")),
+      prompt_tokens(
+          OneCounter(*registry, "streamd_prompt_tokens_total",
+                     "Input tokens clients appended to session contexts (prompt tokens).")),
       generation_tokens(OneCounter(*registry, "streamd_generation_tokens_total",
                                    "Output tokens generated and delivered.")),
       evicted_tokens(OneCounter(*registry, "streamd_evicted_tokens_total",
@@ -141,10 +141,10 @@ StreamdMetrics::StreamdMetrics()
       sessions_queued(sessions.Add({{"state", "queued"}})),
       sessions_attached(OneGauge(*registry, "streamd_sessions_attached",
                                  "Sessions with a client stream attached.")),
-      kv_used_blocks(OneGauge(*registry, "streamd_kv_used_blocks",
-                              "KV cache blocks held by sessions.")),
-      kv_free_blocks(OneGauge(*registry, "streamd_kv_free_blocks",
-                              "KV cache blocks free in the pool.")),
+      kv_used_blocks(
+          OneGauge(*registry, "streamd_kv_used_blocks", "KV cache blocks held by sessions.")),
+      kv_free_blocks(
+          OneGauge(*registry, "streamd_kv_free_blocks", "KV cache blocks free in the pool.")),
       kv_reserved_blocks(OneGauge(*registry, "streamd_kv_reserved_blocks",
                                   "KV cache blocks reserved by admitted sessions (each its "
                                   "worst case); an Open waits when its bound does not fit.")),

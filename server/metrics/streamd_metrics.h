@@ -69,9 +69,20 @@ std::string_view GrpcCodeName(int code);
 
 // What a client asked for: one RPC, or one message on a Session stream (label `kind`).
 enum class RequestKind {
-  kOpen, kResume, kAppend, kGenerate, kCancel, kClose,             // Session stream messages
-  kGetModelInfo, kListSessions, kGetSession, kCloseSession, kExportSession, kImportSession,
-  kTruncate, kFork,                                                 // Session stream messages
+  kOpen,
+  kResume,
+  kAppend,
+  kGenerate,
+  kCancel,
+  kClose,  // Session stream messages
+  kGetModelInfo,
+  kListSessions,
+  kGetSession,
+  kCloseSession,
+  kExportSession,
+  kImportSession,
+  kTruncate,
+  kFork,  // Session stream messages
 };
 inline constexpr int kNumRequestKinds = 14;
 std::string_view RequestKindName(RequestKind kind);  // "open", ..., "import_session"
@@ -110,7 +121,9 @@ struct StreamdMetrics {
   // Sets the block, byte and usage gauges of the KV pool; `block_bytes`: one block, every
   // layer's K and V. Capacity is used + free.
   void SetKvBlocks(int64_t used, int64_t free_blocks, int64_t block_bytes);
-  void SetKvReservedBlocks(int64_t reserved) { kv_reserved_blocks.Set(static_cast<double>(reserved)); }
+  void SetKvReservedBlocks(int64_t reserved) {
+    kv_reserved_blocks.Set(static_cast<double>(reserved));
+  }
   // streamd_build_info{version, backend, model} = 1 (set once, at start-up).
   void SetBuildInfo(const std::string& version, const std::string& backend,
                     const std::string& model);
@@ -126,16 +139,16 @@ struct StreamdMetrics {
   const std::shared_ptr<ScrapeSource> source;
 
   // ---- Histograms (seconds unless the name says otherwise) --------------------------------
-  prometheus::Histogram& time_to_first_token;     // Generate received -> first token sent
-  prometheus::Histogram& inter_token_latency;     // between consecutive tokens of one generation
-  prometheus::Histogram& e2e_generation_latency;  // Generate received -> generation finished
-  prometheus::Histogram& queue_time;              // Open received -> session admitted
-  prometheus::Histogram& prefill_time;            // Generate received -> first token
-  prometheus::Histogram& decode_time;             // first token -> generation finished
-  prometheus::Histogram& request_prompt_tokens;   // input prefilled for one generation
+  prometheus::Histogram& time_to_first_token;        // Generate received -> first token sent
+  prometheus::Histogram& inter_token_latency;        // between consecutive tokens of one generation
+  prometheus::Histogram& e2e_generation_latency;     // Generate received -> generation finished
+  prometheus::Histogram& queue_time;                 // Open received -> session admitted
+  prometheus::Histogram& prefill_time;               // Generate received -> first token
+  prometheus::Histogram& decode_time;                // first token -> generation finished
+  prometheus::Histogram& request_prompt_tokens;      // input prefilled for one generation
   prometheus::Histogram& request_generation_tokens;  // output of one generation
-  prometheus::Histogram& step_duration;           // one engine step: plan, forward, sampling
-  prometheus::Histogram& step_tokens;             // tokens in one step's forward pass
+  prometheus::Histogram& step_duration;              // one engine step: plan, forward, sampling
+  prometheus::Histogram& step_tokens;                // tokens in one step's forward pass
 
   // ---- Counters ---------------------------------------------------------------------------
   prometheus::Counter& prompt_tokens;      // input tokens appended by clients
@@ -145,26 +158,26 @@ struct StreamdMetrics {
   prometheus::Counter& sessions_opened;
   prometheus::Counter& sessions_closed;
   prometheus::Counter& sessions_rejected;  // opens refused: admission timeout, options, limits
-  prometheus::Family<prometheus::Counter>& errors;    // label `code`; non-OK codes from 0
-  prometheus::Family<prometheus::Counter>& requests;  // label `kind`; every kind from 0
+  prometheus::Family<prometheus::Counter>& errors;           // label `code`; non-OK codes from 0
+  prometheus::Family<prometheus::Counter>& requests;         // label `kind`; every kind from 0
   prometheus::Family<prometheus::Counter>& request_success;  // label `finished_reason`
-  prometheus::Counter& backend_failures;   // backend faults that made it unusable
+  prometheus::Counter& backend_failures;                     // backend faults that made it unusable
 
   // ---- Gauges -----------------------------------------------------------------------------
   prometheus::Family<prometheus::Gauge>& sessions;  // label `state`
-  prometheus::Gauge& sessions_active;  // generating
-  prometheus::Gauge& sessions_idle;    // open, admitted, not generating
-  prometheus::Gauge& sessions_queued;  // waiting for admission
-  prometheus::Gauge& sessions_attached;  // with a client stream attached
+  prometheus::Gauge& sessions_active;               // generating
+  prometheus::Gauge& sessions_idle;                 // open, admitted, not generating
+  prometheus::Gauge& sessions_queued;               // waiting for admission
+  prometheus::Gauge& sessions_attached;             // with a client stream attached
   prometheus::Gauge& kv_used_blocks;
   prometheus::Gauge& kv_free_blocks;
   prometheus::Gauge& kv_reserved_blocks;  // admitted sessions' bounds (what admission counts)
   prometheus::Gauge& kv_capacity_blocks;
   prometheus::Gauge& kv_used_bytes;
   prometheus::Gauge& kv_capacity_bytes;
-  prometheus::Gauge& kv_usage_ratio;   // used / capacity, 0 when capacity is 0
-  prometheus::Gauge& backend_healthy;  // 1 while the backend can run steps
-  prometheus::Gauge& ready;            // 1 while the daemon takes new sessions
+  prometheus::Gauge& kv_usage_ratio;           // used / capacity, 0 when capacity is 0
+  prometheus::Gauge& backend_healthy;          // 1 while the backend can run steps
+  prometheus::Gauge& ready;                    // 1 while the daemon takes new sessions
   prometheus::Gauge& process_resident_memory;  // read from /proc/self/statm at each scrape
   prometheus::Family<prometheus::Gauge>& build_info;
 

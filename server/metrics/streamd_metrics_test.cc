@@ -188,7 +188,10 @@ TEST(StreamdMetricsTest, SessionAndKvGauges) {
 TEST(StreamdMetricsTest, ScrapeHooksRunBeforeEveryCollectionInOrder) {
   StreamdMetrics m;
   std::vector<int> calls;
-  m.AddScrapeHook([&] { calls.push_back(1); m.sessions_attached.Set(calls.size()); });
+  m.AddScrapeHook([&] {
+    calls.push_back(1);
+    m.sessions_attached.Set(calls.size());
+  });
   m.AddScrapeHook([&] { calls.push_back(2); });
   (void)m.Text();
   const std::string out = m.Text();
@@ -212,7 +215,8 @@ TEST(StreamdMetricsTest, SnapshotReasonsAreExportedFromZero) {
   SnapshotMetrics s(*m.registry);
   s.RecordWriteError("RESOURCE_EXHAUSTED");
   const std::string out = m.Text();
-  EXPECT_TRUE(Contains(out, "streamd_snapshot_write_errors_total{reason=\"RESOURCE_EXHAUSTED\"} 1\n"))
+  EXPECT_TRUE(
+      Contains(out, "streamd_snapshot_write_errors_total{reason=\"RESOURCE_EXHAUSTED\"} 1\n"))
       << out;
   EXPECT_TRUE(Contains(out, "streamd_snapshot_write_errors_total{reason=\"INTERNAL\"} 0\n"));
   EXPECT_TRUE(Contains(out, "streamd_snapshots_rejected_total{reason=\"DATA_LOSS\"} 0\n"));

@@ -98,7 +98,7 @@ Status TestCerts::MakeCa(const std::string& name) {
 }
 
 Status TestCerts::MakeLeaf(const std::string& name, const std::string& ca, LeafKind kind,
-                          const std::vector<std::string>& dns_names) {
+                           const std::vector<std::string>& dns_names) {
   const bool server = kind == LeafKind::kServer;
   std::string names = "DNS:localhost, IP:127.0.0.1";
   for (const std::string& n : dns_names) names += ", DNS:" + n;

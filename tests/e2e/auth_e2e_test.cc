@@ -416,8 +416,8 @@ TEST_F(AuthE2eTest, HealthAndReflectionCanRequireAKey) {
   for (const std::string& key : {std::string(), std::string("not-a-key")}) {
     const OpenCalls calls = CallHealthAndReflection(key);
     for (const grpc::Status& s : {calls.check, calls.watch, calls.reflect}) {
-      EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << key << ": "
-                                                                   << s.error_message();
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+          << key << ": " << s.error_message();
     }
     EXPECT_EQ(calls.answered, 0) << "answered without a valid key: " << key;
   }

@@ -20,7 +20,6 @@ namespace {
 
 class BadInputE2eTest : public SharedDaemonTest {
  protected:
-
   // A session generating in the background for the whole test: it must not notice.
   void SetUp() override {
     SharedDaemonTest::SetUp();

@@ -8,6 +8,8 @@
 // cache bit for bit; this one the daemon as deployed.
 //
 // STREAMD_CHURN_SECONDS sets the run's length (default 20; docs/TESTING.md has the longer run).
+#include <gtest/gtest.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -19,8 +21,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "tests/e2e/daemon_process.h"
 #include "tests/e2e/e2e_util.h"
@@ -86,10 +86,9 @@ class ChurnClient {
     std::optional<v1::ServerMessage> m = stream_->Read();
     const Clock::duration took = Clock::now() - start;
     tally_.Took(took);
-    EXPECT_LT(took, kAnswerBound) << "an answer took "
-                                  << std::chrono::duration_cast<std::chrono::milliseconds>(took)
-                                         .count()
-                                  << " ms";
+    EXPECT_LT(took, kAnswerBound)
+        << "an answer took " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+        << " ms";
     EXPECT_TRUE(m.has_value()) << "the stream ended without an answer";
     return m;
   }
@@ -97,12 +96,22 @@ class ChurnClient {
   void Step() {
     if (stream_ == nullptr) return Bind();
     switch (Pick(10)) {
-      case 0: case 1: case 2: return Append();
-      case 3: case 4: return Generate();
-      case 5: return Truncate();
-      case 6: return Fork();
-      case 7: case 8: return Detach();
-      default: return Close();
+      case 0:
+      case 1:
+      case 2:
+        return Append();
+      case 3:
+      case 4:
+        return Generate();
+      case 5:
+        return Truncate();
+      case 6:
+        return Fork();
+      case 7:
+      case 8:
+        return Detach();
+      default:
+        return Close();
     }
   }
 
@@ -110,8 +119,8 @@ class ChurnClient {
     // A stream lives for a few messages: its deadline bounds any one of them (a hang fails the
     // test here, with the daemon's log, instead of running into ctest's timeout).
     stream_ = std::make_unique<RawStream>(daemon_.Channel(), 60s);
-    const bool open = owned_.empty() ||
-                      (static_cast<int>(owned_.size()) < kMaxSessionsPerClient && Pick(3) == 0);
+    const bool open =
+        owned_.empty() || (static_cast<int>(owned_.size()) < kMaxSessionsPerClient && Pick(3) == 0);
     size_t which = 0;
     if (open) {
       ASSERT_TRUE(stream_->Write(OpenMsg(60)));
@@ -264,21 +273,20 @@ TEST(ChurnE2eTest, ResumesAtAnyMomentGetTheirContextAndEveryMessageItsAnswer) {
   int64_t rss_after_warmup = -1;
   std::vector<std::thread> clients;
   for (int i = 0; i < kClients; ++i) {
-    clients.emplace_back([&, i] {
-      ChurnClient(*d, tally, seed + static_cast<uint64_t>(i)).Run(start + run);
-    });
+    clients.emplace_back(
+        [&, i] { ChurnClient(*d, tally, seed + static_cast<uint64_t>(i)).Run(start + run); });
   }
   std::this_thread::sleep_for(run / 4);
   rss_after_warmup = RssBytes(d->pid());
   for (std::thread& t : clients) t.join();
 
-  std::printf("churn e2e: %lld opens, %lld resumes, %lld retried, %lld forks, %lld closes, %lld "
-              "generations, %lld truncates; slowest answer %lld ms\n",
-              static_cast<long long>(tally.opens), static_cast<long long>(tally.resumes),
-              static_cast<long long>(tally.retried), static_cast<long long>(tally.forks),
-              static_cast<long long>(tally.closes), static_cast<long long>(tally.generations),
-              static_cast<long long>(tally.truncates),
-              static_cast<long long>(tally.slowest_ms));
+  std::printf(
+      "churn e2e: %lld opens, %lld resumes, %lld retried, %lld forks, %lld closes, %lld "
+      "generations, %lld truncates; slowest answer %lld ms\n",
+      static_cast<long long>(tally.opens), static_cast<long long>(tally.resumes),
+      static_cast<long long>(tally.retried), static_cast<long long>(tally.forks),
+      static_cast<long long>(tally.closes), static_cast<long long>(tally.generations),
+      static_cast<long long>(tally.truncates), static_cast<long long>(tally.slowest_ms));
   EXPECT_GT(tally.resumes, 20);
   if (::testing::Test::HasFailure()) {
     const std::string log = d->Stderr();
@@ -301,8 +309,9 @@ TEST(ChurnE2eTest, ResumesAtAnyMomentGetTheirContextAndEveryMessageItsAnswer) {
   const std::string end = d->ScrapeMetrics();
   EXPECT_TRUE(back) << end;
   EXPECT_GT(MetricValue(end, "streamd_session_offloads_total"), 20) << "nothing was offloaded";
-  EXPECT_GT(MetricValue(end, "streamd_session_transitions_total{outcome=\"ok\",transition=\"load\"}"),
-            20);
+  EXPECT_GT(
+      MetricValue(end, "streamd_session_transitions_total{outcome=\"ok\",transition=\"load\"}"),
+      20);
   EXPECT_EQ(MetricValue(end, "streamd_resume_waits_total{outcome=\"timed_out\"}"), 0);
   const int64_t rss = RssBytes(d->pid());
   EXPECT_LE(rss, rss_after_warmup + rss_after_warmup / 10 + (32 << 20))

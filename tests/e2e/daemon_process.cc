@@ -63,18 +63,13 @@ std::unique_ptr<DaemonProcess> DaemonProcess::Start(const std::vector<std::strin
   auto d = std::unique_ptr<DaemonProcess>(new DaemonProcess());
   d->dir_ = MakeTempDir();
   std::vector<std::string> args = wrap;
-  const std::vector<std::string> serve = {StreamdBinary(),
-                                          "serve",
-                                          "--port-file=" + d->dir_ + "/port",
-                                          "--model.path=" + ModelPath(),
-                                          "--server.listen_address=127.0.0.1:0",
-                                          "--server.metrics_address=127.0.0.1:0",
-                                          "--engine.kv_pool=96MiB",
-                                          "--engine.threads=2",
-                                          // Its own snapshots: never another test daemon's (tests
-                                          // that restart a daemon pass one directory to both).
-                                          "--sessions.snapshot_dir=" + d->dir_ + "/sessions",
-                                          "--logging.level=warn"};
+  const std::vector<std::string> serve = {
+      StreamdBinary(), "serve", "--port-file=" + d->dir_ + "/port", "--model.path=" + ModelPath(),
+      "--server.listen_address=127.0.0.1:0", "--server.metrics_address=127.0.0.1:0",
+      "--engine.kv_pool=96MiB", "--engine.threads=2",
+      // Its own snapshots: never another test daemon's (tests
+      // that restart a daemon pass one directory to both).
+      "--sessions.snapshot_dir=" + d->dir_ + "/sessions", "--logging.level=warn"};
   args.insert(args.end(), serve.begin(), serve.end());
   args.insert(args.end(), overrides.begin(), overrides.end());
   d->pid_ = Spawn(args, d->dir_);

@@ -58,8 +58,9 @@ struct Secrets {
 // How a target starts the daemon and what probes it, as written.
 enum class Target { kPod, kImage, kUnit };
 const char* TargetName(Target t) {
-  return t == Target::kPod ? "KubernetesPod" : t == Target::kImage ? "ContainerImage"
-                                                                   : "SystemdUnit";
+  return t == Target::kPod     ? "KubernetesPod"
+         : t == Target::kImage ? "ContainerImage"
+                               : "SystemdUnit";
 }
 void PrintTo(Target t, std::ostream* out) { *out << TargetName(t); }
 struct Launch {
@@ -95,9 +96,9 @@ StatusOr<Launch> LaunchOf(Target target, const Secrets& s, const std::string& sc
     l.swaps.emplace_back("/etc/streamd/streamd.yaml", config);
     const std::vector<std::string> args = Rewrite(pod.args, l.swaps);
     l.flags.insert(l.flags.end(), args.begin(), args.end());
-    STREAMD_RETURN_IF_ERROR(OverridePaths(
-        config, {"server.tls.cert_file", "server.tls.key_file", "auth.keys_file"}, l.swaps,
-        &l.flags));
+    STREAMD_RETURN_IF_ERROR(
+        OverridePaths(config, {"server.tls.cert_file", "server.tls.key_file", "auth.keys_file"},
+                      l.swaps, &l.flags));
     l.probes = pod.probes;
     l.written_address = "127.0.0.1:" + std::to_string(pod.grpc_port);
     l.json_log = true;
@@ -151,9 +152,9 @@ class DeployConfigE2eTest : public ::testing::TestWithParam<Target> {
     secrets_.name = FlagValue(pod->probes.at(1).argv, "tls-server-name");
     ASSERT_FALSE(secrets_.name.empty()) << "the readiness probe names no certificate name";
     streamd::testing::TestCerts certs(dir_);
-    for (const Status& s : {certs.MakeCa("ca"),
-                            certs.MakeLeaf("server", "ca", streamd::testing::LeafKind::kServer,
-                                           {secrets_.name})}) {
+    for (const Status& s :
+         {certs.MakeCa("ca"),
+          certs.MakeLeaf("server", "ca", streamd::testing::LeafKind::kServer, {secrets_.name})}) {
       ASSERT_TRUE(s.ok()) << s.ToString();
     }
     secrets_.tls_dir = dir_ + "/tls";
@@ -164,8 +165,7 @@ class DeployConfigE2eTest : public ::testing::TestWithParam<Target> {
     std::filesystem::copy_file(certs.Key("server"), secrets_.tls_dir + "/tls.key");
     std::filesystem::copy_file(certs.Cert("ca"), secrets_.tls_dir + "/ca.crt");
     std::ofstream(secrets_.keys_dir + "/keys.yaml")
-        << "keys:\n  - {tenant: deploy-e2e, role: user, sha256: " << Sha256Hex(kApiKey)
-        << "}\n";
+        << "keys:\n  - {tenant: deploy-e2e, role: user, sha256: " << Sha256Hex(kApiKey) << "}\n";
   }
   static void TearDownTestSuite() {
     std::error_code ignored;
@@ -186,8 +186,7 @@ class DeployConfigE2eTest : public ::testing::TestWithParam<Target> {
     HealthCheckResponse health;
     return grpc::health::v1::Health::NewStub(channel)->Check(&ctx, {}, &health);
   }
-  static grpc::Status List(const std::shared_ptr<grpc::Channel>& channel,
-                           const std::string& key) {
+  static grpc::Status List(const std::shared_ptr<grpc::Channel>& channel, const std::string& key) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + 10s);
     if (!key.empty()) ctx.AddMetadata("authorization", "Bearer " + key);
@@ -245,7 +244,7 @@ TEST_P(DeployConfigE2eTest, ServesTlsWithKeysProbesPassAndDrains) {
   // overrides, so its log lines are JSON objects; deploy/streamd.yaml keeps text.
   const std::string log = d->Stderr();
   EXPECT_EQ(log.rfind("{\"ts\":", 0) == 0, launch->json_log) << "logging.format not applied:\n"
-                                                              << log;
+                                                             << log;
 }
 
 INSTANTIATE_TEST_SUITE_P(Shipped, DeployConfigE2eTest,

@@ -1,10 +1,10 @@
 #include "tests/e2e/deploy_manifest.h"
 
-#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
 
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 namespace streamd::e2e {

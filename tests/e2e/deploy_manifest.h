@@ -23,10 +23,10 @@ struct Probe {
 };
 
 struct PodManifest {
-  std::vector<Probe> probes;                           // startup, readiness, liveness
-  std::map<std::string, std::string> secret_mounts;    // mountPath -> secretName
-  std::vector<std::string> args;                       // the container's args
-  int grpc_port = 0;                                   // containerPort "grpc"
+  std::vector<Probe> probes;                         // startup, readiness, liveness
+  std::map<std::string, std::string> secret_mounts;  // mountPath -> secretName
+  std::vector<std::string> args;                     // the container's args
+  int grpc_port = 0;                                 // containerPort "grpc"
 };
 // deploy/kubernetes/deployment.yaml's streamd container. Errors name the file and the field.
 StatusOr<PodManifest> ReadPodManifest(const std::string& deployment_yaml);
@@ -42,8 +42,8 @@ struct ImageManifest {
 StatusOr<ImageManifest> ReadImageManifest(const std::string& containerfile);
 
 struct UnitManifest {
-  std::vector<std::string> serve_args;                // ExecStart after `streamd serve`
-  std::map<std::string, std::string> credentials;     // LoadCredential name -> source path
+  std::vector<std::string> serve_args;             // ExecStart after `streamd serve`
+  std::map<std::string, std::string> credentials;  // LoadCredential name -> source path
 };
 // deploy/systemd/streamd.service.
 StatusOr<UnitManifest> ReadUnitManifest(const std::string& unit_file);
@@ -51,7 +51,7 @@ StatusOr<UnitManifest> ReadUnitManifest(const std::string& unit_file);
 // `args` with every occurrence of each `from` replaced by its `to`, in order: the host's
 // paths (a mount point, "%d") and addresses ("127.0.0.1:50051") swapped for a test's own.
 std::vector<std::string> Rewrite(std::vector<std::string> args,
-                                  const std::vector<std::pair<std::string, std::string>>& swaps);
+                                 const std::vector<std::pair<std::string, std::string>>& swaps);
 
 // The value of `--name VALUE` or `--name=VALUE` in `argv`; "" when absent.
 std::string FlagValue(const std::vector<std::string>& argv, const std::string& name);

@@ -23,11 +23,11 @@
 
 #include "engine/snapshot/snapshot_format.h"
 #include "engine/snapshot/snapshot_layout.h"
-#include "tests/support/snapshot_testing.h"
 #include "tests/e2e/daemon_process.h"
 #include "tests/e2e/durability_fixture.h"
 #include "tests/e2e/durability_util.h"
 #include "tests/e2e/e2e_util.h"
+#include "tests/support/snapshot_testing.h"
 
 namespace streamd::e2e {
 namespace {

@@ -9,8 +9,8 @@
 #include <fstream>
 #include <iterator>
 
-#include "engine/gguf/gguf_file.h"
 #include "engine/core/model_snapshot_dir.h"
+#include "engine/gguf/gguf_file.h"
 #include "engine/snapshot/model_fingerprint.h"
 
 namespace streamd::e2e {

@@ -1,8 +1,8 @@
 #include "tests/e2e/e2e_util.h"
 
-#include "proto/streamd/v1/session_affinity.h"
-
 #include <gtest/gtest.h>
+
+#include "proto/streamd/v1/session_affinity.h"
 
 namespace streamd::e2e {
 

@@ -69,7 +69,7 @@ struct Generation {
   std::vector<int32_t> ids;
   std::string text;
   v1::GenerationDone done;
-  bool ended = false;  // a GenerationDone arrived
+  bool ended = false;    // a GenerationDone arrived
   v1::CacheState cache;  // the CacheState that follows the GenerationDone
 };
 

@@ -119,7 +119,9 @@ class MetricsE2eTest : public ::testing::Test {
       if (!s->Write(OpenMsg(window))) return nullptr;
       // Metrics say whether it is waiting: queued goes to 1 while it does.
       if (WaitUntil(
-              [&] { return MetricValue(d.ScrapeMetrics(), "streamd_sessions{state=\"queued\"}") > 0; },
+              [&] {
+                return MetricValue(d.ScrapeMetrics(), "streamd_sessions{state=\"queued\"}") > 0;
+              },
               1500ms)) {
         return s;
       }
@@ -139,11 +141,10 @@ TEST_F(MetricsE2eTest, EveryExportedSeriesIsFed) {
   // A damaged snapshot at start-up is refused (and moved aside): snapshots_rejected.
   std::filesystem::create_directories(ModelDir(snapshots));
   std::ofstream(ModelDir(snapshots) + "/0123456789abcdef0123456789abcdef.snap") << "not a snapshot";
-  auto d = DaemonProcess::Start({"--auth.keys_file=" + WriteKeys(),
-                                 "--sessions.snapshot_dir=" + snapshots,
-                                 "--sessions.offload_after=1s", "--engine.kv_pool=64MiB",
-                                 "--engine.max_chunk=64", "--sessions.default_window=128",
-                                 "--sessions.admission_timeout=4s"});
+  auto d = DaemonProcess::Start(
+      {"--auth.keys_file=" + WriteKeys(), "--sessions.snapshot_dir=" + snapshots,
+       "--sessions.offload_after=1s", "--engine.kv_pool=64MiB", "--engine.max_chunk=64",
+       "--sessions.default_window=128", "--sessions.admission_timeout=4s"});
   ASSERT_NE(d, nullptr);
   const std::map<std::string, double> at_start = Samples(d->ScrapeMetrics());
   ASSERT_FALSE(at_start.empty()) << d->Stdout();
@@ -213,10 +214,13 @@ TEST_F(MetricsE2eTest, EveryExportedSeriesIsFed) {
   RawStream b(d->Channel(), 120s, kUserKey);
   ASSERT_TRUE(b.Write(ResumeMsg(id)));
   std::optional<v1::ServerMessage> resumed;
-  ASSERT_TRUE(WaitUntil([&] {
-    resumed = b.Read();
-    return resumed && resumed->has_opened();
-  }, 30s)) << d->Stderr();
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        resumed = b.Read();
+        return resumed && resumed->has_opened();
+      },
+      30s))
+      << d->Stderr();
   ASSERT_TRUE(b.Write(GenerateMsg(4)));
   EXPECT_TRUE(ReadGeneration(b).ended);
   scrape();
@@ -246,8 +250,9 @@ TEST_F(MetricsE2eTest, EveryExportedSeriesIsFed) {
       {"streamd_preemptions_total", "always 0: admission reserves the worst case"},
       {"streamd_backend_failures_total", "ABrokenBackendTurnsHealthNotServing"},
       {"streamd_snapshot_write_errors_total", "DurabilityE2eTest.AFullDiskCosts..."},
-      {"streamd_sessions_in_transition", "non-zero only for the ms an offload or load runs; "
-                                         "ChurnE2eTest checks it is 0 once the churn is over"},
+      {"streamd_sessions_in_transition",
+       "non-zero only for the ms an offload or load runs; "
+       "ChurnE2eTest checks it is 0 once the churn is over"},
   };
   for (const std::string& f : families) {
     if (not_moved_here.count(f) != 0) continue;

@@ -3,11 +3,11 @@
 // daemon without one (the plan is built without --eval-text: numerics-exact choices only), and
 // a damaged plan, or one bound to another machine or streamd version, fails the start with an
 // error naming the file and the reason.
-#include <filesystem>
-#include <fstream>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "engine/build_plan/plan_file.h"
 #include "tests/e2e/daemon_process.h"
@@ -26,8 +26,8 @@ class PlanE2eTest : public ::testing::Test {
     dir_ = new std::string(testing::TempDir() + "/plan_e2e");
     std::filesystem::create_directories(*dir_);
     plan_ = new std::string(*dir_ + "/smollm2.plan");
-    build_ = new RunResult(RunStreamd({"build", "--model", ModelPath(), "--out", *plan_,
-                                       "--rounds", "1", "--window", "60"}));
+    build_ = new RunResult(RunStreamd(
+        {"build", "--model", ModelPath(), "--out", *plan_, "--rounds", "1", "--window", "60"}));
   }
   static void TearDownTestSuite() {
     delete build_;
@@ -40,10 +40,14 @@ class PlanE2eTest : public ::testing::Test {
 
   // `streamd serve` with `extra` flags, expected to exit on its own (bounded by timeout(1)).
   static RunResult ServeExpectingExit(const std::vector<std::string>& extra) {
-    std::vector<std::string> argv = {"/usr/bin/timeout", "120", StreamdBinary(), "serve",
+    std::vector<std::string> argv = {"/usr/bin/timeout",
+                                     "120",
+                                     StreamdBinary(),
+                                     "serve",
                                      "--server.listen_address=127.0.0.1:0",
                                      "--server.metrics_address=127.0.0.1:0",
-                                     "--model.path=" + ModelPath(), "--engine.backend=cpu"};
+                                     "--model.path=" + ModelPath(),
+                                     "--engine.backend=cpu"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return RunProgram(argv);
   }

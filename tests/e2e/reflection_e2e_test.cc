@@ -14,8 +14,8 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "tests/e2e/daemon_process.h"
-#include "tests/e2e/shared_daemon_test.h"
 #include "tests/e2e/e2e_util.h"
+#include "tests/e2e/shared_daemon_test.h"
 
 namespace streamd::e2e {
 namespace {

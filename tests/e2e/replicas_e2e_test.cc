@@ -1,9 +1,9 @@
 // End-to-end: two replicas behind HAProxy (deploy/haproxy/haproxy.cfg, as shipped) sharing one
 // snapshot directory. 20 sessions are opened through the proxy (balanced round-robin: an Open
 // has no affinity key), each with its own context; each then resumes on the replica that holds
-// it (the proxy learnt the place from the Open's answer). Then replica A is drained (SIGTERM): every
-// session resumes through the proxy by its `x-streamd-session` key, A's on B, with caches intact
-// (its greedy continuation equals that of a control session with the same history on a
+// it (the proxy learnt the place from the Open's answer). Then replica A is drained (SIGTERM):
+// every session resumes through the proxy by its `x-streamd-session` key, A's on B, with caches
+// intact (its greedy continuation equals that of a control session with the same history on a
 // daemon of its own). Then a rolling
 // restart: A comes back, B is drained, and again every session resumes, now on A, intact.
 // TLS on both sides, as the config demands: the replicas serve certificates of a test CA (made
@@ -21,8 +21,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <sstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -126,18 +126,18 @@ struct Tracked {
 class ReplicasE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_EQ(access(kHaproxy, X_OK), 0)
-        << kHaproxy << " is missing: install the Debian package haproxy "
-                       "(scripts/install-deps.sh does)";
+    ASSERT_EQ(access(kHaproxy, X_OK), 0) << kHaproxy
+                                         << " is missing: install the Debian package haproxy "
+                                            "(scripts/install-deps.sh does)";
     char tmpl[] = "/tmp/streamd-replicas-e2e-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
     std::filesystem::create_directory(dir_ + "/certs");
     certs_ = std::make_unique<streamd::testing::TestCerts>(dir_ + "/certs");
     using streamd::testing::LeafKind;
-    for (const Status& s : {certs_->MakeCa("ca"),
-                            certs_->MakeLeaf("replica", "ca", LeafKind::kServer),
-                            certs_->MakeLeaf("proxy", "ca", LeafKind::kServer)}) {
+    for (const Status& s :
+         {certs_->MakeCa("ca"), certs_->MakeLeaf("replica", "ca", LeafKind::kServer),
+          certs_->MakeLeaf("proxy", "ca", LeafKind::kServer)}) {
       ASSERT_TRUE(s.ok()) << s.ToString();
     }
     // HAProxy finds a certificate's key in the file of the same name + ".key".
@@ -147,16 +147,16 @@ class ReplicasE2eTest : public ::testing::Test {
 
   // A replica on `port` with the shared snapshot directory, serving TLS.
   std::unique_ptr<DaemonProcess> StartReplica(int port, bool shared = true) {
-    auto d = DaemonProcess::Start(
-        {"--server.listen_address=127.0.0.1:" + std::to_string(port),
-         "--server.tls.cert_file=" + certs_->Cert("replica"),
-         "--server.tls.key_file=" + certs_->Key("replica"),
-         "--sessions.snapshot_dir=" + dir_ + (shared ? "/shared" : "/own"),
-         "--sessions.default_window=128", "--engine.kv_pool=256MiB",
-         // Behind a proxy every stream comes from the proxy's address: without API keys
-         // (tenants) all sessions are one "client", whose detached share would offload them
-         // (OPERATIONS.md).
-         "--sessions.max_detached_share=1"});
+    auto d =
+        DaemonProcess::Start({"--server.listen_address=127.0.0.1:" + std::to_string(port),
+                              "--server.tls.cert_file=" + certs_->Cert("replica"),
+                              "--server.tls.key_file=" + certs_->Key("replica"),
+                              "--sessions.snapshot_dir=" + dir_ + (shared ? "/shared" : "/own"),
+                              "--sessions.default_window=128", "--engine.kv_pool=256MiB",
+                              // Behind a proxy every stream comes from the proxy's address: without
+                              // API keys (tenants) all sessions are one "client", whose detached
+                              // share would offload them (OPERATIONS.md).
+                              "--sessions.max_detached_share=1"});
     if (d != nullptr) d->UseCredentials(Trusting(*certs_));
     return d;
   }

@@ -5,7 +5,6 @@
 // generate (their steps interleaving); request ids that are not printable ASCII are refused
 // naming the field; a fork belongs to its parent's tenant and does not exist for any other.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -207,8 +206,8 @@ TEST_F(RollbackE2eTest, TruncateBeyondTheWindowNamesHowManyTokensCanBeDropped) {
                               << message;
   EXPECT_EQ(one_more.error->code(), static_cast<int>(grpc::StatusCode::FAILED_PRECONDITION));
   const Answer exact = Truncate(s, "long", 40 - most);
-  ASSERT_TRUE(exact.state) << "dropping " << most << " was refused: "
-                           << (exact.error ? exact.error->message() : "");
+  ASSERT_TRUE(exact.state) << "dropping " << most
+                           << " was refused: " << (exact.error ? exact.error->message() : "");
   EXPECT_EQ(exact.state->tokens_seen(), g.cache.tokens_seen() - most);
   const Generation after = GenerateExactly(s, 3, "next");
   EXPECT_EQ(after.cache.tokens_seen(), exact.state->tokens_seen() + 3);
@@ -384,8 +383,7 @@ TEST_F(RollbackE2eTest, RequestIdsThatAreNotPrintableAsciiAreRefusedNamingTheFie
       {TruncateMsg(std::string(129, 'x'), 0), "truncate.request_id", "limit of 128",
        std::string(129, 'x')},
       {ForkMsg(std::string("\xc3\x28", 2)), "fork.request_id", "at offset 0", ""},
-      {ForkMsg(std::string("f\x01", 2)), "fork.request_id", "at offset 1",
-       std::string("f\x01", 2)},
+      {ForkMsg(std::string("f\x01", 2)), "fork.request_id", "at offset 1", std::string("f\x01", 2)},
       {ForkMsg(std::string(129, 'f')), "fork.request_id", "limit of 128", std::string(129, 'f')},
   };
   for (const Case& c : cases) {
@@ -490,7 +488,7 @@ TEST_F(RollbackE2eTest, APartialTheWindowHasSlidPastCanOnlyBeMadeFinal) {
       << "says the way out: " << refused.message();
   v1::CacheState before, after;
   ASSERT_FALSE(s.Append(TextMsg(" 9, 10,").append(), &before));  // the partial, now final
-  ASSERT_FALSE(s.Append(TextMsg(" Stop.").append(), &after));     // and input after it
+  ASSERT_FALSE(s.Append(TextMsg(" Stop.").append(), &after));    // and input after it
   EXPECT_GT(after.tokens_seen(), before.tokens_seen());
   ASSERT_TRUE(s.Write(GenerateMsg(3, true, "next")));
   EXPECT_TRUE(ReadGeneration(s).ended);

@@ -98,8 +98,8 @@ TEST(TransportE2eTest, OpensWaitingForAFullPoolDoNotHoldUpABargeIn) {
   std::optional<v1::ServerMessage> appended = a.Read();
   ASSERT_TRUE(appended && appended->has_cache_state()) << (appended ? appended->DebugString() : "");
   const auto answered = steady_clock::now() - barged;
-  EXPECT_LT(answered, 5s) << "a barge-in took "
-                          << std::chrono::duration<double>(answered).count() << " s";
+  EXPECT_LT(answered, 5s) << "a barge-in took " << std::chrono::duration<double>(answered).count()
+                          << " s";
 
   // Room again: the waiting Opens are still served, first come first served, and those whose
   // streams went away are dropped: with all but one cancelled, that one is admitted.
@@ -125,8 +125,8 @@ void AbandonedSessionsDoNotLockOthersOut(const std::vector<std::string>& flags) 
     BytesStream s(d->Channel(), 60s);
     ASSERT_TRUE(s.Write(OpenMsg()));
     std::optional<v1::ServerMessage> m = s.Read();
-    ASSERT_TRUE(m && m->has_opened()) << "abandoned session " << i << ": "
-                                      << (m ? m->DebugString() : "no answer");
+    ASSERT_TRUE(m && m->has_opened())
+        << "abandoned session " << i << ": " << (m ? m->DebugString() : "no answer");
     ASSERT_TRUE(s.Write(TokensMsg(Tokens(256))));
     m = s.Read();
     ASSERT_TRUE(m && m->has_cache_state()) << (m ? m->DebugString() : "no answer");

@@ -32,6 +32,7 @@
 // takes milliseconds and memory stays flat.
 #include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/support/byte_buffer.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -45,16 +46,14 @@
 #include <thread>
 #include <vector>
 
-#include <unistd.h>
-
 #include "engine/model/synthetic_model.h"
 #include "engine/sessions/admission_queue.h"
-#include "server/authenticator.h"
 #include "engine/sessions/chat_formatter.h"
-#include "server/service_context.h"
 #include "engine/sessions/session_registry.h"
-#include "server/session_stream.h"
 #include "engine/util/task_runner.h"
+#include "server/authenticator.h"
+#include "server/service_context.h"
+#include "server/session_stream.h"
 #include "server/token_budget.h"
 #include "tests/fuzz/client_message_input.h"
 #include "tests/fuzz/fuzz_transport.h"
@@ -102,8 +101,7 @@ std::unique_ptr<server::Authenticator> MakeAuthenticator() {
                       << std::string(64, 'a') << "}\n"
                       << "  - {tenant: globex, role: user, sha256: " << std::string(64, 'b')
                       << "}\n"
-                      << "  - {tenant: ops, role: admin, sha256: " << std::string(64, 'c')
-                      << "}\n";
+                      << "  - {tenant: ops, role: admin, sha256: " << std::string(64, 'c') << "}\n";
   // Kept while the fuzzer runs (the authenticator checks it for changes), removed at exit.
   static std::string keys_file;
   keys_file = path;
@@ -169,14 +167,13 @@ class World {
   explicit World(Engine& engine)
       : options_(FuzzOptions()),
         registry_(std::make_unique<SessionRegistry>(
-            engine, RegistryOptions{options_.limits.idle_timeout,
-                                            options_.persistence.offload_after, 10s,
-                                            options_.limits.max_detached_share})),
+            engine,
+            RegistryOptions{options_.limits.idle_timeout, options_.persistence.offload_after, 10s,
+                            options_.limits.max_detached_share})),
         chat_(*g_model->chat, engine.tokenizer()),
         tasks_(std::make_unique<TaskRunner>()),
         io_(std::make_unique<TaskRunner>()),
-        admission_(std::make_unique<AdmissionQueue>(*registry_,
-                                                            options_.limits.max_waiting_opens)),
+        admission_(std::make_unique<AdmissionQueue>(*registry_, options_.limits.max_waiting_opens)),
         driver_(std::make_unique<SessionDriver>(engine, *registry_, chat_, *tasks_)),
         ctx_{engine, *registry_, *driver_, *admission_, chat_, *tasks_, *io_, options_} {
     ctx_.model = {engine.tokenizer().vocab_size(), engine.model().config().context_length};

@@ -10,12 +10,11 @@
 //
 // With STREAMD_HTTP_REQUEST_FUZZ_SEEDS it is instead `http_request_fuzz_seeds DIR`: writes the
 // seed corpus (requests of both endpoints, valid and refused), each checked as the fuzzer would.
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 
@@ -145,14 +144,19 @@ int main(int argc, char** argv) {
   }
   const std::pair<char, const char*> seeds[] = {
       {0, R"({"model":"m","messages":[{"role":"user","content":"Hi"}]})"},
-      {0, R"({"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"a"}]},{"role":"assistant","content":"b"}],"stream":true,"stream_options":{"include_usage":true},"max_tokens":8,"temperature":0.5,"top_p":0.9,"seed":1,"stop":["x","y"],"n":1})"},
-      {0, R"({"messages":[{"role":"user","content":"x"}],"stop":"END","max_completion_tokens":3,"presence_penalty":1,"frequency_penalty":-1})"},
+      {0,
+       R"({"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"a"}]},{"role":"assistant","content":"b"}],"stream":true,"stream_options":{"include_usage":true},"max_tokens":8,"temperature":0.5,"top_p":0.9,"seed":1,"stop":["x","y"],"n":1})"},
+      {0,
+       R"({"messages":[{"role":"user","content":"x"}],"stop":"END","max_completion_tokens":3,"presence_penalty":1,"frequency_penalty":-1})"},
       {0, R"({"messages":[{"role":"tool","content":"x"}],"tools":[{"type":"function"}]})"},
       {0, R"({"messages":[{"role":"user","content":5}],"max_tokens":"5","logprobs":true})"},
-      {0, R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"u"}}]}]})"},
+      {0,
+       R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"u"}}]}]})"},
       {0, R"({"messages": [)"},
-      {1, R"({"model":"m","input":"Hi","instructions":"Be brief.","max_output_tokens":5,"store":false})"},
-      {1, R"({"input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"a"}]}],"previous_response_id":"resp_0123456789abcdef0123456789abcdef_1"})"},
+      {1,
+       R"({"model":"m","input":"Hi","instructions":"Be brief.","max_output_tokens":5,"store":false})"},
+      {1,
+       R"({"input":[{"type":"message","role":"user","content":[{"type":"input_text","text":"a"}]}],"previous_response_id":"resp_0123456789abcdef0123456789abcdef_1"})"},
       {1, R"({"input":"x","text":{"format":{"type":"json_schema"}},"reasoning":{}})"},
       {2, "v1 3 0123456789abcdef 1"},
   };

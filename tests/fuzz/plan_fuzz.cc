@@ -47,7 +47,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto manifest = ParsePlanManifest(PlanManifestJson(plan));
   if (!manifest.ok() || !(*manifest == plan)) __builtin_trap();
   // ...and from the bytes the writer makes of it, with the same weights.
-  const std::span<const uint8_t> weights = bytes.subspan(parsed->weights_offset, plan.weights_bytes);
+  const std::span<const uint8_t> weights =
+      bytes.subspan(parsed->weights_offset, plan.weights_bytes);
   const std::vector<uint8_t> again = SerializePlan(plan, weights);
   auto reparsed = ParsePlanBytes(again);
   if (!reparsed.ok() || !(reparsed->plan == plan)) __builtin_trap();
@@ -133,8 +134,8 @@ BuildPlan SeedPlan() {
   p.tuning.split[1] = {1, 48, 3072};
   p.tuning.decode_by_tokens_from = 16;
   p.tuning.isa.push_back({WeightType::kQ4_1, 576, 1536, 0, Isa::kAvx2});
-  p.precision.push_back({"instruction-set level per product shape", true, 17.8, 17.81, 0.05, 1.0,
-                         "eval.txt", 2048});
+  p.precision.push_back(
+      {"instruction-set level per product shape", true, 17.8, 17.81, 0.05, 1.0, "eval.txt", 2048});
   p.measurements.push_back({"decode step, 1 session, tuned", 2.6, "ms"});
   return p;
 }

@@ -107,9 +107,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       sum.cached_tokens != static_cast<int64_t>(state->cached_tokens.size()) ||
       sum.pending_tokens != static_cast<int64_t>(state->pending.size()) ||
       sum.metadata_entries != static_cast<int64_t>(state->metadata.size()) ||
-      sum.kv_bytes != static_cast<uint64_t>(state->kv.bytes()) ||
-      sum.kv_dtype != state->kv.dtype || sum.tenant != state->tenant ||
-      sum.revision != state->revision) {
+      sum.kv_bytes != static_cast<uint64_t>(state->kv.bytes()) || sum.kv_dtype != state->kv.dtype ||
+      sum.tenant != state->tenant || sum.revision != state->revision) {
     __builtin_trap();
   }
   CheckState(*state, ctx);

@@ -75,16 +75,16 @@ Vocabulary g_vocab[2];  // [0] BPE ($STREAMD_MODEL), [1] SPM ($STREAMD_SPM_VOCAB
   std::fprintf(stderr, "tokenizer_fuzz: property violated: %s\n", what);
   __builtin_trap();
 }
-#define CHECK_PROPERTY(cond) \
-  do {                       \
+#define CHECK_PROPERTY(cond)  \
+  do {                        \
     if (!(cond)) Fail(#cond); \
   } while (0)
 
 Vocabulary Load(const char* env, const char* how) {
   const char* path = std::getenv(env);
   if (path == nullptr || *path == '\0') {
-    std::fprintf(stderr, "tokenizer_fuzz: %s is not set; %s (scripts/fuzz-smoke.sh sets it)\n",
-                 env, how);
+    std::fprintf(stderr, "tokenizer_fuzz: %s is not set; %s (scripts/fuzz-smoke.sh sets it)\n", env,
+                 how);
     std::exit(2);
   }
   auto file = GgufFile::Open(path);
@@ -95,8 +95,7 @@ Vocabulary Load(const char* env, const char* how) {
   }
   auto tok = Tokenizer::FromGguf(**file);
   if (!tok.ok()) {
-    std::fprintf(stderr, "tokenizer_fuzz: %s=%s: %s\n", env, path,
-                 tok.status().ToString().c_str());
+    std::fprintf(stderr, "tokenizer_fuzz: %s=%s: %s\n", env, path, tok.status().ToString().c_str());
     std::exit(2);
   }
   Vocabulary v;
@@ -104,12 +103,11 @@ Vocabulary Load(const char* env, const char* how) {
   for (int b = 0; b < 256; ++b) {
     char hex[8];
     std::snprintf(hex, sizeof(hex), "<0x%02X>", b);
-    v.dropped[b] = !(*tok)->FindToken(v.spm ? std::string_view(hex)
-                                           : streamd::tokenizer::ByteToTokenText(b));
+    v.dropped[b] =
+        !(*tok)->FindToken(v.spm ? std::string_view(hex) : streamd::tokenizer::ByteToTokenText(b));
   }
   for (int32_t id = 0; id < (*tok)->vocab_size(); ++id) {
-    if ((*tok)->IsSpecial(id) &&
-        (*tok)->TokenText(id).find(kSpmSpace) != std::string_view::npos) {
+    if ((*tok)->IsSpecial(id) && (*tok)->TokenText(id).find(kSpmSpace) != std::string_view::npos) {
       v.special_has_spm_space = true;
     }
   }
@@ -122,8 +120,9 @@ void LoadVocabularies() {
   g_vocab[0] = Load("STREAMD_MODEL", "export STREAMD_MODEL=$(scripts/fetch-model.sh)");
   g_vocab[1] = Load("STREAMD_SPM_VOCAB", "export STREAMD_SPM_VOCAB=$(scripts/fetch-test-vocab.sh)");
   if (g_vocab[0].spm || !g_vocab[1].spm) {
-    std::fprintf(stderr, "tokenizer_fuzz: STREAMD_MODEL must be a byte-level BPE vocabulary and "
-                         "STREAMD_SPM_VOCAB a SentencePiece one\n");
+    std::fprintf(stderr,
+                 "tokenizer_fuzz: STREAMD_MODEL must be a byte-level BPE vocabulary and "
+                 "STREAMD_SPM_VOCAB a SentencePiece one\n");
     std::exit(2);
   }
 }
@@ -223,12 +222,24 @@ std::vector<int32_t> ReadIds(std::span<const uint8_t> bytes, int32_t vocab_size)
       continue;
     }
     switch (value % 6) {
-      case 0: ids.push_back(-1 - static_cast<int32_t>(value >> 3)); break;
-      case 1: ids.push_back(vocab_size + static_cast<int32_t>(value >> 3)); break;
-      case 2: ids.push_back(INT32_MIN); break;
-      case 3: ids.push_back(INT32_MAX); break;
-      case 4: ids.push_back(vocab_size); break;
-      default: ids.push_back(static_cast<int32_t>(value << 9) | INT32_MIN); break;
+      case 0:
+        ids.push_back(-1 - static_cast<int32_t>(value >> 3));
+        break;
+      case 1:
+        ids.push_back(vocab_size + static_cast<int32_t>(value >> 3));
+        break;
+      case 2:
+        ids.push_back(INT32_MIN);
+        break;
+      case 3:
+        ids.push_back(INT32_MAX);
+        break;
+      case 4:
+        ids.push_back(vocab_size);
+        break;
+      default:
+        ids.push_back(static_cast<int32_t>(value << 9) | INT32_MIN);
+        break;
     }
   }
   return ids;
@@ -328,7 +339,8 @@ const char* const kTexts[] = {
     "line\nbreaks\r\nand\n\n\nblank lines\n",
     "It's we'll they'd I'M you're 'tis",
     "2024-01-31 12:34:56.789 +1e-10 0x1F 1,234,567",
-    "caf\xC3\xA9 na\xC3\xAFve \xE2\x82\xAC" "42 \xC3\x9F",
+    "caf\xC3\xA9 na\xC3\xAFve \xE2\x82\xAC"
+    "42 \xC3\x9F",
     "\xE4\xBD\xA0\xE5\xA5\xBD\xEF\xBC\x8C\xE4\xB8\x96\xE7\x95\x8C \xED\x95\x9C\xEA\xB5\xAD\xEC\x96"
     "\xB4 \xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E",
     "\xD0\x9F\xD1\x80\xD0\xB8\xD0\xB2\xD0\xB5\xD1\x82 \xD9\x85\xD8\xB1\xD8\xAD\xD8\xA8\xD8\xA7 "

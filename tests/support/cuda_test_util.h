@@ -26,15 +26,15 @@ inline std::string NoDeviceReason() {
   return "";
 }
 
-#define STREAMD_SKIP_WITHOUT_CUDA_DEVICE()                                           \
-  do {                                                                               \
+#define STREAMD_SKIP_WITHOUT_CUDA_DEVICE()                                                   \
+  do {                                                                                       \
     const std::string streamd_reason_ = ::streamd::kernels::cuda::testing::NoDeviceReason(); \
     if (!streamd_reason_.empty()) GTEST_SKIP() << "no CUDA device: " << streamd_reason_;     \
   } while (0)
 
-#define ASSERT_CUDA_OK(expr)                                                      \
-  do {                                                                            \
-    const cudaError_t streamd_e_ = (expr);                                        \
+#define ASSERT_CUDA_OK(expr)                                                               \
+  do {                                                                                     \
+    const cudaError_t streamd_e_ = (expr);                                                 \
     ASSERT_EQ(streamd_e_, cudaSuccess) << #expr << ": " << cudaGetErrorString(streamd_e_); \
   } while (0)
 
@@ -43,7 +43,8 @@ template <typename T>
 class DeviceArray {
  public:
   explicit DeviceArray(size_t n) : n_(n) {
-    if (cudaMalloc(reinterpret_cast<void**>(&p_), std::max<size_t>(n, 1) * sizeof(T)) != cudaSuccess) {
+    if (cudaMalloc(reinterpret_cast<void**>(&p_), std::max<size_t>(n, 1) * sizeof(T)) !=
+        cudaSuccess) {
       p_ = nullptr;
     }
   }

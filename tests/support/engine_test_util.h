@@ -2,6 +2,8 @@
 // wrapper that picks greedy ids "on the device" as CUDA does.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -12,11 +14,9 @@
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
+#include "engine/core/engine.h"
 #include "engine/model/forwarding_backend.h"
 #include "engine/model/synthetic_model.h"
-#include "engine/core/engine.h"
 
 namespace streamd::testing {
 
@@ -66,8 +66,7 @@ class Collector {
 // step took.
 class IdsOnDevice : public ForwardingBackend {
  public:
-  explicit IdsOnDevice(std::unique_ptr<ModelBackend> inner)
-      : ForwardingBackend(std::move(inner)) {}
+  explicit IdsOnDevice(std::unique_ptr<ModelBackend> inner) : ForwardingBackend(std::move(inner)) {}
   Status Execute(const StepPlan& plan, float* logits) override {
     ++full_rows_steps;
     rows_.clear();
@@ -113,9 +112,9 @@ inline SyntheticModelSpec TinyModel() {
 
 // With `ids_on_device`, the model is wrapped in IdsOnDevice and *wrapper points at it.
 inline std::unique_ptr<Engine> MakeEngine(int64_t pool_bytes = 64 << 20, int32_t max_chunk = 64,
-                                   const SyntheticModelSpec& spec = TinyModel(),
-                                   IdsOnDevice** wrapper = nullptr, int32_t block_size = 16,
-                                   PlannerConfig planner = {128, 64}) {
+                                          const SyntheticModelSpec& spec = TinyModel(),
+                                          IdsOnDevice** wrapper = nullptr, int32_t block_size = 16,
+                                          PlannerConfig planner = {128, 64}) {
   auto model = MakeSyntheticModel(spec);
   EXPECT_TRUE(model.ok()) << model.status().ToString();
   auto vocab = tokenizer::Tokenizer::FromGguf((*model)->file());

@@ -3,23 +3,22 @@
 // calibrated on its own K/V, and the snapshot context of such an engine.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "engine/cache/kv_scales.h"
-#include "tests/support/engine_test_util.h"
 #include "engine/snapshot/snapshot_format.h"
 #include "kernels/cpu/quant_blocks.h"
+#include "tests/support/engine_test_util.h"
 
 namespace streamd::testing {
 
 // Greedy tokens of one generation of n tokens.
-inline std::vector<int32_t> GenerateN(Engine& engine, Collector& events, SessionId id,
-                                      int32_t n) {
+inline std::vector<int32_t> GenerateN(Engine& engine, Collector& events, SessionId id, int32_t n) {
   const size_t before = events.Tokens(id).size();
   EXPECT_TRUE(engine.Generate(id, UpTo(n), events.Sink()).ok());
   const GenerationEvent done = events.WaitDone(id);
@@ -30,7 +29,7 @@ inline std::vector<int32_t> GenerateN(Engine& engine, Collector& events, Session
 
 // An engine of the tiny synthetic model whose cache is int8 with `scales` (null: f16).
 inline std::unique_ptr<Engine> MakeCacheEngine(std::shared_ptr<const KvInt8Scales> scales,
-                                        int64_t pool_bytes = 32 << 20) {
+                                               int64_t pool_bytes = 32 << 20) {
   auto model = MakeSyntheticModel(TinyModel());
   EXPECT_TRUE(model.ok()) << model.status().ToString();
   EXPECT_TRUE((*model)->SetInt8KvCache(std::move(scales)).ok());

@@ -17,7 +17,7 @@ namespace streamd {
 inline size_t ResidentPages(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) return 0;
-  struct stat st{};
+  struct stat st {};
   ::fstat(fd, &st);
   size_t resident = 0;
   const size_t size = static_cast<size_t>(st.st_size);

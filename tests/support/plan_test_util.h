@@ -2,16 +2,16 @@
 // run), the logits of a token stream through a sink cache, random token ids.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <random>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "engine/cache/session_cache.h"
+#include "engine/core/step_runner.h"
 #include "engine/model/llama_model.h"
 #include "engine/model/synthetic_model.h"
-#include "engine/core/step_runner.h"
 
 namespace streamd::plan_test {
 

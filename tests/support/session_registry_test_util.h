@@ -3,6 +3,7 @@
 // owner that records what it is told, and Attach waited for.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <chrono>
@@ -11,11 +12,9 @@
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "engine/model/synthetic_model.h"
-#include "engine/snapshot/model_fingerprint.h"
 #include "engine/sessions/session_registry.h"
+#include "engine/snapshot/model_fingerprint.h"
 
 namespace streamd::registry_testing {
 
@@ -55,7 +54,7 @@ inline TestEngine MakeEngine(int64_t pool_bytes = 16 << 20) {
 }
 
 inline std::unique_ptr<SessionPersister> MakePersister(TestEngine& e, const std::string& dir,
-                                                int* rejected = nullptr) {
+                                                       int* rejected = nullptr) {
   auto store = SnapshotStore::Open(dir);
   EXPECT_TRUE(store.ok());
   PersisterHooks hooks;
@@ -99,7 +98,7 @@ inline RegistryOptions Timeouts(std::chrono::milliseconds idle, std::chrono::mil
 
 // Attach, waiting for the answer (it may come from the loader thread).
 inline StatusOr<std::shared_ptr<SessionRecord>> AttachNow(SessionRegistry& registry, SessionId id,
-                                                   std::shared_ptr<SessionOwner> owner) {
+                                                          std::shared_ptr<SessionOwner> owner) {
   std::promise<StatusOr<std::shared_ptr<SessionRecord>>> answer;
   registry.Attach(id, owner, [&](StatusOr<std::shared_ptr<SessionRecord>> s) {
     answer.set_value(std::move(s));
@@ -114,6 +113,5 @@ inline std::vector<int32_t> Bytes(size_t n, uint64_t seed) {
   for (size_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>((seed * 31 + i * 7) % 256);
   return t;
 }
-
 
 }  // namespace streamd::registry_testing

@@ -2,14 +2,13 @@
 // a fresh temporary directory, and the names in a directory, sorted.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <stdlib.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 namespace streamd::store_testing {
 

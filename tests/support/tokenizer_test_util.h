@@ -5,14 +5,14 @@
 // `make test` sets both. A test that needs one fails, never passes silently, when it is unset.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <map>
 #include <memory>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "engine/gguf/gguf_file.h"
 #include "engine/tokenizer/tokenizer.h"

@@ -41,12 +41,12 @@ const std::vector<Matrix>& ModelMatrices() {
     std::vector<Matrix> out;
     for (int layer = 0; layer < 30; ++layer) {
       for (auto [rows, k] : {std::pair<int64_t, int64_t>{576, 576},  // q
-                             {192, 576},                              // k
-                             {192, 576},                              // v
-                             {576, 576},                              // o
-                             {1536, 576},                             // gate
-                             {1536, 576},                             // up
-                             {576, 1536}}) {                          // down
+                             {192, 576},                             // k
+                             {192, 576},                             // v
+                             {576, 576},                             // o
+                             {1536, 576},                            // gate
+                             {1536, 576},                            // up
+                             {576, 1536}}) {                         // down
         out.push_back(RandomMatrix(WeightType::kQ4_1, rows, k, rng));
       }
     }
@@ -80,7 +80,14 @@ void BM_DecodeStepProducts(benchmark::State& state) {
       benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_DecodeStepProducts)
-    ->Arg(1)->Arg(2)->Arg(3)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->Arg(64)
+    ->Arg(1)
+    ->Arg(2)
+    ->Arg(3)
+    ->Arg(4)
+    ->Arg(8)
+    ->Arg(16)
+    ->Arg(32)
+    ->Arg(64)
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -228,7 +228,8 @@ StatusOr<RunFigures> RunOnce(const Options& o, const std::vector<int32_t>& promp
 
 std::vector<NamedFigure> Fields(RunFigures& r) {
   std::vector<NamedFigure> fields = Figures(r.load);
-  fields.insert(fields.end(), {{"client_cpu_s", &r.client_cpu_s}, {"server_cpu_s", &r.server_cpu_s}});
+  fields.insert(fields.end(),
+                {{"client_cpu_s", &r.client_cpu_s}, {"server_cpu_s", &r.server_cpu_s}});
   return fields;
 }
 

@@ -143,8 +143,8 @@ class BadKeys {
   BadKeys(const std::shared_ptr<grpc::Channel>& channel, int64_t n, int64_t seconds)
       : thread_([this, channel, n, seconds] {
           auto stub = v1::Streamd::NewStub(channel);
-          const auto gap = std::chrono::duration<double>(static_cast<double>(seconds) /
-                                                         static_cast<double>(std::max<int64_t>(n, 1)));
+          const auto gap = std::chrono::duration<double>(
+              static_cast<double>(seconds) / static_cast<double>(std::max<int64_t>(n, 1)));
           const Clock::time_point start = Clock::now();
           for (int64_t i = 0; i < n; ++i) {
             std::this_thread::sleep_until(
@@ -153,8 +153,8 @@ class BadKeys {
             c.AddMetadata("authorization", "Bearer not-a-key-" + std::to_string(i));
             c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
             v1::ListSessionsResponse out;
-            refused_ += stub->ListSessions(&c, {}, &out).error_code() ==
-                        grpc::StatusCode::UNAUTHENTICATED;
+            refused_ +=
+                stub->ListSessions(&c, {}, &out).error_code() == grpc::StatusCode::UNAUTHENTICATED;
           }
         }) {}
   // Waits for the last call (all K are made, over S seconds); the UNAUTHENTICATED answers.
@@ -210,21 +210,24 @@ int Run(const Options& o) {
   }
   const double ratio = Median(alone) > 0 ? Median(attacked) / Median(alone) : 0;
   if (o.json) {
-    nlohmann::json j = {{"alone_tok_s", alone},          {"attacked_tok_s", attacked},
+    nlohmann::json j = {{"alone_tok_s", alone},
+                        {"attacked_tok_s", attacked},
                         {"median_alone_tok_s", Median(alone)},
                         {"median_attacked_tok_s", Median(attacked)},
-                        {"ratio", ratio},                {"bad_keys_refused", refused},
+                        {"ratio", ratio},
+                        {"bad_keys_refused", refused},
                         {"idle_streams_ended_by_daemon", ended}};
     std::cout << j.dump() << "\n";
   } else {
-    std::printf("honest decode tok/s: alone %.1f, beside %lld idle connections and %lld bad keys "
-                "%.1f (median of %lld); ratio %.3f\n",
-                Median(alone), static_cast<long long>(o.connections),
-                static_cast<long long>(o.bad_keys), Median(attacked),
-                static_cast<long long>(o.reps), ratio);
-    std::printf("bad-key calls answered UNAUTHENTICATED: %lld; idle streams ended by the daemon: "
-                "%lld\n",
-                static_cast<long long>(refused), static_cast<long long>(ended));
+    std::printf(
+        "honest decode tok/s: alone %.1f, beside %lld idle connections and %lld bad keys "
+        "%.1f (median of %lld); ratio %.3f\n",
+        Median(alone), static_cast<long long>(o.connections), static_cast<long long>(o.bad_keys),
+        Median(attacked), static_cast<long long>(o.reps), ratio);
+    std::printf(
+        "bad-key calls answered UNAUTHENTICATED: %lld; idle streams ended by the daemon: "
+        "%lld\n",
+        static_cast<long long>(refused), static_cast<long long>(ended));
   }
   return 0;
 }

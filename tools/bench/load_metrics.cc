@@ -74,9 +74,9 @@ StatusOr<LoadMetrics> ComputeLoadMetrics(const std::vector<std::vector<double>>&
   if (last_min > first_max) {
     m.steady_decode_wall_s = last_min - first_max;
     for (const std::vector<double>& t : token_s) {
-      m.steady_decode_tokens += static_cast<double>(
-          std::upper_bound(t.begin(), t.end(), last_min) -
-          std::upper_bound(t.begin(), t.end(), first_max));
+      m.steady_decode_tokens +=
+          static_cast<double>(std::upper_bound(t.begin(), t.end(), last_min) -
+                              std::upper_bound(t.begin(), t.end(), first_max));
     }
     m.steady_decode_tokens_per_s = m.steady_decode_tokens / m.steady_decode_wall_s;
   }

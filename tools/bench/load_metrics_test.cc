@@ -27,11 +27,11 @@ TEST(LoadMetricsTest, DecodePhaseSpansFirstFirstTokenToLastToken) {
   auto m = ComputeLoadMetrics({{1.0, 1.1, 1.2}, {1.5, 1.6, 1.7, 1.8}}, 300);
   ASSERT_TRUE(m.ok()) << m.status().message();
   EXPECT_DOUBLE_EQ(m->decode_tokens, 2 + 3);
-  EXPECT_DOUBLE_EQ(m->decode_wall_s, 0.8);                // 1.8 - 1.0
+  EXPECT_DOUBLE_EQ(m->decode_wall_s, 0.8);  // 1.8 - 1.0
   EXPECT_DOUBLE_EQ(m->decode_tokens_per_s, 5 / 0.8);
   EXPECT_DOUBLE_EQ(m->total_wall_s, 1.8);
   EXPECT_DOUBLE_EQ(m->output_tokens_per_s, 7 / 1.8);
-  EXPECT_DOUBLE_EQ(m->prompt_tokens_per_s, 300 / 1.5);    // until the last first token
+  EXPECT_DOUBLE_EQ(m->prompt_tokens_per_s, 300 / 1.5);          // until the last first token
   EXPECT_NEAR(m->session_decode_tokens_per_s_p50, 10.0, 1e-9);  // both decode at 10 tok/s
   EXPECT_DOUBLE_EQ(m->ttft_ms.p50, 1000);
   EXPECT_DOUBLE_EQ(m->ttft_ms.p99, 1500);
@@ -71,7 +71,7 @@ TEST(LoadMetricsTest, InterTokenTailNeedsMoreThanOnePercentOfGapsToMoveP99) {
   auto one = ComputeLoadMetrics({Stalled(1)}, 1);  // 1 slow gap of 100
   ASSERT_TRUE(one.ok());
   EXPECT_NEAR(one->itl_ms.p50, 10, 1e-6);
-  EXPECT_NEAR(one->itl_ms.p99, 10, 1e-6);  // rank 99 of 100
+  EXPECT_NEAR(one->itl_ms.p99, 10, 1e-6);          // rank 99 of 100
   auto two = ComputeLoadMetrics({Stalled(2)}, 1);  // 2 slow gaps of 100
   ASSERT_TRUE(two.ok());
   EXPECT_NEAR(two->itl_ms.p90, 10, 1e-6);

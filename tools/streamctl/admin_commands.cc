@@ -51,14 +51,13 @@ nlohmann::json SessionJson(const v1::SessionInfo& s) {
 
 // One line per session; "offloaded" = only on disk (its next Resume reads it back).
 void PrintSession(const v1::SessionInfo& s) {
-  std::printf(
-      "%s %-6s sinks=%-3d window=%-5d seen=%-8lld cached=%-6lld evicted=%-8lld %-9s %s%s\n",
-      s.session_id().c_str(), ModeName(s.settings().cache_mode()), s.settings().sinks(),
-      s.settings().window(), static_cast<long long>(s.cache().tokens_seen()),
-      static_cast<long long>(s.cache().tokens_cached()),
-      static_cast<long long>(s.cache().tokens_evicted()),
-      s.offloaded() ? "offloaded" : "resident", s.attached() ? "attached" : "detached",
-      s.generating() ? " generating" : "");
+  std::printf("%s %-6s sinks=%-3d window=%-5d seen=%-8lld cached=%-6lld evicted=%-8lld %-9s %s%s\n",
+              s.session_id().c_str(), ModeName(s.settings().cache_mode()), s.settings().sinks(),
+              s.settings().window(), static_cast<long long>(s.cache().tokens_seen()),
+              static_cast<long long>(s.cache().tokens_cached()),
+              static_cast<long long>(s.cache().tokens_evicted()),
+              s.offloaded() ? "offloaded" : "resident", s.attached() ? "attached" : "detached",
+              s.generating() ? " generating" : "");
 }
 
 grpc::ClientContext* WithDeadline(grpc::ClientContext* c) {

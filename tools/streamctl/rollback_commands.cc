@@ -74,9 +74,8 @@ int TruncateCommand(int argc, char** argv) {
   if (!state.ok()) return Fail(state.status());
   if (!end.ok()) return Fail(end);
   if (common.json) {
-    nlohmann::json j = {{"session_id", id->ToString()},
-                        {"request_id", request_id},
-                        {"keep_tokens", keep}};
+    nlohmann::json j = {
+        {"session_id", id->ToString()}, {"request_id", request_id}, {"keep_tokens", keep}};
     j.update(CacheJson(*state));
     std::cout << j.dump() << "\n";
   } else {
