@@ -10,12 +10,12 @@
 #include "engine/sessions/chat_formatter.h"
 #include "engine/sessions/session_driver.h"
 #include "engine/sessions/session_registry.h"
+#include "engine/sessions/token_budget.h"
 #include "engine/util/task_runner.h"
 #include "server/authenticator.h"
 #include "server/metrics/streamd_metrics.h"
 #include "server/proto_convert.h"
 #include "server/server_options.h"
-#include "server/token_budget.h"
 #include "streamd/v1/streamd.pb.h"
 
 namespace streamd::server {

@@ -236,7 +236,9 @@ TEST(PlanTuningTest, PerShapeLevelsRunTheChosenKernels) {
   kernels::cpu::ForceIsa(saved);
   ASSERT_EQ(chosen.size(), active.size());
   EXPECT_NE(chosen, active) << "the chosen level did not run";
-  EXPECT_LE(MaxAbsDiff(chosen, active), 2 * MaxAbsDiff(forced, active) + 1e-4f);
+  // 3x: on fresh random tokens the ratio is mostly 1-2x and was seen at 2.08x once in a loaded
+  // ctest run; a product that ran the wrong kernel or layout is off by orders of magnitude.
+  EXPECT_LE(MaxAbsDiff(chosen, active), 3 * MaxAbsDiff(forced, active) + 1e-4f);
 }
 
 TEST(PlanTuningTest, EightBitActivationsRunTheirKernelsAndStayClose) {

@@ -50,11 +50,11 @@
 #include "engine/sessions/admission_queue.h"
 #include "engine/sessions/chat_formatter.h"
 #include "engine/sessions/session_registry.h"
+#include "engine/sessions/token_budget.h"
 #include "engine/util/task_runner.h"
 #include "server/authenticator.h"
 #include "server/service_context.h"
 #include "server/session_stream.h"
-#include "server/token_budget.h"
 #include "tests/fuzz/client_message_input.h"
 #include "tests/fuzz/fuzz_transport.h"
 #include "tests/fuzz/server_message_checker.h"
@@ -247,7 +247,7 @@ class World {
 
  private:
   server::ServerOptions options_;
-  server::TokenBudget budget_;
+  TokenBudget budget_;
   std::unique_ptr<SessionRegistry> registry_;
   ChatFormatter chat_;
   std::unique_ptr<TaskRunner> tasks_;

@@ -15,7 +15,7 @@
 
 #include "engine/util/status.h"
 
-namespace streamd::server {
+namespace streamd {
 
 class TokenBudget {
  public:
@@ -43,4 +43,4 @@ class TokenBudget {
   std::map<std::string, Bucket, std::less<>> buckets_;
 };
 
-}  // namespace streamd::server
+}  // namespace streamd

@@ -1,10 +1,10 @@
-#include "server/token_budget.h"
+#include "engine/sessions/token_budget.h"
 
 #include <gtest/gtest.h>
 
 #include <random>
 
-namespace streamd::server {
+namespace streamd {
 namespace {
 
 using Clock = TokenBudget::Clock;
@@ -63,4 +63,4 @@ TEST(TokenBudgetTest, OverAnyStretchTheAdmittedRateIsTheQuotaPlusOneBurst) {
 }
 
 }  // namespace
-}  // namespace streamd::server
+}  // namespace streamd

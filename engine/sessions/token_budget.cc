@@ -1,9 +1,9 @@
-#include "server/token_budget.h"
+#include "engine/sessions/token_budget.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace streamd::server {
+namespace streamd {
 
 TokenBudget::Bucket& TokenBudget::RefilledLocked(const std::string& tenant, int32_t rate,
                                                  Clock::time_point now) {
@@ -42,4 +42,4 @@ void TokenBudget::Charge(const std::string& tenant, int32_t rate, int64_t tokens
   RefilledLocked(tenant, rate, now).level -= static_cast<double>(tokens);
 }
 
-}  // namespace streamd::server
+}  // namespace streamd
