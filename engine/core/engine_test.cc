@@ -36,7 +36,10 @@ TEST(EngineTest, GeneratesStreamsAndKeepsDeliveredTokensInContext) {
   EXPECT_EQ(done.reason, FinishReason::kLength);
   EXPECT_EQ(done.request_id, "r1");
   EXPECT_EQ(done.output_tokens, 12);
-  EXPECT_EQ(done.prompt_tokens, 30);
+  // The input still pending when the generation started: the scheduler may prefill all but the
+  // held-back last token while the session idles between Append and Generate.
+  EXPECT_GE(done.prompt_tokens, 1);
+  EXPECT_LE(done.prompt_tokens, 30);
   EXPECT_EQ(events.Tokens(*id).size(), 12u);
   auto info = engine->Get(*id);
   ASSERT_TRUE(info.ok());
