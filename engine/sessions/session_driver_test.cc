@@ -81,9 +81,14 @@ class SessionDriverTest : public ::testing::Test {
                }
                log_.Add(std::string("done ") + FinishReasonName(e.reason));
                done_status_ = e.status;
-               done_.set_value();
              },
-         .on_ended = [this](int64_t n) { log_.Add("ended " + std::to_string(n)); }});
+         // The generation's last word (its Done was delivered before): once it has run, neither
+         // the scheduler nor the task thread touches this fixture for this generation again.
+         .on_ended =
+             [this](int64_t n) {
+               log_.Add("ended " + std::to_string(n));
+               done_.set_value();
+             }});
   }
   void WaitDone() { ASSERT_EQ(done_.get_future().wait_for(30s), std::future_status::ready); }
   int64_t Seen(const SessionRecord& s) { return e_.engine->Get(s.id)->tokens_seen; }

@@ -34,11 +34,11 @@ class TaskRunner {
   TaskRunner(const TaskRunner&) = delete;
   TaskRunner& operator=(const TaskRunner&) = delete;
 
+  // Notifies under the lock: once the worker can take the task, Post no longer touches the
+  // runner, so whoever waits for the task's effect may destroy the runner right after it.
   void Post(std::function<void()> task) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      tasks_.push_back(std::move(task));
-    }
+    std::lock_guard<std::mutex> lock(mu_);
+    tasks_.push_back(std::move(task));
     cv_.notify_one();
   }
 
