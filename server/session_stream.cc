@@ -8,6 +8,7 @@
 #include "engine/api/streamd_engine.h"
 #include "engine/sessions/admission_queue.h"
 #include "server/grpc_status.h"
+#include "server/metrics_wiring.h"
 
 namespace streamd::server {
 namespace {
@@ -33,22 +34,6 @@ metrics::RequestKind RequestKindOf(v1::ClientMessage::KindCase kind) {
       break;
   }
   return metrics::RequestKind::kClose;
-}
-
-// vLLM's finished_reason values: an end-of-generation token is a stop, as in vLLM.
-metrics::Finished FinishedOf(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kStop:
-    case FinishReason::kEndOfGeneration:
-      return metrics::Finished::kStop;
-    case FinishReason::kLength:
-      return metrics::Finished::kLength;
-    case FinishReason::kCancelled:
-      return metrics::Finished::kAbort;
-    case FinishReason::kError:
-      break;
-  }
-  return metrics::Finished::kError;
 }
 
 v1::ServerMessage ErrorMessage(const Status& status, std::string_view request_id) {

@@ -16,7 +16,7 @@ SessionDriver::SessionDriver(Engine& engine, SessionRegistry& registry, const Ch
     : engine_(engine), registry_(registry), chat_(chat), tasks_(tasks) {}
 
 bool SessionDriver::Generating(const SessionRecord& s) const {
-  std::lock_guard<std::mutex> lock(const_cast<SessionRecord&>(s).mu);
+  std::lock_guard<std::mutex> lock(s.mu);
   return s.generating;
 }
 

@@ -94,7 +94,7 @@ struct SessionRecord {
   // while there is no authentication. Empty for sessions restored from disk or imported.
   std::string client;
 
-  std::mutex mu;
+  mutable std::mutex mu;
   std::condition_variable generation_ended;  // notified when `generating` becomes false
   // Guarded by mu:
   Residency residency = Residency::kResident;

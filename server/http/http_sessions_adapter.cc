@@ -19,6 +19,7 @@
 #include "engine/api/streamd_engine.h"
 #include "engine/sessions/session_quotas.h"
 #include "server/http/http_sessions.h"
+#include "server/metrics_wiring.h"
 #include "server/service_context.h"
 
 namespace streamd::http {
@@ -95,22 +96,6 @@ DoneReason DoneReasonOf(FinishReason r) {
       break;
   }
   return DoneReason::kError;
-}
-
-// vLLM's finished_reason values, as the gRPC stream counts them.
-metrics::Finished FinishedOf(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kStop:
-    case FinishReason::kEndOfGeneration:
-      return metrics::Finished::kStop;
-    case FinishReason::kLength:
-      return metrics::Finished::kLength;
-    case FinishReason::kCancelled:
-      return metrics::Finished::kAbort;
-    case FinishReason::kError:
-      break;
-  }
-  return metrics::Finished::kError;
 }
 
 ChatRoleKind RoleKindOf(TurnRole role) {
@@ -218,7 +203,7 @@ class AdapterSession : public Session {
         return;
       }
       if (m != nullptr) {
-        m->RecordGeneration({FinishedOf(e.reason), e.prompt_tokens, e.output_tokens,
+        m->RecordGeneration({server::FinishedOf(e.reason), e.prompt_tokens, e.output_tokens,
                              e.time_to_first_token_s, e.total_s});
       }
       GenerationEnd end;
