@@ -101,15 +101,19 @@ TEST(SnapshotStoreTest, WarmUpReadsADirectlyWrittenSnapshotIntoThePageCache) {
   ASSERT_TRUE((*store)->Write(id, buffer, size).ok());
   const std::string path = (*store)->PathOf(id);
   const size_t pages = (size + 4095) / 4096;
-  ASSERT_TRUE((*store)->WarmUp(id).ok());
   // Every whole page; ext4 leaves the partial last page of a file written directly and cut back
-  // (what WriteFileAtomically does) to the read that needs it.
+  // (what WriteFileAtomically does) to the read that needs it. The read-ahead is advice: under
+  // memory pressure (CI's sanitizer runs) the kernel may drop some of it. The daemon needs no more
+  // than a hint (a Resume reads what is still missing itself); the test asks again until it lands.
   size_t resident = 0;
-  for (int i = 0; i < 200 && resident + 1 < pages; ++i) {
-    resident = ResidentPages(path);
-    if (resident + 1 < pages) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int round = 0; round < 10 && resident + 1 < pages; ++round) {
+    ASSERT_TRUE((*store)->WarmUp(id).ok());
+    for (int i = 0; i < 100 && resident + 1 < pages; ++i) {
+      resident = ResidentPages(path);
+      if (resident + 1 < pages) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
   }
-  EXPECT_GE(resident + 1, pages);
+  EXPECT_GE(resident + 1, pages) << "of " << pages << " pages after 10 read-aheads";
   EXPECT_EQ(*(*store)->Read(id), bytes);
   EXPECT_EQ((*store)->WarmUp(SessionId::Random()).code(), StatusCode::kNotFound);
 }
