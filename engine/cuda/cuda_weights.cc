@@ -69,30 +69,45 @@ StatusOr<CudaWeights> Allocate(const LlamaConfig& c, const ArenaPlan& plan) {
   return w;
 }
 
-// Dequantizes `m` to f16 and copies it to `dst`, in slabs of about 64 MiB of host memory.
-Status UploadMatrix(const WeightMatrix& m, uint8_t* dst, std::vector<uint16_t>& staging) {
-  const int64_t slab_rows = std::max<int64_t>(1, (64LL << 20) / (m.cols * 2));
-  for (int64_t r0 = 0; r0 < m.rows; r0 += slab_rows) {
-    const int64_t rows = std::min(slab_rows, m.rows - r0);
-    staging.resize(static_cast<size_t>(rows * m.cols));
+// Dequantizes a [n_rows, cols] table, row r by dequantize(r, out), to f16 and copies it to `dst`,
+// in slabs of about 64 MiB of host memory.
+template <class RowFn>
+Status UploadRows(int64_t n_rows, int64_t cols, const RowFn& dequantize, uint8_t* dst,
+                  std::vector<uint16_t>& staging) {
+  const int64_t slab_rows = std::max<int64_t>(1, (64LL << 20) / (cols * 2));
+  for (int64_t r0 = 0; r0 < n_rows; r0 += slab_rows) {
+    const int64_t rows = std::min(slab_rows, n_rows - r0);
+    staging.resize(static_cast<size_t>(rows * cols));
     // Rows are independent: one strided share per hardware thread (start-up only).
     const int64_t workers = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1, rows);
     std::vector<std::thread> threads;
     for (int64_t w = 0; w < workers; ++w) {
       threads.emplace_back([&, w] {
-        std::vector<float> row(static_cast<size_t>(m.cols));
+        std::vector<float> row(static_cast<size_t>(cols));
         for (int64_t r = w; r < rows; r += workers) {
-          kernels::cpu::DequantizeRow(m.type, m.data + (r0 + r) * m.row_bytes, m.cols, row.data());
-          kernels::cpu::FloatToHalfRow(row.data(), &staging[static_cast<size_t>(r * m.cols)],
-                                       m.cols);
+          dequantize(r0 + r, row.data());
+          kernels::cpu::FloatToHalfRow(row.data(), &staging[static_cast<size_t>(r * cols)], cols);
         }
       });
     }
     for (std::thread& t : threads) t.join();
-    STREAMD_CUDA_CHECK(cudaMemcpy(dst + r0 * m.cols * 2, staging.data(),
-                                  static_cast<size_t>(rows * m.cols * 2), cudaMemcpyHostToDevice));
+    STREAMD_CUDA_CHECK(cudaMemcpy(dst + r0 * cols * 2, staging.data(),
+                                  static_cast<size_t>(rows * cols * 2), cudaMemcpyHostToDevice));
   }
   return OkStatus();
+}
+
+Status UploadMatrix(const WeightMatrix& m, uint8_t* dst, std::vector<uint16_t>& staging) {
+  const auto row = [&m](int64_t r, float* out) {
+    kernels::cpu::DequantizeRow(m.type, m.data + r * m.row_bytes, m.cols, out);
+  };
+  return UploadRows(m.rows, m.cols, row, dst, staging);
+}
+
+// The embedding table in whatever type it stays in (EmbeddingTable: the file's own when untied).
+Status UploadTable(const EmbeddingTable& t, uint8_t* dst, std::vector<uint16_t>& staging) {
+  const auto row = [&t](int64_t r, float* out) { t.DequantizeRow(r, out); };
+  return UploadRows(t.rows, t.cols, row, dst, staging);
 }
 
 Status UploadF32(const float* src, int64_t n, uint8_t* dst) {
@@ -111,7 +126,7 @@ StatusOr<CudaWeights> UploadWeights(const LlamaConfig& c, const LlamaWeights& sr
   STREAMD_ASSIGN_OR_RETURN(CudaWeights w, Allocate(c, plan));
   uint8_t* base = w.arena.get<uint8_t>();
   std::vector<uint16_t> staging;
-  STREAMD_RETURN_IF_ERROR(UploadMatrix(src.token_embedding, base + plan.embedding, staging));
+  STREAMD_RETURN_IF_ERROR(UploadTable(src.token_embedding, base + plan.embedding, staging));
   if (!c.tied_output)
     STREAMD_RETURN_IF_ERROR(UploadMatrix(src.output, base + plan.output, staging));
   STREAMD_RETURN_IF_ERROR(UploadF32(src.output_norm, c.dim, base + plan.output_norm));

@@ -10,11 +10,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
 #include <tuple>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "engine/cache/block_pool.h"
@@ -37,6 +39,14 @@ struct TypeCase {
 };
 
 std::string Name(TensorType t) { return gguf::TensorTypeName(static_cast<uint32_t>(t)); }
+
+// The reference dequantizer's name for t, or nothing for a type the products read as stored.
+std::optional<kernels::ConvertedQuant> ConvertedOf(TensorType t) {
+  for (kernels::ConvertedQuant q : kernels::kConvertedQuants) {
+    if (static_cast<uint32_t>(q) == static_cast<uint32_t>(t)) return q;
+  }
+  return std::nullopt;
+}
 
 SyntheticModelSpec Spec(const TypeCase& tc) {
   SyntheticModelSpec spec;
@@ -93,7 +103,9 @@ TEST_P(ConvertedModelTest, LoadsAndMatchesTheDequantizedModel) {
     return kernels::RepackTarget(static_cast<kernels::ConvertedQuant>(static_cast<uint32_t>(t)));
   };
   EXPECT_EQ(w.layers[0].wq.type, target(tc.weights));
-  EXPECT_EQ(w.token_embedding.type, target(tc.embedding));
+  ASSERT_TRUE(std::holds_alternative<kernels::cpu::WeightType>(w.token_embedding.type));
+  EXPECT_EQ(std::get<kernels::cpu::WeightType>(w.token_embedding.type), target(tc.embedding));
+  EXPECT_EQ(w.output.type, target(tc.embedding));
   EXPECT_EQ(w.output.data, w.token_embedding.data);  // tied: converted once
 
   // The forward pass (converted weights, 12-bit activations, f16 cache) against the plain
@@ -257,6 +269,114 @@ TEST(ConvertedModelFileTest, EightBitProductsNeedOnlyTheirPackedCopies) {
   EXPECT_EQ(back.code(), StatusCode::kFailedPrecondition) << back.ToString();
   EXPECT_TRUE(m.ApplyTuning(eight).ok());
   EXPECT_EQ(LogitsOf(m), before);
+}
+
+// Logits of a few single-token steps into a fresh dense cache.
+std::vector<float> StepLogits(LlamaModel& model, std::span<const int32_t> tokens) {
+  const LlamaConfig& c = model.config();
+  auto pool = BlockPool::Create(model.CacheShape(), 16, 16 << 20);
+  EXPECT_TRUE(pool.ok());
+  auto cache =
+      SessionCache::Create(pool->get(), CacheSpec{CacheMode::kDense, 0, 0, 32}, c.context_length);
+  EXPECT_TRUE(cache.ok());
+  std::vector<float> all, out(static_cast<size_t>(c.vocab_size));
+  for (int32_t t : tokens) {
+    EXPECT_TRUE(StepRunner(model).Run({&t, 1}, **cache, LogitsMode::kLast, out.data()).ok());
+    all.insert(all.end(), out.begin(), out.end());
+  }
+  return all;
+}
+
+// An untied embedding table is never converted: it stays in the file's type, in place in the
+// mapping, and each row the lookup reads is the reference dequantization of the file's row. The
+// model then runs bit for bit as its twin whose table is that dequantization stored as F32.
+TEST(UntiedEmbeddingTest, StaysInTheFileTypeForEveryType) {
+  std::vector<TensorType> types = {TensorType::kF32, TensorType::kF16, TensorType::kQ4_0,
+                                   TensorType::kQ4_1, TensorType::kQ8_0};
+  for (kernels::ConvertedQuant q : kernels::kConvertedQuants) {
+    types.push_back(static_cast<TensorType>(static_cast<uint32_t>(q)));
+  }
+  for (TensorType type : types) {
+    SCOPED_TRACE(Name(type));
+    SyntheticModelSpec spec = Spec({TensorType::kQ8_0, type});
+    spec.output_type = TensorType::kQ8_0;
+    auto bytes = BuildSyntheticModel(spec);
+    ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+    auto twin_bytes = DequantizeConvertedTensors(*bytes);
+    ASSERT_TRUE(twin_bytes.ok()) << twin_bytes.status().ToString();
+    auto model = LlamaModel::FromBytes(std::move(*bytes));
+    ASSERT_TRUE(model.ok()) << model.status().ToString();
+    auto twin = LlamaModel::FromBytes(std::move(*twin_bytes));
+    ASSERT_TRUE(twin.ok()) << twin.status().ToString();
+
+    const LlamaWeights& w = (*model)->weights();
+    const gguf::TensorInfo* t = (*model)->file().FindTensor("token_embd.weight");
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(w.converted_bytes, 0u);  // Q8_0 layers and head: nothing converted
+    EXPECT_EQ(w.token_embedding.data, t->data);
+    EXPECT_EQ(w.token_embedding.row_bytes, static_cast<size_t>(t->row_bytes()));
+    EXPECT_EQ(w.embedding_bytes, static_cast<uint64_t>(t->size_bytes));
+    EXPECT_NE(w.output.data, w.token_embedding.data);
+
+    const int64_t dim = w.token_embedding.cols;
+    std::vector<float> row(static_cast<size_t>(dim)), want(static_cast<size_t>(dim));
+    const std::optional<kernels::ConvertedQuant> q = ConvertedOf(type);
+    for (int64_t r = 0; r < w.token_embedding.rows; ++r) {
+      w.token_embedding.DequantizeRow(r, row.data());
+      const uint8_t* src = t->data + r * t->row_bytes();
+      if (q) {
+        ASSERT_EQ(std::get<kernels::ConvertedQuant>(w.token_embedding.type), *q);
+        kernels::DequantizeReference(*q, src, dim / kernels::LayoutOf(*q).block_values,
+                                     want.data());
+      } else {
+        ASSERT_TRUE(std::holds_alternative<kernels::cpu::WeightType>(w.token_embedding.type));
+        kernels::cpu::DequantizeRow(std::get<kernels::cpu::WeightType>(w.token_embedding.type), src,
+                                    dim, want.data());
+      }
+      ASSERT_EQ(row, want) << "row " << r;
+    }
+    const int32_t tokens[] = {3, 141, 59, 26, 5, 319};
+    EXPECT_EQ(StepLogits(**model, tokens), StepLogits(**twin, tokens));
+  }
+}
+
+// The same on the real file: Qwen2.5-Coder-0.5B-Instruct Q4_K_M's untied Q5_0 table is read in
+// place. Its rows are checked against the reference dequantization of bytes read from the file
+// with pread (not through the model's mapping).
+TEST(UntiedEmbeddingTest, RealQwenTableIsReadInPlace) {
+  const char* path = std::getenv("STREAMD_QWEN_MODEL");
+  if (path == nullptr || *path == 0) {
+    GTEST_SKIP() << "STREAMD_QWEN_MODEL is not set: run `make test`, or set "
+                    "STREAMD_QWEN_MODEL=$(scripts/fetch-qwen-model.sh)";
+  }
+  auto model = LlamaModel::Load(path);
+  ASSERT_TRUE(model.ok()) << model.status().ToString();
+  const LlamaWeights& w = (*model)->weights();
+  const gguf::GgufFile& file = (*model)->file();
+  const gguf::TensorInfo* t = file.FindTensor("token_embd.weight");
+  ASSERT_NE(t, nullptr);
+  ASSERT_EQ(t->type, TensorType::kQ5_0);
+  ASSERT_TRUE(std::holds_alternative<kernels::ConvertedQuant>(w.token_embedding.type));
+  EXPECT_EQ(std::get<kernels::ConvertedQuant>(w.token_embedding.type),
+            kernels::ConvertedQuant::kQ5_0);
+  EXPECT_EQ(w.token_embedding.data, t->data);
+  const int64_t dim = w.token_embedding.cols;
+  const size_t offset = static_cast<size_t>(t->data - file.bytes().data());
+  std::FILE* f = std::fopen(path, "rb");
+  ASSERT_NE(f, nullptr);
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<int64_t> pick(0, w.token_embedding.rows - 1);
+  std::vector<uint8_t> src(static_cast<size_t>(t->row_bytes()));
+  std::vector<float> row(static_cast<size_t>(dim)), want(static_cast<size_t>(dim));
+  for (int i = 0; i < 200; ++i) {
+    const int64_t r = i == 0 ? 0 : i == 1 ? w.token_embedding.rows - 1 : pick(rng);
+    ASSERT_EQ(std::fseek(f, static_cast<long>(offset + r * src.size()), SEEK_SET), 0);
+    ASSERT_EQ(std::fread(src.data(), 1, src.size(), f), src.size());
+    kernels::DequantizeReference(kernels::ConvertedQuant::kQ5_0, src.data(), dim / 32, want.data());
+    w.token_embedding.DequantizeRow(r, row.data());
+    ASSERT_EQ(row, want) << "row " << r;
+  }
+  std::fclose(f);
 }
 
 INSTANTIATE_TEST_SUITE_P(

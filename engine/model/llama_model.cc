@@ -302,9 +302,7 @@ Status LlamaModel::Execute(const StepPlan& plan, float* logits) {
 void LlamaModel::NormForAttention(const StepView& step, int32_t l, int64_t t) {
   const int32_t dim = config_.dim;
   if (l == 0) {
-    const WeightMatrix& e = weights_.token_embedding;
-    kernels::cpu::DequantizeRow(e.type, e.data + step.plan->tokens[t] * e.row_bytes, dim,
-                                &ws_.x[t * dim]);
+    weights_.token_embedding.DequantizeRow(step.plan->tokens[t], &ws_.x[t * dim]);
   }
   kernels::cpu::AddRmsNormRow(&ws_.x[t * dim], l == 0 ? nullptr : &ws_.proj[t * dim],
                               weights_.layers[l].attn_norm, config_.rms_eps, dim, &ws_.xb[t * dim]);

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <variant>
 #include <vector>
 
 #include "engine/gguf/gguf_file.h"
@@ -15,6 +16,7 @@
 #include "engine/model/llama_config.h"
 #include "engine/util/huge_pages.h"
 #include "engine/util/status.h"
+#include "kernels/cpu/dequantize_reference.h"
 #include "kernels/cpu/matmul.h"
 
 namespace streamd {
@@ -37,6 +39,24 @@ struct WeightMatrix {
   const uint8_t* vnni8_packed = nullptr;
 };
 
+// The token embedding table: read one row per token, never by a product. Untied from the output
+// head, it stays in the file's own type, in place in the mapping, and each row is dequantized as
+// it is looked up (a converted copy would hold the whole table in memory for a few rows a step:
+// 138 MiB of Q8_0 for Qwen2.5-Coder-0.5B's Q5_0 table). Tied, it is the head's rows, in the
+// format the head's products read.
+struct EmbeddingTable {
+  // The format of the rows: a product format, or a file type read by the reference dequantizer.
+  std::variant<kernels::cpu::WeightType, kernels::ConvertedQuant> type =
+      kernels::cpu::WeightType::kF32;
+  const uint8_t* data = nullptr;  // row r at data + r * row_bytes
+  size_t row_bytes = 0;
+  int64_t rows = 0;  // vocabulary
+  int64_t cols = 0;  // dim
+
+  // Writes row r's cols floats to out. r must be in [0, rows).
+  void DequantizeRow(int64_t r, float* out) const;
+};
+
 struct LlamaLayerWeights {
   const float* attn_norm = nullptr;  // [dim]
   WeightMatrix wq;                   // [q_dim, dim]
@@ -57,12 +77,13 @@ struct LlamaLayerWeights {
 };
 
 struct LlamaWeights {
-  WeightMatrix token_embedding;  // [vocab, dim]
+  EmbeddingTable token_embedding;  // [vocab, dim]
   std::vector<LlamaLayerWeights> layers;
   const float* output_norm = nullptr;  // [dim]
-  WeightMatrix output;                 // [vocab, dim]; token_embedding when tied
+  WeightMatrix output;                 // [vocab, dim]; token_embedding's rows when tied
   // Bytes of every tensor above that a decode step reads whole: all but an untied embedding
-  // table, whose size is embedding_bytes (0 when tied: then it is the output head, read whole).
+  // table, whose size in the file is embedding_bytes (0 when tied: then it is the output head,
+  // read whole).
   uint64_t total_bytes = 0;
   uint64_t embedding_bytes = 0;
 

@@ -17,7 +17,9 @@ double RoundToHalf(double x) {
 PlainReferenceLlama::PlainReferenceLlama(const LlamaModel& model, int64_t sinks, int64_t window)
     : c_(model.config()), sinks_(sinks), window_(window) {
   const LlamaWeights& w = model.weights();
-  embedding_ = Dequantize(w.token_embedding);
+  const EmbeddingTable& e = w.token_embedding;
+  embedding_.resize(e.rows * e.cols);
+  for (int64_t r = 0; r < e.rows; ++r) e.DequantizeRow(r, &embedding_[r * e.cols]);
   output_ = Dequantize(w.output);
   output_norm_ = w.output_norm;
   for (const LlamaLayerWeights& lw : w.layers) {

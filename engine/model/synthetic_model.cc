@@ -251,6 +251,10 @@ StatusOr<std::vector<uint8_t>> BuildSyntheticModel(const SyntheticModelSpec& s) 
   STREAMD_RETURN_IF_ERROR(
       b.Matrix(w, "token_embd.weight", s.embedding_type, s.dim, s.vocab_size, 1.0f));
   STREAMD_RETURN_IF_ERROR(b.Ones(w, "output_norm.weight", s.dim));
+  if (s.output_type) {
+    STREAMD_RETURN_IF_ERROR(
+        b.Matrix(w, "output.weight", *s.output_type, s.dim, s.vocab_size, bound(s.dim)));
+  }
   if (!s.rope_freq_factors.empty()) {
     STREAMD_RETURN_IF_ERROR(b.Floats(w, "rope_freqs.weight", s.rope_freq_factors));
   }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,8 @@ struct SyntheticModelSpec {
   std::vector<float> rope_freq_factors;
   gguf::TensorType weight_type = gguf::TensorType::kF32;     // projections
   gguf::TensorType embedding_type = gguf::TensorType::kF32;  // token_embd (tied output head)
+  // Set: an untied output head (output.weight) of this type; unset: the head is token_embd.
+  std::optional<gguf::TensorType> output_type;
   uint64_t seed = 1;
   // With a vocabulary (byte-level BPE without merges: ids 0..255 are the bytes, then
   // <|endoftext|>, <|im_start|>, <|im_end|> as control tokens, then filler tokens) the model
@@ -48,10 +51,10 @@ SyntheticModelSpec SmolLm2Shape();
 SyntheticModelSpec Llama3_8BShape();
 
 // GGUF bytes of a model with uniform random weights scaled like a trained network's
-// (|w| <= sqrt(3 / fan_in)), unit norm weights and tied embeddings. Weight types: F32, F16, Q8_0,
-// Q4_0, Q4_1 (quantized from the uniform values), and the types converted at load (K-quants,
-// Q5_0, Q5_1, IQ4_NL, IQ4_XS: random blocks whose values reach about the same bound; K-quants
-// need dim and ffn_dim multiples of 256).
+// (|w| <= sqrt(3 / fan_in)), unit norm weights and tied embeddings unless output_type is set.
+// Weight types: F32, F16, Q8_0, Q4_0, Q4_1 (quantized from the uniform values), and the types
+// converted at load (K-quants, Q5_0, Q5_1, IQ4_NL, IQ4_XS: random blocks whose values reach about
+// the same bound; K-quants need dim and ffn_dim multiples of 256).
 StatusOr<std::vector<uint8_t>> BuildSyntheticModel(const SyntheticModelSpec& spec);
 // The same GGUF with every tensor of a type converted at load replaced by its reference
 // dequantization (kernels/cpu/dequantize_reference.h) as F32: the model the conversion must match.
