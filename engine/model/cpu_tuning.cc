@@ -81,9 +81,9 @@ Status ValidateCpuTuning(const CpuTuning& t) {
     if (static_cast<int>(s.isa) < 0 || static_cast<int>(s.isa) > static_cast<int>(Isa::kAmx)) {
       return OutOfRange(at + "isa", static_cast<int>(s.isa), "is not a known level");
     }
-    const bool quantized = s.type == kernels::cpu::WeightType::kQ4_0 ||
-                           s.type == kernels::cpu::WeightType::kQ4_1 ||
-                           s.type == kernels::cpu::WeightType::kQ8_0;
+    const bool quantized =
+        s.type == kernels::cpu::WeightType::kQ4_0 || s.type == kernels::cpu::WeightType::kQ4_1 ||
+        s.type == kernels::cpu::WeightType::kQ8_0 || s.type == kernels::cpu::WeightType::kQ5_0;
     if (s.activation_bits != kDefaultActivationBits && !(s.activation_bits == 8 && quantized)) {
       return OutOfRange(at + "activation_bits", s.activation_bits,
                         quantized ? "must be 12 or 8" : "must be 12 for unquantized weights");
@@ -111,18 +111,20 @@ const char* WeightTypeName(WeightType type) {
       return "q4_1";
     case WeightType::kQ8_0:
       return "q8_0";
+    case WeightType::kQ5_0:
+      return "q5_0";
   }
   return "?";
 }
 
 StatusOr<WeightType> ParseWeightType(const std::string& name) {
   for (WeightType t : {WeightType::kF32, WeightType::kF16, WeightType::kBF16, WeightType::kQ4_0,
-                       WeightType::kQ4_1, WeightType::kQ8_0}) {
+                       WeightType::kQ4_1, WeightType::kQ8_0, WeightType::kQ5_0}) {
     if (name == WeightTypeName(t)) return t;
   }
   return InvalidArgumentError("\"" + name +
                               "\" is not a weight type (f32, f16, bf16, q4_0, "
-                              "q4_1, q8_0)");
+                              "q4_1, q8_0, q5_0)");
 }
 
 StatusOr<Isa> ParseIsa(const std::string& name) {

@@ -40,8 +40,8 @@ ProductFormat FormatOf(gguf::TensorType type) {
       return {WeightType::kQ4_1, {}};
     case gguf::TensorType::kQ8_0:
       return {WeightType::kQ8_0, {}};
-    case gguf::TensorType::kQ5_0:
-      return {{}, ConvertedQuant::kQ5_0};
+    case gguf::TensorType::kQ5_0:  // read as stored: the products have a native Q5_0 kernel
+      return {WeightType::kQ5_0, {}};
     case gguf::TensorType::kQ5_1:
       return {{}, ConvertedQuant::kQ5_1};
     case gguf::TensorType::kQ2_K:

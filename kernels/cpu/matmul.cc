@@ -51,6 +51,8 @@ size_t WeightRowBytes(WeightType type, int64_t k) {
       return n / kQuantBlock * sizeof(BlockQ4_1);
     case WeightType::kQ8_0:
       return n / kQuantBlock * sizeof(BlockQ8_0);
+    case WeightType::kQ5_0:
+      return n / kQuantBlock * sizeof(BlockQ5_0);
   }
   STREAMD_CHECK_UNREACHABLE("unknown weight type");
 }
@@ -115,13 +117,15 @@ void MatMulRowsAt(Isa level, WeightType type, const void* w, size_t w_row_bytes,
   if (IsQuantized(type)) {
     const auto* x_blocks = static_cast<const BlockQ16_1*>(xq);
 #if !defined(STREAMD_NO_AMX)
-    if (isa == Isa::kAmx) {
+    // No AMX form of Q5_0 (AmxPackable refuses it): its products stay at the AVX-512 VNNI level,
+    // which the AMX level includes.
+    if (isa == Isa::kAmx && type != WeightType::kQ5_0) {
       internal::MatMulQuantAmx(type, w_bytes, w_row_bytes, static_cast<const uint8_t*>(amx_packed),
                                k, x_blocks, n_tokens, out, ldo, row_begin, row_end);
       return;
     }
 #endif
-    if (isa == Isa::kAvx512Vnni) {
+    if (isa == Isa::kAvx512Vnni || isa == Isa::kAmx) {
       internal::MatMulQuantAvx512Vnni(type, w_bytes, w_row_bytes, k, x_blocks, n_tokens, out, ldo,
                                       row_begin, row_end);
     } else if (isa == Isa::kAvxVnni) {
@@ -192,6 +196,20 @@ void DequantizeRow(WeightType type, const void* w_row, int64_t k, float* out) {
         const float d = HalfToFloat(blk.d);
         for (int j = 0; j < kQuantBlock; ++j) {
           out[b * kQuantBlock + j] = d * static_cast<float>(blk.qs[j]);
+        }
+      }
+      return;
+    case WeightType::kQ5_0:
+      for (int64_t b = 0; b < nb; ++b) {
+        const auto& blk = reinterpret_cast<const BlockQ5_0*>(bytes)[b];
+        const float d = HalfToFloat(blk.d);
+        uint32_t qh;
+        std::memcpy(&qh, blk.qh, sizeof qh);
+        for (int j = 0; j < kQuantBlock; ++j) {
+          const int nibble =
+              j < kQuantBlock / 2 ? blk.qs[j] & 0xf : blk.qs[j - kQuantBlock / 2] >> 4;
+          const int q = nibble | static_cast<int>(((qh >> j) & 1u) << 4);
+          out[b * kQuantBlock + j] = d * static_cast<float>(q - 16);
         }
       }
       return;

@@ -28,7 +28,10 @@
 
 namespace streamd::kernels::cpu {
 
-enum class WeightType { kF32, kF16, kBF16, kQ4_0, kQ4_1, kQ8_0 };
+// kQ5_0 is read as stored (GGUF's 22-byte blocks, quant_blocks.h) by the products at every level
+// with 12-bit activations (AMX runs them at the AVX-512 VNNI level) and by the 8-bit portable
+// reference; its 8-bit packed copy (PackForVnni8) is Q8_0's.
+enum class WeightType { kF32, kF16, kBF16, kQ4_0, kQ4_1, kQ8_0, kQ5_0 };
 
 // Levels, ordered by preference. Each runs the kAvx2 code except for the quantized products:
 // kAvxVnni does their i16 multiply-accumulates with AVX-VNNI (vpdpwssd, VEX), kAvx512Vnni with
@@ -101,7 +104,9 @@ void MatMulRows8(WeightType type, const void* w, size_t w_row_bytes, int64_t k, 
 // shifted by 128 to the unsigned side of vpdpbusd). Each weight load then serves every token
 // of the batch, where a kernel on the GGUF rows would unpack each row's block once per 16 tokens.
 // The same size as the GGUF rows (Q4_x: 320 bytes per 16 rows and block; Q8_0: 576).
-// Whether a matrix can have one: Q4_0, Q4_1 or Q8_0, rows a multiple of 16, k of 32.
+// Q5_0 is packed as the Q8_0 its values are (q - 16 as the byte; 576 bytes per 16 rows and block,
+// 1.64x the file's 352).
+// Whether a matrix can have one: Q4_0, Q4_1, Q5_0 or Q8_0, rows a multiple of 16, k of 32.
 bool Vnni8Packable(WeightType type, int64_t rows, int64_t k);
 size_t Vnni8PackedBytes(WeightType type, int64_t rows, int64_t k);
 // Writes the copy of w ([rows, k], Vnni8Packable) to out (Vnni8PackedBytes, 64-byte aligned).

@@ -24,10 +24,16 @@
 
 namespace streamd::kernels::cpu::internal {
 
-// The block formats the integer kernels read (Q4_0, Q4_1, Q8_0); the others are float weights.
-// static: each file's copy is compiled with its own flags (see the note on inline functions).
+// The block formats the integer kernels read (Q4_0, Q4_1, Q8_0, Q5_0); the others are float
+// weights. static: each file's copy is compiled with its own flags (see the note on inline
+// functions).
 static constexpr bool IsQuantized(WeightType type) {
-  return type == WeightType::kQ4_0 || type == WeightType::kQ4_1 || type == WeightType::kQ8_0;
+  return type == WeightType::kQ4_0 || type == WeightType::kQ4_1 || type == WeightType::kQ8_0 ||
+         type == WeightType::kQ5_0;
+}
+// The format of a matrix's PackForVnni8 copy: Q5_0's is Q8_0's (its values as bytes).
+static constexpr WeightType Vnni8PackedFormat(WeightType type) {
+  return type == WeightType::kQ5_0 ? WeightType::kQ8_0 : type;
 }
 
 // Blocks per pass of the multi-token kernels: bounds their stack tables (GroupFactors: 16 KiB).
@@ -52,7 +58,7 @@ void QuantizeRowQ16_1Portable(const float* x, int64_t k, BlockQ16_1* out);
 void QuantizeRowQ16_1Avx2(const float* x, int64_t k, BlockQ16_1* out);
 void QuantizeRowQ16_1Avx512(const float* x, int64_t k, BlockQ16_1* out);
 
-// Quantized weights (Q4_0, Q4_1, Q8_0) times xq: [n_tokens, k/32] BlockQ16_1.
+// Quantized weights (Q4_0, Q4_1, Q8_0, Q5_0) times xq: [n_tokens, k/32] BlockQ16_1.
 void MatMulQuantPortable(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
                          const BlockQ16_1* xq, int64_t n_tokens, float* out, int64_t ldo,
                          int64_t row_begin, int64_t row_end);
@@ -82,15 +88,17 @@ void MatMulQuant8PackedAvx512Vnni(WeightType type, const uint8_t* packed, int64_
 // (token, block) of one pass, which it takes off the sums of its weights stored + 128.
 inline constexpr int64_t kVnni8TokensPerPass = 64;
 static constexpr size_t Vnni8ShiftInts(WeightType type, int64_t k) {
-  return type == WeightType::kQ8_0 ? static_cast<size_t>(kVnni8TokensPerPass * (k / kQuantBlock))
-                                   : 0;
+  return Vnni8PackedFormat(type) == WeightType::kQ8_0
+             ? static_cast<size_t>(kVnni8TokensPerPass * (k / kQuantBlock))
+             : 0;
 }
 // PackForVnni8's record of one tile of 16 rows and one block.
 inline constexpr size_t Vnni8RecordBytes(WeightType type) {
-  return type == WeightType::kQ8_0 ? 576 : 320;
+  return Vnni8PackedFormat(type) == WeightType::kQ8_0 ? 576 : 320;
 }
 
-// packed: the PackForAmx copy of w, or null.
+// packed: the PackForAmx copy of w, or null. Q4_0, Q4_1 and Q8_0 only (Q5_0 runs at the AVX-512
+// VNNI level: matmul.cc).
 void MatMulQuantAmx(WeightType type, const uint8_t* w, size_t w_row_bytes, const uint8_t* packed,
                     int64_t k, const BlockQ16_1* xq, int64_t n_tokens, float* out, int64_t ldo,
                     int64_t row_begin, int64_t row_end);

@@ -6,8 +6,10 @@
 //   Q4_1: dw * dx * sum_j q_j y_j + mw * sx            (w_j = dw q_j + mw,  q_j in [0,15])
 //   Q4_0: dw * (dx * sum_j q_j y_j - 8 sx)             (w_j = dw (q_j - 8), q_j in [0,15])
 //   Q8_0: dw * dx * sum_j q_j y_j                      (w_j = dw q_j)
+//   Q5_0: dw * dx * sum_j (q_j - 16) y_j               (w_j = dw (q_j - 16), q_j in [0,31])
 // with |y_j| <= kQ16Max = 2047. The integer sums are exact in i32, and in f32 too: |sum| <= 32 * 15
-// * 2047 < 2^20 for the 4-bit formats, <= 32 * 128 * 2047 < 2^23 for Q8_0. Blocks are accumulated
+// * 2047 < 2^20 for the 4-bit formats, <= 32 * 16 * 2047 < 2^21 for Q5_0, <= 32 * 128 * 2047 <
+// 2^23 for Q8_0. Blocks are accumulated
 // in f32.
 #include <cfloat>
 #include <cmath>
@@ -53,6 +55,22 @@ float DotRowQ8_0(const BlockQ8_0* w, const BlockQ16_1* x, int64_t nb) {
   for (int64_t b = 0; b < nb; ++b) {
     int32_t sumi = 0;
     for (int j = 0; j < kQuantBlock; ++j) sumi += static_cast<int32_t>(w[b].qs[j]) * x[b].qs[j];
+    acc += HalfToFloat(w[b].d) * x[b].d * static_cast<float>(sumi);
+  }
+  return acc;
+}
+
+float DotRowQ5_0(const BlockQ5_0* w, const BlockQ16_1* x, int64_t nb) {
+  float acc = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    uint32_t qh;
+    std::memcpy(&qh, w[b].qh, sizeof qh);
+    int32_t sumi = 0;
+    for (int j = 0; j < kHalf; ++j) {
+      const int32_t lo = (w[b].qs[j] & 0xf) | static_cast<int32_t>(((qh >> j) & 1u) << 4);
+      const int32_t hi = (w[b].qs[j] >> 4) | static_cast<int32_t>(((qh >> (j + kHalf)) & 1u) << 4);
+      sumi += (lo - 16) * x[b].qs[j] + (hi - 16) * x[b].qs[j + kHalf];
+    }
     acc += HalfToFloat(w[b].d) * x[b].d * static_cast<float>(sumi);
   }
   return acc;
@@ -130,6 +148,9 @@ void MatMulQuantPortable(WeightType type, const uint8_t* w, size_t w_row_bytes, 
           break;
         case WeightType::kQ8_0:
           o[r] = DotRowQ8_0(reinterpret_cast<const BlockQ8_0*>(row), x, nb);
+          break;
+        case WeightType::kQ5_0:
+          o[r] = DotRowQ5_0(reinterpret_cast<const BlockQ5_0*>(row), x, nb);
           break;
         default:
           return;

@@ -36,7 +36,7 @@ void QuantizeRowQ8APortable(const float* x, int64_t k, BlockQ8A* out) {
 namespace {
 
 // Block b of one weight row as 32 values in element order, its scale dw and offset factor ow
-// (Q4_1: m; Q4_0: dw, with os = -8 sx; Q8_0: none).
+// (Q4_1: m; Q4_0: dw, with os = -8 sx; Q8_0 and Q5_0: none).
 struct RowBlock {
   int32_t q[kQuantBlock];
   float dw = 0, ow = 0;
@@ -46,6 +46,18 @@ struct RowBlock {
 
 RowBlock LoadBlock(WeightType type, const uint8_t* row, int64_t b) {
   RowBlock r;
+  if (type == WeightType::kQ5_0) {  // as Q8_0: values q - 16, no offset term
+    const auto& blk = reinterpret_cast<const BlockQ5_0*>(row)[b];
+    uint32_t qh;
+    std::memcpy(&qh, blk.qh, sizeof qh);
+    for (int j = 0; j < kQuantBlock / 2; ++j) {
+      r.q[j] = ((blk.qs[j] & 0xf) | static_cast<int32_t>(((qh >> j) & 1u) << 4)) - 16;
+      r.q[j + kQuantBlock / 2] =
+          ((blk.qs[j] >> 4) | static_cast<int32_t>(((qh >> (j + kQuantBlock / 2)) & 1u) << 4)) - 16;
+    }
+    r.dw = HalfToFloat(blk.d);
+    return r;
+  }
   if (type == WeightType::kQ8_0) {
     const auto& blk = reinterpret_cast<const BlockQ8_0*>(row)[b];
     for (int j = 0; j < kQuantBlock; ++j) r.q[j] = blk.qs[j];
@@ -147,7 +159,7 @@ bool FastInt8Activations(WeightType type) {
 void MatMulRows8(WeightType type, const void* w, size_t w_row_bytes, int64_t k, const void* xq8,
                  int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin, int64_t row_end,
                  const void* packed) {
-  STREAMD_CHECK_MSG(IsQuantized(type), "8-bit activations need Q4_0, Q4_1 or Q8_0 weights");
+  STREAMD_CHECK_MSG(IsQuantized(type), "8-bit activations need Q4_0, Q4_1, Q5_0 or Q8_0 weights");
   STREAMD_CHECK_MSG(k > 0 && k % kQuantBlock == 0, "quantized k must be a multiple of 32");
   STREAMD_CHECK_MSG(row_begin >= 0 && row_end >= row_begin && n_tokens >= 0,
                     "bad row or token range");
@@ -175,9 +187,10 @@ void MatMulRows8(WeightType type, const void* w, size_t w_row_bytes, int64_t k, 
                                    tiles_begin);
   }
   if (tiles_begin < tiles_end) {
-    internal::MatMulQuant8PackedAvx512Vnni(type, static_cast<const uint8_t*>(packed), k, x,
-                                           n_tokens, out, ldo, tiles_begin, tiles_end,
-                                           ShiftScratch(internal::Vnni8ShiftInts(type, k)));
+    // The copy of a Q5_0 matrix is Q8_0's (PackForVnni8): the Q8_0 kernel reads it.
+    internal::MatMulQuant8PackedAvx512Vnni(
+        internal::Vnni8PackedFormat(type), static_cast<const uint8_t*>(packed), k, x, n_tokens, out,
+        ldo, tiles_begin, tiles_end, ShiftScratch(internal::Vnni8ShiftInts(type, k)));
   }
   if (tiles_end < row_end) {
     internal::MatMulQuant8Portable(type, wb, w_row_bytes, k, x, n_tokens, out, ldo, tiles_end,
@@ -215,12 +228,20 @@ void PackForVnni8(WeightType type, const void* w, size_t w_row_bytes, int64_t ro
       uint8_t* quants = rec + 64;
       for (int r = 0; r < 16; ++r) {
         const uint8_t* row = src + static_cast<size_t>(tile * 16 + r) * w_row_bytes;
-        if (type == WeightType::kQ8_0) {
-          const auto& blk = reinterpret_cast<const BlockQ8_0*>(row)[b];
-          d[r] = blk.d;
+        if (type == WeightType::kQ8_0 || type == WeightType::kQ5_0) {
+          int8_t qs[kQuantBlock];
+          if (type == WeightType::kQ8_0) {
+            const auto& blk = reinterpret_cast<const BlockQ8_0*>(row)[b];
+            d[r] = blk.d;
+            std::memcpy(qs, blk.qs, sizeof qs);
+          } else {
+            const internal::RowBlock rb = internal::LoadBlock(type, row, b);
+            std::memcpy(&d[r], row + static_cast<size_t>(b) * sizeof(BlockQ5_0), sizeof d[r]);
+            for (int j = 0; j < kQuantBlock; ++j) qs[j] = static_cast<int8_t>(rb.q[j]);
+          }
           for (int i = 0; i < kQuantBlock / 4; ++i) {
             for (int e = 0; e < 4; ++e) {
-              quants[64 * i + 4 * r + e] = static_cast<uint8_t>(blk.qs[4 * i + e] ^ 0x80);
+              quants[64 * i + 4 * r + e] = static_cast<uint8_t>(qs[4 * i + e] ^ 0x80);
             }
           }
         } else {

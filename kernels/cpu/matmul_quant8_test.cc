@@ -83,7 +83,8 @@ TEST(MatMul8Test, WithoutACopyEqualsReferenceAndStaysWithinTheQuantizationBound)
       {WeightType::kQ4_1, 45, 64, 1},    {WeightType::kQ4_1, 13, 1536, 16},
       {WeightType::kQ4_1, 37, 576, 20},  {WeightType::kQ4_0, 19, 128, 7},
       {WeightType::kQ4_0, 12, 1088, 33}, {WeightType::kQ8_0, 25, 576, 16},
-      {WeightType::kQ8_0, 7, 1056, 5},
+      {WeightType::kQ8_0, 7, 1056, 5},   {WeightType::kQ5_0, 29, 896, 16},
+      {WeightType::kQ5_0, 11, 4864, 3},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "type " << static_cast<int>(c.type) << " rows " << c.rows
@@ -145,6 +146,7 @@ TEST(MatMul8Test, PackedCopyGivesTheSameBits) {
   EXPECT_FALSE(Vnni8Packable(WeightType::kF32, 16, 64));
   EXPECT_EQ(Vnni8PackedBytes(WeightType::kQ4_1, 32, 64), 2u * 2u * 320u);
   EXPECT_EQ(Vnni8PackedBytes(WeightType::kQ8_0, 16, 96), 3u * 576u);
+  EXPECT_EQ(Vnni8PackedBytes(WeightType::kQ5_0, 16, 96), 3u * 576u);
   const Case cases[] = {
       {WeightType::kQ4_1, 48, 576, 16},
       {WeightType::kQ4_1, 64, 1536, 20},
@@ -157,6 +159,10 @@ TEST(MatMul8Test, PackedCopyGivesTheSameBits) {
       // a wider matrix after the one above, whose scratch then grows).
       {WeightType::kQ8_0, 16, 4096, 1},
       {WeightType::kQ8_0, 32, 8192, 9},
+      // Q5_0: packed as Q8_0 (its values q - 16 as bytes), read by the Q8_0 kernel.
+      {WeightType::kQ5_0, 48, 896, 16},
+      {WeightType::kQ5_0, 32, 4864, 70},
+      {WeightType::kQ5_0, 16, 896, 1},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "type " << static_cast<int>(c.type) << " rows " << c.rows

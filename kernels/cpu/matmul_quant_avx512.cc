@@ -1,4 +1,4 @@
-// Quantized weights (Q4_0, Q4_1, Q8_0) times Q16_1 activations, AVX-512 VNNI level.
+// Quantized weights (Q4_0, Q4_1, Q8_0, Q5_0) times Q16_1 activations, AVX-512 VNNI level.
 //
 // Batches of many tokens (decode steps of many sessions, prefill chunks) are bound by the i16
 // multiply-accumulates. Measured on this project's Sapphire Rapids machine, vpdpwssd issues two
@@ -213,6 +213,9 @@ void MatMulQuantAvx512Vnni(WeightType type, const uint8_t* w, size_t w_row_bytes
                                         row_end);
     case WeightType::kQ8_0:
       return MatMulFormat16<Q8_0Format>(w, w_row_bytes, k, xq, n_tokens, out, ldo, row_begin,
+                                        row_end);
+    case WeightType::kQ5_0:
+      return MatMulFormat16<Q5_0Format>(w, w_row_bytes, k, xq, n_tokens, out, ldo, row_begin,
                                         row_end);
     default:
       return;

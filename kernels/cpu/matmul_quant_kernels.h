@@ -1,5 +1,5 @@
-// AVX2 kernels for quantized weights (Q4_0, Q4_1, Q8_0) times Q16_1 activations, shared by the
-// instruction-set levels that run them. They are templates on Mac, the i16 multiply-accumulate
+// AVX2 kernels for quantized weights (Q4_0, Q4_1, Q8_0, Q5_0) times Q16_1 activations, shared by
+// the instruction-set levels that run them. They are templates on Mac, the i16 multiply-accumulate
 // acc + sum of pair products (acc[l] += a[2l] b[2l] + a[2l+1] b[2l+1] per i32 lane l):
 //   matmul_quant_avx2.cc  MaddAvx2:   _mm256_madd_epi16, then an i32 add
 //   matmul_quant_vnni.cc  DpwssdVnni: AVX-VNNI _mm256_dpwssd_avx_epi32, both in one instruction
@@ -9,7 +9,8 @@
 //
 // Per weight block b of row r and activation block of token t (see matmul_portable.cc):
 //   out[t][r] += dw * dx * sum_j q_j y_j  +  ow * os
-// with (ow, os) = (mw, sx) for Q4_1, (dw, -8 sx) for Q4_0 and no offset term for Q8_0.
+// with (ow, os) = (mw, sx) for Q4_1, (dw, -8 sx) for Q4_0 and no offset term for Q8_0 and Q5_0
+// (whose values q - 16 are widened signed).
 // Weights are widened to i16 (WeightI16: values 0-15 and 16-31 in two vectors) and multiplied
 // with the i16 activations, products summed in pairs into i32 lanes.
 // Overflow: |y| <= kQ16Max = 2047, so one product is <= 15 * 2047 (4-bit) or 128 * 2047 (Q8_0) in
@@ -230,6 +231,9 @@ void MatMulQuant(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t 
                                            row_end);
     case WeightType::kQ8_0:
       return MatMulFormat<Mac, Q8_0Format>(w, w_row_bytes, k, xq, n_tokens, out, ldo, row_begin,
+                                           row_end);
+    case WeightType::kQ5_0:
+      return MatMulFormat<Mac, Q5_0Format>(w, w_row_bytes, k, xq, n_tokens, out, ldo, row_begin,
                                            row_end);
     default:
       return;

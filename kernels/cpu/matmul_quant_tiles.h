@@ -74,6 +74,34 @@ struct Q8_0Format {
   static float Os(float) { return 0.0f; }
 };
 
+// Q5_0: the nibbles as Q4_0's, bit 4 from qh, minus 16: values in [-16, 15], no offset term (the
+// sums stay below Q8_0's overflow bound).
+struct Q5_0Format {
+  using Block = BlockQ5_0;
+  static constexpr bool kOffset = false, kOffsetIsMin = false;
+  static WeightI16 Widen(const Block* b) {
+    const WeightI16 nibbles = UnpackNibbles(b->qs);
+    uint32_t qh;
+    std::memcpy(&qh, b->qh, sizeof qh);
+    // Lane j of a vector holds bit j (lo: values 0-15) or bit 16 + j (hi: values 16-31) of qh;
+    // the value is nibble - 16 where that bit is clear, nibble where it is set.
+    const __m256i bit = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096,
+                                          8192, 16384, static_cast<int16_t>(-32768));
+    const __m256i sixteen = _mm256_set1_epi16(16);
+    const __m256i lo_set = _mm256_cmpeq_epi16(
+        _mm256_and_si256(_mm256_set1_epi16(static_cast<int16_t>(qh & 0xffffu)), bit), bit);
+    const __m256i hi_set = _mm256_cmpeq_epi16(
+        _mm256_and_si256(_mm256_set1_epi16(static_cast<int16_t>(qh >> 16)), bit), bit);
+    return {_mm256_sub_epi16(nibbles.lo, _mm256_andnot_si256(lo_set, sixteen)),
+            _mm256_sub_epi16(nibbles.hi, _mm256_andnot_si256(hi_set, sixteen))};
+  }
+  static __m256 Scales(__m256 pairs) { return _mm256_moveldup_ps(pairs); }  // [dw, dw]
+  static __m256 TokenFactors(__m256 ds) {                                   // [dx, 0]
+    return _mm256_blend_ps(ds, _mm256_setzero_ps(), 0xaa);
+  }
+  static float Os(float) { return 0.0f; }
+};
+
 // ---- Kernels ----------------------------------------------------------------------------------
 // Shared arguments: w is the first block of the tile's first row, rows w_stride bytes apart; x is
 // the first block of the tile's first token, tokens nb blocks apart; out is element (first token,

@@ -60,6 +60,8 @@ const char* TypeName(WeightType t) {
       return "Q4_1";
     case WeightType::kQ8_0:
       return "Q8_0";
+    case WeightType::kQ5_0:
+      return "Q5_0";
   }
   return "?";
 }
@@ -301,7 +303,8 @@ TEST_P(MatMulTest, DequantizeRowMatchesIndependentDecode) {
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
                          ::testing::Values(WeightType::kF32, WeightType::kF16, WeightType::kBF16,
-                                           WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ8_0),
+                                           WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ8_0,
+                                           WeightType::kQ5_0),
                          [](const ::testing::TestParamInfo<WeightType>& param) {
                            return std::string(TypeName(param.param));
                          });

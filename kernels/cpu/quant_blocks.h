@@ -4,6 +4,8 @@
 //   Q4_0: x = d * (q - 8),        q in [0,15]; d f16.            18 bytes
 //   Q4_1: x = d * q + m,          q in [0,15]; d, m f16.         20 bytes
 //   Q8_0: x = d * q,              q in [-128,127]; d f16.        34 bytes
+//   Q5_0: x = d * (q - 16),       q in [0,31]: the nibble as Q4_0's, bit 4 of value j at bit j
+//         of qh (little-endian); d f16.                          22 bytes
 //   Q16_1: x = d * q, s = d*sum(q), q in [-2047,2047] stored as i16; d, s f32.  72 bytes
 //          (activations only; not a GGUF type: s lets Q4_1 add m*sum(x) and Q4_0 subtract
 //          8*sum(x) in one multiply; 12-bit values, see matmul.h on precision)
@@ -25,6 +27,11 @@ struct BlockQ4_0 {
 struct BlockQ4_1 {
   uint16_t d;  // f16 scale
   uint16_t m;  // f16 minimum
+  uint8_t qs[kQuantBlock / 2];
+};
+struct BlockQ5_0 {
+  uint16_t d;     // f16 scale
+  uint8_t qh[4];  // bit 4 of value j: bit j of the little-endian u32
   uint8_t qs[kQuantBlock / 2];
 };
 struct BlockQ8_0 {
@@ -52,6 +59,7 @@ struct BlockQ8A {
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ5_0) == 22);
 static_assert(sizeof(BlockQ16_1) == 72);
 static_assert(sizeof(BlockQ8A) == 40);
 

@@ -154,6 +154,22 @@ inline Weights RandomWeights(WeightType type, int64_t rows, int64_t k, std::mt19
           for (int j = 0; j < kQuantBlock; ++j) w[b * kQuantBlock + j] = d * blk->qs[j];
         }
         break;
+      case WeightType::kQ5_0:
+        for (int64_t b = 0; b < nb; ++b) {
+          auto* blk = reinterpret_cast<BlockQ5_0*>(row) + b;
+          blk->d = RandomHalf(rng, 1e-3, 5e-2);
+          for (auto& q : blk->qh) q = static_cast<uint8_t>(rng());
+          for (auto& q : blk->qs) q = static_cast<uint8_t>(rng());
+          const double d = RefHalf(blk->d);
+          wt.d_abs[r * nb + b] = std::fabs(d);
+          // Value j: nibble j % 16 of qs (low for j < 16), bit j of the 4 qh bytes as bit 4.
+          for (int j = 0; j < kQuantBlock; ++j) {
+            const int nibble = j < 16 ? blk->qs[j] & 0xf : blk->qs[j - 16] >> 4;
+            const int high = (blk->qh[j / 8] >> (j % 8)) & 1;
+            w[b * kQuantBlock + j] = d * (nibble + 16 * high - 16);
+          }
+        }
+        break;
     }
   }
   return wt;
