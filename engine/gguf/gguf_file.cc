@@ -488,11 +488,14 @@ StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path, Gguf
   const size_t size = static_cast<size_t>(st.st_size);
   void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   const int map_err = errno;
-  ::close(fd);  // the mapping keeps the file alive
-  if (map == MAP_FAILED) return OpenError(path, "mmap", map_err);
+  if (map == MAP_FAILED) {
+    ::close(fd);
+    return OpenError(path, "mmap", map_err);
+  }
   std::unique_ptr<GgufFile> file(new GgufFile());
   file->mapping_ = map;
   file->mapping_size_ = size;
+  file->fd_ = fd;
   Status s = file->Parse(static_cast<const uint8_t*>(map), size, read);
   if (!s.ok()) return Status(s.code(), Cat(path, ": ", s.message()));
   return file;
@@ -507,6 +510,29 @@ StatusOr<std::unique_ptr<GgufFile>> GgufFile::FromBuffer(const uint8_t* data, si
 
 GgufFile::~GgufFile() {
   if (mapping_ != nullptr) ::munmap(mapping_, mapping_size_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool GgufFile::CopyOut(const uint8_t* at, size_t n, void* dst) const {
+  if (at < bytes_ || at > bytes_ + file_size_ ||
+      n > static_cast<size_t>(bytes_ + file_size_ - at)) {
+    return false;
+  }
+  if (fd_ < 0) {
+    std::memcpy(dst, at, n);
+    return true;
+  }
+  auto* out = static_cast<uint8_t*>(dst);
+  auto offset = static_cast<off_t>(at - bytes_);
+  while (n > 0) {
+    const ssize_t got = ::pread(fd_, out, n, offset);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    out += got;
+    offset += got;
+    n -= static_cast<size_t>(got);
+  }
+  return true;
 }
 
 Status GgufFile::Parse(const uint8_t* data, size_t size, GgufRead read) {

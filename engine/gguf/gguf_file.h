@@ -128,6 +128,12 @@ class GgufFile {
   // True when bytes() is Open()'s read-only private mapping of the file (pages of it may be
   // dropped and are read back from the file), false for FromBuffer()'s caller-owned memory.
   bool is_file_mapping() const { return mapping_ != nullptr; }
+  // Copies the n bytes at `at` (inside bytes()) to dst. From a file mapping they are read with
+  // pread, so the pages never enter this process's mapping: a lookup of a few rows of a large
+  // table (the token embeddings) would otherwise map up to 16 pages around each touched one
+  // (the kernel's fault-around) and grow the RSS by most of the table. Returns false when the
+  // range is outside bytes() or the read fails (the caller may then read the mapping).
+  bool CopyOut(const uint8_t* at, size_t n, void* dst) const;
 
   // Metadata, in file order.
   const std::vector<std::pair<std::string, Value>>& metadata() const { return metadata_; }
@@ -160,6 +166,7 @@ class GgufFile {
 
   void* mapping_ = nullptr;
   size_t mapping_size_ = 0;
+  int fd_ = -1;  // the mapped file, kept open for CopyOut
   uint32_t version_ = 0;
   uint64_t alignment_ = 32;
   std::vector<std::pair<std::string, Value>> metadata_;

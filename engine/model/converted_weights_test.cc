@@ -341,6 +341,46 @@ TEST(UntiedEmbeddingTest, StaysInTheFileTypeForEveryType) {
   }
 }
 
+// Loaded from a file, the untied table's rows are read with pread (GgufFile::CopyOut), not through
+// the mapping; from memory, in place. Both give the same rows and logits.
+TEST(UntiedEmbeddingTest, RowsReadFromTheFileEqualTheMappedOnes) {
+  SyntheticModelSpec spec = Spec({TensorType::kQ8_0, TensorType::kQ6_K});
+  spec.output_type = TensorType::kQ5_0;
+  auto bytes = BuildSyntheticModel(spec);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string path = std::string(tmp != nullptr ? tmp : "/tmp") + "/untied_" +
+                           std::to_string(::getpid()) + ".gguf";
+  {
+    std::ofstream out(path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes->data()),
+              static_cast<std::streamsize>(bytes->size()));
+    ASSERT_TRUE(out.good());
+  }
+  auto from_file = LlamaModel::Load(path);
+  std::remove(path.c_str());  // the open file keeps the inode
+  ASSERT_TRUE(from_file.ok()) << from_file.status().ToString();
+  auto from_bytes = LlamaModel::FromBytes(std::move(*bytes));
+  ASSERT_TRUE(from_bytes.ok()) << from_bytes.status().ToString();
+  const EmbeddingTable& f = (*from_file)->weights().token_embedding;
+  const EmbeddingTable& b = (*from_bytes)->weights().token_embedding;
+  EXPECT_EQ(f.file, &(*from_file)->file());
+  EXPECT_EQ(b.file, nullptr);
+  std::vector<float> rf(static_cast<size_t>(f.cols)), rb(rf.size());
+  for (int64_t r = 0; r < f.rows; ++r) {
+    f.DequantizeRow(r, rf.data());
+    b.DequantizeRow(r, rb.data());
+    ASSERT_EQ(rf, rb) << "row " << r;
+  }
+  const int32_t tokens[] = {0, 319, 77, 5};
+  EXPECT_EQ(StepLogits(**from_file, tokens), StepLogits(**from_bytes, tokens));
+  // Ranges outside the file are refused, not read.
+  const gguf::GgufFile& file = (*from_file)->file();
+  uint8_t sink[8];
+  EXPECT_TRUE(file.CopyOut(file.bytes().data(), sizeof sink, sink));
+  EXPECT_FALSE(file.CopyOut(file.bytes().data() + file.bytes().size() - 4, sizeof sink, sink));
+}
+
 // The same on the real file: Qwen2.5-Coder-0.5B-Instruct Q4_K_M's untied Q5_0 table is read in
 // place. Its rows are checked against the reference dequantization of bytes read from the file
 // with pread (not through the model's mapping).

@@ -182,6 +182,7 @@ class Binder {
     table.row_bytes = static_cast<size_t>(t->row_bytes());
     table.rows = rows;
     table.cols = cols;
+    if (file_.is_file_mapping()) table.file = &file_;
     return table;
   }
 
@@ -241,6 +242,12 @@ void AssignPackedCopies(const std::vector<WeightMatrix*>& matrices, uint8_t* at)
 
 void EmbeddingTable::DequantizeRow(int64_t r, float* out) const {
   const uint8_t* row = data + static_cast<size_t>(r) * row_bytes;
+  if (file != nullptr) {
+    thread_local std::vector<uint8_t> copy;
+    if (copy.size() < row_bytes) copy.resize(row_bytes);
+    // A failed read falls back to the mapping, which holds the same bytes.
+    if (file->CopyOut(row, row_bytes, copy.data())) row = copy.data();
+  }
   if (const auto* direct = std::get_if<kernels::cpu::WeightType>(&type)) {
     kernels::cpu::DequantizeRow(*direct, row, cols, out);
     return;

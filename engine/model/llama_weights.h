@@ -40,10 +40,12 @@ struct WeightMatrix {
 };
 
 // The token embedding table: read one row per token, never by a product. Untied from the output
-// head, it stays in the file's own type, in place in the mapping, and each row is dequantized as
-// it is looked up (a converted copy would hold the whole table in memory for a few rows a step:
-// 138 MiB of Q8_0 for Qwen2.5-Coder-0.5B's Q5_0 table). Tied, it is the head's rows, in the
-// format the head's products read.
+// head, it stays in the file's own type, and each row is dequantized as it is looked up (a
+// converted copy would hold the whole table in memory for a few rows a step: 138 MiB of Q8_0 for
+// Qwen2.5-Coder-0.5B's Q5_0 table). Its rows are then read from the file (GgufFile::CopyOut),
+// not through the mapping: reading a row there maps the 16 pages around it, and 2048 random
+// tokens mapped 70 of that table's 89 MiB into the process's RSS. Tied, it is the head's rows,
+// in the format the head's products read.
 struct EmbeddingTable {
   // The format of the rows: a product format, or a file type read by the reference dequantizer.
   std::variant<kernels::cpu::WeightType, kernels::ConvertedQuant> type =
@@ -52,8 +54,10 @@ struct EmbeddingTable {
   size_t row_bytes = 0;
   int64_t rows = 0;  // vocabulary
   int64_t cols = 0;  // dim
+  // Where rows are copied from (CopyOut) before they are dequantized, or null: read `data`.
+  const gguf::GgufFile* file = nullptr;
 
-  // Writes row r's cols floats to out. r must be in [0, rows).
+  // Writes row r's cols floats to out. r must be in [0, rows). Thread-safe.
   void DequantizeRow(int64_t r, float* out) const;
 };
 
