@@ -36,6 +36,30 @@ struct DpwssdEvex {
   }
 };
 
+// Q5_0 with its 1-token dot in one zmm: the 32 values widened to i16 at once (nibbles by a
+// variable shift, the fifth bit as a mask register straight from qh), one vpdpwssd, and the
+// 128-bit quarters folded (values 0-7 + 16-23, 8-15 + 24-31) into the i32 lanes the AVX2 Dot
+// gives, so the result stays the AVX2 level's bit for bit. ~8 instructions per block where the
+// AVX2 widening takes ~16: the 1-token product of Qwen2.5-Coder-0.5B's Q5_0 matrices is
+// compute-bound at AVX2's (docs/PERFORMANCE.md).
+struct Q5_0FormatZmm : Q5_0Format {
+  static __m256i Dot(const BlockQ5_0* b, const int16_t* y) {
+    const __m256i qs =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs)));
+    const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    const __m512i nibbles = _mm512_and_si512(_mm512_srlv_epi16(_mm512_cvtepu8_epi16(qs), shift),
+                                             _mm512_set1_epi16(0x0f));
+    uint32_t qh;
+    std::memcpy(&qh, b->qh, sizeof qh);
+    // q - 16 where the fifth bit is clear, q where it is set (nibble + 16 - 16).
+    const __m512i q =
+        _mm512_mask_sub_epi16(nibbles, _cvtu32_mask32(~qh), nibbles, _mm512_set1_epi16(16));
+    const __m512i p = _mm512_dpwssd_epi32(_mm512_setzero_si512(), q,
+                                          _mm512_loadu_si512(reinterpret_cast<const void*>(y)));
+    return _mm512_castsi512_si256(_mm512_add_epi32(p, _mm512_shuffle_i32x4(p, p, 0x4e)));
+  }
+};
+
 constexpr int kLanes16 = 16;
 // Rows per tile: 2 * kRows16 i32 chains + kRows16 f32 accumulators + 2 activation vectors fit in
 // the 32 registers (measured: 6 best of 4, 6 and 8 rows).
@@ -215,8 +239,8 @@ void MatMulQuantAvx512Vnni(WeightType type, const uint8_t* w, size_t w_row_bytes
       return MatMulFormat16<Q8_0Format>(w, w_row_bytes, k, xq, n_tokens, out, ldo, row_begin,
                                         row_end);
     case WeightType::kQ5_0:
-      return MatMulFormat16<Q5_0Format>(w, w_row_bytes, k, xq, n_tokens, out, ldo, row_begin,
-                                        row_end);
+      return MatMulFormat16<Q5_0FormatZmm>(w, w_row_bytes, k, xq, n_tokens, out, ldo, row_begin,
+                                           row_end);
     default:
       return;
   }
