@@ -41,6 +41,9 @@ std::vector<uint8_t> RandomWeights(WeightType type, int64_t rows, int64_t k) {
       case WeightType::kQ8_0:
         for (int64_t b = 0; b < k / 32; ++b) set_half(base + b * sizeof(BlockQ8_0));
         break;
+      case WeightType::kQ5_0:
+        for (int64_t b = 0; b < k / 32; ++b) set_half(base + b * sizeof(BlockQ5_0));
+        break;
       case WeightType::kF16:
         for (int64_t j = 0; j < k; ++j) set_half(base + 2 * j);
         break;
@@ -230,6 +233,37 @@ void BM_ModelMatmuls8(benchmark::State& state) {
 }
 BENCHMARK(BM_ModelMatmuls8)->Arg(1)->Arg(8)->Arg(16)->Arg(64)->Unit(benchmark::kMillisecond);
 
+// Qwen2.5-Coder-0.5B's gate/up shape in Q5_0 at 8-bit activations, from the matrix's PackForVnni8
+// copy (Q8_0's layout, 576 bytes per 16 rows and block): what a build plan's 8-bit choice reads,
+// against BM_MatMulRows/Q5_0_qwen (12-bit, the file's 352 bytes). Args: rows, k, n_tokens.
+void BM_MatMulRows8Q5_0(benchmark::State& state) {
+  const int64_t rows = state.range(0), k = state.range(1), n = state.range(2);
+  if (!FastInt8Activations(WeightType::kQ5_0)) {
+    state.SkipWithError("no 8-bit kernel at this level (AVX-512 VNNI)");
+    return;
+  }
+  const std::vector<uint8_t> w = RandomWeights(WeightType::kQ5_0, rows, k);
+  std::vector<uint8_t> storage(Vnni8PackedBytes(WeightType::kQ5_0, rows, k) + 64);
+  uint8_t* packed = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64;
+  PackForVnni8(WeightType::kQ5_0, w.data(), WeightRowBytes(WeightType::kQ5_0, k), rows, k, packed);
+  std::vector<float> x(n * k, 0.25f);
+  std::vector<uint8_t> xq(ActivationBytes8(n, k));
+  PrepareActivations8(x.data(), k, k, 0, n, xq.data());
+  std::vector<float> out(n * rows);
+  for (auto _ : state) {
+    MatMulRows8(WeightType::kQ5_0, w.data(), WeightRowBytes(WeightType::kQ5_0, k), k, xq.data(), n,
+                out.data(), rows, 0, rows, packed);
+    benchmark::ClobberMemory();
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(2e-9 * static_cast<double>(rows * k * n),
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_MatMulRows8Q5_0)
+    ->Args({4864, 896, 1})
+    ->Args({4864, 896, 16})
+    ->Args({4864, 896, 64})
+    ->Unit(benchmark::kMicrosecond);
+
 BENCHMARK_CAPTURE(BM_MatMulRows, Q4_1, WeightType::kQ4_1)->Apply([](auto* b) {
   ModelShapes(b, false);
 });
@@ -263,6 +297,22 @@ BENCHMARK_CAPTURE(BM_MatMulRows, Q8_0_stream, WeightType::kQ8_0)
 BENCHMARK_CAPTURE(BM_MatMulRows, F16_stream, WeightType::kF16)
     ->Args({65536, 576, 1, static_cast<int>(DetectIsa())})
     ->Unit(benchmark::kMicrosecond);
+// Qwen2.5-Coder-0.5B's Q5_0 matrices read as stored against their Q8_0 conversion (what the
+// load made of them before the native kernel), at every level this CPU has: q [896, 896], gate /
+// up [4864, 896], down-sized [896, 4864].
+void QwenShapes(benchmark::internal::Benchmark* b) {
+  for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512Vnni}) {
+    if (!IsaSupported(isa)) continue;
+    for (int n : {1, 4, 16, 64}) {
+      b->Args({896, 896, n, static_cast<int>(isa)});
+      b->Args({4864, 896, n, static_cast<int>(isa)});
+      b->Args({896, 4864, n, static_cast<int>(isa)});
+    }
+  }
+  b->Unit(benchmark::kMicrosecond);
+}
+BENCHMARK_CAPTURE(BM_MatMulRows, Q5_0_qwen, WeightType::kQ5_0)->Apply(QwenShapes);
+BENCHMARK_CAPTURE(BM_MatMulRows, Q8_0_qwen, WeightType::kQ8_0)->Apply(QwenShapes);
 // The AVX2 level at the Q4_1 shapes, where the detected level is higher (AVX-VNNI).
 BENCHMARK_CAPTURE(BM_MatMulRows, Q4_1_avx2, WeightType::kQ4_1)->Apply([](auto* b) {
   if (DetectIsa() <= Isa::kAvx2) return;

@@ -36,14 +36,15 @@ struct DpwssdEvex {
   }
 };
 
-// Q5_0 with its 1-token dot in one zmm: the 32 values widened to i16 at once (nibbles by a
-// variable shift, the fifth bit as a mask register straight from qh), one vpdpwssd, and the
-// 128-bit quarters folded (values 0-7 + 16-23, 8-15 + 24-31) into the i32 lanes the AVX2 Dot
-// gives, so the result stays the AVX2 level's bit for bit. ~8 instructions per block where the
-// AVX2 widening takes ~16: the 1-token product of Qwen2.5-Coder-0.5B's Q5_0 matrices is
-// compute-bound at AVX2's (docs/PERFORMANCE.md).
+// Q5_0 with its 1-token dots in zmm registers: one block's 32 values widened to i16 at once
+// (nibbles by a variable shift, the fifth bit as a mask register straight from qh), one
+// vpmaddwd per row, and the four rows' 128-bit quarters folded (values 0-7 + 16-23, 8-15 +
+// 24-31) into the i32 lanes Fold4 of the AVX2 Dots gives, so the result stays the AVX2 level's
+// bit for bit. ~8 instructions per row and block where the AVX2 widening and hadds take ~20:
+// the 1-token product of Qwen2.5-Coder-0.5B's Q5_0 matrices is compute-bound at AVX2's
+// (docs/PERFORMANCE.md).
 struct Q5_0FormatZmm : Q5_0Format {
-  static __m256i Dot(const BlockQ5_0* b, const int16_t* y) {
+  static __m512i Widen512(const BlockQ5_0* b) {
     const __m256i qs =
         _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs)));
     const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
@@ -51,12 +52,26 @@ struct Q5_0FormatZmm : Q5_0Format {
                                              _mm512_set1_epi16(0x0f));
     uint32_t qh;
     std::memcpy(&qh, b->qh, sizeof qh);
-    // q - 16 where the fifth bit is clear, q where it is set (nibble + 16 - 16).
-    const __m512i q =
-        _mm512_mask_sub_epi16(nibbles, _cvtu32_mask32(~qh), nibbles, _mm512_set1_epi16(16));
-    const __m512i p = _mm512_dpwssd_epi32(_mm512_setzero_si512(), q,
-                                          _mm512_loadu_si512(reinterpret_cast<const void*>(y)));
-    return _mm512_castsi512_si256(_mm512_add_epi32(p, _mm512_shuffle_i32x4(p, p, 0x4e)));
+    // nibble - 16 where the fifth bit is clear, the nibble + 16 - 16 where it is set.
+    return _mm512_mask_blend_epi16(_cvtu32_mask32(qh),
+                                   _mm512_sub_epi16(nibbles, _mm512_set1_epi16(16)), nibbles);
+  }
+  // Fold4(Dot(row 0), .., Dot(row 3)) of the AVX2 kernels, for these 4 blocks.
+  static __m256i Dot4(const uint8_t* const* blocks, const int16_t* y) {
+    const __m512i yv = _mm512_loadu_si512(reinterpret_cast<const void*>(y));
+    __m512i p[4];
+    for (int r = 0; r < 4; ++r) {
+      // vpmaddwd: the pair sums alone (a vpdpwssd would need a zeroed accumulator first).
+      p[r] = _mm512_madd_epi16(Widen512(reinterpret_cast<const BlockQ5_0*>(blocks[r])), yv);
+    }
+    // Per 128-bit quarter: [p0 p1 p2 p3], each the sum of that quarter's 4 lanes.
+    const __m512i u =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(p[0], p[1]), _mm512_unpackhi_epi32(p[0], p[1]));
+    const __m512i v =
+        _mm512_add_epi32(_mm512_unpacklo_epi32(p[2], p[3]), _mm512_unpackhi_epi32(p[2], p[3]));
+    const __m512i w = _mm512_add_epi32(_mm512_unpacklo_epi64(u, v), _mm512_unpackhi_epi64(u, v));
+    // Quarters 0 + 2 (values 0-7 and 16-23) and 1 + 3: Fold4's two 128-bit halves.
+    return _mm512_castsi512_si256(_mm512_add_epi32(w, _mm512_shuffle_i32x4(w, w, 0x4e)));
   }
 };
 

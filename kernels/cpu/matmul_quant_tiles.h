@@ -33,18 +33,6 @@ inline __m256i Dot(const WeightI16& w, const int16_t* y) {
   return Mac::MulAdd(_mm256_madd_epi16(w.lo, y0), w.hi, y1);
 }
 
-// Dot of one weight block as stored: F::Dot where a format fuses its widening into the product
-// (the AVX-512 level's Q5_0, matmul_quant_avx512.cc: one zmm per block), which must give Dot's
-// i32 lanes exactly; else Widen, then Dot. For the 1-token kernel, which widens each block once.
-template <class Mac, class F>
-inline __m256i BlockDot(const typename F::Block* b, const int16_t* y) {
-  if constexpr (requires { F::Dot(b, y); }) {
-    return F::Dot(b, y);
-  } else {
-    return Dot<Mac>(F::Widen(b), y);
-  }
-}
-
 // [sum p0, sum p1, sum p2, sum p3] of each 128-bit half: [p0 p1 p2 p3 | p0 p1 p2 p3].
 inline __m256i Fold4(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
   return _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
@@ -140,12 +128,20 @@ void GemvQuad(const uint8_t* w, size_t w_stride, const BlockQ16_1* x, int64_t nb
   for (int64_t b = 0; b < nb; ++b) {
     PrefetchStep<Block, 4>(w, b);
     const uint8_t* blocks[4];
-    __m256i p[4];
-    for (int r = 0; r < 4; ++r) {
-      blocks[r] = w + r * w_stride + b * sizeof(Block);
-      p[r] = BlockDot<Mac, F>(reinterpret_cast<const Block*>(blocks[r]), x[b].qs);
+    for (int r = 0; r < 4; ++r) blocks[r] = w + r * w_stride + b * sizeof(Block);
+    __m256i sums;
+    if constexpr (requires { F::Dot4(blocks, x[b].qs); }) {
+      // A format's own 4-row dot (the AVX-512 level's Q5_0, matmul_quant_avx512.cc), which
+      // must give exactly the lanes below.
+      sums = F::Dot4(blocks, x[b].qs);
+    } else {
+      __m256i p[4];
+      for (int r = 0; r < 4; ++r) {
+        p[r] = Dot<Mac>(F::Widen(reinterpret_cast<const Block*>(blocks[r])), x[b].qs);
+      }
+      sums = Fold4(p[0], p[1], p[2], p[3]);
     }
-    const __m256 dot = _mm256_cvtepi32_ps(Fold4(p[0], p[1], p[2], p[3]));
+    const __m256 dot = _mm256_cvtepi32_ps(sums);
     const __m256 scales =
         _mm256_mul_ps(F::Scales(LoadScalePairs(blocks, 4)), F::TokenFactors(BroadcastDs(&x[b].d)));
     if constexpr (F::kOffset) offset = _mm256_add_ps(offset, scales);
