@@ -10,6 +10,7 @@
 #include "engine/sessions/chat_formatter.h"
 #include "engine/sessions/session_driver.h"
 #include "engine/sessions/session_registry.h"
+#include "engine/sessions/session_service.h"
 #include "engine/sessions/token_budget.h"
 #include "engine/util/task_runner.h"
 #include "server/authenticator.h"
@@ -40,6 +41,9 @@ struct ServiceContext {
   TokenBudget* budget = nullptr;  // tenants' tokens_per_second; with auth
   // What snapshots are stamped with and checked against; null when the engine gave none.
   const SnapshotContext* snapshots = nullptr;
+  // The engine's session API over the parts above: what the ported handlers (the HTTP
+  // adapter, the unary calls, health) drive instead of the parts.
+  api::Engine* api = nullptr;
   // ExportSession and ImportSession calls in flight (at most options.limits.max_transfers).
   std::atomic<int32_t> transfers{0};
 };

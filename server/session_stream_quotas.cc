@@ -11,7 +11,7 @@ Status SessionStream::CheckSessionQuota(const SessionOptions& options,
                                         std::string_view what) const {
   if (ctx_.auth == nullptr || !caller_.authenticated) return OkStatus();
   return CheckOpenQuota(ctx_.registry, ctx_.engine.config(), ctx_.model.context_length, options,
-                        ctx_.auth->SessionQuotasOf(options.tenant), what);
+                        SessionQuotasOf(ctx_.auth->LimitsOf(options.tenant)), what);
 }
 
 Status SessionStream::CheckTokenQuota(const std::string& what) const {
@@ -29,7 +29,7 @@ void SessionStream::ChargeTokens(int64_t tokens) const {
 Status SessionStream::CheckGenerationQuota() const {
   if (ctx_.auth == nullptr || !caller_.authenticated) return OkStatus();
   return streamd::CheckGenerationQuota(ctx_.registry, caller_.tenant,
-                                       ctx_.auth->SessionQuotasOf(caller_.tenant));
+                                       SessionQuotasOf(ctx_.auth->LimitsOf(caller_.tenant)));
 }
 
 }  // namespace streamd::server
