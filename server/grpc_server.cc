@@ -106,7 +106,7 @@ GrpcServer::GrpcServer(Engine& engine, const tokenizer::ChatTemplate& chat,
                 persister_.get()),
       chat_(chat, engine.tokenizer()),
       driver_(engine, registry_, chat_, tasks_),
-      ctx_{engine, registry_, driver_, admission_, chat_, tasks_, io_tasks_, options_},
+      ctx_{io_tasks_, options_},
       admission_(registry_, options.limits.max_waiting_opens),
       service_(ctx_) {}
 
@@ -161,16 +161,12 @@ StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
     });
   }
   s->ctx_.auth = s->auth_.get();
-  s->ctx_.budget = &s->budget_;
   s->ctx_.metrics = metrics;
-  if (snapshots != nullptr) {
-    s->snapshots_ = *snapshots;
-    s->ctx_.snapshots = &*s->snapshots_;
-  }
+  if (snapshots != nullptr) s->snapshots_ = *snapshots;
   {
     SessionServiceParts parts{engine,   s->registry_, s->driver_,      s->admission_,
                               s->chat_, s->budget_,   s->ctx_.draining};
-    parts.snapshots = s->ctx_.snapshots;
+    if (s->snapshots_) parts.snapshots = &*s->snapshots_;
     parts.session_defaults = options.session_defaults;
     parts.default_max_tokens = options.limits.default_max_tokens;
     parts.on_quota_refusal = [keys = s->auth_.get()](const Status& q) { keys->LogQuotaRefusal(q); };
@@ -223,8 +219,8 @@ StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
     return UnavailableError("server.listen_address: cannot listen on \"" + options.listen_address +
                             "\" (in use, or not a host:port this machine has)");
   }
-  s->health_ = std::make_unique<HealthMonitor>(*s->health_service_, engine, s->admission_,
-                                               options.session_defaults, metrics, kHealthInterval);
+  s->health_ =
+      std::make_unique<HealthMonitor>(*s->health_service_, *s->api_, metrics, kHealthInterval);
   if (metrics != nullptr) {
     // A scrape reads health as it is at that moment, not as of the last tick.
     metrics->AddScrapeHook([health = s->health_.get()] { health->Check(); });

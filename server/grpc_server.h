@@ -25,6 +25,7 @@
 #include <string>
 
 #include "engine/api/streamd_engine.h"
+#include "engine/sessions/session_service.h"
 #include "server/health_monitor.h"
 #include "server/health_service.h"
 #include "server/metrics/snapshot_metrics.h"

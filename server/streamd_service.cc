@@ -91,14 +91,15 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StreamdService::Ses
   }
   // The per-client caps count a tenant's sessions together; without keys, a peer's.
   std::string client = caller->authenticated ? "tenant " + caller->tenant : ClientOf(*context);
-  auto* reactor = new SessionReactor(context, ctx_, *std::move(caller), std::move(client),
-                                     [this](SessionStream* stream) {
-                                       {
-                                         std::lock_guard<std::mutex> lock(mu_);
-                                         streams_.erase(stream);
-                                       }
-                                       streams_cv_.notify_all();
-                                     });
+  auto* reactor =
+      new SessionReactor(context, ctx_, ToApiCaller(ctx_.auth, *caller, std::move(client)),
+                         [this](SessionStream* stream) {
+                           {
+                             std::lock_guard<std::mutex> lock(mu_);
+                             streams_.erase(stream);
+                           }
+                           streams_cv_.notify_all();
+                         });
   {
     std::lock_guard<std::mutex> lock(mu_);
     streams_.emplace(reactor->stream().get(), reactor->stream());

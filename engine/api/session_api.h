@@ -13,11 +13,13 @@
 // callback (at once, or later on an engine thread) when they may have to wait.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/util/status.h"
@@ -34,8 +36,8 @@ struct TenantLimits {
 
 // Who a call is for.
 struct Caller {
-  std::string tenant;  // owns the sessions it opens; "" without authentication
-  bool admin = true;   // sees and acts on every tenant's sessions
+  std::string tenant;    // owns the sessions it opens; "" without authentication
+  bool admin = true;     // sees and acts on every tenant's sessions
   bool metered = false;  // `limits` apply (a key named the tenant)
   TenantLimits limits;
   // Who is on the other end, for the per-client cap on detached sessions ("peer 10.0.0.7",
@@ -74,6 +76,37 @@ struct SamplingOverrides {
   }
 };
 
+inline Sampling WithOverrides(Sampling s, const SamplingOverrides& o) {
+  if (o.temperature) s.temperature = *o.temperature;
+  if (o.top_k) s.top_k = *o.top_k;
+  if (o.top_p) s.top_p = *o.top_p;
+  if (o.min_p) s.min_p = *o.min_p;
+  if (o.repetition_penalty) s.repetition_penalty = *o.repetition_penalty;
+  if (o.presence_penalty) s.presence_penalty = *o.presence_penalty;
+  if (o.frequency_penalty) s.frequency_penalty = *o.frequency_penalty;
+  if (o.penalty_last_n) s.penalty_last_n = *o.penalty_last_n;
+  if (o.seed) s.seed = *o.seed;
+  return s;
+}
+
+// The engine's checks of request values, for a transport that names its own fields: each
+// message starts with the value's name ("top_p = 1.5 is out of range (0, 1]", "stop[2] is
+// empty"), the transport prefixes its path.
+Status ValidateSampling(const Sampling& s, int32_t vocab_size);
+Status ValidateStopStrings(const std::vector<std::string>& stop);
+// The byte offset of the first invalid UTF-8 sequence in `text`, npos when it is valid.
+size_t FindInvalidUtf8(std::string_view text);
+
+// The daemon's defaults for what an Open leaves absent (the config's sessions.*).
+struct SessionDefaults {
+  CacheMode mode = CacheMode::kSink;
+  int32_t sinks = 4;
+  int32_t window = 1020;
+  Sampling sampling;
+  // How long an Open waits for KV blocks when the pool cannot hold it yet; 0: refused at once.
+  std::chrono::milliseconds admission_timeout{0};
+};
+
 // A new session: what is absent comes from the daemon's session defaults.
 struct OpenOptions {
   std::optional<CacheMode> mode;
@@ -88,9 +121,9 @@ enum class Role { kSystem, kUser, kAssistant };
 struct AppendInput {
   enum class Kind { kTurn, kText, kTokens };
   Kind kind = Kind::kText;
-  Role role = Role::kUser;     // kTurn
-  std::string text;            // kTurn, kText: UTF-8
-  bool parse_special = false;  // kText: special-token text becomes special tokens
+  Role role = Role::kUser;      // kTurn
+  std::string text;             // kTurn, kText: UTF-8
+  bool parse_special = false;   // kText: special-token text becomes special tokens
   std::vector<int32_t> tokens;  // kTokens
   // Speculative input (an interim transcript): the next Append replaces it.
   bool partial = false;
@@ -108,7 +141,7 @@ enum class FinishReason { kLength, kStop, kEndOfGeneration, kCancelled, kError }
 struct TokenEvent {
   std::string request_id;
   int32_t token = -1;
-  std::string text;  // the UTF-8 text it completes (may be empty)
+  std::string text;   // the UTF-8 text it completes (may be empty)
   int64_t index = 0;  // 0-based in its generation
 };
 
@@ -258,9 +291,12 @@ class Engine {
   virtual ~Engine() = default;
 
   // A new session of caller.tenant: waits for KV blocks (sessions.admission_timeout) off the
-  // caller's thread; `done` runs on an engine thread, or inline for an early refusal.
-  virtual void Open(const Caller& caller, const OpenOptions& options, SessionDone done,
-                    OnClosedElsewhere closed = {}) = 0;
+  // caller's thread; `done` runs on an engine thread, or inline for an early refusal (invalid
+  // options name the field: "open.window = ..."). Keep the returned handle while the answer is
+  // wanted: dropping it abandons a waiting Open (nothing is opened; `done` hears CANCELLED).
+  [[nodiscard]] virtual std::shared_ptr<void> Open(const Caller& caller, const OpenOptions& options,
+                                                   SessionDone done,
+                                                   OnClosedElsewhere closed = {}) = 0;
   // Session `id` (32 hex digits), attached to the caller: read back from disk first when it is
   // offloaded. NOT_FOUND for another tenant's (word for word as for a missing one);
   // FAILED_PRECONDITION while another caller drives it.
@@ -271,8 +307,7 @@ class Engine {
   virtual std::vector<SessionInfo> ListSessions(const Caller& caller) const = 0;
   virtual StatusOr<SessionInfo> GetSession(const Caller& caller, const std::string& id) const = 0;
   // Closes a session for good; its driver (if attached) hears it through OnClosedElsewhere.
-  virtual Status CloseSession(const Caller& caller, const std::string& id,
-                              const Status& why) = 0;
+  virtual Status CloseSession(const Caller& caller, const std::string& id, const Status& why) = 0;
   // The session's snapshot as bytes (blocks: capture, encoding, file I/O).
   virtual StatusOr<std::vector<uint8_t>> ExportSession(const Caller& caller,
                                                        const std::string& id) = 0;
@@ -283,6 +318,10 @@ class Engine {
 
   // UNAVAILABLE while draining or when the backend cannot run steps.
   virtual Status Serving() const = 0;
+  // Liveness: the backend can run steps (non-OK once it broke: restart the process).
+  virtual Status BackendHealth() const = 0;
+  // Readiness: alive, no Open waits for KV blocks, and a session with the defaults fits now.
+  virtual bool Ready() const = 0;
   // Shutdown began: Open, Resume and Generate answer UNAVAILABLE from now on.
   virtual void Drain() = 0;
   virtual bool draining() const = 0;

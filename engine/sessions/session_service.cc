@@ -10,6 +10,7 @@
 
 #include "engine/sampling/stop_string_matcher.h"
 #include "engine/sessions/session_transfer.h"
+#include "engine/tokenizer/utf8.h"
 
 namespace streamd {
 namespace {
@@ -167,35 +168,53 @@ class ServiceSession final : public api::Session {
 class Service final : public api::Engine {
  public:
   explicit Service(SessionServiceParts parts)
-      : p_(std::move(parts)), model_(ModelInfoOf(p_.engine, p_.chat)) {}
+      : p_(std::move(parts)),
+        defaults_(FromApiDefaults(p_.session_defaults)),
+        model_(ModelInfoOf(p_.engine, p_.chat)) {}
 
-  void Open(const api::Caller& caller, const api::OpenOptions& open, api::SessionDone done,
-            api::OnClosedElsewhere closed) override {
-    if (Status serving = Serving(); !serving.ok()) {
-      return done(Status(serving.code(), "open: " + serving.message()));
+  std::shared_ptr<void> Open(const api::Caller& caller, const api::OpenOptions& open,
+                             api::SessionDone done, api::OnClosedElsewhere closed) override {
+    // A broken backend is the engine's Open's to report (UNAVAILABLE naming the fault).
+    if (p_.draining) {
+      done(UnavailableError("open: streamd is shutting down and accepts no new sessions"));
+      return nullptr;
     }
-    auto options = ResolveOpenOptions(open, p_.session_defaults, p_.engine.config(),
-                                      model_.context_length, model_.vocab_size);
-    if (!options.ok()) return done(options.status());
-    options->tenant = caller.tenant;  // it owns the session, and its snapshot says so
-    if (caller.metered) {
-      Status quota = CheckOpenQuota(p_.registry, p_.engine.config(), model_.context_length,
-                                    *options, SessionQuotasOf(caller.limits));
-      if (!quota.ok()) return done(Refused(quota));
+    auto options = ResolveOpenOptions(open, defaults_, p_.engine.config(), model_.context_length,
+                                      model_.vocab_size);
+    if (options.ok()) {
+      options->tenant = caller.tenant;  // it owns the session, and its snapshot says so
+      if (caller.metered) {
+        Status quota = CheckOpenQuota(p_.registry, p_.engine.config(), model_.context_length,
+                                      *options, SessionQuotasOf(caller.limits));
+        if (!quota.ok()) options = Refused(quota);
+      }
     }
+    if (!options.ok()) {
+      done(options.status());
+      return nullptr;
+    }
+    // The caller holds the owner until it has its answer: the admission queue drops the Open of
+    // a caller that let go (its weak pointer expires) without opening anything.
     auto owner = std::make_shared<Owner>(std::move(closed));
-    p_.admission.Submit(*std::move(options), owner, caller.client,
-                        [this, caller, owner, done = std::move(done)](
-                            StatusOr<std::shared_ptr<SessionRecord>> s) {
-                          if (!s.ok()) return done(s.status());
-                          done(Wrap(caller, std::move(s).value(), owner));
-                        });
+    p_.admission.Submit(
+        *std::move(options), owner, caller.client,
+        [this, caller, weak = std::weak_ptr<Owner>(owner),
+         done = std::move(done)](StatusOr<std::shared_ptr<SessionRecord>> s) {
+          if (!s.ok()) return done(s.status());
+          std::shared_ptr<Owner> held = weak.lock();
+          if (held == nullptr) {
+            // Nobody was told its id: nobody could ever resume it.
+            (void)p_.registry.Close((*s)->id, CancelledError("its caller let go"));
+            return done(CancelledError("open: the caller let go while it was opened"));
+          }
+          done(Wrap(caller, std::move(s).value(), std::move(held)));
+        });
+    return owner;
   }
 
   void Resume(const api::Caller& caller, const std::string& id_text, api::SessionDone done,
               api::OnClosedElsewhere closed) override {
-    if (p_.draining) return done(UnavailableError("resume: streamd is shutting down"));
-    if (Status health = p_.engine.BackendHealth(); !health.ok()) return done(health);
+    if (p_.draining) return done(UnavailableError("streamd is shutting down"));
     auto id = SessionId::Parse(id_text, "session_id");
     if (!id.ok()) return done(id.status());
     auto owner = std::make_shared<Owner>(std::move(closed));
@@ -235,10 +254,9 @@ class Service final : public api::Engine {
   StatusOr<std::vector<uint8_t>> ExportSession(const api::Caller& caller,
                                                const std::string& id_text) override {
     STREAMD_ASSIGN_OR_RETURN(SessionId id, SessionId::Parse(id_text, "session_id"));
-    return ExportSessionSnapshot(p_.registry, p_.engine, p_.snapshots, id,
-                                 [&caller](const std::string& tenant) {
-                                   return caller.admin || tenant == caller.tenant;
-                                 });
+    return ExportSessionSnapshot(
+        p_.registry, p_.engine, p_.snapshots, id,
+        [&caller](const std::string& tenant) { return caller.admin || tenant == caller.tenant; });
   }
 
   StatusOr<api::ImportedSession> ImportSession(const api::Caller& caller,
@@ -256,6 +274,11 @@ class Service final : public api::Engine {
   Status Serving() const override {
     if (p_.draining) return UnavailableError("streamd is shutting down");
     return p_.engine.BackendHealth();
+  }
+  Status BackendHealth() const override { return p_.engine.BackendHealth(); }
+  bool Ready() const override {
+    return p_.engine.BackendHealth().ok() && p_.admission.waiting() == 0 &&
+           p_.engine.CanAdmit(defaults_);
   }
   void Drain() override { p_.draining = true; }
   bool draining() const override { return p_.draining; }
@@ -309,6 +332,7 @@ class Service final : public api::Engine {
   }
 
   SessionServiceParts p_;
+  const SessionOptions defaults_;  // p_.session_defaults as the engine takes them
   const api::ModelInfo model_;
   // Shared with the detaches that run on the task thread after a session was let go.
   std::shared_ptr<MetadataCache> metadata_ = std::make_shared<MetadataCache>();
@@ -382,7 +406,8 @@ Status ServiceSession::Generate(api::GenerateRequest r, api::GenerationObserver 
   o.stop = std::move(r.stop);
   o.request_id = std::move(r.request_id);
   if (r.sampling.any()) {
-    SamplingParams sampling = WithOverrides(s_->options.sampling, r.sampling);
+    SamplingParams sampling =
+        FromApiSampling(api::WithOverrides(ToApiSampling(s_->options.sampling), r.sampling));
     // The transport checked the ranges it knows; top_k against this model's vocabulary here.
     STREAMD_RETURN_IF_ERROR(ValidateSamplingParams(sampling, service_.model().vocab_size));
     o.sampling = sampling;
@@ -444,9 +469,9 @@ void ServiceSession::Fork(std::function<void(StatusOr<Forked>)> done) {
       [service, caller = caller_, s = s_] {
         if (!caller.metered) return OkStatus();
         const SessionServiceParts& parts = service->parts();
-        Status quota = CheckOpenQuota(parts.registry, parts.engine.config(),
-                                      service->model().context_length, s->options,
-                                      SessionQuotasOf(caller.limits), "fork");
+        Status quota =
+            CheckOpenQuota(parts.registry, parts.engine.config(), service->model().context_length,
+                           s->options, SessionQuotasOf(caller.limits), "fork");
         return quota.ok() ? quota : service->Refused(quota);
       },
       [service, done = std::move(done)](StatusOr<std::shared_ptr<SessionRecord>> fork) {
@@ -556,7 +581,7 @@ StatusOr<SessionOptions> ResolveOpenOptions(const api::OpenOptions& open,
           std::to_string(context_length) + " minus " + std::to_string(sinks) + " sinks)");
     }
   }
-  o.sampling = WithOverrides(defaults.sampling, open.sampling);
+  o.sampling = FromApiSampling(api::WithOverrides(ToApiSampling(defaults.sampling), open.sampling));
   if (Status valid = ValidateSamplingParams(o.sampling, vocab_size); !valid.ok()) {
     return Status(valid.code(), "open.sampling." + valid.message());
   }
@@ -577,9 +602,15 @@ api::CacheState ToApiCacheState(const SessionInfo& i) {
 }
 
 api::Sampling ToApiSampling(const SamplingParams& p) {
-  return {p.temperature,      p.top_k,           p.top_p,
-          p.min_p,            p.repetition_penalty, p.presence_penalty,
-          p.frequency_penalty, p.penalty_last_n,  p.seed};
+  return {p.temperature,
+          p.top_k,
+          p.top_p,
+          p.min_p,
+          p.repetition_penalty,
+          p.presence_penalty,
+          p.frequency_penalty,
+          p.penalty_last_n,
+          p.seed};
 }
 
 SamplingParams FromApiSampling(const api::Sampling& p) {
@@ -596,19 +627,6 @@ SamplingParams FromApiSampling(const api::Sampling& p) {
   return s;
 }
 
-SamplingParams WithOverrides(SamplingParams s, const api::SamplingOverrides& o) {
-  if (o.temperature) s.temperature = *o.temperature;
-  if (o.top_k) s.top_k = *o.top_k;
-  if (o.top_p) s.top_p = *o.top_p;
-  if (o.min_p) s.min_p = *o.min_p;
-  if (o.repetition_penalty) s.repetition_penalty = *o.repetition_penalty;
-  if (o.presence_penalty) s.presence_penalty = *o.presence_penalty;
-  if (o.frequency_penalty) s.frequency_penalty = *o.frequency_penalty;
-  if (o.penalty_last_n) s.penalty_last_n = *o.penalty_last_n;
-  if (o.seed) s.seed = *o.seed;
-  return s;
-}
-
 api::CacheMode ToApiCacheMode(CacheMode mode) {
   switch (mode) {
     case CacheMode::kDense:
@@ -619,6 +637,26 @@ api::CacheMode ToApiCacheMode(CacheMode mode) {
       break;
   }
   return api::CacheMode::kSink;
+}
+
+SessionOptions FromApiDefaults(const api::SessionDefaults& d) {
+  SessionOptions o;
+  o.mode = FromApiCacheMode(d.mode);
+  o.sinks = d.sinks;
+  o.window = d.window;
+  o.sampling = FromApiSampling(d.sampling);
+  o.admission_timeout = d.admission_timeout;
+  return o;
+}
+
+api::SessionDefaults ToApiDefaults(const SessionOptions& o) {
+  api::SessionDefaults d;
+  d.mode = ToApiCacheMode(o.mode);
+  d.sinks = o.sinks;
+  d.window = o.window;
+  d.sampling = ToApiSampling(o.sampling);
+  d.admission_timeout = o.admission_timeout;
+  return d;
 }
 
 CacheMode FromApiCacheMode(api::CacheMode mode) {
@@ -664,6 +702,18 @@ api::ModelInfo ModelInfoOf(const Engine& engine, const ChatFormatter& chat) {
   info.add_bos = t.add_bos();
   return info;
 }
+
+namespace api {
+
+Status ValidateSampling(const Sampling& s, int32_t vocab_size) {
+  return ValidateSamplingParams(FromApiSampling(s), vocab_size);
+}
+Status ValidateStopStrings(const std::vector<std::string>& stop) {
+  return StopStringMatcher::Validate(stop);
+}
+size_t FindInvalidUtf8(std::string_view text) { return tokenizer::FindInvalidUtf8(text); }
+
+}  // namespace api
 
 std::unique_ptr<api::Engine> MakeSessionService(SessionServiceParts parts) {
   return std::make_unique<Service>(std::move(parts));

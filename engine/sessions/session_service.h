@@ -35,7 +35,7 @@ struct SessionServiceParts {
   std::atomic<bool>& draining;
   // What snapshots are stamped with (an export without a snapshot directory); may be null.
   const SnapshotContext* snapshots = nullptr;
-  SessionOptions session_defaults;  // Open's absent fields
+  api::SessionDefaults session_defaults;  // Open's absent fields
   int32_t default_max_tokens = 256;
   // A caller's quota refused a call (for a rate-limited log line); optional.
   std::function<void(const Status&)> on_quota_refusal;
@@ -57,9 +57,9 @@ StatusOr<SessionOptions> ResolveOpenOptions(const api::OpenOptions& open,
 api::CacheState ToApiCacheState(const SessionInfo& info);
 api::Sampling ToApiSampling(const SamplingParams& p);
 SamplingParams FromApiSampling(const api::Sampling& p);
-// `base` with the overrides set in `o` (not validated).
-SamplingParams WithOverrides(SamplingParams base, const api::SamplingOverrides& o);
 api::CacheMode ToApiCacheMode(CacheMode mode);
+SessionOptions FromApiDefaults(const api::SessionDefaults& d);
+api::SessionDefaults ToApiDefaults(const SessionOptions& o);
 CacheMode FromApiCacheMode(api::CacheMode mode);
 api::FinishReason ToApiFinishReason(FinishReason reason);
 api::ModelInfo ModelInfoOf(const Engine& engine, const ChatFormatter& chat);

@@ -171,7 +171,9 @@ class ServerSessions : public HttpSessions {
     if (d_.metrics != nullptr) d_.metrics->RecordRequest(metrics::RequestKind::kOpen);
     STREAMD_RETURN_IF_ERROR(Serving());
     SessionAnswer answer;
-    d_.engine.Open(ApiCaller(caller), api::OpenOptions{}, answer.Callback());
+    // Held while this thread waits: an Open nobody waits for any more is dropped.
+    const std::shared_ptr<void> wanted =
+        d_.engine.Open(ApiCaller(caller), api::OpenOptions{}, answer.Callback());
     auto s = answer.Wait(d_.open_wait, "no answer from the admission queue");
     if (d_.metrics != nullptr) {
       (s.ok() ? d_.metrics->sessions_opened : d_.metrics->sessions_rejected).Increment();
