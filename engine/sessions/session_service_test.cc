@@ -71,7 +71,8 @@ class SessionServiceTest : public ::testing::Test {
         chat_(template_, e_.engine->tokenizer()),
         driver_(*e_.engine, registry_, chat_, tasks_),
         admission_(registry_, 8) {
-    SessionServiceParts parts{*e_.engine, registry_, driver_, admission_, chat_, budget_, draining_};
+    SessionServiceParts parts{*e_.engine, registry_, driver_,  admission_,
+                              chat_,      budget_,   draining_};
     parts.session_defaults = ToApiDefaults(Small());
     parts.session_defaults.admission_timeout = 1s;
     parts.default_max_tokens = 4;
@@ -86,7 +87,8 @@ class SessionServiceTest : public ::testing::Test {
                                                api::OnClosedElsewhere closed = {}) {
     std::promise<StatusOr<std::unique_ptr<api::Session>>> answer;
     auto wanted = api_->Open(
-        caller, {}, [&](StatusOr<std::unique_ptr<api::Session>> s) { answer.set_value(std::move(s)); },
+        caller, {},
+        [&](StatusOr<std::unique_ptr<api::Session>> s) { answer.set_value(std::move(s)); },
         std::move(closed));
     auto f = answer.get_future();
     EXPECT_EQ(f.wait_for(30s), std::future_status::ready);
@@ -94,8 +96,9 @@ class SessionServiceTest : public ::testing::Test {
   }
   StatusOr<std::unique_ptr<api::Session>> Resume(const api::Caller& caller, const std::string& id) {
     std::promise<StatusOr<std::unique_ptr<api::Session>>> answer;
-    api_->Resume(caller, id,
-                 [&](StatusOr<std::unique_ptr<api::Session>> s) { answer.set_value(std::move(s)); });
+    api_->Resume(caller, id, [&](StatusOr<std::unique_ptr<api::Session>> s) {
+      answer.set_value(std::move(s));
+    });
     auto f = answer.get_future();
     EXPECT_EQ(f.wait_for(30s), std::future_status::ready);
     return f.get();
