@@ -15,11 +15,15 @@
 #   (scripts/build-llama-bench.sh llama-server builds one; LLAMA_SERVER= runs streamd only)
 # Env: TURNS (40) MAX_TOKENS (48) T (2 threads) ROUNDS (3) SEED (7) BUILD (build)
 #      OUT (a directory to keep the raw JSON lines and logs in)
+#      SPIN (off): llama-server's idle workers sleep (OMP_WAIT_POLICY=passive, --poll 0) instead
+#      of spinning: both servers stay up, and a spinning idle server (or any other process on a
+#      shared machine) makes the other collapse (docs/PERFORMANCE.md). "on": its defaults.
+#      streamd's pool always spins briefly, then sleeps (engine/util/thread_pool.h).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 model="${1:-${STREAMD_MODEL:-$HOME/.cache/streamd/models/SmolLM2-135M-Instruct.Q4_1.gguf}}"
 TURNS="${TURNS:-40}" MAX_TOKENS="${MAX_TOKENS:-48}" T="${T:-2}" ROUNDS="${ROUNDS:-3}"
-SEED="${SEED:-7}"
+SEED="${SEED:-7}" SPIN="${SPIN:-off}"
 streamd="${BUILD:-build}/tools/streamd"
 llama="${LLAMA_SERVER-}"
 [ -x "$streamd" ] || { echo "agent_turns: no $streamd (cmake --build build --target streamd)" >&2; exit 1; }
@@ -64,8 +68,13 @@ if [ -n "$llama" ]; then
   # --no-repack: llama.cpp's AMX repacking SIGILLs in this build (scripts/build-llama-bench.sh).
   llama_cmd=("$llama" -m "$model" -t "$T" -tb "$T" -np 1 -c 8192 --no-repack --no-webui
     --host 127.0.0.1 --port "$lport")
-  echo "llama-server: ${llama_cmd[*]}" | tee -a "$out/commands.txt"
-  "${llama_cmd[@]}" >"$out/llama.log" 2>&1 &
+  llama_env=()
+  if [ "$SPIN" = off ]; then
+    llama_cmd+=(--poll 0)
+    llama_env=(OMP_WAIT_POLICY=passive)
+  fi
+  echo "llama-server: ${llama_env[*]} ${llama_cmd[*]}" | tee -a "$out/commands.txt"
+  env "${llama_env[@]}" "${llama_cmd[@]}" >"$out/llama.log" 2>&1 &
   pids+=($!)
   wait_http "$lport" "${pids[-1]}" "$out/llama.log"
 fi
