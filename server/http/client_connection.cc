@@ -45,7 +45,7 @@ int ClientConnection::Find() const {
     char* end = nullptr;
     const long fd = std::strtol(e->d_name, &end, 10);
     if (*end != '\0' || fd < 0 || fd == dirfd(dir)) continue;
-    struct stat st{};
+    struct stat st {};
     if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
     sockaddr_storage peer{}, local{};
     socklen_t peer_len = sizeof(peer), local_len = sizeof(local);
