@@ -204,6 +204,9 @@ int ServeCommand(int argc, char** argv) {
     h.limits.max_stop_strings = kMaxStopStrings;
     h.limits.max_stop_bytes = kMaxStopBytes;
     h.max_queued_tokens = static_cast<size_t>(options->limits.max_queued_tokens);
+    h.on_answered = [&metrics](std::string_view route, int status) {
+      metrics.RecordHttpRequest(route, status);
+    };
     http_sessions = http::MakeServerSessions({(*server)->sessions(), (*server)->authenticator(),
                                               &metrics, options->session_defaults.admission_timeout,
                                               options->persistence.resume_wait});
