@@ -31,35 +31,7 @@ src="${STREAMD_MODEL:-}"
 mkdir -p "$dir"
 
 # llama.cpp's llama-quantize, built once (in the tree build-llama-bench.sh builds llama-bench in).
-llama_quantize() {
-  local dir="$cache/llama.cpp-0c1e570" sdist="$cache/sdist/llama_cpp_python-0.3.36.tar.gz"
-  local sha="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
-  local bin="$dir/build/bin/llama-quantize"
-  if [ ! -x "$bin" ]; then
-    exec 9>"$cache/llama-build.lock"
-    flock 9
-    if [ ! -x "$bin" ]; then
-      if [ ! -f "$sdist" ]; then
-        mkdir -p "$(dirname "$sdist")"
-        python3 -m pip download --quiet --no-deps --no-binary :all: \
-          --dest "$(dirname "$sdist")" "llama-cpp-python==0.3.36" >&2
-      fi
-      echo "$sha  $sdist" | sha256sum --check --status ||
-        { echo "make-quant-variants: $sdist: sha256 mismatch" >&2; return 1; }
-      mkdir -p "$dir"
-      [ -f "$dir/CMakeLists.txt" ] ||
-        tar -xzf "$sdist" -C "$dir" --strip-components=3 llama_cpp_python-0.3.36/vendor/llama.cpp
-      echo "make-quant-variants: building llama-quantize in $dir (6-10 min on 2 cores)" >&2
-      [ -f "$dir/build/CMakeCache.txt" ] ||
-        nice -n 10 cmake -S "$dir" -B "$dir/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
-          -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-          -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=OFF >&2
-      nice -n 10 cmake --build "$dir/build" -j "${JOBS:-2}" --target llama-quantize >&2
-    fi
-    exec 9>&-
-  fi
-  echo "$bin"
-}
+llama_quantize() { "$root/scripts/build-llama-bench.sh" llama-quantize; }
 
 fixture_sha() {  # the model_sha256 recorded in the type's fixture (none: empty)
   local f="$root/tests/fixtures/smollm2_quant_$1.json"
