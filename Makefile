@@ -16,7 +16,7 @@ CONFIG ?= config/streamd.yaml
 # that tests and deployments opt in. HTTP_ADDRESS= turns it off here too.
 HTTP_ADDRESS ?= 127.0.0.1:8080
 
-.PHONY: all deps configure build model qwen-model vocab test fuzz-smoke sanitize lint format run clean
+.PHONY: all deps configure build model qwen-model vocab quant-variants test fuzz-smoke sanitize lint format run clean
 
 all: build
 
@@ -47,8 +47,20 @@ vocab: deps
 # tests run (they run in parallel and must not each make it).
 GGUF_VENV ?= $(HOME)/.cache/streamd/gguf-venv
 
-test: build model qwen-model vocab
+# The default model requantized to Q5_0 and Q5_1 by the gguf package's numpy quantizer (about
+# 20 s), for tests/quant_variants_golden_test.cc; each file's sha256 is checked against its
+# llama.cpp fixture. The K-quant and IQ4 variants need llama.cpp's llama-quantize (a 6-10 minute
+# build): `scripts/make-quant-variants.sh` makes them all, and their tests skip without them.
+QUANT_VARIANTS ?= $(MODEL_DIR)/quant-variants
+CI_QUANT_TYPES ?= Q5_0 Q5_1
+quant-variants: model
+	@STREAMD_MODEL=$(MODEL) STREAMD_QUANT_VARIANTS=$(QUANT_VARIANTS) \
+	  STREAMD_GGUF_PYTHON=$$(tests/reference/gguf-venv.sh $(GGUF_VENV) | tail -n 1) \
+	  scripts/make-quant-variants.sh $(CI_QUANT_TYPES) >/dev/null
+
+test: build model qwen-model vocab quant-variants
 	STREAMD_MODEL=$(MODEL) STREAMD_QWEN_MODEL=$(QWEN_MODEL) \
+	  STREAMD_QUANT_VARIANTS=$(QUANT_VARIANTS) \
 	  STREAMD_SPM_VOCAB=$$(scripts/fetch-test-vocab.sh) \
 	  STREAMD_VOCAB_DIR=$$(scripts/fetch-test-vocab.sh --golden) \
 	  STREAMD_GGUF_PYTHON=$$(tests/reference/gguf-venv.sh $(GGUF_VENV) | tail -n 1) \

@@ -292,8 +292,33 @@ def check_haproxy_config(name, text):
         check(line in text, f"{name}: no `{line}` (sessions would not follow their key)")
 
 
+def check_haproxy_http_config(name, text):
+    """The HTTP API's routing (haproxy-http.cfg): HTTP/1.1 to the replicas (never h2: the
+    daemon's HTTP port speaks HTTP/1.1), the session from the affinity header or from
+    previous_response_id, learnt from the answer, hashed consistently, and balanced on a header
+    of the proxy's own so that requests without a session are spread round-robin."""
+    for line in (f"req.hdr({AFFINITY_HEADER}) -m reg ^[0-9a-f]{{32}}$",
+                 "req.body,json_query('$.previous_response_id'),field(2,_)",
+                 "http-request wait-for-body", "http-request del-header x-streamd-route",
+                 "balance hdr(x-streamd-route)", "hash-type consistent",
+                 "stick on var(txn.session)", f"stick store-response res.hdr({AFFINITY_HEADER})"):
+        check(line in text, f"{name}: no `{line}` (HTTP sessions would not follow their key)")
+    check("proto h2" not in text, f"{name}: `proto h2` to the daemon's HTTP/1.1 port")
+    # The id the body is searched for is the daemon's ("resp_" + session + "_" + n).
+    responses = (ROOT / "server/http/responses.cc").read_text()
+    check('return "resp_" + session_id + "_" + std::to_string(index);' in responses,
+          f"{name}: server/http/responses.cc no longer makes ids resp_<session>_<n>, which "
+          "field(2,_) takes the session from")
+
+
 def check_proxy(k8s, docs, kust, generated, pod_labels, replicas_name):
     local_cfg = (DEPLOY / "haproxy/haproxy.cfg").read_text()
+    http_cfg = (DEPLOY / "haproxy/haproxy-http.cfg").read_text()
+    check_haproxy_http_config("haproxy/haproxy-http.cfg", http_cfg)
+    http_failures, _ = tls_checks.haproxy_failures("haproxy/haproxy-http.cfg", http_cfg,
+                                                   alpn="http/1.1")
+    for f in http_failures:
+        check(False, f)
     k8s_cfg = (k8s / "haproxy.cfg").read_text()
     check_haproxy_config("haproxy/haproxy.cfg", local_cfg)
     check_haproxy_config("kubernetes/haproxy.cfg", k8s_cfg)
@@ -314,14 +339,20 @@ def check_proxy(k8s, docs, kust, generated, pod_labels, replicas_name):
             env = dict(os.environ, STREAMD_PROXY_BIND="127.0.0.1:50051",
                        STREAMD_PROXY_CERT=tls["tls.crt"], STREAMD_REPLICA_CA=tls["ca.crt"],
                        STREAMD_REPLICA_NAME="streamd",
-                       STREAMD_REPLICA_0="127.0.0.1:50052", STREAMD_REPLICA_1="127.0.0.1:50053")
+                       STREAMD_REPLICA_0="127.0.0.1:50052", STREAMD_REPLICA_1="127.0.0.1:50053",
+                       STREAMD_PROXY_HTTP_BIND="127.0.0.1:8443",
+                       STREAMD_REPLICA_0_HTTP="127.0.0.1:8081",
+                       STREAMD_REPLICA_1_HTTP="127.0.0.1:8082")
             rendered = k8s_cfg
             for path, file in ((found.get("crt"), tls["tls.crt"]),
                                (found.get("ca-file"), tls["ca.crt"])):
                 if path:
                     rendered = rendered.replace(path, file)
             for cfg, text in (("haproxy/haproxy.cfg", local_cfg),
-                              ("kubernetes/haproxy.cfg", rendered)):
+                              ("kubernetes/haproxy.cfg", rendered),
+                              # As it is run: after haproxy.cfg, whose defaults it uses.
+                              ("haproxy/haproxy.cfg + haproxy-http.cfg",
+                               local_cfg + "\n" + http_cfg)):
                 error = tls_checks.haproxy_check(text, env, tmp)
                 check(error is None, f"{cfg}: haproxy -c: {error}")
     for r in ("proxy.yaml", "proxy-service.yaml", "headless-service.yaml"):

@@ -75,6 +75,14 @@ MUTATIONS = [
      "haproxy/haproxy.cfg: `server replica0"),
     ("haproxy/haproxy.cfg", 'ssl crt "${STREAMD_PROXY_CERT}" alpn h2', "proto h2",
      "haproxy/haproxy.cfg: `bind"),
+    # The HTTP API's proxy: verified TLS, HTTP/1.1, routing by the session.
+    ("haproxy/haproxy-http.cfg", "verify required", "verify none",
+     "haproxy/haproxy-http.cfg: `server replica0"),
+    ("haproxy/haproxy-http.cfg", "alpn http/1.1 check-alpn", "alpn h2 proto h2 check-alpn",
+     "`proto h2` to the daemon's HTTP/1.1 port"),
+    ("haproxy/haproxy-http.cfg", "field(2,_)", "field(3,_)", "previous_response_id"),
+    ("haproxy/haproxy-http.cfg", "balance hdr(x-streamd-route)", "balance hdr(x-streamd-session)",
+     "balance hdr(x-streamd-route)"),
     # The container image.
     ("container/Containerfile", '     "--server.tls.cert_file=/etc/streamd-tls/tls.crt", \\\n',
      "", "Containerfile CMD: server.tls.cert_file is not set"),

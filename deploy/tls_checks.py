@@ -194,15 +194,16 @@ def word_after(words, keyword):
     return words[words.index(keyword) + 1].strip('"') if keyword in words[:-1] else None
 
 
-def haproxy_failures(name, text):
-    """Clients get TLS with ALPN h2; every replica is reached over TLS, its certificate verified
-    against a CA file and a name, with ALPN h2 for traffic and checks. Returns (failures,
-    {'crt': path, 'ca-file': path, 'verifyhost': name})."""
+def haproxy_failures(name, text, alpn="h2"):
+    """Clients get TLS with ALPN `alpn` (h2: gRPC; http/1.1: the HTTP API, haproxy-http.cfg);
+    every replica is reached over TLS, its certificate verified against a CA file and a name,
+    with ALPN `alpn` for traffic and checks. Returns (failures, {'crt': path, 'ca-file': path,
+    'verifyhost': name})."""
     out, found = [], {}
     tls = haproxy_tls(text)
     for b in tls["bind"]:
-        if "ssl" not in b or word_after(b, "crt") is None or word_after(b, "alpn") != "h2":
-            out.append(f"{name}: `{' '.join(b)}` offers clients no TLS (ssl crt FILE alpn h2)")
+        if "ssl" not in b or word_after(b, "crt") is None or word_after(b, "alpn") != alpn:
+            out.append(f"{name}: `{' '.join(b)}` offers clients no TLS (ssl crt FILE alpn {alpn})")
         else:
             found["crt"] = word_after(b, "crt")
     if not tls["bind"]:
@@ -215,11 +216,11 @@ def haproxy_failures(name, text):
         missing = [k for k in ("ssl", "verify", "ca-file", "verifyhost", "alpn")
                    if k not in words]
         if missing or word_after(words, "verify") != "required" or \
-                word_after(words, "alpn") != "h2" or \
-                ("check" in words and word_after(words, "check-alpn") != "h2"):
+                word_after(words, "alpn") != alpn or \
+                ("check" in words and word_after(words, "check-alpn") != alpn):
             out.append(f"{name}: `{' '.join(s)}` does not reach the replica over verified TLS "
-                       "(ssl verify required ca-file FILE verifyhost NAME alpn h2, and "
-                       "check-alpn h2 for its checks)")
+                       f"(ssl verify required ca-file FILE verifyhost NAME alpn {alpn}, and "
+                       f"check-alpn {alpn} for its checks)")
             continue
         found["ca-file"] = word_after(words, "ca-file")
         found["verifyhost"] = word_after(words, "verifyhost")

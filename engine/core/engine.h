@@ -162,6 +162,9 @@ class Engine {
   // step, it is destroyed when that step ends. Callers must use the session it returns, never
   // one found before the wait.
   Session* WaitUntilIdle(std::unique_lock<std::mutex>& lock, SessionId id);
+  // WaitUntilIdle for an operation on a session that must still be there afterwards:
+  // UNAVAILABLE when the engine began stopping meanwhile, NOT_FOUND when it was closed.
+  StatusOr<Session*> WaitForIdleSession(std::unique_lock<std::mutex>& lock, SessionId id);
   SessionInfo InfoOf(const Session& s) const;  // requires mu_
   bool HasWork() const;                        // requires mu_
   void Loop();

@@ -63,11 +63,7 @@ StatusOr<SessionInfo> Engine::Truncate(SessionId id, const std::string& request_
       return not_last(*found, found->last_gen->request_id);
     }
     // A cancelled generation's last step may still be in flight.
-    Session* idle = WaitUntilIdle(lock, id);
-    if (stopping_) return UnavailableError("the engine is shutting down");
-    if (idle == nullptr || idle->closing) {
-      return NotFoundError("session " + id.ToString() + " was closed");
-    }
+    STREAMD_ASSIGN_OR_RETURN(Session * idle, WaitForIdleSession(lock, id));
     Session& s = *idle;
     if (s.gen) {
       return FailedPreconditionError("truncate: session " + id.ToString() +
@@ -103,11 +99,8 @@ StatusOr<SessionId> Engine::Fork(SessionId id) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!backend_fault_.ok()) return UnavailableError(backend_fault_.message());
   STREAMD_RETURN_IF_ERROR(Find(id).status());
-  Session* idle = WaitUntilIdle(lock, id);  // no chunk placed: the cache is between steps
-  if (stopping_) return UnavailableError("the engine is shutting down");
-  if (idle == nullptr || idle->closing) {
-    return NotFoundError("session " + id.ToString() + " was closed");
-  }
+  // No chunk placed: the cache is between steps.
+  STREAMD_ASSIGN_OR_RETURN(Session * idle, WaitForIdleSession(lock, id));
   Session& parent = *idle;
   if (parent.gen) {
     return FailedPreconditionError("fork: session " + id.ToString() +

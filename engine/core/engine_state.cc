@@ -44,6 +44,16 @@ Engine::Session* Engine::WaitUntilIdle(std::unique_lock<std::mutex>& lock, Sessi
   return s;
 }
 
+StatusOr<Engine::Session*> Engine::WaitForIdleSession(std::unique_lock<std::mutex>& lock,
+                                                      SessionId id) {
+  Session* idle = WaitUntilIdle(lock, id);
+  if (stopping_) return UnavailableError("the engine is shutting down");
+  if (idle == nullptr || idle->closing) {
+    return NotFoundError("session " + id.ToString() + " was closed");
+  }
+  return idle;
+}
+
 StatusOr<SessionState> Engine::Capture(SessionId id) {
   SessionState st;
   STREAMD_RETURN_IF_ERROR(CaptureInto(id, &st));
@@ -53,11 +63,7 @@ StatusOr<SessionState> Engine::Capture(SessionId id) {
 Status Engine::CaptureInto(SessionId id, SessionState* out, const KvDestination& kv_destination) {
   std::unique_lock<std::mutex> lock(mu_);
   STREAMD_RETURN_IF_ERROR(Find(id).status());
-  Session* idle = WaitUntilIdle(lock, id);
-  if (stopping_) return UnavailableError("the engine is shutting down");
-  if (idle == nullptr || idle->closing) {
-    return NotFoundError("session " + id.ToString() + " was closed");
-  }
+  STREAMD_ASSIGN_OR_RETURN(Session * idle, WaitForIdleSession(lock, id));
   Session& s = *idle;
   if (s.gen) {
     return FailedPreconditionError("session " + id.ToString() +

@@ -61,15 +61,24 @@ Status Answer::Start(const GenerateParams& params, size_t max_queued_pieces) {
   return OkStatus();
 }
 
-Answer::Whole Answer::Collect() {
+Answer::Whole Answer::Collect(const std::function<bool()>& client_gone) {
   Whole w;
   bool cancelled = false;
+  // The first look at the client after kClientCheck: a short answer never looks.
+  auto next_check = std::chrono::steady_clock::now() + kClientCheck;
   for (;;) {
     if (!cancelled && drain_cancels()) {
       cancelled = true;
       Cancel();
     }
-    GenerationQueue::Taken t = queue_->Take(kPoll);
+    if (!cancelled && client_gone && std::chrono::steady_clock::now() >= next_check) {
+      next_check = std::chrono::steady_clock::now() + kClientCheck;
+      if (client_gone()) {
+        cancelled = true;
+        Cancel();
+      }
+    }
+    GenerationQueue::Taken t = queue_->Take(cancelled || !client_gone ? kPoll : kClientCheck);
     w.text += t.text;
     if (t.end) {
       w.end = *t.end;

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,12 +43,15 @@ class Answer {
   Status Start(const GenerateParams& params, size_t max_queued_pieces);
   GenerationQueue& queue() { return *queue_; }
 
-  // Waits for the whole generation (no streaming): its text, tail included, and end.
+  // Waits for the whole generation (no streaming): its text, tail included, and end. Every
+  // kClientCheck or so `client_gone` (when given) is asked whether the client hung up; once it
+  // says so the generation is cancelled (it ends CANCELLED, its text kept as Finish records).
   struct Whole {
     std::string text;
     GenerationEnd end;
   };
-  Whole Collect();
+  static constexpr std::chrono::milliseconds kClientCheck{200};
+  Whole Collect(const std::function<bool()>& client_gone = nullptr);
   // The generation ended with `text` (all of it, as the client got it): recorded in the
   // conversation and saved; a stateless session is closed. Idempotent.
   void Finish(const std::string& text);

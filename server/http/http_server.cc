@@ -1,8 +1,6 @@
 #include "server/http/http_server.h"
 
 #include <httplib.h>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
 
 #include <atomic>
 #include <cerrno>
@@ -11,45 +9,12 @@
 
 #include "server/http/http_errors.h"
 #include "server/http/openai_response.h"
+#include "server/https_tls.h"
 
 namespace streamd::http {
 namespace {
 
 constexpr time_t kKeepAliveSeconds = 5;
-
-std::string OpenSslError() {
-  const unsigned long e = ERR_get_error();
-  ERR_clear_error();
-  if (e == 0) return "no OpenSSL error";
-  char buf[256];
-  ERR_error_string_n(e, buf, sizeof(buf));
-  return buf;
-}
-
-// TLS 1.2 and up, the certificate chain and its key (checked to match), a client CA for mTLS.
-bool SetUpTls(SSL_CTX& ctx, const HttpServerOptions& o, std::string* error) {
-  const auto fail = [&](const std::string& what) {
-    *error = what + ": " + OpenSslError();
-    return false;
-  };
-  if (SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION) != 1) return fail("TLS 1.2 minimum");
-  if (SSL_CTX_use_certificate_chain_file(&ctx, o.cert_file.c_str()) != 1) {
-    return fail("server.tls.cert_file \"" + o.cert_file + "\"");
-  }
-  if (SSL_CTX_use_PrivateKey_file(&ctx, o.key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
-    return fail("server.tls.key_file \"" + o.key_file + "\"");
-  }
-  if (SSL_CTX_check_private_key(&ctx) != 1) {
-    return fail("server.tls.key_file does not match server.tls.cert_file");
-  }
-  if (!o.client_ca_file.empty()) {
-    if (SSL_CTX_load_verify_locations(&ctx, o.client_ca_file.c_str(), nullptr) != 1) {
-      return fail("server.tls.client_ca_file \"" + o.client_ca_file + "\"");
-    }
-    SSL_CTX_set_verify(&ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
-  }
-  return true;
-}
 
 void WriteHttpError(httplib::Response& res, const HttpError& e) {
   res.status = e.status;
@@ -80,13 +45,20 @@ int64_t NowSeconds() {
 
 }  // namespace
 
+std::string_view HttpRouteLabel(std::string_view path) {
+  for (std::string_view route : {"/v1/models", "/v1/chat/completions", "/v1/responses"}) {
+    if (path == route) return route;
+  }
+  if (path.size() > 11 && path.substr(0, 11) == "/v1/models/") return "/v1/models/{model}";
+  return "other";
+}
+
 struct HttpServer::Impl {
   Impl(const HttpServerOptions& o, HttpSessions& sessions, std::string* tls_error)
       : options(o),
-        server(o.cert_file.empty()
-                   ? std::make_unique<httplib::Server>()
-                   : std::unique_ptr<httplib::Server>(std::make_unique<httplib::SSLServer>(
-                         [&](SSL_CTX& ssl) { return SetUpTls(ssl, o, tls_error); }))),
+        server(o.cert_file.empty() ? std::make_unique<httplib::Server>()
+                                   : std::unique_ptr<httplib::Server>(server::MakeHttpsServer(
+                                         {o.cert_file, o.key_file, o.client_ca_file}, tls_error))),
         ctx{sessions, o.limits, o.max_queued_tokens, NowSeconds(), &in_flight} {}
 
   // The caller of a request, or the 401 to send.
@@ -234,6 +206,14 @@ StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const HttpServerOptions&
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
   impl->AddRoutes();
+  // httplib calls its logger once per request, after the answer was written: every answer is
+  // seen there, the refusals of the pre-routing handler and of httplib itself included.
+  if (o.on_answered) {
+    server.set_logger(
+        [f = o.on_answered](const httplib::Request& req, const httplib::Response& res) {
+          f(HttpRouteLabel(req.path), res.status);
+        });
+  }
   errno = 0;
   int bound = -1;
   if (port == 0) {

@@ -15,8 +15,10 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "engine/util/status.h"
 #include "server/http/handlers.h"
@@ -32,7 +34,15 @@ struct HttpServerOptions {
   std::chrono::seconds write_timeout{10};
   RequestLimits limits;
   size_t max_queued_tokens = 1024;
+  // Called once per answer, after it was written (a stream: after its last event), with its
+  // route (HttpRouteLabel) and HTTP status: the daemon counts them in
+  // streamd_http_requests_total. Runs on the worker thread; must be cheap and thread-safe.
+  std::function<void(std::string_view route, int status)> on_answered;
 };
+
+// The route label of a request path: "/v1/models", "/v1/models/{model}",
+// "/v1/chat/completions", "/v1/responses", or "other" (so that clients cannot mint series).
+std::string_view HttpRouteLabel(std::string_view path);
 
 class HttpServer {
  public:

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -17,6 +18,8 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
+
+#include "server/http/answer.h"
 
 namespace streamd::http {
 namespace {
@@ -34,7 +37,10 @@ struct Journal {
   int closed = 0;
   int detached = 0;
   int cancelled = 0;
-  bool endless = false;  // generations run until cancelled
+  // Generations run until cancelled (or for 30 s, so that a test whose cancellation never
+  // comes fails instead of hanging in the server's shutdown).
+  bool endless = false;
+  std::vector<std::pair<std::string, int>> answered;  // HttpServerOptions::on_answered
 };
 
 class ScriptedSession : public Session {
@@ -67,7 +73,7 @@ class ScriptedSession : public Session {
     worker_ = std::thread([this, cb, endless, max = p.max_tokens] {
       const char* pieces[] = {"Hel", "lo", " \"you\"\n"};
       int64_t n = 0;
-      for (int i = 0; endless || i < 3; ++i) {
+      for (int i = 0; endless ? i < 1500 : i < 3; ++i) {
         if (cancel_.load()) {
           cb.on_done({DoneReason::kCancelled, OkStatus(), "", n});
           return;
@@ -149,6 +155,11 @@ class HttpServerTest : public ::testing::Test {
     o.address = "127.0.0.1:0";
     o.max_body_bytes = 4096;
     o.read_timeout = 2s;
+    o.on_answered = [this](std::string_view route, int status) {
+      std::lock_guard<std::mutex> lock(journal_.mu);
+      journal_.answered.emplace_back(std::string(route), status);
+      journal_.cv.notify_all();
+    };
     auto s = HttpServer::Start(o, sessions_);
     ASSERT_TRUE(s.ok()) << s.status().message();
     server_ = std::move(s).value();
@@ -342,6 +353,86 @@ TEST_F(HttpServerTest, ClientLeavingMidStreamCancelsAndClosesTheSession) {
   close(fd);  // the client is gone; the endless generation must not go on
   EXPECT_TRUE(
       Eventually([](Journal& journal) { return journal.cancelled >= 1 && journal.closed == 1; }));
+}
+
+TEST(HttpRouteLabel, NamesTheRoutesAndOnlyThem) {
+  EXPECT_EQ(HttpRouteLabel("/v1/models"), "/v1/models");
+  EXPECT_EQ(HttpRouteLabel("/v1/models/smollm2"), "/v1/models/{model}");
+  EXPECT_EQ(HttpRouteLabel("/v1/chat/completions"), "/v1/chat/completions");
+  EXPECT_EQ(HttpRouteLabel("/v1/responses"), "/v1/responses");
+  EXPECT_EQ(HttpRouteLabel("/v1/models/"), "other");
+  EXPECT_EQ(HttpRouteLabel("/v1/responses/x"), "other");
+  EXPECT_EQ(HttpRouteLabel("/anything/the/client/likes"), "other");
+}
+
+TEST_F(HttpServerTest, EveryAnswerIsCountedByRouteAndStatus) {
+  EXPECT_EQ(client_->Get("/v1/models")->status, 200);
+  EXPECT_EQ(client_->Get("/v1/models/other-model")->status, 404);
+  EXPECT_EQ(client_->Get("/v1/nothing-here")->status, 404);
+  EXPECT_EQ(Chat(kHi)->status, 200);
+  EXPECT_EQ(Chat("{\"messages\": 1}")->status, 400);
+  EXPECT_EQ(Chat(std::string(5000, ' ') + kHi)->status, 413);  // refused before routing
+  sessions_.keys_required = true;
+  EXPECT_EQ(Chat(kHi)->status, 401);
+  std::vector<std::pair<std::string, int>> want = {
+      {"/v1/models", 200},           {"/v1/models/{model}", 404},   {"other", 404},
+      {"/v1/chat/completions", 200}, {"/v1/chat/completions", 400}, {"/v1/chat/completions", 413},
+      {"/v1/chat/completions", 401}};
+  // The count comes after the answer was written: the client may have it first.
+  EXPECT_TRUE(Eventually([&](Journal& j) { return j.answered.size() >= want.size(); }));
+  // In any order: each is counted after its answer went out, maybe after the next one's.
+  std::lock_guard<std::mutex> lock(journal_.mu);
+  std::vector<std::pair<std::string, int>> got = journal_.answered;
+  std::sort(got.begin(), got.end());
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(got, want);
+}
+
+TEST_F(HttpServerTest, ClientLeavingBeforeAWholeAnswerCancelsAndClosesTheSession) {
+  journal_.endless = true;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  // Not streamed: nothing is written to the client until the generation ends, so only a look at
+  // the connection can tell that the client left.
+  const std::string body = R"({"messages": [{"role": "user", "content": "Hi"}]})";
+  const std::string request = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  ASSERT_TRUE(Eventually([](Journal& journal) { return !journal.appended.empty(); }));
+  // Generating (well past the first look at the client), nobody cancelled it yet.
+  std::this_thread::sleep_for(2 * Answer::kClientCheck);
+  {
+    std::lock_guard<std::mutex> lock(journal_.mu);
+    EXPECT_EQ(journal_.cancelled, 0);
+    EXPECT_EQ(journal_.closed, 0);
+  }
+  close(fd);  // the client is gone; the endless generation must not go on
+  EXPECT_TRUE(
+      Eventually([](Journal& journal) { return journal.cancelled >= 1 && journal.closed == 1; }));
+}
+
+TEST_F(HttpServerTest, ClientLeavingBeforeAWholeResponseCancelsIt) {
+  journal_.endless = true;
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string body = R"({"input": "Hi"})";
+  const std::string request =
+      "POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+      "\r\n\r\n" + body;
+  ASSERT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  ASSERT_TRUE(Eventually([](Journal& journal) { return !journal.appended.empty(); }));
+  close(fd);
+  // A lasting session: cancelled, then detached (not closed), resumable by its response id.
+  EXPECT_TRUE(
+      Eventually([](Journal& journal) { return journal.cancelled >= 1 && journal.detached == 1; }));
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "server/http/answer.h"
+#include "server/http/client_connection.h"
 #include "server/http/handlers.h"
 #include "server/http/http_errors.h"
 #include "server/http/openai_response.h"
@@ -123,7 +124,10 @@ void HandleResponses(const HttpContext& ctx, const HttpCaller& caller, const htt
     return ResponseJson(head, parts);
   };
   if (!r.stream) {
-    Answer::Whole whole = answer->Collect();
+    // The answer is written only at its end: a client that left meanwhile is noticed by
+    // looking at its connection, and its generation cancelled.
+    ClientConnection client(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+    Answer::Whole whole = answer->Collect([&client] { return client.Gone(); });
     if (whole.end.reason == DoneReason::kCancelled || whole.end.reason == DoneReason::kError) {
       answer->Finish(whole.text);
       return WriteError(res, EndStatus(whole.end));

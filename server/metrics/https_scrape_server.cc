@@ -1,8 +1,6 @@
 #include "server/metrics/https_scrape_server.h"
 
 #include <httplib.h>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
 #include <prometheus/text_serializer.h>
 
 #include <atomic>
@@ -11,6 +9,7 @@
 #include <cstring>
 #include <thread>
 
+#include "server/https_tls.h"
 #include "server/metrics/metrics_endpoint.h"
 
 namespace streamd::metrics {
@@ -22,46 +21,13 @@ constexpr size_t kWorkerThreads = 2;
 constexpr time_t kKeepAliveSeconds = 1;
 constexpr time_t kIoTimeoutSeconds = 5;
 
-std::string OpenSslError() {
-  const unsigned long e = ERR_get_error();
-  ERR_clear_error();
-  if (e == 0) return "no OpenSSL error";
-  char buf[256];
-  ERR_error_string_n(e, buf, sizeof(buf));
-  return buf;
-}
-
-// The context: TLS 1.2 and up, our chain and key (checked to match), the client CA for mTLS.
-bool SetUpContext(SSL_CTX& ctx, const MetricsTls& tls, std::string* error) {
-  const auto fail = [&](const std::string& what) {
-    *error = what + ": " + OpenSslError();
-    return false;
-  };
-  if (SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION) != 1) return fail("TLS 1.2 minimum");
-  if (SSL_CTX_use_certificate_chain_file(&ctx, tls.cert_file.c_str()) != 1) {
-    return fail("server.metrics_tls.cert_file \"" + tls.cert_file + "\"");
-  }
-  if (SSL_CTX_use_PrivateKey_file(&ctx, tls.key_file.c_str(), SSL_FILETYPE_PEM) != 1) {
-    return fail("server.metrics_tls.key_file \"" + tls.key_file + "\"");
-  }
-  if (SSL_CTX_check_private_key(&ctx) != 1) {
-    return fail("server.metrics_tls.key_file does not match server.metrics_tls.cert_file");
-  }
-  if (!tls.client_ca_file.empty()) {
-    if (SSL_CTX_load_verify_locations(&ctx, tls.client_ca_file.c_str(), nullptr) != 1) {
-      return fail("server.metrics_tls.client_ca_file \"" + tls.client_ca_file + "\"");
-    }
-    SSL_CTX_set_verify(&ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
-  }
-  return true;
-}
-
 }  // namespace
 
 struct HttpsScrapeServer::Impl {
   Impl(const MetricsTls& tls, std::string* error)
-      : server([&](SSL_CTX& ctx) { return SetUpContext(ctx, tls, error); }) {}
-  httplib::SSLServer server;
+      : server(server::MakeHttpsServer(
+            {tls.cert_file, tls.key_file, tls.client_ca_file, "server.metrics_tls"}, error)) {}
+  std::unique_ptr<httplib::SSLServer> server;
   std::shared_ptr<ScrapeSource> source;
   std::thread thread;
   std::atomic<bool> listen_returned{false};
@@ -77,13 +43,13 @@ std::unique_ptr<HttpsScrapeServer> HttpsScrapeServer::Start(const std::string& h
   const std::string address = host + ":" + std::to_string(port);
   std::string tls_error;
   auto impl = std::make_unique<Impl>(tls, &tls_error);
-  if (!impl->server.is_valid()) {
+  if (!impl->server->is_valid()) {
     *error = "cannot serve metrics on " + address + ": " +
              (tls_error.empty() ? "the TLS context could not be made" : tls_error);
     return nullptr;
   }
   impl->source = std::move(source);
-  httplib::SSLServer& server = impl->server;
+  httplib::SSLServer& server = *impl->server;
   server.new_task_queue = [] { return new httplib::ThreadPool(kWorkerThreads); };
   server.set_keep_alive_timeout(kKeepAliveSeconds);
   server.set_read_timeout(kIoTimeoutSeconds);
@@ -115,7 +81,7 @@ std::unique_ptr<HttpsScrapeServer> HttpsScrapeServer::Start(const std::string& h
   impl->port = bound;
   Impl* raw = impl.get();
   impl->thread = std::thread([raw] {
-    raw->server.listen_after_bind();
+    raw->server->listen_after_bind();
     raw->listen_returned.store(true);
   });
   return std::unique_ptr<HttpsScrapeServer>(new HttpsScrapeServer(std::move(impl)));
@@ -124,10 +90,10 @@ std::unique_ptr<HttpsScrapeServer> HttpsScrapeServer::Start(const std::string& h
 HttpsScrapeServer::~HttpsScrapeServer() {
   // httplib's stop() is a no-op until its listening loop has started: wait for it (it starts
   // at once), unless the loop has already ended on its own.
-  while (!impl_->server.is_running() && !impl_->listen_returned.load()) {
+  while (!impl_->server->is_running() && !impl_->listen_returned.load()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  impl_->server.stop();
+  impl_->server->stop();
   impl_->thread.join();
 }
 

@@ -128,6 +128,11 @@ StreamdMetrics::StreamdMetrics()
                           .Name("streamd_request_success_total")
                           .Help("Generations finished, by reason (stop, length, abort, error).")
                           .Register(*registry)),
+      http_requests(BuildCounter()
+                        .Name("streamd_http_requests_total")
+                        .Help("Answers of the OpenAI-compatible HTTP API, by route and HTTP "
+                              "status.")
+                        .Register(*registry)),
       backend_failures(OneCounter(*registry, "streamd_backend_failures_total",
                                   "Backend faults after which it could no longer run a step "
                                   "(a sticky device error, a failed allocation).")),
@@ -182,6 +187,11 @@ StreamdMetrics::StreamdMetrics()
     finished_by_reason_[static_cast<size_t>(f)] = &request_success.Add(
         {{"finished_reason", std::string(kFinishedNames[static_cast<size_t>(f)])}});
   }
+  // Each route's successes from 0, so that a rate over them exists before the first request.
+  for (const char* route :
+       {"/v1/models", "/v1/models/{model}", "/v1/chat/completions", "/v1/responses"}) {
+    http_requests.Add({{"route", route}, {"status", "200"}});
+  }
   AddScrapeHook([this] { process_resident_memory.Set(ResidentMemoryBytes()); });
 }
 
@@ -189,6 +199,13 @@ void StreamdMetrics::RecordError(int grpc_code) {
   if (grpc_code == 0) return;
   if (grpc_code < 0 || grpc_code >= kNumGrpcCodes) grpc_code = kUnknownCode;
   error_by_code_[static_cast<size_t>(grpc_code)]->Increment();
+}
+
+void StreamdMetrics::RecordHttpRequest(std::string_view route, int status) {
+  // Family::Add finds the series when it exists (under the family's lock): routes and statuses
+  // are a small set, so this stays a handful of series.
+  http_requests.Add({{"route", std::string(route)}, {"status", std::to_string(status)}})
+      .Increment();
 }
 
 void StreamdMetrics::RecordGeneration(const GenerationRecord& g) {

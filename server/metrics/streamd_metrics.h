@@ -112,6 +112,9 @@ struct StreamdMetrics {
   // not an error and is ignored; numbers outside [0, 16] count as UNKNOWN.
   void RecordError(int grpc_code);
   void RecordRequest(RequestKind kind) { request_by_kind_[static_cast<size_t>(kind)]->Increment(); }
+  // Counts one answer of the HTTP front door: its route ("/v1/chat/completions", ..., "other":
+  // the server names a bounded set) and its HTTP status.
+  void RecordHttpRequest(std::string_view route, int status);
   // TTFT (when a token came), e2e latency, prefill and decode time, token counts, outcome.
   void RecordGeneration(const GenerationRecord& g);
   // One engine step: its wall time and the tokens of its forward pass.
@@ -161,6 +164,7 @@ struct StreamdMetrics {
   prometheus::Family<prometheus::Counter>& errors;           // label `code`; non-OK codes from 0
   prometheus::Family<prometheus::Counter>& requests;         // label `kind`; every kind from 0
   prometheus::Family<prometheus::Counter>& request_success;  // label `finished_reason`
+  prometheus::Family<prometheus::Counter>& http_requests;    // labels `route`, `status`
   prometheus::Counter& backend_failures;                     // backend faults that made it unusable
 
   // ---- Gauges -----------------------------------------------------------------------------

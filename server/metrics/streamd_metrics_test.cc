@@ -59,6 +59,7 @@ TEST(StreamdMetricsTest, ExposesTheWholeSetWithTypes) {
       {"streamd_errors_total", MetricType::Counter},
       {"streamd_requests_total", MetricType::Counter},
       {"streamd_request_success_total", MetricType::Counter},
+      {"streamd_http_requests_total", MetricType::Counter},
       {"streamd_backend_failures_total", MetricType::Counter},
       {"streamd_sessions", MetricType::Gauge},
       {"streamd_sessions_attached", MetricType::Gauge},
@@ -166,6 +167,28 @@ TEST(StreamdMetricsTest, RequestsAndOutcomesByLabel) {
   EXPECT_TRUE(Contains(out, "streamd_request_decode_time_seconds_sum 0.75\n"));
   EXPECT_TRUE(Contains(out, "streamd_request_prompt_tokens_sum 7\n"));
   EXPECT_TRUE(Contains(out, "streamd_request_generation_tokens_count 2\n"));
+}
+
+TEST(StreamdMetricsTest, HttpAnswersByRouteAndStatus) {
+  StreamdMetrics m;
+  // Every route's 200 exists from the start.
+  std::string out = m.Text();
+  EXPECT_TRUE(
+      Contains(out, "streamd_http_requests_total{route=\"/v1/responses\",status=\"200\"} 0\n"))
+      << out;
+  m.RecordHttpRequest("/v1/chat/completions", 200);
+  m.RecordHttpRequest("/v1/chat/completions", 200);
+  m.RecordHttpRequest("/v1/chat/completions", 429);
+  m.RecordHttpRequest("other", 404);
+  out = m.Text();
+  EXPECT_TRUE(Contains(
+      out, "streamd_http_requests_total{route=\"/v1/chat/completions\",status=\"200\"} 2\n"))
+      << out;
+  EXPECT_TRUE(Contains(
+      out, "streamd_http_requests_total{route=\"/v1/chat/completions\",status=\"429\"} 1\n"));
+  EXPECT_TRUE(Contains(out, "streamd_http_requests_total{route=\"other\",status=\"404\"} 1\n"));
+  EXPECT_TRUE(
+      Contains(out, "streamd_http_requests_total{route=\"/v1/models\",status=\"200\"} 0\n"));
 }
 
 TEST(StreamdMetricsTest, SessionAndKvGauges) {

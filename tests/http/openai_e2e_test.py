@@ -218,6 +218,38 @@ class ChatTest(DaemonTest):
                            "the generation of a client that left was not cancelled")
 
 
+    def test_disconnect_before_a_whole_answer_cancels_the_generation(self):
+        # Not streamed: nothing is written until the end, so the server must look at the
+        # connection to see that the client left (its timeout closes the connection).
+        c = self.daemon.client(timeout=1.5, max_retries=0)
+        aborted = 'streamd_request_success_total{finished_reason="abort"}'
+        before = self.daemon.metric(aborted)
+        with self.assertRaises(openai.APITimeoutError):
+            c.chat.completions.create(
+                model="m", max_tokens=3000, temperature=0.7, seed=7,
+                messages=[{"role": "user", "content": "Write a very long story about a dragon."}])
+        deadline = time.time() + 15
+        while time.time() < deadline and self.daemon.metric(aborted) <= before:
+            time.sleep(0.2)
+        self.assertGreater(self.daemon.metric(aborted), before,
+                           "the generation of a client that left was not cancelled")
+
+    def test_answers_are_counted_by_route_and_status(self):
+        ok = 'streamd_http_requests_total{route="/v1/models",status="200"}'
+        missing = 'streamd_http_requests_total{route="/v1/models/{model}",status="404"}'
+        before_ok, before_missing = self.daemon.metric(ok), self.daemon.metric(missing)
+        self.daemon.client().models.list()
+        with self.assertRaises(openai.NotFoundError):
+            self.daemon.client().models.retrieve("no-such-model")
+        # Counted once the answer was written: maybe just after the client read it.
+        deadline = time.time() + 10
+        while time.time() < deadline and (self.daemon.metric(ok) < before_ok + 1 or
+                                          self.daemon.metric(missing) < before_missing + 1):
+            time.sleep(0.1)
+        self.assertEqual(self.daemon.metric(ok), before_ok + 1)
+        self.assertEqual(self.daemon.metric(missing), before_missing + 1)
+
+
 class ResponsesTest(DaemonTest):
     def test_previous_response_id_continues_the_session(self):
         c = self.daemon.client()

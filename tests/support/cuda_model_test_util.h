@@ -1,5 +1,6 @@
 // Helpers shared by the CUDA backend's whole-model tests (cuda_model_test.cc,
-// cuda_snapshot_test.cc): random token ids and the per-row logits agreement measure.
+// cuda_snapshot_test.cc, cuda_snapshot_graphs_test.cc): random token ids, the per-row logits
+// agreement measure and a small model shape.
 #pragma once
 
 #include <algorithm>
@@ -7,6 +8,8 @@
 #include <cstdint>
 #include <random>
 #include <vector>
+
+#include "engine/model/synthetic_model.h"
 
 namespace streamd::cuda {
 
@@ -24,6 +27,17 @@ inline std::vector<int32_t> RandomTokens(std::mt19937& rng, int32_t n, int32_t v
   std::vector<int32_t> v(n);
   for (int32_t& x : v) x = std::uniform_int_distribution<int32_t>(0, vocab - 1)(rng);
   return v;
+}
+
+// A small model whose K/V are [n_layers][1 kv head][head_dim 64].
+inline SyntheticModelSpec SmallSpec(int32_t n_layers) {
+  SyntheticModelSpec spec;
+  spec.n_layers = n_layers;
+  spec.dim = 128;
+  spec.n_heads = 2;
+  spec.n_kv_heads = 1;
+  spec.ffn_dim = 256;
+  return spec;
 }
 
 }  // namespace streamd::cuda

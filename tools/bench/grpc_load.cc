@@ -19,11 +19,14 @@
 // --server-pid, server_cpu_s (the daemon, from /proc/PID/stat at clock-tick resolution), both
 // from t0 to the last GenerationDone, like `streamd bench`'s cpu_s.
 //
-// Usage: grpc_load --address 127.0.0.1:PORT --prompt-ids IDS.json [--sessions 1,16]
-//          [--prompt-tokens 128] [--gen-tokens 64] [--sinks 4] [--window 0] [--reps 1]
-//          [--server-pid PID] [--json]
+// Usage: grpc_load --address 127.0.0.1:PORT (--prompt-ids IDS.json | --prompt-text FILE)
+//          [--sessions 1,16] [--prompt-tokens 128] [--gen-tokens 64] [--sinks 4] [--window 0]
+//          [--reps 1] [--server-pid PID] [--json]
 // IDS.json is a JSON array of token ids (`streamd tokenize --no-bos --file F`); the first P
-// are sent. One warm-up generation of 2 tokens runs first; with --reps R each figure is the
+// are sent. --prompt-text sends FILE's text instead, as one user turn of the chat template (the
+// prompt an OpenAI chat request with that one message makes: tools/bench/http_overhead.sh
+// compares the two transports on it); --prompt-tokens is then only the count the figures use.
+// One warm-up generation of 2 tokens runs first; with --reps R each figure is the
 // median over R runs, session counts taking turns within each repetition.
 #include <grpcpp/grpcpp.h>
 #include <sys/resource.h>
@@ -52,6 +55,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Options {
   std::string address, prompt_ids_path;
+  std::string prompt_text;  // non-empty: Append this as a user turn instead of token ids
   std::vector<int64_t> sessions = {1};
   int64_t prompt_tokens = 128, gen_tokens = 64, sinks = 4, window = 0, reps = 1;
   int64_t server_pid = 0;  // 0: do not measure the server's CPU time
@@ -87,7 +91,12 @@ class LoadStream {
   // Append + Generate, then read until GenerationDone; token arrival times relative to t0.
   Status Generate(const std::vector<int32_t>& prompt, int64_t gen_tokens, Clock::time_point t0) {
     v1::ClientMessage append, generate;
-    for (int32_t id : prompt) append.mutable_append()->add_tokens(id);
+    if (o_.prompt_text.empty()) {
+      for (int32_t id : prompt) append.mutable_append()->add_tokens(id);
+    } else {
+      append.mutable_append()->set_text(o_.prompt_text);
+      append.mutable_append()->set_role(v1::CHAT_ROLE_USER);
+    }
     generate.mutable_generate()->set_max_tokens(static_cast<int32_t>(gen_tokens));
     if (!rw_->Write(append) || !rw_->Write(generate)) return Finish("Append/Generate");
     token_s_.clear();
@@ -280,6 +289,9 @@ int Run(int argc, char** argv) {
       "client-side token arrival times (see the header of tools/bench/grpc_load.cc).");
   flags.String("address", &o.address, "streamd serve's gRPC address");
   flags.String("prompt-ids", &o.prompt_ids_path, "JSON array of prompt token ids");
+  std::string prompt_text_path;
+  flags.String("prompt-text", &prompt_text_path,
+               "a file whose text is sent as one user chat turn instead of --prompt-ids");
   flags.String("sessions", &sessions, "session counts, comma-separated, measured in turn");
   flags.Int("prompt-tokens", &o.prompt_tokens, 1, 1 << 20, "prompt tokens per session (P)");
   flags.Int("gen-tokens", &o.gen_tokens, 2, 1 << 20, "generated tokens per session (G)");
@@ -293,8 +305,9 @@ int Run(int argc, char** argv) {
     std::cout << flags.Help();
     return 0;
   }
-  if (o.address.empty() || o.prompt_ids_path.empty()) {
-    return Fail(InvalidArgumentError("--address and --prompt-ids are required"));
+  if (o.address.empty() || o.prompt_ids_path.empty() == prompt_text_path.empty()) {
+    return Fail(
+        InvalidArgumentError("--address and one of --prompt-ids, --prompt-text are required"));
   }
   o.sessions.clear();
   std::stringstream list(sessions);
@@ -307,7 +320,17 @@ int Run(int argc, char** argv) {
     o.sessions.push_back(n);
   }
   if (o.window == 0) o.window = o.prompt_tokens + o.gen_tokens;
-  auto prompt = ReadPrompt(o.prompt_ids_path, o.prompt_tokens);
+  StatusOr<std::vector<int32_t>> prompt = std::vector<int32_t>(o.prompt_tokens, 0);
+  if (prompt_text_path.empty()) {
+    prompt = ReadPrompt(o.prompt_ids_path, o.prompt_tokens);
+  } else {
+    std::ifstream in(prompt_text_path);
+    if (!in) return Fail(NotFoundError("--prompt-text: cannot read " + prompt_text_path));
+    o.prompt_text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (o.prompt_text.empty()) {
+      return Fail(InvalidArgumentError("--prompt-text: " + prompt_text_path + " is empty"));
+    }
+  }
   if (!prompt.ok()) return Fail(prompt.status());
 
   if (auto warm = RunOnce(o, *prompt, 1, 2); !warm.ok()) return Fail(warm.status());
