@@ -153,6 +153,17 @@ int DaemonProcess::MetricsPort() const {
   return std::atoi(out.substr(colon + 1, end - colon - 1).c_str());
 }
 
+int DaemonProcess::HttpPort() const {
+  const std::string out = Stdout();
+  const std::string marker = "OpenAI-compatible HTTP API on http";
+  const size_t at = out.find(marker);
+  if (at == std::string::npos) return 0;
+  const size_t end = out.find("/v1", at);
+  const size_t colon = out.rfind(':', end);
+  if (end == std::string::npos || colon == std::string::npos || colon < at) return 0;
+  return std::atoi(out.substr(colon + 1, end - colon - 1).c_str());
+}
+
 std::string DaemonProcess::ScrapeMetrics() const {
   const int port = MetricsPort();
   if (port <= 0) return "";

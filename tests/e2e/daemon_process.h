@@ -61,6 +61,9 @@ class DaemonProcess {
   // The metrics HTTP port, from the "listening on ... (metrics http://HOST:PORT/metrics)" line
   // of its stdout; 0 when there is none.
   int MetricsPort() const;
+  // The OpenAI-compatible HTTP API's port (server.http_address), from the "OpenAI-compatible
+  // HTTP API on http://HOST:PORT/v1" line of its stdout; 0 when it serves none.
+  int HttpPort() const;
   // The body of GET /metrics (Prometheus text), or "" when the request fails.
   std::string ScrapeMetrics() const;
 

@@ -2,14 +2,16 @@
 //
 //  - EveryExportedSeriesIsFed drives one daemon through what its series count (tenants with
 //    keys, evicting windows, stop/length/abort generations, a full pool with an Open waiting,
-//    offload and Resume from a snapshot, a corrupt snapshot, refused calls) and checks, family
-//    by family, that each one moved from its value at start-up or reads what the traffic made
-//    it. A family the test does not know fails it: a new series needs a feed and a check here.
+//    offload and Resume from a snapshot, a corrupt snapshot, refused calls, HTTP requests) and
+//    checks, family by family, that each one moved from its value at start-up or reads what the
+//    traffic made it. A family the test does not know fails it: a new series needs a feed and a
+//    check here.
 //  - ReadinessFollowsThePoolAndLivenessTheBackend and ABrokenBackendTurnsHealthNotServing check
 //    grpc.health.v1: readiness NOT_SERVING while the pool is exhausted (liveness SERVING), and
 //    everything NOT_SERVING after a backend fault (injected: STREAMD_INJECT_BACKEND_FAULT), with
 //    a log line and the metrics saying so, and new sessions refused with UNAVAILABLE.
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <chrono>
 #include <filesystem>
@@ -144,7 +146,8 @@ TEST_F(MetricsE2eTest, EveryExportedSeriesIsFed) {
   auto d = DaemonProcess::Start(
       {"--auth.keys_file=" + WriteKeys(), "--sessions.snapshot_dir=" + snapshots,
        "--sessions.offload_after=1s", "--engine.kv_pool=64MiB", "--engine.max_chunk=64",
-       "--sessions.default_window=128", "--sessions.admission_timeout=4s"});
+       "--sessions.default_window=128", "--sessions.admission_timeout=4s",
+       "--server.http_address=127.0.0.1:0"});
   ASSERT_NE(d, nullptr);
   const std::map<std::string, double> at_start = Samples(d->ScrapeMetrics());
   ASSERT_FALSE(at_start.empty()) << d->Stdout();
@@ -163,6 +166,19 @@ TEST_F(MetricsE2eTest, EveryExportedSeriesIsFed) {
     WithKey(&c, kUserKey);
     v1::ModelInfo info;
     EXPECT_TRUE(v1::Streamd::NewStub(d->Channel())->GetModelInfo(&c, {}, &info).ok());
+  }
+
+  {  // HTTP requests by route and status: one listing of the models with a key, one without.
+    httplib::Client http("127.0.0.1", d->HttpPort());
+    http.set_connection_timeout(10);
+    http.set_read_timeout(10);
+    const httplib::Result listed =
+        http.Get("/v1/models", {{"Authorization", std::string("Bearer ") + kUserKey}});
+    ASSERT_TRUE(listed) << "no answer from the HTTP API on port " << d->HttpPort();
+    EXPECT_EQ(listed->status, 200) << listed->body;
+    const httplib::Result refused = http.Get("/v1/models");
+    ASSERT_TRUE(refused);
+    EXPECT_EQ(refused->status, 401) << refused->body;
   }
 
   // A session whose window evicts: 4 sinks + 32 recent tokens, 120 tokens appended.
