@@ -117,13 +117,19 @@ class Binder {
   Binder(const gguf::GgufFile& file, LlamaWeights& w)
       : file_(file), total_(w.total_bytes), weights_(w) {}
 
-  StatusOr<WeightMatrix> Matrix(const std::string& name, int64_t cols, int64_t rows) {
+  // Tensor `name`, present with shape [cols, rows].
+  StatusOr<const gguf::TensorInfo*> Find2d(const std::string& name, int64_t cols, int64_t rows) {
     const gguf::TensorInfo* t = file_.FindTensor(name);
     if (t == nullptr) return InvalidArgumentError("tensor '" + name + "' is missing");
     if (t->dims.size() != 2 || t->dims[0] != cols || t->dims[1] != rows) {
       return InvalidArgumentError("tensor '" + name + "' has the wrong shape (expected " +
                                   ShapeString(cols, rows) + ")");
     }
+    return t;
+  }
+
+  StatusOr<WeightMatrix> Matrix(const std::string& name, int64_t cols, int64_t rows) {
+    STREAMD_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, Find2d(name, cols, rows));
     const ProductFormat format = FormatOf(t->type);
     if (format.direct) {
       total_ += t->size_bytes;
@@ -155,12 +161,7 @@ class Binder {
 
   // The untied embedding table: in place in the file, in its own type (EmbeddingTable).
   StatusOr<EmbeddingTable> Table(const std::string& name, int64_t cols, int64_t rows) {
-    const gguf::TensorInfo* t = file_.FindTensor(name);
-    if (t == nullptr) return InvalidArgumentError("tensor '" + name + "' is missing");
-    if (t->dims.size() != 2 || t->dims[0] != cols || t->dims[1] != rows) {
-      return InvalidArgumentError("tensor '" + name + "' has the wrong shape (expected " +
-                                  ShapeString(cols, rows) + ")");
-    }
+    STREAMD_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, Find2d(name, cols, rows));
     const ProductFormat format = FormatOf(t->type);
     EmbeddingTable table;
     if (format.direct) {
