@@ -193,7 +193,6 @@ int ServeCommand(int argc, char** argv) {
   std::unique_ptr<http::HttpSessions> http_sessions;
   std::unique_ptr<http::HttpServer> http_server;
   if (!http_address.empty()) {
-    ServiceContext& ctx = (*server)->context();
     http::HttpServerOptions h;
     h.address = http_address;
     h.cert_file = options->tls.cert_file;
@@ -208,7 +207,9 @@ int ServeCommand(int argc, char** argv) {
     h.on_answered = [&metrics](std::string_view route, int status) {
       metrics.RecordHttpRequest(route, status);
     };
-    http_sessions = http::MakeServerSessions(ctx);
+    http_sessions = http::MakeServerSessions({(*server)->sessions(), (*server)->authenticator(),
+                                              &metrics, options->session_defaults.admission_timeout,
+                                              options->persistence.resume_wait});
     auto started = http::HttpServer::Start(h, *http_sessions);
     if (!started.ok()) return Fail(started.status().message());
     http_server = std::move(started).value();
