@@ -1,9 +1,9 @@
 // The qwen2 family on a real file: Qwen2.5-Coder-0.5B-Instruct Q4_K_M ($STREAMD_QWEN_MODEL,
 // scripts/fetch-qwen-model.sh; `make test` fetches it) against llama.cpp's fixtures
 // (tools/reference/make_qwen_fixtures.py, docs/REFERENCE.md) and against streamd's plain
-// reference model. The file's Q5_0/Q4_K/Q6_K tensors are repacked at load into Q4_1/Q8_0, and
-// streamd's products quantize activations differently from llama.cpp's, so logits agree to a
-// tolerance, not bits:
+// reference model. The file's Q5_0 and Q6_K tensors are read as stored, its Q4_K ones repacked
+// at load into Q4_1, and streamd's products quantize activations differently from llama.cpp's, so
+// logits agree to a tolerance, not bits:
 //  - tokenization: the same ids for every case and the book's first 20000 bytes;
 //  - dense pass over the book's first 512 tokens: argmax agreement >= 95% (>= 99% where the
 //    reference's top-2 gap is >= 0.5), perplexity within 1%, the reference's top-8 logits
