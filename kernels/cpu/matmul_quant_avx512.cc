@@ -123,10 +123,16 @@ inline Q6_KHalfZmm WidenQ6_KHalf(const BlockQ6_K* s, int n) {
   return h;
 }
 
-// GemvQuad<DpwssdEvex, Q6_KFormat> by half super-blocks: 4 rows from w (rows w_stride apart).
-void GemvQuadQ6_K(const uint8_t* w, size_t w_stride, const BlockQ16_1* x, int64_t nb, float* out) {
+// GemvQuad<DpwssdEvex, Q6_KFormat> by half super-blocks, for kT tokens at once: 4 rows from w
+// (rows w_stride apart), tokens nb blocks apart in x and ldo floats apart in out. Each token's
+// figures are computed as the 1-token product computes them (the AVX2 level's bits), so a
+// token's result does not depend on the batch it came in; the widening is shared by the batch.
+template <int kT>
+void GemvQuadQ6_K(const uint8_t* w, size_t w_stride, const BlockQ16_1* x, int64_t nb, float* out,
+                  int64_t ldo) {
   using F = Q6_KFormat;
-  __m256 acc = _mm256_setzero_ps();  // [r0 r1 r2 r3 | r0 r1 r2 r3] scaled dots
+  __m256 acc[kT];  // per token: [r0 r1 r2 r3 | r0 r1 r2 r3] scaled dots
+  for (int t = 0; t < kT; ++t) acc[t] = _mm256_setzero_ps();
   const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
   for (int64_t s = 0; s < nb / F::kBlocksPerUnit; ++s) {
     const uint8_t* units[4];
@@ -140,31 +146,46 @@ void GemvQuadQ6_K(const uint8_t* w, size_t w_stride, const BlockQ16_1* x, int64_
       for (int j = 0; j < 4; ++j) {
         const int64_t b = s * F::kBlocksPerUnit + 4 * n + j;
         PrefetchStep<F, 4>(w, b);
-        const __m512i yv = _mm512_loadu_si512(reinterpret_cast<const void*>(x[b].qs));
-        __m512i p[4];
-        for (int r = 0; r < 4; ++r) p[r] = _mm512_madd_epi16(h[r].v[j], yv);
-        const __m256 dot = _mm256_cvtepi32_ps(Fold4Zmm(p));
-        const __m256 scales = _mm256_mul_ps(pairs, F::TokenFactors(BroadcastDs(&x[b].d)));
-        acc = _mm256_fmadd_ps(dot, _mm256_permutevar8x32_ps(scales, even), acc);
+        for (int t = 0; t < kT; ++t) {
+          const BlockQ16_1& xb = x[t * nb + b];
+          const __m512i yv = _mm512_loadu_si512(reinterpret_cast<const void*>(xb.qs));
+          __m512i p[4];
+          for (int r = 0; r < 4; ++r) p[r] = _mm512_madd_epi16(h[r].v[j], yv);
+          const __m256 dot = _mm256_cvtepi32_ps(Fold4Zmm(p));
+          const __m256 scales = _mm256_mul_ps(pairs, F::TokenFactors(BroadcastDs(&xb.d)));
+          acc[t] = _mm256_fmadd_ps(dot, _mm256_permutevar8x32_ps(scales, even), acc[t]);
+        }
       }
     }
   }
-  alignas(32) float a[8];
-  _mm256_store_ps(a, acc);
-  // + 0.0f: GemvQuad's (zero) offset term, which turns a -0 sum into +0 there too.
-  for (int r = 0; r < 4; ++r) out[r] = (a[r] + a[r + 4]) + 0.0f;
+  for (int t = 0; t < kT; ++t) {
+    alignas(32) float a[8];
+    _mm256_store_ps(a, acc[t]);
+    // + 0.0f: GemvQuad's (zero) offset term, which turns a -0 sum into +0 there too.
+    for (int r = 0; r < 4; ++r) out[t * ldo + r] = (a[r] + a[r + 4]) + 0.0f;
+  }
 }
 
-// The 1-token product of rows [row_begin, row_end): 4 rows at a time, the rest as MatMulGemv.
-void MatMulGemvQ6_K(const uint8_t* w, size_t w_row_bytes, int64_t k, const BlockQ16_1* xq,
-                    float* out, int64_t row_begin, int64_t row_end) {
+// Products of 1 to kMaxSmallQ6_K tokens (those the 16-token lanes leave: TokensInChunksOf16):
+// rows 4 at a time with GemvQuadQ6_K, the rest with the AVX2 tiles (Tile, which for 1 token is
+// what MatMulGemv runs there too).
+constexpr int kMaxSmallQ6_K = kMinPaddedChunk - 1;
+void MatMulSmallQ6_K(const uint8_t* w, size_t w_row_bytes, int64_t k, const BlockQ16_1* xq,
+                     int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin,
+                     int64_t row_end) {
+  static_assert(kMaxSmallQ6_K == 5);
+  using Fn = void (*)(const uint8_t*, size_t, const BlockQ16_1*, int64_t, float*, int64_t);
+  static constexpr Fn kByTokens[kMaxSmallQ6_K + 1] = {nullptr,          &GemvQuadQ6_K<1>,
+                                                      &GemvQuadQ6_K<2>, &GemvQuadQ6_K<3>,
+                                                      &GemvQuadQ6_K<4>, &GemvQuadQ6_K<5>};
   const int64_t nb = k / kQuantBlock;
   int64_t r0 = row_begin;
   for (; r0 + 4 <= row_end; r0 += 4) {
-    GemvQuadQ6_K(w + static_cast<size_t>(r0) * w_row_bytes, w_row_bytes, xq, nb, out + r0);
+    kByTokens[n_tokens](w + static_cast<size_t>(r0) * w_row_bytes, w_row_bytes, xq, nb, out + r0,
+                        ldo);
   }
   if (r0 < row_end) {
-    MatMulTiled<DpwssdEvex, Q6_KFormat>(w, w_row_bytes, nb, xq, 1, out, 0, r0, row_end);
+    MatMulTiled<DpwssdEvex, Q6_KFormat>(w, w_row_bytes, nb, xq, n_tokens, out, ldo, r0, row_end);
   }
 }
 
@@ -354,10 +375,20 @@ void MatMulQuantAvx512Vnni(WeightType type, const uint8_t* w, size_t w_row_bytes
     case WeightType::kQ5_0:
       return MatMulFormat16<Q5_0FormatZmm>(w, w_row_bytes, k, xq, n_tokens, out, ldo, row_begin,
                                            row_end);
-    case WeightType::kQ6_K:
-      if (n_tokens == 1) return MatMulGemvQ6_K(w, w_row_bytes, k, xq, out, row_begin, row_end);
-      return MatMulFormat16<Q6_KFormat>(w, w_row_bytes, k, xq, n_tokens, out, ldo, row_begin,
-                                        row_end);
+    case WeightType::kQ6_K: {
+      // Chunks of 16 tokens in the lanes, as the other formats; the 1-5 tokens left (decode
+      // steps of up to 5 sessions) widen each half super-block once for all of them.
+      const int64_t n16 = TokensInChunksOf16(n_tokens);
+      if (n16 > 0) {
+        MatMulOuter16<Q6_KFormat>(w, w_row_bytes, k / kQuantBlock, xq, n16, out, ldo, row_begin,
+                                  row_end);
+      }
+      if (n16 < n_tokens) {
+        MatMulSmallQ6_K(w, w_row_bytes, k, xq + n16 * (k / kQuantBlock), n_tokens - n16,
+                        out + n16 * ldo, ldo, row_begin, row_end);
+      }
+      return;
+    }
     default:
       return;
   }

@@ -373,6 +373,31 @@ TEST(Q6_KTest, LargestValuesAndScalesStayExactInI32) {
   }
 }
 
+// At the AVX-512 VNNI level a product of 2-5 tokens (a decode step of up to 5 sessions) widens
+// each Q6_K half super-block once for all its tokens, and computes every token as the 1-token
+// product does: each token gets the bits it would get alone, tail rows (Tile) included.
+TEST(Q6_KTest, SmallBatchesGiveEachTokenItsOneTokenBits) {
+  if (!IsaSupported(Isa::kAvx512Vnni)) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  ScopedIsa scoped(Isa::kAvx512Vnni);
+  const int64_t k = 1536, rows = 83, nb = k / kQuantBlock;
+  const Weights wt = RandomWeights(WeightType::kQ6_K, rows, k, rng);
+  for (int64_t n : {2, 3, 4, 5, 21}) {  // 21 = 16 in the lanes + 5 left
+    SCOPED_TRACE(::testing::Message() << "n_tokens=" << n);
+    const std::vector<float> x = RandomActivations(n, k, k, rng);
+    const std::vector<uint8_t> xq = Prepare(WeightType::kQ6_K, x, k, k, n);
+    const std::vector<float> batch = RunProduct(wt, xq.data(), n, rows);
+    for (int64_t t = (n > 16 ? 16 : 0); t < n; ++t) {
+      const std::vector<float> alone =
+          RunProduct(wt, xq.data() + static_cast<size_t>(t * nb) * sizeof(BlockQ16_1), 1, rows);
+      ASSERT_EQ(std::memcmp(alone.data(), batch.data() + t * rows, rows * sizeof(float)), 0)
+          << "token " << t;
+    }
+  }
+}
+
 // AMX splits each activation q into a signed and an unsigned part: q = 16 * hi + (q & 15) against
 // 4-bit weights, q = 256 * hi + (q & 255) against Q8_0. The values where the splits carry or
 // borrow (+-15, +-16, +-17, +-255, +-256, -1, the extremes) with the largest weights, so the block
