@@ -58,7 +58,7 @@ struct DenseComparison {
 };
 
 // Scores a pass's logit rows as they come (row i predicts tokens[i + 1]; the last token's row is
-// not scored), so that a long pass need not keep them all.
+// not scored), so that a long pass need not keep them all. `ref` and `tokens` must outlive it.
 class DenseScorer {
  public:
   DenseScorer(const nlohmann::json& ref, const std::vector<int32_t>& tokens, int32_t vocab,
