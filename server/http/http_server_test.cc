@@ -61,6 +61,7 @@ class ScriptedSession : public Session {
     std::lock_guard<std::mutex> lock(j_.mu);
     j_.appended.emplace_back(role, text);
     j_.context[id_] += 10;
+    j_.cv.notify_all();  // tests wait for the request to reach its session
     return OkStatus();
   }
   Status Generate(const GenerateParams& p, GenerationCallbacks cb) override {
