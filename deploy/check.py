@@ -417,6 +417,18 @@ def check_kubernetes():
           "deployment.yaml: containerPort metrics is not streamd.yaml's metrics_address port")
     check(config["server"]["listen_address"].startswith(("0.0.0.0:", "[::]:")),
           "kubernetes/streamd.yaml: a pod must listen on every interface, not loopback")
+    # The HTTP API: on, on every interface, on a port of its own (streamd refuses a shared
+    # one), which the pod declares; service.yaml exposes it below.
+    http_address = str(config["server"].get("http_address") or "")
+    if check(bool(http_address), "kubernetes/streamd.yaml: server.http_address is not set "
+             "(the HTTP API would be off)"):
+        check(ports.get("http") == port_of(http_address),
+              "deployment.yaml: containerPort http is not streamd.yaml's server.http_address port")
+        check(http_address.startswith(("0.0.0.0:", "[::]:")),
+              "kubernetes/streamd.yaml: server.http_address must be on every interface, not "
+              "loopback")
+        check(port_of(http_address) not in (ports.get("grpc"), ports.get("metrics")),
+              "kubernetes/streamd.yaml: server.http_address shares a port with gRPC or metrics")
     check_listen_guard("kubernetes/streamd.yaml", config, container.get("args", []))
     # TLS files, the keys file and the probes' CA from their Secrets; exec probes over TLS
     # (tls_checks.py).
@@ -434,6 +446,9 @@ def check_kubernetes():
     for p in svc_ports.values():
         check(p["targetPort"] in ports, f"service.yaml: targetPort {p['targetPort']} is no "
               "container port")
+    for name in ("grpc", "http"):
+        check(svc_ports.get(name, {}).get("targetPort") == name,
+              f"service.yaml: no port {name} to the container port {name}")
     for e in mon["spec"]["endpoints"]:
         check(e["port"] in svc_ports, f"servicemonitor.yaml: port {e['port']} is no Service port")
     ann = pod["metadata"].get("annotations", {})

@@ -53,6 +53,15 @@ MUTATIONS = [
      "no --tls-server-name"),
     ("kubernetes/deployment.yaml", '"127.0.0.1:50051"', '"127.0.0.1:50052"',
      "is not 127.0.0.1:50051, the gRPC port"),
+    # Kubernetes: the HTTP API's port.
+    ("kubernetes/streamd.yaml", "  http_address: 0.0.0.0:8080\n", "",
+     "server.http_address is not set"),
+    ("kubernetes/streamd.yaml", "http_address: 0.0.0.0:8080", "http_address: 127.0.0.1:8080",
+     "server.http_address must be on every interface"),
+    ("kubernetes/deployment.yaml", "containerPort: 8080", "containerPort: 8081",
+     "containerPort http is not streamd.yaml's server.http_address port"),
+    ("kubernetes/service.yaml", "targetPort: http", "targetPort: grpc",
+     "service.yaml: no port http"),
     ("kubernetes/servicemonitor.yaml", "      path: /metrics\n",
      "      path: /metrics\n      scheme: https\n", "servicemonitor.yaml: scheme https"),
     # HAProxy, in the cluster and on hosts.

@@ -68,17 +68,9 @@ TSAN_TARGETS=(util_test model_test backend_test core_test sessions_test server_t
 #     client set-up; a new one on nearly every run, no frame of ours in either stack). Rather
 #     than a suppression list that would grow with gRPC's internals, TSan runs the tests that
 #     do not run gRPC; the service's own threads (registry, outbox) are covered there.
-#   HttpServerTest.ClientLeavingBeforeAWhole* (TSan only): the server finds a request's socket
-#     among the process's open descriptors (server/http/client_connection.cc: fstat and
-#     getpeername over /proc/self/fd), and in these tests the client that hangs up lives in the
-#     same process: TSan reports the client's close() of its socket against the server's fstat()
-#     of the same descriptor number. A descriptor-table race, not a memory one, that only an
-#     in-process client makes; to be replaced by taking the socket from httplib at accept time.
 ASAN_EXCLUDE=()
 TSAN_EXCLUDE=(SessionRegistryTest.TenThousandSessionsWithAPoolForSixtyFour 'StreamdServiceTest.*'
-  'HealthServiceTest.*' 'ReflectionStreamTest.*'
-  HttpServerTest.ClientLeavingBeforeAWholeAnswerCancelsAndClosesTheSession
-  HttpServerTest.ClientLeavingBeforeAWholeResponseCancelsIt)
+  'HealthServiceTest.*' 'ReflectionStreamTest.*')
 
 # configure DIR SANITIZER_FLAGS: a build at -O1 -g1 (line tables: symbolized stacks, a third
 # less to compile and link than -g) with the flags on every compile and link.

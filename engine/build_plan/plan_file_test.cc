@@ -325,7 +325,13 @@ TEST(PlanTuningTest, BadTuningIsRefusedWholeAndNamesTheField) {
   CpuTuning float_eight;
   float_eight.isa.push_back({WeightType::kF32, 128, 128, 1, Isa::kAvx2, 8});
   EXPECT_THAT((*model)->ApplyTuning(float_eight).message(),
-              HasSubstr("must be 12 for unquantized weights"));
+              HasSubstr("must be 12 for weights without 8-bit products"));
+  // Q6_K is read as stored and has no 8-bit product (its values times their scales need 13 bits).
+  CpuTuning q6k_eight;
+  q6k_eight.isa.push_back({WeightType::kQ6_K, 128, 256, 1, Isa::kAvx2, 8});
+  EXPECT_THAT((*model)->ApplyTuning(q6k_eight).message(),
+              HasSubstr("tuning.isa[0].activation_bits = 8 must be 12 for weights without 8-bit "
+                        "products (f32, f16, bf16, q6_k)"));
 }
 
 TEST(PlanTuningTest, PrepackedAmxCopiesGiveTheSameLogits) {

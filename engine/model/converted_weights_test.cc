@@ -95,13 +95,25 @@ TEST_P(ConvertedModelTest, LoadsAndMatchesTheDequantizedModel) {
   auto twin = LlamaModel::FromBytes(std::move(*twin_bytes));
   ASSERT_TRUE(twin.ok()) << twin.status().ToString();
 
-  // The products run the converted copies, in the formats repack_quant.h names.
+  // The products run the converted copies, in the formats repack_quant.h names, or the file's
+  // rows of the types with a native kernel.
   const LlamaWeights& w = (*converted)->weights();
-  EXPECT_GT(w.converted_bytes, 0u);
+  const auto native = [](TensorType t) {
+    return t == TensorType::kQ8_0 || t == TensorType::kQ5_0 || t == TensorType::kQ6_K;
+  };
+  EXPECT_EQ(w.converted_bytes > 0, !native(tc.weights) || !native(tc.embedding));
   const auto target = [](TensorType t) {
-    if (t == TensorType::kQ8_0) return kernels::cpu::WeightType::kQ8_0;  // run as stored
-    if (t == TensorType::kQ5_0) return kernels::cpu::WeightType::kQ5_0;  // a native kernel
-    return kernels::RepackTarget(static_cast<kernels::ConvertedQuant>(static_cast<uint32_t>(t)));
+    switch (t) {
+      case TensorType::kQ8_0:
+        return kernels::cpu::WeightType::kQ8_0;  // run as stored
+      case TensorType::kQ5_0:
+        return kernels::cpu::WeightType::kQ5_0;  // native kernels
+      case TensorType::kQ6_K:
+        return kernels::cpu::WeightType::kQ6_K;
+      default:
+        return kernels::RepackTarget(
+            static_cast<kernels::ConvertedQuant>(static_cast<uint32_t>(t)));
+    }
   };
   EXPECT_EQ(w.layers[0].wq.type, target(tc.weights));
   ASSERT_TRUE(std::holds_alternative<kernels::cpu::WeightType>(w.token_embedding.type));
@@ -155,7 +167,8 @@ TEST_P(ConvertedModelTest, LoadsAndMatchesTheDequantizedModel) {
 // must run the same bits, and the file's mapping must still read the file's bytes (the model
 // fingerprint and the tokenizer read it after load).
 TEST(ConvertedModelFileTest, ReleasedSourcePagesLeaveTheModelAndTheMappingIntact) {
-  SyntheticModelSpec spec = Spec({TensorType::kQ5_0, TensorType::kQ6_K});
+  // Q5_1 layers are converted (to Q8_0); the tied Q6_K table and head are read in place.
+  SyntheticModelSpec spec = Spec({TensorType::kQ5_1, TensorType::kQ6_K});
   spec.dim = 1024;  // tensors of several pages, so that whole pages are released
   spec.ffn_dim = 2048;
   auto bytes = BuildSyntheticModel(spec);
@@ -234,8 +247,9 @@ TEST(ConvertedModelFileTest, EightBitProductsNeedOnlyTheirPackedCopies) {
   if (!kernels::cpu::FastInt8Activations(kernels::cpu::WeightType::kQ8_0)) {
     GTEST_SKIP() << "this CPU has no fast 8-bit kernel (AVX-512 VNNI): the rows stay in use";
   }
-  // Q6_K layers: converted to Q8_0 (Q5_0 ones would be read from the file's own rows).
-  auto bytes = BuildSyntheticModel(Spec({TensorType::kQ6_K, TensorType::kQ5_0}));
+  // Q5_1 layers: converted to Q8_0 (Q5_0 ones would be read from the file's own rows; Q6_K has
+  // no 8-bit product).
+  auto bytes = BuildSyntheticModel(Spec({TensorType::kQ5_1, TensorType::kQ5_0}));
   ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
   auto model = LlamaModel::FromBytes(std::move(*bytes));
   ASSERT_TRUE(model.ok()) << model.status().ToString();

@@ -81,12 +81,15 @@ Status ValidateCpuTuning(const CpuTuning& t) {
     if (static_cast<int>(s.isa) < 0 || static_cast<int>(s.isa) > static_cast<int>(Isa::kAmx)) {
       return OutOfRange(at + "isa", static_cast<int>(s.isa), "is not a known level");
     }
-    const bool quantized =
+    // The types with 8-bit products (Q6_K has none: matmul.h).
+    const bool int8 =
         s.type == kernels::cpu::WeightType::kQ4_0 || s.type == kernels::cpu::WeightType::kQ4_1 ||
         s.type == kernels::cpu::WeightType::kQ8_0 || s.type == kernels::cpu::WeightType::kQ5_0;
-    if (s.activation_bits != kDefaultActivationBits && !(s.activation_bits == 8 && quantized)) {
+    if (s.activation_bits != kDefaultActivationBits && !(s.activation_bits == 8 && int8)) {
       return OutOfRange(at + "activation_bits", s.activation_bits,
-                        quantized ? "must be 12 or 8" : "must be 12 for unquantized weights");
+                        int8 ? "must be 12 or 8"
+                             : "must be 12 for weights without 8-bit products (f32, f16, bf16, "
+                               "q6_k)");
     }
     if (!seen.insert({static_cast<int>(s.type), s.rows, s.cols, s.bucket}).second) {
       return InvalidArgumentError(at + "bucket: the shape " + std::to_string(s.rows) + "x" +
@@ -113,18 +116,21 @@ const char* WeightTypeName(WeightType type) {
       return "q8_0";
     case WeightType::kQ5_0:
       return "q5_0";
+    case WeightType::kQ6_K:
+      return "q6_k";
   }
   return "?";
 }
 
 StatusOr<WeightType> ParseWeightType(const std::string& name) {
-  for (WeightType t : {WeightType::kF32, WeightType::kF16, WeightType::kBF16, WeightType::kQ4_0,
-                       WeightType::kQ4_1, WeightType::kQ8_0, WeightType::kQ5_0}) {
+  for (WeightType t :
+       {WeightType::kF32, WeightType::kF16, WeightType::kBF16, WeightType::kQ4_0, WeightType::kQ4_1,
+        WeightType::kQ8_0, WeightType::kQ5_0, WeightType::kQ6_K}) {
     if (name == WeightTypeName(t)) return t;
   }
   return InvalidArgumentError("\"" + name +
                               "\" is not a weight type (f32, f16, bf16, q4_0, "
-                              "q4_1, q8_0, q5_0)");
+                              "q4_1, q8_0, q5_0, q6_k)");
 }
 
 StatusOr<Isa> ParseIsa(const std::string& name) {

@@ -52,8 +52,8 @@ ProductFormat FormatOf(gguf::TensorType type) {
       return {{}, ConvertedQuant::kQ4_K};
     case gguf::TensorType::kQ5_K:
       return {{}, ConvertedQuant::kQ5_K};
-    case gguf::TensorType::kQ6_K:
-      return {{}, ConvertedQuant::kQ6_K};
+    case gguf::TensorType::kQ6_K:  // read as stored: the products have a native Q6_K kernel
+      return {WeightType::kQ6_K, {}};
     case gguf::TensorType::kIQ4_NL:
       return {{}, ConvertedQuant::kIQ4_NL};
     case gguf::TensorType::kIQ4_XS:

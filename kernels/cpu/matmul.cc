@@ -10,6 +10,7 @@
 #include <iterator>
 
 #include "kernels/common/check.h"
+#include "kernels/cpu/dequantize_reference.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/quant_blocks.h"
 
@@ -17,6 +18,7 @@ namespace streamd::kernels::cpu {
 namespace {
 
 using internal::IsQuantized;
+using internal::StorageBlockValues;
 
 // IsaSupported, asked once per level (it queries cpuid; MatMulRowsAt runs per work item).
 bool SupportedOnce(Isa isa) {
@@ -32,6 +34,7 @@ void CheckK(WeightType type, int64_t k) {
   STREAMD_CHECK_MSG(k > 0, "k must be positive");
   STREAMD_CHECK_MSG(!IsQuantized(type) || k % kQuantBlock == 0,
                     "quantized k must be a multiple of 32");
+  STREAMD_CHECK_MSG(k % StorageBlockValues(type) == 0, "Q6_K k must be a multiple of 256");
 }
 
 }  // namespace
@@ -53,6 +56,8 @@ size_t WeightRowBytes(WeightType type, int64_t k) {
       return n / kQuantBlock * sizeof(BlockQ8_0);
     case WeightType::kQ5_0:
       return n / kQuantBlock * sizeof(BlockQ5_0);
+    case WeightType::kQ6_K:
+      return n / kQ6_KValues * sizeof(BlockQ6_K);
   }
   STREAMD_CHECK_UNREACHABLE("unknown weight type");
 }
@@ -117,9 +122,9 @@ void MatMulRowsAt(Isa level, WeightType type, const void* w, size_t w_row_bytes,
   if (IsQuantized(type)) {
     const auto* x_blocks = static_cast<const BlockQ16_1*>(xq);
 #if !defined(STREAMD_NO_AMX)
-    // No AMX form of Q5_0 (AmxPackable refuses it): its products stay at the AVX-512 VNNI level,
-    // which the AMX level includes.
-    if (isa == Isa::kAmx && type != WeightType::kQ5_0) {
+    // No AMX form of Q5_0 or Q6_K (AmxPackable refuses them): their products stay at the AVX-512
+    // VNNI level, which the AMX level includes.
+    if (isa == Isa::kAmx && type != WeightType::kQ5_0 && type != WeightType::kQ6_K) {
       internal::MatMulQuantAmx(type, w_bytes, w_row_bytes, static_cast<const uint8_t*>(amx_packed),
                                k, x_blocks, n_tokens, out, ldo, row_begin, row_end);
       return;
@@ -212,6 +217,11 @@ void DequantizeRow(WeightType type, const void* w_row, int64_t k, float* out) {
           out[b * kQuantBlock + j] = d * static_cast<float>(q - 16);
         }
       }
+      return;
+    case WeightType::kQ6_K:
+      // The plain reference decode (the gguf package's numpy, bit for bit): this path serves
+      // embedding lookups and tests, not the products.
+      DequantizeReference(ConvertedQuant::kQ6_K, bytes, k / kQ6_KValues, out);
       return;
   }
   STREAMD_CHECK_UNREACHABLE("unknown weight type");

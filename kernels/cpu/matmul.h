@@ -31,7 +31,11 @@ namespace streamd::kernels::cpu {
 // kQ5_0 is read as stored (GGUF's 22-byte blocks, quant_blocks.h) by the products at every level
 // with 12-bit activations (AMX runs them at the AVX-512 VNNI level) and by the 8-bit portable
 // reference; its 8-bit packed copy (PackForVnni8) is Q8_0's.
-enum class WeightType { kF32, kF16, kBF16, kQ4_0, kQ4_1, kQ8_0, kQ5_0 };
+// kQ6_K is read as stored too (GGUF's 210-byte super-blocks of 256 values; k a multiple of 256)
+// by the products with 12-bit activations at every level (AMX: the AVX-512 VNNI level's). It has
+// no 8-bit form: its values times their 16-value scales need 13 bits (FastInt8Activations and
+// Vnni8Packable refuse it).
+enum class WeightType { kF32, kF16, kBF16, kQ4_0, kQ4_1, kQ8_0, kQ5_0, kQ6_K };
 
 // Levels, ordered by preference. Each runs the kAvx2 code except for the quantized products:
 // kAvxVnni does their i16 multiply-accumulates with AVX-VNNI (vpdpwssd, VEX), kAvx512Vnni with

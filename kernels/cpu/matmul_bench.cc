@@ -3,6 +3,7 @@
 // Run: kernels_cpu_bench [--benchmark_filter=Q4_1]
 #include <benchmark/benchmark.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -43,6 +44,11 @@ std::vector<uint8_t> RandomWeights(WeightType type, int64_t rows, int64_t k) {
         break;
       case WeightType::kQ5_0:
         for (int64_t b = 0; b < k / 32; ++b) set_half(base + b * sizeof(BlockQ5_0));
+        break;
+      case WeightType::kQ6_K:
+        for (int64_t s = 0; s < k / kQ6_KValues; ++s) {
+          set_half(base + s * sizeof(BlockQ6_K) + offsetof(BlockQ6_K, d));
+        }
         break;
       case WeightType::kF16:
         for (int64_t j = 0; j < k; ++j) set_half(base + 2 * j);
@@ -313,6 +319,17 @@ void QwenShapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK_CAPTURE(BM_MatMulRows, Q5_0_qwen, WeightType::kQ5_0)->Apply(QwenShapes);
 BENCHMARK_CAPTURE(BM_MatMulRows, Q8_0_qwen, WeightType::kQ8_0)->Apply(QwenShapes);
+// Qwen2.5-Coder-0.5B's Q6_K matrices (half the layers' ffn_down, [896, 4864]; the other shapes
+// have k = 896, no whole super-blocks) read as stored against their Q8_0 conversion.
+void QwenDownShapes(benchmark::internal::Benchmark* b) {
+  for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512Vnni}) {
+    if (!IsaSupported(isa)) continue;
+    for (int n : {1, 4, 16, 64}) b->Args({896, 4864, n, static_cast<int>(isa)});
+  }
+  b->Unit(benchmark::kMicrosecond);
+}
+BENCHMARK_CAPTURE(BM_MatMulRows, Q6_K_qwen_down, WeightType::kQ6_K)->Apply(QwenDownShapes);
+BENCHMARK_CAPTURE(BM_MatMulRows, Q8_0_qwen_down, WeightType::kQ8_0)->Apply(QwenDownShapes);
 // The AVX2 level at the Q4_1 shapes, where the detected level is higher (AVX-VNNI).
 BENCHMARK_CAPTURE(BM_MatMulRows, Q4_1_avx2, WeightType::kQ4_1)->Apply([](auto* b) {
   if (DetectIsa() <= Isa::kAvx2) return;

@@ -24,12 +24,21 @@
 
 namespace streamd::kernels::cpu::internal {
 
-// The block formats the integer kernels read (Q4_0, Q4_1, Q8_0, Q5_0); the others are float
+// The block formats the integer kernels read (Q4_0, Q4_1, Q8_0, Q5_0, Q6_K); the others are float
 // weights. static: each file's copy is compiled with its own flags (see the note on inline
 // functions).
 static constexpr bool IsQuantized(WeightType type) {
   return type == WeightType::kQ4_0 || type == WeightType::kQ4_1 || type == WeightType::kQ8_0 ||
-         type == WeightType::kQ5_0;
+         type == WeightType::kQ5_0 || type == WeightType::kQ6_K;
+}
+// The formats the 8-bit activation kernels read: Q6_K's values times their scales (13 bits) fit
+// no byte, so it has only the 12-bit products.
+static constexpr bool HasInt8Products(WeightType type) {
+  return IsQuantized(type) && type != WeightType::kQ6_K;
+}
+// Values per block of a quantized row's storage: k must be a multiple of it (Q6_K: a super-block).
+static constexpr int64_t StorageBlockValues(WeightType type) {
+  return type == WeightType::kQ6_K ? kQ6_KValues : kQuantBlock;
 }
 // The format of a matrix's PackForVnni8 copy: Q5_0's is Q8_0's (its values as bytes).
 static constexpr WeightType Vnni8PackedFormat(WeightType type) {
@@ -97,8 +106,8 @@ inline constexpr size_t Vnni8RecordBytes(WeightType type) {
   return Vnni8PackedFormat(type) == WeightType::kQ8_0 ? 576 : 320;
 }
 
-// packed: the PackForAmx copy of w, or null. Q4_0, Q4_1 and Q8_0 only (Q5_0 runs at the AVX-512
-// VNNI level: matmul.cc).
+// packed: the PackForAmx copy of w, or null. Q4_0, Q4_1 and Q8_0 only (Q5_0 and Q6_K run at the
+// AVX-512 VNNI level: matmul.cc).
 void MatMulQuantAmx(WeightType type, const uint8_t* w, size_t w_row_bytes, const uint8_t* packed,
                     int64_t k, const BlockQ16_1* xq, int64_t n_tokens, float* out, int64_t ldo,
                     int64_t row_begin, int64_t row_end);

@@ -9,8 +9,12 @@
 //   Q5_0: dw * dx * sum_j (q_j - 16) y_j               (w_j = dw (q_j - 16), q_j in [0,31])
 // with |y_j| <= kQ16Max = 2047. The integer sums are exact in i32, and in f32 too: |sum| <= 32 * 15
 // * 2047 < 2^20 for the 4-bit formats, <= 32 * 16 * 2047 < 2^21 for Q5_0, <= 32 * 128 * 2047 <
-// 2^23 for Q8_0. Blocks are accumulated
-// in f32.
+// 2^23 for Q8_0. Blocks are accumulated in f32.
+//   Q6_K: d * dx * sum_j sc_j (q_j - 32) y_j         (w_j = d sc_j (q_j - 32), q_j in [0,63],
+//                                                      sc_j the i8 scale of j's 16 values)
+// per 32-value block of its 256-value super-blocks: the i32 sum is exact (|sc (q - 32)| <= 128 *
+// 32, so |sum| <= 32 * 4096 * 2047 < 2^28) but may round in f32 (one rounding, above 2^24, the
+// same at every level: they convert the same i32).
 #include <cfloat>
 #include <cmath>
 #include <cstring>
@@ -72,6 +76,23 @@ float DotRowQ5_0(const BlockQ5_0* w, const BlockQ16_1* x, int64_t nb) {
       sumi += (lo - 16) * x[b].qs[j] + (hi - 16) * x[b].qs[j + kHalf];
     }
     acc += HalfToFloat(w[b].d) * x[b].d * static_cast<float>(sumi);
+  }
+  return acc;
+}
+
+// Block b of a Q6_K row (quant_blocks.h): half n, quarter j of super-block b / 8.
+float DotRowQ6_K(const BlockQ6_K* w, const BlockQ16_1* x, int64_t nb) {
+  float acc = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    const BlockQ6_K& s = w[b / 8];
+    const int n = static_cast<int>(b % 8 / 4), j = static_cast<int>(b % 4);
+    int32_t sumi = 0;
+    for (int l = 0; l < kQuantBlock; ++l) {
+      const int low = s.ql[64 * n + 32 * (j & 1) + l] >> (4 * (j >> 1)) & 0xf;
+      const int high = s.qh[32 * n + l] >> (2 * j) & 3;
+      sumi += s.sc[8 * n + 2 * j + l / 16] * ((low | high << 4) - 32) * x[b].qs[l];
+    }
+    acc += HalfToFloat(s.d) * x[b].d * static_cast<float>(sumi);
   }
   return acc;
 }
@@ -151,6 +172,9 @@ void MatMulQuantPortable(WeightType type, const uint8_t* w, size_t w_row_bytes, 
           break;
         case WeightType::kQ5_0:
           o[r] = DotRowQ5_0(reinterpret_cast<const BlockQ5_0*>(row), x, nb);
+          break;
+        case WeightType::kQ6_K:
+          o[r] = DotRowQ6_K(reinterpret_cast<const BlockQ6_K*>(row), x, nb);
           break;
         default:
           return;

@@ -115,7 +115,7 @@ void MatMulQuant8Portable(WeightType type, const uint8_t* w, size_t w_row_bytes,
 
 }  // namespace internal
 
-using internal::IsQuantized;
+using internal::HasInt8Products;
 
 size_t ActivationBytes8(int64_t n_tokens, int64_t k) {
   STREAMD_CHECK_MSG(k > 0 && k % kQuantBlock == 0 && n_tokens >= 0, "bad 8-bit activation shape");
@@ -153,13 +153,14 @@ int32_t* ShiftScratch(size_t ints) {
 }  // namespace
 
 bool FastInt8Activations(WeightType type) {
-  return IsQuantized(type) && ActiveIsa() >= Isa::kAvx512Vnni;
+  return HasInt8Products(type) && ActiveIsa() >= Isa::kAvx512Vnni;
 }
 
 void MatMulRows8(WeightType type, const void* w, size_t w_row_bytes, int64_t k, const void* xq8,
                  int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin, int64_t row_end,
                  const void* packed) {
-  STREAMD_CHECK_MSG(IsQuantized(type), "8-bit activations need Q4_0, Q4_1, Q5_0 or Q8_0 weights");
+  STREAMD_CHECK_MSG(HasInt8Products(type),
+                    "8-bit activations need Q4_0, Q4_1, Q5_0 or Q8_0 weights");
   STREAMD_CHECK_MSG(k > 0 && k % kQuantBlock == 0, "quantized k must be a multiple of 32");
   STREAMD_CHECK_MSG(row_begin >= 0 && row_end >= row_begin && n_tokens >= 0,
                     "bad row or token range");
@@ -203,7 +204,7 @@ void MatMulRows8(WeightType type, const void* w, size_t w_row_bytes, int64_t k, 
 namespace streamd::kernels::cpu {
 
 bool Vnni8Packable(WeightType type, int64_t rows, int64_t k) {
-  return IsQuantized(type) && rows > 0 && rows % 16 == 0 && k > 0 && k % kQuantBlock == 0;
+  return HasInt8Products(type) && rows > 0 && rows % 16 == 0 && k > 0 && k % kQuantBlock == 0;
 }
 
 size_t Vnni8PackedBytes(WeightType type, int64_t rows, int64_t k) {

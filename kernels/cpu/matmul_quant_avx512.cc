@@ -1,4 +1,4 @@
-// Quantized weights (Q4_0, Q4_1, Q8_0, Q5_0) times Q16_1 activations, AVX-512 VNNI level.
+// Quantized weights (Q4_0, Q4_1, Q8_0, Q5_0, Q6_K) times Q16_1 activations, AVX-512 VNNI level.
 //
 // Batches of many tokens (decode steps of many sessions, prefill chunks) are bound by the i16
 // multiply-accumulates. Measured on this project's Sapphire Rapids machine, vpdpwssd issues two
@@ -36,6 +36,20 @@ struct DpwssdEvex {
   }
 };
 
+// The 4 rows' vpmaddwd lanes of one 32-value block (lanes 0-7: values 0-15, 8-15: values 16-31)
+// as Fold4(Dot(row 0), .., Dot(row 3)) of the AVX2 kernels gives them: [r0 r1 r2 r3 | r0 r1 r2
+// r3], each half the sum of the same values' pairs (exact i32: the same bits).
+inline __m256i Fold4Zmm(const __m512i* p) {
+  // Per 128-bit quarter: [p0 p1 p2 p3], each the sum of that quarter's 4 lanes.
+  const __m512i u =
+      _mm512_add_epi32(_mm512_unpacklo_epi32(p[0], p[1]), _mm512_unpackhi_epi32(p[0], p[1]));
+  const __m512i v =
+      _mm512_add_epi32(_mm512_unpacklo_epi32(p[2], p[3]), _mm512_unpackhi_epi32(p[2], p[3]));
+  const __m512i w = _mm512_add_epi32(_mm512_unpacklo_epi64(u, v), _mm512_unpackhi_epi64(u, v));
+  // Quarters 0 + 2 (values 0-7 and 16-23) and 1 + 3: Fold4's two 128-bit halves.
+  return _mm512_castsi512_si256(_mm512_add_epi32(w, _mm512_shuffle_i32x4(w, w, 0x4e)));
+}
+
 // Q5_0 with its 1-token dots in zmm registers: one block's 32 values widened to i16 at once
 // (nibbles by a variable shift, the fifth bit as a mask register straight from qh), one
 // vpmaddwd per row, and the four rows' 128-bit quarters folded (values 0-7 + 16-23, 8-15 +
@@ -64,16 +78,116 @@ struct Q5_0FormatZmm : Q5_0Format {
       // vpmaddwd: the pair sums alone (a vpdpwssd would need a zeroed accumulator first).
       p[r] = _mm512_madd_epi16(Widen512(reinterpret_cast<const BlockQ5_0*>(blocks[r])), yv);
     }
-    // Per 128-bit quarter: [p0 p1 p2 p3], each the sum of that quarter's 4 lanes.
-    const __m512i u =
-        _mm512_add_epi32(_mm512_unpacklo_epi32(p[0], p[1]), _mm512_unpackhi_epi32(p[0], p[1]));
-    const __m512i v =
-        _mm512_add_epi32(_mm512_unpacklo_epi32(p[2], p[3]), _mm512_unpackhi_epi32(p[2], p[3]));
-    const __m512i w = _mm512_add_epi32(_mm512_unpacklo_epi64(u, v), _mm512_unpackhi_epi64(u, v));
-    // Quarters 0 + 2 (values 0-7 and 16-23) and 1 + 3: Fold4's two 128-bit halves.
-    return _mm512_castsi512_si256(_mm512_add_epi32(w, _mm512_shuffle_i32x4(w, w, 0x4e)));
+    return Fold4Zmm(p);
   }
 };
+
+// Q6_K's 1-token product in zmm registers. Block by block (GemvQuad with Q6_KFormat) each row's
+// 32 values take ~18 instructions to widen, and the product ran 2.4x the Q8_0 copy's time in
+// cache. Here a row's half super-block (4 blocks, 128 values) is widened at once: its 64 ql and
+// 32 qh bytes are loaded once, the 6-bit values made in bytes (one mask or shift per 64), then
+// sign-extended to i16 and multiplied by their scales. The four rows' block sums are folded by
+// Fold4Zmm and scaled in f32 exactly as GemvQuad does, so the result is the AVX2 level's bit
+// for bit.
+struct Q6_KHalfZmm {
+  __m512i v[4];  // blocks j = 0..3 of the half: the i16 values sc (q - 32)
+};
+
+inline Q6_KHalfZmm WidenQ6_KHalf(const BlockQ6_K* s, int n) {
+  const __m512i ql = _mm512_loadu_si512(s->ql + 64 * n);  // j = 0 | 1 low nibbles, 2 | 3 high
+  const __m512i qh =
+      _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s->qh + 32 * n)));
+  const __m512i m4 = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+  // Bits 2 j, 2 j + 1 of qh to bits 4-5 of each byte: j = 0 | 1 shift left by 4 | 2, j = 2 | 3
+  // right by 0 | 2 (16-bit shifts: what crosses a byte is masked off).
+  const __m512i left = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+  const __m512i right = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+  const __m512i h01 = _mm512_and_si512(_mm512_sllv_epi16(qh, left), m30);
+  const __m512i h23 = _mm512_and_si512(_mm512_srlv_epi16(qh, right), m30);
+  const __m512i thirty_two = _mm512_set1_epi8(32);
+  const __m512i q01 = _mm512_sub_epi8(_mm512_or_si512(_mm512_and_si512(ql, m4), h01), thirty_two);
+  const __m512i q23 = _mm512_sub_epi8(
+      _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), h23), thirty_two);
+  // The half's 8 scales as i16; block j takes sc[2 j] for values 0-15 and sc[2 j + 1] for 16-31.
+  int64_t sc8;
+  std::memcpy(&sc8, s->sc + 8 * n, sizeof sc8);
+  const __m512i sc = _mm512_castsi128_si512(_mm_cvtepi8_epi16(_mm_cvtsi64_si128(sc8)));
+  Q6_KHalfZmm h;
+  const __m256i q[4] = {_mm512_castsi512_si256(q01), _mm512_extracti64x4_epi64(q01, 1),
+                        _mm512_castsi512_si256(q23), _mm512_extracti64x4_epi64(q23, 1)};
+  for (int j = 0; j < 4; ++j) {
+    const __m512i idx = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(2 * j)),
+                                           _mm256_set1_epi16(static_cast<int16_t>(2 * j + 1)), 1);
+    h.v[j] = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(q[j]), _mm512_permutexvar_epi16(idx, sc));
+  }
+  return h;
+}
+
+// GemvQuad<DpwssdEvex, Q6_KFormat> by half super-blocks, for kT tokens at once: 4 rows from w
+// (rows w_stride apart), tokens nb blocks apart in x and ldo floats apart in out. Each token's
+// figures are computed as the 1-token product computes them (the AVX2 level's bits), so a
+// token's result does not depend on the batch it came in; the widening is shared by the batch.
+template <int kT>
+void GemvQuadQ6_K(const uint8_t* w, size_t w_stride, const BlockQ16_1* x, int64_t nb, float* out,
+                  int64_t ldo) {
+  using F = Q6_KFormat;
+  __m256 acc[kT];  // per token: [r0 r1 r2 r3 | r0 r1 r2 r3] scaled dots
+  for (int t = 0; t < kT; ++t) acc[t] = _mm256_setzero_ps();
+  const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+  for (int64_t s = 0; s < nb / F::kBlocksPerUnit; ++s) {
+    const uint8_t* units[4];
+    for (int r = 0; r < 4; ++r) units[r] = w + r * w_stride + s * sizeof(BlockQ6_K);
+    const __m256 pairs = F::ScalePairs(units, 4);
+    for (int n = 0; n < 2; ++n) {
+      Q6_KHalfZmm h[4];
+      for (int r = 0; r < 4; ++r) {
+        h[r] = WidenQ6_KHalf(reinterpret_cast<const BlockQ6_K*>(units[r]), n);
+      }
+      for (int j = 0; j < 4; ++j) {
+        const int64_t b = s * F::kBlocksPerUnit + 4 * n + j;
+        PrefetchStep<F, 4>(w, b);
+        for (int t = 0; t < kT; ++t) {
+          const BlockQ16_1& xb = x[t * nb + b];
+          const __m512i yv = _mm512_loadu_si512(reinterpret_cast<const void*>(xb.qs));
+          __m512i p[4];
+          for (int r = 0; r < 4; ++r) p[r] = _mm512_madd_epi16(h[r].v[j], yv);
+          const __m256 dot = _mm256_cvtepi32_ps(Fold4Zmm(p));
+          const __m256 scales = _mm256_mul_ps(pairs, F::TokenFactors(BroadcastDs(&xb.d)));
+          acc[t] = _mm256_fmadd_ps(dot, _mm256_permutevar8x32_ps(scales, even), acc[t]);
+        }
+      }
+    }
+  }
+  for (int t = 0; t < kT; ++t) {
+    alignas(32) float a[8];
+    _mm256_store_ps(a, acc[t]);
+    // + 0.0f: GemvQuad's (zero) offset term, which turns a -0 sum into +0 there too.
+    for (int r = 0; r < 4; ++r) out[t * ldo + r] = (a[r] + a[r + 4]) + 0.0f;
+  }
+}
+
+// Products of 1 to kMaxSmallQ6_K tokens (those the 16-token lanes leave: TokensInChunksOf16):
+// rows 4 at a time with GemvQuadQ6_K, the rest with the AVX2 tiles (Tile, which for 1 token is
+// what MatMulGemv runs there too).
+constexpr int kMaxSmallQ6_K = kMinPaddedChunk - 1;
+void MatMulSmallQ6_K(const uint8_t* w, size_t w_row_bytes, int64_t k, const BlockQ16_1* xq,
+                     int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin,
+                     int64_t row_end) {
+  static_assert(kMaxSmallQ6_K == 5);
+  using Fn = void (*)(const uint8_t*, size_t, const BlockQ16_1*, int64_t, float*, int64_t);
+  static constexpr Fn kByTokens[kMaxSmallQ6_K + 1] = {nullptr,          &GemvQuadQ6_K<1>,
+                                                      &GemvQuadQ6_K<2>, &GemvQuadQ6_K<3>,
+                                                      &GemvQuadQ6_K<4>, &GemvQuadQ6_K<5>};
+  const int64_t nb = k / kQuantBlock;
+  int64_t r0 = row_begin;
+  for (; r0 + 4 <= row_end; r0 += 4) {
+    kByTokens[n_tokens](w + static_cast<size_t>(r0) * w_row_bytes, w_row_bytes, xq, nb, out + r0,
+                        ldo);
+  }
+  if (r0 < row_end) {
+    MatMulTiled<DpwssdEvex, Q6_KFormat>(w, w_row_bytes, nb, xq, n_tokens, out, ldo, r0, row_end);
+  }
+}
 
 constexpr int kLanes16 = 16;
 // Rows per tile: 2 * kRows16 i32 chains + kRows16 f32 accumulators + 2 activation vectors fit in
@@ -119,9 +233,15 @@ void PackChunk16(const BlockQ16_1* x, int64_t nb, int n_valid, int64_t nbc, Pack
 }
 
 // Per-row f32 scales of one weight block: dw, and ow (the offset's weight factor; unused when
-// !F::kOffset). Same values as F::Scales(LoadScalePairs(...)).
+// !F::kOffset). Same values as ScalePairsAt. block: the block's unit (matmul_quant_tiles.h).
 template <class F>
 inline void RowScales(const uint8_t* block, float* dw, float* ow) {
+  if constexpr (BlocksPerUnit<F>() > 1) {  // Q6_K: the super-block's d, no offset term
+    uint16_t d;
+    std::memcpy(&d, block + offsetof(typename F::Block, d), sizeof d);
+    *dw = *ow = _cvtsh_ss(d);
+    return;
+  }
   uint16_t d, m;
   std::memcpy(&d, block, sizeof d);
   std::memcpy(&m, block + 2, sizeof m);
@@ -138,7 +258,6 @@ inline void RowScales(const uint8_t* block, float* dw, float* ow) {
 template <class F, int kR>
 void OuterTile16(const uint8_t* w, size_t w_stride, const PackedChunk16& p, int64_t nbc,
                  int n_valid, bool first, float* out, int64_t ldo) {
-  using Block = typename F::Block;
   __m512 acc[kR];
   for (int r = 0; r < kR; ++r) acc[r] = _mm512_setzero_ps();
   alignas(64) int32_t wq[kR][kQuantBlock / 2];  // the rows' widened block, as i16 pairs
@@ -153,8 +272,8 @@ void OuterTile16(const uint8_t* w, size_t w_stride, const PackedChunk16& p, int6
     }
     float dw[kR], ow[kR];
     for (int r = 0; r < kR; ++r) {
-      const uint8_t* block = w + r * w_stride + b * sizeof(Block);
-      const WeightI16 q = F::Widen(reinterpret_cast<const Block*>(block));
+      const uint8_t* block = w + r * w_stride + UnitOffset<F>(b);
+      const WeightI16 q = WidenAt<F>(block, b);
       _mm256_store_si256(reinterpret_cast<__m256i*>(wq[r]), q.lo);
       _mm256_store_si256(reinterpret_cast<__m256i*>(wq[r] + 8), q.hi);
       RowScales<F>(block, &dw[r], &ow[r]);
@@ -207,7 +326,7 @@ void MatMulOuter16(const uint8_t* w, size_t w_row_bytes, int64_t nb, const Block
     for (int64_t kb0 = 0; kb0 < nb; kb0 += kBlockChunk) {
       const int64_t nbc = nb - kb0 < kBlockChunk ? nb - kb0 : kBlockChunk;
       PackChunk16<F>(xq + t0 * nb + kb0, nb, nt, nbc, p);
-      const uint8_t* wb = w + static_cast<size_t>(kb0) * sizeof(typename F::Block);
+      const uint8_t* wb = w + UnitOffset<F>(kb0);
       float* o = out + t0 * ldo;
       int64_t r0 = row_begin;
       for (; r0 + kR <= row_end; r0 += kR) {
@@ -256,6 +375,20 @@ void MatMulQuantAvx512Vnni(WeightType type, const uint8_t* w, size_t w_row_bytes
     case WeightType::kQ5_0:
       return MatMulFormat16<Q5_0FormatZmm>(w, w_row_bytes, k, xq, n_tokens, out, ldo, row_begin,
                                            row_end);
+    case WeightType::kQ6_K: {
+      // Chunks of 16 tokens in the lanes, as the other formats; the 1-5 tokens left (decode
+      // steps of up to 5 sessions) widen each half super-block once for all of them.
+      const int64_t n16 = TokensInChunksOf16(n_tokens);
+      if (n16 > 0) {
+        MatMulOuter16<Q6_KFormat>(w, w_row_bytes, k / kQuantBlock, xq, n16, out, ldo, row_begin,
+                                  row_end);
+      }
+      if (n16 < n_tokens) {
+        MatMulSmallQ6_K(w, w_row_bytes, k, xq + n16 * (k / kQuantBlock), n_tokens - n16,
+                        out + n16 * ldo, ldo, row_begin, row_end);
+      }
+      return;
+    }
     default:
       return;
   }

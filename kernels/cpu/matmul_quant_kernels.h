@@ -1,6 +1,7 @@
-// AVX2 kernels for quantized weights (Q4_0, Q4_1, Q8_0, Q5_0) times Q16_1 activations, shared by
-// the instruction-set levels that run them. They are templates on Mac, the i16 multiply-accumulate
-// acc + sum of pair products (acc[l] += a[2l] b[2l] + a[2l+1] b[2l+1] per i32 lane l):
+// AVX2 kernels for quantized weights (Q4_0, Q4_1, Q8_0, Q5_0, Q6_K) times Q16_1 activations, shared
+// by the instruction-set levels that run them. They are templates on Mac, the i16
+// multiply-accumulate acc + sum of pair products (acc[l] += a[2l] b[2l] + a[2l+1] b[2l+1] per i32
+// lane l):
 //   matmul_quant_avx2.cc  MaddAvx2:   _mm256_madd_epi16, then an i32 add
 //   matmul_quant_vnni.cc  DpwssdVnni: AVX-VNNI _mm256_dpwssd_avx_epi32, both in one instruction
 // Include only from those files (compiled with -mavx2 -mfma -mf16c, plus -mavxvnni for the second);
@@ -10,12 +11,14 @@
 // Per weight block b of row r and activation block of token t (see matmul_portable.cc):
 //   out[t][r] += dw * dx * sum_j q_j y_j  +  ow * os
 // with (ow, os) = (mw, sx) for Q4_1, (dw, -8 sx) for Q4_0 and no offset term for Q8_0 and Q5_0
-// (whose values q - 16 are widened signed).
+// (whose values q - 16 are widened signed) and Q6_K (whose q_j are its values times their
+// 16-value scales, dw its super-block's d; matmul_quant_tiles.h).
 // Weights are widened to i16 (WeightI16: values 0-15 and 16-31 in two vectors) and multiplied
 // with the i16 activations, products summed in pairs into i32 lanes.
 // Overflow: |y| <= kQ16Max = 2047, so one product is <= 15 * 2047 (4-bit) or 128 * 2047 (Q8_0) in
 // magnitude. Every i32 value below sums the products of ONE block (32 of them at most): <= 32 * 15
-// * 2047 < 2^20 (4-bit) or 32 * 128 * 2047 < 2^23 (Q8_0), so neither the lanes, nor the
+// * 2047 < 2^20 (4-bit), 32 * 128 * 2047 < 2^23 (Q8_0) or 32 * 4096 * 2047 < 2^28 (Q6_K: one
+// product <= 4096 * 2047, a lane's pair sum < 2^25), so neither the lanes, nor the
 // hadds that fold a block's lanes (Fold4), nor OuterTile's per-token block sums overflow.
 // Products of different blocks are never added in i32: each block has its own scale, applied in
 // f32.
@@ -115,7 +118,6 @@ void OuterTile(const uint8_t* w, size_t w_stride, const PackedChunk& p, int64_t 
                bool first, float* out, int64_t ldo) {
   static_assert(kR <= 4);
   constexpr int kG = kOuterGroups;
-  using Block = typename F::Block;
   __m256 acc[kR][kG];  // lane l of acc[r][g]: token 8 g + l, row r
   for (int r = 0; r < kR; ++r) {
     for (int g = 0; g < kG; ++g) acc[r][g] = _mm256_setzero_ps();
@@ -124,12 +126,12 @@ void OuterTile(const uint8_t* w, size_t w_stride, const PackedChunk& p, int64_t 
   for (int64_t b = 0; b < nbc; ++b) {
     const uint8_t* blocks[kR];
     for (int r = 0; r < kR; ++r) {
-      blocks[r] = w + r * w_stride + b * sizeof(Block);
-      const WeightI16 q = F::Widen(reinterpret_cast<const Block*>(blocks[r]));
+      blocks[r] = w + r * w_stride + UnitOffset<F>(b);
+      const WeightI16 q = WidenAt<F>(blocks[r], b);
       _mm256_store_si256(reinterpret_cast<__m256i*>(wq[r]), q.lo);
       _mm256_store_si256(reinterpret_cast<__m256i*>(wq[r] + 8), q.hi);
     }
-    const __m256 pairs = F::Scales(LoadScalePairs(blocks, kR));  // [dw0 ow0 dw1 ow1 ...]
+    const __m256 pairs = ScalePairsAt<F>(blocks, kR);  // [dw0 ow0 dw1 ow1 ...]
     __m256i sum[kR][kG];  // i32 block sums, one block only (see the overflow note)
     for (int r = 0; r < kR; ++r) {
       for (int g = 0; g < kG; ++g) sum[r][g] = _mm256_setzero_si256();
@@ -180,7 +182,7 @@ void MatMulOuter(const uint8_t* w, size_t w_row_bytes, int64_t nb, const BlockQ1
     for (int64_t kb0 = 0; kb0 < nb; kb0 += kBlockChunk) {
       const int64_t nbc = nb - kb0 < kBlockChunk ? nb - kb0 : kBlockChunk;
       PackChunk<F>(xq + t0 * nb + kb0, nb, nt, nbc, p);
-      const uint8_t* wb = w + static_cast<size_t>(kb0) * sizeof(typename F::Block);
+      const uint8_t* wb = w + UnitOffset<F>(kb0);
       float* o = out + t0 * ldo;
       int64_t r0 = row_begin;
       for (; r0 + kR <= row_end; r0 += kR) {
@@ -234,6 +236,9 @@ void MatMulQuant(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t 
                                            row_end);
     case WeightType::kQ5_0:
       return MatMulFormat<Mac, Q5_0Format>(w, w_row_bytes, k, xq, n_tokens, out, ldo, row_begin,
+                                           row_end);
+    case WeightType::kQ6_K:
+      return MatMulFormat<Mac, Q6_KFormat>(w, w_row_bytes, k, xq, n_tokens, out, ldo, row_begin,
                                            row_end);
     default:
       return;

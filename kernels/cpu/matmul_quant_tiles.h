@@ -6,6 +6,7 @@
 
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstring>
 #include <utility>
 
@@ -102,6 +103,90 @@ struct Q5_0Format {
   static float Os(float) { return 0.0f; }
 };
 
+// Q6_K: block b is an eighth of the super-block b / 8 (kBlocksPerUnit), values sc (q - 32) in
+// [-4096, 4096] with sc the i8 scale of each 16 values (lo: values 0-15, hi: 16-31), d the
+// super-block's f16, no offset term. i32 sums of one block stay below 2^28 (matmul_portable.cc);
+// the f32 conversion of a sum may round, identically at every level.
+struct Q6_KFormat {
+  using Block = BlockQ6_K;
+  static constexpr int kBlocksPerUnit = kQ6_KValues / kQuantBlock;
+  static constexpr bool kOffset = false, kOffsetIsMin = false;
+  // Block `sub` (0-7) of super-block s, laid out as quant_blocks.h says: half n, quarter j.
+  static WeightI16 Widen(const Block* s, int sub) {
+    const int n = sub >> 2, j = sub & 3;
+    const __m256i ql =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s->ql + 64 * n + 32 * (j & 1)));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s->qh + 32 * n));
+    // 16-bit shifts: the bits a byte takes from its neighbour are masked off.
+    const __m256i low = _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (j >> 1))),
+                                         _mm256_set1_epi8(0x0f));
+    const __m256i high = _mm256_slli_epi16(
+        _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * j)), _mm256_set1_epi8(3)), 4);
+    const __m256i q = _mm256_sub_epi8(_mm256_or_si256(low, high), _mm256_set1_epi8(32));
+    const __m256i lo = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q));
+    const __m256i hi = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, 1));
+    return {_mm256_mullo_epi16(lo, _mm256_set1_epi16(s->sc[8 * n + 2 * j])),
+            _mm256_mullo_epi16(hi, _mm256_set1_epi16(s->sc[8 * n + 2 * j + 1]))};
+  }
+  // [d, d] of up to 4 super-blocks, zeros for blocks n..3: LoadScalePairs's lanes (which would
+  // read 2 bytes past the last super-block).
+  static __m256 ScalePairs(const uint8_t* const* units, int n) {
+    alignas(16) uint16_t d[8] = {};
+    for (int r = 0; r < n; ++r) {
+      std::memcpy(&d[2 * r], units[r] + offsetof(Block, d), sizeof(uint16_t));
+      d[2 * r + 1] = d[2 * r];
+    }
+    return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(d)));
+  }
+  static __m256 TokenFactors(__m256 ds) {  // [dx, 0]
+    return _mm256_blend_ps(ds, _mm256_setzero_ps(), 0xaa);
+  }
+  static float Os(float) { return 0.0f; }
+};
+
+// ---- Block addressing -------------------------------------------------------------------------
+// Most formats store each 32-value block whole (Block), so block b of a row is the b-th Block.
+// Q6_K stores 8 of them per super-block (F::kBlocksPerUnit): the kernels address the super-block
+// ("unit") and pass the block's index in it to Widen. kBlockChunk is a multiple of every
+// kBlocksPerUnit, so a chunk starts at a unit.
+
+template <class F>
+constexpr int BlocksPerUnit() {
+  if constexpr (requires { F::kBlocksPerUnit; }) {
+    return F::kBlocksPerUnit;
+  } else {
+    return 1;
+  }
+}
+static_assert(kBlockChunk % (kQ6_KValues / kQuantBlock) == 0);
+
+// Byte offset in a row of the unit holding block b.
+template <class F>
+constexpr size_t UnitOffset(int64_t b) {
+  return static_cast<size_t>(b / BlocksPerUnit<F>()) * sizeof(typename F::Block);
+}
+
+// Block b of a row, given its unit.
+template <class F>
+inline WeightI16 WidenAt(const uint8_t* unit, int64_t b) {
+  const auto* block = reinterpret_cast<const typename F::Block*>(unit);
+  if constexpr (BlocksPerUnit<F>() == 1) {
+    return F::Widen(block);
+  } else {
+    return F::Widen(block, static_cast<int>(b % BlocksPerUnit<F>()));
+  }
+}
+
+// [dw0 ow0 dw1 ow1 ...] of up to 4 rows' units.
+template <class F>
+inline __m256 ScalePairsAt(const uint8_t* const* units, int n) {
+  if constexpr (requires { F::ScalePairs(units, n); }) {
+    return F::ScalePairs(units, n);
+  } else {
+    return F::Scales(LoadScalePairs(units, n));
+  }
+}
+
 // ---- Kernels ----------------------------------------------------------------------------------
 // Shared arguments: w is the first block of the tile's first row, rows w_stride bytes apart; x is
 // the first block of the tile's first token, tokens nb blocks apart; out is element (first token,
@@ -110,9 +195,9 @@ struct Q5_0Format {
 // Prefetches the bytes one block step of a kRows-row tile consumes, kPrefetchBytes ahead (rows
 // are contiguous, so that is a later tile; past the matrix end it is the next tensor or nothing,
 // and prefetches never fault).
-template <class Block, int kRows>
+template <class F, int kRows>
 inline void PrefetchStep(const uint8_t* w, int64_t b) {
-  constexpr int kStep = kRows * static_cast<int>(sizeof(Block));
+  constexpr int kStep = kRows * static_cast<int>(sizeof(typename F::Block)) / BlocksPerUnit<F>();
   const uint8_t* p = w + kPrefetchBytes + b * kStep;
   for (int l = 0; l < (kStep + 63) / 64 + 1; ++l) {
     _mm_prefetch(reinterpret_cast<const char*>(p + 64 * l), _MM_HINT_T0);
@@ -121,14 +206,13 @@ inline void PrefetchStep(const uint8_t* w, int64_t b) {
 
 template <class Mac, class F>
 void GemvQuad(const uint8_t* w, size_t w_stride, const BlockQ16_1* x, int64_t nb, float* out) {
-  using Block = typename F::Block;
   __m256 acc = _mm256_setzero_ps();     // [r0 r1 r2 r3 | r0 r1 r2 r3] scaled dots
   __m256 offset = _mm256_setzero_ps();  // odd lane 2r: offset terms of row r
   const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
   for (int64_t b = 0; b < nb; ++b) {
-    PrefetchStep<Block, 4>(w, b);
-    const uint8_t* blocks[4];
-    for (int r = 0; r < 4; ++r) blocks[r] = w + r * w_stride + b * sizeof(Block);
+    PrefetchStep<F, 4>(w, b);
+    const uint8_t* blocks[4];  // the rows' units of block b
+    for (int r = 0; r < 4; ++r) blocks[r] = w + r * w_stride + UnitOffset<F>(b);
     __m256i sums;
     if constexpr (requires { F::Dot4(blocks, x[b].qs); }) {
       // A format's own 4-row dot (the AVX-512 level's Q5_0, matmul_quant_avx512.cc), which
@@ -137,13 +221,13 @@ void GemvQuad(const uint8_t* w, size_t w_stride, const BlockQ16_1* x, int64_t nb
     } else {
       __m256i p[4];
       for (int r = 0; r < 4; ++r) {
-        p[r] = Dot<Mac>(F::Widen(reinterpret_cast<const Block*>(blocks[r])), x[b].qs);
+        p[r] = Dot<Mac>(WidenAt<F>(blocks[r], b), x[b].qs);
       }
       sums = Fold4(p[0], p[1], p[2], p[3]);
     }
     const __m256 dot = _mm256_cvtepi32_ps(sums);
     const __m256 scales =
-        _mm256_mul_ps(F::Scales(LoadScalePairs(blocks, 4)), F::TokenFactors(BroadcastDs(&x[b].d)));
+        _mm256_mul_ps(ScalePairsAt<F>(blocks, 4), F::TokenFactors(BroadcastDs(&x[b].d)));
     if constexpr (F::kOffset) offset = _mm256_add_ps(offset, scales);
     acc = _mm256_fmadd_ps(dot, _mm256_permutevar8x32_ps(scales, even), acc);
   }
@@ -165,7 +249,6 @@ template <class Mac, class F, int kR, int kG>
 void TileQuad(const uint8_t* w, size_t w_stride, const BlockQ16_1* x, int64_t nb, int64_t nbc,
               const GroupFactors* f, int64_t ldf, bool first, float* out, int64_t ldo) {
   static_assert(kR <= 4);
-  using Block = typename F::Block;
   __m256 acc[kR][kG];  // tokens 4g..4g+3 in lanes 0-3 and (other partial sums) 4-7
   for (int r = 0; r < kR; ++r) {
     for (int g = 0; g < kG; ++g) acc[r][g] = _mm256_setzero_ps();
@@ -174,14 +257,14 @@ void TileQuad(const uint8_t* w, size_t w_stride, const BlockQ16_1* x, int64_t nb
     // A decode step of 4-5 sessions streams every weight from DRAM once, as one session's does:
     // without this prefetch a 4-token step took 16.4 ms against 4.0 for one token (2 threads,
     // `streamd bench --sessions 1,2,3,4,5 --decode-steps 30`); with it 10.5 ms.
-    PrefetchStep<Block, kR>(w, b);
+    PrefetchStep<F, kR>(w, b);
     const uint8_t* blocks[kR];
     WeightI16 wq[kR];
     for (int r = 0; r < kR; ++r) {
-      blocks[r] = w + r * w_stride + b * sizeof(Block);
-      wq[r] = F::Widen(reinterpret_cast<const Block*>(blocks[r]));
+      blocks[r] = w + r * w_stride + UnitOffset<F>(b);
+      wq[r] = WidenAt<F>(blocks[r], b);
     }
-    const __m256 pairs = F::Scales(LoadScalePairs(blocks, kR));  // [dw0 ow0 dw1 ow1 ...]
+    const __m256 pairs = ScalePairsAt<F>(blocks, kR);  // [dw0 ow0 dw1 ow1 ...]
     for (int g = 0; g < kG; ++g) {
       const BlockQ16_1* xg = x + 4 * g * nb + b;
       const GroupFactors& fg = f[g * ldf + b];
@@ -216,7 +299,6 @@ template <class Mac, class F, int kR, int kT>
 void Tile(const uint8_t* w, size_t w_stride, const BlockQ16_1* x, int64_t nb, float* out,
           int64_t ldo) {
   static_assert(kR <= 4);
-  using Block = typename F::Block;
   __m256 acc[kR][kT];
   __m256 offset[kT];  // odd lane 2r: offset terms of row r
   for (int t = 0; t < kT; ++t) {
@@ -224,14 +306,14 @@ void Tile(const uint8_t* w, size_t w_stride, const BlockQ16_1* x, int64_t nb, fl
     for (int r = 0; r < kR; ++r) acc[r][t] = _mm256_setzero_ps();
   }
   for (int64_t b = 0; b < nb; ++b) {
-    PrefetchStep<Block, kR>(w, b);  // every token count: 2 tokens took 12.3 ms a step without
+    PrefetchStep<F, kR>(w, b);  // every token count: 2 tokens took 12.3 ms a step without
     const uint8_t* blocks[kR];
     WeightI16 wq[kR];
     for (int r = 0; r < kR; ++r) {
-      blocks[r] = w + r * w_stride + b * sizeof(Block);
-      wq[r] = F::Widen(reinterpret_cast<const Block*>(blocks[r]));
+      blocks[r] = w + r * w_stride + UnitOffset<F>(b);
+      wq[r] = WidenAt<F>(blocks[r], b);
     }
-    const __m256 pairs = F::Scales(LoadScalePairs(blocks, kR));
+    const __m256 pairs = ScalePairsAt<F>(blocks, kR);
     for (int t = 0; t < kT; ++t) {
       const BlockQ16_1& xb = x[t * nb + b];
       const __m256 scales = _mm256_mul_ps(pairs, F::TokenFactors(BroadcastDs(&xb.d)));
@@ -322,8 +404,7 @@ void MatMulQuad(const uint8_t* w, size_t w_row_bytes, int64_t nb, const BlockQ16
         }
       }
       for (int64_t r0 = row_begin; r0 < quad_end; r0 += kR) {
-        const uint8_t* wr = w + static_cast<size_t>(r0) * w_row_bytes +
-                            static_cast<size_t>(kb0) * sizeof(typename F::Block);
+        const uint8_t* wr = w + static_cast<size_t>(r0) * w_row_bytes + UnitOffset<F>(kb0);
         for (int64_t t0 = c0; t0 < c1;) {
           const BlockQ16_1* x = xq + t0 * nb + kb0;
           const GroupFactors* f = factors + (t0 - c0) / 4 * kBlockChunk;

@@ -38,6 +38,7 @@ namespace {
 using internal::IsQuantized;
 using testing::RandomActivations;
 using testing::RandomWeights;
+using testing::RefHalf;
 using testing::ScopedIsa;
 using testing::SeedTrace;
 using testing::SupportedIsas;
@@ -62,8 +63,15 @@ const char* TypeName(WeightType t) {
       return "Q8_0";
     case WeightType::kQ5_0:
       return "Q5_0";
+    case WeightType::kQ6_K:
+      return "Q6_K";
   }
   return "?";
+}
+
+// k for a test of `type`: Q6_K rows are whole super-blocks of 256 values, so its k is rounded up.
+int64_t KFor(WeightType type, int64_t k) {
+  return type == WeightType::kQ6_K ? (k + kQ6_KValues - 1) / kQ6_KValues * kQ6_KValues : k;
 }
 
 struct Reference {
@@ -145,7 +153,11 @@ TEST_P(MatMulTest, MatchesReferenceOnAwkwardShapes) {
   const uint64_t seed = TestSeed();
   SCOPED_TRACE(SeedTrace(seed));
   std::mt19937_64 rng(seed);
-  for (int64_t k : {32, 64, 576, 1536}) {
+  // Q6_K's rows are whole super-blocks: 256, 512, 768 and 1536 (two block chunks).
+  const std::vector<int64_t> ks = type == WeightType::kQ6_K
+                                      ? std::vector<int64_t>{256, 512, 768, 1536}
+                                      : std::vector<int64_t>{32, 64, 576, 1536};
+  for (int64_t k : ks) {
     for (int64_t rows : {1, 3, 7, 83, 769}) {
       const Weights wt = RandomWeights(type, rows, k, rng);
       // 16+ tokens go through the tokens-in-lanes kernel in chunks of 16 (12-15 padded), the rest
@@ -227,7 +239,7 @@ TEST_P(MatMulTest, LargeTokenCountMatchesPortable) {
   const uint64_t seed = TestSeed();
   SCOPED_TRACE(SeedTrace(seed));
   std::mt19937_64 rng(seed);
-  const int64_t k = 576, rows = 37, n = 300;
+  const int64_t k = KFor(type, 576), rows = 37, n = 300;
   const Weights wt = RandomWeights(type, rows, k, rng);
   const std::vector<float> x = RandomActivations(n, k, k, rng);
   const Reference ref = ComputeReference(wt, x.data(), k, n);
@@ -261,7 +273,7 @@ TEST_P(MatMulTest, NonFiniteActivationsPropagateToTheirTokenOnly) {
   const uint64_t seed = TestSeed();
   SCOPED_TRACE(SeedTrace(seed));
   std::mt19937_64 rng(seed);
-  const int64_t k = 576, rows = 19;
+  const int64_t k = KFor(type, 576), rows = 19;
   const Weights wt = RandomWeights(type, rows, k, rng);
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), INFINITY}) {
     for (int64_t n : {9, 21}) {
@@ -304,10 +316,87 @@ TEST_P(MatMulTest, DequantizeRowMatchesIndependentDecode) {
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
                          ::testing::Values(WeightType::kF32, WeightType::kF16, WeightType::kBF16,
                                            WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ8_0,
-                                           WeightType::kQ5_0),
+                                           WeightType::kQ5_0, WeightType::kQ6_K),
                          [](const ::testing::TestParamInfo<WeightType>& param) {
                            return std::string(TypeName(param.param));
                          });
+
+// Q6_K's largest products: every value q - 32 = -32 with scale -128 (4096 as i16) against
+// activations at +-kQ16Max, so one block's i32 sum is +-32 * 4096 * 2047 (< 2^28, past f32's
+// exact 2^24). Every level must stay within f32 rounding of the exact product: a wrapped i16 or
+// i32 would be off by far more.
+TEST(Q6_KTest, LargestValuesAndScalesStayExactInI32) {
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  const int64_t k = 1536, rows = 13, nb = k / kQuantBlock;
+  Weights wt = RandomWeights(WeightType::kQ6_K, rows, k, rng);
+  std::vector<double> d(rows * (k / kQ6_KValues));  // each super-block's d
+  for (int64_t r = 0; r < rows; ++r) {
+    auto* s = reinterpret_cast<BlockQ6_K*>(wt.data.data() + r * wt.row_bytes);
+    for (int64_t i = 0; i < k / kQ6_KValues; ++i) {
+      std::memset(s[i].ql, 0, sizeof s[i].ql);  // q = 0: the value -32
+      std::memset(s[i].qh, 0, sizeof s[i].qh);
+      std::memset(s[i].sc, 0x80, sizeof s[i].sc);  // -128
+      d[r * (k / kQ6_KValues) + i] = RefHalf(s[i].d);
+    }
+  }
+  for (int64_t n : {1, 5, 16, 19}) {
+    SCOPED_TRACE(::testing::Message() << "n_tokens=" << n);
+    // +-1 with a random sign per block: each block quantizes to +-2047 exactly.
+    std::vector<float> x(n * k);
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t b = 0; b < nb; ++b) {
+        const float v = (rng() & 1) ? 1.0f : -1.0f;
+        std::fill(x.begin() + t * k + b * kQuantBlock, x.begin() + t * k + (b + 1) * kQuantBlock,
+                  v);
+      }
+    }
+    for (Isa isa : SupportedIsas()) {
+      SCOPED_TRACE(IsaName(isa));
+      ScopedIsa scoped(isa);
+      const std::vector<uint8_t> xq = Prepare(WeightType::kQ6_K, x, k, k, n);
+      const std::vector<float> out = RunProduct(wt, xq.data(), n, rows);
+      for (int64_t t = 0; t < n; ++t) {
+        for (int64_t r = 0; r < rows; ++r) {
+          double exact = 0.0, abs_sum = 0.0;
+          for (int64_t j = 0; j < k; ++j) {
+            const double w = 4096.0 * d[r * (k / kQ6_KValues) + j / kQ6_KValues];
+            exact += w * x[t * k + j];
+            abs_sum += std::fabs(w);
+          }
+          ASSERT_NEAR(out[t * rows + r], exact, (2.0 * nb + 8.0) * 0x1p-24 * abs_sum)
+              << "t=" << t << " r=" << r;
+        }
+      }
+    }
+  }
+}
+
+// At the AVX-512 VNNI level a product of 2-5 tokens (a decode step of up to 5 sessions) widens
+// each Q6_K half super-block once for all its tokens, and computes every token as the 1-token
+// product does: each token gets the bits it would get alone, tail rows (Tile) included.
+TEST(Q6_KTest, SmallBatchesGiveEachTokenItsOneTokenBits) {
+  if (!IsaSupported(Isa::kAvx512Vnni)) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  ScopedIsa scoped(Isa::kAvx512Vnni);
+  const int64_t k = 1536, rows = 83, nb = k / kQuantBlock;
+  const Weights wt = RandomWeights(WeightType::kQ6_K, rows, k, rng);
+  for (int64_t n : {2, 3, 4, 5, 21}) {  // 21 = 16 in the lanes + 5 left
+    SCOPED_TRACE(::testing::Message() << "n_tokens=" << n);
+    const std::vector<float> x = RandomActivations(n, k, k, rng);
+    const std::vector<uint8_t> xq = Prepare(WeightType::kQ6_K, x, k, k, n);
+    const std::vector<float> batch = RunProduct(wt, xq.data(), n, rows);
+    for (int64_t t = (n > 16 ? 16 : 0); t < n; ++t) {
+      const std::vector<float> alone =
+          RunProduct(wt, xq.data() + static_cast<size_t>(t * nb) * sizeof(BlockQ16_1), 1, rows);
+      ASSERT_EQ(std::memcmp(alone.data(), batch.data() + t * rows, rows * sizeof(float)), 0)
+          << "token " << t;
+    }
+  }
+}
 
 // AMX splits each activation q into a signed and an unsigned part: q = 16 * hi + (q & 15) against
 // 4-bit weights, q = 256 * hi + (q & 255) against Q8_0. The values where the splits carry or

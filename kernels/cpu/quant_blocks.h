@@ -6,6 +6,8 @@
 //   Q8_0: x = d * q,              q in [-128,127]; d f16.        34 bytes
 //   Q5_0: x = d * (q - 16),       q in [0,31]: the nibble as Q4_0's, bit 4 of value j at bit j
 //         of qh (little-endian); d f16.                          22 bytes
+//   Q6_K: super-blocks of 256 values (8 of the 32-value blocks), x = d * sc * (q - 32) with q in
+//         [0,63] and one i8 sc per 16 values; d f16.  210 bytes (BlockQ6_K, below)
 //   Q16_1: x = d * q, s = d*sum(q), q in [-2047,2047] stored as i16; d, s f32.  72 bytes
 //          (activations only; not a GGUF type: s lets Q4_1 add m*sum(x) and Q4_0 subtract
 //          8*sum(x) in one multiply; 12-bit values, see matmul.h on precision)
@@ -38,6 +40,16 @@ struct BlockQ8_0 {
   uint16_t d;  // f16 scale
   int8_t qs[kQuantBlock];
 };
+// GGUF's Q6_K super-block of kQ6_KValues values. Value 128 n + 32 j + l (half n in 0-1, quarter
+// j in 0-3, l in 0-31): low 4 bits in ql[64 n + 32 (j & 1) + l] (low nibble for j < 2, high for
+// j >= 2), high 2 bits at bits 2 j, 2 j + 1 of qh[32 n + l], scale sc[8 n + 2 j + l / 16].
+inline constexpr int kQ6_KValues = 256;
+struct BlockQ6_K {
+  uint8_t ql[kQ6_KValues / 2];
+  uint8_t qh[kQ6_KValues / 4];
+  int8_t sc[kQ6_KValues / 16];
+  uint16_t d;  // f16 super-block scale
+};
 // 12-bit activations in i16: 8-bit ones (ggml's Q8_1) flipped the argmax of SmolLM2-135M Q4_1 at
 // ~2.7% of positions versus exact arithmetic on the same weights; 12 bits at 0.1% (see matmul.h).
 inline constexpr int kQ16Max = 2047;
@@ -60,6 +72,7 @@ static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ5_0) == 22);
+static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ16_1) == 72);
 static_assert(sizeof(BlockQ8A) == 40);
 

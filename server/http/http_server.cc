@@ -9,6 +9,7 @@
 
 #include "server/http/http_errors.h"
 #include "server/http/openai_response.h"
+#include "server/http/socket_aware_server.h"
 #include "server/https_tls.h"
 
 namespace streamd::http {
@@ -56,7 +57,7 @@ std::string_view HttpRouteLabel(std::string_view path) {
 struct HttpServer::Impl {
   Impl(const HttpServerOptions& o, HttpSessions& sessions, std::string* tls_error)
       : options(o),
-        server(o.cert_file.empty() ? std::make_unique<httplib::Server>()
+        server(o.cert_file.empty() ? std::make_unique<SocketAwareServer>()
                                    : std::unique_ptr<httplib::Server>(server::MakeHttpsServer(
                                          {o.cert_file, o.key_file, o.client_ca_file}, tls_error))),
         ctx{sessions, o.limits, o.max_queued_tokens, NowSeconds(), &in_flight} {}

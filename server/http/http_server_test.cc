@@ -61,6 +61,7 @@ class ScriptedSession : public Session {
     std::lock_guard<std::mutex> lock(j_.mu);
     j_.appended.emplace_back(role, text);
     j_.context[id_] += 10;
+    j_.cv.notify_all();  // tests wait for the request to reach its session
     return OkStatus();
   }
   Status Generate(const GenerateParams& p, GenerationCallbacks cb) override {
@@ -167,6 +168,31 @@ class HttpServerTest : public ::testing::Test {
   }
   httplib::Result Chat(const std::string& body, const httplib::Headers& headers = {}) {
     return client_->Post("/v1/chat/completions", headers, body, "application/json");
+  }
+  // A connection of the test's own that has sent `bytes`, so that the test can pipeline requests
+  // or close the connection whenever it likes (httplib's client can do neither): the socket, or
+  // -1 (the failure added to the test) when it could not connect or send. Its reads time out
+  // after 10 s, so that a server that never answers fails the test instead of hanging it.
+  int SendRaw(const std::string& bytes) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const timeval timeout{10, 0};
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout)) != 0 ||
+        connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        write(fd, bytes.data(), bytes.size()) != static_cast<ssize_t>(bytes.size())) {
+      ADD_FAILURE() << "cannot send a request to port " << server_->port();
+      if (fd >= 0) close(fd);
+      return -1;
+    }
+    return fd;
+  }
+  // The POST of `body` to `path`, on a connection of its own (SendRaw).
+  int PostRaw(const std::string& path, const std::string& body) {
+    return SendRaw("POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                   std::to_string(body.size()) + "\r\n\r\n" + body);
   }
   // Waits until `pred` holds on the journal.
   template <typename Pred>
@@ -333,16 +359,9 @@ TEST_F(HttpServerTest, BodiesOverTheLimitAre413) {
 
 TEST_F(HttpServerTest, ClientLeavingMidStreamCancelsAndClosesTheSession) {
   journal_.endless = true;
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  const std::string body = R"({"messages": [{"role": "user", "content": "Hi"}], "stream": true})";
-  const std::string request = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
-                              std::to_string(body.size()) + "\r\n\r\n" + body;
-  ASSERT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  const int fd = PostRaw("/v1/chat/completions",
+                         R"({"messages": [{"role": "user", "content": "Hi"}], "stream": true})");
+  ASSERT_GE(fd, 0);
   std::string got;
   char buf[4096];
   while (got.find("\"content\":\"lo\"") == std::string::npos) {
@@ -390,18 +409,10 @@ TEST_F(HttpServerTest, EveryAnswerIsCountedByRouteAndStatus) {
 
 TEST_F(HttpServerTest, ClientLeavingBeforeAWholeAnswerCancelsAndClosesTheSession) {
   journal_.endless = true;
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
   // Not streamed: nothing is written to the client until the generation ends, so only a look at
   // the connection can tell that the client left.
-  const std::string body = R"({"messages": [{"role": "user", "content": "Hi"}]})";
-  const std::string request = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
-                              std::to_string(body.size()) + "\r\n\r\n" + body;
-  ASSERT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  const int fd = PostRaw("/v1/chat/completions", kHi);
+  ASSERT_GE(fd, 0);
   ASSERT_TRUE(Eventually([](Journal& journal) { return !journal.appended.empty(); }));
   // Generating (well past the first look at the client), nobody cancelled it yet.
   std::this_thread::sleep_for(2 * Answer::kClientCheck);
@@ -417,22 +428,34 @@ TEST_F(HttpServerTest, ClientLeavingBeforeAWholeAnswerCancelsAndClosesTheSession
 
 TEST_F(HttpServerTest, ClientLeavingBeforeAWholeResponseCancelsIt) {
   journal_.endless = true;
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  const std::string body = R"({"input": "Hi"})";
-  const std::string request =
-      "POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
-      "\r\n\r\n" + body;
-  ASSERT_EQ(write(fd, request.data(), request.size()), static_cast<ssize_t>(request.size()));
+  const int fd = PostRaw("/v1/responses", R"({"input": "Hi"})");
+  ASSERT_GE(fd, 0);
   ASSERT_TRUE(Eventually([](Journal& journal) { return !journal.appended.empty(); }));
   close(fd);
   // A lasting session: cancelled, then detached (not closed), resumable by its response id.
   EXPECT_TRUE(
       Eventually([](Journal& journal) { return journal.cancelled >= 1 && journal.detached == 1; }));
+}
+
+// The server reads a connection's requests itself (SocketAwareServer): requests sent back to
+// back on one kept-alive connection are each answered, in order, and "Connection: close" ends it.
+TEST_F(HttpServerTest, PipelinedRequestsOnOneConnectionAreEachAnswered) {
+  const std::string get = "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::string last = "GET /v1/nothing-here HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  const int fd = SendRaw(get + get + last);
+  ASSERT_GE(fd, 0);
+  std::string got;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) got.append(buf, static_cast<size_t>(n));
+  close(fd);
+  EXPECT_EQ(n, 0) << "the server did not close the connection after \"Connection: close\"";
+  std::vector<std::string> statuses;
+  for (size_t at = got.find("HTTP/1.1 "); at != std::string::npos;
+       at = got.find("HTTP/1.1 ", at + 1)) {
+    statuses.push_back(got.substr(at + 9, 3));
+  }
+  EXPECT_EQ(statuses, (std::vector<std::string>{"200", "200", "404"})) << got;
 }
 
 }  // namespace

@@ -126,7 +126,7 @@ void HandleResponses(const HttpContext& ctx, const HttpCaller& caller, const htt
   if (!r.stream) {
     // The answer is written only at its end: a client that left meanwhile is noticed by
     // looking at its connection, and its generation cancelled.
-    ClientConnection client(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
+    const ClientConnection client(req);
     Answer::Whole whole = answer->Collect([&client] { return client.Gone(); });
     if (whole.end.reason == DoneReason::kCancelled || whole.end.reason == DoneReason::kError) {
       answer->Finish(whole.text);

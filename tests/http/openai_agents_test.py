@@ -4,18 +4,16 @@ local server: the Runner over the Responses API, each turn continuing the last w
 previous_response_id (streamd keeps the session, so only the new input is prefilled), and the
 Runner over Chat Completions, re-sending the history it keeps (to_input_list) every turn.
 
-Environment: STREAMD_BINARY, STREAMD_MODEL (as openai_e2e_test.py, whose Daemon it uses).
+Environment: STREAMD_BINARY, STREAMD_MODEL (streamd_daemon.py starts the daemon).
 """
 
-import shutil
-import tempfile
 import unittest
 
 import openai
 from agents import (Agent, ModelSettings, OpenAIChatCompletionsModel, OpenAIResponsesModel,
                     Runner, set_tracing_disabled)
 
-from openai_e2e_test import Daemon
+from streamd_daemon import DaemonTest
 
 # Nothing leaves the machine: the SDK would otherwise upload traces to OpenAI.
 set_tracing_disabled(True)
@@ -25,22 +23,13 @@ TURNS = ["Name a color.", "Name another one.", "Which of the two is darker?"]
 SETTINGS = ModelSettings(temperature=0, max_tokens=200)
 
 
-class AgentLoopTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="streamd-agents-")
-        cls.daemon = Daemon(cls.tmp)
+class AgentLoopTest(DaemonTest):
+    tmp_prefix = "streamd-agents-"
 
     def client(self):
         # One per run: Runner.run_sync runs each turn in an event loop of its own, and a client's
         # connections belong to the loop that opened them.
         return openai.AsyncOpenAI(base_url=self.daemon.url, api_key="none")
-
-    @classmethod
-    def tearDownClass(cls):
-        code = cls.daemon.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-        assert code == 0, "streamd exited %s after SIGTERM" % code
 
     def test_responses_loop_continues_one_session(self):
         previous = None

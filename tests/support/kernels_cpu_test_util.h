@@ -3,6 +3,7 @@
 // random weights (with an independent decode, for references) and activations.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -12,8 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/dequantize_reference.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/quant_blocks.h"
+#include "kernels/cpu/random_quant_blocks.h"
 
 namespace streamd::kernels::cpu::testing {
 
@@ -170,6 +173,25 @@ inline Weights RandomWeights(WeightType type, int64_t rows, int64_t k, std::mt19
           }
         }
         break;
+      case WeightType::kQ6_K: {
+        // Random super-blocks (every quant, i8 scale and bit pattern reachable) decoded by the
+        // plain reference dequantizer, which equals the gguf package's numpy.
+        const int64_t n_super = k / kQ6_KValues;
+        const std::vector<uint8_t> blocks =
+            RandomBlocks(ConvertedQuant::kQ6_K, n_super, rng, /*amax=*/0.5f);
+        std::memcpy(row, blocks.data(), blocks.size());
+        std::vector<float> decoded(static_cast<size_t>(k));
+        DequantizeReference(ConvertedQuant::kQ6_K, row, n_super, decoded.data());
+        for (int64_t j = 0; j < k; ++j) w[j] = decoded[j];
+        // A block's quantum: |d| times its larger |scale|.
+        for (int64_t b = 0; b < nb; ++b) {
+          const auto& s = reinterpret_cast<const BlockQ6_K*>(row)[b / 8];
+          const int first = 8 * static_cast<int>(b % 8 / 4) + 2 * static_cast<int>(b % 4);
+          wt.d_abs[r * nb + b] =
+              std::fabs(RefHalf(s.d)) * std::max(std::abs(s.sc[first]), std::abs(s.sc[first + 1]));
+        }
+        break;
+      }
     }
   }
   return wt;

@@ -24,43 +24,17 @@
 # generation stops early). Decode cost per token does not depend on which tokens they are.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-model="${1:-${STREAMD_MODEL:-$HOME/.cache/streamd/models/SmolLM2-135M-Instruct.Q4_1.gguf}}"
+# shellcheck source=tools/bench/overhead_common.sh
+source tools/bench/overhead_common.sh
+overhead_init grpc_overhead "${1:-}"
 SESSIONS="${SESSIONS:-1,16}" P="${P:-128}" G="${G:-64}" T="${T:-2}" B="${B:-512}"
 ROUNDS="${ROUNDS:-3}" SPIN="${SPIN:-on}"
-build="${BUILD:-build}"
-streamd="$build/tools/streamd"
-load="$build/tests/e2e/grpc_load"
-for bin in "$streamd" "$load"; do
-  if [ ! -x "$bin" ]; then
-    echo "grpc_overhead: $bin not found; build it: cmake --build $build --target streamd grpc_load" >&2
-    exit 1
-  fi
-done
-[ -f "$model" ] || { echo "grpc_overhead: no model at $model (scripts/fetch-model.sh)" >&2; exit 1; }
-
-out="${OUT:-$(mktemp -d)}"
-mkdir -p "$out"
 rm -f "$out/bench.jsonl" "$out/grpc.jsonl" "$out/load.txt"
 
-# The prompt: P token ids of prose (BOS is the server's business: tokenize without it).
-if [ -n "${PROMPT_FILE:-}" ]; then
-  cp "$PROMPT_FILE" "$out/prompt.txt"
-else
-  # 400 lines, about 5,000 tokens: enough for P up to that.
-  sed -n '/It is a truth universally acknowledged/,+400p' ../shared/data/pride-and-prejudice.txt \
-    >"$out/prompt.txt"
-fi
+# The prompt: P token ids of prose (BOS is the server's business: tokenize without it); by
+# default 400 lines, about 5,000 tokens: enough for P up to that.
+overhead_prompt 400
 "$streamd" tokenize --model "$model" --no-bos --file "$out/prompt.txt" >"$out/prompt-ids.json"
-
-daemon_pid=""
-stop_daemon() {
-  if [ -n "$daemon_pid" ]; then
-    kill -TERM "$daemon_pid" 2>/dev/null || true
-    wait "$daemon_pid" 2>/dev/null || true
-    daemon_pid=""
-  fi
-}
-trap stop_daemon EXIT
 
 omp_env=()
 if [ "$SPIN" = off ]; then omp_env=(OMP_WAIT_POLICY=passive); fi
@@ -82,25 +56,13 @@ run_bench() {
   "${bench_cmd[@]}" | tail -n 1 >>"$out/bench.jsonl"
 }
 run_grpc() {
-  rm -f "$out/port"
-  "${serve_cmd[@]}" >"$out/serve.log" 2>&1 &
-  daemon_pid=$!
-  for _ in $(seq 600); do
-    [ -s "$out/port" ] && break
-    kill -0 "$daemon_pid" 2>/dev/null || { cat "$out/serve.log" >&2; exit 1; }
-    sleep 0.2
-  done
-  [ -s "$out/port" ] || { echo "grpc_overhead: the daemon did not listen" >&2; exit 1; }
+  start_daemon
   "${load_cmd[@]}" --address "127.0.0.1:$(cat "$out/port")" --server-pid "$daemon_pid" |
     tail -n 1 >>"$out/grpc.jsonl"
   stop_daemon
 }
 
-for round in $(seq "$ROUNDS"); do
-  echo "round $round: $(uptime)" | tee -a "$out/load.txt"
-  if [ $((round % 2)) -eq 1 ]; then run_bench; run_grpc; else run_grpc; run_bench; fi
-done
-echo "end: $(uptime)" | tee -a "$out/load.txt"
+alternate_rounds run_bench run_grpc
 
 python3 - "$out/bench.jsonl" "$out/grpc.jsonl" "$G" <<'PY'
 import json, statistics, sys

@@ -19,36 +19,13 @@
 #      Prejudice from ../shared/data, which SmolLM2 answers for more than 64 tokens)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-model="${1:-${STREAMD_MODEL:-$HOME/.cache/streamd/models/SmolLM2-135M-Instruct.Q4_1.gguf}}"
+# shellcheck source=tools/bench/overhead_common.sh
+source tools/bench/overhead_common.sh
+overhead_init http_overhead "${1:-}"
 SESSIONS="${SESSIONS:-1,16}" G="${G:-64}" T="${T:-2}" ROUNDS="${ROUNDS:-5}" REPS="${REPS:-2}"
-build="${BUILD:-build}"
-streamd="$build/tools/streamd"
-load="$build/tests/e2e/grpc_load"
-for bin in "$streamd" "$load"; do
-  [ -x "$bin" ] || { echo "http_overhead: no $bin; cmake --build $build --target streamd grpc_load" >&2; exit 1; }
-done
-[ -f "$model" ] || { echo "http_overhead: no model at $model (scripts/fetch-model.sh)" >&2; exit 1; }
-out="${OUT:-$(mktemp -d)}"
-mkdir -p "$out"
 rm -f "$out/grpc.jsonl" "$out/http.jsonl" "$out/load.txt"
+overhead_prompt 6 "Continue this story in the same style:"
 
-if [ -n "${PROMPT_FILE:-}" ]; then
-  cp "$PROMPT_FILE" "$out/prompt.txt"
-else
-  { echo "Continue this story in the same style:"; echo
-    sed -n '/It is a truth universally acknowledged/,+6p' ../shared/data/pride-and-prejudice.txt
-  } >"$out/prompt.txt"
-fi
-
-daemon_pid=""
-stop_daemon() {
-  if [ -n "$daemon_pid" ]; then
-    kill -TERM "$daemon_pid" 2>/dev/null || true
-    wait "$daemon_pid" 2>/dev/null || true
-    daemon_pid=""
-  fi
-}
-trap stop_daemon EXIT
 hport="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
 serve_cmd=("$streamd" serve --model.path="$model" --server.listen_address=127.0.0.1:0
   --server.metrics_address=127.0.0.1:0 --server.http_address="127.0.0.1:$hport"
@@ -64,17 +41,6 @@ http_cmd=(python3 tools/bench/http_load.py --port "$hport" --prompt-text "$out/p
   echo "HTTP:   ${http_cmd[*]} --server-pid PID"
 } | tee "$out/commands.txt"
 
-start_daemon() {
-  rm -f "$out/port"
-  "${serve_cmd[@]}" >"$out/serve.log" 2>&1 &
-  daemon_pid=$!
-  for _ in $(seq 600); do
-    [ -s "$out/port" ] && break
-    kill -0 "$daemon_pid" 2>/dev/null || { cat "$out/serve.log" >&2; exit 1; }
-    sleep 0.2
-  done
-  [ -s "$out/port" ] || { echo "http_overhead: the daemon did not listen" >&2; exit 1; }
-}
 run_grpc() {
   "${grpc_cmd[@]}" --address "127.0.0.1:$(cat "$out/port")" --server-pid "$daemon_pid" |
     tail -n 1 >>"$out/grpc.jsonl"
@@ -83,13 +49,7 @@ run_http() {
   "${http_cmd[@]}" --server-pid "$daemon_pid" | tail -n 1 >>"$out/http.jsonl"
 }
 
-for round in $(seq "$ROUNDS"); do
-  echo "round $round: $(date -u +%FT%TZ) $(uptime)" | tee -a "$out/load.txt"
-  start_daemon
-  if [ $((round % 2)) -eq 1 ]; then run_grpc; run_http; else run_http; run_grpc; fi
-  stop_daemon
-done
-echo "end: $(date -u +%FT%TZ) $(uptime)" | tee -a "$out/load.txt"
+DAEMON_PER_ROUND=1 alternate_rounds run_grpc run_http
 
 python3 - "$out/grpc.jsonl" "$out/http.jsonl" "$G" <<'PY'
 import json, statistics, sys

@@ -29,7 +29,6 @@ gguf.quants.dequantize of the source), and that its tokens equal those of
 """
 
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -38,12 +37,8 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import make_fixtures as mf  # noqa: E402  (also imports llama_cpp)
-import dequantize_model as dq  # noqa: E402
-
-import llama_cpp  # noqa: E402
-from llama_cpp import Llama  # noqa: E402
+import dequantize_model as dq
+import fixture_util as fu
 
 GGML_TYPE_F32 = 0
 GREEDY_OUT_NAME = "smollm2_greedy_f32.json"
@@ -59,30 +54,20 @@ def main():
         help="the quantized source model")
     ap.add_argument("--f32-model", required=True,
                     help="dequantize_model.py output for --model")
-    ap.add_argument("--book", default="/work/shared/data/pride-and-prejudice.txt")
-    ap.add_argument("--out", default="tests/fixtures")
-    ap.add_argument("--threads", type=int, default=2)
+    fu.add_common_args(ap)
     args = ap.parse_args()
     t0 = time.time()
-    mf.disable_extra_buffer_types()  # see make_fixtures.py / docs/REFERENCE.md
-
-    if llama_cpp.__version__ != mf.REF_VERSION:
-        sys.exit(f"expected llama-cpp-python {mf.REF_VERSION}, got {llama_cpp.__version__}")
+    fu.start()  # repacking off: see fixture_util.py / docs/REFERENCE.md
     dq.verify(args.model, args.f32_model)
-    with open(args.book, "rb") as f:
-        book = f.read()
-    sysinfo = llama_cpp.llama_print_system_info().decode().strip()
+    book = fu.read_book(args.book)
 
-    n = mf.PPL_TOKENS
-    llm = Llama(args.f32_model, n_ctx=n, n_batch=n, n_ubatch=512,
-                logits_all=True, n_threads=args.threads, n_threads_batch=args.threads,
-                flash_attn=False, type_k=GGML_TYPE_F32, type_v=GGML_TYPE_F32,
-                verbose=False)
+    n = fu.PPL_TOKENS
+    llm = fu.dense_llama(args.f32_model, n, args.threads, type_k=GGML_TYPE_F32,
+                         type_v=GGML_TYPE_F32)
     assert llm.context_params.type_k == GGML_TYPE_F32
     assert llm.context_params.type_v == GGML_TYPE_F32
     assert llm.metadata.get("general.file_type") == "0"
-    tokens = mf.tok(llm, book, False, False)[:n]
-    assert len(tokens) == n
+    tokens = fu.book_tokens(llm, book, n)
 
     q_path = os.path.join(args.out, Q_FIXTURE)
     q_fx = None
@@ -92,15 +77,13 @@ def main():
         if q_fx["tokens"] != tokens:
             sys.exit(f"tokens differ from {q_path}")
 
-    nll, argmax, gap, ppl = mf.dense_scores(llm, tokens)
+    nll, argmax, gap, ppl = fu.dense_scores(llm, tokens)
     obj = {
-        "model": os.path.basename(args.model),
-        "model_sha256": mf.sha256_file(args.model),
+        **fu.model_fields(args.model),
         "weights": "f32 dequantization of model",
         "f32_model": os.path.basename(args.f32_model),
-        "f32_model_sha256": mf.sha256_file(args.f32_model),
-        "reference": (f"llama.cpp via llama-cpp-python {mf.REF_VERSION}, run on the F32 "
-                      f"dequantization of the same Q4_1 weights"),
+        "f32_model_sha256": fu.sha256_file(args.f32_model),
+        "reference": f"{fu.REFERENCE}, run on the F32 dequantization of the same Q4_1 weights",
         "reference_note": (
             "Every tensor of `model` was dequantized to F32 exactly as ggml does "
             "(Q4_1: d*q + m, Q8_0: d*q, f16 d/m widened to f32; bit-identical to "
@@ -111,23 +94,16 @@ def main():
             "llama.cpp's f32 evaluation of the function the Q4_1 weights define; "
             "smollm2_pride_2048.json is the same pass with llama.cpp's default "
             "quantized-activation CPU path and f16 K/V."),
-        "source": "pride-and-prejudice.txt",
-        "source_sha256": hashlib.sha256(book).hexdigest(),
-        "definition": mf.PPL_DEFINITION,
+        **fu.source_fields(book),
+        "definition": fu.PPL_DEFINITION,
         "llama_cpp_settings": {
             "n_ctx": n, "n_batch": n, "n_ubatch": 512,
             "logits_all": True, "weights_type": "f32",
             "kv_cache_type": "f32", "type_k": GGML_TYPE_F32, "type_v": GGML_TYPE_F32,
             "flash_attn": False, "n_threads": args.threads, "use_extra_bufts": False,
-            "system_info": sysinfo,
+            "system_info": fu.system_info(),
         },
-        "n_tokens": n,
-        "ppl": ppl,
-        "mean_nll": float(nll.mean()),
-        "tokens": tokens,
-        "argmax": [int(a) for a in argmax],
-        "argmax_gap": [mf.sig4(g) for g in gap],
-        "nll": [mf.sig6(v) for v in nll],
+        **fu.scores_fields(nll, argmax, gap, ppl, tokens),
     }
     if q_fx is not None:
         agree = int((np.array(q_fx["argmax"]) == argmax).sum())
@@ -137,14 +113,14 @@ def main():
         }
         print(f"argmax agreement with {Q_FIXTURE}: {agree}/{n - 1} "
               f"({agree / (n - 1):.4%}); its ppl {q_fx['ppl']:.6f}", file=sys.stderr)
-    mf.write_json(os.path.join(args.out, OUT_NAME), obj)
+    fu.write_json(os.path.join(args.out, OUT_NAME), obj)
     # Greedy continuations of the same prompts as smollm2_greedy.json, on the exact weights.
     greedy = {k: obj[k] for k in ("model", "model_sha256", "weights", "f32_model",
                                    "f32_model_sha256", "reference", "llama_cpp_settings")}
     greedy["definition"] = ("as in smollm2_greedy.json, on the F32 dequantization with an "
                             "F32 K/V cache")
-    greedy["cases"] = mf.greedy_cases(llm)
-    mf.write_json(os.path.join(args.out, GREEDY_OUT_NAME), greedy)
+    greedy["cases"] = fu.greedy_cases(llm)
+    fu.write_json(os.path.join(args.out, GREEDY_OUT_NAME), greedy)
     print(f"ppl = {ppl:.6f} (mean nll {math.log(ppl):.6f}); "
           f"{time.time() - t0:.1f} s", file=sys.stderr)
 
