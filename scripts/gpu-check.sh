@@ -101,7 +101,7 @@ TESTS="not run"
 if [[ $BUILD_OK == yes ]]; then
   run gpu-tests 200 ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 180 &&
     TESTS_OK=yes
-  run backend-test 30 "$BUILD/engine/backend/backend_test" || TESTS_OK=no
+  run backend-test 30 "$BUILD/engine/backends/backend_test" || TESTS_OK=no
   TESTS=$(grep -E "tests passed|tests failed" "$OUT_DIR/gpu-tests.log" | tail -1)
   SKIPPED=$(grep -cE "Test +#[0-9]+: .*Skipped" "$OUT_DIR/gpu-tests.log" || true)
   [[ -n "$TESTS" ]] && TESTS="$TESTS; $SKIPPED of them skipped" || TESTS="did not finish"

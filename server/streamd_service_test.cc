@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/model/synthetic_model.h"
+#include "engine/backends/cpu/synthetic_model.h"
 #include "engine/tokenizer/chat_template.h"
 #include "server/grpc_server.h"
 #include "streamd/v1/streamd.grpc.pb.h"

@@ -19,9 +19,9 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "engine/backends/cpu/llama_model.h"
 #include "engine/cache/session_cache.h"
 #include "engine/core/step_runner.h"
-#include "engine/model/llama_model.h"
 #include "tests/support/golden_util.h"
 #include "tests/test_env.h"
 

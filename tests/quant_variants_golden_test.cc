@@ -27,9 +27,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/backends/cpu/llama_model.h"
 #include "engine/cache/session_cache.h"
 #include "engine/gguf/gguf_file.h"
-#include "engine/model/llama_model.h"
 #include "tests/support/golden_util.h"
 
 namespace streamd::testing {

@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/backends/cpu/llama_model.h"
 #include "engine/cache/session_cache.h"
-#include "engine/model/llama_model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tests/support/golden_util.h"
 

@@ -21,11 +21,11 @@
 #include <sstream>
 #include <vector>
 
+#include "engine/backends/cpu/llama_model.h"
+#include "engine/backends/cpu/synthetic_model.h"
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
 #include "engine/core/step_runner.h"
-#include "engine/model/llama_model.h"
-#include "engine/model/synthetic_model.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tools/commands.h"
 #include "tools/flags.h"

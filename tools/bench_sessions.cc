@@ -14,14 +14,14 @@
 #include <thread>
 #include <vector>
 
-#include "engine/backend/backend.h"
+#include "engine/backends/backend.h"
+#include "engine/backends/cpu/llama_model.h"
+#include "engine/backends/cpu/synthetic_model.h"
 #include "engine/build_plan/plan_binding.h"
 #include "engine/core/engine.h"
 #include "engine/core/session_persister.h"
 #include "engine/core/snapshot_store.h"
 #include "engine/gguf/gguf_file.h"
-#include "engine/model/llama_model.h"
-#include "engine/model/synthetic_model.h"
 #include "tools/bench/load_metrics.h"
 #include "tools/bench_snapshot.h"
 #include "tools/commands.h"

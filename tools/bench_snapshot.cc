@@ -15,10 +15,10 @@
 #include <random>
 #include <thread>
 
+#include "engine/backends/cpu/llama_model.h"
 #include "engine/core/engine.h"
 #include "engine/core/snapshot_store.h"
 #include "engine/gguf/gguf_file.h"
-#include "engine/model/llama_model.h"
 #include "engine/snapshot/model_fingerprint.h"
 #include "tools/bench/load_metrics.h"
 #include "tools/commands.h"

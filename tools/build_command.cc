@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backends/cpu/llama_model.h"
 #include "engine/build_plan/cpu_tuner.h"
 #include "engine/build_plan/kv_calibration.h"
 #include "engine/build_plan/machine_load.h"
@@ -22,7 +23,6 @@
 #include "engine/cache/session_cache.h"
 #include "engine/core/step_runner.h"
 #include "engine/gguf/gguf_file.h"
-#include "engine/model/llama_model.h"
 #include "engine/snapshot/model_fingerprint.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/util/version.h"

@@ -28,10 +28,10 @@
 #include <stdexcept>
 #include <vector>
 
+#include "engine/backends/cpu/llama_model.h"
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
 #include "engine/core/step_runner.h"
-#include "engine/model/llama_model.h"
 #include "engine/model/model_check.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tools/commands.h"

@@ -12,10 +12,10 @@
 #include <thread>
 #include <vector>
 
+#include "engine/backends/cpu/llama_model.h"
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
 #include "engine/core/engine.h"
-#include "engine/model/llama_model.h"
 #include "engine/model/model_check.h"
 #include "engine/sampling/stop_string_matcher.h"
 #include "engine/tokenizer/chat_template.h"

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/backends/cpu/cpu_tuning.h"
 #include "engine/build_plan/hardware_fingerprint.h"
-#include "engine/model/cpu_tuning.h"
 #include "engine/util/status.h"
 
 namespace streamd {

@@ -29,9 +29,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/backends/cpu/cpu_tuning.h"
+#include "engine/backends/cpu/llama_model.h"
 #include "engine/build_plan/build_plan.h"
-#include "engine/model/cpu_tuning.h"
-#include "engine/model/llama_model.h"
 #include "engine/util/status.h"
 
 namespace streamd {

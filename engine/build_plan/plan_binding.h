@@ -6,9 +6,9 @@
 #include <string>
 #include <string_view>
 
+#include "engine/backends/cpu/llama_model.h"
 #include "engine/build_plan/plan_file.h"
 #include "engine/gguf/gguf_file.h"
-#include "engine/model/llama_model.h"
 #include "engine/util/status.h"
 
 namespace streamd {

@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <random>
 
+#include "engine/backends/cpu/llama_model.h"
+#include "engine/backends/cpu/synthetic_model.h"
 #include "engine/cache/session_cache.h"
-#include "engine/model/llama_model.h"
-#include "engine/model/synthetic_model.h"
 #include "tests/support/plan_test_util.h"
 
 namespace streamd {

@@ -1,13 +1,13 @@
 // What the engine tells its operators: the step observer, the token totals in EngineStats, and
-// BackendHealth after a backend fault (engine/backend/fault_injection.h breaks a real backend).
+// BackendHealth after a backend fault (engine/backends/fault_injection.h breaks a real backend).
 #include <gtest/gtest.h>
 
 #include <mutex>
 #include <vector>
 
-#include "engine/backend/fault_injection.h"
+#include "engine/backends/cpu/synthetic_model.h"
+#include "engine/backends/fault_injection.h"
 #include "engine/core/engine.h"
-#include "engine/model/synthetic_model.h"
 #include "tests/support/engine_test_util.h"
 
 namespace streamd {

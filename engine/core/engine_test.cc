@@ -14,7 +14,7 @@
 #include <set>
 #include <thread>
 
-#include "engine/model/synthetic_model.h"
+#include "engine/backends/cpu/synthetic_model.h"
 #include "tests/support/engine_test_util.h"
 
 namespace streamd {

@@ -9,8 +9,8 @@
 #include <memory>
 #include <vector>
 
+#include "engine/backends/cpu/synthetic_model.h"
 #include "engine/model/forwarding_backend.h"
-#include "engine/model/synthetic_model.h"
 #include "tests/support/engine_test_util.h"
 
 namespace streamd {

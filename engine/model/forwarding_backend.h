@@ -1,5 +1,5 @@
 // ForwardingBackend: a ModelBackend that passes every call to another one. Decorators (the
-// fault injection of engine/backend, the tests' instrumented backends) derive from it and
+// fault injection of engine/backends, the tests' instrumented backends) derive from it and
 // override only what they change.
 #pragma once
 

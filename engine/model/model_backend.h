@@ -1,6 +1,6 @@
 // ModelBackend: what the engine needs from a model, whatever runs it. The CPU backend
-// (LlamaModel) and the CUDA backend (engine/cuda/CudaModel) implement it; the Engine, the
-// bench and the server see only this interface (engine/backend/backend.h picks one).
+// (LlamaModel) and the CUDA backend (engine/backends/cuda/CudaModel) implement it; the Engine, the
+// bench and the server see only this interface (engine/backends/backend.h picks one).
 //
 // Contract of Execute, shared by every backend: run one StepPlan (engine/cache/step_plan.h),
 // made by PlanStep over caches in a pool this backend's CreatePool made. Each token's K and V go

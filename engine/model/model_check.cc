@@ -2,9 +2,9 @@
 
 #include <vector>
 
+#include "engine/backends/cpu/llama_weights.h"
 #include "engine/gguf/gguf_file.h"
 #include "engine/model/llama_config.h"
-#include "engine/model/llama_weights.h"
 #include "engine/tokenizer/tokenizer.h"
 
 namespace streamd {

@@ -8,7 +8,7 @@
 
 #include <fstream>
 
-#include "engine/model/llama_model.h"
+#include "engine/backends/cpu/llama_model.h"
 #include "engine/model/model_family.h"
 #include "tests/support/model_check_test_util.h"
 

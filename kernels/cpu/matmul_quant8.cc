@@ -180,7 +180,7 @@ void MatMulRows8(WeightType type, const void* w, size_t w_row_bytes, int64_t k, 
     tiles_end = std::max(tiles_begin, row_end / 16 * 16);
   }
   // The rows themselves may be gone when every product of a matrix reads the packed copy
-  // (engine/model/llama_weights.h, ReleaseConvertedRowsServedByVnni8Copies).
+  // (engine/backends/cpu/llama_weights.h, ReleaseConvertedRowsServedByVnni8Copies).
   STREAMD_CHECK_MSG(wb != nullptr || (row_begin == tiles_begin && tiles_end == row_end),
                     "MatMulRows8: rows outside the packed tiles of a matrix without its rows");
   if (row_begin < tiles_begin) {

@@ -46,7 +46,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/model/synthetic_model.h"
+#include "engine/backends/cpu/synthetic_model.h"
 #include "engine/sessions/admission_queue.h"
 #include "engine/sessions/chat_formatter.h"
 #include "engine/sessions/session_registry.h"

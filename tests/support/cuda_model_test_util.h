@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/model/synthetic_model.h"
+#include "engine/backends/cpu/synthetic_model.h"
 
 namespace streamd::cuda {
 

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/backends/cpu/synthetic_model.h"
 #include "engine/core/engine.h"
 #include "engine/model/forwarding_backend.h"
-#include "engine/model/synthetic_model.h"
 
 namespace streamd::testing {
 

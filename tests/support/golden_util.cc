@@ -7,8 +7,8 @@
 #include <fstream>
 #include <span>
 
+#include "engine/backends/cpu/plain_reference_llama.h"
 #include "engine/core/step_runner.h"
-#include "engine/model/plain_reference_llama.h"
 
 namespace streamd::testing {
 

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/backends/cpu/llama_model.h"
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
-#include "engine/model/llama_model.h"
 #include "engine/util/status.h"
 
 namespace streamd::testing {

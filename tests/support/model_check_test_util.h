@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "engine/backends/cpu/synthetic_model.h"
 #include "engine/gguf/gguf_writer.h"
-#include "engine/model/synthetic_model.h"
 
 namespace streamd::testing {
 

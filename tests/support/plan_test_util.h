@@ -8,10 +8,10 @@
 #include <random>
 #include <vector>
 
+#include "engine/backends/cpu/llama_model.h"
+#include "engine/backends/cpu/synthetic_model.h"
 #include "engine/cache/session_cache.h"
 #include "engine/core/step_runner.h"
-#include "engine/model/llama_model.h"
-#include "engine/model/synthetic_model.h"
 
 namespace streamd::plan_test {
 

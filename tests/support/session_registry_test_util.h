@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/synthetic_model.h"
+#include "engine/backends/cpu/synthetic_model.h"
 #include "engine/sessions/session_registry.h"
 #include "engine/snapshot/model_fingerprint.h"
 
