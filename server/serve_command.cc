@@ -1,5 +1,7 @@
 #include "server/serve_command.h"
 
+#include <absl/debugging/failure_signal_handler.h>
+#include <absl/debugging/symbolize.h>
 #include <pthread.h>
 #include <spdlog/spdlog.h>
 
@@ -119,6 +121,14 @@ int ServeCommand(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   // A file-size limit (ulimit -f) must fail a snapshot write with EFBIG, not kill the daemon.
   std::signal(SIGXFSZ, SIG_IGN);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+  // A daemon that dies (a fatal signal, a failed STREAMD_CHECK's abort, glibc finding its heap
+  // corrupted) first prints the stack of the thread it died on to stderr, then ends with the
+  // same signal: its log says where. SIGTERM is blocked above, so it still reaches sigwait.
+  // Sanitizer builds keep their own, better reports.
+  absl::InitializeSymbolizer(argv[0]);
+  absl::InstallFailureSignalHandler(absl::FailureSignalHandlerOptions{});
+#endif
 
   auto config = LoadServerConfig(config_path, overrides);
   if (!config.ok()) return Fail(config.status().message());

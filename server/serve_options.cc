@@ -8,7 +8,7 @@ namespace streamd::server {
 StatusOr<EngineConfig> ToEngineConfig(const ServerConfig& config) {
   const auto& e = config.engine;
   const auto& s = config.sessions;
-  // engine.backend is resolved in serve_command.cc (engine/backend); a kv_pool fraction is
+  // engine.backend is resolved in serve_command.cc (engine/backends); a kv_pool fraction is
   // resolved by Engine::Create against the backend's own memory (device memory for cuda).
   EngineConfig out;
   out.block_size = e.block_size;

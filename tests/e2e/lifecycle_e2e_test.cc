@@ -4,6 +4,7 @@
 // restart (session ids are never handed out twice).
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -82,6 +83,19 @@ TEST(LifecycleE2eTest, SigtermCancelsGenerationsAfterTheGracePeriod) {
       << g.done.error().message();
   EXPECT_EQ(s.Finish().error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_EQ(d->Wait(std::chrono::seconds(60)), 0) << d->Stderr();
+}
+
+// A daemon that dies says where: the failure signal handler prints the stack of the thread the
+// signal hit, then the process ends (here by a SIGSEGV from outside, as a wild pointer would).
+TEST(LifecycleE2eTest, ADaemonThatCrashesPrintsWhereBeforeItEnds) {
+  auto d = DaemonProcess::Start();
+  ASSERT_NE(d, nullptr);
+  ASSERT_EQ(::kill(d->pid(), SIGSEGV), 0);
+  EXPECT_EQ(d->Wait(std::chrono::seconds(30)), -1);  // ended by the signal, not an exit code
+  EXPECT_EQ(d->pid(), -1) << "the daemon did not end after SIGSEGV";
+  const std::string log = d->Stderr();
+  EXPECT_NE(log.find("*** SIGSEGV received at time="), std::string::npos) << log;
+  EXPECT_NE(log.find("    @ "), std::string::npos) << "no stack frames: " << log;
 }
 
 TEST(LifecycleE2eTest, MalformedConfigIsRejectedWithTheKey) {
