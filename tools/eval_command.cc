@@ -29,10 +29,10 @@
 #include <vector>
 
 #include "engine/backends/cpu/llama_model.h"
+#include "engine/backends/cpu/model_check.h"
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
 #include "engine/core/step_runner.h"
-#include "engine/model/model_check.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tools/commands.h"
 #include "tools/flags.h"

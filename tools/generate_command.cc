@@ -13,10 +13,10 @@
 #include <vector>
 
 #include "engine/backends/cpu/llama_model.h"
+#include "engine/backends/cpu/model_check.h"
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
 #include "engine/core/engine.h"
-#include "engine/model/model_check.h"
 #include "engine/sampling/stop_string_matcher.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -141,7 +141,7 @@ int GenerateCommand(int argc, char** argv) {
     return Fail(InvalidArgumentError("--prompt is required and must not be empty"));
 
   auto model_or = LlamaModel::Load(f.model);
-  // Every problem of the file at once, the path named once (engine/model/model_check.h).
+  // Every problem of the file at once, the path named once (engine/backends/cpu/model_check.h).
   if (!model_or.ok()) return Fail(ExplainModelLoadFailure(f.model, model_or.status()));
   std::unique_ptr<LlamaModel> model = std::move(model_or).value();
   if (f.threads > 0) model->set_threads(static_cast<int32_t>(f.threads));

@@ -3,9 +3,9 @@
 #include "engine/api/streamd_engine.h"
 #include "engine/backends/backend.h"
 #include "engine/backends/cpu/llama_model.h"
+#include "engine/backends/cpu/model_check.h"
 #include "engine/backends/fault_injection.h"
 #include "engine/build_plan/plan_binding.h"
-#include "engine/model/model_check.h"
 #include "engine/snapshot/model_fingerprint.h"
 
 namespace streamd {

@@ -1,4 +1,4 @@
-#include "engine/model/model_check.h"
+#include "engine/backends/cpu/model_check.h"
 
 #include <vector>
 

@@ -1,7 +1,7 @@
 // model_check.h: a GGUF with several problems (architecture, tensor types, pre-tokenizer) is
 // refused with every one of them in one message naming the path once; each alone is named
 // alone; a good model has none, and a loader's own error stays as it was.
-#include "engine/model/model_check.h"
+#include "engine/backends/cpu/model_check.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
