@@ -25,7 +25,6 @@
 #include <string>
 
 #include "engine/api/streamd_engine.h"
-#include "engine/sessions/session_service.h"
 #include "server/health_monitor.h"
 #include "server/health_service.h"
 #include "server/metrics/snapshot_metrics.h"
@@ -54,9 +53,6 @@ class GrpcServer {
   int port() const { return port_; }
   // What every transport shares (the HTTP front door drives sessions through it too).
   ServiceContext& context() { return ctx_; }
-  // The engine's session API (the HTTP front door drives sessions through it).
-  api::Engine& sessions() { return *api_; }
-  const Authenticator* authenticator() const { return auth_.get(); }
   // Graceful shutdown as described above; idempotent.
   void Shutdown();
 
@@ -80,7 +76,6 @@ class GrpcServer {
   ServiceContext ctx_;
   // After ctx_ (its streams' answers use it), before service_; it calls into registry_.
   AdmissionQueue admission_;
-  std::unique_ptr<api::Engine> api_;  // over the parts above
   StreamdService service_;
   // Registered with server_, so they outlive it.
   std::unique_ptr<HealthService> health_service_;
@@ -91,5 +86,8 @@ class GrpcServer {
   int port_ = 0;
   bool shut_down_ = false;
 };
+
+// Model facts for Opened and GetModelInfo.
+v1::ModelInfo MakeModelInfo(const Engine& engine, const ChatFormatter& chat);
 
 }  // namespace streamd::server

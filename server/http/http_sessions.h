@@ -1,8 +1,8 @@
 // HttpSessions: everything the HTTP front door asks of streamd's sessions (and of who owns them:
 // the caller's key), and nothing more. The server and its handlers see only this header; one
 // adapter (http_sessions_adapter.cc) implements it over the server's authenticator and the
-// engine's session API (engine/api/session_api.h): a thin layer that adds the caller's key,
-// the request metrics and the HTTP layer's metadata key.
+// engine's sessions (engine/sessions: registry, driver, admission): when those change, only
+// that adapter does.
 //
 // Threads: every call may block the calling HTTP worker thread (an Open waiting for KV blocks, a
 // Resume waiting for its session to be read back from disk). No call blocks the engine: the
@@ -13,7 +13,6 @@
 // Close() was called.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -23,14 +22,8 @@
 
 #include "engine/util/status.h"
 
-namespace streamd::api {
-class Engine;
-}
 namespace streamd::server {
-class Authenticator;
-}
-namespace streamd::metrics {
-struct StreamdMetrics;
+struct ServiceContext;
 }
 
 namespace streamd::http {
@@ -114,18 +107,7 @@ class HttpSessions {
   virtual std::string ModelName() const = 0;
 };
 
-// What the adapter drives; everything must outlive it.
-struct ServerSessionsDeps {
-  api::Engine& engine;
-  const server::Authenticator* auth = nullptr;  // null: every caller the anonymous admin
-  metrics::StreamdMetrics* metrics = nullptr;   // optional: request metrics
-  // How long Open and Resume wait for the engine's answer (sessions.admission_timeout and
-  // sessions.resume_wait; a slack is added).
-  std::chrono::milliseconds open_wait{0};
-  std::chrono::milliseconds resume_wait{0};
-};
-
-// The adapter over the engine's session API (http_sessions_adapter.cc).
-std::unique_ptr<HttpSessions> MakeServerSessions(const ServerSessionsDeps& deps);
+// The adapter over the daemon's ServiceContext (http_sessions_adapter.cc), which must outlive it.
+std::unique_ptr<HttpSessions> MakeServerSessions(server::ServiceContext& ctx);
 
 }  // namespace streamd::http

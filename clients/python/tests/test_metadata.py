@@ -22,9 +22,9 @@ class Recorder(pb_grpc.StreamdServicer):
         self._record("Session", context)
         async for m in request_iterator:
             if m.HasField("open"):
-                yield pb.ServerMessage(opened=pb.Opened(session_id=SID.encode()))
+                yield pb.ServerMessage(opened=pb.Opened(session_id=SID))
             elif m.HasField("resume"):
-                yield pb.ServerMessage(opened=pb.Opened(session_id=m.resume.session_id,
+                yield pb.ServerMessage(opened=pb.Opened(session_id=m.resume.session_id.decode(),
                                                         resumed=True))
             elif m.HasField("append"):
                 yield pb.ServerMessage(error=pb.Error(code=3, message="append.text: bad",
