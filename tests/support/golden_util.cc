@@ -9,6 +9,7 @@
 
 #include "engine/backends/cpu/plain_reference_llama.h"
 #include "engine/core/step_runner.h"
+#include "tools/perplexity.h"
 
 namespace streamd::testing {
 
@@ -16,14 +17,6 @@ nlohmann::json ReadGoldenFixture(const std::string& name) {
   std::ifstream in(std::string(STREAMD_FIXTURES) + "/" + name);
   EXPECT_TRUE(in.good()) << "missing fixture " << name;
   return nlohmann::json::parse(in);
-}
-
-double LogSoftmaxAt(const float* logits, int64_t n, int32_t target) {
-  double max = logits[0];
-  for (int64_t i = 1; i < n; ++i) max = std::max(max, static_cast<double>(logits[i]));
-  double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += std::exp(logits[i] - max);
-  return logits[target] - max - std::log(sum);
 }
 
 int32_t Argmax(const float* row, int64_t n) {
@@ -89,7 +82,7 @@ void DenseScorer::Add(const float* rows, size_t first, size_t count) {
       ++clear_;
       clear_agree_ += same;
     }
-    nll_ -= LogSoftmaxAt(row, vocab_, tokens_[pos + 1]);
+    nll_ += tools::TokenNll(row, vocab_, tokens_[pos + 1]);
   }
   if (!ref_.contains("topk")) return;
   std::vector<int32_t> order(vocab_);
@@ -176,8 +169,8 @@ StatusOr<StreamingComparison> CompareWithPlainReference(const GoldenModel& golde
   for (int64_t i = 0; i + 1 < n; ++i) {
     const std::vector<double> ref = reference.Step(tokens[i]);
     std::copy(ref.begin(), ref.end(), ref_row.begin());
-    nll -= LogSoftmaxAt(&logits[i * vocab], vocab, tokens[i + 1]);
-    ref_nll -= LogSoftmaxAt(ref_row.data(), vocab, tokens[i + 1]);
+    nll += tools::TokenNll(&logits[i * vocab], vocab, tokens[i + 1]);
+    ref_nll += tools::TokenNll(ref_row.data(), vocab, tokens[i + 1]);
     r.agree += Argmax(&logits[i * vocab], vocab) == Argmax(ref_row.data(), vocab);
   }
   r.scored = n - 1;

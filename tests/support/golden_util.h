@@ -22,9 +22,6 @@ namespace streamd::testing {
 // tests/fixtures/<name> (EXPECTs it exists).
 nlohmann::json ReadGoldenFixture(const std::string& name);
 
-// log softmax(logits)[target], in double.
-double LogSoftmaxAt(const float* logits, int64_t n, int32_t target);
-
 // The first index of the largest of `n` logits.
 int32_t Argmax(const float* row, int64_t n);
 
