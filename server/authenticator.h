@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/sessions/session_quotas.h"
+#include "engine/api/session_api.h"
 #include "engine/util/status.h"
 #include "server/config/api_keys_file.h"
 
@@ -64,10 +64,21 @@ class Authenticator {
   Status RequireAdmin(const Caller& caller, const std::string& call) const;
   // The tenant's quotas (all unlimited when the file gives none).
   TenantQuotas QuotasOf(const std::string& tenant) const;
-  // The part of them the engine's sessions count (engine/sessions/session_quotas.h).
-  SessionQuotas SessionQuotasOf(const std::string& tenant) const {
+  // The part of them the engine counts (engine/api/session_api.h).
+  api::TenantLimits LimitsOf(const std::string& tenant) const {
     const TenantQuotas q = QuotasOf(tenant);
-    return {q.max_sessions, q.max_generations, q.max_kv_blocks};
+    return {q.max_sessions, q.max_generations, q.max_kv_blocks, q.tokens_per_second};
+  }
+  // `caller` as the engine's session API takes it: its tenant's limits apply when a key named
+  // it. `client`: who is on the other end, for the per-client caps.
+  api::Caller ApiCaller(const Caller& caller, std::string client) const {
+    api::Caller c;
+    c.tenant = caller.tenant;
+    c.admin = caller.admin;
+    c.metered = enabled() && caller.authenticated;
+    if (c.metered) c.limits = LimitsOf(caller.tenant);
+    c.client = std::move(client);
+    return c;
   }
   // Every tenant the keys file names (the only label values of per-tenant metrics).
   std::vector<std::string> Tenants() const;
@@ -95,5 +106,16 @@ class Authenticator {
   bool stopping_ = false;
   std::thread reloader_;  // last: starts after the members it uses
 };
+
+// `caller` for the engine's session API; `auth` null (no keys): the anonymous admin, unmetered.
+inline api::Caller ToApiCaller(const Authenticator* auth, const Caller& caller,
+                               std::string client = {}) {
+  if (auth != nullptr) return auth->ApiCaller(caller, std::move(client));
+  api::Caller c;
+  c.tenant = caller.tenant;
+  c.admin = caller.admin;
+  c.client = std::move(client);
+  return c;
+}
 
 }  // namespace streamd::server

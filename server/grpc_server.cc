@@ -12,6 +12,7 @@
 
 #include "engine/sessions/session_quotas.h"
 #include "engine/sessions/session_storage.h"
+#include "server/api_convert.h"
 #include "server/metrics_wiring.h"
 #include "server/tls_credentials.h"
 
@@ -89,21 +90,6 @@ void LogModelDirMigration(const std::string& root, const SnapshotContext& model,
 
 }  // namespace
 
-v1::ModelInfo MakeModelInfo(const Engine& engine, const ChatFormatter& chat) {
-  const LlamaConfig& c = engine.model().config();
-  const tokenizer::Tokenizer& t = engine.tokenizer();
-  v1::ModelInfo info;
-  info.set_name(c.name);
-  info.set_architecture(c.architecture);
-  info.set_vocab_size(t.vocab_size());
-  info.set_context_length(c.context_length);
-  info.set_chat_template(std::string(chat.template_name()));
-  for (int32_t id : t.end_of_generation_ids()) info.add_end_of_generation_ids(id);
-  info.set_bos_id(t.bos_id());
-  info.set_add_bos(t.add_bos());
-  return info;
-}
-
 GrpcServer::GrpcServer(Engine& engine, const tokenizer::ChatTemplate& chat,
                        const ServerOptions& options,
                        std::unique_ptr<metrics::SnapshotMetrics> snapshot_metrics,
@@ -120,12 +106,9 @@ GrpcServer::GrpcServer(Engine& engine, const tokenizer::ChatTemplate& chat,
                 persister_.get()),
       chat_(chat, engine.tokenizer()),
       driver_(engine, registry_, chat_, tasks_),
-      ctx_{engine, registry_, driver_, admission_, chat_, tasks_, io_tasks_, options_},
+      ctx_{io_tasks_, options_},
       admission_(registry_, options.limits.max_waiting_opens),
-      service_(ctx_) {
-  ctx_.model = {engine.tokenizer().vocab_size(), engine.model().config().context_length};
-  ctx_.model_info = MakeModelInfo(engine, chat_);
-}
+      service_(ctx_) {}
 
 StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
                                                         const tokenizer::ChatTemplate& chat,
@@ -162,23 +145,33 @@ StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
   std::unique_ptr<GrpcServer> s(
       new GrpcServer(engine, chat, options, std::move(snapshot_metrics), std::move(persister)));
   s->auth_ = std::move(auth).value();
+  // The model's facts, as the engine's session API reports them (Opened, GetModelInfo).
+  const api::ModelInfo model = ModelInfoOf(engine, s->chat_);
+  s->ctx_.model = {model.vocab_size, model.context_length};
+  s->ctx_.model_info = ToProto(model);
   if (s->auth_->enabled()) {
     const Authenticator* keys = s->auth_.get();
     const SessionRegistry* registry = &s->registry_;
-    const int32_t context_length = engine.model().config().context_length;
+    const int32_t context_length = s->ctx_.model.context_length;
     s->admission_.set_check([keys, registry, &engine, context_length](const SessionOptions& o) {
       Status q = CheckOpenQuota(*registry, engine.config(), context_length, o,
-                                keys->SessionQuotasOf(o.tenant));
+                                SessionQuotasOf(keys->LimitsOf(o.tenant)));
       if (!q.ok()) keys->LogQuotaRefusal(q);
       return q;
     });
   }
   s->ctx_.auth = s->auth_.get();
-  s->ctx_.budget = &s->budget_;
   s->ctx_.metrics = metrics;
-  if (snapshots != nullptr) {
-    s->snapshots_ = *snapshots;
-    s->ctx_.snapshots = &*s->snapshots_;
+  if (snapshots != nullptr) s->snapshots_ = *snapshots;
+  {
+    SessionServiceParts parts{engine,   s->registry_, s->driver_,      s->admission_,
+                              s->chat_, s->budget_,   s->ctx_.draining};
+    if (s->snapshots_) parts.snapshots = &*s->snapshots_;
+    parts.session_defaults = options.session_defaults;
+    parts.default_max_tokens = options.limits.default_max_tokens;
+    parts.on_quota_refusal = [keys = s->auth_.get()](const Status& q) { keys->LogQuotaRefusal(q); };
+    s->api_ = MakeSessionService(std::move(parts));
+    s->ctx_.api = s->api_.get();
   }
   metrics::SnapshotMetrics* sm = s->snapshot_metrics_.get();
   // A closed or offloaded session freed blocks: the oldest waiting Open may fit now.
@@ -226,8 +219,8 @@ StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
     return UnavailableError("server.listen_address: cannot listen on \"" + options.listen_address +
                             "\" (in use, or not a host:port this machine has)");
   }
-  s->health_ = std::make_unique<HealthMonitor>(*s->health_service_, engine, s->admission_,
-                                               options.session_defaults, metrics, kHealthInterval);
+  s->health_ =
+      std::make_unique<HealthMonitor>(*s->health_service_, *s->api_, metrics, kHealthInterval);
   if (metrics != nullptr) {
     // A scrape reads health as it is at that moment, not as of the last tick.
     metrics->AddScrapeHook([health = s->health_.get()] { health->Check(); });

@@ -25,6 +25,7 @@
 #include <string>
 
 #include "engine/api/streamd_engine.h"
+#include "engine/sessions/session_service.h"
 #include "server/health_monitor.h"
 #include "server/health_service.h"
 #include "server/metrics/snapshot_metrics.h"
@@ -53,6 +54,9 @@ class GrpcServer {
   int port() const { return port_; }
   // What every transport shares (the HTTP front door drives sessions through it too).
   ServiceContext& context() { return ctx_; }
+  // The engine's session API (the HTTP front door drives sessions through it).
+  api::Engine& sessions() { return *api_; }
+  const Authenticator* authenticator() const { return auth_.get(); }
   // Graceful shutdown as described above; idempotent.
   void Shutdown();
 
@@ -76,6 +80,7 @@ class GrpcServer {
   ServiceContext ctx_;
   // After ctx_ (its streams' answers use it), before service_; it calls into registry_.
   AdmissionQueue admission_;
+  std::unique_ptr<api::Engine> api_;  // over the parts above
   StreamdService service_;
   // Registered with server_, so they outlive it.
   std::unique_ptr<HealthService> health_service_;
@@ -86,8 +91,5 @@ class GrpcServer {
   int port_ = 0;
   bool shut_down_ = false;
 };
-
-// Model facts for Opened and GetModelInfo.
-v1::ModelInfo MakeModelInfo(const Engine& engine, const ChatFormatter& chat);
 
 }  // namespace streamd::server

@@ -9,15 +9,9 @@ constexpr const char* kServiceName = "streamd.v1.Streamd";
 
 }  // namespace
 
-HealthMonitor::HealthMonitor(grpc::HealthCheckServiceInterface& health, const Engine& engine,
-                             const AdmissionQueue& admission, SessionOptions default_session,
+HealthMonitor::HealthMonitor(grpc::HealthCheckServiceInterface& health, const api::Engine& engine,
                              metrics::StreamdMetrics* metrics, std::chrono::milliseconds interval)
-    : health_(health),
-      engine_(engine),
-      admission_(admission),
-      default_session_(std::move(default_session)),
-      metrics_(metrics),
-      interval_(interval) {
+    : health_(health), engine_(engine), metrics_(metrics), interval_(interval) {
   Check();
   thread_ = std::thread([this] { Loop(); });
 }
@@ -37,7 +31,7 @@ void HealthMonitor::Check() {
     if (metrics_ != nullptr) metrics_->backend_failures.Increment();
   }
   const bool live = backend.ok();
-  const bool ready = live && admission_.waiting() == 0 && engine_.CanAdmit(default_session_);
+  const bool ready = live && engine_.Ready();
   health_.SetServingStatus("", live);
   health_.SetServingStatus(kServiceName, live);
   health_.SetServingStatus(kLivenessService, live);

@@ -1,7 +1,7 @@
 // HealthMonitor: keeps grpc.health.v1 and the health gauges true to what the daemon can do.
 //
 // Two questions, answered apart so that an orchestrator restarts only what is broken:
-//   liveness  = the backend can run steps (Engine::BackendHealth) and the server is not
+//   liveness  = the backend can run steps (api::Engine::BackendHealth) and the server is not
 //               stopping. Services "" (what a bare health check asks), "streamd.v1.Streamd"
 //               and "liveness". NOT_SERVING here means: restart the process.
 //   readiness = alive, and a default session would be admitted now (the KV pool is not
@@ -19,8 +19,7 @@
 #include <mutex>
 #include <thread>
 
-#include "engine/api/streamd_engine.h"
-#include "engine/sessions/admission_queue.h"
+#include "engine/api/session_api.h"
 #include "server/metrics/streamd_metrics.h"
 
 namespace streamd::server {
@@ -31,8 +30,7 @@ inline constexpr const char* kReadinessService = "readiness";
 class HealthMonitor {
  public:
   // Everything must outlive the monitor; `metrics` may be null.
-  HealthMonitor(grpc::HealthCheckServiceInterface& health, const Engine& engine,
-                const AdmissionQueue& admission, SessionOptions default_session,
+  HealthMonitor(grpc::HealthCheckServiceInterface& health, const api::Engine& engine,
                 metrics::StreamdMetrics* metrics, std::chrono::milliseconds interval);
   ~HealthMonitor();  // Stop()
   HealthMonitor(const HealthMonitor&) = delete;
@@ -47,9 +45,7 @@ class HealthMonitor {
   void Loop();
 
   grpc::HealthCheckServiceInterface& health_;
-  const Engine& engine_;
-  const AdmissionQueue& admission_;
-  const SessionOptions default_session_;
+  const api::Engine& engine_;
   metrics::StreamdMetrics* const metrics_;
   const std::chrono::milliseconds interval_;
 

@@ -41,21 +41,4 @@ void AddScrapeHooks(metrics::StreamdMetrics& m, const Engine& engine,
                     const SessionRegistry& registry, const AdmissionQueue& admission,
                     metrics::SnapshotMetrics* snapshots, const Authenticator& keys);
 
-// A generation's end as the request metrics count it (vLLM's finished_reason values: an
-// end-of-generation token is a stop), for every transport.
-inline metrics::Finished FinishedOf(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kStop:
-    case FinishReason::kEndOfGeneration:
-      return metrics::Finished::kStop;
-    case FinishReason::kLength:
-      return metrics::Finished::kLength;
-    case FinishReason::kCancelled:
-      return metrics::Finished::kAbort;
-    case FinishReason::kError:
-      break;
-  }
-  return metrics::Finished::kError;
-}
-
 }  // namespace streamd::server

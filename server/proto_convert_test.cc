@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "server/api_convert.h"
 #include "server/grpc_status.h"
 
 namespace streamd::server {
@@ -9,87 +10,61 @@ namespace {
 
 constexpr ModelLimits kModel{49152, 8192};
 
-TEST(ProtoConvertTest, OpenAppliesDefaultsAndOverrides) {
-  SessionOptions defaults;
+// What an Open leaves absent stays absent (the engine applies its defaults and checks sinks and
+// window against its limits: engine/sessions/session_service_test.cc); the cache mode is the
+// wire's to check.
+TEST(ProtoConvertTest, OpenKeepsWhatIsSetAndChecksTheCacheMode) {
   v1::Open open;
-  auto o = ToSessionOptions(open, defaults, EngineConfig{}, kModel);
+  auto o = ToOpenOptions(open);
   ASSERT_TRUE(o.ok()) << o.status().ToString();
-  EXPECT_EQ(o->mode, defaults.mode);
-  EXPECT_EQ(o->window, defaults.window);
+  EXPECT_FALSE(o->mode || o->sinks || o->window || o->sampling.any());
   open.set_cache_mode(v1::CACHE_MODE_SINK);
   open.set_sinks(8);
   open.set_window(64);
   open.mutable_sampling()->set_temperature(0.0f);
-  o = ToSessionOptions(open, defaults, EngineConfig{}, kModel);
+  o = ToOpenOptions(open);
   ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->mode, api::CacheMode::kSink);
   EXPECT_EQ(o->sinks, 8);
   EXPECT_EQ(o->window, 64);
   EXPECT_EQ(o->sampling.temperature, 0.0f);
-  EXPECT_EQ(o->sampling.top_k, defaults.sampling.top_k);
-}
-
-TEST(ProtoConvertTest, OpenRejectsLimitsNamingTheField) {
-  EngineConfig engine;  // max_sinks 64, max_window 8192
-  v1::Open open;
-  open.set_cache_mode(v1::CACHE_MODE_SINK);
-  open.set_sinks(65);
-  auto o = ToSessionOptions(open, SessionOptions{}, engine, kModel);
-  ASSERT_FALSE(o.ok());
-  EXPECT_EQ(FieldOf(o.status()), "open.sinks");
-  EXPECT_NE(o.status().message().find("[0, 64]"), std::string::npos);
-  open.set_sinks(4);
-  open.set_window(8190);  // context 8192 - 4 sinks = 8188
-  o = ToSessionOptions(open, SessionOptions{}, engine, kModel);
-  ASSERT_FALSE(o.ok());
-  EXPECT_NE(o.status().message().find("[1, 8188]"), std::string::npos) << o.status().message();
-  open.set_window(100);
-  open.mutable_sampling()->set_top_p(1.5f);
-  o = ToSessionOptions(open, SessionOptions{}, engine, kModel);
-  ASSERT_FALSE(o.ok());
-  EXPECT_EQ(FieldOf(o.status()), "open.sampling.top_p");
-  open.clear_sampling();
+  EXPECT_FALSE(o->sampling.top_k.has_value());
   open.set_cache_mode(static_cast<v1::CacheMode>(9));
-  EXPECT_EQ(FieldOf(ToSessionOptions(open, SessionOptions{}, engine, kModel).status()),
-            "open.cache_mode");
-  v1::Open dense;
-  dense.set_cache_mode(v1::CACHE_MODE_DENSE);
-  dense.set_sinks(4);
-  EXPECT_EQ(FieldOf(ToSessionOptions(dense, SessionOptions{}, engine, kModel).status()),
-            "open.sinks");
+  EXPECT_EQ(FieldOf(ToOpenOptions(open).status()), "open.cache_mode");
 }
 
 TEST(ProtoConvertTest, GenerateChecksEveryField) {
   ServerLimits limits;
   v1::Generate g;
-  auto o = ToGenerateOptions(g, SamplingParams{}, limits, kModel.vocab_size);
+  auto o = ToGenerateRequest(g, api::Sampling{}, limits, kModel.vocab_size);
   ASSERT_TRUE(o.ok());
   EXPECT_EQ(o->max_tokens, limits.default_max_tokens);
-  EXPECT_FALSE(o->sampling.has_value());
+  EXPECT_FALSE(o->sampling.any());
   g.set_max_tokens(0);
-  EXPECT_EQ(FieldOf(ToGenerateOptions(g, SamplingParams{}, limits, 10).status()),
+  EXPECT_EQ(FieldOf(ToGenerateRequest(g, api::Sampling{}, limits, 10).status()),
             "generate.max_tokens");
   g.set_max_tokens(limits.max_tokens + 1);
-  EXPECT_EQ(FieldOf(ToGenerateOptions(g, SamplingParams{}, limits, 10).status()),
+  EXPECT_EQ(FieldOf(ToGenerateRequest(g, api::Sampling{}, limits, 10).status()),
             "generate.max_tokens");
   g.set_max_tokens(5);
   g.add_stop("");
-  EXPECT_EQ(FieldOf(ToGenerateOptions(g, SamplingParams{}, limits, 10).status()),
+  EXPECT_EQ(FieldOf(ToGenerateRequest(g, api::Sampling{}, limits, 10).status()),
             "generate.stop[0]");
   g.clear_stop();
   g.add_stop("\xff");
-  EXPECT_EQ(FieldOf(ToGenerateOptions(g, SamplingParams{}, limits, 10).status()),
+  EXPECT_EQ(FieldOf(ToGenerateRequest(g, api::Sampling{}, limits, 10).status()),
             "generate.stop[0]");
   g.clear_stop();
   g.mutable_sampling()->set_temperature(-1.0f);
-  EXPECT_EQ(FieldOf(ToGenerateOptions(g, SamplingParams{}, limits, 10).status()),
+  EXPECT_EQ(FieldOf(ToGenerateRequest(g, api::Sampling{}, limits, 10).status()),
             "generate.sampling.temperature");
   g.mutable_sampling()->set_temperature(0.5f);
   g.mutable_sampling()->set_top_k(11);
-  EXPECT_EQ(FieldOf(ToGenerateOptions(g, SamplingParams{}, limits, 10).status()),
+  EXPECT_EQ(FieldOf(ToGenerateRequest(g, api::Sampling{}, limits, 10).status()),
             "generate.sampling.top_k");
   g.clear_sampling();
   g.set_request_id(std::string(limits.max_request_id_bytes + 1, 'x'));
-  EXPECT_EQ(FieldOf(ToGenerateOptions(g, SamplingParams{}, limits, 10).status()),
+  EXPECT_EQ(FieldOf(ToGenerateRequest(g, api::Sampling{}, limits, 10).status()),
             "generate.request_id");
 }
 
@@ -124,10 +99,18 @@ TEST(ProtoConvertTest, AppendChecksTextAndTokens) {
 }
 
 TEST(ProtoConvertTest, EngineValuesToProto) {
-  EXPECT_EQ(ToProto(FinishReason::kEndOfGeneration), v1::FINISH_REASON_END_OF_GENERATION);
-  EXPECT_EQ(ToProto(CacheMode::kWindow), v1::CACHE_MODE_WINDOW);
-  const v1::SamplingParams p = ToProto(SamplingParams{});
+  EXPECT_EQ(ToProto(api::FinishReason::kEndOfGeneration), v1::FINISH_REASON_END_OF_GENERATION);
+  EXPECT_EQ(ToProto(api::CacheMode::kWindow), v1::CACHE_MODE_WINDOW);
+  const v1::SamplingParams p = ToProto(api::Sampling{});
   EXPECT_TRUE(p.has_seed() && p.has_temperature() && p.has_penalty_last_n());
+  api::SessionInfo info;
+  info.id = "3f9c0e5ab2d14c7f8e61a0d9b4c2f713";
+  info.cache.tokens_seen = 7;
+  info.offloaded = true;
+  const v1::SessionInfo wire = ToProto(info);
+  EXPECT_EQ(wire.session_id(), info.id);
+  EXPECT_EQ(wire.cache().tokens_seen(), 7);
+  EXPECT_TRUE(wire.offloaded());
 }
 
 }  // namespace

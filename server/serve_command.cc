@@ -128,10 +128,6 @@ int ServeCommand(int argc, char** argv) {
   // Sanitizer builds keep their own, better reports.
   absl::InitializeSymbolizer(argv[0]);
   absl::InstallFailureSignalHandler(absl::FailureSignalHandlerOptions{});
-  // Abseil's handler takes SIGTERM too; here SIGTERM and SIGINT are the graceful shutdown
-  // (sigwait below), never a crash: their default disposition comes back.
-  std::signal(SIGTERM, SIG_DFL);
-  std::signal(SIGINT, SIG_DFL);
 #endif
 
   auto config = LoadServerConfig(config_path, overrides);
@@ -207,7 +203,6 @@ int ServeCommand(int argc, char** argv) {
   std::unique_ptr<http::HttpSessions> http_sessions;
   std::unique_ptr<http::HttpServer> http_server;
   if (!http_address.empty()) {
-    ServiceContext& ctx = (*server)->context();
     http::HttpServerOptions h;
     h.address = http_address;
     h.cert_file = options->tls.cert_file;
@@ -222,7 +217,9 @@ int ServeCommand(int argc, char** argv) {
     h.on_answered = [&metrics](std::string_view route, int status) {
       metrics.RecordHttpRequest(route, status);
     };
-    http_sessions = http::MakeServerSessions(ctx);
+    http_sessions = http::MakeServerSessions({(*server)->sessions(), (*server)->authenticator(),
+                                              &metrics, options->session_defaults.admission_timeout,
+                                              options->persistence.resume_wait});
     auto started = http::HttpServer::Start(h, *http_sessions);
     if (!started.ok()) return Fail(started.status().message());
     http_server = std::move(started).value();

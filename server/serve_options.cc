@@ -1,6 +1,7 @@
 #include "server/serve_options.h"
 
 #include "engine/api/streamd_engine.h"
+#include "engine/sessions/session_service.h"
 
 namespace streamd::server {
 
@@ -71,11 +72,11 @@ StatusOr<ServerOptions> ToServerOptions(const ServerConfig& config) {
   auto mode = ParseCacheMode(s.default_mode);
   if (!mode.ok())
     return InvalidArgumentError("config: sessions.default_mode: " + mode.status().message());
-  o.session_defaults.mode = *mode;
+  o.session_defaults.mode = ToApiCacheMode(*mode);
   o.session_defaults.sinks = s.default_sinks;
   o.session_defaults.window = s.default_window;
   o.session_defaults.admission_timeout = s.admission_timeout;
-  SamplingParams& p = o.session_defaults.sampling;
+  api::Sampling& p = o.session_defaults.sampling;
   const SamplingDefaults& d = s.default_sampling;
   p.temperature = d.temperature;
   p.top_k = d.top_k;

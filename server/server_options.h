@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/api/streamd_engine.h"
+#include "engine/api/session_api.h"
 
 namespace streamd::server {
 
@@ -112,7 +112,7 @@ struct ServerOptions {
   AuthOptions auth;
   ServerLimits limits;
   int32_t max_send_message_bytes = 4 << 20;
-  SessionOptions session_defaults;  // Open without fields: mode, sinks, window, sampling
+  api::SessionDefaults session_defaults;  // Open without fields: mode, sinks, window, sampling
   PersistenceOptions persistence;
   TransportOptions transport;
   // Shutdown: how long running generations may continue before they are cancelled.

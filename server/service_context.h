@@ -1,16 +1,13 @@
-// What every part of the gRPC service shares: the engine, the session registry, the chat
-// formatter, the task thread, the options and the model's facts. Owned by GrpcServer; outlives
-// every stream.
+// What every part of the gRPC service shares: the engine's session API, the blocking-work
+// thread, the options and the model's facts, who calls (the authenticator) and the metrics.
+// Owned by GrpcServer; outlives every stream. No engine internals: a stream drives its session
+// through api::Session only.
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 
-#include "engine/api/streamd_engine.h"
-#include "engine/sessions/admission_queue.h"
-#include "engine/sessions/chat_formatter.h"
-#include "engine/sessions/session_driver.h"
-#include "engine/sessions/session_registry.h"
-#include "engine/sessions/token_budget.h"
+#include "engine/api/session_api.h"
 #include "engine/util/task_runner.h"
 #include "server/authenticator.h"
 #include "server/metrics/streamd_metrics.h"
@@ -21,25 +18,20 @@
 namespace streamd::server {
 
 struct ServiceContext {
-  Engine& engine;
-  SessionRegistry& registry;
-  SessionDriver& driver;      // what an attached session says and hears
-  AdmissionQueue& admission;  // Opens waiting for KV blocks
-  const ChatFormatter& chat;
-  TaskRunner& tasks;
   // Blocking snapshot work of RPCs (export, import): captures, encodes and file I/O, off the
-  // reactions and off `tasks`.
+  // reactions and off the engine's threads.
   TaskRunner& io;
   const ServerOptions& options;
+  // The engine's session API (set before the first call arrives).
+  api::Engine* api = nullptr;
   ModelLimits model;
   v1::ModelInfo model_info;
-  std::atomic<bool> draining{false};           // shutdown began: no new sessions or generations
+  // Shutdown began: no new sessions or generations. Shared with the engine's session API (its
+  // Drain), which refuses them too.
+  std::atomic<bool> draining{false};
   metrics::StreamdMetrics* metrics = nullptr;  // optional: request-path metrics
   // Who calls (API keys); null: no authentication, every caller the anonymous admin.
   const Authenticator* auth = nullptr;
-  TokenBudget* budget = nullptr;  // tenants' tokens_per_second; with auth
-  // What snapshots are stamped with and checked against; null when the engine gave none.
-  const SnapshotContext* snapshots = nullptr;
   // ExportSession and ImportSession calls in flight (at most options.limits.max_transfers).
   std::atomic<int32_t> transfers{0};
 };

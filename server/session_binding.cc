@@ -8,65 +8,69 @@
 #include <string>
 #include <utility>
 
+#include "server/api_convert.h"
 #include "server/grpc_status.h"
 #include "server/session_stream.h"
 
 namespace streamd::server {
 
-void SessionStream::Bind(const std::shared_ptr<SessionRecord>& s, bool resumed) {
+void SessionStream::Bind(std::shared_ptr<api::Session> s, bool resumed) {
+  bool bound = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!released_) session_ = s;
+    pending_open_.reset();
+    if (!released_) {
+      session_ = s;
+      bound = true;
+    }
   }
-  if (session() != s) {  // the stream ended while the session was being attached
+  if (!bound) {  // the stream ended while the session was being attached
     if (resumed) {
-      ctx_.registry.Detach(s);
+      s->Detach(CancelledError("its stream ended while it was resumed"));
     } else {
       // A new session whose id was never sent: nobody could ever resume it.
-      (void)ctx_.registry.Close(s->id, CancelledError("its stream ended before it was opened"));
+      (void)s->Close(CancelledError("its stream ended before it was opened"));
     }
     return;
   }
   const ServerOptions& o = ctx_.options;
-  const EngineConfig& e = ctx_.engine.config();
+  const api::EngineLimits e = s->limits();
   v1::ServerMessage m;
   v1::Opened* opened = m.mutable_opened();
-  opened->set_session_id(s->id.ToString());
+  opened->set_session_id(s->id());
   opened->set_resumed(resumed);
-  *opened->mutable_settings() = ToSettings(s->spec, s->options.sampling, s->max_blocks);
+  *opened->mutable_settings() = ToProto(s->settings());
   v1::Limits* limits = opened->mutable_limits();
   limits->set_max_sinks(e.max_sinks);
-  limits->set_max_window(MaxWindow(e, ctx_.model, s->spec.sinks));
+  limits->set_max_window(e.max_window);
   limits->set_max_tokens(o.limits.max_tokens);
   limits->set_default_max_tokens(o.limits.default_max_tokens);
   limits->set_max_append_bytes(o.limits.max_append_bytes);
   limits->set_max_append_tokens(o.limits.max_append_tokens);
   limits->set_max_message_bytes(o.limits.max_message_bytes);
-  limits->set_max_stop_strings(static_cast<int32_t>(kMaxStopStrings));
-  limits->set_max_stop_bytes(static_cast<int32_t>(kMaxStopBytes));
+  limits->set_max_stop_strings(e.max_stop_strings);
+  limits->set_max_stop_bytes(e.max_stop_bytes);
   limits->set_max_queued_tokens(o.limits.max_queued_tokens);
   limits->set_idle_timeout_s(
       std::chrono::duration_cast<std::chrono::seconds>(o.limits.idle_timeout).count());
-  limits->set_persistent(ctx_.registry.persister() != nullptr);
+  limits->set_persistent(e.persistent);
   limits->set_snapshot_interval_ms(o.persistence.snapshot_interval.count());
   limits->set_offload_after_s(
       std::chrono::duration_cast<std::chrono::seconds>(o.persistence.offload_after).count());
   limits->set_max_snapshot_bytes(o.limits.max_snapshot_bytes);
   *opened->mutable_model() = ctx_.model_info;
-  if (auto info = ctx_.engine.Get(s->id); info.ok()) {
-    *opened->mutable_cache() = ToCacheState(*info);
-  }
+  if (auto state = s->State(); state.ok()) *opened->mutable_cache() = ToProto(*state);
   outbox_.Push(std::move(m));
 }
 
-void SessionStream::Bound(StatusOr<std::shared_ptr<SessionRecord>> s, bool resumed) {
+void SessionStream::Bound(StatusOr<std::unique_ptr<api::Session>> s, bool resumed) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     binding_ = false;
     unbound_since_ = Clock::now();  // a failed attempt: server.open_timeout starts again
   }
   if (s.ok()) {
-    Bind(*s, resumed);
+    Bind(std::shared_ptr<api::Session>(std::move(s).value()), resumed);
   } else {
     SendError(NamingRequest(resumed ? "resume" : "open", s.status()));
   }
@@ -75,8 +79,7 @@ void SessionStream::Bound(StatusOr<std::shared_ptr<SessionRecord>> s, bool resum
 
 SessionStream::Next SessionStream::HandleOpen(const v1::Open& open) {
   if (auto s = session()) {
-    SendError(FailedPreconditionError("open: this stream already drives session " +
-                                      s->id.ToString() +
+    SendError(FailedPreconditionError("open: this stream already drives session " + s->id() +
                                       "; a stream drives one session (open another stream)"));
     return Next::kRead;
   }
@@ -84,15 +87,7 @@ SessionStream::Next SessionStream::HandleOpen(const v1::Open& open) {
     SendError(UnavailableError("open: streamd is shutting down and accepts no new sessions"));
     return Next::kRead;
   }
-  auto options =
-      ToSessionOptions(open, ctx_.options.session_defaults, ctx_.engine.config(), ctx_.model);
-  if (options.ok()) {
-    options->tenant = caller_.tenant;  // it owns the session, and its snapshot says so
-    if (Status quota = CheckSessionQuota(*options); !quota.ok()) {
-      ctx_.auth->LogQuotaRefusal(quota);
-      options = quota;
-    }
-  }
+  auto options = ToOpenOptions(open);
   if (!options.ok()) {
     if (ctx_.metrics != nullptr) ctx_.metrics->sessions_rejected.Increment();
     SendError(options.status());
@@ -102,19 +97,19 @@ SessionStream::Next SessionStream::HandleOpen(const v1::Open& open) {
     std::lock_guard<std::mutex> lock(mu_);
     binding_ = true;
   }
-  // Admission may wait for blocks (sessions.admission_timeout): the queue answers on its own
-  // thread, and this stream reads its next message after that.
+  // The engine checks the options and the tenant's quotas, then admission may wait for blocks
+  // (sessions.admission_timeout): the answer comes from the engine's thread (or at once for a
+  // refusal), and this stream reads its next message after that.
   const Clock::time_point start = Clock::now();
-  ctx_.admission.Submit(
-      *std::move(options), weak_from_this(), client_,
-      // Weak: a stream that ends while waiting must not be kept alive by the queue, which drops
-      // the Opens of streams that are gone.
-      [weak = weak_from_this(), registry = &ctx_.registry,
-       start](StatusOr<std::shared_ptr<SessionRecord>> s) {
+  std::shared_ptr<void> pending = ctx_.api->Open(
+      caller_, *options,
+      // Weak: a stream that ends while waiting lets go of its Open (pending_open_), which the
+      // engine then drops without opening anything.
+      [weak = weak_from_this(), start](StatusOr<std::unique_ptr<api::Session>> s) {
         std::shared_ptr<SessionStream> self = weak.lock();
         if (self == nullptr) {
           // Nobody was told its id: nobody could ever resume it.
-          if (s.ok()) (void)registry->Close((*s)->id, CancelledError("its stream ended"));
+          if (s.ok()) (void)(*s)->Close(CancelledError("its stream ended"));
           return;
         }
         if (metrics::StreamdMetrics* m = self->ctx_.metrics; m != nullptr) {
@@ -124,14 +119,18 @@ SessionStream::Next SessionStream::HandleOpen(const v1::Open& open) {
           }
         }
         self->Bound(std::move(s), /*resumed=*/false);
-      });
+      },
+      ClosedElsewhere());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (binding_ && !released_) pending_open_ = std::move(pending);
+  }
   return Next::kLater;
 }
 
 SessionStream::Next SessionStream::HandleResume(const v1::Resume& resume) {
   if (auto s = session()) {
-    SendError(FailedPreconditionError("resume: this stream already drives session " +
-                                      s->id.ToString() +
+    SendError(FailedPreconditionError("resume: this stream already drives session " + s->id() +
                                       "; a stream drives one session (open another stream)"));
     return Next::kRead;
   }
@@ -139,29 +138,27 @@ SessionStream::Next SessionStream::HandleResume(const v1::Resume& resume) {
     SendError(UnavailableError("resume: streamd is shutting down"));
     return Next::kRead;
   }
-  auto id = SessionId::Parse(resume.session_id(), "resume.session_id");
-  if (!id.ok()) {
-    SendError(id.status());
-    return Next::kRead;
-  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     binding_ = true;
   }
   // A resident session is attached at once; an offloaded one is read back from disk first on
-  // the registry's loader thread, which then answers here: the reaction does not wait.
-  ctx_.registry.Attach(
-      *id, weak_from_this(),
-      [self = shared_from_this()](StatusOr<std::shared_ptr<SessionRecord>> s) {
+  // the engine's loader thread, which then answers here: the reaction does not wait.
+  ctx_.api->Resume(
+      caller_, resume.session_id(),
+      [self = shared_from_this()](StatusOr<std::unique_ptr<api::Session>> s) {
         if (!s.ok()) {
           const Status& st = s.status();
           // "resume.session_id: session 7f3a... does not exist (...)"
-          const bool named = st.message().rfind("resume.", 0) == 0;
-          if (!named) s = Status(st.code(), "resume.session_id: " + st.message());
+          if (st.message().rfind("resume.", 0) != 0) {
+            s = Status(st.code(), st.message().rfind("session_id", 0) == 0
+                                      ? "resume." + st.message()
+                                      : "resume.session_id: " + st.message());
+          }
         }
         self->Bound(std::move(s), /*resumed=*/true);
       },
-      caller_.admin ? std::nullopt : std::optional<std::string>(caller_.tenant));
+      ClosedElsewhere());
   return Next::kLater;
 }
 

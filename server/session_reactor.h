@@ -29,11 +29,10 @@ namespace streamd::server {
 class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   // `on_done` runs in OnDone, before the reactor deletes itself.
-  SessionReactor(grpc::CallbackServerContext* context, ServiceContext& ctx, Caller caller,
-                 std::string client, std::function<void(SessionStream*)> on_done)
+  SessionReactor(grpc::CallbackServerContext* context, ServiceContext& ctx, api::Caller caller,
+                 std::function<void(SessionStream*)> on_done)
       : transport_(this, context),
-        stream_(std::make_shared<SessionStream>(ctx, &transport_, std::move(caller),
-                                                std::move(client))),
+        stream_(std::make_shared<SessionStream>(ctx, &transport_, std::move(caller))),
         on_done_(std::move(on_done)) {}
 
   const std::shared_ptr<SessionStream>& stream() const { return stream_; }

@@ -5,10 +5,9 @@
 #include <utility>
 #include <vector>
 
-#include "engine/api/streamd_engine.h"
-#include "engine/sessions/admission_queue.h"
+#include "server/api_convert.h"
+#include "server/generation_metrics.h"
 #include "server/grpc_status.h"
-#include "server/metrics_wiring.h"
 
 namespace streamd::server {
 namespace {
@@ -44,15 +43,13 @@ v1::ServerMessage ErrorMessage(const Status& status, std::string_view request_id
 
 }  // namespace
 
-SessionStream::SessionStream(ServiceContext& ctx, Transport* transport, Caller caller,
-                             std::string client)
+SessionStream::SessionStream(ServiceContext& ctx, Transport* transport, api::Caller caller)
     : ctx_(ctx),
       caller_(std::move(caller)),
-      client_(std::move(client)),
       outbox_(transport, ctx.options.limits.max_queued_tokens),
       transport_(transport) {}
 
-std::shared_ptr<SessionRecord> SessionStream::session() const {
+std::shared_ptr<api::Session> SessionStream::session() const {
   std::lock_guard<std::mutex> lock(mu_);
   return session_;
 }
@@ -136,42 +133,36 @@ void SessionStream::SendError(const Status& status, std::string_view request_id)
   if (ctx_.metrics != nullptr) ctx_.metrics->RecordError(static_cast<int>(status.code()));
   // A request_id that is not UTF-8 is not echoed: Error.request_id is a proto string, which
   // the client could not parse (the error itself says what is wrong with it).
-  if (tokenizer::FindInvalidUtf8(request_id) != std::string_view::npos) request_id = {};
+  if (api::FindInvalidUtf8(request_id) != std::string_view::npos) request_id = {};
   outbox_.Push(ErrorMessage(status, request_id));
 }
 
-void SessionStream::SendCacheState(SessionId id) {
-  auto info = ctx_.engine.Get(id);
-  if (!info.ok()) return;  // closed meanwhile
+void SessionStream::SendCacheState(const api::Session& s) {
+  auto state = s.State();
+  if (!state.ok()) return;  // closed meanwhile
   v1::ServerMessage m;
-  *m.mutable_cache_state() = ToCacheState(*info);
+  *m.mutable_cache_state() = ToProto(*state);
   outbox_.Push(std::move(m));
 }
 
 SessionStream::Next SessionStream::HandleAppend(const v1::Append& a) {
-  std::shared_ptr<SessionRecord> s = session();
+  std::shared_ptr<api::Session> s = session();
   if (s == nullptr) {
     SendError(FailedPreconditionError("append: open or resume a session first"));
     return Next::kRead;
   }
-  Status valid = ValidateAppend(a, ctx_.options.limits, ctx_.model.vocab_size);
-  if (valid.ok()) {
-    valid = CheckTokenQuota("append");
-    if (!valid.ok()) ctx_.auth->LogQuotaRefusal(valid);
-  }
-  if (!valid.ok()) {
+  if (Status valid = ValidateAppend(a, ctx_.options.limits, ctx_.model.vocab_size); !valid.ok()) {
     SendError(valid);
     return Next::kRead;
   }
-  // Barge-in: an Append while a generation runs cancels it and goes on after its
-  // GenerationDone (the driver), so the context never changes under a generation.
-  const bool deferred = ctx_.driver.Append(
-      s, ToSessionInput(a), [self = shared_from_this(), s](StatusOr<int64_t> appended, bool later) {
+  // Barge-in: an Append while a generation runs cancels it and goes on after its end (the
+  // engine), so the context never changes under a generation. The engine charges the tokens.
+  const bool deferred = s->Append(
+      ToAppendInput(a), [self = shared_from_this(), s](StatusOr<int64_t> appended, bool later) {
         if (!appended.ok()) {
           self->SendError(NamingRequest("append", appended.status()));
         } else {
-          self->ChargeTokens(*appended);
-          self->SendCacheState(s->id);
+          self->SendCacheState(*s);
         }
         if (later) self->ReadNext();
       });
@@ -179,7 +170,7 @@ SessionStream::Next SessionStream::HandleAppend(const v1::Append& a) {
 }
 
 void SessionStream::HandleGenerate(const v1::Generate& g) {
-  std::shared_ptr<SessionRecord> s = session();
+  std::shared_ptr<api::Session> s = session();
   if (s == nullptr) {
     return SendError(FailedPreconditionError("generate: open or resume a session first"),
                      g.request_id());
@@ -187,97 +178,98 @@ void SessionStream::HandleGenerate(const v1::Generate& g) {
   if (ctx_.draining) {
     return SendError(UnavailableError("generate: streamd is shutting down"), g.request_id());
   }
-  auto options =
-      ToGenerateOptions(g, s->options.sampling, ctx_.options.limits, ctx_.model.vocab_size);
-  if (!options.ok()) return SendError(options.status(), g.request_id());
-  Status quota = CheckGenerationQuota();
-  if (quota.ok()) quota = CheckTokenQuota("generate");
-  if (!quota.ok()) {
-    ctx_.auth->LogQuotaRefusal(quota);
-    return SendError(quota, g.request_id());
-  }
-  auto self = shared_from_this();
-  const std::string request_id = options->request_id;
-  const Status started = ctx_.driver.Generate(
-      s, *std::move(options),
-      {.on_event = [self, s](GenerationEvent&& event) { self->OnEvent(s, std::move(event)); },
-       .on_ended =
-           [self, id = s->id](int64_t output_tokens) {
-             self->ChargeTokens(output_tokens);
-             self->SendCacheState(id);
-           }});
+  auto request =
+      ToGenerateRequest(g, s->settings().sampling, ctx_.options.limits, ctx_.model.vocab_size);
+  if (!request.ok()) return SendError(request.status(), g.request_id());
+  const std::string request_id = request->request_id;
+  // One engine call: the quotas, the assistant header and the generation are the engine's.
+  const Status started = s->Generate(*std::move(request), Observer(s));
   if (!started.ok()) SendError(NamingRequest("generate", started), request_id);
 }
 
 void SessionStream::HandleCancel(const v1::Cancel& c) {
-  std::shared_ptr<SessionRecord> s = session();
+  std::shared_ptr<api::Session> s = session();
   if (s == nullptr) {
     return SendError(FailedPreconditionError("cancel: open or resume a session first"));
   }
   const Status valid = ValidateRequestId(c.request_id(), ctx_.options.limits, "cancel.request_id");
   if (!valid.ok()) return SendError(valid, c.request_id());
-  if (Status cancelled = ctx_.driver.Cancel(s, c.request_id()); !cancelled.ok()) {
+  if (Status cancelled = s->Cancel(c.request_id()); !cancelled.ok()) {
     SendError(cancelled, c.request_id());
   }
 }
 
 void SessionStream::HandleClose() {
-  std::shared_ptr<SessionRecord> s;
+  std::shared_ptr<api::Session> s;
   {
     std::lock_guard<std::mutex> lock(mu_);
     s = std::move(session_);
     released_ = true;
+    pending_open_.reset();
   }
   // A running generation's GenerationDone (CANCELLED) is queued before the stream ends.
-  if (s != nullptr) (void)ctx_.registry.Close(s->id, CancelledError("closed by its stream"), this);
+  if (s != nullptr) (void)s->Close(CancelledError("closed by its stream"));
   outbox_.Finish(grpc::Status::OK);
 }
 
-void SessionStream::OnEvent(const std::shared_ptr<SessionRecord>& s, GenerationEvent&& e) {
-  if (e.kind == GenerationEvent::Kind::kToken) {
-    if (ctx_.metrics != nullptr) {
-      // One generation at a time per stream, its tokens in order on the scheduler thread.
+api::GenerationObserver SessionStream::Observer(const std::shared_ptr<api::Session>& s) {
+  auto self = shared_from_this();
+  api::GenerationObserver o;
+  // The scheduler thread: one generation at a time per stream, its tokens in order.
+  o.on_token = [self, weak = std::weak_ptr<api::Session>(s)](api::TokenEvent&& e) {
+    ServiceContext& ctx = self->ctx_;
+    if (ctx.metrics != nullptr) {
       const Clock::time_point now = Clock::now();
       if (e.index > 0) {
-        ctx_.metrics->inter_token_latency.Observe(
-            std::chrono::duration<double>(now - last_token_).count());
+        ctx.metrics->inter_token_latency.Observe(
+            std::chrono::duration<double>(now - self->last_token_).count());
       }
-      last_token_ = now;
+      self->last_token_ = now;
     }
-    if (outbox_.PushToken(e.request_id, e.token, e.text, e.index) ==
+    if (self->outbox_.PushToken(e.request_id, e.token, e.text, e.index) ==
         StreamOutbox::PushResult::kFull) {
-      ctx_.driver.CancelFromSink(
-          s, ResourceExhaustedError(
-                 "client too slow: " + std::to_string(ctx_.options.limits.max_queued_tokens) +
-                 " tokens were queued unread (limits.max_queued_tokens); the generation was "
-                 "cancelled"));
+      if (std::shared_ptr<api::Session> session = weak.lock()) {
+        session->CancelFromObserver(ResourceExhaustedError(
+            "client too slow: " + std::to_string(ctx.options.limits.max_queued_tokens) +
+            " tokens were queued unread (limits.max_queued_tokens); the generation was "
+            "cancelled"));
+      }
     }
-    return;
-  }
-  v1::ServerMessage m;
-  v1::GenerationDone* done = m.mutable_generation_done();
-  done->set_request_id(e.request_id);
-  done->set_reason(ToProto(e.reason));
-  done->set_tail_text(e.tail_text);
-  v1::Usage* usage = done->mutable_usage();
-  usage->set_input_tokens(e.prompt_tokens);
-  usage->set_output_tokens(e.output_tokens);
-  usage->set_time_to_first_token_s(e.time_to_first_token_s);
-  usage->set_total_s(e.total_s);
-  if (ctx_.metrics != nullptr) {
-    ctx_.metrics->RecordGeneration({FinishedOf(e.reason), e.prompt_tokens, e.output_tokens,
-                                    e.time_to_first_token_s, e.total_s});
-  }
-  // A failure, or why the server cancelled it (a slow client, the stream's end).
-  if (!e.status.ok()) *done->mutable_error() = ToProtoError(e.status, e.request_id);
-  outbox_.Push(std::move(m));
+  };
+  o.on_end = [self](api::GenerationEnd&& e) {
+    v1::ServerMessage m;
+    v1::GenerationDone* done = m.mutable_generation_done();
+    done->set_request_id(e.request_id);
+    done->set_reason(ToProto(e.reason));
+    done->set_tail_text(e.tail_text);
+    v1::Usage* usage = done->mutable_usage();
+    usage->set_input_tokens(e.usage.input_tokens);
+    usage->set_output_tokens(e.usage.output_tokens);
+    usage->set_time_to_first_token_s(e.usage.time_to_first_token_s);
+    usage->set_total_s(e.usage.total_s);
+    if (self->ctx_.metrics != nullptr) self->ctx_.metrics->RecordGeneration(GenerationRecordOf(e));
+    // A failure, or why the server cancelled it (a slow client, the stream's end).
+    if (!e.status.ok()) *done->mutable_error() = ToProtoError(e.status, e.request_id);
+    self->outbox_.Push(std::move(m));
+  };
+  // The task thread, once the session's state is saved (and the tokens charged).
+  o.on_settled = [self, weak = std::weak_ptr<api::Session>(s)] {
+    if (std::shared_ptr<api::Session> session = weak.lock()) self->SendCacheState(*session);
+  };
+  return o;
+}
+
+api::OnClosedElsewhere SessionStream::ClosedElsewhere() {
+  return [weak = weak_from_this()](const Status& why) {
+    if (std::shared_ptr<SessionStream> self = weak.lock()) self->OnSessionClosed(why);
+  };
 }
 
 void SessionStream::EndWhenIdle(const grpc::Status& status) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (end_after_generation_) return;  // already ending after the generation
-    if (session_ != nullptr && ctx_.driver.WhenIdle(session_, [self = shared_from_this()] {
+    if (session_ != nullptr && session_->WhenIdle([self = shared_from_this()] {
           std::optional<grpc::Status> end;
           {
             std::lock_guard<std::mutex> stream_lock(self->mu_);
@@ -300,35 +292,36 @@ void SessionStream::Drain() {
 }
 
 void SessionStream::CancelGeneration(const Status& why) {
-  if (std::shared_ptr<SessionRecord> s = session()) ctx_.driver.StopGeneration(*s, why);
+  if (std::shared_ptr<api::Session> s = session()) s->StopGeneration(why);
 }
 
-void SessionStream::OnSessionClosed(SessionId id, const Status& why) {
+void SessionStream::OnSessionClosed(const Status& why) {
+  std::string id;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (session_ == nullptr || session_->id != id) return;
+    if (session_ == nullptr) return;
+    id = session_->id();
     session_.reset();
     released_ = true;
   }
-  outbox_.Finish(grpc::Status(grpc::StatusCode::ABORTED,
-                              "session " + id.ToString() + " was closed: " + why.message()));
+  outbox_.Finish(
+      grpc::Status(grpc::StatusCode::ABORTED, "session " + id + " was closed: " + why.message()));
 }
 
 void SessionStream::Release(std::function<void()> then) {
-  std::shared_ptr<SessionRecord> s;
+  std::shared_ptr<api::Session> s;
   {
     std::lock_guard<std::mutex> lock(mu_);
     released_ = true;
     s = std::move(session_);
+    pending_open_.reset();  // an Open still waiting for admission is dropped
   }
   if (s == nullptr) {
     if (then) then();
     return;
   }
   // A session is detached once its generation is over; the reaction does not wait for that.
-  SessionRegistry& registry = ctx_.registry;
-  const std::function<void()> detach = [&registry, s, then] { registry.Detach(s, then); };
-  if (!ctx_.driver.CancelThen(s, CancelledError("the stream ended"), detach)) detach();
+  s->Detach(CancelledError("the stream ended"), std::move(then));
 }
 
 void SessionStream::End(const grpc::Status& status) {

@@ -33,6 +33,7 @@
 // can be resumed (Resume{session_id}) until it has been detached for the idle timeout.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -45,7 +46,9 @@
 
 namespace streamd::server {
 
-class SessionStream : public SessionOwner, public std::enable_shared_from_this<SessionStream> {
+using Clock = std::chrono::steady_clock;
+
+class SessionStream : public std::enable_shared_from_this<SessionStream> {
  public:
   // The reactor: writes and finishes (StreamOutbox::Writer) and starts the next read.
   class Transport : public StreamOutbox::Writer {
@@ -53,9 +56,10 @@ class SessionStream : public SessionOwner, public std::enable_shared_from_this<S
     virtual void ReadNext() = 0;
   };
 
-  // `caller`: who opened the stream (its tenant owns the sessions it opens, and it can resume
-  // only those); `client`: who is on the other end, for the per-client caps (SessionRegistry).
-  SessionStream(ServiceContext& ctx, Transport* transport, Caller caller, std::string client);
+  // `caller`: who opened the stream, as the engine takes it (its tenant owns the sessions it
+  // opens, it can resume only those, its limits apply; its client is who is on the other end,
+  // for the per-client caps).
+  SessionStream(ServiceContext& ctx, Transport* transport, api::Caller caller);
 
   // What the reactor does after OnMessage: read the next message now, read no more, or nothing
   // (the stream starts the next read itself once the message is handled). Messages are handled
@@ -76,7 +80,7 @@ class SessionStream : public SessionOwner, public std::enable_shared_from_this<S
   // Service events (shutdown, CloseSession).
   void Drain();                              // end after the running generation
   void CancelGeneration(const Status& why);  // the grace period is over
-  void OnSessionClosed(SessionId id, const Status& why) override;
+  void OnSessionClosed(const Status& why);   // CloseSession, from elsewhere
 
  private:
   // Binding (session_binding.cc): Open and Resume answer from the admission queue's or the
@@ -93,25 +97,19 @@ class SessionStream : public SessionOwner, public std::enable_shared_from_this<S
   Next HandleFork(const v1::Fork& fork);
   void HandleClose();
 
-  std::shared_ptr<SessionRecord> session() const;
-  // RESOURCE_EXHAUSTED naming the tenant's quota (auth.keys_file) when it is used up; the
-  // message starts with `what` (the request: "open" or "fork").
-  Status CheckSessionQuota(const SessionOptions& options, std::string_view what = "open") const;
-  Status CheckGenerationQuota() const;
-  // tokens_per_second: `what` is refused while the tenant's bucket is below zero; Charge takes
-  // tokens from it.
-  Status CheckTokenQuota(const std::string& what) const;
-  void ChargeTokens(int64_t tokens) const;
+  std::shared_ptr<api::Session> session() const;
   // Binds a freshly attached session, unless the stream ended meanwhile.
-  void Bind(const std::shared_ptr<SessionRecord>& s, bool resumed);
+  void Bind(std::shared_ptr<api::Session> s, bool resumed);
   void SendError(const Status& status, std::string_view request_id = {});
-  void SendCacheState(SessionId id);
+  void SendCacheState(const api::Session& s);
   // The answer to an Open or Resume: binds the session or reports why not, then reads on.
-  void Bound(StatusOr<std::shared_ptr<SessionRecord>> s, bool resumed);
+  void Bound(StatusOr<std::unique_ptr<api::Session>> s, bool resumed);
   // Starts the next read after a handler that returned kLater.
   void ReadNext();
-  // The EventSink of every generation started here.
-  void OnEvent(const std::shared_ptr<SessionRecord>& s, GenerationEvent&& event);
+  // The observer of every generation started here.
+  api::GenerationObserver Observer(const std::shared_ptr<api::Session>& s);
+  // Tells this stream when its session is closed from elsewhere.
+  api::OnClosedElsewhere ClosedElsewhere();
   // Ends after the running generation, or now when none runs.
   void EndWhenIdle(const grpc::Status& status);
   // Lets go of the session (cancelling its generation) so that it can be resumed; `then`, when
@@ -122,13 +120,14 @@ class SessionStream : public SessionOwner, public std::enable_shared_from_this<S
   void End(const grpc::Status& status);
 
   ServiceContext& ctx_;
-  const Caller caller_;
-  const std::string client_;
+  const api::Caller caller_;
   StreamOutbox outbox_;
   std::mutex transport_mu_;  // guards transport_ (null once the reactor is gone)
   Transport* transport_;
-  mutable std::mutex mu_;  // before any SessionRecord::mu
-  std::shared_ptr<SessionRecord> session_;
+  mutable std::mutex mu_;
+  std::shared_ptr<api::Session> session_;
+  // An Open waiting for admission: held so that the engine keeps it (api::Engine::Open).
+  std::shared_ptr<void> pending_open_;
   bool released_ = false;
   bool binding_ = false;  // an Open or Resume is on its way (admission, a load from disk)
   Clock::time_point unbound_since_ = Clock::now();  // server.open_timeout counts from here

@@ -7,8 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "server/api_convert.h"
 #include "server/grpc_status.h"
-#include "server/proto_convert.h"
 
 namespace streamd::server {
 namespace {
@@ -64,12 +64,7 @@ class ExportReactor final : public grpc::ServerWriteReactor<v1::SnapshotChunk> {
       End(slot_.status());
       return;
     }
-    auto id = SessionId::Parse(request.session_id(), "session_id");
-    if (!id.ok()) {
-      End(id.status());
-      return;
-    }
-    ctx_.io.Post([this, id = *id] { Make(id); });
+    ctx_.io.Post([this, id = request.session_id()] { Make(id); });
   }
 
   void OnWriteDone(bool ok) override {
@@ -79,8 +74,9 @@ class ExportReactor final : public grpc::ServerWriteReactor<v1::SnapshotChunk> {
   void OnDone() override { delete this; }
 
  private:
-  void Make(SessionId id) {
-    StatusOr<std::vector<uint8_t>> bytes = Snapshot(id);
+  void Make(const std::string& id) {
+    StatusOr<std::vector<uint8_t>> bytes =
+        ctx_.api->ExportSession(ToApiCaller(ctx_.auth, caller_), id);
     if (!bytes.ok()) {
       const Status& s = bytes.status();
       const bool named = s.message().rfind("session_id", 0) == 0;
@@ -88,12 +84,6 @@ class ExportReactor final : public grpc::ServerWriteReactor<v1::SnapshotChunk> {
     }
     bytes_ = std::move(bytes).value();
     WriteNext();
-  }
-
-  StatusOr<std::vector<uint8_t>> Snapshot(SessionId id) {
-    return ExportSessionSnapshot(
-        ctx_.registry, ctx_.engine, ctx_.snapshots, id,
-        [this](const std::string& tenant) { return caller_.CanSee(tenant); });
   }
 
   void WriteNext() {
@@ -150,11 +140,15 @@ class ImportReactor final : public grpc::ServerReadReactor<v1::SnapshotChunk> {
 
  private:
   Status Import() {
-    STREAMD_ASSIGN_OR_RETURN(
-        const ImportedSession imported,
-        ImportSessionSnapshot(ctx_.registry, ctx_.engine, ctx_.snapshots, bytes_));
+    // The service let only admins in (an import creates a session of whatever tenant its
+    // snapshot names).
+    const api::Caller admin;
+    STREAMD_ASSIGN_OR_RETURN(const api::ImportedSession imported,
+                             ctx_.api->ImportSession(admin, bytes_));
     response_->set_resident(imported.resident);
-    return FillSessionInfo(ctx_, imported.id, response_->mutable_session());
+    STREAMD_ASSIGN_OR_RETURN(const api::SessionInfo info, ctx_.api->GetSession(admin, imported.id));
+    *response_->mutable_session() = ToProto(info);
+    return OkStatus();
   }
 
   void End(const Status& status) {
@@ -172,18 +166,6 @@ class ImportReactor final : public grpc::ServerReadReactor<v1::SnapshotChunk> {
 };
 
 }  // namespace
-
-Status FillSessionInfo(const ServiceContext& ctx, SessionId id, v1::SessionInfo* out) {
-  STREAMD_ASSIGN_OR_RETURN(const SessionView view, DescribeSession(ctx.registry, ctx.engine, id));
-  out->set_session_id(id.ToString());
-  *out->mutable_settings() = ToSettings(view.spec, view.sampling, view.max_blocks);
-  *out->mutable_cache() = ToCacheState(view.cache);
-  out->set_generating(view.generating);
-  out->set_offloaded(view.offloaded);
-  out->set_attached(view.attached);
-  out->set_idle_s(view.idle_s);
-  return OkStatus();
-}
 
 grpc::ServerWriteReactor<v1::SnapshotChunk>* StartExport(ServiceContext& ctx,
                                                          const v1::ExportSessionRequest& request,

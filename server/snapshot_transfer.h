@@ -3,7 +3,7 @@
 // decoding, restore, file I/O) runs on the service's io TaskRunner, never in a reaction; the
 // reactions only move chunks.
 //
-// Export: the snapshot is made whole first (engine/sessions/session_transfer.h), then written in
+// Export: the snapshot is made whole first (api::Engine::ExportSession), then written in
 // chunks of kSnapshotChunkBytes. Import: chunks are collected up to limits.max_snapshot_bytes
 // (INVALID_ARGUMENT past it, before the rest is read), then handed to the engine, which creates
 // the session here with the same id (ImportSessionResponse.resident says whether it is in the
@@ -14,7 +14,6 @@
 
 #include <cstddef>
 
-#include "engine/sessions/session_transfer.h"
 #include "server/service_context.h"
 #include "streamd/v1/streamd.grpc.pb.h"
 
@@ -29,9 +28,5 @@ grpc::ServerWriteReactor<v1::SnapshotChunk>* StartExport(ServiceContext& ctx,
                                                          Caller caller);
 grpc::ServerReadReactor<v1::SnapshotChunk>* StartImport(ServiceContext& ctx,
                                                         v1::ImportSessionResponse* response);
-
-// A session's SessionInfo (shared with the unary calls): from the engine when resident, from
-// its snapshot's summary when offloaded.
-Status FillSessionInfo(const ServiceContext& ctx, SessionId id, v1::SessionInfo* out);
 
 }  // namespace streamd::server

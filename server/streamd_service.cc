@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "server/api_convert.h"
 #include "server/grpc_status.h"
 #include "server/refused_reactor.h"
 #include "server/session_reactor.h"
@@ -24,17 +25,18 @@ grpc::ServerUnaryReactor* Answer(grpc::CallbackServerContext* context, const Sta
   return reactor;
 }
 
+// "session_id: ..." for the unary calls' errors about their one field (a malformed id names it
+// already).
+Status NamingSessionId(const Status& s) {
+  if (s.ok() || s.message().rfind("session_id", 0) == 0) return s;
+  return Status(s.code(), "session_id: " + s.message());
+}
+
 }  // namespace
 
 StatusOr<Caller> StreamdService::CallerOf(const grpc::CallbackServerContext& context) const {
   if (ctx_.auth == nullptr) return Caller{};
   return ctx_.auth->Authenticate(context);
-}
-
-Status StreamdService::Visible(const Caller& caller, SessionId id) const {
-  const std::optional<std::string> tenant = TenantOf(ctx_.registry, id);
-  if (tenant && caller.CanSee(*tenant)) return OkStatus();
-  return SessionNotFound(id, ctx_.registry.options());
 }
 
 std::string ClientOf(const grpc::CallbackServerContext& context) {
@@ -89,14 +91,15 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StreamdService::Ses
   }
   // The per-client caps count a tenant's sessions together; without keys, a peer's.
   std::string client = caller->authenticated ? "tenant " + caller->tenant : ClientOf(*context);
-  auto* reactor = new SessionReactor(context, ctx_, *std::move(caller), std::move(client),
-                                     [this](SessionStream* stream) {
-                                       {
-                                         std::lock_guard<std::mutex> lock(mu_);
-                                         streams_.erase(stream);
-                                       }
-                                       streams_cv_.notify_all();
-                                     });
+  auto* reactor =
+      new SessionReactor(context, ctx_, ToApiCaller(ctx_.auth, *caller, std::move(client)),
+                         [this](SessionStream* stream) {
+                           {
+                             std::lock_guard<std::mutex> lock(mu_);
+                             streams_.erase(stream);
+                           }
+                           streams_cv_.notify_all();
+                         });
   {
     std::lock_guard<std::mutex> lock(mu_);
     streams_.emplace(reactor->stream().get(), reactor->stream());
@@ -115,7 +118,7 @@ grpc::ServerUnaryReactor* StreamdService::GetModelInfo(grpc::CallbackServerConte
   if (auto caller = CallerOf(*context); !caller.ok()) {
     return Answer(context, caller.status(), ctx_.metrics);
   }
-  *response = ctx_.model_info;
+  *response = ToProto(ctx_.api->model());
   return Answer(context, OkStatus(), ctx_.metrics);
 }
 
@@ -125,10 +128,8 @@ grpc::ServerUnaryReactor* StreamdService::ListSessions(grpc::CallbackServerConte
   Count(ctx_, metrics::RequestKind::kListSessions);
   StatusOr<Caller> caller = CallerOf(*context);
   if (!caller.ok()) return Answer(context, caller.status(), ctx_.metrics);
-  for (const std::shared_ptr<SessionRecord>& s : ctx_.registry.All()) {
-    if (!caller->CanSee(s->options.tenant)) continue;
-    v1::SessionInfo info;
-    if (FillSessionInfo(ctx_, s->id, &info).ok()) *response->add_sessions() = std::move(info);
+  for (const api::SessionInfo& s : ctx_.api->ListSessions(ToApiCaller(ctx_.auth, *caller))) {
+    *response->add_sessions() = ToProto(s);
   }
   return Answer(context, OkStatus(), ctx_.metrics);
 }
@@ -141,14 +142,9 @@ grpc::ServerUnaryReactor* StreamdService::GetSession(grpc::CallbackServerContext
   if (!caller.ok()) return Answer(context, caller.status(), ctx_.metrics);
   // A malformed id is INVALID_ARGUMENT; a well-formed one that names no session NOT_FOUND, as
   // does another tenant's.
-  auto id = SessionId::Parse(request->session_id(), "session_id");
-  if (!id.ok()) return Answer(context, id.status(), ctx_.metrics);
-  Status status = Visible(*caller, *id);
-  if (status.ok()) status = FillSessionInfo(ctx_, *id, response);
-  if (!status.ok()) {
-    return Answer(context, Status(status.code(), "session_id: " + status.message()), ctx_.metrics);
-  }
-  return Answer(context, status, ctx_.metrics);
+  auto info = ctx_.api->GetSession(ToApiCaller(ctx_.auth, *caller), request->session_id());
+  if (info.ok()) *response = ToProto(*info);
+  return Answer(context, NamingSessionId(info.status()), ctx_.metrics);
 }
 
 grpc::ServerUnaryReactor* StreamdService::CloseSession(grpc::CallbackServerContext* context,
@@ -157,14 +153,10 @@ grpc::ServerUnaryReactor* StreamdService::CloseSession(grpc::CallbackServerConte
   Count(ctx_, metrics::RequestKind::kCloseSession);
   StatusOr<Caller> caller = CallerOf(*context);
   if (!caller.ok()) return Answer(context, caller.status(), ctx_.metrics);
-  auto id = SessionId::Parse(request->session_id(), "session_id");
-  if (!id.ok()) return Answer(context, id.status(), ctx_.metrics);
-  Status status = Visible(*caller, *id);
-  if (status.ok()) status = ctx_.registry.Close(*id, CancelledError("closed by CloseSession"));
-  if (!status.ok()) {
-    return Answer(context, Status(status.code(), "session_id: " + status.message()), ctx_.metrics);
-  }
-  return Answer(context, status, ctx_.metrics);
+  const Status closed =
+      ctx_.api->CloseSession(ToApiCaller(ctx_.auth, *caller), request->session_id(),
+                             CancelledError("closed by CloseSession"));
+  return Answer(context, NamingSessionId(closed), ctx_.metrics);
 }
 
 grpc::ServerWriteReactor<v1::SnapshotChunk>* StreamdService::ExportSession(

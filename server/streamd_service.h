@@ -1,6 +1,6 @@
 // StreamdService: the streamd.v1.Streamd gRPC service (callback API). Session streams get one
 // SessionReactor each (registered raw: the reactor parses each message itself, see
-// session_reactor.h); the unary calls read the registry and the engine directly. It keeps the
+// session_reactor.h); the unary calls go through the engine's session API (ctx.api). It keeps the
 // set of live streams, so that shutdown can drain them and its watchdog can end streams that
 // never open a session (server.open_timeout).
 #pragma once
@@ -65,8 +65,6 @@ class StreamdService final : public StreamdServiceBase {
   std::vector<std::shared_ptr<SessionStream>> Streams() const;
   // Who calls: UNAUTHENTICATED without a valid key (when there are keys).
   StatusOr<Caller> CallerOf(const grpc::CallbackServerContext& context) const;
-  // NOT_FOUND, exactly as for a session that does not exist, unless `caller` may see `id`.
-  Status Visible(const Caller& caller, SessionId id) const;
   // Ends streams that stay without a session for server.open_timeout.
   void WatchdogLoop();
 

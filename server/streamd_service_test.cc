@@ -3,6 +3,8 @@
 // that is malformed is INVALID_ARGUMENT naming its field (resume.session_id, session_id), one
 // that is well-formed but names no session is NOT_FOUND; either case of digits is accepted.
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/client_unary_call.h>
+#include <grpcpp/support/byte_buffer.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -283,6 +285,83 @@ TEST_F(StreamdServiceTest, AGenerateWithoutContextIsAnErrorNamingGenerate) {
       << reply.error().message();
   EXPECT_EQ(reply.error().request_id(), "g");
   EXPECT_TRUE(s.Close().ok());
+}
+
+// A session id that is not UTF-8, sent as raw protobuf bytes (a proto3 `string` and `bytes`
+// field have one wire type: a client can send either, whatever its copy of the .proto says).
+// Every session_id is declared `bytes` because of what a client hears (streamd.proto, "Session
+// ids"): INVALID_ARGUMENT naming the field, on a unary call and on a stream that stays open,
+// while every other session serves on. (Declared `string`, the same bytes fail the parse of the
+// whole message: a unary call answers UNIMPLEMENTED with no message, and a stream ends.)
+std::string Field(int number, const std::string& payload) {  // length-delimited, < 128 bytes
+  return std::string(1, static_cast<char>(number << 3 | 2)) +
+         std::string(1, static_cast<char>(payload.size())) + payload;
+}
+grpc::ByteBuffer Buffer(const std::string& bytes) {
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
+std::string Bytes(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  std::string out;
+  if (!buffer.Dump(&slices).ok()) return out;
+  for (const grpc::Slice& s : slices)
+    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return out;
+}
+
+TEST_F(StreamdServiceTest, ANonUtf8SessionIdIsInvalidArgumentAndOtherSessionsServeOn) {
+  Stream live(*stub_);
+  const v1::ServerMessage opened = live.Open();
+  ASSERT_TRUE(opened.has_opened()) << opened.ShortDebugString();
+  const std::string id = opened.opened().session_id();
+  const std::string not_utf8 = "\xff\xfe" + std::string(30, 'a');  // 32 bytes
+
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
+                                     grpc::InsecureChannelCredentials());
+  for (const char* method :
+       {"/streamd.v1.Streamd/GetSession", "/streamd.v1.Streamd/CloseSession"}) {
+    SCOPED_TRACE(method);
+    grpc::ClientContext ctx;
+    grpc::ByteBuffer reply;
+    const grpc::Status st = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+        channel.get(), grpc::internal::RpcMethod(method, grpc::internal::RpcMethod::NORMAL_RPC),
+        &ctx, Buffer(Field(1, not_utf8)), &reply);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << st.error_message();
+    EXPECT_EQ(st.error_message().rfind("session_id: ", 0), 0u) << st.error_message();
+  }
+
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>> rw(
+      grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer, grpc::ByteBuffer>::Create(
+          channel.get(),
+          grpc::internal::RpcMethod("/streamd.v1.Streamd/Session",
+                                    grpc::internal::RpcMethod::BIDI_STREAMING),
+          &ctx));
+  ASSERT_TRUE(rw->Write(Buffer(Field(2, Field(1, not_utf8)))));  // ClientMessage.resume
+  grpc::ByteBuffer reply;
+  ASSERT_TRUE(rw->Read(&reply)) << "the stream ended: " << rw->Finish().error_message();
+  v1::ServerMessage error;
+  ASSERT_TRUE(error.ParseFromString(Bytes(reply)));
+  ASSERT_TRUE(error.has_error()) << error.ShortDebugString();
+  EXPECT_EQ(error.error().code(), static_cast<int>(grpc::StatusCode::INVALID_ARGUMENT));
+  EXPECT_EQ(error.error().field(), "resume.session_id") << error.error().message();
+  // The stream stays open: it opens a session next.
+  ASSERT_TRUE(rw->Write(Buffer(Field(1, ""))));  // ClientMessage.open, every field default
+  ASSERT_TRUE(rw->Read(&reply));
+  v1::ServerMessage next;
+  ASSERT_TRUE(next.ParseFromString(Bytes(reply)));
+  EXPECT_TRUE(next.has_opened()) << next.ShortDebugString();
+  ASSERT_TRUE(rw->WritesDone());
+  while (rw->Read(&reply)) {
+  }
+  EXPECT_TRUE(rw->Finish().ok());
+
+  // The other session serves on.
+  v1::SessionInfo info;
+  ASSERT_TRUE(GetSession(id, &info).ok());
+  EXPECT_EQ(info.session_id(), id);
+  EXPECT_TRUE(live.Close().ok());
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // HttpSessions: everything the HTTP front door asks of streamd's sessions (and of who owns them:
 // the caller's key), and nothing more. The server and its handlers see only this header; one
 // adapter (http_sessions_adapter.cc) implements it over the server's authenticator and the
-// engine's sessions (engine/sessions: registry, driver, admission): when those change, only
-// that adapter does.
+// engine's session API (engine/api/session_api.h): a thin layer that adds the caller's key,
+// the request metrics and the HTTP layer's metadata key.
 //
 // Threads: every call may block the calling HTTP worker thread (an Open waiting for KV blocks, a
 // Resume waiting for its session to be read back from disk). No call blocks the engine: the
@@ -13,6 +13,7 @@
 // Close() was called.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -22,8 +23,14 @@
 
 #include "engine/util/status.h"
 
+namespace streamd::api {
+class Engine;
+}
 namespace streamd::server {
-struct ServiceContext;
+class Authenticator;
+}
+namespace streamd::metrics {
+struct StreamdMetrics;
 }
 
 namespace streamd::http {
@@ -107,7 +114,18 @@ class HttpSessions {
   virtual std::string ModelName() const = 0;
 };
 
-// The adapter over the daemon's ServiceContext (http_sessions_adapter.cc), which must outlive it.
-std::unique_ptr<HttpSessions> MakeServerSessions(server::ServiceContext& ctx);
+// What the adapter drives; everything must outlive it.
+struct ServerSessionsDeps {
+  api::Engine& engine;
+  const server::Authenticator* auth = nullptr;  // null: every caller the anonymous admin
+  metrics::StreamdMetrics* metrics = nullptr;   // optional: request metrics
+  // How long Open and Resume wait for the engine's answer (sessions.admission_timeout and
+  // sessions.resume_wait; a slack is added).
+  std::chrono::milliseconds open_wait{0};
+  std::chrono::milliseconds resume_wait{0};
+};
+
+// The adapter over the engine's session API (http_sessions_adapter.cc).
+std::unique_ptr<HttpSessions> MakeServerSessions(const ServerSessionsDeps& deps);
 
 }  // namespace streamd::http

@@ -50,6 +50,7 @@
 #include "engine/sessions/admission_queue.h"
 #include "engine/sessions/chat_formatter.h"
 #include "engine/sessions/session_registry.h"
+#include "engine/sessions/session_service.h"
 #include "engine/sessions/token_budget.h"
 #include "engine/util/task_runner.h"
 #include "server/authenticator.h"
@@ -175,10 +176,17 @@ class World {
         io_(std::make_unique<TaskRunner>()),
         admission_(std::make_unique<AdmissionQueue>(*registry_, options_.limits.max_waiting_opens)),
         driver_(std::make_unique<SessionDriver>(engine, *registry_, chat_, *tasks_)),
-        ctx_{engine, *registry_, *driver_, *admission_, chat_, *tasks_, *io_, options_} {
+        ctx_{*io_, options_} {
     ctx_.model = {engine.tokenizer().vocab_size(), engine.model().config().context_length};
     ctx_.auth = g_model->auth.get();
-    ctx_.budget = &budget_;  // each input starts with full buckets
+    // The engine's session API over these parts, as GrpcServer builds it; each input starts
+    // with full token buckets (budget_).
+    SessionServiceParts parts{engine, *registry_, *driver_,     *admission_,
+                              chat_,  budget_,    ctx_.draining};
+    parts.session_defaults = options_.session_defaults;
+    parts.default_max_tokens = options_.limits.default_max_tokens;
+    api_ = MakeSessionService(std::move(parts));
+    ctx_.api = api_.get();
     // What Opened carries about the model (GrpcServer's MakeModelInfo, which comes with the
     // rest of the gRPC server, not built here): the handler only copies it.
     ctx_.model_info.set_name(engine.model().config().name);
@@ -242,6 +250,7 @@ class World {
                        "KV blocks held after every session was closed: " + numbers);
     tasks_.reset();
     io_.reset();
+    api_.reset();
     registry_.reset();
   }
 
@@ -257,6 +266,7 @@ class World {
   // Outlives tasks_ (Shutdown): the tasks still queued call into it.
   std::unique_ptr<SessionDriver> driver_;
   server::ServiceContext ctx_;
+  std::unique_ptr<api::Engine> api_;  // over the parts above
 };
 
 // The raw bytes of one message, parsed as SessionReactor::OnReadDone parses them.
@@ -310,8 +320,9 @@ class Driver {
     // StreamdService::Session.
     c.transport = std::make_unique<FuzzTransport>(
         ServerMessageChecker(g_model->engine->tokenizer().vocab_size(), &ids_, calls_));
-    c.stream = std::make_shared<SessionStream>(world_.ctx(), c.transport.get(), c.caller,
-                                               kIdentities[caller].client);
+    c.stream = std::make_shared<SessionStream>(
+        world_.ctx(), c.transport.get(),
+        server::ToApiCaller(world_.ctx().auth, c.caller, kIdentities[caller].client));
     c.transport->ReadNext();  // SessionReactor::Start
     if (world_.ctx().draining) c.stream->Drain();
     return c;

@@ -22,9 +22,9 @@ class Recorder(pb_grpc.StreamdServicer):
         self._record("Session", context)
         async for m in request_iterator:
             if m.HasField("open"):
-                yield pb.ServerMessage(opened=pb.Opened(session_id=SID))
+                yield pb.ServerMessage(opened=pb.Opened(session_id=SID.encode()))
             elif m.HasField("resume"):
-                yield pb.ServerMessage(opened=pb.Opened(session_id=m.resume.session_id.decode(),
+                yield pb.ServerMessage(opened=pb.Opened(session_id=m.resume.session_id,
                                                         resumed=True))
             elif m.HasField("append"):
                 yield pb.ServerMessage(error=pb.Error(code=3, message="append.text: bad",

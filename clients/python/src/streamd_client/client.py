@@ -18,6 +18,35 @@ from . import errors
 from ._proto.streamd.v1 import streamd_pb2 as pb
 from ._proto.streamd.v1 import streamd_pb2_grpc as pb_grpc
 
+
+def session_id_text(raw: bytes) -> str:
+    """A session id as text. The wire declares every session_id `bytes` (streamd.proto, "Session
+    ids"); the server's are 32 lowercase hex digits, so this never loses anything."""
+    return raw.decode("ascii", errors="replace")
+
+
+class SessionInfo:
+    """pb.SessionInfo with its session_id as text (str); every other field as in the message."""
+
+    def __init__(self, message: pb.SessionInfo) -> None:
+        self.message = message
+        self.session_id: str = session_id_text(message.session_id)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.message, name)
+
+    def __repr__(self) -> str:
+        return f"SessionInfo({self.message!r})"
+
+
+class ImportedSession:
+    """pb.ImportSessionResponse with its session as a SessionInfo (id as text)."""
+
+    def __init__(self, message: pb.ImportSessionResponse) -> None:
+        self.message = message
+        self.resident: bool = message.resident
+        self.session = SessionInfo(message.session)
+
 log = logging.getLogger("streamd_client")
 
 #: The session-affinity header (proto/streamd/v1/session_affinity.h), sent on every call that
@@ -203,7 +232,7 @@ class Session:
 
     def __init__(self, client: "Client", opened: pb.Opened, call: Any) -> None:
         self.client = client
-        self.id: str = opened.session_id
+        self.id: str = session_id_text(opened.session_id)
         self.opened: pb.Opened = opened
         self.cache: pb.CacheState = opened.cache
         self.resumes = 0  # automatic resumes so far
@@ -309,7 +338,7 @@ class Session:
         rid = request_id or "f-" + secrets.token_hex(6)
         forked = await self._request("fork", pb.ClientMessage(fork=pb.Fork(
             request_id=rid.encode())), rid)
-        return forked.session_id
+        return session_id_text(forked.session_id)
 
     async def close(self) -> None:
         """Closes the session for good (frees its KV blocks) and ends the stream."""
@@ -678,13 +707,14 @@ class Client:
     async def model_info(self) -> pb.ModelInfo:
         return await self._unary(self.stub.GetModelInfo, pb.GetModelInfoRequest())
 
-    async def list_sessions(self) -> List[pb.SessionInfo]:
+    async def list_sessions(self) -> List[SessionInfo]:
         r = await self._unary(self.stub.ListSessions, pb.ListSessionsRequest())
-        return list(r.sessions)
+        return [SessionInfo(s) for s in r.sessions]
 
-    async def get_session(self, session_id: str) -> pb.SessionInfo:
-        return await self._unary(self.stub.GetSession,
-                                 pb.GetSessionRequest(session_id=session_id.encode()), session_id)
+    async def get_session(self, session_id: str) -> SessionInfo:
+        return SessionInfo(await self._unary(
+            self.stub.GetSession, pb.GetSessionRequest(session_id=session_id.encode()),
+            session_id))
 
     async def close_session(self, session_id: str) -> None:
         await self._unary(self.stub.CloseSession,
@@ -703,13 +733,13 @@ class Client:
         return b"".join(parts)
 
     async def import_session(self, snapshot: bytes,
-                             chunk_bytes: int = 1 << 20) -> pb.ImportSessionResponse:
+                             chunk_bytes: int = 1 << 20) -> ImportedSession:
         """Creates the session of a snapshot (same id and context) on this daemon."""
         chunks = [pb.SnapshotChunk(data=snapshot[i:i + chunk_bytes])
                   for i in range(0, max(len(snapshot), 1), chunk_bytes)]
         try:
-            return await self.stub.ImportSession(iter(chunks), metadata=self._md(),
-                                                 timeout=self.call_timeout)
+            return ImportedSession(await self.stub.ImportSession(
+                iter(chunks), metadata=self._md(), timeout=self.call_timeout))
         except grpc.aio.AioRpcError as e:
             raise errors.from_unary(e) from None
 
