@@ -128,6 +128,10 @@ int ServeCommand(int argc, char** argv) {
   // Sanitizer builds keep their own, better reports.
   absl::InitializeSymbolizer(argv[0]);
   absl::InstallFailureSignalHandler(absl::FailureSignalHandlerOptions{});
+  // Abseil's handler takes SIGTERM too; here SIGTERM and SIGINT are the graceful shutdown
+  // (sigwait below), never a crash: their default disposition comes back.
+  std::signal(SIGTERM, SIG_DFL);
+  std::signal(SIGINT, SIG_DFL);
 #endif
 
   auto config = LoadServerConfig(config_path, overrides);
