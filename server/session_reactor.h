@@ -13,15 +13,13 @@
 
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/proto_buffer_reader.h>
-#include <grpcpp/support/proto_buffer_writer.h>
 #include <grpcpp/support/server_callback.h>
 
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <utility>
 
-#include "proto/streamd/v1/session_affinity.h"
+#include "server/reactor_transport.h"
 #include "server/session_stream.h"
 
 namespace streamd::server {
@@ -31,7 +29,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
   // `on_done` runs in OnDone, before the reactor deletes itself.
   SessionReactor(grpc::CallbackServerContext* context, ServiceContext& ctx, api::Caller caller,
                  std::function<void(SessionStream*)> on_done)
-      : transport_(this, context),
+      : transport_(this, context, &in_),
         stream_(std::make_shared<SessionStream>(ctx, &transport_, std::move(caller))),
         on_done_(std::move(on_done)) {}
 
@@ -39,47 +37,6 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
   void Start() { transport_.ReadNext(); }
 
  private:
-  // Adapts the reactor to SessionStream::Transport. A read is started only before the call is
-  // finished (both under one mutex): gRPC runs OnDone once the call is finished and nothing is
-  // outstanding, so a read started later could outlive the reactor.
-  class Transport final : public SessionStream::Transport {
-   public:
-    Transport(SessionReactor* reactor, grpc::CallbackServerContext* context)
-        : reactor_(reactor), context_(context) {}
-    void StartWrite(const v1::ServerMessage* message) override {
-      // The initial metadata goes with the first write: when that is Opened, it carries the
-      // session's affinity key, from which a proxy learns which replica holds the session.
-      if (!first_write_done_) {
-        first_write_done_ = true;
-        if (message->has_opened()) {
-          context_->AddInitialMetadata(v1::kSessionAffinityHeader, message->opened().session_id());
-        }
-      }
-      // One write in flight, so one buffer serves them all (the serializer wants it empty).
-      out_.Clear();
-      bool own = false;
-      (void)grpc::SerializationTraits<v1::ServerMessage>::Serialize(*message, &out_, &own);
-      reactor_->StartWrite(&out_);
-    }
-    void Finish(const grpc::Status& status) override {
-      std::lock_guard<std::mutex> lock(mu_);
-      finished_ = true;
-      reactor_->Finish(status);
-    }
-    void ReadNext() override {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!finished_) reactor_->StartRead(&reactor_->in_);
-    }
-
-   private:
-    SessionReactor* reactor_;
-    grpc::CallbackServerContext* context_;
-    bool first_write_done_ = false;  // writes are serialized by the outbox
-    grpc::ByteBuffer out_;
-    std::mutex mu_;
-    bool finished_ = false;
-  };
-
   void OnReadDone(bool ok) override {
     if (!ok) {  // the client half-closed (or the call ended)
       stream_->OnHalfClose();
@@ -103,10 +60,10 @@ class SessionReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, gr
     delete this;
   }
 
-  Transport transport_;
+  grpc::ByteBuffer in_;  // before transport_, which points at it
+  ReactorTransport<SessionReactor> transport_;
   std::shared_ptr<SessionStream> stream_;
   std::function<void(SessionStream*)> on_done_;
-  grpc::ByteBuffer in_;
   v1::ClientMessage request_;
 };
 
