@@ -91,7 +91,9 @@ ssize_t ConnectionStream::read(char* ptr, size_t size) {
 }
 
 ssize_t ConnectionStream::write(const char* ptr, size_t size) {
-  if (!is_writable()) return -1;
+  // Only room to write is waited for: httplib asks is_writable() (which also looks for a gone
+  // peer) before every write, and a second look here cost each SSE chunk two more syscalls.
+  if (!WaitForSocket(socket_, POLLOUT, write_timeout_)) return -1;
   ssize_t n;
   do {
     n = send(socket_, ptr, size, MSG_NOSIGNAL);  // a gone peer is an error, not a SIGPIPE

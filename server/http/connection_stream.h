@@ -1,7 +1,8 @@
 // ConnectionStream: an httplib::Stream over an accepted TCP socket, with the semantics of
 // httplib's own socket stream (0.11): a read waits up to the read timeout and is buffered (the
-// request parser reads a line a byte at a time), a write waits up to the write timeout and fails
-// once the peer has closed. SocketAwareServer reads a connection's requests through it.
+// request parser reads a line a byte at a time), a write waits up to the write timeout, and
+// is_writable (which httplib asks before every write) fails once the peer has closed.
+// SocketAwareServer reads a connection's requests through it.
 #pragma once
 
 #include <httplib.h>
