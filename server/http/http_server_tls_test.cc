@@ -1,30 +1,21 @@
 // The HTTP API over TLS and mTLS with server.tls's files (certificates made by the openssl CLI,
 // tests/certs), and the start-up errors that name a bad file or a busy address.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <openssl/ssl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
 
 #include "server/http/http_server.h"
 #include "tests/certs/test_certs.h"
+#include "tests/support/scripted_http_sessions.h"
 
 namespace streamd::http {
 namespace {
-
-// Sessions are never reached here: only models and keys are asked.
-class NoSessions : public HttpSessions {
- public:
-  StatusOr<HttpCaller> Authenticate(const std::string*) const override { return HttpCaller{}; }
-  StatusOr<std::unique_ptr<Session>> Open(const HttpCaller&) override {
-    return UnavailableError("no sessions here");
-  }
-  StatusOr<std::unique_ptr<Session>> Resume(const HttpCaller&, const std::string&) override {
-    return UnavailableError("no sessions here");
-  }
-  Status Serving() const override { return OkStatus(); }
-  std::string ModelName() const override { return "tls-model"; }
-};
 
 class HttpTlsTest : public ::testing::Test {
  protected:
@@ -61,7 +52,36 @@ class HttpTlsTest : public ::testing::Test {
 
   std::string dir_;
   std::unique_ptr<testing::TestCerts> certs_;
-  NoSessions sessions_;
+  // A TLS connection of the test's own that has sent `request`, so that the test can drop it
+  // whenever it likes: the socket (owned by `ssl`), or -1 with the failure added to the test.
+  int SendOverTls(int port, const std::string& request, SSL** ssl) {
+    ctx_.reset(SSL_CTX_new(TLS_client_method()));
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    *ssl = ctx_ ? SSL_new(ctx_.get()) : nullptr;
+    if (fd < 0 || *ssl == nullptr ||
+        connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        SSL_set_fd(*ssl, fd) != 1 || SSL_connect(*ssl) != 1 ||
+        SSL_write(*ssl, request.data(), static_cast<int>(request.size())) !=
+            static_cast<int>(request.size())) {
+      ADD_FAILURE() << "cannot send a request over TLS to port " << port;
+      if (*ssl != nullptr) SSL_free(*ssl);
+      *ssl = nullptr;
+      if (fd >= 0) close(fd);
+      return -1;
+    }
+    return fd;
+  }
+
+  scripted::Journal journal_;
+  scripted::ScriptedSessions sessions_{journal_};
+  struct CtxFree {
+    void operator()(SSL_CTX* c) const { SSL_CTX_free(c); }
+  };
+  std::unique_ptr<SSL_CTX, CtxFree> ctx_;
 };
 
 TEST_F(HttpTlsTest, ServesOverTls) {
@@ -71,7 +91,7 @@ TEST_F(HttpTlsTest, ServesOverTls) {
   auto r = Get(s->port(), false);
   ASSERT_TRUE(r) << httplib::to_string(r.error());
   EXPECT_EQ(r->status, 200);
-  EXPECT_NE(r->body.find("tls-model"), std::string::npos);
+  EXPECT_NE(r->body.find("scripted"), std::string::npos);
   // Plain HTTP on the TLS port gets nothing.
   httplib::Client plain("127.0.0.1", s->port());
   plain.set_connection_timeout(5);
@@ -114,6 +134,52 @@ TEST_F(HttpTlsTest, StartErrorsNameTheKeyOrAddress) {
   EXPECT_NE(busy.status().message().find("server.http_address"), std::string::npos);
   plain.address = "nonsense";
   EXPECT_EQ(HttpServer::Start(plain, sessions_).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A client that leaves over TLS is found as over plain TCP: the connection's socket is the TLS
+// session's (SSL_get_fd), looked at while the answer is not ready yet.
+std::string ChatRequest(bool stream) {
+  const std::string body = std::string(R"({"messages": [{"role": "user", "content": "Hi"}])") +
+                           (stream ? R"(, "stream": true})" : "}");
+  return "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
+TEST_F(HttpTlsTest, ClientLeavingBeforeAWholeAnswerCancelsIt) {
+  journal_.endless = true;
+  auto s = Start(/*mutual=*/false);
+  ASSERT_NE(s, nullptr);
+  SSL* ssl = nullptr;
+  const int fd = SendOverTls(s->port(), ChatRequest(/*stream=*/false), &ssl);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(scripted::Eventually(journal_, [](auto& j) { return !j.appended.empty(); }));
+  SSL_free(ssl);
+  close(fd);  // gone without a word (no TLS close_notify)
+  EXPECT_TRUE(
+      scripted::Eventually(journal_, [](auto& j) { return j.cancelled >= 1 && j.closed == 1; }));
+}
+
+TEST_F(HttpTlsTest, ClientLeavingMidStreamCancelsIt) {
+  journal_.endless = true;
+  auto s = Start(/*mutual=*/false);
+  ASSERT_NE(s, nullptr);
+  SSL* ssl = nullptr;
+  const int fd = SendOverTls(s->port(), ChatRequest(/*stream=*/true), &ssl);
+  ASSERT_GE(fd, 0);
+  const timeval timeout{10, 0};  // a server that never answers fails the test
+  ASSERT_EQ(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout)), 0);
+  std::string got;
+  char buf[4096];
+  while (got.find("\"content\":\"lo\"") == std::string::npos) {
+    const int n = SSL_read(ssl, buf, sizeof(buf));
+    ASSERT_GT(n, 0) << got;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  SSL_shutdown(ssl);  // a polite goodbye this time
+  SSL_free(ssl);
+  close(fd);
+  EXPECT_TRUE(
+      scripted::Eventually(journal_, [](auto& j) { return j.cancelled >= 1 && j.closed == 1; }));
 }
 
 }  // namespace
