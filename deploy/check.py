@@ -304,29 +304,111 @@ def check_haproxy_http_config(name, text):
                  "stick on var(txn.session)", f"stick store-response res.hdr({AFFINITY_HEADER})"):
         check(line in text, f"{name}: no `{line}` (HTTP sessions would not follow their key)")
     check("proto h2" not in text, f"{name}: `proto h2` to the daemon's HTTP/1.1 port")
-    # The id the body is searched for is the daemon's ("resp_" + session + "_" + n).
-    responses = (ROOT / "server/http/responses.cc").read_text()
-    check('return "resp_" + session_id + "_" + std::to_string(index);' in responses,
-          f"{name}: server/http/responses.cc no longer makes ids resp_<session>_<n>, which "
-          "field(2,_) takes the session from")
 
 
-def check_proxy(k8s, docs, kust, generated, pod_labels, replicas_name):
+# The keywords that open a section of an HAProxy config, and the lines that name the servers
+# (which differ between the host's and the cluster's config while the routing may not).
+HAPROXY_SECTIONS = ("global", "defaults", "frontend", "backend", "listen", "resolvers", "peers",
+                    "userlist", "cache", "program", "http-errors", "ring", "mailers")
+SERVER_LINES = ("server", "server-template", "default-server")
+
+
+def haproxy_sections(name, text):
+    """An HAProxy config's sections: {'frontend grpc': [its lines], ...}, each line without its
+    comment, its words joined by one blank; blank lines left out."""
+    sections, current = {}, None
+    for raw in text.splitlines():
+        words = tls_checks.strip_comment(raw).split()
+        if not words:
+            continue
+        if words[0] in HAPROXY_SECTIONS:
+            current = " ".join(words[:2])
+            check(current not in sections, f"{name}: `{current}` appears twice")
+            sections[current] = []
+        elif current is not None:
+            sections[current].append(" ".join(words))
+    return sections
+
+
+def section_text(sections, names):
+    return "\n".join(f"{n}\n" + "\n".join(f"    {l}" for l in sections.get(n, [])) for n in names)
+
+
+def routing_rules(lines):
+    """A section's lines but where it listens and which servers it reaches."""
+    return [l for l in lines if l.split()[0] not in ("bind",) + SERVER_LINES]
+
+
+def bind_port(lines):
+    binds = [l.split() for l in lines if l.startswith("bind ")]
+    return port_of(binds[0][1].strip('"')) if len(binds) == 1 else None
+
+
+def server_template(lines):
+    """(host, port) of a backend's one `server-template NAME COUNT HOST:PORT`, else None."""
+    found = [re.fullmatch(r"server-template \S+ \d+ ([\w.-]+):(\d+)(?: .*)?", l) for l in lines]
+    found = [m for m in found if m]
+    return (found[0].group(1), int(found[0].group(2))) if len(found) == 1 else None
+
+
+def service_port_failures(name, service, port_name, port=None):
+    """The Service `service` has a port `port_name` to the container port of that name (and,
+    given `port`, with that number)."""
+    ports = {p.get("name"): p for p in service["spec"].get("ports", [])}
+    p = ports.get(port_name, {})
+    if p.get("targetPort") != port_name or (port is not None and p.get("port") != port):
+        return [f"{name}: no port {port_name}" + (f" {port}" if port is not None else "") +
+                f" to the container port {port_name}"]
+    return []
+
+
+def check_proxy(k8s, docs, kust, generated, pod_labels, replicas_name, pod_ports):
     local_cfg = (DEPLOY / "haproxy/haproxy.cfg").read_text()
     http_cfg = (DEPLOY / "haproxy/haproxy-http.cfg").read_text()
     check_haproxy_http_config("haproxy/haproxy-http.cfg", http_cfg)
+    # The id the body is searched for is the daemon's ("resp_" + session + "_" + n).
+    responses = (ROOT / "server/http/responses.cc").read_text()
+    check('return "resp_" + session_id + "_" + std::to_string(index);' in responses,
+          "haproxy-http.cfg, kubernetes/haproxy.cfg: server/http/responses.cc no longer makes "
+          "ids resp_<session>_<n>, which field(2,_) takes the session from")
     http_failures, _ = tls_checks.haproxy_failures("haproxy/haproxy-http.cfg", http_cfg,
                                                    alpn="http/1.1")
     for f in http_failures:
         check(False, f)
     k8s_cfg = (k8s / "haproxy.cfg").read_text()
     check_haproxy_config("haproxy/haproxy.cfg", local_cfg)
-    check_haproxy_config("kubernetes/haproxy.cfg", k8s_cfg)
-    # TLS to clients and to the replicas, verified (tls_checks.py).
+    # The cluster's config holds both: the HTTP API's frontend and backend under the names
+    # haproxy-http.cfg gives them, with the same rules (only bind and server lines differ, so
+    # that the two cannot drift apart), and gRPC's in the other frontend and backend.
+    k8s_sections = haproxy_sections("kubernetes/haproxy.cfg", k8s_cfg)
+    http_sections = haproxy_sections("haproxy/haproxy-http.cfg", http_cfg)
+    http_names = [n for n in http_sections if n.split()[0] in ("frontend", "backend")]
+    check([n.split()[0] for n in http_names] == ["frontend", "backend"],
+          f"haproxy/haproxy-http.cfg: not one frontend and one backend: {http_names}")
+    for n in http_names:
+        if not check(n in k8s_sections, f"kubernetes/haproxy.cfg: no `{n}` of haproxy-http.cfg "
+                     "(the in-cluster proxy would not route the HTTP API)"):
+            continue
+        ours, theirs = routing_rules(k8s_sections[n]), routing_rules(http_sections[n])
+        check(ours == theirs,
+              f"kubernetes/haproxy.cfg: the rules of `{n}` differ from haproxy/haproxy-http.cfg's "
+              f"(only bind and server lines may): only here {[l for l in ours if l not in theirs]}"
+              f", only there {[l for l in theirs if l not in ours]}")
+    grpc_names = [n for n in k8s_sections
+                  if n.split()[0] in ("frontend", "backend") and n not in http_names]
+    k8s_grpc = section_text(k8s_sections, grpc_names)
+    k8s_http = section_text(k8s_sections, http_names)
+    check_haproxy_config("kubernetes/haproxy.cfg", k8s_grpc)
+    check_haproxy_http_config("kubernetes/haproxy.cfg (HTTP API)", k8s_http)
+    # TLS to clients and to the replicas, verified (tls_checks.py): gRPC with ALPN h2, the
+    # HTTP API with http/1.1, from the same mounted files.
     local_failures, _ = tls_checks.haproxy_failures("haproxy/haproxy.cfg", local_cfg)
-    k8s_failures, found = tls_checks.haproxy_failures("kubernetes/haproxy.cfg", k8s_cfg)
-    for f in local_failures + k8s_failures + \
-            tls_checks.proxy_pod_failures(docs["proxy.yaml"], found, replicas_name):
+    k8s_failures, found = tls_checks.haproxy_failures("kubernetes/haproxy.cfg", k8s_grpc)
+    k8s_http_failures, found_http = tls_checks.haproxy_failures(
+        "kubernetes/haproxy.cfg (HTTP API)", k8s_http, alpn="http/1.1")
+    for f in local_failures + k8s_failures + k8s_http_failures + \
+            tls_checks.proxy_pod_failures(docs["proxy.yaml"], found, replicas_name) + \
+            tls_checks.proxy_pod_failures(docs["proxy.yaml"], found_http, replicas_name):
         check(False, f)
     if shutil.which("haproxy") is None or shutil.which("openssl") is None:
         skips.append("haproxy -c (needs haproxy and openssl)")
@@ -343,11 +425,7 @@ def check_proxy(k8s, docs, kust, generated, pod_labels, replicas_name):
                        STREAMD_PROXY_HTTP_BIND="127.0.0.1:8443",
                        STREAMD_REPLICA_0_HTTP="127.0.0.1:8081",
                        STREAMD_REPLICA_1_HTTP="127.0.0.1:8082")
-            rendered = k8s_cfg
-            for path, file in ((found.get("crt"), tls["tls.crt"]),
-                               (found.get("ca-file"), tls["ca.crt"])):
-                if path:
-                    rendered = rendered.replace(path, file)
+            rendered = render_k8s_haproxy(k8s_cfg, (found, found_http), tls)
             for cfg, text in (("haproxy/haproxy.cfg", local_cfg),
                               ("kubernetes/haproxy.cfg", rendered),
                               # As it is run: after haproxy.cfg, whose defaults it uses.
@@ -369,14 +447,46 @@ def check_proxy(k8s, docs, kust, generated, pod_labels, replicas_name):
           headless["spec"].get("publishNotReadyAddresses") is True and
           subset(headless["spec"]["selector"], pod_labels),
           "headless-service.yaml: not a headless Service of every streamd pod, ready or not")
-    server = re.search(r"server-template \S+ \d+ ([\w-]+):(\d+)",
-                       (k8s / "haproxy.cfg").read_text())
-    check(server is not None and server.group(1) == headless["metadata"]["name"],
-          "kubernetes/haproxy.cfg: the servers are not the headless Service's pods")
     front = docs["proxy-service.yaml"]
     check(subset(front["spec"]["selector"],
                  proxy["spec"]["template"]["metadata"]["labels"]),
           "proxy-service.yaml: the selector does not match the proxy pods")
+    # Each API end to end, by port name: the Service streamd-proxy -> the proxy's container
+    # port -> the frontend's bind; the backend's server-template -> the headless Service's pods
+    # -> the daemon's container port (which check_kubernetes ties to streamd.yaml).
+    proxy_ports = {p["name"]: p["containerPort"] for p in haproxy.get("ports", [])}
+    for api, names in (("grpc", grpc_names), ("http", http_names)):
+        frontend = next((n for n in names if n.startswith("frontend ")), None)
+        backend = next((n for n in names if n.startswith("backend ")), None)
+        if not check(frontend and backend,
+                     f"kubernetes/haproxy.cfg: no frontend and backend for {api}"):
+            continue
+        bound = bind_port(k8s_sections[frontend])
+        check(bound is not None and proxy_ports.get(api) == bound,
+              f"proxy.yaml: containerPort {api} is {proxy_ports.get(api)}, not the port "
+              f"kubernetes/haproxy.cfg's `{frontend}` binds ({bound})")
+        for f in service_port_failures("proxy-service.yaml", front, api):
+            check(False, f)
+        server = server_template(k8s_sections[backend])
+        if check(server is not None and server[0] == headless["metadata"]["name"],
+                 f"kubernetes/haproxy.cfg: the servers of `{backend}` are not the headless "
+                 "Service's pods (one server-template HOST:PORT)"):
+            check(server[1] == pod_ports.get(api),
+                  f"kubernetes/haproxy.cfg: the servers of `{backend}` are on port {server[1]}, "
+                  f"not deployment.yaml's containerPort {api} ({pod_ports.get(api)})")
+            for f in service_port_failures("headless-service.yaml", headless, api, server[1]):
+                check(False, f)
+
+
+def render_k8s_haproxy(text, founds, tls):
+    """kubernetes/haproxy.cfg with the mounted files it names (`founds`: what
+    tls_checks.haproxy_failures found) replaced by the test ones (`tls`)."""
+    for found in founds:
+        for path, file in ((found.get("crt"), tls["tls.crt"]),
+                           (found.get("ca-file"), tls["ca.crt"])):
+            if path:
+                text = text.replace(path, file)
+    return text
 
 
 def check_kubernetes():
@@ -500,7 +610,7 @@ def check_kubernetes():
     check(dep["spec"].get("replicas", 1) >= 2, "deployment.yaml: fewer than 2 replicas")
     check(docs["pdb.yaml"]["spec"].get("maxUnavailable") == 1,
           "pdb.yaml: more than one replica may be disrupted at a time")
-    check_proxy(k8s, docs, kust, generated, pod_labels, replicas_name)
+    check_proxy(k8s, docs, kust, generated, pod_labels, replicas_name, ports)
     config_volumes = [n for n, m in mounts.items() if m == "/etc/streamd"]
     if check(len(config_volumes) == 1, "deployment.yaml: nothing is mounted at /etc/streamd"):
         cm = volumes[config_volumes[0]].get("configMap", {}).get("name")
@@ -548,7 +658,7 @@ def main():
         failures.append(f)
     for s in skips:
         print(f"skipped: {s}")
-    for m in failures:
+    for m in dict.fromkeys(failures):  # once each: a file two checks share may fail both
         print(f"FAIL: {m}")
     if not failures:
         print("deploy/ checks passed")

@@ -80,6 +80,36 @@ MUTATIONS = [
      "the replicas' private key would reach the proxy"),
     ("kubernetes/proxy.yaml", "secretName: streamd-proxy-tls", "secretName: other",
      "is not the key tls.crt of the Secret streamd-proxy-tls"),
+    # The in-cluster proxy's HTTP API: the same rules as haproxy-http.cfg, HTTP/1.1 over
+    # verified TLS to the pods' HTTP port, exposed by the proxy's pod and Service.
+    ("kubernetes/haproxy.cfg", "streamd-headless:8080", "streamd-headless:8081",
+     "the servers of `backend streamd_http` are on port 8081, not deployment.yaml's "
+     "containerPort http"),
+    ("kubernetes/haproxy.cfg", "streamd-headless:8080", "streamd:8080",
+     "the servers of `backend streamd_http` are not the headless Service's pods"),
+    ("kubernetes/haproxy.cfg",
+     "    http-request set-var(txn.session) req.body,json_query('$.previous_response_id'),"
+     "field(2,_) if !{ var(txn.session) -m found } { path /v1/responses }\n", "",
+     "kubernetes/haproxy.cfg (HTTP API): no `req.body,json_query"),
+    ("kubernetes/haproxy.cfg", "alpn http/1.1 check-alpn http/1.1", "alpn h2 check-alpn h2",
+     "kubernetes/haproxy.cfg (HTTP API): `server-template replica 8 streamd-headless:8080` "
+     "does not reach the replica over verified TLS"),
+    ("kubernetes/haproxy.cfg", "ssl crt /usr/local/etc/haproxy-tls/proxy.pem alpn http/1.1",
+     "ssl crt /usr/local/etc/haproxy-tls/proxy.pem alpn h2",
+     "kubernetes/haproxy.cfg (HTTP API): `bind"),
+    ("kubernetes/haproxy.cfg", "stick on var(txn.session)", "stick on var(txn.session) if TRUE",
+     "the rules of `backend streamd_http` differ from haproxy/haproxy-http.cfg's"),
+    ("kubernetes/haproxy.cfg", "default_backend streamd_http", "default_backend streamd",
+     "the rules of `frontend openai` differ from haproxy/haproxy-http.cfg's"),
+    ("kubernetes/haproxy.cfg", "\nfrontend openai\n", "\nfrontend http\n",
+     "no `frontend openai` of haproxy-http.cfg"),
+    ("kubernetes/proxy-service.yaml", "      targetPort: http\n", "      targetPort: grpc\n",
+     "proxy-service.yaml: no port http"),
+    ("kubernetes/proxy.yaml", "containerPort: 8443", "containerPort: 8080",
+     "proxy.yaml: containerPort http is 8080, not the port kubernetes/haproxy.cfg's "
+     "`frontend openai` binds (8443)"),
+    ("kubernetes/headless-service.yaml", "      port: 8080\n", "      port: 8081\n",
+     "headless-service.yaml: no port http 8080"),
     ("haproxy/haproxy.cfg", ' ca-file "${STREAMD_REPLICA_CA}"', "",
      "haproxy/haproxy.cfg: `server replica0"),
     ("haproxy/haproxy.cfg", 'ssl crt "${STREAMD_PROXY_CERT}" alpn h2', "proto h2",

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""Runs deploy/haproxy/haproxy-http.cfg (after haproxy.cfg, as deployed) in front of two stand-in
-replicas and checks where requests go: HTTPS on both sides with certificates made by openssl
-(tls_checks.make_test_tls), each replica answering with its name and, like streamd, an
-x-streamd-session header naming a session it holds. A request naming a session by the header
-or by the session inside a /v1/responses body's previous_response_id reaches the replica that
-answered with that session; requests without one ("x-streamd-session: new", a stateless chat)
-reach both replicas. The stand-ins are not streamd: this checks the proxy's routing, which
-ReplicasE2eTest checks for gRPC with real daemons. Run by ctest (deploy_haproxy_http) and by
-hand; exit 0 on success, 1 on a failure, 77 (ctest's skip) without haproxy or openssl.
+"""Runs deploy/haproxy/haproxy-http.cfg (after haproxy.cfg, as deployed), then the HTTP API's
+part of deploy/kubernetes/haproxy.cfg (on loopback, its DNS slots replaced by the stand-ins:
+kubernetes_http_config), in front of two stand-in replicas and checks where requests go: HTTPS
+on both sides with certificates made by openssl (tls_checks.make_test_tls), each replica
+answering with its name and, like streamd, an x-streamd-session header naming a session it
+holds. A request naming a session by the header or by the session inside a /v1/responses body's
+previous_response_id reaches the replica that answered with that session; requests without one
+("x-streamd-session: new", a stateless chat) reach both replicas. The stand-ins are not streamd:
+this checks the proxy's routing, which ReplicasE2eTest checks for gRPC with real daemons. Run by
+ctest (deploy_haproxy_http) and by hand; exit 0 on success, 1 on a failure, 77 (ctest's skip)
+without haproxy or openssl.
 """
 import http.client
 import http.server
@@ -75,6 +77,73 @@ def post(port, ca, path, body, headers=None):
         conn.close()
 
 
+def routing_failures(front, ca):
+    """What goes wrong routing through the proxy listening on `front` (empty: nothing)."""
+    failures = []
+    # Up once both stand-ins pass their checks (rise 2) and answer.
+    seen = set()
+    deadline = time.time() + 20
+    while time.time() < deadline and len(seen) < 2:
+        try:
+            status, who = post(front, ca, "/v1/chat/completions", {})
+            if status == 200:
+                seen.add(who)
+        except OSError:
+            pass
+        time.sleep(0.1)
+    if seen != set(SESSIONS):
+        return [f"requests without a session reached only {sorted(seen)}"]
+    for name, session in SESSIONS.items():
+        got = {post(front, ca, "/v1/chat/completions", {}, {"x-streamd-session": session})[1]
+               for _ in range(6)}
+        if got != {name}:
+            failures.append(f"x-streamd-session {session[:4]}... of {name} reached {sorted(got)}")
+        body = {"input": "hi", "previous_response_id": f"resp_{session}_3"}
+        got = {post(front, ca, "/v1/responses", body)[1] for _ in range(6)}
+        if got != {name}:
+            failures.append(f"previous_response_id resp_{session[:4]}..._3 of {name} reached "
+                            f"{sorted(got)}")
+    # "new" names no session: new chat sessions are spread, not hashed to one.
+    got = {post(front, ca, "/v1/chat/completions", {}, {"x-streamd-session": "new"})[1]
+           for _ in range(12)}
+    if got != set(SESSIONS):
+        failures.append(f"x-streamd-session: new reached only {sorted(got)}")
+    return failures
+
+
+def kubernetes_http_config(tls, front, ports):
+    """The HTTP API of deploy/kubernetes/haproxy.cfg (global, defaults, frontend openai, backend
+    streamd_http) as the proxy pod runs it, but on loopback: the bind on `front`, the two
+    stand-ins (`ports`) in place of the server-template's DNS slots and without the resolvers,
+    the test's certificates in place of the mounted files. The gRPC sections are left out."""
+    text = (DEPLOY / "kubernetes/haproxy.cfg").read_text(encoding="utf-8")
+    _, found = tls_checks.haproxy_failures("kubernetes/haproxy.cfg", text)
+    out, keep = [], False
+    for line in text.splitlines():
+        words = tls_checks.strip_comment(line).split()
+        if line[:1].isalpha():
+            keep = words[0] in ("global", "defaults") or \
+                words[:2] in (["frontend", "openai"], ["backend", "streamd_http"])
+        if not keep or not words:
+            continue
+        if words[0] == "bind":
+            line = f"    bind 127.0.0.1:{front} " + " ".join(words[2:])
+        elif words[0] == "default-server":
+            for keyword in ("resolvers", "init-addr"):
+                if keyword in words:
+                    i = words.index(keyword)
+                    del words[i:i + 2]
+            line = "    " + " ".join(words)
+        elif words[0] == "server-template":
+            line = "\n".join(f"    server {name} 127.0.0.1:{port}" for name, port in ports.items())
+        out.append(line)
+    rendered = "\n".join(out) + "\n"
+    for path, file in ((found.get("crt"), tls["tls.crt"]), (found.get("ca-file"), tls["ca.crt"])):
+        if path:
+            rendered = rendered.replace(path, file)
+    return rendered
+
+
 def main():
     if shutil.which("haproxy") is None or shutil.which("openssl") is None:
         print("SKIP: needs haproxy and openssl")
@@ -93,53 +162,34 @@ def main():
                    STREAMD_PROXY_HTTP_BIND=f"127.0.0.1:{front}",
                    STREAMD_REPLICA_0_HTTP=f"127.0.0.1:{ports['replica0']}",
                    STREAMD_REPLICA_1_HTTP=f"127.0.0.1:{ports['replica1']}")
-        proxy = subprocess.Popen(
-            ["haproxy", "-db", "-f", str(DEPLOY / "haproxy/haproxy.cfg"), "-f",
-             str(DEPLOY / "haproxy/haproxy-http.cfg")],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        k8s_front = free_port()
+        k8s_cfg = pathlib.Path(tmp) / "kubernetes-http.cfg"
+        k8s_cfg.write_text(kubernetes_http_config(tls, k8s_front, ports), encoding="utf-8")
+        proxies = [
+            ("haproxy/haproxy.cfg + haproxy-http.cfg", front,
+             ["-f", str(DEPLOY / "haproxy/haproxy.cfg"), "-f",
+              str(DEPLOY / "haproxy/haproxy-http.cfg")]),
+            ("kubernetes/haproxy.cfg (HTTP API)", k8s_front, ["-f", str(k8s_cfg)])]
         try:
-            # Up once both stand-ins pass their checks (rise 2, every 500 ms) and answer.
-            seen = set()
-            deadline = time.time() + 20
-            while time.time() < deadline and len(seen) < 2:
+            for name, port, args in proxies:
+                proxy = subprocess.Popen(["haproxy", "-db", *args], env=env,
+                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                         text=True)
                 try:
-                    status, who = post(front, tls["ca.crt"], "/v1/chat/completions", {})
-                    if status == 200:
-                        seen.add(who)
-                except OSError:
-                    pass
-                time.sleep(0.1)
-            if proxy.poll() is not None:
-                failures.append("haproxy exited: " + proxy.stdout.read())
-            elif seen != set(SESSIONS):
-                failures.append(f"requests without a session reached only {sorted(seen)}")
-            else:
-                for name, session in SESSIONS.items():
-                    got = {post(front, tls["ca.crt"], "/v1/chat/completions", {},
-                                {"x-streamd-session": session})[1] for _ in range(6)}
-                    if got != {name}:
-                        failures.append(f"x-streamd-session {session[:4]}... of {name} reached "
-                                        f"{sorted(got)}")
-                    body = {"input": "hi", "previous_response_id": f"resp_{session}_3"}
-                    got = {post(front, tls["ca.crt"], "/v1/responses", body)[1]
-                           for _ in range(6)}
-                    if got != {name}:
-                        failures.append(f"previous_response_id resp_{session[:4]}..._3 of {name}"
-                                        f" reached {sorted(got)}")
-                # "new" names no session: new chat sessions are spread, not hashed to one.
-                got = {post(front, tls["ca.crt"], "/v1/chat/completions", {},
-                            {"x-streamd-session": "new"})[1] for _ in range(12)}
-                if got != set(SESSIONS):
-                    failures.append(f"x-streamd-session: new reached only {sorted(got)}")
+                    found = routing_failures(port, tls["ca.crt"])
+                    if proxy.poll() is not None:
+                        found = ["haproxy exited: " + proxy.stdout.read()]
+                finally:
+                    proxy.terminate()
+                    proxy.wait(10)
+                failures += [f"{name}: {f}" for f in found]
         finally:
-            proxy.terminate()
-            proxy.wait(10)
             for r in replicas:
                 r.shutdown()
     for f in failures:
         print("FAIL:", f)
     if not failures:
-        print("haproxy-http.cfg routes by session")
+        print("haproxy-http.cfg and kubernetes/haproxy.cfg route HTTP requests by session")
     return 1 if failures else 0
 
 
