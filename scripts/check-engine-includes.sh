@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The boundary between the transports and the engine, checked (docs/ARCHITECTURE.md, "Layout and
 # dependencies"): server/ (all of it: config/, metrics/, http/) and tools/streamctl drive the
-# engine through its session API only:
+# engine through its facade only:
 #   engine/api/session_api.h   plain values and the api::Engine / api::Session interfaces
+#   engine/api/engine_host.h   the engine as the daemon hosts it (api::EngineHost: the model
+#                              loaded, the session parts built, plain hooks and stats for metrics)
 #   engine/util/status.h       Status, StatusOr
 # and a few plain utilities that hold no engine state:
 #   engine/util/task_runner.h  a thread and its queue (the gRPC service's blocking snapshot
@@ -11,17 +13,12 @@
 #                              sends it)
 #   engine/util/hex.h          hex digits (config/api_keys_file.cc reads key hashes)
 #   engine/util/version.h      the version string (serve_command.cc prints and stamps it)
-# Not yet on the session API (issue 29, what is left): the composition root, which loads the
-# model, builds the engine's session parts and wires their hooks into the metrics. Only these
-# files may include engine/api/streamd_engine.h and engine/sessions/ headers, and only those:
-composition_root='^server/(grpc_server\.(h|cc)|metrics_wiring\.h|serve_command\.cc|serve_options\.(h|cc)|server_options\.h)$'
-root_allowed='^engine/(api/streamd_engine\.h|sessions/(session_service|session_quotas|session_storage|admission_queue|session_registry)\.h)$'
 # Anything else (caches, pools, backends, kernels, plans, snapshots, the model, the registry) is
-# the engine's inside: a transport that needs it needs a new session-API call instead. Tests are
+# the engine's inside: a transport that needs it needs a new call on the facade instead. Tests are
 # exempt (they build engines to drive). Exits non-zero listing every offending line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-allowed='^engine/(api/session_api\.h|util/(status|task_runner|session_id|hex|version)\.h)$'
+allowed='^engine/(api/(session_api|engine_host)\.h|util/(status|task_runner|session_id|hex|version)\.h)$'
 bad=0
 while IFS= read -r file; do
   case "$file" in
@@ -31,10 +28,9 @@ while IFS= read -r file; do
     path=$(sed -E 's/.*#include "([^"]+)".*/\1/' <<<"$include")
     [[ "$path" == engine/* ]] || continue
     [[ "$path" =~ $allowed ]] && continue
-    if [[ "$file" =~ $composition_root && "$path" =~ $root_allowed ]]; then continue; fi
-    echo "$file:$line: includes $path, inside the engine (allowed: engine/api/session_api.h, engine/util/{status,task_runner,session_id,hex,version}.h; see this script)" >&2
+    echo "$file:$line: includes $path, inside the engine (allowed: engine/api/{session_api,engine_host}.h, engine/util/{status,task_runner,session_id,hex,version}.h; see this script)" >&2
     bad=1
   done < <(grep -n '#include "engine/' "$file" || true)
 done < <(git ls-files server tools/streamctl | grep -E '\.(cc|h)$')
 if [[ $bad -ne 0 ]]; then exit 1; fi
-echo "check-engine-includes: server/ and tools/streamctl drive the engine through its session API"
+echo "check-engine-includes: server/ and tools/streamctl drive the engine through its facade"

@@ -10,8 +10,6 @@
 #include <limits>
 #include <thread>
 
-#include "engine/sessions/session_quotas.h"
-#include "engine/sessions/session_storage.h"
 #include "server/api_convert.h"
 #include "server/metrics_wiring.h"
 #include "server/tls_credentials.h"
@@ -54,140 +52,31 @@ void ApplyTransportLimits(const TransportOptions& t, grpc::ServerBuilder* builde
   builder->SetResourceQuota(quota);
 }
 
-// What the start found in the flat layout of snapshot_dir (before per-model directories).
-void LogModelDirMigration(const std::string& root, const SnapshotContext& model,
-                          const ModelDirMigration& m) {
-  spdlog::info(
-      "sessions.snapshot_dir {}: the snapshots of model \"{}\" (fingerprint {}) are in "
-      "{}",
-      root, model.model_name, model.model_fingerprint, m.dir);
-  if (m.moved > 0 || m.superseded > 0) {
-    spdlog::info(
-        "sessions.snapshot_dir {}: moved {} snapshots of this model from the flat layout "
-        "into {}{}",
-        root, m.moved, m.dir,
-        m.superseded > 0
-            ? ", and " + std::to_string(m.superseded) + " older copies into its rejected/"
-            : std::string());
-  }
-  if (m.other_models > 0) {
-    spdlog::info(
-        "sessions.snapshot_dir {}: {} snapshots of other models in the flat layout left "
-        "untouched (their daemons move them into their own directories)",
-        root, m.other_models);
-  }
-  for (const std::string& f : m.unreadable) {
-    spdlog::warn(
-        "sessions.snapshot_dir {}: flat file {} left untouched, its header cannot be "
-        "read",
-        root, f);
-  }
-  for (const std::string& f : m.failed) {
-    spdlog::error("sessions.snapshot_dir {}: {} not moved into {}; it stays where it is", root, f,
-                  m.dir);
-  }
-}
-
 }  // namespace
 
-GrpcServer::GrpcServer(Engine& engine, const tokenizer::ChatTemplate& chat,
-                       const ServerOptions& options,
-                       std::unique_ptr<metrics::SnapshotMetrics> snapshot_metrics,
-                       std::unique_ptr<SessionPersister> persister)
-    : options_(options),
-      snapshot_metrics_(std::move(snapshot_metrics)),
-      persister_(std::move(persister)),
-      registry_(engine,
-                RegistryOptions{options.limits.idle_timeout,
-                                options.persistence.offload_after,
-                                options.persistence.resume_wait,
-                                options.limits.max_detached_share,
-                                {}},
-                persister_.get()),
-      chat_(chat, engine.tokenizer()),
-      driver_(engine, registry_, chat_, tasks_),
-      ctx_{io_tasks_, options_},
-      admission_(registry_, options.limits.max_waiting_opens),
-      service_(ctx_) {}
+GrpcServer::GrpcServer(api::EngineHost& host, const ServerOptions& options)
+    : host_(host), options_(options), ctx_{io_tasks_, options_}, service_(ctx_) {}
 
-StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
-                                                        const tokenizer::ChatTemplate& chat,
+StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(api::EngineHost& host,
                                                         const ServerOptions& options,
-                                                        metrics::StreamdMetrics* metrics,
-                                                        const SnapshotContext* snapshots) {
-  std::unique_ptr<metrics::SnapshotMetrics> snapshot_metrics;
-  std::unique_ptr<SessionPersister> persister;
-  const PersistenceOptions& p = options.persistence;
-  if (!p.snapshot_dir.empty()) {
-    if (snapshots == nullptr) {
-      return InvalidArgumentError(
-          "sessions.snapshot_dir is set but the engine gave no snapshot "
-          "context");
-    }
-    if (metrics != nullptr) {
-      snapshot_metrics = std::make_unique<metrics::SnapshotMetrics>(*metrics->registry);
-    }
-    // One directory per model under snapshot_dir: models sharing it never touch each other's
-    // sessions (engine/sessions/session_storage.h).
-    ModelDirMigration migration;
-    auto opened =
-        OpenSessionStorage(engine, p.snapshot_dir, *snapshots,
-                           PersisterOptions{p.snapshot_interval, std::chrono::milliseconds(1000)},
-                           MakePersisterHooks(snapshot_metrics.get()), &migration);
-    if (!opened.ok()) {
-      return Status(opened.status().code(), "sessions.snapshot_dir: " + opened.status().message());
-    }
-    LogModelDirMigration(p.snapshot_dir, *snapshots, migration);
-    persister = std::move(opened).value();
-  }
+                                                        metrics::StreamdMetrics* metrics) {
   auto auth = Authenticator::Create(options.auth.keys_file, AuthFailureCounter(metrics));
   if (!auth.ok()) return auth.status();
-  std::unique_ptr<GrpcServer> s(
-      new GrpcServer(engine, chat, options, std::move(snapshot_metrics), std::move(persister)));
+  std::unique_ptr<GrpcServer> s(new GrpcServer(host, options));
   s->auth_ = std::move(auth).value();
+  const Authenticator* keys = s->auth_.get();
   // The model's facts, as the engine's session API reports them (Opened, GetModelInfo).
-  const api::ModelInfo model = ModelInfoOf(engine, s->chat_);
+  const api::ModelInfo& model = host.sessions().model();
   s->ctx_.model = {model.vocab_size, model.context_length};
   s->ctx_.model_info = ToProto(model);
-  if (s->auth_->enabled()) {
-    const Authenticator* keys = s->auth_.get();
-    const SessionRegistry* registry = &s->registry_;
-    const int32_t context_length = s->ctx_.model.context_length;
-    s->admission_.set_check([keys, registry, &engine, context_length](const SessionOptions& o) {
-      Status q = CheckOpenQuota(*registry, engine.config(), context_length, o,
-                                SessionQuotasOf(keys->LimitsOf(o.tenant)));
-      if (!q.ok()) keys->LogQuotaRefusal(q);
-      return q;
-    });
-  }
-  s->ctx_.auth = s->auth_.get();
+  s->ctx_.auth = keys;
   s->ctx_.metrics = metrics;
-  if (snapshots != nullptr) s->snapshots_ = *snapshots;
-  {
-    SessionServiceParts parts{engine,   s->registry_, s->driver_,      s->admission_,
-                              s->chat_, s->budget_,   s->ctx_.draining};
-    if (s->snapshots_) parts.snapshots = &*s->snapshots_;
-    parts.session_defaults = options.session_defaults;
-    parts.default_max_tokens = options.limits.default_max_tokens;
-    parts.on_quota_refusal = [keys = s->auth_.get()](const Status& q) { keys->LogQuotaRefusal(q); };
-    s->api_ = MakeSessionService(std::move(parts));
-    s->ctx_.api = s->api_.get();
-  }
-  metrics::SnapshotMetrics* sm = s->snapshot_metrics_.get();
-  // A closed or offloaded session freed blocks: the oldest waiting Open may fit now.
-  AdmissionQueue* admission = &s->admission_;
-  s->registry_.set_hooks(MakeRegistryHooks(metrics, sm, admission));
-  if (metrics != nullptr) {
-    AddScrapeHooks(*metrics, engine, s->registry_, s->admission_, sm, *s->auth_);
-  }
-  if (s->persister_ != nullptr) {
-    // Before the port opens, so that listings show them; Resume finds a snapshot by its id
-    // anyway, loaded or not.
-    const int32_t found = s->registry_.RestoreFromStore(p.restore_on_start);
-    spdlog::info("sessions.snapshot_dir {}: {} session snapshots found{}",
-                 s->persister_->store().dir(), found,
-                 found > 0 && p.restore_on_start ? ", restoring them in the background" : "");
-  }
+  s->ctx_.api = &host.sessions();
+  std::function<api::TenantLimits(const std::string&)> limits;
+  if (keys->enabled()) limits = [keys](const std::string& t) { return keys->LimitsOf(t); };
+  host.SetTenantLimits(std::move(limits), [keys](const Status& q) { keys->LogQuotaRefusal(q); });
+  if (metrics != nullptr) AddTenantScrapeHooks(*metrics, host, *keys);
+  LogHostNotes(host.Start());
   // Health and reflection: open, or closed to callers without a key (key_gate.h).
   const auto gate = [&](bool requires_key) {
     return requires_key ? KeyGate(s->auth_.get(), metrics) : KeyGate();
@@ -219,13 +108,12 @@ StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
     return UnavailableError("server.listen_address: cannot listen on \"" + options.listen_address +
                             "\" (in use, or not a host:port this machine has)");
   }
-  s->health_ =
-      std::make_unique<HealthMonitor>(*s->health_service_, *s->api_, metrics, kHealthInterval);
+  s->health_ = std::make_unique<HealthMonitor>(*s->health_service_, host.sessions(), metrics,
+                                               kHealthInterval);
   if (metrics != nullptr) {
     // A scrape reads health as it is at that moment, not as of the last tick.
     metrics->AddScrapeHook([health = s->health_.get()] { health->Check(); });
   }
-  s->registry_.StartReaper();
   return s;
 }
 
@@ -246,8 +134,7 @@ void GrpcServer::Shutdown() {
   }
   // Every stream has ended (their sessions detached and queued for writing): write whatever
   // changed, before the process goes.
-  if (persister_ != nullptr &&
-      !registry_.PersistAll(Clock::now() + options_.persistence.flush_timeout)) {
+  if (!host_.PersistAll(Clock::now() + options_.persistence.flush_timeout)) {
     spdlog::error("shutdown: not every session snapshot was written within {} ms",
                   options_.persistence.flush_timeout.count());
   }

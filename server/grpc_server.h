@@ -13,22 +13,20 @@
 //   4. every resident session that changed since its last snapshot is written (with a snapshot
 //      directory; at most persistence.flush_timeout);
 //   5. the server stops accepting calls and cancels whatever is left.
-// Start-up with a snapshot directory: every snapshot in it is registered as an offloaded
-// session before the port opens, and (restore_on_start) read back into memory in the
-// background while the daemon already serves.
+// Start-up (api::EngineHost::Start) with a snapshot directory: every snapshot in it is
+// registered as an offloaded session before the port opens, and (restore_on_start) read back
+// into memory in the background while the daemon already serves.
 #pragma once
 
 #include <grpcpp/server.h>
 
 #include <memory>
-#include <optional>
 #include <string>
 
-#include "engine/api/streamd_engine.h"
-#include "engine/sessions/session_service.h"
+#include "engine/api/engine_host.h"
 #include "server/health_monitor.h"
 #include "server/health_service.h"
-#include "server/metrics/snapshot_metrics.h"
+#include "server/metrics/streamd_metrics.h"
 #include "server/reflection_service.h"
 #include "server/server_options.h"
 #include "server/service_context.h"
@@ -38,15 +36,11 @@ namespace streamd::server {
 
 class GrpcServer {
  public:
-  // `engine` and `chat` must outlive the server. `metrics` (optional) must outlive the server
-  // too. With options.persistence.snapshot_dir, `snapshots` (what snapshots are stamped with
-  // and checked against, LoadedEngine::snapshot_context) is required; errors name the
-  // directory.
-  static StatusOr<std::unique_ptr<GrpcServer>> Start(Engine& engine,
-                                                     const tokenizer::ChatTemplate& chat,
+  // `host` (not started yet: Start starts it) must outlive the server; `metrics` (optional)
+  // too.
+  static StatusOr<std::unique_ptr<GrpcServer>> Start(api::EngineHost& host,
                                                      const ServerOptions& options,
-                                                     metrics::StreamdMetrics* metrics = nullptr,
-                                                     const SnapshotContext* snapshots = nullptr);
+                                                     metrics::StreamdMetrics* metrics = nullptr);
   ~GrpcServer();  // Shutdown() if not done
   GrpcServer(const GrpcServer&) = delete;
   GrpcServer& operator=(const GrpcServer&) = delete;
@@ -55,38 +49,25 @@ class GrpcServer {
   // What every transport shares (the HTTP front door drives sessions through it too).
   ServiceContext& context() { return ctx_; }
   // The engine's session API (the HTTP front door drives sessions through it).
-  api::Engine& sessions() { return *api_; }
+  api::Engine& sessions() { return host_.sessions(); }
   const Authenticator* authenticator() const { return auth_.get(); }
   // Graceful shutdown as described above; idempotent.
   void Shutdown();
 
  private:
-  GrpcServer(Engine& engine, const tokenizer::ChatTemplate& chat, const ServerOptions& options,
-             std::unique_ptr<metrics::SnapshotMetrics> snapshot_metrics,
-             std::unique_ptr<SessionPersister> persister);
+  GrpcServer(api::EngineHost& host, const ServerOptions& options);
 
+  api::EngineHost& host_;
   ServerOptions options_;
-  std::unique_ptr<metrics::SnapshotMetrics> snapshot_metrics_;  // with a persister and metrics
-  std::unique_ptr<SessionPersister> persister_;  // null: memory only; outlives the registry
-  SessionRegistry registry_;
-  ChatFormatter chat_;
-  // Before tasks_: the tasks still queued when tasks_ stops call into it.
-  SessionDriver driver_;
-  TaskRunner tasks_;
   TaskRunner io_tasks_;
-  std::optional<SnapshotContext> snapshots_;
   std::unique_ptr<Authenticator> auth_;
-  TokenBudget budget_;
   ServiceContext ctx_;
-  // After ctx_ (its streams' answers use it), before service_; it calls into registry_.
-  AdmissionQueue admission_;
-  std::unique_ptr<api::Engine> api_;  // over the parts above
   StreamdService service_;
   // Registered with server_, so they outlive it.
   std::unique_ptr<HealthService> health_service_;
   std::unique_ptr<ReflectionService> reflection_;
   std::unique_ptr<grpc::Server> server_;
-  // Last: it reads engine, admission_ and the server's health service until it stops.
+  // Last: it reads the host and the server's health service until it stops.
   std::unique_ptr<HealthMonitor> health_;
   int port_ = 0;
   bool shut_down_ = false;

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/api/streamd_engine.h"
+#include "engine/api/engine_host.h"
 #include "engine/util/version.h"
 #include "server/config/logging.h"
 #include "server/config/server_config.h"
@@ -23,6 +23,7 @@
 #include "server/http/http_server.h"
 #include "server/listen_security.h"
 #include "server/metrics/metrics_endpoint.h"
+#include "server/metrics/snapshot_metrics.h"
 #include "server/metrics/streamd_metrics.h"
 #include "server/metrics_wiring.h"
 #include "server/serve_options.h"
@@ -143,8 +144,6 @@ int ServeCommand(int argc, char** argv) {
   if (Status s = SetupLogging(config->logging.level, config->logging.format); !s.ok()) {
     return Fail(s.message());
   }
-  auto engine_config = ToEngineConfig(*config);
-  if (!engine_config.ok()) return Fail(engine_config.status().message());
   auto options = ToServerOptions(*config);
   if (!options.ok()) return Fail(options.status().message());
   // Before the model loads (seconds): who may connect, and the TLS files, fail the start early.
@@ -168,29 +167,29 @@ int ServeCommand(int argc, char** argv) {
   }
   spdlog::info("effective config:\n{}", EffectiveConfigYaml(*config));
 
-  EngineSetup setup;
+  api::HostSetup setup;
   setup.model_path = config->model.path;
   setup.plan_path = config->model.plan;
-  setup.backend = config->engine.backend == Backend::kCuda  ? BackendChoice::kCuda
-                  : config->engine.backend == Backend::kCpu ? BackendChoice::kCpu
-                                                            : BackendChoice::kAuto;
-  setup.engine = *engine_config;
+  setup.backend = config->engine.backend == Backend::kCuda  ? api::BackendChoice::kCuda
+                  : config->engine.backend == Backend::kCpu ? api::BackendChoice::kCpu
+                                                            : api::BackendChoice::kAuto;
+  setup.engine = ToEngineSettings(*config);
   setup.streamd_version = kStreamdVersion;
+  setup.options = HostOptionsOf(*options);
   // Before the engine: its scheduler reports every step to the metrics from the first one.
   metrics::StreamdMetrics metrics;
-  setup.engine.step_observer = StepObserver(metrics);
-  auto loaded = LoadEngine(setup);
-  if (!loaded.ok()) return Fail(loaded.status().message());
-  if (!loaded->plan_note.empty()) spdlog::info("model.plan {}", loaded->plan_note);
-  if (!loaded->backend_note.empty()) spdlog::info("engine.backend {}", loaded->backend_note);
-  if (!loaded->chat_warning.empty()) spdlog::warn("chat template: {}", loaded->chat_warning);
-  if (!loaded->fault_injection.empty()) spdlog::warn("{}", loaded->fault_injection);
-  auto& engine = loaded->engine;
-  spdlog::info("model runs on {}; model fingerprint {}", engine->model().device_description(),
-               loaded->snapshot_context.model_fingerprint);
-
-  metrics.SetBuildInfo(kStreamdVersion, std::string(engine->model().backend_name()),
-                       engine->model().config().name);
+  std::unique_ptr<metrics::SnapshotMetrics> snapshot_metrics;
+  if (!options->persistence.snapshot_dir.empty()) {
+    snapshot_metrics = std::make_unique<metrics::SnapshotMetrics>(*metrics.registry);
+  }
+  setup.hooks = MakeHostHooks(&metrics, snapshot_metrics.get());
+  auto engine_host = api::LoadEngineHost(setup);
+  if (!engine_host.ok()) return Fail(engine_host.status().message());
+  const api::HostInfo& engine = (*engine_host)->info();
+  LogHostNotes(engine.notes);
+  spdlog::info("model runs on {}; model fingerprint {}", engine.device, engine.model_fingerprint);
+  metrics.SetBuildInfo(kStreamdVersion, engine.backend_name, engine.model_name);
+  AddScrapeHooks(metrics, **engine_host, snapshot_metrics.get());
   const ServerConfig::Server::MetricsTls& mt = config->server.metrics_tls;
   std::string error;
   auto metrics_endpoint =
@@ -201,8 +200,7 @@ int ServeCommand(int argc, char** argv) {
                                   metrics_host + ":" + std::to_string(metrics_endpoint->port()) +
                                   "/metrics";
 
-  auto server =
-      GrpcServer::Start(*engine, *loaded->chat, *options, &metrics, &loaded->snapshot_context);
+  auto server = GrpcServer::Start(**engine_host, *options, &metrics);
   if (!server.ok()) return Fail(server.status().message());
   std::unique_ptr<http::HttpSessions> http_sessions;
   std::unique_ptr<http::HttpServer> http_server;
@@ -215,8 +213,8 @@ int ServeCommand(int argc, char** argv) {
     h.max_body_bytes = static_cast<size_t>(options->limits.max_message_bytes);
     h.limits.max_tokens = options->limits.max_tokens;
     h.limits.max_content_bytes = options->limits.max_append_bytes;
-    h.limits.max_stop_strings = kMaxStopStrings;
-    h.limits.max_stop_bytes = kMaxStopBytes;
+    h.limits.max_stop_strings = api::MaxStopStrings();
+    h.limits.max_stop_bytes = api::MaxStopBytes();
     h.max_queued_tokens = static_cast<size_t>(options->limits.max_queued_tokens);
     h.on_answered = [&metrics](std::string_view route, int status) {
       metrics.RecordHttpRequest(route, status);
@@ -238,8 +236,8 @@ int ServeCommand(int argc, char** argv) {
   std::printf("streamd: listening on %s:%d (metrics %s)\n", host.c_str(), (*server)->port(),
               metrics_url.c_str());
   std::fflush(stdout);
-  spdlog::info("serving {} on {}:{}; metrics on {}", engine->model().config().name, host,
-               (*server)->port(), metrics_url);
+  spdlog::info("serving {} on {}:{}; metrics on {}", engine.model_name, host, (*server)->port(),
+               metrics_url);
   if (!port_file.empty() && !WritePortFile(port_file, (*server)->port())) {
     return Fail("--port-file: cannot write \"" + port_file + "\"");
   }
@@ -254,6 +252,7 @@ int ServeCommand(int argc, char** argv) {
   std::thread http_drain;
   if (http_server != nullptr) {
     (*server)->context().draining = true;
+    (*server)->sessions().Drain();
     http_drain = std::thread([&http_server, grace = options->grace_period] {
       if (!http_server->Drain(grace)) {
         spdlog::warn("shutdown: HTTP answers still running after the grace period were cancelled");
@@ -263,7 +262,7 @@ int ServeCommand(int argc, char** argv) {
   }
   (*server)->Shutdown();  // metrics are served while it drains
   if (http_drain.joinable()) http_drain.join();
-  metrics_endpoint.reset();  // before the server: scrape hooks read its registry and queue
+  metrics_endpoint.reset();  // before the server and the host: scrape hooks read them
   server->reset();
   spdlog::info("stopped");
   return 0;

@@ -1,22 +1,19 @@
 #include "server/serve_options.h"
 
-#include "engine/api/streamd_engine.h"
-#include "engine/sessions/session_service.h"
-
 namespace streamd::server {
 
-StatusOr<EngineConfig> ToEngineConfig(const ServerConfig& config) {
+api::EngineSettings ToEngineSettings(const ServerConfig& config) {
   const auto& e = config.engine;
   const auto& s = config.sessions;
   // engine.backend is resolved in serve_command.cc (engine/backends); a kv_pool fraction is
   // resolved by Engine::Create against the backend's own memory (device memory for cuda).
-  EngineConfig out;
+  api::EngineSettings out;
   out.block_size = e.block_size;
   out.pool_bytes = e.kv_pool.bytes;
   out.pool_fraction = e.kv_pool.fraction;
-  out.planner.max_batch_tokens = e.max_batch_tokens;
-  out.planner.max_batch_sessions = e.max_batch_sessions;
-  out.planner.shared_step_tokens = e.shared_step_tokens;
+  out.max_batch_tokens = e.max_batch_tokens;
+  out.max_batch_sessions = e.max_batch_sessions;
+  out.shared_step_tokens = e.shared_step_tokens;
   out.threads = e.threads;
   out.max_chunk = e.max_chunk;
   out.max_sessions = s.max_sessions;
@@ -69,15 +66,15 @@ StatusOr<ServerOptions> ToServerOptions(const ServerConfig& config) {
   o.persistence.offload_after = s.offload_after;
   o.persistence.resume_wait = s.resume_wait;
   o.persistence.restore_on_start = s.restore_on_start;
-  auto mode = ParseCacheMode(s.default_mode);
+  auto mode = api::ParseCacheMode(s.default_mode);
   if (!mode.ok())
     return InvalidArgumentError("config: sessions.default_mode: " + mode.status().message());
-  o.session_defaults.mode = ToApiCacheMode(*mode);
+  o.session_defaults.mode = *mode;
   o.session_defaults.sinks = s.default_sinks;
   o.session_defaults.window = s.default_window;
   o.session_defaults.admission_timeout = s.admission_timeout;
   api::Sampling& p = o.session_defaults.sampling;
-  const SamplingDefaults& d = s.default_sampling;
+  const auto& d = s.default_sampling;
   p.temperature = d.temperature;
   p.top_k = d.top_k;
   p.top_p = d.top_p;

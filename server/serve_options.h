@@ -2,15 +2,15 @@
 // the gRPC service take.
 #pragma once
 
-#include "engine/api/streamd_engine.h"
+#include "engine/api/engine_host.h"
 #include "server/config/server_config.h"
 #include "server/server_options.h"
 
 namespace streamd::server {
 
-// EngineConfig of `config.engine` and the session limits; a KV budget given as a fraction is
-// resolved against the memory available now.
-StatusOr<EngineConfig> ToEngineConfig(const ServerConfig& config);
+// The engine's settings of `config.engine` and the session limits (a KV budget given as a
+// fraction is resolved by the engine against its backend's memory).
+api::EngineSettings ToEngineSettings(const ServerConfig& config);
 // The gRPC service's options: addresses, limits, session defaults, grace period.
 StatusOr<ServerOptions> ToServerOptions(const ServerConfig& config);
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/api/session_api.h"
+#include "engine/api/engine_host.h"
 
 namespace streamd::server {
 
@@ -118,5 +118,20 @@ struct ServerOptions {
   // Shutdown: how long running generations may continue before they are cancelled.
   std::chrono::milliseconds grace_period{std::chrono::seconds(30)};
 };
+
+// What the engine host takes of these options: session defaults, residency, snapshots.
+inline api::HostOptions HostOptionsOf(const ServerOptions& o) {
+  const PersistenceOptions& p = o.persistence;
+  return {o.session_defaults,
+          o.limits.default_max_tokens,
+          o.limits.idle_timeout,
+          o.limits.max_detached_share,
+          o.limits.max_waiting_opens,
+          p.snapshot_dir,
+          p.snapshot_interval,
+          p.offload_after,
+          p.resume_wait,
+          p.restore_on_start};
+}
 
 }  // namespace streamd::server

@@ -195,6 +195,7 @@ std::vector<std::shared_ptr<SessionStream>> StreamdService::Streams() const {
 
 void StreamdService::Drain() {
   ctx_.draining = true;
+  if (ctx_.api != nullptr) ctx_.api->Drain();  // the engine refuses new sessions too
   for (const auto& stream : Streams()) stream->Drain();
 }
 

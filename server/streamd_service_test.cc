@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/backends/cpu/synthetic_model.h"
+#include "engine/sessions/session_host.h"
 #include "engine/tokenizer/chat_template.h"
 #include "server/grpc_server.h"
 #include "streamd/v1/streamd.grpc.pb.h"
@@ -49,14 +50,24 @@ class StreamdServiceTest : public ::testing::Test {
     options_.listen_address = "127.0.0.1:0";
     options_.session_defaults.window = 32;
     options_.grace_period = std::chrono::seconds(1);
-    auto server = GrpcServer::Start(*engine_, *chat_, options_);
+    StartServer();
+  }
+  // A server (and the engine host under it) with options_, in place of the running one.
+  void StartServer() {
+    server_.reset();
+    host_.reset();
+    auto host = MakeSessionHost({*engine_, *chat_}, HostOptionsOf(options_), {});
+    ASSERT_TRUE(host.ok()) << host.status().ToString();
+    host_ = std::move(host).value();
+    auto server = GrpcServer::Start(*host_, options_);
     ASSERT_TRUE(server.ok()) << server.status().ToString();
     server_ = std::move(server).value();
     stub_ = v1::Streamd::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
                                                      grpc::InsecureChannelCredentials()));
   }
   void TearDown() override {
-    server_.reset();  // before the engine it serves
+    server_.reset();  // before the host and the engine it serves
+    host_.reset();
     engine_.reset();
   }
 
@@ -77,6 +88,7 @@ class StreamdServiceTest : public ::testing::Test {
   std::unique_ptr<tokenizer::ChatTemplate> chat_;
   std::unique_ptr<Engine> engine_;
   ServerOptions options_;
+  std::unique_ptr<api::EngineHost> host_;
   std::unique_ptr<GrpcServer> server_;
   std::unique_ptr<v1::Streamd::Stub> stub_;
 };
@@ -209,13 +221,8 @@ TEST_F(StreamdServiceTest, MalformedIdsAreInvalidArgumentAndUnknownOnesNotFound)
 // limits.max_transfers of them run at once; one more is refused at once with
 // RESOURCE_EXHAUSTED naming the key, and the place comes back when a call ends.
 TEST_F(StreamdServiceTest, SnapshotTransfersBeyondMaxTransfersAreRefused) {
-  server_.reset();
   options_.limits.max_transfers = 1;
-  auto server = GrpcServer::Start(*engine_, *chat_, options_);
-  ASSERT_TRUE(server.ok()) << server.status().ToString();
-  server_ = std::move(server).value();
-  stub_ = v1::Streamd::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
-                                                   grpc::InsecureChannelCredentials()));
+  StartServer();
   auto export_unknown = [&] {
     grpc::ClientContext ctx;
     v1::ExportSessionRequest request;

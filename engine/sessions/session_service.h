@@ -4,8 +4,8 @@
 // tenants' quotas and token budgets. It is the one place where the api's values meet those
 // parts, so a transport holding an api::Engine never sees a SessionRecord, a cache or a pool.
 //
-// The parts are owned by whoever built them (today the daemon's GrpcServer) and must outlive
-// the service and every api::Session it hands out.
+// The parts are owned by whoever built them (the daemon's SessionHost, session_host.h) and must
+// outlive the service and every api::Session it hands out.
 #pragma once
 
 #include <atomic>

@@ -161,8 +161,9 @@ server::ServerOptions FuzzOptions() {
   return o;
 }
 
-// One input's server: what GrpcServer builds around the engine, without gRPC. Held by
-// pointers so that Shutdown can take it apart in the order the property needs.
+// One input's server: what SessionHost (engine/sessions/session_host.h) builds around the engine,
+// without gRPC. Held by pointers so that Shutdown can take it apart in the order the property
+// needs.
 class World {
  public:
   explicit World(Engine& engine)
@@ -179,7 +180,7 @@ class World {
         ctx_{*io_, options_} {
     ctx_.model = {engine.tokenizer().vocab_size(), engine.model().config().context_length};
     ctx_.auth = g_model->auth.get();
-    // The engine's session API over these parts, as GrpcServer builds it; each input starts
+    // The engine's session API over these parts, as SessionHost builds it; each input starts
     // with full token buckets (budget_).
     SessionServiceParts parts{engine, *registry_, *driver_,     *admission_,
                               chat_,  budget_,    ctx_.draining};
@@ -193,7 +194,7 @@ class World {
     ctx_.model_info.set_vocab_size(engine.tokenizer().vocab_size());
     ctx_.model_info.set_context_length(engine.model().config().context_length);
     ctx_.model_info.set_chat_template(std::string(chat_.template_name()));
-    // As GrpcServer: a closed session frees blocks a waiting Open may fit in.
+    // As SessionHost: a closed session frees blocks a waiting Open may fit in.
     registry_->set_hooks({[this] {
                             if (auto* a = admission_alive_.load()) a->Notify();
                           },
