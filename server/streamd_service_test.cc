@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <memory>
@@ -253,7 +254,15 @@ TEST_F(StreamdServiceTest, SnapshotTransfersBeyondMaxTransfersAreRefused) {
   v1::SnapshotChunk chunk;
   chunk.set_data(std::string(1000, 'x'));
   ASSERT_TRUE(writer->Write(chunk));
-  const grpc::Status refused = export_until(grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // The import takes the place when the server starts its call, which may be after the client
+  // has written. An export polled meanwhile could take the place first and have the import
+  // refused (as happened under ASan): nothing else is started until the import holds it.
+  std::atomic<int32_t>& transfers = server_->context().transfers;
+  for (int i = 0; i < 1000 && transfers.load() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(transfers.load(), 1) << "the import never took its place";
+  const grpc::Status refused = export_unknown();
   ASSERT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << refused.error_message();
   EXPECT_NE(refused.error_message().find("sessions.max_transfers = 1"), std::string::npos)
       << refused.error_message();
