@@ -29,30 +29,34 @@ std::vector<std::string> With(std::vector<std::string> extra) {
 }
 
 // The health status, or UNKNOWN when the call fails.
-HealthCheckResponse::ServingStatus Health(DaemonProcess& d) {
-  auto stub = grpc::health::v1::Health::NewStub(d.Channel());
+HealthCheckResponse::ServingStatus Health(grpc::health::v1::Health::Stub& stub) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   HealthCheckResponse response;
-  if (!stub->Check(&ctx, HealthCheckRequest(), &response).ok()) return HealthCheckResponse::UNKNOWN;
+  if (!stub.Check(&ctx, HealthCheckRequest(), &response).ok()) return HealthCheckResponse::UNKNOWN;
   return response.status();
 }
 
 TEST(LifecycleE2eTest, SigtermLetsTheRunningGenerationFinish) {
-  // A grace period far beyond what 8 tokens need, even on a loaded 2-core machine.
+  // A grace period far beyond what the generation needs, even on a loaded 2-core machine. The
+  // generation is long enough (hundreds of milliseconds at least) for the drain to be seen: the
+  // daemon is gone as soon as it ends, and 8 tokens once ended before a health check got there.
+  constexpr int kTokens = 128;
   auto d = DaemonProcess::Start(With({"--server.shutdown_grace=300s"}));
   ASSERT_NE(d, nullptr);
-  EXPECT_EQ(Health(*d), HealthCheckResponse::SERVING);
+  // Connected before the SIGTERM, so that the checks during the drain need no new connection.
+  auto health = grpc::health::v1::Health::NewStub(d->Channel());
+  EXPECT_EQ(Health(*health), HealthCheckResponse::SERVING);
   RawStream s(d->Channel());
   ASSERT_TRUE(s.Open());
   ASSERT_FALSE(s.Append(TextMsg("Once upon a time").append()));
-  ASSERT_TRUE(s.Write(GenerateMsg(8)));
+  ASSERT_TRUE(s.Write(GenerateMsg(kTokens)));
   HealthCheckResponse::ServingStatus during = HealthCheckResponse::UNKNOWN;
   const Generation g = ReadGeneration(s, [&] {
     d->Terminate();
     // Draining: health says NOT_SERVING; a new session is refused.
     for (int i = 0; i < 100 && during != HealthCheckResponse::NOT_SERVING; ++i) {
-      during = Health(*d);
+      during = Health(*health);
       if (during != HealthCheckResponse::NOT_SERVING) {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
@@ -61,7 +65,7 @@ TEST(LifecycleE2eTest, SigtermLetsTheRunningGenerationFinish) {
   EXPECT_EQ(during, HealthCheckResponse::NOT_SERVING);
   ASSERT_TRUE(g.ended);
   EXPECT_EQ(g.done.reason(), v1::FINISH_REASON_LENGTH);  // finished within the grace period
-  EXPECT_EQ(g.ids.size(), 8u);
+  EXPECT_EQ(g.ids.size(), static_cast<size_t>(kTokens));
   const grpc::Status end = s.Finish();
   EXPECT_EQ(end.error_code(), grpc::StatusCode::UNAVAILABLE);
   EXPECT_NE(end.error_message().find("shutting down"), std::string::npos);
