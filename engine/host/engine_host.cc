@@ -1,11 +1,12 @@
-// LoadEngineHost: LoadEngine (load_engine.cc) and the session host over what it loaded.
+// LoadEngineHost (engine/api/engine_host.h): LoadEngine (load_engine.h) and the session host over
+// what it loaded.
 #include "engine/api/engine_host.h"
 
 #include <memory>
 #include <utility>
 
-#include "engine/api/streamd_engine.h"
 #include "engine/cache/session_cache.h"
+#include "engine/host/load_engine.h"
 #include "engine/sessions/session_host.h"
 #include "engine/sessions/session_service.h"
 

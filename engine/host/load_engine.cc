@@ -1,6 +1,7 @@
+#include "engine/host/load_engine.h"
+
 #include <cstdlib>
 
-#include "engine/api/streamd_engine.h"
 #include "engine/backends/backend.h"
 #include "engine/backends/cpu/llama_model.h"
 #include "engine/backends/cpu/model_check.h"

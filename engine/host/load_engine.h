@@ -1,9 +1,8 @@
-// The engine as the daemon sees it: the one engine header server/ includes. It brings the Engine
-// (sessions, steps, Capture/Restore) and its value types, the SessionPersister (snapshots on
-// disk), the tokenizer and chat template (Append{role} formatting), the text checks the server
-// applies to request fields, and LoadEngine, which turns a model path and settings into all of
-// them. engine/ stays free of gRPC; server/ stays free of the engine's internals (caches, pools,
-// backends, kernels), so either side can change without the other noticing.
+// LoadEngine: a model path and settings turned into a running engine and what serving it needs
+// (the Engine, its tokenizer and chat template, the snapshot context with the model's
+// fingerprint, and notes on the plan, the backend and the chat template). Engine-internal:
+// LoadEngineHost (engine_host.cc) builds the session host over it, and the daemon sees only
+// engine/api/engine_host.h.
 #pragma once
 
 #include <memory>
