@@ -16,9 +16,7 @@ StatusOr<std::unique_ptr<EngineHost>> LoadEngineHost(const HostSetup& setup) {
   EngineSetup es;
   es.model_path = setup.model_path;
   es.plan_path = setup.plan_path;
-  es.backend = setup.backend == BackendChoice::kCuda  ? streamd::BackendChoice::kCuda
-               : setup.backend == BackendChoice::kCpu ? streamd::BackendChoice::kCpu
-                                                      : streamd::BackendChoice::kAuto;
+  es.backend = setup.backend;
   es.engine = ToEngineConfig(setup.engine, setup.hooks);
   es.streamd_version = setup.streamd_version;
   auto loaded = LoadEngine(es);

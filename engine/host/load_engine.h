@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "engine/api/engine_host.h"
 #include "engine/core/engine.h"
 #include "engine/core/session_persister.h"
 #include "engine/sampling/stop_string_matcher.h"
@@ -25,7 +26,8 @@ namespace streamd {
 inline constexpr size_t kMaxStopStrings = StopStringMatcher::kMaxStops;
 inline constexpr size_t kMaxStopBytes = StopStringMatcher::kMaxStopBytes;
 
-enum class BackendChoice { kAuto, kCpu, kCuda };
+// The backend a setup asks for: the facade's own enum (engine/api/engine_host.h), not a copy.
+using api::BackendChoice;
 
 struct EngineSetup {
   std::string model_path;
