@@ -9,8 +9,10 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 MODEL_DIR ?= $(HOME)/.cache/streamd/models
 MODEL ?= $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
-# The real Qwen2.5-Coder-0.5B-Instruct Q4_K_M file of the qwen2 golden tests (~480 MB).
+# The real Qwen2.5-Coder-Instruct Q4_K_M files of the qwen2 golden tests: the 0.5B (~480 MB) and
+# the held-out 1.5B (~1.1 GB).
 QWEN_MODEL ?= $(MODEL_DIR)/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+QWEN15_MODEL ?= $(MODEL_DIR)/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
 CONFIG ?= config/streamd.yaml
 # The OpenAI-compatible HTTP API of `make run` (docs/HTTP.md); off by default in the config, so
 # that tests and deployments opt in. HTTP_ADDRESS= turns it off here too.
@@ -35,7 +37,8 @@ model: deps
 	@STREAMD_MODEL_DIR=$(MODEL_DIR) scripts/fetch-model.sh >/dev/null
 
 qwen-model: deps
-	@STREAMD_MODEL_DIR=$(MODEL_DIR) scripts/fetch-qwen-model.sh >/dev/null
+	@STREAMD_MODEL_DIR=$(MODEL_DIR) scripts/fetch-qwen-model.sh 0.5b >/dev/null
+	@STREAMD_MODEL_DIR=$(MODEL_DIR) scripts/fetch-qwen-model.sh 1.5b >/dev/null
 
 # The SentencePiece vocabulary the llama-vocabulary tokenizer tests read, and llama.cpp's test
 # vocabularies with their test vectors for the golden tokenizer test (one ~75 MB download).
@@ -59,7 +62,7 @@ quant-variants: model
 	  scripts/make-quant-variants.sh $(CI_QUANT_TYPES) >/dev/null
 
 test: build model qwen-model vocab quant-variants
-	STREAMD_MODEL=$(MODEL) STREAMD_QWEN_MODEL=$(QWEN_MODEL) \
+	STREAMD_MODEL=$(MODEL) STREAMD_QWEN_MODEL=$(QWEN_MODEL) STREAMD_QWEN15_MODEL=$(QWEN15_MODEL) \
 	  STREAMD_QUANT_VARIANTS=$(QUANT_VARIANTS) \
 	  STREAMD_SPM_VOCAB=$$(scripts/fetch-test-vocab.sh) \
 	  STREAMD_VOCAB_DIR=$$(scripts/fetch-test-vocab.sh --golden) \

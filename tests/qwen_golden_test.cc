@@ -1,19 +1,30 @@
-// The qwen2 family on a real file: Qwen2.5-Coder-0.5B-Instruct Q4_K_M ($STREAMD_QWEN_MODEL,
-// scripts/fetch-qwen-model.sh; `make test` fetches it) against llama.cpp's fixtures
-// (tools/reference/make_qwen_fixtures.py, docs/REFERENCE.md) and against streamd's plain
-// reference model. The file's Q5_0 and Q6_K tensors are read as stored, its Q4_K ones repacked
-// at load into Q4_1, and streamd's products quantize activations differently from llama.cpp's, so
-// logits agree to a tolerance, not bits:
-//  - tokenization: the same ids for every case and the book's first 20000 bytes;
-//  - dense pass over the book's first 512 tokens: argmax agreement >= 95% (>= 99% where the
-//    reference's top-2 gap is >= 0.5), perplexity within 1%, the reference's top-8 logits
-//    within 0.5 (of logits around 20);
+// The qwen2 family on real files, against llama.cpp's fixtures
+// (tools/reference/make_qwen_fixtures.py, docs/REFERENCE.md), the Hugging Face tokenizer's own
+// test vectors and streamd's plain reference model. Two Qwen2.5-Coder-Instruct Q4_K_M files
+// (scripts/fetch-qwen-model.sh; `make test` fetches both):
+//  - Coder05B, $STREAMD_QWEN_MODEL: the 0.5B (AWQ) file the qwen2 work was developed on (Q5_0,
+//    Q6_K and Q8_0 tensors read as stored, Q4_K repacked at load into Q4_1);
+//  - Coder15B, $STREAMD_QWEN15_MODEL: a held-out 1.5B file (Q4_K and Q6_K, an untied Q6_K
+//    output matrix, 28 layers) that nothing in streamd was written or tuned against. It runs the
+//    same checks with the same bounds. Its first run failed one: perplexity 1.2% below
+//    llama.cpp's, with a 1% bound. llama.cpp's own pass was the one off (1.2% from the exact
+//    weights, streamd 0.005%), so the llama.cpp bound became 1.5% and the exact weights, checked
+//    tightly, became the reference that decides.
+// streamd's products quantize activations differently from llama.cpp's, so logits agree to a
+// tolerance, not bits:
+//  - tokenization: the same ids as llama.cpp for every case and the book's first 20000 bytes,
+//    and the same ids as the Hugging Face tokenizer on llama.cpp's qwen2 test vectors (the
+//    file's own vocabulary, tokens and merges, tokenizing them);
+//  - dense pass over the book's first 512 tokens, against llama.cpp: argmax agreement >= 95%
+//    (>= 99% where its top-2 gap is >= 0.5), perplexity within 1.5%, its top-8 logits within
+//    0.5 (of logits around 20); against the exact weights (llama.cpp on an F32 dequantization):
+//    argmax agreement >= 97% (99.5% where clear), perplexity within 0.5%, top-8 within 0.15;
 //  - greedy continuations: the free-running continuation equals llama.cpp's up to its first
 //    near-tie (gap < 0.5: logits differ by up to ~0.4, so a smaller gap may flip), and
 //    teacher-forced our argmax is its argmax wherever gap >= 0.5;
 //  - a sink + window cache past eviction: streamd's per-token NLL equals the plain reference's
 //    (which rebuilds each token's cache explicitly) within 2% in perplexity.
-// Without $STREAMD_QWEN_MODEL every test skips, saying so.
+// A file whose variable is unset skips every test, saying how to set it.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -22,6 +33,7 @@
 #include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -29,62 +41,111 @@
 #include "engine/cache/session_cache.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "tests/support/golden_util.h"
+#include "tests/support/vocab_test_vectors.h"
 
 namespace streamd::testing {
 namespace {
 
-std::string QwenModelPath() {
-  const char* env = std::getenv("STREAMD_QWEN_MODEL");
+struct QwenFile {
+  const char* name;     // the test name's suffix
+  const char* env;      // the variable that names the file
+  const char* fetch;    // the command that fetches it
+  const char* fixture;  // prefix of its llama.cpp fixtures in tests/fixtures/
+  int32_t n_layers;
+};
+void PrintTo(const QwenFile& f, std::ostream* os) { *os << f.name; }
+
+constexpr QwenFile kFiles[] = {
+    {"Coder05B", "STREAMD_QWEN_MODEL", "scripts/fetch-qwen-model.sh", "qwen25coder", 24},
+    {"Coder15B", "STREAMD_QWEN15_MODEL", "scripts/fetch-qwen-model.sh 1.5b", "qwen25coder15b", 28},
+};
+
+std::string PathOf(const QwenFile& f) {
+  const char* env = std::getenv(f.env);
   return env == nullptr ? "" : env;
 }
 
-class QwenGoldenTest : public ::testing::Test {
+class QwenGoldenTest : public ::testing::TestWithParam<QwenFile> {
  protected:
-  static void SetUpTestSuite() {
-    const std::string path = QwenModelPath();
-    if (path.empty()) return;
-    auto g = GoldenModel::Load(path, 256 << 20);
-    ASSERT_TRUE(g.ok()) << g.status().ToString();
-    golden_ = std::move(g).value().release();
+  void SetUp() override {
+    if (PathOf(GetParam()).empty()) {
+      GTEST_SKIP() << GetParam().env << " is not set: run `make test`, or set " << GetParam().env
+                   << "=$(" << GetParam().fetch << ")";
+    }
+    golden_ = Loaded(PathOf(GetParam()));
+    ASSERT_NE(golden_, nullptr);
     model_ = golden_->model.get();
   }
-  static void TearDownTestSuite() {
-    delete golden_;
-    golden_ = nullptr;
-    model_ = nullptr;
-  }
-  void SetUp() override {
-    if (QwenModelPath().empty()) {
-      GTEST_SKIP() << "STREAMD_QWEN_MODEL is not set: run `make test`, or set "
-                      "STREAMD_QWEN_MODEL=$(scripts/fetch-qwen-model.sh)";
-    }
-    ASSERT_NE(model_, nullptr);
+  std::string Fixture(const char* what) const {
+    return std::string(GetParam().fixture) + "_" + what + ".json";
   }
   // Dense for these tests' texts: a window longer than any of them (a kDense cache would
   // reserve the model's whole 32768-token context).
   static CacheSpec Dense() { return {CacheMode::kWindow, 0, 1024, 256}; }
-  static std::unique_ptr<SessionCache> Cache(CacheSpec spec) { return golden_->Cache(spec); }
-  static GoldenModel* golden_;
-  static LlamaModel* model_;
-};
-GoldenModel* QwenGoldenTest::golden_ = nullptr;
-LlamaModel* QwenGoldenTest::model_ = nullptr;
+  std::unique_ptr<SessionCache> Cache(CacheSpec spec) const { return golden_->Cache(spec); }
 
-TEST_F(QwenGoldenTest, LoadsAsQwen2) {
+  GoldenModel* golden_ = nullptr;
+  LlamaModel* model_ = nullptr;
+
+ private:
+  // One model loaded at a time, kept for the next test of the same file (ctest runs each test in
+  // its own process; running the binary by hand runs them all in one).
+  static GoldenModel* Loaded(const std::string& path) {
+    static std::string loaded_path;
+    static std::unique_ptr<GoldenModel> loaded;
+    if (loaded_path != path) {
+      loaded.reset();
+      auto g = GoldenModel::Load(path, 256 << 20);
+      EXPECT_TRUE(g.ok()) << path << ": " << g.status().ToString();
+      if (!g.ok()) return nullptr;
+      loaded = std::move(g).value();
+      loaded_path = path;
+    }
+    return loaded.get();
+  }
+};
+
+TEST_P(QwenGoldenTest, LoadsAsQwen2) {
   const LlamaConfig& c = model_->config();
   EXPECT_EQ(c.architecture, "qwen2");
   EXPECT_EQ(c.family.rope_style, RopeStyle::kNeox);
   EXPECT_NE(model_->weights().layers[0].q_bias, nullptr);
-  EXPECT_EQ(c.n_layers, 24);
+  EXPECT_EQ(c.n_layers, GetParam().n_layers);
   EXPECT_EQ(c.n_kv_heads, 2);
+  // Both files carry an output matrix of their own, so the embedding table is read by rows from
+  // the file (embedding_bytes; 0 when it is the output head).
+  EXPECT_GT(model_->weights().embedding_bytes, 0u);
 }
 
-TEST_F(QwenGoldenTest, TokenizesAsLlamaCpp) {
-  auto file = gguf::GgufFile::Open(QwenModelPath());
+// llama.cpp's qwen2 test vectors hold the Hugging Face tokenizer's ids; the file's own
+// vocabulary must give them. (Qwen2.5 files add special tokens to the qwen2 vocabulary; the
+// vectors parse no special tokens, so the regular tokens and merges decide.)
+TEST_P(QwenGoldenTest, TokenizesAsHuggingFace) {
+  const std::string dir = tokenizer::testing::VocabDirOrFail();
+  ASSERT_FALSE(dir.empty());
+  auto file = gguf::GgufFile::Open(PathOf(GetParam()));
   ASSERT_TRUE(file.ok()) << file.status().ToString();
   auto tok = tokenizer::Tokenizer::FromGguf(**file);
   ASSERT_TRUE(tok.ok()) << tok.status().ToString();
-  const nlohmann::json fx = ReadGoldenFixture("qwen25coder_tokenize.json");
+  std::vector<tokenizer::testing::GoldenCase> cases;
+  std::string error;
+  const std::string vectors = dir + "/ggml-vocab-qwen2.gguf";
+  ASSERT_TRUE(tokenizer::testing::ReadCases(vectors + ".inp", vectors + ".out", &cases, &error))
+      << error;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    auto ids = (*tok)->Encode(cases[i].text, false, false);
+    ASSERT_TRUE(ids.ok()) << "case " << i << ": " << ids.status().ToString();
+    EXPECT_EQ(*ids, cases[i].ids) << "case " << i << " of " << vectors << ".inp";
+  }
+  EXPECT_GE(cases.size(), 40u);
+}
+
+TEST_P(QwenGoldenTest, TokenizesAsLlamaCpp) {
+  auto file = gguf::GgufFile::Open(PathOf(GetParam()));
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  auto tok = tokenizer::Tokenizer::FromGguf(**file);
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  const nlohmann::json fx = ReadGoldenFixture(Fixture("tokenize"));
   std::ifstream book(std::string(STREAMD_SHARED_DATA) + "/pride-and-prejudice.txt",
                      std::ios::binary);
   ASSERT_TRUE(book.good());
@@ -101,29 +162,44 @@ TEST_F(QwenGoldenTest, TokenizesAsLlamaCpp) {
   EXPECT_GE(cases, 20);
 }
 
-TEST_F(QwenGoldenTest, DensePassMatchesLlamaCpp) {
-  const nlohmann::json fx = ReadGoldenFixture("qwen25coder_pride_512.json");
+// The book's first 512 tokens in one dense cache, against llama.cpp on the file (which rounds
+// activations to 8 bits before each quantized product) and against llama.cpp on the file's exact
+// F32 dequantization with an f32 K/V cache (the fixture's `exact`: the function the weights
+// define). The perplexity bound against llama.cpp is the looser one because llama.cpp itself is
+// off the exact weights: by 0.2% on the 0.5B, by 1.2% on the held-out 1.5B, where streamd is
+// within 0.04% of them on both.
+TEST_P(QwenGoldenTest, DensePassMatchesLlamaCpp) {
+  const nlohmann::json fx = ReadGoldenFixture(Fixture("pride_512"));
   const std::vector<int32_t> tokens = fx.at("tokens").get<std::vector<int32_t>>();
   ASSERT_EQ(tokens.size(), 512u);
   std::unique_ptr<SessionCache> cache = Cache(Dense());
   auto logits = RunChunkedAll(*model_, tokens, *cache, 256);
   ASSERT_TRUE(logits.ok()) << logits.status().ToString();
   DenseScorer scorer(fx, tokens, model_->config().vocab_size, /*clear_gap=*/0.5);
+  DenseScorer exact_scorer(fx.at("exact"), tokens, model_->config().vocab_size, 0.5);
   scorer.Add(logits->data(), 0, tokens.size());
+  exact_scorer.Add(logits->data(), 0, tokens.size());
   const DenseComparison r = scorer.Result();
-  std::printf(
-      "llama.cpp Q4_K_M: argmax agreement %.4f (%.4f where gap >= 0.5), perplexity "
-      "%.4f vs %.4f (%.5f), worst top-8 logit error %.3f\n",
-      r.agreement, r.clear_agreement, r.ppl, r.ref_ppl, r.ppl_ratio, r.worst_topk);
+  const DenseComparison exact = exact_scorer.Result();
+  for (const auto& [against, c] : {std::pair{"llama.cpp Q4_K_M", r}, {"exact weights", exact}}) {
+    std::printf(
+        "%s: argmax agreement %.4f (%.4f where gap >= 0.5), perplexity %.4f vs %.4f (%.5f), "
+        "worst top-8 logit error %.3f\n",
+        against, c.agreement, c.clear_agreement, c.ppl, c.ref_ppl, c.ppl_ratio, c.worst_topk);
+  }
   EXPECT_GE(r.agreement, 0.95);
   EXPECT_GE(r.clear_agreement, 0.99);
-  EXPECT_NEAR(r.ppl_ratio, 1.0, 0.01);
+  EXPECT_NEAR(r.ppl_ratio, 1.0, 0.015);
   EXPECT_LT(r.worst_topk, 0.5);
+  EXPECT_GE(exact.agreement, 0.97);
+  EXPECT_GE(exact.clear_agreement, 0.995);
+  EXPECT_NEAR(exact.ppl_ratio, 1.0, 0.005);
+  EXPECT_LT(exact.worst_topk, 0.15);
 }
 
-TEST_F(QwenGoldenTest, GreedyContinuationsMatchLlamaCpp) {
+TEST_P(QwenGoldenTest, GreedyContinuationsMatchLlamaCpp) {
   constexpr double kClearGap = 0.5;
-  const nlohmann::json fx = ReadGoldenFixture("qwen25coder_greedy.json");
+  const nlohmann::json fx = ReadGoldenFixture(Fixture("greedy"));
   int checked = 0;
   for (const nlohmann::json& c : fx.at("cases")) {
     const GreedyCase greedy(c);
@@ -141,8 +217,8 @@ TEST_F(QwenGoldenTest, GreedyContinuationsMatchLlamaCpp) {
 // A sink + window cache, past eviction, against the plain reference model that rebuilds each
 // token's cache as StreamingLLM defines it: per-token NLL over a short text (the plain model
 // takes ~0.5 s per token: every sum in double, one thread).
-TEST_F(QwenGoldenTest, StreamingPerplexityMatchesPlainReference) {
-  const nlohmann::json fx = ReadGoldenFixture("qwen25coder_pride_512.json");
+TEST_P(QwenGoldenTest, StreamingPerplexityMatchesPlainReference) {
+  const nlohmann::json fx = ReadGoldenFixture(Fixture("pride_512"));
   std::vector<int32_t> tokens = fx.at("tokens").get<std::vector<int32_t>>();
   tokens.resize(32);
   const CacheSpec spec{CacheMode::kSink, 4, 12, 8};  // evicting from token 16 on
@@ -157,6 +233,11 @@ TEST_F(QwenGoldenTest, StreamingPerplexityMatchesPlainReference) {
   EXPECT_NEAR(r->ppl / r->ref_ppl, 1.0, 0.02);
   EXPECT_GE(r->agree, r->scored * 9 / 10);
 }
+
+INSTANTIATE_TEST_SUITE_P(Qwen25, QwenGoldenTest, ::testing::ValuesIn(kFiles),
+                         [](const ::testing::TestParamInfo<QwenFile>& file) {
+                           return std::string(file.param.name);
+                         });
 
 }  // namespace
 }  // namespace streamd::testing
