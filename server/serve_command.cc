@@ -251,7 +251,6 @@ int ServeCommand(int argc, char** argv) {
   // Their sessions are detached (and written) while the persister still runs.
   std::thread http_drain;
   if (http_server != nullptr) {
-    (*server)->context().draining = true;
     (*server)->sessions().Drain();
     http_drain = std::thread([&http_server, grace = options->grace_period] {
       if (!http_server->Drain(grace)) {

@@ -26,9 +26,10 @@ struct ServiceContext {
   api::Engine* api = nullptr;
   ModelLimits model;
   v1::ModelInfo model_info;
-  // Shutdown began: no new sessions or generations. Shared with the engine's session API (its
-  // Drain), which refuses them too.
-  std::atomic<bool> draining{false};
+  // Shutdown began: no new sessions or generations. The engine's session API holds the one flag
+  // (api::Engine::Drain sets it, and the API refuses them too); the handlers ask it here, to
+  // answer before they call the engine.
+  bool draining() const { return api != nullptr && api->draining(); }
   metrics::StreamdMetrics* metrics = nullptr;  // optional: request-path metrics
   // Who calls (API keys); null: no authentication, every caller the anonymous admin.
   const Authenticator* auth = nullptr;

@@ -83,7 +83,7 @@ SessionStream::Next SessionStream::HandleOpen(const v1::Open& open) {
                                       "; a stream drives one session (open another stream)"));
     return Next::kRead;
   }
-  if (ctx_.draining) {
+  if (ctx_.draining()) {
     SendError(UnavailableError("open: streamd is shutting down and accepts no new sessions"));
     return Next::kRead;
   }
@@ -134,7 +134,7 @@ SessionStream::Next SessionStream::HandleResume(const v1::Resume& resume) {
                                       "; a stream drives one session (open another stream)"));
     return Next::kRead;
   }
-  if (ctx_.draining) {
+  if (ctx_.draining()) {
     SendError(UnavailableError("resume: streamd is shutting down"));
     return Next::kRead;
   }

@@ -46,7 +46,7 @@ SessionStream::Next SessionStream::HandleFork(const v1::Fork& f) {
     SendError(FailedPreconditionError("fork: open or resume a session first"), f.request_id());
     return Next::kRead;
   }
-  if (ctx_.draining) {
+  if (ctx_.draining()) {
     SendError(UnavailableError("fork: streamd is shutting down"), f.request_id());
     return Next::kRead;
   }

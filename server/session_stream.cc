@@ -175,7 +175,7 @@ void SessionStream::HandleGenerate(const v1::Generate& g) {
     return SendError(FailedPreconditionError("generate: open or resume a session first"),
                      g.request_id());
   }
-  if (ctx_.draining) {
+  if (ctx_.draining()) {
     return SendError(UnavailableError("generate: streamd is shutting down"), g.request_id());
   }
   auto request =

@@ -107,7 +107,7 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* StreamdService::Ses
   reactor->Start();
   // A stream that arrives while draining is told at once (it can still be served: the server
   // stops accepting calls only after the drain).
-  if (ctx_.draining) reactor->stream()->Drain();
+  if (ctx_.draining()) reactor->stream()->Drain();
   return reactor;
 }
 
@@ -194,8 +194,7 @@ std::vector<std::shared_ptr<SessionStream>> StreamdService::Streams() const {
 }
 
 void StreamdService::Drain() {
-  ctx_.draining = true;
-  if (ctx_.api != nullptr) ctx_.api->Drain();  // the engine refuses new sessions too
+  if (ctx_.api != nullptr) ctx_.api->Drain();  // the one flag: the engine refuses new sessions too
   for (const auto& stream : Streams()) stream->Drain();
 }
 

@@ -182,8 +182,7 @@ class World {
     ctx_.auth = g_model->auth.get();
     // The engine's session API over these parts, as SessionHost builds it; each input starts
     // with full token buckets (budget_).
-    SessionServiceParts parts{engine, *registry_, *driver_,     *admission_,
-                              chat_,  budget_,    ctx_.draining};
+    SessionServiceParts parts{engine, *registry_, *driver_, *admission_, chat_, budget_, draining_};
     parts.session_defaults = options_.session_defaults;
     parts.default_max_tokens = options_.limits.default_max_tokens;
     api_ = MakeSessionService(std::move(parts));
@@ -258,6 +257,7 @@ class World {
  private:
   server::ServerOptions options_;
   TokenBudget budget_;
+  std::atomic<bool> draining_{false};  // the session API's Drain (SessionHost owns it in serve)
   std::unique_ptr<SessionRegistry> registry_;
   ChatFormatter chat_;
   std::unique_ptr<TaskRunner> tasks_;
@@ -325,7 +325,7 @@ class Driver {
         world_.ctx(), c.transport.get(),
         server::ToApiCaller(world_.ctx().auth, c.caller, kIdentities[caller].client));
     c.transport->ReadNext();  // SessionReactor::Start
-    if (world_.ctx().draining) c.stream->Drain();
+    if (world_.ctx().draining()) c.stream->Drain();
     return c;
   }
 
@@ -370,7 +370,7 @@ class Driver {
         Wait();
         break;
       case Op::kDrain:  // StreamdService::Drain, then CancelGenerations after the grace period
-        world_.ctx().draining = true;
+        world_.ctx().api->Drain();
         for (Client& other : clients_) {
           if (other.stream != nullptr) other.stream->Drain();
         }
