@@ -17,6 +17,7 @@
 #include "engine/core/engine.h"
 #include "engine/sessions/admission_queue.h"
 #include "engine/sessions/chat_formatter.h"
+#include "engine/sessions/session_api_convert.h"
 #include "engine/sessions/session_driver.h"
 #include "engine/sessions/session_quotas.h"
 #include "engine/sessions/session_registry.h"
@@ -40,29 +41,6 @@ struct SessionServiceParts {
   // A caller's quota refused a call (for a rate-limited log line); optional.
   std::function<void(const Status&)> on_quota_refusal;
 };
-
-// The api's Caller limits as the registry's quota checks count them.
-inline SessionQuotas SessionQuotasOf(const api::TenantLimits& l) {
-  return {l.max_sessions, l.max_generations, l.max_kv_blocks};
-}
-
-// Open options over the defaults, checked against the engine's and the model's limits; messages
-// name the field ("open.window = 9000 is outside [1, 2044] ...").
-StatusOr<SessionOptions> ResolveOpenOptions(const api::OpenOptions& open,
-                                            const SessionOptions& defaults,
-                                            const EngineConfig& engine, int32_t context_length,
-                                            int32_t vocab_size);
-
-// Value conversions between the api and the engine (also for code not yet on the api).
-api::CacheState ToApiCacheState(const SessionInfo& info);
-api::Sampling ToApiSampling(const SamplingParams& p);
-SamplingParams FromApiSampling(const api::Sampling& p);
-api::CacheMode ToApiCacheMode(CacheMode mode);
-SessionOptions FromApiDefaults(const api::SessionDefaults& d);
-api::SessionDefaults ToApiDefaults(const SessionOptions& o);
-CacheMode FromApiCacheMode(api::CacheMode mode);
-api::FinishReason ToApiFinishReason(FinishReason reason);
-api::ModelInfo ModelInfoOf(const Engine& engine, const ChatFormatter& chat);
 
 std::unique_ptr<api::Engine> MakeSessionService(SessionServiceParts parts);
 
