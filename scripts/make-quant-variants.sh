@@ -5,6 +5,8 @@
 # Q8_0 SmolLM2-135M GGUF), into the variants directory.
 #   Q5_0 Q5_1: the `gguf` package's numpy quantizer (scripts/quantize_with_gguf.py), seconds, no
 #     llama.cpp needed: `make test` makes these (CI).
+#   LLAMA3_ROPE: not a type, the Q4_1 file with Llama 3.1's rope_freqs tensor added
+#     (scripts/add_llama3_rope_freqs.py, the gguf package, a second; in CI too).
 #   Q4_K_M Q5_K_M Q6_K Q3_K_M Q2_K IQ4_NL IQ4_XS: llama.cpp's llama-quantize --allow-requantize,
 #     built once from the llama-cpp-python sdist into the llama.cpp build directory of
 #     scripts/build-llama-bench.sh (~6-10 min on 2 cores the first time; under the lock file
@@ -21,7 +23,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cache="${STREAMD_CACHE_DIR:-$HOME/.cache/streamd}"
 dir="${STREAMD_QUANT_VARIANTS:-$cache/models/quant-variants}"
 if [ "${1:-}" = "--dir" ]; then echo "$dir"; exit 0; fi
-numpy_types="Q5_0 Q5_1"
+numpy_types="Q5_0 Q5_1 LLAMA3_ROPE"
 llama_types="Q4_K_M Q5_K_M Q6_K Q3_K_M Q2_K IQ4_NL IQ4_XS"
 types=("$@")
 [ ${#types[@]} -gt 0 ] || read -r -a types <<<"$numpy_types $llama_types"
@@ -51,8 +53,13 @@ for t in "${types[@]}"; do
     *" $t "*)
       py="${STREAMD_GGUF_PYTHON:-}"
       [ -n "$py" ] || py="$("$root/tests/reference/gguf-venv.sh" "$cache/gguf-venv" | tail -n 1)"
-      echo "make-quant-variants: $t with the gguf package's quantizer" >&2
-      "$py" "$root/scripts/quantize_with_gguf.py" "$src" "$tmp" "$t" >&2 ;;
+      if [ "$t" = LLAMA3_ROPE ]; then
+        echo "make-quant-variants: $t: Llama 3.1's rope_freqs added with the gguf package" >&2
+        "$py" "$root/scripts/add_llama3_rope_freqs.py" "$src" "$tmp" >&2
+      else
+        echo "make-quant-variants: $t with the gguf package's quantizer" >&2
+        "$py" "$root/scripts/quantize_with_gguf.py" "$src" "$tmp" "$t" >&2
+      fi ;;
     *)
       case " $llama_types " in *" $t "*) ;; *)
         echo "make-quant-variants: unknown type '$t' (known: $numpy_types $llama_types)" >&2

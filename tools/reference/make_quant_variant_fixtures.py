@@ -128,9 +128,12 @@ def main():
     book = fu.read_book(args.book)
     for type_name in args.types:
         path = os.path.join(args.variants, f"SmolLM2-135M-Instruct.{type_name}.gguf")
-        how = ("gguf.quants numpy quantizer (scripts/quantize_with_gguf.py)"
-               if type_name in ("Q5_0", "Q5_1") else
-               f"llama-quantize --allow-requantize (llama.cpp 0c1e570) {type_name}")
+        if type_name == "LLAMA3_ROPE":
+            how = "Llama 3.1's rope_freqs added (scripts/add_llama3_rope_freqs.py)"
+        elif type_name in ("Q5_0", "Q5_1"):
+            how = "gguf.quants numpy quantizer (scripts/quantize_with_gguf.py)"
+        else:
+            how = f"llama-quantize --allow-requantize (llama.cpp 0c1e570) {type_name}"
         how += " from SmolLM2-135M-Instruct.Q4_1.gguf"
         fu.write_json(os.path.join(args.out, f"smollm2_quant_{type_name}.json"),
                       variant_fixture(path, type_name, book, args.threads, how, args.f32_dir))
