@@ -51,12 +51,13 @@ vocab: deps
 GGUF_VENV ?= $(HOME)/.cache/streamd/gguf-venv
 
 # The default model requantized to Q5_0 and Q5_1 by the gguf package's numpy quantizer (about
-# 20 s), and with Llama 3.1's rope_freqs tensor added (LLAMA3_ROPE, a second), for
+# 20 s), with Llama 3.1's rope_freqs tensor added (LLAMA3_ROPE) and rewritten as a qwen3 file
+# (QWEN3_ARCH; a second each), for
 # tests/quant_variants_golden_test.cc; each file's sha256 is checked against its
 # llama.cpp fixture. The K-quant and IQ4 variants need llama.cpp's llama-quantize (a 6-10 minute
 # build): `scripts/make-quant-variants.sh` makes them all, and their tests skip without them.
 QUANT_VARIANTS ?= $(MODEL_DIR)/quant-variants
-CI_QUANT_TYPES ?= Q5_0 Q5_1 LLAMA3_ROPE
+CI_QUANT_TYPES ?= Q5_0 Q5_1 LLAMA3_ROPE QWEN3_ARCH
 quant-variants: model
 	@STREAMD_MODEL=$(MODEL) STREAMD_QUANT_VARIANTS=$(QUANT_VARIANTS) \
 	  STREAMD_GGUF_PYTHON=$$(tests/reference/gguf-venv.sh $(GGUF_VENV) | tail -n 1) \

@@ -7,6 +7,8 @@
 #     llama.cpp needed: `make test` makes these (CI).
 #   LLAMA3_ROPE: not a type, the Q4_1 file with Llama 3.1's rope_freqs tensor added
 #     (scripts/add_llama3_rope_freqs.py, the gguf package, a second; in CI too).
+#   QWEN3_ARCH: not a type either, the Q4_1 file rewritten as a qwen3 one (q/k norms, NEOX RoPE;
+#     scripts/make_qwen3_variant.py, the gguf package, a second; in CI too).
 #   Q4_K_M Q5_K_M Q6_K Q3_K_M Q2_K IQ4_NL IQ4_XS: llama.cpp's llama-quantize --allow-requantize,
 #     built once from the llama-cpp-python sdist into the llama.cpp build directory of
 #     scripts/build-llama-bench.sh (~6-10 min on 2 cores the first time; under the lock file
@@ -23,7 +25,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cache="${STREAMD_CACHE_DIR:-$HOME/.cache/streamd}"
 dir="${STREAMD_QUANT_VARIANTS:-$cache/models/quant-variants}"
 if [ "${1:-}" = "--dir" ]; then echo "$dir"; exit 0; fi
-numpy_types="Q5_0 Q5_1 LLAMA3_ROPE"
+numpy_types="Q5_0 Q5_1 LLAMA3_ROPE QWEN3_ARCH"
 llama_types="Q4_K_M Q5_K_M Q6_K Q3_K_M Q2_K IQ4_NL IQ4_XS"
 types=("$@")
 [ ${#types[@]} -gt 0 ] || read -r -a types <<<"$numpy_types $llama_types"
@@ -56,6 +58,9 @@ for t in "${types[@]}"; do
       if [ "$t" = LLAMA3_ROPE ]; then
         echo "make-quant-variants: $t: Llama 3.1's rope_freqs added with the gguf package" >&2
         "$py" "$root/scripts/add_llama3_rope_freqs.py" "$src" "$tmp" >&2
+      elif [ "$t" = QWEN3_ARCH ]; then
+        echo "make-quant-variants: $t: rewritten as qwen3 with the gguf package" >&2
+        "$py" "$root/scripts/make_qwen3_variant.py" "$src" "$tmp" >&2
       else
         echo "make-quant-variants: $t with the gguf package's quantizer" >&2
         "$py" "$root/scripts/quantize_with_gguf.py" "$src" "$tmp" "$t" >&2

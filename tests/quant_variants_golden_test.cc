@@ -14,8 +14,9 @@
 //    reference model's (which rebuilds each token's cache explicitly).
 // One variant is not a type: LLAMA3_ROPE, the Q4_1 file with Llama 3.1's rope_freqs divisors
 // (Llama 3.x's frequency scaling on a real model's weights; PyPI has no Llama 3.x GGUF).
-// Q5_0, Q5_1 and LLAMA3_ROPE are made by `make test` (the gguf package: CI); a missing file of
-// those fails. The others need llama.cpp's llama-quantize (minutes to build): without their
+// QWEN3_ARCH is the same file rewritten as a qwen3 one (PyPI has no Qwen3 GGUF either).
+// Q5_0, Q5_1, LLAMA3_ROPE and QWEN3_ARCH are made by `make test` (the gguf package: CI); a
+// missing file of those fails. The others need llama.cpp's llama-quantize (minutes to build): without their
 // file those tests skip, naming the command that makes it.
 #include <gtest/gtest.h>
 
@@ -49,6 +50,8 @@ struct Bounds {
   double min_exact_agreement, exact_ppl_tolerance, max_exact_topk_error;
   // A top-2 gap above which the argmax must agree (greedy steps, "clear" positions).
   double clear_gap = 0.5;
+  // The share of the greedy steps that must have such a gap (so that enough are compared).
+  double min_clear_steps = 2.0 / 3;
 };
 
 // Measured on the 2-core AMD EPYC VM (AVX-512 VNNI, 2026-12-06), in the comment of each row as
@@ -75,6 +78,13 @@ constexpr Bounds kTypes[] = {
     // (scripts/add_llama3_rope_freqs.py). Ignoring them would move the perplexity by 0.9% and
     // the argmax at 6% of the positions (llama.cpp with and without them).
     {"LLAMA3_ROPE", true, 0.90, 0.015, 3.0, 0.985, 0.003, 0.3},  // .975 .0035 1.14 | .996 .0002 .11
+    // Nor this: the Q4_1 file rewritten as a qwen3 one (scripts/make_qwen3_variant.py: per-head
+    // q/k RMSNorm before NEOX RoPE, q/k rows un-permuted for it). Untrained for its norms, the
+    // model is flat (perplexity ~195) and llama.cpp's 8-bit activations put it 2.9% off the
+    // exact weights, so the bounds against llama.cpp are loose, its clear gap is 0.75 and only
+    // half the greedy steps have one; against the exact weights they are as tight as elsewhere. Giving k the q norm's weights fails them
+    // (argmax 58%, top-8 error 7.5).
+    {"QWEN3_ARCH", true, 0.85, 0.04, 3.0, 0.985, 0.004, 0.3, 0.75, 0.4},  // .890 .0264 1.44 | .996 .0017 .10; 24/48 clear
 };
 
 // gtest and ctest name a parameter by this (instead of its bytes).
@@ -180,7 +190,7 @@ TEST_P(QuantVariantGoldenTest, GreedyContinuationsMatchLlamaCpp) {
   }
   std::printf("%s: %d of %d greedy steps have a clear gap (>= %.2g)\n", b.type, checked, steps,
               b.clear_gap);
-  EXPECT_GE(checked, steps * 2 / 3);
+  EXPECT_GE(checked, steps * b.min_clear_steps);
 }
 
 // Sink + window (evicting from token 16 on) and window-only (from token 12 on) caches over the

@@ -130,6 +130,8 @@ def main():
         path = os.path.join(args.variants, f"SmolLM2-135M-Instruct.{type_name}.gguf")
         if type_name == "LLAMA3_ROPE":
             how = "Llama 3.1's rope_freqs added (scripts/add_llama3_rope_freqs.py)"
+        elif type_name == "QWEN3_ARCH":
+            how = "rewritten as a qwen3 file (scripts/make_qwen3_variant.py)"
         elif type_name in ("Q5_0", "Q5_1"):
             how = "gguf.quants numpy quantizer (scripts/quantize_with_gguf.py)"
         else:
