@@ -32,7 +32,8 @@ struct SessionServiceParts {
   AdmissionQueue& admission;
   const ChatFormatter& chat;
   TokenBudget& budget;
-  // Shutdown began (shared with the gRPC service's drain): no new sessions or generations.
+  // Shutdown began (api::Engine::Drain sets it; the transports ask api::Engine::draining()): no
+  // new sessions or generations.
   std::atomic<bool>& draining;
   // What snapshots are stamped with (an export without a snapshot directory); may be null.
   const SnapshotContext* snapshots = nullptr;
