@@ -246,15 +246,6 @@ int FailTuning(const Status& status, int64_t max_seconds) {
   return 3;
 }
 
-std::string DefaultPlanPath(const std::string& model_path) {
-  const std::string ext = ".gguf";
-  if (model_path.size() > ext.size() &&
-      model_path.compare(model_path.size() - ext.size(), ext.size(), ext) == 0) {
-    return model_path.substr(0, model_path.size() - ext.size()) + ".plan";
-  }
-  return model_path + ".plan";
-}
-
 bool Exists(const std::string& path) {
   struct stat st {};
   return ::stat(path.c_str(), &st) == 0;
@@ -317,7 +308,7 @@ int BuildCommand(int argc, char** argv) {
   }
   auto max_increase = ParsePercent(max_increase_text);
   if (!max_increase.ok()) return Fail(max_increase.status());
-  if (out_path.empty()) out_path = DefaultPlanPath(model_path);
+  if (out_path.empty()) out_path = PlanBesideModel(model_path);
 
   const auto started = Clock::now();
   auto file = gguf::GgufFile::Open(model_path);

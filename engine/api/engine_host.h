@@ -79,7 +79,9 @@ struct HostHooks {
 
 struct HostSetup {
   std::string model_path;
-  // A build plan (`streamd build`), or empty; only the CPU backend runs plans.
+  // A build plan (`streamd build`), or empty, or "auto": the plan beside the model (its path
+  // with .plan) when one is there and current, else the defaults with a note saying why; only
+  // the CPU backend runs plans.
   std::string plan_path;
   BackendChoice backend = BackendChoice::kAuto;
   EngineSettings engine;

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <string_view>
 
 #include "engine/cache/kv_scales.h"
 #include "engine/util/atomic_file.h"
@@ -476,6 +477,13 @@ Status WritePlanFile(const std::string& path, const BuildPlan& plan,
                      std::span<const uint8_t> weights) {
   const std::vector<uint8_t> bytes = SerializePlan(plan, weights);
   return WriteFileAtomically(path, bytes);
+}
+
+std::string PlanBesideModel(const std::string& model_path) {
+  constexpr std::string_view kGguf = ".gguf";
+  const bool gguf = model_path.size() > kGguf.size() &&
+                    model_path.compare(model_path.size() - kGguf.size(), kGguf.size(), kGguf) == 0;
+  return (gguf ? model_path.substr(0, model_path.size() - kGguf.size()) : model_path) + ".plan";
 }
 
 StatusOr<std::unique_ptr<PlanFile>> PlanFile::Open(const std::string& path) {

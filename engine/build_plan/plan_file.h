@@ -51,6 +51,10 @@ Status WritePlanFile(const std::string& path, const BuildPlan& plan,
                      std::span<const uint8_t> weights);
 
 // A plan file mapped read-only; its weights stay valid as long as the object lives.
+// Where `streamd build` writes a model's plan unless told otherwise, and where model.plan: auto
+// looks for it: the model's path with .plan instead of .gguf (or .plan appended).
+std::string PlanBesideModel(const std::string& model_path);
+
 class PlanFile {
  public:
   // Errors: "<path>: <reason>".

@@ -28,6 +28,7 @@ StatusOr<std::unique_ptr<EngineHost>> LoadEngineHost(const HostSetup& setup) {
     if (!s.empty()) parts.notes.push_back({level, prefix + s});
   };
   note(HostNote::Level::kInfo, "model.plan ", owned->plan_note);
+  note(HostNote::Level::kWarning, "", owned->plan_warning);
   note(HostNote::Level::kInfo, "engine.backend ", owned->backend_note);
   note(HostNote::Level::kWarning, "chat template: ", owned->chat_warning);
   note(HostNote::Level::kWarning, "", owned->fault_injection);

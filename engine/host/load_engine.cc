@@ -1,6 +1,8 @@
 #include "engine/host/load_engine.h"
 
 #include <cstdlib>
+#include <filesystem>
+#include <string_view>
 
 #include "engine/backends/backend.h"
 #include "engine/backends/cpu/llama_model.h"
@@ -10,17 +12,54 @@
 #include "engine/snapshot/model_fingerprint.h"
 
 namespace streamd {
+namespace {
+
+// model.plan: auto. The plan beside the model (PlanBesideModel), when it is current for this
+// model, streamd version and machine; else the built-in defaults, saying why. Unlike a plan
+// named by path, a missing, damaged or foreign one never fails the start: `auto` is what a
+// deployment sets before anyone has built a plan on the machine it lands on.
+StatusOr<std::unique_ptr<LlamaModel>> LoadWithPlanBeside(const std::string& model_path,
+                                                         std::string* plan_path,
+                                                         LoadedEngine& out) {
+  const std::string beside = PlanBesideModel(model_path);
+  std::error_code ec;
+  if (!std::filesystem::exists(beside, ec)) {
+    out.plan_note = "auto: no plan at " + beside +
+                    "; the built-in defaults (streamd build --model " + model_path +
+                    " makes one, timed on this machine)";
+    plan_path->clear();
+    return LoadCpuModel(model_path, "", nullptr);
+  }
+  auto model = LoadCpuModel(model_path, beside, &out.plan_note);
+  // LoadCpuModel's own errors about the plan start with "model.plan: "; the model's with its path.
+  if (model.ok() || model.status().message().rfind("model.plan: ", 0) != 0) {
+    *plan_path = beside;
+    if (model.ok()) out.plan_note = "auto: " + out.plan_note;
+    return model;
+  }
+  out.plan_warning = "model.plan auto: " + beside + " not used, the built-in defaults instead: " +
+                     model.status().message().substr(12) + " (rebuild it: streamd build --model " +
+                     model_path + " --out " + beside + ")";
+  out.plan_note.clear();
+  plan_path->clear();
+  return LoadCpuModel(model_path, "", nullptr);
+}
+
+}  // namespace
 
 StatusOr<LoadedEngine> LoadEngine(const EngineSetup& setup) {
   LoadedEngine out;
-  auto model = LoadCpuModel(setup.model_path, setup.plan_path, &out.plan_note);
+  std::string plan_path = setup.plan_path;
+  auto model = plan_path == kPlanBesideModel
+                   ? LoadWithPlanBeside(setup.model_path, &plan_path, out)
+                   : LoadCpuModel(setup.model_path, plan_path, &out.plan_note);
   if (!model.ok()) {
     // Every problem of the file at once (architecture, tensor types, tokenizer), not only the
     // first the loader met; a failure that is not the file's (a plan) stays as it was.
     if (Status found = CheckModelFile(setup.model_path); !found.ok()) return found;
     return model.status();
   }
-  const bool planned = !setup.plan_path.empty();
+  const bool planned = !plan_path.empty();
   const LlamaConfig config = (*model)->config();
   SnapshotContext& ctx = out.snapshot_context;
   ctx.model_fingerprint = ModelFingerprint((*model)->file());
@@ -47,12 +86,12 @@ StatusOr<LoadedEngine> LoadEngine(const EngineSetup& setup) {
                      &out.backend_note);
   if (planned && kind != BackendKind::kCpu) {
     if (setup.backend == BackendChoice::kCuda) {
-      return FailedPreconditionError("model.plan: " + setup.plan_path +
+      return FailedPreconditionError("model.plan: " + plan_path +
                                      " is a cpu plan, and engine.backend is cuda; set "
                                      "engine.backend: cpu to use it");
     }
     // auto picked the GPU: the best backend here wins over a plan for the other one.
-    out.plan_note = "ignored: " + setup.plan_path + " is a cpu plan, and engine.backend auto " +
+    out.plan_note = "ignored: " + plan_path + " is a cpu plan, and engine.backend auto " +
                     "picked cuda (" + out.backend_note + ")";
   }
   auto backend = MakeBackend(kind, std::move(model).value());

@@ -32,8 +32,10 @@ using api::BackendChoice;
 struct EngineSetup {
   std::string model_path;
   // A build plan for this model and machine (`streamd build`, docs/BUILD.md), or empty: the
-  // defaults. Only the CPU backend runs plans: with backend cuda a plan is an error, with auto
-  // picking cuda it is ignored (plan_note says so).
+  // defaults, or kPlanBesideModel: the plan beside the model when it is current, else the
+  // defaults (plan_note or plan_warning says which and why). Only the CPU backend runs plans:
+  // with backend cuda a plan is an error, with auto picking cuda it is ignored (plan_note says
+  // so).
   std::string plan_path;
   BackendChoice backend = BackendChoice::kAuto;
   EngineConfig engine;
@@ -46,10 +48,15 @@ struct LoadedEngine {
   // What snapshots of this engine are stamped with and checked against.
   SnapshotContext snapshot_context;
   std::string plan_note;        // the plan in use (for the log), or empty
+  std::string plan_warning;     // model.plan auto found a plan it could not use (a warning)
   std::string backend_note;     // why auto picked what it picked (for the log), or empty
   std::string chat_warning;     // a chat-template fallback (for the log), or empty
   std::string fault_injection;  // STREAMD_INJECT_BACKEND_FAULT in effect (a warning), or empty
 };
+
+// model.plan's value that asks for the plan beside the model.
+inline constexpr std::string_view kPlanBesideModel = "auto";
+// (PlanBesideModel, engine/build_plan/plan_file.h.)
 
 // Loads the GGUF (validated), its tokenizer and chat template, picks the backend (auto: CUDA
 // when this build has it and a GPU is visible), computes the model fingerprint and creates the

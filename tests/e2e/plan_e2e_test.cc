@@ -141,5 +141,59 @@ TEST_F(PlanE2eTest, DamagedAndForeignPlansFailTheStartNamingFileAndReason) {
   EXPECT_THAT(r.err, HasSubstr("missing.plan"));
 }
 
+// model.plan: auto takes the plan beside the model (its path with .plan) when it is current, and
+// otherwise serves with the defaults, saying why, instead of failing the start: what a
+// deployment sets before a plan was built on the machine it lands on.
+TEST_F(PlanE2eTest, AutoTakesACurrentPlanBesideTheModelAndServesWithoutAnyOther) {
+  ASSERT_EQ(build_->exit_code, 0) << build_->err;
+  const std::string models = *dir_ + "/auto";
+  std::filesystem::create_directories(models);
+  const std::string model = models + "/m.gguf", beside = models + "/m.plan";
+  std::filesystem::remove(model);
+  std::filesystem::create_symlink(ModelPath(), model);
+  const auto serve = [&] {
+    return DaemonProcess::Start({"--model.path=" + model, "--plan", "auto", "--engine.backend=cpu",
+                                 "--logging.level=info"});
+  };
+  const std::string text = "The old lighthouse keeper climbed the stairs and";
+
+  // None there: the defaults, and how to make one.
+  std::filesystem::remove(beside);
+  auto none = serve();
+  ASSERT_NE(none, nullptr);
+  EXPECT_THAT(none->Stderr(), HasSubstr("model.plan auto: no plan at " + beside));
+  EXPECT_THAT(none->Stderr(), HasSubstr("streamd build --model " + model));
+  const std::vector<int32_t> without = GreedyAfter(*none, text, 16);
+  ASSERT_EQ(without.size(), 16u);
+  none.reset();
+
+  // A current one: used.
+  std::filesystem::copy_file(*plan_, beside, std::filesystem::copy_options::overwrite_existing);
+  auto current = serve();
+  ASSERT_NE(current, nullptr);
+  EXPECT_THAT(current->Stderr(), HasSubstr("model.plan auto: " + beside + ": built"));
+  EXPECT_EQ(GreedyAfter(*current, text, 16), without);
+  current.reset();
+
+  // One from another machine: the defaults, with a warning naming the file and the reason.
+  auto file = PlanFile::Open(*plan_);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  BuildPlan elsewhere = (*file)->plan();
+  elsewhere.hardware.model = "A CPU This Test Made Up";
+  ASSERT_TRUE(WritePlanFile(beside, elsewhere, (*file)->weights()).ok());
+  auto foreign = serve();
+  ASSERT_NE(foreign, nullptr);
+  EXPECT_THAT(foreign->Stderr(), HasSubstr("model.plan auto: " + beside + " not used"));
+  EXPECT_THAT(foreign->Stderr(), HasSubstr("A CPU This Test Made Up"));
+  EXPECT_EQ(GreedyAfter(*foreign, text, 16), without);
+  foreign.reset();
+
+  // A damaged one: the same.
+  std::ofstream(beside, std::ios::binary | std::ios::trunc) << "not a plan";
+  auto damaged = serve();
+  ASSERT_NE(damaged, nullptr);
+  EXPECT_THAT(damaged->Stderr(), HasSubstr("model.plan auto: " + beside + " not used"));
+}
+
 }  // namespace
 }  // namespace streamd::e2e
