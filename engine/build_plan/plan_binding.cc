@@ -1,5 +1,8 @@
 #include "engine/build_plan/plan_binding.h"
 
+#include <map>
+#include <tuple>
+
 #include "engine/snapshot/model_fingerprint.h"
 #include "engine/util/version.h"
 
@@ -16,12 +19,33 @@ StatusOr<std::unique_ptr<PlanFile>> OpenPlanFor(const std::string& plan_path,
   return plan;
 }
 
+namespace {
+
+// Prepacked::served_by_vnni8 of a plan: none without 8-bit copies.
+ServedByPlanCopies ServedByPlanVnni8Copies(const PlanFile& plan) {
+  if (PrepackedVnni8Weights(plan).empty()) return nullptr;
+  // The shapes whose every token bucket the tuning runs at 8 bits.
+  std::map<std::tuple<kernels::cpu::WeightType, int64_t, int64_t>, int> eight_bit_buckets;
+  for (const ShapeIsa& s : plan.plan().tuning.isa) {
+    if (s.activation_bits == 8) ++eight_bit_buckets[{s.type, s.rows, s.cols}];
+  }
+  return [eight_bit_buckets](kernels::cpu::WeightType type, int64_t rows, int64_t cols) {
+    const auto it = eight_bit_buckets.find({type, rows, cols});
+    // As ServedByVnni8CopyAlone decides once the copies are in place.
+    return it != eight_bit_buckets.end() && it->second == kTokenBuckets &&
+           kernels::cpu::FastInt8Activations(type) && kernels::cpu::Vnni8Packable(type, rows, cols);
+  };
+}
+
+}  // namespace
+
 LlamaModel::Prepacked PrepackedWeights(const PlanFile& plan) {
   LlamaModel::Prepacked p;
   if (plan.plan().amx_bytes > 0) {
     p.amx_bytes = plan.weights().data();
     p.amx_size = plan.plan().amx_bytes;
   }
+  p.served_by_vnni8 = ServedByPlanVnni8Copies(plan);
   return p;
 }
 

@@ -25,7 +25,9 @@ StatusOr<std::unique_ptr<PlanFile>> OpenPlanFor(const std::string& plan_path,
                                                 const gguf::GgufFile& model_file);
 
 // The pre-packed weights of an opened plan: the AMX copies in the form LlamaModel::Load takes
-// them, and the 8-bit copies as LlamaModel::ApplyTuning takes them (empty when none).
+// them, with the layer matrices its 8-bit copies serve alone (not converted at load, so a
+// model loaded with this must be given PrepackedVnni8Weights by ApplyTuning), and the 8-bit
+// copies as LlamaModel::ApplyTuning takes them (empty when none).
 LlamaModel::Prepacked PrepackedWeights(const PlanFile& plan);
 std::span<const uint8_t> PrepackedVnni8Weights(const PlanFile& plan);
 

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <optional>
 #include <random>
+#include <set>
 #include <span>
 #include <string>
 #include <tuple>
@@ -285,6 +286,63 @@ TEST(ConvertedModelFileTest, EightBitProductsNeedOnlyTheirPackedCopies) {
   EXPECT_EQ(back.code(), StatusCode::kFailedPrecondition) << back.ToString();
   EXPECT_TRUE(m.ApplyTuning(eight).ok());
   EXPECT_EQ(LogitsOf(m), before);
+}
+
+// Loaded with a plan whose 8-bit copies serve the layers alone (Prepacked::served_by_vnni8), a
+// model does not convert those matrices at all: the same end state as converting them and
+// freeing them once the plan is applied, without holding both at load. The logits are the same
+// bit for bit, and without the plan's copies the tuning is refused (no rows to pack them from).
+TEST(ConvertedModelFileTest, MatricesAPlanServesAloneAreNotConvertedAtLoad) {
+  if (!kernels::cpu::FastInt8Activations(kernels::cpu::WeightType::kQ8_0)) {
+    GTEST_SKIP() << "this CPU has no fast 8-bit kernel (AVX-512 VNNI): no plan serves the layers "
+                    "from their 8-bit copies alone";
+  }
+  auto bytes = BuildSyntheticModel(Spec({TensorType::kQ5_1, TensorType::kQ5_0}));
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  const std::vector<uint8_t> file_bytes = *bytes;
+  auto converted = LlamaModel::FromBytes(std::move(*bytes));
+  ASSERT_TRUE(converted.ok()) << converted.status().ToString();
+  LlamaModel& a = **converted;
+  a.set_threads(2);
+  CpuTuning eight;
+  std::set<std::tuple<kernels::cpu::WeightType, int64_t, int64_t>> shapes;
+  for (const WeightMatrix* w : a.ProductMatrices()) {
+    if (!shapes.insert({w->type, w->rows, w->cols}).second) continue;
+    for (int b = 0; b < kTokenBuckets; ++b) {
+      eight.isa.push_back({w->type, w->rows, w->cols, b, kernels::cpu::ActiveIsa(), 8});
+    }
+  }
+  ASSERT_TRUE(a.ApplyTuning(eight).ok());
+  const std::vector<float> logits = LogitsOf(a);
+  const std::vector<uint8_t> copies = Vnni8CopiesBlob(a.weights());
+  ASSERT_FALSE(copies.empty());
+  const uint64_t freed = a.ReleaseUnreadConvertedRows();
+  ASSERT_GT(freed, 0u);
+
+  auto file = gguf::GgufFile::FromBuffer(file_bytes.data(), file_bytes.size());
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  LlamaModel::Prepacked prepacked;
+  prepacked.served_by_vnni8 = [&](kernels::cpu::WeightType type, int64_t rows, int64_t cols) {
+    return shapes.count({type, rows, cols}) > 0 && kernels::cpu::Vnni8Packable(type, rows, cols);
+  };
+  auto planned = LlamaModel::FromFile(std::move(*file), &prepacked);
+  ASSERT_TRUE(planned.ok()) << planned.status().ToString();
+  LlamaModel& b = **planned;
+  b.set_threads(2);
+  EXPECT_EQ(b.weights().converted_bytes, a.weights().converted_bytes);  // a's, after its release
+  EXPECT_EQ(b.weights().total_bytes, a.weights().total_bytes);
+  int rowless = 0;
+  for (const LlamaLayerWeights& l : b.weights().layers) {
+    for (const WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      rowless += w->data == nullptr;
+    }
+  }
+  EXPECT_GT(rowless, 0);
+
+  const Status without = b.ApplyTuning(eight);
+  EXPECT_EQ(without.code(), StatusCode::kFailedPrecondition) << without.ToString();
+  ASSERT_TRUE(b.ApplyTuning(eight, copies).ok());
+  EXPECT_EQ(LogitsOf(b), logits);
 }
 
 // Logits of a few single-token steps into a fresh dense cache.

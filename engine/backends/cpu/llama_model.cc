@@ -24,7 +24,10 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::FromFile(std::unique_ptr<gguf:
                                                            const Prepacked* prepacked) {
   std::unique_ptr<LlamaModel> model(new LlamaModel());
   STREAMD_ASSIGN_OR_RETURN(model->config_, ReadLlamaConfig(*file));
-  STREAMD_ASSIGN_OR_RETURN(model->weights_, BindLlamaWeights(*file, model->config_));
+  STREAMD_ASSIGN_OR_RETURN(
+      model->weights_,
+      BindLlamaWeights(*file, model->config_,
+                       prepacked != nullptr ? prepacked->served_by_vnni8 : nullptr));
   if (kernels::cpu::IsaSupported(kernels::cpu::Isa::kAmx)) {
     if (prepacked != nullptr && prepacked->amx_size > 0) {
       STREAMD_RETURN_IF_ERROR(
@@ -150,6 +153,10 @@ Status LlamaModel::ApplyTuning(const CpuTuning& tuning, std::span<const uint8_t>
     if (matrices[i]->data != nullptr) continue;
     WeightMatrix check = tuned[i];
     check.vnni8_packed = matrices[i]->vnni8_packed;
+    // Not converted at load (Prepacked::served_by_vnni8): the copies given here will serve it.
+    if (check.vnni8_packed == nullptr && !vnni8_copies.empty()) {
+      check.vnni8_packed = vnni8_copies.data();
+    }
     if (!ServedByVnni8CopyAlone(check)) {
       return FailedPreconditionError(
           "this tuning runs a " + std::to_string(check.rows) + "x" + std::to_string(check.cols) +
@@ -172,9 +179,14 @@ Status LlamaModel::ApplyTuning(const CpuTuning& tuning, std::span<const uint8_t>
     matrices[i]->int8_by_bucket = tuned[i].int8_by_bucket;
   }
   // A plan's copies if it has them (only an allocation can fail now: then they are packed, or
-  // the GGUF rows serve), else packed here once.
+  // the GGUF rows serve; a matrix not converted at load has neither, so then it is an error),
+  // else packed here once.
   if (!vnni8_copies.empty()) {
-    static_cast<void>(UsePrepackedVnni8Copies(weights_, vnni8_copies.data(), vnni8_copies.size()));
+    const Status copied =
+        UsePrepackedVnni8Copies(weights_, vnni8_copies.data(), vnni8_copies.size());
+    const bool rowless = std::any_of(matrices.begin(), matrices.end(),
+                                     [](const WeightMatrix* m) { return m->data == nullptr; });
+    if (!copied.ok() && rowless) return copied;
   }
   AddVnni8PackedCopies(weights_);
   tuning_ = tuning;

@@ -38,6 +38,9 @@ class LlamaModel : public ModelBackend {
   struct Prepacked {
     const uint8_t* amx_bytes = nullptr;
     uint64_t amx_size = 0;
+    // The layer matrices the plan's 8-bit copies will serve alone: not converted at load
+    // (BindLlamaWeights); ApplyTuning must then be given the plan's copies.
+    ServedByPlanCopies served_by_vnni8;
   };
   static StatusOr<std::unique_ptr<LlamaModel>> Load(const std::string& path,
                                                     const Prepacked* prepacked = nullptr);

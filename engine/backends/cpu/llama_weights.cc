@@ -128,7 +128,10 @@ class Binder {
     return t;
   }
 
-  StatusOr<WeightMatrix> Matrix(const std::string& name, int64_t cols, int64_t rows) {
+  // `served`: a layer matrix that a plan's 8-bit copies serve alone is not converted (see
+  // BindLlamaWeights).
+  StatusOr<WeightMatrix> Matrix(const std::string& name, int64_t cols, int64_t rows,
+                                const ServedByPlanCopies* served = nullptr) {
     STREAMD_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, Find2d(name, cols, rows));
     const ProductFormat format = FormatOf(t->type);
     if (format.direct) {
@@ -144,6 +147,10 @@ class Binder {
     const WeightType target = kernels::RepackTarget(*format.convert);
     const size_t row_bytes = kernels::cpu::WeightRowBytes(target, cols);
     const size_t bytes = row_bytes * static_cast<size_t>(rows);
+    if (served != nullptr && *served && (*served)(target, rows, cols)) {
+      total_ += bytes;  // what a step reads: the plan's copy, the same size as these rows
+      return WeightMatrix{target, nullptr, row_bytes, rows, cols};
+    }
     std::unique_ptr<uint8_t, FreeDeleter> copy(
         static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
     if (!copy) {
@@ -274,6 +281,12 @@ void AddAmxPackedCopies(LlamaWeights& w) {
   for (WeightMatrix* m : matrices) {
     const size_t bytes = kernels::cpu::AmxPackedBytes(m->type, m->rows, m->cols);
     if (bytes == 0) continue;
+    // A matrix a plan's 8-bit copies serve alone has no rows to pack, and its products never
+    // take the AMX level (they run MatMulRows8): its place in the block stays unread.
+    if (m->data == nullptr) {
+      at += bytes;
+      continue;
+    }
     kernels::cpu::PackForAmx(m->type, m->data, m->row_bytes, m->rows, m->cols, at);
     at += bytes;
   }
@@ -284,7 +297,7 @@ void AddVnni8PackedCopies(LlamaWeights& w) {
   for (WeightMatrix* m : ProductMatrices(w)) {
     const bool wanted =
         std::any_of(m->int8_by_bucket.begin(), m->int8_by_bucket.end(), [](bool b) { return b; });
-    if (!wanted || m->vnni8_packed != nullptr) continue;
+    if (!wanted || m->vnni8_packed != nullptr || m->data == nullptr) continue;
     const size_t bytes = kernels::cpu::Vnni8PackedBytes(m->type, m->rows, m->cols);
     if (bytes == 0) continue;
     // Tied embeddings: the output head and the embedding table are one matrix, packed once.
@@ -397,7 +410,8 @@ Status UsePrepackedAmxCopies(LlamaWeights& w, const uint8_t* bytes, uint64_t siz
   return OkStatus();
 }
 
-StatusOr<LlamaWeights> BindLlamaWeights(const gguf::GgufFile& file, const LlamaConfig& c) {
+StatusOr<LlamaWeights> BindLlamaWeights(const gguf::GgufFile& file, const LlamaConfig& c,
+                                        const ServedByPlanCopies& served) {
   LlamaWeights w;
   Binder bind(file, w);
   STREAMD_ASSIGN_OR_RETURN(w.output_norm, bind.Vector("output_norm.weight", c.dim));
@@ -419,10 +433,11 @@ StatusOr<LlamaWeights> BindLlamaWeights(const gguf::GgufFile& file, const LlamaC
     const std::string p = "blk." + std::to_string(i) + ".";
     LlamaLayerWeights& l = w.layers[i];
     STREAMD_ASSIGN_OR_RETURN(l.attn_norm, bind.Vector(p + "attn_norm.weight", c.dim));
-    STREAMD_ASSIGN_OR_RETURN(l.wq, bind.Matrix(p + "attn_q.weight", c.dim, c.q_dim()));
-    STREAMD_ASSIGN_OR_RETURN(l.wk, bind.Matrix(p + "attn_k.weight", c.dim, c.kv_dim()));
-    STREAMD_ASSIGN_OR_RETURN(l.wv, bind.Matrix(p + "attn_v.weight", c.dim, c.kv_dim()));
-    STREAMD_ASSIGN_OR_RETURN(l.wo, bind.Matrix(p + "attn_output.weight", c.q_dim(), c.dim));
+    STREAMD_ASSIGN_OR_RETURN(l.wq, bind.Matrix(p + "attn_q.weight", c.dim, c.q_dim(), &served));
+    STREAMD_ASSIGN_OR_RETURN(l.wk, bind.Matrix(p + "attn_k.weight", c.dim, c.kv_dim(), &served));
+    STREAMD_ASSIGN_OR_RETURN(l.wv, bind.Matrix(p + "attn_v.weight", c.dim, c.kv_dim(), &served));
+    STREAMD_ASSIGN_OR_RETURN(l.wo,
+                             bind.Matrix(p + "attn_output.weight", c.q_dim(), c.dim, &served));
     if (c.family.qkv_bias) {
       STREAMD_ASSIGN_OR_RETURN(l.q_bias, bind.Vector(p + "attn_q.bias", c.q_dim()));
       STREAMD_ASSIGN_OR_RETURN(l.k_bias, bind.Vector(p + "attn_k.bias", c.kv_dim()));
@@ -433,9 +448,11 @@ StatusOr<LlamaWeights> BindLlamaWeights(const gguf::GgufFile& file, const LlamaC
       STREAMD_ASSIGN_OR_RETURN(l.k_norm, bind.Vector(p + "attn_k_norm.weight", c.head_dim));
     }
     STREAMD_ASSIGN_OR_RETURN(l.ffn_norm, bind.Vector(p + "ffn_norm.weight", c.dim));
-    STREAMD_ASSIGN_OR_RETURN(l.w_gate, bind.Matrix(p + "ffn_gate.weight", c.dim, c.ffn_dim));
-    STREAMD_ASSIGN_OR_RETURN(l.w_up, bind.Matrix(p + "ffn_up.weight", c.dim, c.ffn_dim));
-    STREAMD_ASSIGN_OR_RETURN(l.w_down, bind.Matrix(p + "ffn_down.weight", c.ffn_dim, c.dim));
+    STREAMD_ASSIGN_OR_RETURN(l.w_gate,
+                             bind.Matrix(p + "ffn_gate.weight", c.dim, c.ffn_dim, &served));
+    STREAMD_ASSIGN_OR_RETURN(l.w_up, bind.Matrix(p + "ffn_up.weight", c.dim, c.ffn_dim, &served));
+    STREAMD_ASSIGN_OR_RETURN(l.w_down,
+                             bind.Matrix(p + "ffn_down.weight", c.ffn_dim, c.dim, &served));
   }
   return w;
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <variant>
@@ -104,7 +105,19 @@ struct LlamaWeights {
   uint64_t vnni8_packed_bytes = 0;
 };
 
-StatusOr<LlamaWeights> BindLlamaWeights(const gguf::GgufFile& file, const LlamaConfig& config);
+// Whether a build plan serves a layer matrix of this product type and shape from the plan's own
+// 8-bit copies alone (ServedByVnni8CopyAlone once the plan is applied); asked at load.
+using ServedByPlanCopies =
+    std::function<bool(kernels::cpu::WeightType type, int64_t rows, int64_t cols)>;
+
+// Binds every tensor the forward pass reads. A tensor of a type the products do not read is
+// converted into memory of its own (converted_storage), except a layer matrix that `served`
+// says a plan's 8-bit copies serve alone: its converted rows would be freed unread once the plan
+// is applied (ReleaseConvertedRowsServedByVnni8Copies), so it is not converted at all and its
+// `data` is null from the start. That keeps the converted rows and the plan's copies from
+// being held together while the model loads.
+StatusOr<LlamaWeights> BindLlamaWeights(const gguf::GgufFile& file, const LlamaConfig& config,
+                                        const ServedByPlanCopies& served = nullptr);
 
 // Whether every product of `m` reads only its 8-bit packed copy: every token bucket at 8 bits,
 // the copy made, and this CPU's fast 8-bit kernel, which reads whole 16-row tiles of the copy
