@@ -80,7 +80,12 @@ StatusOr<std::unique_ptr<LlamaModel>> LoadCpuModel(const std::string& model_path
   if (!model.ok())
     return Status(model.status().code(), model_path + ": " + model.status().message());
   if (plan != nullptr) {
-    if (Status s = (*model)->ApplyTuning(plan->plan().tuning, PrepackedVnni8Weights(*plan));
+    // Each range of the plan's copies leaves memory once copied out of the mapping.
+    const SourceCopied release = [&plan](const uint8_t* begin, uint64_t bytes) {
+      plan->ReleasePages(begin, bytes);
+    };
+    if (Status s =
+            (*model)->ApplyTuning(plan->plan().tuning, PrepackedVnni8Weights(*plan), release);
         !s.ok()) {
       return Status(s.code(), "model.plan: " + plan_path + ": " + s.message());
     }

@@ -514,7 +514,20 @@ StatusOr<std::unique_ptr<PlanFile>> PlanFile::Open(const std::string& path) {
   auto parsed = ParsePlanBytes({file->map_, file->size_});
   if (!parsed.ok()) return Status(parsed.status().code(), path + ": " + parsed.status().message());
   file->parsed_ = std::move(parsed).value();
+  file->ReleasePages(file->map_, file->size_);  // the check read every page
   return file;
+}
+
+void PlanFile::ReleasePages(const uint8_t* begin, uint64_t bytes) const {
+  if (map_ == nullptr || begin < map_ || bytes > size_ ||
+      static_cast<uint64_t>(begin - map_) > size_ - bytes) {
+    return;
+  }
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto start = reinterpret_cast<uintptr_t>(begin);
+  const uintptr_t first = (start + page - 1) / page * page;
+  const uintptr_t last = (start + static_cast<uintptr_t>(bytes)) / page * page;
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
 PlanFile::~PlanFile() {

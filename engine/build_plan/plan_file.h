@@ -65,6 +65,12 @@ class PlanFile {
 
   const BuildPlan& plan() const { return parsed_.plan; }
   std::span<const uint8_t> weights() const;
+  // Drops this process's resident pages of [begin, begin + bytes), a range of the mapping (the
+  // pages wholly inside it): read-only and private, a later read faults the same bytes back in
+  // from the file. Open calls it on the whole file once it is checked, and the loader on each
+  // range of weights once copied out, so that the plan's pages never all sit in memory beside
+  // the copies. Advice only: a failure leaves the pages where they were.
+  void ReleasePages(const uint8_t* begin, uint64_t bytes) const;
   const std::string& path() const { return path_; }
 
  private:

@@ -81,6 +81,26 @@ TEST(PlanFileTest, RoundTripsThroughBytesAndFiles) {
   std::filesystem::remove(path);
 }
 
+// Dropping the mapping's pages (as Open does once it has checked them, and the loader as it
+// copies the weights out) loses nothing: the next read faults the file's bytes back in. A range
+// outside the mapping is ignored.
+TEST(PlanFileTest, ReleasedPagesReadBackTheSameBytes) {
+  const BuildPlan plan = SamplePlan();
+  const std::vector<uint8_t> weights = SampleWeights(3 << 20);  // several pages
+  const std::string path = testing::TempDir() + "/released_pages.plan";
+  ASSERT_TRUE(WritePlanFile(path, plan, weights).ok());
+  auto file = PlanFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status().message();
+  const std::span<const uint8_t> mapped = (*file)->weights();
+  EXPECT_TRUE(std::equal(mapped.begin(), mapped.end(), weights.begin(), weights.end()));
+  (*file)->ReleasePages(mapped.data() + 12345, mapped.size() / 2);
+  (*file)->ReleasePages(mapped.data(), mapped.size());
+  (*file)->ReleasePages(weights.data(), weights.size());  // not the mapping: ignored
+  EXPECT_TRUE(std::equal(mapped.begin(), mapped.end(), weights.begin(), weights.end()));
+  EXPECT_EQ((*file)->plan().weights_bytes, weights.size());
+  std::filesystem::remove(path);
+}
+
 TEST(PlanFileTest, EveryTruncationIsRefused) {
   const std::vector<uint8_t> bytes = SerializePlan(SamplePlan(), SampleWeights(300));
   for (size_t n = 0; n < bytes.size(); n += (n < 200 ? 1 : 37)) {

@@ -115,7 +115,8 @@ void LlamaModel::RunProduct(const WeightMatrix& w, const float* x, int64_t n, fl
   FusedMatMul(*thread_pool_, tuning_, one, x, n, product_xq_.data(), bytes, [](int64_t) {});
 }
 
-Status LlamaModel::ApplyTuning(const CpuTuning& tuning, std::span<const uint8_t> vnni8_copies) {
+Status LlamaModel::ApplyTuning(const CpuTuning& tuning, std::span<const uint8_t> vnni8_copies,
+                               const SourceCopied& copied) {
   STREAMD_RETURN_IF_ERROR(ValidateCpuTuning(tuning));
   const std::vector<WeightMatrix*> matrices = streamd::ProductMatrices(weights_);
   // Checked in full before anything changes: a tuning is applied whole or not at all.
@@ -182,11 +183,11 @@ Status LlamaModel::ApplyTuning(const CpuTuning& tuning, std::span<const uint8_t>
   // the GGUF rows serve; a matrix not converted at load has neither, so then it is an error),
   // else packed here once.
   if (!vnni8_copies.empty()) {
-    const Status copied =
-        UsePrepackedVnni8Copies(weights_, vnni8_copies.data(), vnni8_copies.size());
+    const Status used =
+        UsePrepackedVnni8Copies(weights_, vnni8_copies.data(), vnni8_copies.size(), copied);
     const bool rowless = std::any_of(matrices.begin(), matrices.end(),
                                      [](const WeightMatrix* m) { return m->data == nullptr; });
-    if (!copied.ok() && rowless) return copied;
+    if (!used.ok() && rowless) return used;
   }
   AddVnni8PackedCopies(weights_);
   tuning_ = tuning;

@@ -78,7 +78,9 @@ class LlamaModel : public ModelBackend {
   // keeps the current thread count. The matrices it runs at 8 bits get their rows-in-lanes
   // copies: `vnni8_copies` (a plan's, Vnni8CopiesBlob's layout; checked to be the size this
   // tuning needs) or packed here. Not thread-safe with Execute.
-  Status ApplyTuning(const CpuTuning& tuning, std::span<const uint8_t> vnni8_copies = {});
+  // `copied`: told of each range of vnni8_copies once it is copied (UsePrepackedVnni8Copies).
+  Status ApplyTuning(const CpuTuning& tuning, std::span<const uint8_t> vnni8_copies = {},
+                     const SourceCopied& copied = nullptr);
   const CpuTuning& tuning() const { return tuning_; }
   // Once a plan's tuning is applied for good (serving): frees the converted rows that no product
   // reads any more (ReleaseConvertedRowsServedByVnni8Copies). Returns the bytes freed.

@@ -366,7 +366,8 @@ std::vector<uint8_t> Vnni8CopiesBlob(const LlamaWeights& w) {
   return blob;
 }
 
-Status UsePrepackedVnni8Copies(LlamaWeights& w, const uint8_t* bytes, uint64_t size) {
+Status UsePrepackedVnni8Copies(LlamaWeights& w, const uint8_t* bytes, uint64_t size,
+                               const SourceCopied& copied) {
   const uint64_t total = Vnni8CopiesBytes(w);
   if (size != total) {
     return InvalidArgumentError("the plan's 8-bit packed weights are " + std::to_string(size) +
@@ -378,7 +379,12 @@ Status UsePrepackedVnni8Copies(LlamaWeights& w, const uint8_t* bytes, uint64_t s
     return ResourceExhaustedError("no memory for the " + std::to_string(total) +
                                   " bytes of 8-bit packed weights");
   }
-  std::memcpy(copy.get(), bytes, total);
+  constexpr uint64_t kChunk = uint64_t{32} << 20;
+  for (uint64_t done = 0; done < total; done += kChunk) {
+    const uint64_t n = std::min(kChunk, total - done);
+    std::memcpy(copy.get() + done, bytes + done, n);
+    if (copied) copied(bytes + done, n);
+  }
   uint8_t* at = copy.get();
   for (WeightMatrix* m : ProductMatrices(w)) {
     const size_t n = kernels::cpu::Vnni8PackedBytes(m->type, m->rows, m->cols);

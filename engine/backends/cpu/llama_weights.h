@@ -156,7 +156,12 @@ uint64_t Vnni8CopiesBytes(std::span<const WeightMatrix* const> matrices);
 std::vector<uint8_t> Vnni8CopiesBlob(const LlamaWeights& weights);
 // Installs such a blob (a plan's) instead of packing: copied once onto huge pages. Call with the
 // 8-bit choices in place (int8_by_bucket). Errors: a size other than Vnni8CopiesBytes.
-Status UsePrepackedVnni8Copies(LlamaWeights& weights, const uint8_t* bytes, uint64_t size);
+// Called with each range of the source once it is copied, so that the pages of a file mapping
+// can be dropped as the copy goes (PlanFile::ReleasePages) instead of all being resident beside
+// the whole copy at its end.
+using SourceCopied = std::function<void(const uint8_t* begin, uint64_t bytes)>;
+Status UsePrepackedVnni8Copies(LlamaWeights& weights, const uint8_t* bytes, uint64_t size,
+                               const SourceCopied& copied = nullptr);
 
 // The matrices products run over, in a fixed order: the output head, then each layer's
 // projections (AddAmxPackedCopies lays the copies out in it; tuners and plans walk it).
