@@ -305,9 +305,13 @@ TEST(ChurnTest, ResumesAlwaysAnswerAndBringBackTheWholeSession) {
 
   // Everything the clients held is gone: no session, no block, no snapshot.
   EXPECT_TRUE(registry.All().empty());
-  for (int i = 0; i < 2000 && e.engine->Stats().sessions > 0; ++i) {
-    std::this_thread::sleep_for(5ms);
-  }
+  // A closed session stops counting at once; its blocks go back when the engine destroys it,
+  // after any step still running it (Engine::DestroyClosed): wait for both, bounded.
+  const auto drained = [&] {
+    const EngineStats st = e.engine->Stats();
+    return st.sessions == 0 && st.blocks_used == baseline_blocks;
+  };
+  for (int i = 0; i < 2000 && !drained(); ++i) std::this_thread::sleep_for(5ms);
   const EngineStats after = e.engine->Stats();
   EXPECT_EQ(after.sessions, 0);
   EXPECT_EQ(after.blocks_used, baseline_blocks);
