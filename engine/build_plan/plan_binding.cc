@@ -33,7 +33,7 @@ ServedByPlanCopies ServedByPlanVnni8Copies(const PlanFile& plan) {
     const auto it = eight_bit_buckets.find({type, rows, cols});
     // As ServedByVnni8CopyAlone decides once the copies are in place.
     return it != eight_bit_buckets.end() && it->second == kTokenBuckets &&
-           kernels::cpu::FastInt8Activations(type) && kernels::cpu::Vnni8Packable(type, rows, cols);
+           Vnni8CopyCanServeAlone(type, rows, cols);
   };
 }
 
@@ -62,16 +62,24 @@ Status ApplyKvCache(const PlanKvCache& kv, LlamaModel& model) {
 
 StatusOr<std::unique_ptr<LlamaModel>> LoadCpuModel(const std::string& model_path,
                                                    const std::string& plan_path,
-                                                   std::string* plan_note) {
+                                                   std::string* plan_note,
+                                                   std::string* plan_rejected) {
+  // A problem of the plan: the load's error, or (plan_rejected) why the defaults serve instead.
+  // The model is loaded again without the plan: one loaded for it may lack rows it skipped.
+  const auto plan_problem = [&](StatusCode code,
+                                const std::string& why) -> StatusOr<std::unique_ptr<LlamaModel>> {
+    if (plan_rejected == nullptr) return Status(code, "model.plan: " + why);
+    *plan_rejected = why;
+    if (plan_note != nullptr) plan_note->clear();
+    return LoadCpuModel(model_path, "");
+  };
   auto file = gguf::GgufFile::Open(model_path);
   if (!file.ok()) return file.status();  // Open's errors name the path
   std::unique_ptr<PlanFile> plan;
   LlamaModel::Prepacked prepacked;
   if (!plan_path.empty()) {
     auto opened = OpenPlanFor(plan_path, **file);
-    if (!opened.ok()) {
-      return Status(opened.status().code(), "model.plan: " + opened.status().message());
-    }
+    if (!opened.ok()) return plan_problem(opened.status().code(), opened.status().message());
     plan = std::move(opened).value();
     prepacked = PrepackedWeights(*plan);
   }
@@ -87,10 +95,10 @@ StatusOr<std::unique_ptr<LlamaModel>> LoadCpuModel(const std::string& model_path
     if (Status s =
             (*model)->ApplyTuning(plan->plan().tuning, PrepackedVnni8Weights(*plan), release);
         !s.ok()) {
-      return Status(s.code(), "model.plan: " + plan_path + ": " + s.message());
+      return plan_problem(s.code(), plan_path + ": " + s.message());
     }
     if (Status s = ApplyKvCache(plan->plan().kv_cache, **model); !s.ok()) {
-      return Status(s.code(), "model.plan: " + plan_path + ": kv_cache: " + s.message());
+      return plan_problem(s.code(), plan_path + ": kv_cache: " + s.message());
     }
     // The plan is applied for good: the converted rows its 8-bit products never read go.
     (*model)->ReleaseUnreadConvertedRows();

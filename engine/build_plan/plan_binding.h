@@ -37,10 +37,14 @@ Status ApplyKvCache(const PlanKvCache& kv, LlamaModel& model);
 // The CPU model of `model_path` under the plan at `plan_path` (checked first with OpenPlanFor,
 // before anything is packed; its pre-packed weights used, its tuning and KV cache applied), or with
 // the built-in defaults when plan_path is empty. `plan_note` (optional) gets DescribePlan's line.
-// Errors: "<model path>: ..." for the model, "model.plan: <plan path>: ..." for the plan.
+// Errors: "<model path>: ..." for the model, "model.plan: <plan path>: ..." for the plan. With
+// `plan_rejected`, a plan that cannot be used (missing, damaged, for another model, version or
+// machine, or refused when applied) is no error: it gets "<plan path>: <why>" and the model is
+// loaded with the built-in defaults (model.plan: auto).
 StatusOr<std::unique_ptr<LlamaModel>> LoadCpuModel(const std::string& model_path,
                                                    const std::string& plan_path,
-                                                   std::string* plan_note = nullptr);
+                                                   std::string* plan_note = nullptr,
+                                                   std::string* plan_rejected = nullptr);
 
 // One line for the log: "plan P: built 2026-12-03T10:00:00Z in 41 s; 2 threads, 3 level
 // choices, split ..., weights amx-packed 94 MiB".

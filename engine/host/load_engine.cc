@@ -30,19 +30,18 @@ StatusOr<std::unique_ptr<LlamaModel>> LoadWithPlanBeside(const std::string& mode
     plan_path->clear();
     return LoadCpuModel(model_path, "", nullptr);
   }
-  auto model = LoadCpuModel(model_path, beside, &out.plan_note);
-  // LoadCpuModel's own errors about the plan start with "model.plan: "; the model's with its path.
-  if (model.ok() || model.status().message().rfind("model.plan: ", 0) != 0) {
+  std::string rejected;
+  auto model = LoadCpuModel(model_path, beside, &out.plan_note, &rejected);
+  if (!model.ok() || rejected.empty()) {
     *plan_path = beside;
     if (model.ok()) out.plan_note = "auto: " + out.plan_note;
     return model;
   }
-  out.plan_warning = "model.plan auto: " + beside + " not used, the built-in defaults instead: " +
-                     model.status().message().substr(12) + " (rebuild it: streamd build --model " +
-                     model_path + " --out " + beside + ")";
-  out.plan_note.clear();
+  out.plan_warning = "model.plan auto: " + beside +
+                     " not used, the built-in defaults instead: " + rejected +
+                     " (rebuild it: streamd build --model " + model_path + " --out " + beside + ")";
   plan_path->clear();
-  return LoadCpuModel(model_path, "", nullptr);
+  return model;
 }
 
 }  // namespace

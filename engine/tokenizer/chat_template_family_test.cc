@@ -24,16 +24,7 @@ namespace {
 
 using Ids = std::vector<int32_t>;
 
-// The golden directory, or "" after recording a failure that says how to set it.
-std::string VocabDirOrFail() {
-  const char* dir = std::getenv("STREAMD_VOCAB_DIR");
-  if (dir == nullptr || *dir == '\0') {
-    ADD_FAILURE() << "STREAMD_VOCAB_DIR is not set: run the tests with `make test`, or export "
-                     "STREAMD_VOCAB_DIR=$(scripts/fetch-test-vocab.sh --golden)";
-    return "";
-  }
-  return dir;
-}
+using testing::VocabDirOrFail;
 
 // ggml-vocab-`name`.gguf of the golden directory, loaded once per process.
 const testing::LoadedVocab* GoldenVocab(const std::string& name) {

@@ -24,6 +24,17 @@ struct LoadedVocab {
   std::unique_ptr<Tokenizer> tokenizer;
 };
 
+// $STREAMD_VOCAB_DIR, or "" after recording a failure that says how to set it.
+inline std::string VocabDirOrFail() {
+  const char* dir = std::getenv("STREAMD_VOCAB_DIR");
+  if (dir == nullptr || *dir == '\0') {
+    ADD_FAILURE() << "STREAMD_VOCAB_DIR is not set: run the tests with `make test`, or export "
+                     "STREAMD_VOCAB_DIR=$(scripts/fetch-test-vocab.sh --golden)";
+    return "";
+  }
+  return dir;
+}
+
 // Opens the GGUF named by $`env` and builds its tokenizer, or says in `*error` why not.
 inline std::unique_ptr<LoadedVocab> LoadFromEnv(const char* env, const char* how_to_set,
                                                 std::string* error) {

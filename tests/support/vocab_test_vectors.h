@@ -18,17 +18,6 @@
 
 namespace streamd::tokenizer::testing {
 
-// $STREAMD_VOCAB_DIR, or "" after recording a failure that says how to set it.
-inline std::string VocabDirOrFail() {
-  const char* dir = std::getenv("STREAMD_VOCAB_DIR");
-  if (dir == nullptr || *dir == '\0') {
-    ADD_FAILURE() << "STREAMD_VOCAB_DIR is not set: run the tests with `make test`, or export "
-                     "STREAMD_VOCAB_DIR=$(scripts/fetch-test-vocab.sh --golden)";
-    return "";
-  }
-  return dir;
-}
-
 // One input text and the ids the Hugging Face tokenizer gives it.
 struct GoldenCase {
   std::string text;

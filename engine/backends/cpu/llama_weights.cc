@@ -319,10 +319,13 @@ bool RunsAtEightBits(const WeightMatrix& m) {
 
 }  // namespace
 
+bool Vnni8CopyCanServeAlone(kernels::cpu::WeightType type, int64_t rows, int64_t cols) {
+  return kernels::cpu::FastInt8Activations(type) && kernels::cpu::Vnni8Packable(type, rows, cols);
+}
+
 bool ServedByVnni8CopyAlone(const WeightMatrix& m) {
   return std::all_of(m.int8_by_bucket.begin(), m.int8_by_bucket.end(), [](bool b) { return b; }) &&
-         m.vnni8_packed != nullptr && kernels::cpu::FastInt8Activations(m.type) &&
-         kernels::cpu::Vnni8Packable(m.type, m.rows, m.cols);
+         m.vnni8_packed != nullptr && Vnni8CopyCanServeAlone(m.type, m.rows, m.cols);
 }
 
 uint64_t ReleaseConvertedRowsServedByVnni8Copies(LlamaWeights& w) {

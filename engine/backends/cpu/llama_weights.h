@@ -123,6 +123,9 @@ StatusOr<LlamaWeights> BindLlamaWeights(const gguf::GgufFile& file, const LlamaC
 // the copy made, and this CPU's fast 8-bit kernel, which reads whole 16-row tiles of the copy
 // (kernels::cpu::MatMulRows8; the engine cuts rows in multiples of 48).
 bool ServedByVnni8CopyAlone(const WeightMatrix& m);
+// The part of that which depends on the shape alone: this CPU's fast 8-bit kernel for the type,
+// and a shape its copy takes (what a plan's loader asks before any copy exists).
+bool Vnni8CopyCanServeAlone(kernels::cpu::WeightType type, int64_t rows, int64_t cols);
 
 // Frees the load-time conversion (converted_storage) of every layer matrix that
 // ServedByVnni8CopyAlone: with a plan that runs the layers at 8 bits, the converted rows of a
