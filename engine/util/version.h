@@ -4,6 +4,6 @@
 
 namespace streamd {
 
-inline constexpr const char* kStreamdVersion = "0.2.0";
+inline constexpr const char* kStreamdVersion = "0.2.1";
 
 }  // namespace streamd

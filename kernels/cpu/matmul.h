@@ -95,7 +95,7 @@ void PrepareActivations8(const float* x, int64_t ldx, int64_t k, int64_t token_b
                          int64_t token_end, void* xq8);
 // Whether MatMulRows8 has its fast kernel for `type` at the active level.
 bool FastInt8Activations(WeightType type);
-// Like MatMulRows, for Q4_0, Q4_1 and Q8_0 weights and xq8 from PrepareActivations8.
+// Like MatMulRows, for Q4_0, Q4_1, Q5_0, Q8_0 and Q6_K weights and xq8 from PrepareActivations8.
 // packed: null, or w's PackForVnni8 copy. The fast kernel reads only the copy, for whole tiles of
 // 16 rows; other rows, and every row when packed is null, run the portable reference (the result
 // is the same, bit for bit, but that path is for odd shapes: give the copy).
@@ -109,8 +109,12 @@ void MatMulRows8(WeightType type, const void* w, size_t w_row_bytes, int64_t k, 
 // of the batch, where a kernel on the GGUF rows would unpack each row's block once per 16 tokens.
 // The same size as the GGUF rows (Q4_x: 320 bytes per 16 rows and block; Q8_0: 576).
 // Q5_0 is packed as the Q8_0 its values are (q - 16 as the byte; 576 bytes per 16 rows and block,
-// 1.64x the file's 352).
-// Whether a matrix can have one: Q4_0, Q4_1, Q5_0 or Q8_0, rows a multiple of 16, k of 32.
+// 1.64x the file's 352). Q6_K as its 6-bit values q (for q - 32) in bytes, the rows' f16
+// super-block scales d and their i8 scales of the block's two 16-value groups: 576 bytes per 16
+// rows and block, 1.37x the file's 420; its sums are scaled per group, exactly (d * scale is
+// exact in f32), so 8-bit activations are its only precision cut.
+// Whether a matrix can have one: Q4_0, Q4_1, Q5_0, Q8_0 or Q6_K, rows a multiple of 16, k of 32
+// (Q6_K: of 256).
 bool Vnni8Packable(WeightType type, int64_t rows, int64_t k);
 size_t Vnni8PackedBytes(WeightType type, int64_t rows, int64_t k);
 // Writes the copy of w ([rows, k], Vnni8Packable) to out (Vnni8PackedBytes, 64-byte aligned).

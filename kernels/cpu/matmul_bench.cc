@@ -2,6 +2,7 @@
 // Counters: weight GB/s (weight bytes read once per call / time) and GFLOP/s (2 rows k tokens).
 // Run: kernels_cpu_bench [--benchmark_filter=Q4_1]
 #include <benchmark/benchmark.h>
+#include <immintrin.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -239,35 +240,76 @@ void BM_ModelMatmuls8(benchmark::State& state) {
 }
 BENCHMARK(BM_ModelMatmuls8)->Arg(1)->Arg(8)->Arg(16)->Arg(64)->Unit(benchmark::kMillisecond);
 
-// Qwen2.5-Coder-0.5B's gate/up shape in Q5_0 at 8-bit activations, from the matrix's PackForVnni8
-// copy (Q8_0's layout, 576 bytes per 16 rows and block): what a build plan's 8-bit choice reads,
-// against BM_MatMulRows/Q5_0_qwen (12-bit, the file's 352 bytes). Args: rows, k, n_tokens.
-void BM_MatMulRows8Q5_0(benchmark::State& state) {
+// The ceiling the 8-bit kernel divides by: vpdpbusd on zmm registers alone, 16 independent
+// accumulators (more than latency x throughput on Zen 4/5 and Sapphire Rapids), no loads, no
+// unpacking, no scales. One call is 64 byte multiply-adds per instruction; MAC/ns is directly
+// comparable with BM_ModelMatmuls8's. Single thread; run two copies side by side (or
+// --benchmark_perf_counters) to see whether this machine's two vCPUs share a core.
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) int64_t VnniPeakLoop(int64_t iterations) {
+  __m512i acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_epi32(i);
+  __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
+  for (int64_t it = 0; it < iterations; ++it) {
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+    // Keeps the compiler from hoisting the chain: a and b change only in the register's view.
+    __asm__ volatile("" : "+v"(a), "+v"(b));
+  }
+  __m512i s = acc[0];
+  for (int i = 1; i < 16; ++i) s = _mm512_add_epi32(s, acc[i]);
+  int32_t lanes[16];  // not _mm512_reduce_add_epi32: GCC 12's warns (-Wuninitialized) inside it
+  _mm512_storeu_si512(lanes, s);
+  int64_t total = 0;
+  for (int32_t v : lanes) total += v;
+  return total;
+}
+void BM_Int8PeakVnni(benchmark::State& state) {
+  if (!IsaSupported(Isa::kAvx512Vnni)) {
+    state.SkipWithError("no AVX-512 VNNI on this CPU");
+    return;
+  }
+  constexpr int64_t kIterations = 1 << 16;
+  for (auto _ : state) benchmark::DoNotOptimize(VnniPeakLoop(kIterations));
+  state.counters["MAC/ns"] = benchmark::Counter(1e-9 * static_cast<double>(kIterations * 16 * 64),
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_Int8PeakVnni)->Unit(benchmark::kMicrosecond);
+
+// A matrix at 8-bit activations from its PackForVnni8 copy, what a build plan's 8-bit choice
+// reads: Qwen2.5-Coder-0.5B's gate/up shape in Q5_0 (Q8_0's layout, 576 bytes per 16 rows and
+// block, against the file's 352) and Qwen2.5-Coder-1.5B's ffn_down in Q6_K (576 against 420),
+// each against BM_MatMulRows at 12 bits on the file's rows (Q5_0_qwen, Q6_K_qwen15_down).
+// Args: rows, k, n_tokens.
+void BM_MatMulRows8Packed(benchmark::State& state, WeightType type) {
   const int64_t rows = state.range(0), k = state.range(1), n = state.range(2);
-  if (!FastInt8Activations(WeightType::kQ5_0)) {
+  if (!FastInt8Activations(type)) {
     state.SkipWithError("no 8-bit kernel at this level (AVX-512 VNNI)");
     return;
   }
-  const std::vector<uint8_t> w = RandomWeights(WeightType::kQ5_0, rows, k);
-  std::vector<uint8_t> storage(Vnni8PackedBytes(WeightType::kQ5_0, rows, k) + 64);
+  const std::vector<uint8_t> w = RandomWeights(type, rows, k);
+  std::vector<uint8_t> storage(Vnni8PackedBytes(type, rows, k) + 64);
   uint8_t* packed = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64;
-  PackForVnni8(WeightType::kQ5_0, w.data(), WeightRowBytes(WeightType::kQ5_0, k), rows, k, packed);
+  PackForVnni8(type, w.data(), WeightRowBytes(type, k), rows, k, packed);
   std::vector<float> x(n * k, 0.25f);
   std::vector<uint8_t> xq(ActivationBytes8(n, k));
   PrepareActivations8(x.data(), k, k, 0, n, xq.data());
   std::vector<float> out(n * rows);
   for (auto _ : state) {
-    MatMulRows8(WeightType::kQ5_0, w.data(), WeightRowBytes(WeightType::kQ5_0, k), k, xq.data(), n,
-                out.data(), rows, 0, rows, packed);
+    MatMulRows8(type, w.data(), WeightRowBytes(type, k), k, xq.data(), n, out.data(), rows, 0, rows,
+                packed);
     benchmark::ClobberMemory();
   }
   state.counters["GFLOP/s"] = benchmark::Counter(2e-9 * static_cast<double>(rows * k * n),
                                                  benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_MatMulRows8Q5_0)
+BENCHMARK_CAPTURE(BM_MatMulRows8Packed, Q5_0_qwen, WeightType::kQ5_0)
     ->Args({4864, 896, 1})
     ->Args({4864, 896, 16})
     ->Args({4864, 896, 64})
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(BM_MatMulRows8Packed, Q6_K_qwen15_down, WeightType::kQ6_K)
+    ->Args({1536, 8960, 1})
+    ->Args({1536, 8960, 16})
+    ->Args({1536, 8960, 64})
     ->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_CAPTURE(BM_MatMulRows, Q4_1, WeightType::kQ4_1)->Apply([](auto* b) {
@@ -330,6 +372,12 @@ void QwenDownShapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK_CAPTURE(BM_MatMulRows, Q6_K_qwen_down, WeightType::kQ6_K)->Apply(QwenDownShapes);
 BENCHMARK_CAPTURE(BM_MatMulRows, Q8_0_qwen_down, WeightType::kQ8_0)->Apply(QwenDownShapes);
+// Qwen2.5-Coder-1.5B's Q6_K ffn_down [1536, 8960] at 12 bits, against BM_MatMulRows8Packed's.
+BENCHMARK_CAPTURE(BM_MatMulRows, Q6_K_qwen15_down, WeightType::kQ6_K)
+    ->Args({1536, 8960, 1, static_cast<int>(DetectIsa())})
+    ->Args({1536, 8960, 16, static_cast<int>(DetectIsa())})
+    ->Args({1536, 8960, 64, static_cast<int>(DetectIsa())})
+    ->Unit(benchmark::kMicrosecond);
 // The AVX2 level at the Q4_1 shapes, where the detected level is higher (AVX-VNNI).
 BENCHMARK_CAPTURE(BM_MatMulRows, Q4_1_avx2, WeightType::kQ4_1)->Apply([](auto* b) {
   if (DetectIsa() <= Isa::kAvx2) return;

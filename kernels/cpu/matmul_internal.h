@@ -31,11 +31,10 @@ static constexpr bool IsQuantized(WeightType type) {
   return type == WeightType::kQ4_0 || type == WeightType::kQ4_1 || type == WeightType::kQ8_0 ||
          type == WeightType::kQ5_0 || type == WeightType::kQ6_K;
 }
-// The formats the 8-bit activation kernels read: Q6_K's values times their scales (13 bits) fit
-// no byte, so it has only the 12-bit products.
-static constexpr bool HasInt8Products(WeightType type) {
-  return IsQuantized(type) && type != WeightType::kQ6_K;
-}
+// The formats the 8-bit activation kernels read: all the quantized ones. Q6_K's values times their
+// scales (13 bits) fit no byte, so its 8-bit product multiplies the 6-bit values and applies each
+// 16-value group's scale to that group's i32 sum (matmul_quant8.cc).
+static constexpr bool HasInt8Products(WeightType type) { return IsQuantized(type); }
 // Values per block of a quantized row's storage: k must be a multiple of it (Q6_K: a super-block).
 static constexpr int64_t StorageBlockValues(WeightType type) {
   return type == WeightType::kQ6_K ? kQ6_KValues : kQuantBlock;
@@ -94,16 +93,21 @@ void MatMulQuant8PackedAvx512Vnni(WeightType type, const uint8_t* packed, int64_
                                   const BlockQ8A* xq, int64_t n_tokens, float* out, int64_t ldo,
                                   int64_t row_begin, int64_t row_end, int32_t* shifts);
 // Tokens per pass of that kernel, and the size of its scratch: Q8_0's 128 * sum(x) of each
-// (token, block) of one pass, which it takes off the sums of its weights stored + 128.
+// (token, block) of one pass, which it takes off the sums of its weights stored + 128; Q6_K's
+// 32 * sum(x) of each (token, half block), taken off the sums of its values stored unsigned
+// (q in 0..63 for q - 32).
 inline constexpr int64_t kVnni8TokensPerPass = 64;
 static constexpr size_t Vnni8ShiftInts(WeightType type, int64_t k) {
-  return Vnni8PackedFormat(type) == WeightType::kQ8_0
-             ? static_cast<size_t>(kVnni8TokensPerPass * (k / kQuantBlock))
-             : 0;
+  const size_t per_block = Vnni8PackedFormat(type) == WeightType::kQ8_0   ? 1
+                           : Vnni8PackedFormat(type) == WeightType::kQ6_K ? 2
+                                                                          : 0;
+  return per_block * static_cast<size_t>(kVnni8TokensPerPass * (k / kQuantBlock));
 }
-// PackForVnni8's record of one tile of 16 rows and one block.
+// PackForVnni8's record of one tile of 16 rows and one block: the 4-bit formats' 320 bytes; Q8_0's
+// (and Q5_0's) 576; Q6_K's 576 as well: 16 f16 super-block scales d, 16 + 16 i8 group scales, and
+// 512 bytes of values (matmul.h).
 inline constexpr size_t Vnni8RecordBytes(WeightType type) {
-  return Vnni8PackedFormat(type) == WeightType::kQ8_0 ? 576 : 320;
+  return Vnni8PackedFormat(type) == WeightType::kQ8_0 || type == WeightType::kQ6_K ? 576 : 320;
 }
 
 // packed: the PackForAmx copy of w, or null. Q4_0, Q4_1 and Q8_0 only (Q5_0 and Q6_K run at the

@@ -85,6 +85,42 @@ RowBlock LoadBlock(WeightType type, const uint8_t* row, int64_t b) {
   return r;
 }
 
+// Block b (32 values) of a Q6_K row (quant_blocks.h): its values q in 0..63 (for q - 32), the
+// super-block's scale d and the scales of its two 16-value groups.
+struct Q6_KRowBlock {
+  int32_t q[kQuantBlock];
+  float d = 0;
+  int32_t sc[2] = {0, 0};
+};
+
+Q6_KRowBlock LoadQ6_KBlock(const uint8_t* row, int64_t b) {
+  constexpr int64_t kBlocksPerSuper = kQ6_KValues / kQuantBlock;
+  const auto& sb = reinterpret_cast<const BlockQ6_K*>(row)[b / kBlocksPerSuper];
+  const int i = static_cast<int>(b % kBlocksPerSuper), n = i / 4, j = i % 4;
+  Q6_KRowBlock r;
+  for (int l = 0; l < kQuantBlock; ++l) {
+    const uint8_t low = sb.ql[64 * n + 32 * (j & 1) + l];
+    const int32_t high = (sb.qh[32 * n + l] >> (2 * j)) & 3;
+    r.q[l] = (j < 2 ? low & 0xf : low >> 4) | (high << 4);
+  }
+  r.d = HalfToFloat(sb.d);
+  r.sc[0] = sb.sc[8 * n + 2 * j];
+  r.sc[1] = sb.sc[8 * n + 2 * j + 1];
+  return r;
+}
+
+// One (row, token, block) of a Q6_K product: per 16-value group g the exact i32 sum
+// sum_j q_j x_j - 32 sum_j x_j, then
+//   v = f32(sum_0) * (d sc_0); v = fma(f32(sum_1), d sc_1, v); acc = fma(v, dx, acc)
+// (d sc is exact in f32: 11 by 8 significant bits).
+float Q6_KBlockTerm(const Q6_KRowBlock& w, const BlockQ8A& x, float acc) {
+  int32_t sum[2] = {0, 0};
+  for (int l = 0; l < kQuantBlock; ++l) sum[l / 16] += (w.q[l] - 32) * x.qs[l];
+  const float v = static_cast<float>(sum[0]) * (w.d * static_cast<float>(w.sc[0]));
+  return std::fma(std::fma(static_cast<float>(sum[1]), w.d * static_cast<float>(w.sc[1]), v), x.d,
+                  acc);
+}
+
 }  // namespace
 
 void MatMulQuant8Portable(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
@@ -100,6 +136,10 @@ void MatMulQuant8Portable(WeightType type, const uint8_t* w, size_t w_row_bytes,
         const int64_t end = kb0 + kBlockChunk < nb ? kb0 + kBlockChunk : nb;
         float acc = 0;
         for (int64_t b = kb0; b < end; ++b) {
+          if (type == WeightType::kQ6_K) {
+            acc = Q6_KBlockTerm(LoadQ6_KBlock(row, b), x[b], acc);
+            continue;
+          }
           const RowBlock rb = LoadBlock(type, row, b);
           int32_t sum = 0;
           for (int j = 0; j < kQuantBlock; ++j) sum += rb.q[j] * x[b].qs[j];
@@ -160,8 +200,9 @@ void MatMulRows8(WeightType type, const void* w, size_t w_row_bytes, int64_t k, 
                  int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin, int64_t row_end,
                  const void* packed) {
   STREAMD_CHECK_MSG(HasInt8Products(type),
-                    "8-bit activations need Q4_0, Q4_1, Q5_0 or Q8_0 weights");
-  STREAMD_CHECK_MSG(k > 0 && k % kQuantBlock == 0, "quantized k must be a multiple of 32");
+                    "8-bit activations need Q4_0, Q4_1, Q5_0, Q8_0 or Q6_K weights");
+  STREAMD_CHECK_MSG(k > 0 && k % internal::StorageBlockValues(type) == 0,
+                    "quantized k must be a multiple of the type's block (32; Q6_K 256)");
   STREAMD_CHECK_MSG(row_begin >= 0 && row_end >= row_begin && n_tokens >= 0,
                     "bad row or token range");
   STREAMD_CHECK_MSG(n_tokens <= 1 || ldo >= row_end, "ldo smaller than row_end");
@@ -204,7 +245,8 @@ void MatMulRows8(WeightType type, const void* w, size_t w_row_bytes, int64_t k, 
 namespace streamd::kernels::cpu {
 
 bool Vnni8Packable(WeightType type, int64_t rows, int64_t k) {
-  return HasInt8Products(type) && rows > 0 && rows % 16 == 0 && k > 0 && k % kQuantBlock == 0;
+  return HasInt8Products(type) && rows > 0 && rows % 16 == 0 && k > 0 &&
+         k % internal::StorageBlockValues(type) == 0;
 }
 
 size_t Vnni8PackedBytes(WeightType type, int64_t rows, int64_t k) {
@@ -229,7 +271,19 @@ void PackForVnni8(WeightType type, const void* w, size_t w_row_bytes, int64_t ro
       uint8_t* quants = rec + 64;
       for (int r = 0; r < 16; ++r) {
         const uint8_t* row = src + static_cast<size_t>(tile * 16 + r) * w_row_bytes;
-        if (type == WeightType::kQ8_0 || type == WeightType::kQ5_0) {
+        if (type == WeightType::kQ6_K) {
+          // d (f16, the super-block's), the two group scales, the values unsigned (q, not q - 32).
+          const internal::Q6_KRowBlock qb = internal::LoadQ6_KBlock(row, b);
+          const auto& sb = reinterpret_cast<const BlockQ6_K*>(row)[b / (kQ6_KValues / kQuantBlock)];
+          d[r] = sb.d;
+          rec[32 + r] = static_cast<uint8_t>(qb.sc[0]);
+          rec[48 + r] = static_cast<uint8_t>(qb.sc[1]);
+          for (int i = 0; i < kQuantBlock / 4; ++i) {
+            for (int e = 0; e < 4; ++e) {
+              quants[64 * i + 4 * r + e] = static_cast<uint8_t>(qb.q[4 * i + e]);
+            }
+          }
+        } else if (type == WeightType::kQ8_0 || type == WeightType::kQ5_0) {
           int8_t qs[kQuantBlock];
           if (type == WeightType::kQ8_0) {
             const auto& blk = reinterpret_cast<const BlockQ8_0*>(row)[b];

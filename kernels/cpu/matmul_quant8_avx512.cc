@@ -1,5 +1,5 @@
-// Quantized weights (Q4_0, Q4_1, Q8_0) times 8-bit activations (BlockQ8A), AVX-512 VNNI level,
-// from the PackForVnni8 copy (whole tiles of 16 rows; MatMulRows8 sends any other row, and a
+// Quantized weights (Q4_0, Q4_1, Q8_0, Q6_K) times 8-bit activations (BlockQ8A), AVX-512 VNNI
+// level, from the PackForVnni8 copy (whole tiles of 16 rows; MatMulRows8 sends any other row, and a
 // matrix without a copy, to the portable reference).
 //
 // The 12-bit kernel (matmul_quant_avx512.cc) is bound by vpdpwssd, which sums 2 i16 products per
@@ -26,7 +26,7 @@ namespace {
 
 constexpr int kQuads = kQuantBlock / 4;  // 4-byte groups per block
 
-enum class Format { kQ4_0, kQ4_1, kQ8_0 };
+enum class Format { kQ4_0, kQ4_1, kQ8_0, kQ6_K };
 
 template <Format F>
 inline float OffsetFactor() {
@@ -54,6 +54,22 @@ void ActivationSums(const BlockQ8A* x, int64_t n, int64_t nb, int32_t* sums) {
       int32_t s = 0;
       for (int j = 0; j < kQuantBlock; ++j) s += x[t * nb + b].qs[j];
       sums[t * nb + b] = 128 * s;
+    }
+  }
+}
+
+// Q6_K's shifts: 32 * sum(x) of each half block (16 values: one scale group) per (token, block),
+// taken off the sums of its values stored unsigned (q for q - 32).
+void ActivationHalfSums(const BlockQ8A* x, int64_t n, int64_t nb, int32_t* sums) {
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t b = 0; b < nb; ++b) {
+      int32_t lo = 0, hi = 0;
+      for (int j = 0; j < kQuantBlock / 2; ++j) {
+        lo += x[t * nb + b].qs[j];
+        hi += x[t * nb + b].qs[j + kQuantBlock / 2];
+      }
+      sums[2 * (t * nb + b)] = 32 * lo;
+      sums[2 * (t * nb + b) + 1] = 32 * hi;
     }
   }
 }
@@ -124,13 +140,67 @@ inline void PackedChunk(const uint8_t* tile, int64_t nb, const BlockQ8A* x, cons
   }
 }
 
+// Q6_K's chunk (the record: 16 f16 d, 16 + 16 i8 group scales, 8 vectors of values 0..63 as
+// bytes). Vectors 0-3 hold values 0-15 of the block (the first scale group), 4-7 values 16-31:
+// each group's i32 sums are scaled apart, in the portable reference's order (matmul_quant8.cc).
+template <int G>
+inline void PackedChunkQ6_K(const uint8_t* tile, int64_t nb, const BlockQ8A* x,
+                            const int32_t* shifts, int64_t kb0, int64_t kb1, __m512* acc) {
+  constexpr size_t kRecord = 576;
+  for (int t = 0; t < G; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = kb0; b < kb1; ++b) {
+    const uint8_t* rec = tile + static_cast<size_t>(b) * kRecord;
+    for (size_t line = 0; line < kRecord; line += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(rec + kPrefetchRecords * kRecord + line),
+                   _MM_HINT_T0);
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(rec)));
+    const __m512 ws0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(
+                                            reinterpret_cast<const __m128i*>(rec + 32)))));
+    const __m512 ws1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(
+                                            reinterpret_cast<const __m128i*>(rec + 48)))));
+    __m512i wv[kQuads];
+    for (int i = 0; i < kQuads; ++i) wv[i] = _mm512_load_si512(rec + 64 + 64 * i);
+    __m512 v[G];
+    {
+      __m512i sum[G];
+      for (int t = 0; t < G; ++t) sum[t] = _mm512_setzero_si512();
+      for (int i = 0; i < kQuads / 2; ++i) {
+        for (int t = 0; t < G; ++t) {
+          sum[t] = DpbusdBroadcast(sum[t], wv[i], x[t * nb + b].qs + 4 * i);
+        }
+      }
+      for (int t = 0; t < G; ++t) {
+        const __m512i s = _mm512_sub_epi32(sum[t], _mm512_set1_epi32(shifts[2 * (t * nb + b)]));
+        v[t] = _mm512_mul_ps(_mm512_cvtepi32_ps(s), ws0);
+      }
+    }
+    __m512i sum[G];
+    for (int t = 0; t < G; ++t) sum[t] = _mm512_setzero_si512();
+    for (int i = kQuads / 2; i < kQuads; ++i) {
+      for (int t = 0; t < G; ++t) {
+        sum[t] = DpbusdBroadcast(sum[t], wv[i], x[t * nb + b].qs + 4 * i);
+      }
+    }
+    for (int t = 0; t < G; ++t) {
+      const __m512i s = _mm512_sub_epi32(sum[t], _mm512_set1_epi32(shifts[2 * (t * nb + b) + 1]));
+      v[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), ws1, v[t]);
+      acc[t] = _mm512_fmadd_ps(v[t], _mm512_set1_ps(x[t * nb + b].d), acc[t]);
+    }
+  }
+}
+
 template <Format F, int G>
 void PackedGroup(const uint8_t* tile, int64_t nb, const BlockQ8A* x, const int32_t* shifts,
                  float* out, int64_t ldo) {
   for (int64_t kb0 = 0; kb0 < nb; kb0 += kBlockChunk) {
     const int64_t kb1 = nb - kb0 < kBlockChunk ? nb : kb0 + kBlockChunk;
     __m512 acc[G];
-    PackedChunk<F, G>(tile, nb, x, shifts, kb0, kb1, acc);
+    if constexpr (F == Format::kQ6_K) {
+      PackedChunkQ6_K<G>(tile, nb, x, shifts, kb0, kb1, acc);
+    } else {
+      PackedChunk<F, G>(tile, nb, x, shifts, kb0, kb1, acc);
+    }
     for (int t = 0; t < G; ++t) {
       float* o = out + t * ldo;
       if (kb0 == 0) {
@@ -145,17 +215,20 @@ void PackedGroup(const uint8_t* tile, int64_t nb, const BlockQ8A* x, const int32
 template <Format F>
 void MatMul8Packed(const uint8_t* packed, int64_t k, const BlockQ8A* xq, int64_t n_tokens,
                    float* out, int64_t ldo, int64_t row_begin, int64_t row_end, int32_t* shifts) {
-  constexpr size_t kRecord = F == Format::kQ8_0 ? 576 : 320;
+  constexpr size_t kRecord = F == Format::kQ8_0 || F == Format::kQ6_K ? 576 : 320;
   const int64_t nb = k / kQuantBlock;
-  // Q8_0's shifts for up to kVnni8TokensPerPass tokens at a time, in the caller's scratch.
+  // Q8_0's and Q6_K's shifts for up to kVnni8TokensPerPass tokens at a time, in the caller's
+  // scratch.
+  constexpr int64_t kShiftsPerBlock = F == Format::kQ8_0 ? 1 : F == Format::kQ6_K ? 2 : 0;
   for (int64_t p0 = 0; p0 < n_tokens; p0 += kVnni8TokensPerPass) {
     const int64_t np = n_tokens - p0 < kVnni8TokensPerPass ? n_tokens - p0 : kVnni8TokensPerPass;
     if (F == Format::kQ8_0) ActivationSums(xq + p0 * nb, np, nb, shifts);
+    if (F == Format::kQ6_K) ActivationHalfSums(xq + p0 * nb, np, nb, shifts);
     for (int64_t r0 = row_begin; r0 < row_end; r0 += 16) {
       const uint8_t* tile = packed + static_cast<size_t>(r0 / 16 * nb) * kRecord;
       for (int64_t t0 = 0; t0 < np; t0 += kGroup) {
         const BlockQ8A* x = xq + (p0 + t0) * nb;
-        const int32_t* s = F == Format::kQ8_0 ? shifts + t0 * nb : nullptr;
+        const int32_t* s = kShiftsPerBlock > 0 ? shifts + kShiftsPerBlock * t0 * nb : nullptr;
         float* o = out + (p0 + t0) * ldo + r0;
         switch (np - t0 < kGroup ? np - t0 : kGroup) {
           case 1:
@@ -202,6 +275,9 @@ void MatMulQuant8PackedAvx512Vnni(WeightType type, const uint8_t* packed, int64_
                                           shifts);
     case WeightType::kQ8_0:
       return MatMul8Packed<Format::kQ8_0>(packed, k, xq, n_tokens, out, ldo, row_begin, row_end,
+                                          shifts);
+    case WeightType::kQ6_K:
+      return MatMul8Packed<Format::kQ6_K>(packed, k, xq, n_tokens, out, ldo, row_begin, row_end,
                                           shifts);
     default:
       return;

@@ -84,7 +84,8 @@ TEST(MatMul8Test, WithoutACopyEqualsReferenceAndStaysWithinTheQuantizationBound)
       {WeightType::kQ4_1, 37, 576, 20},  {WeightType::kQ4_0, 19, 128, 7},
       {WeightType::kQ4_0, 12, 1088, 33}, {WeightType::kQ8_0, 25, 576, 16},
       {WeightType::kQ8_0, 7, 1056, 5},   {WeightType::kQ5_0, 29, 896, 16},
-      {WeightType::kQ5_0, 11, 4864, 3},
+      {WeightType::kQ5_0, 11, 4864, 3},  {WeightType::kQ6_K, 21, 256, 9},
+      {WeightType::kQ6_K, 13, 1536, 17},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "type " << static_cast<int>(c.type) << " rows " << c.rows
@@ -147,6 +148,8 @@ TEST(MatMul8Test, PackedCopyGivesTheSameBits) {
   EXPECT_EQ(Vnni8PackedBytes(WeightType::kQ4_1, 32, 64), 2u * 2u * 320u);
   EXPECT_EQ(Vnni8PackedBytes(WeightType::kQ8_0, 16, 96), 3u * 576u);
   EXPECT_EQ(Vnni8PackedBytes(WeightType::kQ5_0, 16, 96), 3u * 576u);
+  EXPECT_FALSE(Vnni8Packable(WeightType::kQ6_K, 16, 96));  // k not whole super-blocks
+  EXPECT_EQ(Vnni8PackedBytes(WeightType::kQ6_K, 16, 512), 16u * 576u);
   const Case cases[] = {
       {WeightType::kQ4_1, 48, 576, 16},
       {WeightType::kQ4_1, 64, 1536, 20},
@@ -163,6 +166,12 @@ TEST(MatMul8Test, PackedCopyGivesTheSameBits) {
       {WeightType::kQ5_0, 48, 896, 16},
       {WeightType::kQ5_0, 32, 4864, 70},
       {WeightType::kQ5_0, 16, 896, 1},
+      // Q6_K: its values unsigned, each 16-value group's sum scaled apart; two block chunks
+      // (k 1536 is 48 blocks), partial groups of 8 tokens, a pass of 64 and the rest.
+      {WeightType::kQ6_K, 48, 1536, 16},
+      {WeightType::kQ6_K, 32, 256, 70},
+      {WeightType::kQ6_K, 16, 8960, 1},
+      {WeightType::kQ6_K, 16, 512, 5},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "type " << static_cast<int>(c.type) << " rows " << c.rows

@@ -81,15 +81,15 @@ Status ValidateCpuTuning(const CpuTuning& t) {
     if (static_cast<int>(s.isa) < 0 || static_cast<int>(s.isa) > static_cast<int>(Isa::kAmx)) {
       return OutOfRange(at + "isa", static_cast<int>(s.isa), "is not a known level");
     }
-    // The types with 8-bit products (Q6_K has none: matmul.h).
+    // The types with 8-bit products (the quantized ones: matmul.h).
     const bool int8 =
         s.type == kernels::cpu::WeightType::kQ4_0 || s.type == kernels::cpu::WeightType::kQ4_1 ||
-        s.type == kernels::cpu::WeightType::kQ8_0 || s.type == kernels::cpu::WeightType::kQ5_0;
+        s.type == kernels::cpu::WeightType::kQ8_0 || s.type == kernels::cpu::WeightType::kQ5_0 ||
+        s.type == kernels::cpu::WeightType::kQ6_K;
     if (s.activation_bits != kDefaultActivationBits && !(s.activation_bits == 8 && int8)) {
       return OutOfRange(at + "activation_bits", s.activation_bits,
                         int8 ? "must be 12 or 8"
-                             : "must be 12 for weights without 8-bit products (f32, f16, bf16, "
-                               "q6_k)");
+                             : "must be 12 for weights without 8-bit products (f32, f16, bf16)");
     }
     if (!seen.insert({static_cast<int>(s.type), s.rows, s.cols, s.bucket}).second) {
       return InvalidArgumentError(at + "bucket: the shape " + std::to_string(s.rows) + "x" +
