@@ -346,8 +346,9 @@ TEST(ConvertedModelFileTest, MatricesAPlanServesAloneAreNotConvertedAtLoad) {
 
 // Q6_K products at 8-bit activations (a plan's choice, read from PackForVnni8 copies that keep
 // each 16-value group's scale): the forward pass stays close to the exact model, the plain
-// double-precision reference on the dequantized twin, and the plan's blob of copies serves the
-// same logits as copies packed from the rows.
+// double-precision reference on the dequantized twin, the plan's blob of copies serves the
+// same logits as copies packed from the rows, and weight_bytes counts the copies a decode step
+// reads.
 TEST(ConvertedModelFileTest, Q6_KAtEightBitsTracksTheExactModel) {
   if (!kernels::cpu::FastInt8Activations(kernels::cpu::WeightType::kQ6_K)) {
     GTEST_SKIP() << "this CPU has no fast 8-bit kernel (AVX-512 VNNI): a plan keeps Q6_K at 12 "
@@ -373,7 +374,18 @@ TEST(ConvertedModelFileTest, Q6_KAtEightBitsTracksTheExactModel) {
       eight.isa.push_back({w->type, w->rows, w->cols, b, kernels::cpu::ActiveIsa(), 8});
     }
   }
+  EXPECT_EQ(model.weight_bytes(), model.weights().total_bytes);
   ASSERT_TRUE(model.ApplyTuning(eight).ok());
+  // A decode step now reads the copies (576 bytes per 16 rows and block, the rows' 420), and
+  // weight_bytes, which rooflines divide by, says so.
+  uint64_t copies_bytes = 0, rows_bytes = 0;
+  for (const WeightMatrix* w : model.ProductMatrices()) {
+    copies_bytes += kernels::cpu::Vnni8PackedBytes(w->type, w->rows, w->cols);
+    rows_bytes += w->row_bytes * static_cast<uint64_t>(w->rows);
+  }
+  EXPECT_EQ(copies_bytes * 420, rows_bytes * 576);
+  // The rest: the norms' weights, read as before.
+  EXPECT_EQ(model.weight_bytes(), model.weights().total_bytes - rows_bytes + copies_bytes);
 
   const LlamaConfig& c = model.config();
   auto pool = BlockPool::Create(model.CacheShape(), 16, 16 << 20);

@@ -53,7 +53,8 @@ class LlamaModel : public ModelBackend {
   const LlamaConfig& config() const override { return config_; }
   std::string_view backend_name() const override { return "cpu"; }
   std::string device_description() const override;
-  uint64_t weight_bytes() const override { return weights_.total_bytes; }
+  // What a decode step reads: the plan's 8-bit copies where it runs them (DecodeReadBytes).
+  uint64_t weight_bytes() const override { return DecodeReadBytes(weights_); }
   // f16 K/V, or int8 with the scales SetInt8KvCache gave (a plan's int8 KV cache).
   KvShape CacheShape() const override;
   // From now on CacheShape says int8 with these scales (they must fit the model); null goes

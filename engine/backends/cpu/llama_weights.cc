@@ -267,6 +267,16 @@ void EmbeddingTable::DequantizeRow(int64_t r, float* out) const {
 std::vector<WeightMatrix*> ProductMatrices(LlamaWeights& w) { return MatricesOf(w); }
 std::vector<const WeightMatrix*> ProductMatrices(const LlamaWeights& w) { return MatricesOf(w); }
 
+uint64_t DecodeReadBytes(const LlamaWeights& w) {
+  uint64_t bytes = w.total_bytes;
+  for (const WeightMatrix* m : ProductMatrices(w)) {
+    if (!m->int8_by_bucket[0] || m->vnni8_packed == nullptr) continue;
+    bytes -= m->row_bytes * static_cast<uint64_t>(m->rows);
+    bytes += kernels::cpu::Vnni8PackedBytes(m->type, m->rows, m->cols);
+  }
+  return bytes;
+}
+
 uint64_t AmxPackedCopiesBytes(const LlamaWeights& w) { return PackedBytes(ProductMatrices(w)); }
 
 void AddAmxPackedCopies(LlamaWeights& w) {

@@ -171,6 +171,11 @@ Status UsePrepackedVnni8Copies(LlamaWeights& weights, const uint8_t* bytes, uint
 std::vector<WeightMatrix*> ProductMatrices(LlamaWeights& weights);
 std::vector<const WeightMatrix*> ProductMatrices(const LlamaWeights& weights);
 
+// Bytes of weights a decode step (the 1-token bucket) reads: total_bytes, with each matrix that
+// bucket runs at 8 bits counted as its PackForVnni8 copy, which is what the product reads (Q6_K's
+// is 1.37x its rows; the 4-bit formats' the same size). Rooflines divide by it.
+uint64_t DecodeReadBytes(const LlamaWeights& weights);
+
 // Bytes AddAmxPackedCopies allocates for these weights (0: nothing to pack).
 uint64_t AmxPackedCopiesBytes(const LlamaWeights& weights);
 
