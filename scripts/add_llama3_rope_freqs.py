@@ -23,7 +23,9 @@ import sys
 import numpy as np
 
 import gguf
-from gguf import GGMLQuantizationType as T, GGUFValueType as V
+from gguf import GGMLQuantizationType as T
+
+from gguf_copy import copy_metadata, write_out
 
 # Llama 3.1's rope_scaling (its config.json: "rope_type": "llama3").
 FACTOR = 8.0
@@ -67,23 +69,13 @@ def main():
     divisors = frequency_divisors(base, n_embd // n_head)
 
     writer = gguf.GGUFWriter(dst, arch)
-    for key, field in reader.fields.items():
-        if key.startswith("GGUF.") or key == "general.architecture":
-            continue  # the writer writes these itself
-        vtype = V(field.types[0])
-        value = field.contents()
-        if key == "general.name":
-            value += " + Llama 3.1 rope_freqs"
-        sub = V(field.types[1]) if vtype == V.ARRAY else None
-        writer.add_key_value(key, value, vtype, sub_type=sub)
+    copy_metadata(reader, writer, lambda key, value: (
+        key, value + " + Llama 3.1 rope_freqs" if key == "general.name" else value))
     # llama.cpp's converter writes the factors first; the order does not change what they mean.
     writer.add_tensor("rope_freqs.weight", divisors, raw_dtype=T.F32)
     for t in reader.tensors:
         writer.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_out(writer)
     print(f"rope_freqs.weight: {len(divisors)} divisors from base {base:g}: "
           f"{np.array2string(divisors, precision=3, max_line_width=200)}", file=sys.stderr)
 

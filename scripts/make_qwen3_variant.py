@@ -24,7 +24,9 @@ import sys
 import numpy as np
 
 import gguf
-from gguf import GGMLQuantizationType as T, GGUFValueType as V
+from gguf import GGMLQuantizationType as T
+
+from gguf_copy import copy_metadata, write_out
 
 
 def unpermute_rows(rows, n_head):
@@ -53,18 +55,15 @@ def main():
     n_layer = int(reader.fields["llama.block_count"].contents())
     head_dim = n_embd // n_head
 
-    writer = gguf.GGUFWriter(dst, "qwen3")
-    for key, field in reader.fields.items():
-        if key.startswith("GGUF.") or key == "general.architecture":
-            continue  # the writer writes these itself
-        vtype = V(field.types[0])
-        value = field.contents()
+    def as_qwen3(key, value):
         if key == "general.name":
             value += " as qwen3"
         if key.startswith("llama."):
             key = "qwen3." + key[len("llama."):]
-        sub = V(field.types[1]) if vtype == V.ARRAY else None
-        writer.add_key_value(key, value, vtype, sub_type=sub)
+        return key, value
+
+    writer = gguf.GGUFWriter(dst, "qwen3")
+    copy_metadata(reader, writer, as_qwen3)
 
     i = np.arange(head_dim, dtype=np.float64)
     q_norm = (2.5 + 0.5 * np.sin(i)).astype(np.float32)
@@ -80,10 +79,7 @@ def main():
             layer = t.name.split(".")[1]
             writer.add_tensor(f"blk.{layer}.attn_q_norm.weight", q_norm, raw_dtype=T.F32)
             writer.add_tensor(f"blk.{layer}.attn_k_norm.weight", k_norm, raw_dtype=T.F32)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_out(writer)
     print(f"qwen3 variant: {n_layer} layers, {n_head} heads / {n_head_kv} KV heads of "
           f"{head_dim}, q/k rows un-permuted for NEOX RoPE, q/k norms added", file=sys.stderr)
 

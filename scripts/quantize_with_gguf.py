@@ -18,7 +18,9 @@ import sys
 import numpy as np
 
 import gguf
-from gguf import GGMLQuantizationType as T, GGUFValueType as V
+from gguf import GGMLQuantizationType as T
+
+from gguf_copy import copy_metadata, write_out
 
 # llama_ftype numbers (llama.h) of the types this script makes.
 FTYPE = {"Q5_0": 8, "Q5_1": 9}
@@ -33,18 +35,6 @@ def target_type(name, shape, qtype, tied_output):
     return qtype
 
 
-def copy_metadata(reader, writer, ftype):
-    for key, field in reader.fields.items():
-        if key.startswith("GGUF.") or key == "general.architecture":
-            continue  # the writer writes these itself
-        vtype = V(field.types[0])
-        if key == "general.file_type":
-            writer.add_uint32(key, ftype)
-            continue
-        sub = V(field.types[1]) if vtype == V.ARRAY else None
-        writer.add_key_value(key, field.contents(), vtype, sub_type=sub)
-
-
 def main():
     if len(sys.argv) != 4 or sys.argv[3] not in FTYPE:
         sys.exit(__doc__)
@@ -55,7 +45,8 @@ def main():
     names = {t.name for t in reader.tensors}
     tied = "output.weight" not in names
     writer = gguf.GGUFWriter(dst, arch)
-    copy_metadata(reader, writer, FTYPE[type_name])
+    copy_metadata(reader, writer, lambda key, value: (
+        key, FTYPE[type_name] if key == "general.file_type" else value))
     for t in reader.tensors:
         shape = [int(d) for d in t.shape]  # ggml order: row length first
         new_type = target_type(t.name, shape, qtype, tied)
@@ -65,10 +56,7 @@ def main():
         f32 = gguf.quants.dequantize(t.data, t.tensor_type)
         q = gguf.quants.quantize(f32.reshape(shape[::-1]), new_type)
         writer.add_tensor(t.name, q, raw_dtype=new_type)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_out(writer)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@
 // content without.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -16,6 +15,7 @@
 #include "engine/sessions/chat_formatter.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "tests/support/tokenizer_test_util.h"
 
 namespace streamd {
 namespace {
@@ -30,13 +30,9 @@ struct Family {
 // The vocabulary ggml-vocab-`vocab`.gguf with the template templates/`jinja`.jinja, or null
 // after recording why not.
 std::unique_ptr<Family> LoadFamily(const std::string& vocab, const std::string& jinja) {
-  const char* dir = std::getenv("STREAMD_VOCAB_DIR");
-  if (dir == nullptr || *dir == '\0') {
-    ADD_FAILURE() << "STREAMD_VOCAB_DIR is not set: run the tests with `make test`, or export "
-                     "STREAMD_VOCAB_DIR=$(scripts/fetch-test-vocab.sh --golden)";
-    return nullptr;
-  }
-  auto file = gguf::GgufFile::Open(std::string(dir) + "/ggml-vocab-" + vocab + ".gguf");
+  const std::string dir = tokenizer::testing::VocabDirOrFail();
+  if (dir.empty()) return nullptr;
+  auto file = gguf::GgufFile::Open(dir + "/ggml-vocab-" + vocab + ".gguf");
   if (!file.ok()) {
     ADD_FAILURE() << file.status().ToString();
     return nullptr;
@@ -46,7 +42,7 @@ std::unique_ptr<Family> LoadFamily(const std::string& vocab, const std::string& 
     ADD_FAILURE() << tok.status().ToString();
     return nullptr;
   }
-  std::ifstream in(std::string(dir) + "/templates/" + jinja + ".jinja", std::ios::binary);
+  std::ifstream in(dir + "/templates/" + jinja + ".jinja", std::ios::binary);
   const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   if (text.empty()) {
     ADD_FAILURE() << "missing " << dir << "/templates/" << jinja << ".jinja";

@@ -241,6 +241,23 @@ std::vector<float> LogitsOf(LlamaModel& model) {
   return all;
 }
 
+using Shape = std::tuple<kernels::cpu::WeightType, int64_t, int64_t>;
+
+// A plan's tuning with every product shape of `model` at 8-bit activations in every token
+// bucket, one entry per shape and bucket (ProductMatrices lists a shape once per matrix).
+CpuTuning AllEightBit(const LlamaModel& model, std::set<Shape>* shapes_out = nullptr) {
+  CpuTuning eight;
+  std::set<Shape> shapes;
+  for (const WeightMatrix* w : model.ProductMatrices()) {
+    if (!shapes.insert({w->type, w->rows, w->cols}).second) continue;
+    for (int b = 0; b < kTokenBuckets; ++b) {
+      eight.isa.push_back({w->type, w->rows, w->cols, b, kernels::cpu::ActiveIsa(), 8});
+    }
+  }
+  if (shapes_out != nullptr) *shapes_out = std::move(shapes);
+  return eight;
+}
+
 // With every product at 8 bits (a plan's tuning), the converted rows of the layers are read by
 // no product: they are freed (ReleaseUnreadConvertedRows), the logits stay bit for bit, and a
 // tuning that would read them is refused instead of reading freed memory.
@@ -255,17 +272,7 @@ TEST(ConvertedModelFileTest, EightBitProductsNeedOnlyTheirPackedCopies) {
   ASSERT_TRUE(model.ok()) << model.status().ToString();
   LlamaModel& m = **model;
   m.set_threads(2);
-  CpuTuning eight;
-  for (const WeightMatrix* w : m.ProductMatrices()) {
-    for (int b = 0; b < kTokenBuckets; ++b) {
-      eight.isa.push_back({w->type, w->rows, w->cols, b, kernels::cpu::ActiveIsa(), 8});
-    }
-  }
-  // ProductMatrices lists a shape once per matrix: keep one entry per shape and bucket.
-  std::sort(eight.isa.begin(), eight.isa.end(), [](const ShapeIsa& a, const ShapeIsa& b) {
-    return std::tie(a.type, a.rows, a.cols, a.bucket) < std::tie(b.type, b.rows, b.cols, b.bucket);
-  });
-  eight.isa.erase(std::unique(eight.isa.begin(), eight.isa.end()), eight.isa.end());
+  const CpuTuning eight = AllEightBit(m);
   ASSERT_TRUE(m.ApplyTuning(eight).ok());
   const std::vector<float> before = LogitsOf(m);
   const uint64_t converted = m.weights().converted_bytes;
@@ -303,14 +310,8 @@ TEST(ConvertedModelFileTest, MatricesAPlanServesAloneAreNotConvertedAtLoad) {
   ASSERT_TRUE(converted.ok()) << converted.status().ToString();
   LlamaModel& a = **converted;
   a.set_threads(2);
-  CpuTuning eight;
-  std::set<std::tuple<kernels::cpu::WeightType, int64_t, int64_t>> shapes;
-  for (const WeightMatrix* w : a.ProductMatrices()) {
-    if (!shapes.insert({w->type, w->rows, w->cols}).second) continue;
-    for (int b = 0; b < kTokenBuckets; ++b) {
-      eight.isa.push_back({w->type, w->rows, w->cols, b, kernels::cpu::ActiveIsa(), 8});
-    }
-  }
+  std::set<Shape> shapes;
+  const CpuTuning eight = AllEightBit(a, &shapes);
   ASSERT_TRUE(a.ApplyTuning(eight).ok());
   const std::vector<float> logits = LogitsOf(a);
   const std::vector<uint8_t> copies = Vnni8CopiesBlob(a.weights());
@@ -365,15 +366,10 @@ TEST(ConvertedModelFileTest, Q6_KAtEightBitsTracksTheExactModel) {
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
   LlamaModel& model = **loaded;
   model.set_threads(2);
-  CpuTuning eight;
-  std::set<std::tuple<kernels::cpu::WeightType, int64_t, int64_t>> shapes;
   for (const WeightMatrix* w : model.ProductMatrices()) {
     ASSERT_EQ(w->type, kernels::cpu::WeightType::kQ6_K);  // read as stored, head included
-    if (!shapes.insert({w->type, w->rows, w->cols}).second) continue;
-    for (int b = 0; b < kTokenBuckets; ++b) {
-      eight.isa.push_back({w->type, w->rows, w->cols, b, kernels::cpu::ActiveIsa(), 8});
-    }
   }
+  const CpuTuning eight = AllEightBit(model);
   EXPECT_EQ(model.weight_bytes(), model.weights().total_bytes);
   ASSERT_TRUE(model.ApplyTuning(eight).ok());
   // A decode step now reads the copies (576 bytes per 16 rows and block, the rows' 420), and
