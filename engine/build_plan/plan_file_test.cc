@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <random>
 
 #include "engine/backends/cpu/llama_model.h"
 #include "engine/backends/cpu/synthetic_model.h"
+#include "engine/build_plan/plan_binding.h"
 #include "engine/cache/session_cache.h"
 #include "tests/support/plan_test_util.h"
 
@@ -195,6 +197,75 @@ TEST(PlanFileTest, APlanIsBoundToModelVersionAndHardware) {
   s = CheckPlanMatches(plan, "m.plan", other_cpu);
   EXPECT_THAT(s.message(), HasSubstr("Test CPU"));       // the plan's machine
   EXPECT_THAT(s.message(), HasSubstr("AMD EPYC 9654"));  // and this one
+}
+
+// A plan that passes every binding check but is refused when applied (a kernel choice for a
+// shape the model lacks; an int8 KV cache of another shape) fails the load, "model.plan: ...",
+// when it was named; under model.plan: auto (plan_rejected) the model is loaded again with the
+// built-in defaults, runs as a model loaded without a plan does, and the reason is returned.
+TEST(PlanBindingTest, APlanRefusedWhenAppliedLeavesTheDefaultsUnderAuto) {
+  auto bytes = BuildSyntheticModel(QuantSpec());
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  const std::string model_path = testing::TempDir() + "/refused_plan_model.gguf";
+  {
+    std::ofstream out(model_path, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes->data()),
+              static_cast<std::streamsize>(bytes->size()));
+  }
+  auto file = gguf::GgufFile::Open(model_path);
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  const PlanExpectations here = ExpectationsHere(**file);
+  BuildPlan plan;
+  plan.streamd_version = here.streamd_version;
+  plan.model_fingerprint = here.model_fingerprint;
+  plan.hardware = here.hardware;
+  plan.model_name = "synthetic";
+  plan.model_path = model_path;
+  plan.built_at = "2026-12-06T23:00:00Z";
+  plan.tuning.isa.push_back({WeightType::kQ4_0, 4096, 4096, 0, Isa::kAvx2});
+  const std::string plan_path = testing::TempDir() + "/refused.plan";
+  ASSERT_TRUE(WritePlanFile(plan_path, plan, {}).ok());
+
+  auto defaults = LoadCpuModel(model_path, "");
+  ASSERT_TRUE(defaults.ok()) << defaults.status().ToString();
+  const std::vector<int32_t> tokens = RandomTokens((*defaults)->config().vocab_size, 24);
+  const std::vector<float> default_logits = Logits(**defaults, tokens);
+
+  std::string note;
+  auto named = LoadCpuModel(model_path, plan_path, &note);
+  ASSERT_FALSE(named.ok());
+  EXPECT_THAT(named.status().message(),
+              HasSubstr("model.plan: " + plan_path +
+                        ": tuning.isa[0]: this model has no 4096x4096 q4_0 matrix"));
+
+  note = "a stale note";
+  std::string rejected;
+  auto fallback = LoadCpuModel(model_path, plan_path, &note, &rejected);
+  ASSERT_TRUE(fallback.ok()) << fallback.status().ToString();
+  EXPECT_THAT(rejected, HasSubstr(plan_path + ": tuning.isa[0]: this model has no"));
+  EXPECT_TRUE(note.empty());
+  EXPECT_EQ((*fallback)->tuning(), (*defaults)->tuning());
+  EXPECT_EQ(Logits(**fallback, tokens), default_logits);
+
+  // The tuning fits now; the KV cache's scales are for one layer more than the model has.
+  const LlamaConfig& c = (*defaults)->config();
+  plan.tuning = CpuTuning{};
+  plan.kv_cache.dtype = "int8";
+  plan.kv_cache.n_layers = c.n_layers + 1;
+  plan.kv_cache.n_kv_heads = c.n_kv_heads;
+  plan.kv_cache.head_dim = c.head_dim;
+  const size_t n = static_cast<size_t>(plan.kv_cache.n_layers * c.n_kv_heads * c.head_dim);
+  plan.kv_cache.k_scales.assign(n, 0.01f);
+  plan.kv_cache.v_scales.assign(n, 0.01f);
+  ASSERT_TRUE(WritePlanFile(plan_path, plan, {}).ok());
+  rejected.clear();
+  fallback = LoadCpuModel(model_path, plan_path, &note, &rejected);
+  ASSERT_TRUE(fallback.ok()) << fallback.status().ToString();
+  EXPECT_THAT(rejected, HasSubstr(plan_path + ": kv_cache: "));
+  EXPECT_EQ((*fallback)->CacheShape().dtype, (*defaults)->CacheShape().dtype);
+  EXPECT_EQ(Logits(**fallback, tokens), default_logits);
+  std::filesystem::remove(plan_path);
+  std::filesystem::remove(model_path);
 }
 
 // ---- a plan's choices applied to a model ------------------------------------------------------
