@@ -56,6 +56,8 @@ size_t WeightRowBytes(WeightType type, int64_t k) {
       return n / kQuantBlock * sizeof(BlockQ8_0);
     case WeightType::kQ5_0:
       return n / kQuantBlock * sizeof(BlockQ5_0);
+    case WeightType::kQ5_1:
+      return n / kQuantBlock * sizeof(BlockQ5_1);
     case WeightType::kQ6_K:
       return n / kQ6_KValues * sizeof(BlockQ6_K);
   }
@@ -122,9 +124,10 @@ void MatMulRowsAt(Isa level, WeightType type, const void* w, size_t w_row_bytes,
   if (IsQuantized(type)) {
     const auto* x_blocks = static_cast<const BlockQ16_1*>(xq);
 #if !defined(STREAMD_NO_AMX)
-    // No AMX form of Q5_0 or Q6_K (AmxPackable refuses them): their products stay at the AVX-512
-    // VNNI level, which the AMX level includes.
-    if (isa == Isa::kAmx && type != WeightType::kQ5_0 && type != WeightType::kQ6_K) {
+    // No AMX form of Q5_0, Q5_1 or Q6_K (AmxPackable refuses them): their products stay at the
+    // AVX-512 VNNI level, which the AMX level includes.
+    if (isa == Isa::kAmx && type != WeightType::kQ5_0 && type != WeightType::kQ5_1 &&
+        type != WeightType::kQ6_K) {
       internal::MatMulQuantAmx(type, w_bytes, w_row_bytes, static_cast<const uint8_t*>(amx_packed),
                                k, x_blocks, n_tokens, out, ldo, row_begin, row_end);
       return;
@@ -215,6 +218,20 @@ void DequantizeRow(WeightType type, const void* w_row, int64_t k, float* out) {
               j < kQuantBlock / 2 ? blk.qs[j] & 0xf : blk.qs[j - kQuantBlock / 2] >> 4;
           const int q = nibble | static_cast<int>(((qh >> j) & 1u) << 4);
           out[b * kQuantBlock + j] = d * static_cast<float>(q - 16);
+        }
+      }
+      return;
+    case WeightType::kQ5_1:
+      for (int64_t b = 0; b < nb; ++b) {
+        const auto& blk = reinterpret_cast<const BlockQ5_1*>(bytes)[b];
+        const float d = HalfToFloat(blk.d), m = HalfToFloat(blk.m);
+        uint32_t qh;
+        std::memcpy(&qh, blk.qh, sizeof qh);
+        for (int j = 0; j < kQuantBlock; ++j) {
+          const int nibble =
+              j < kQuantBlock / 2 ? blk.qs[j] & 0xf : blk.qs[j - kQuantBlock / 2] >> 4;
+          const int q = nibble | static_cast<int>(((qh >> j) & 1u) << 4);
+          out[b * kQuantBlock + j] = d * static_cast<float>(q) + m;
         }
       }
       return;

@@ -4,11 +4,11 @@
 //
 // W is stored row-major in its GGUF block layout (see quant_blocks.h): row r starts at
 // w + r * w_row_bytes. Activations are first converted once per product (PrepareActivations):
-// for quantized weights (Q4_0, Q4_1, Q8_0) into 12-bit blocks (Q16_1, quant_blocks.h: per 32
-// values an f32 scale amax/2047, int16 values, and d*sum(q)) so the dot products run on exact
-// integer sums; for float weights into an f32 copy. MatMulRows then reads each weight block once
-// per group of tokens. Row ranges let the caller split the work across threads: MatMulRows is
-// thread-safe for disjoint ranges. No allocation happens in MatMulRows.
+// for quantized weights (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q6_K) into 12-bit blocks (Q16_1,
+// quant_blocks.h: per 32 values an f32 scale amax/2047, int16 values, and d*sum(q)) so the dot
+// products run on exact integer sums; for float weights into an f32 copy. MatMulRows then reads
+// each weight block once per group of tokens. Row ranges let the caller split the work across
+// threads: MatMulRows is thread-safe for disjoint ranges. No allocation happens in MatMulRows.
 //
 // Precision: the 12-bit step (|x - d*q| <= amax/4094 per value) keeps products close to exact
 // arithmetic on the stored weights. 8-bit activations (llama.cpp's Q8_1) changed the argmax of
@@ -31,11 +31,13 @@ namespace streamd::kernels::cpu {
 // kQ5_0 is read as stored (GGUF's 22-byte blocks, quant_blocks.h) by the products at every level
 // with 12-bit activations (AMX runs them at the AVX-512 VNNI level) and by the 8-bit portable
 // reference; its 8-bit packed copy (PackForVnni8) is Q8_0's.
+// kQ5_1 likewise (GGUF's 24-byte blocks: Q5_0's values 0..31 with Q4_1's d and m); its 8-bit copy
+// holds the values as bytes with d and m.
 // kQ6_K is read as stored too (GGUF's 210-byte super-blocks of 256 values; k a multiple of 256)
-// by the products with 12-bit activations at every level (AMX: the AVX-512 VNNI level's). It has
-// no 8-bit form: its values times their 16-value scales need 13 bits (FastInt8Activations and
-// Vnni8Packable refuse it).
-enum class WeightType { kF32, kF16, kBF16, kQ4_0, kQ4_1, kQ8_0, kQ5_0, kQ6_K };
+// by the products with 12-bit activations at every level (AMX: the AVX-512 VNNI level's). Its
+// values times their 16-value scales need 13 bits, so its 8-bit product scales each group's sum
+// apart (PackForVnni8).
+enum class WeightType { kF32, kF16, kBF16, kQ4_0, kQ4_1, kQ8_0, kQ5_0, kQ6_K, kQ5_1 };
 
 // Levels, ordered by preference. Each runs the kAvx2 code except for the quantized products:
 // kAvxVnni does their i16 multiply-accumulates with AVX-VNNI (vpdpwssd, VEX), kAvx512Vnni with

@@ -40,6 +40,12 @@ std::vector<uint8_t> RandomWeights(WeightType type, int64_t rows, int64_t k) {
           set_half(base + b * sizeof(BlockQ4_1) + 2);
         }
         break;
+      case WeightType::kQ5_1:
+        for (int64_t b = 0; b < k / 32; ++b) {
+          set_half(base + b * sizeof(BlockQ5_1));
+          set_half(base + b * sizeof(BlockQ5_1) + 2);
+        }
+        break;
       case WeightType::kQ8_0:
         for (int64_t b = 0; b < k / 32; ++b) set_half(base + b * sizeof(BlockQ8_0));
         break;

@@ -24,12 +24,12 @@
 
 namespace streamd::kernels::cpu::internal {
 
-// The block formats the integer kernels read (Q4_0, Q4_1, Q8_0, Q5_0, Q6_K); the others are float
-// weights. static: each file's copy is compiled with its own flags (see the note on inline
-// functions).
+// The block formats the integer kernels read (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q6_K); the others
+// are float weights. static: each file's copy is compiled with its own flags (see the note on
+// inline functions).
 static constexpr bool IsQuantized(WeightType type) {
   return type == WeightType::kQ4_0 || type == WeightType::kQ4_1 || type == WeightType::kQ8_0 ||
-         type == WeightType::kQ5_0 || type == WeightType::kQ6_K;
+         type == WeightType::kQ5_0 || type == WeightType::kQ5_1 || type == WeightType::kQ6_K;
 }
 // The formats the 8-bit activation kernels read: all the quantized ones. Q6_K's values times their
 // scales (13 bits) fit no byte, so its 8-bit product multiplies the 6-bit values and applies each
@@ -66,7 +66,7 @@ void QuantizeRowQ16_1Portable(const float* x, int64_t k, BlockQ16_1* out);
 void QuantizeRowQ16_1Avx2(const float* x, int64_t k, BlockQ16_1* out);
 void QuantizeRowQ16_1Avx512(const float* x, int64_t k, BlockQ16_1* out);
 
-// Quantized weights (Q4_0, Q4_1, Q8_0, Q5_0) times xq: [n_tokens, k/32] BlockQ16_1.
+// Quantized weights (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q6_K) times xq: [n_tokens, k/32] BlockQ16_1.
 void MatMulQuantPortable(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t k,
                          const BlockQ16_1* xq, int64_t n_tokens, float* out, int64_t ldo,
                          int64_t row_begin, int64_t row_end);
@@ -104,10 +104,13 @@ static constexpr size_t Vnni8ShiftInts(WeightType type, int64_t k) {
   return per_block * static_cast<size_t>(kVnni8TokensPerPass * (k / kQuantBlock));
 }
 // PackForVnni8's record of one tile of 16 rows and one block: the 4-bit formats' 320 bytes; Q8_0's
-// (and Q5_0's) 576; Q6_K's 576 as well: 16 f16 super-block scales d, 16 + 16 i8 group scales, and
-// 512 bytes of values (matmul.h).
+// (and Q5_0's) 576; Q5_1's 576 too (16 f16 d, 16 f16 m, its values 0-31 as bytes); Q6_K's 576 as
+// well: 16 f16 super-block scales d, 16 + 16 i8 group scales, and 512 bytes of values (matmul.h).
 inline constexpr size_t Vnni8RecordBytes(WeightType type) {
-  return Vnni8PackedFormat(type) == WeightType::kQ8_0 || type == WeightType::kQ6_K ? 576 : 320;
+  return Vnni8PackedFormat(type) == WeightType::kQ8_0 || type == WeightType::kQ6_K ||
+                 type == WeightType::kQ5_1
+             ? 576
+             : 320;
 }
 
 // packed: the PackForAmx copy of w, or null. Q4_0, Q4_1 and Q8_0 only (Q5_0 and Q6_K run at the

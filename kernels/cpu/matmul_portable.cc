@@ -7,9 +7,10 @@
 //   Q4_0: dw * (dx * sum_j q_j y_j - 8 sx)             (w_j = dw (q_j - 8), q_j in [0,15])
 //   Q8_0: dw * dx * sum_j q_j y_j                      (w_j = dw q_j)
 //   Q5_0: dw * dx * sum_j (q_j - 16) y_j               (w_j = dw (q_j - 16), q_j in [0,31])
+//   Q5_1: dw * dx * sum_j q_j y_j + mw * sx            (w_j = dw q_j + mw,  q_j in [0,31])
 // with |y_j| <= kQ16Max = 2047. The integer sums are exact in i32, and in f32 too: |sum| <= 32 * 15
-// * 2047 < 2^20 for the 4-bit formats, <= 32 * 16 * 2047 < 2^21 for Q5_0, <= 32 * 128 * 2047 <
-// 2^23 for Q8_0. Blocks are accumulated in f32.
+// * 2047 < 2^20 for the 4-bit formats, <= 32 * 31 * 2047 < 2^21 for Q5_0 and Q5_1, <= 32 * 128 *
+// 2047 < 2^23 for Q8_0. Blocks are accumulated in f32.
 //   Q6_K: d * dx * sum_j sc_j (q_j - 32) y_j         (w_j = d sc_j (q_j - 32), q_j in [0,63],
 //                                                      sc_j the i8 scale of j's 16 values)
 // per 32-value block of its 256-value super-blocks: the i32 sum is exact (|sc (q - 32)| <= 128 *
@@ -76,6 +77,22 @@ float DotRowQ5_0(const BlockQ5_0* w, const BlockQ16_1* x, int64_t nb) {
       sumi += (lo - 16) * x[b].qs[j] + (hi - 16) * x[b].qs[j + kHalf];
     }
     acc += HalfToFloat(w[b].d) * x[b].d * static_cast<float>(sumi);
+  }
+  return acc;
+}
+
+float DotRowQ5_1(const BlockQ5_1* w, const BlockQ16_1* x, int64_t nb) {
+  float acc = 0.0f;
+  for (int64_t b = 0; b < nb; ++b) {
+    uint32_t qh;
+    std::memcpy(&qh, w[b].qh, sizeof qh);
+    int32_t sumi = 0;
+    for (int j = 0; j < kHalf; ++j) {
+      const int32_t lo = (w[b].qs[j] & 0xf) | static_cast<int32_t>(((qh >> j) & 1u) << 4);
+      const int32_t hi = (w[b].qs[j] >> 4) | static_cast<int32_t>(((qh >> (j + kHalf)) & 1u) << 4);
+      sumi += lo * x[b].qs[j] + hi * x[b].qs[j + kHalf];
+    }
+    acc += HalfToFloat(w[b].d) * x[b].d * static_cast<float>(sumi) + HalfToFloat(w[b].m) * x[b].s;
   }
   return acc;
 }
@@ -172,6 +189,9 @@ void MatMulQuantPortable(WeightType type, const uint8_t* w, size_t w_row_bytes, 
           break;
         case WeightType::kQ5_0:
           o[r] = DotRowQ5_0(reinterpret_cast<const BlockQ5_0*>(row), x, nb);
+          break;
+        case WeightType::kQ5_1:
+          o[r] = DotRowQ5_1(reinterpret_cast<const BlockQ5_1*>(row), x, nb);
           break;
         case WeightType::kQ6_K:
           o[r] = DotRowQ6_K(reinterpret_cast<const BlockQ6_K*>(row), x, nb);

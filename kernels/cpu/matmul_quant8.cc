@@ -36,7 +36,7 @@ void QuantizeRowQ8APortable(const float* x, int64_t k, BlockQ8A* out) {
 namespace {
 
 // Block b of one weight row as 32 values in element order, its scale dw and offset factor ow
-// (Q4_1: m; Q4_0: dw, with os = -8 sx; Q8_0 and Q5_0: none).
+// (Q4_1 and Q5_1: m; Q4_0: dw, with os = -8 sx; Q8_0 and Q5_0: none).
 struct RowBlock {
   int32_t q[kQuantBlock];
   float dw = 0, ow = 0;
@@ -56,6 +56,20 @@ RowBlock LoadBlock(WeightType type, const uint8_t* row, int64_t b) {
           ((blk.qs[j] >> 4) | static_cast<int32_t>(((qh >> (j + kQuantBlock / 2)) & 1u) << 4)) - 16;
     }
     r.dw = HalfToFloat(blk.d);
+    return r;
+  }
+  if (type == WeightType::kQ5_1) {  // values 0..31 and Q4_1's offset term
+    const auto& blk = reinterpret_cast<const BlockQ5_1*>(row)[b];
+    uint32_t qh;
+    std::memcpy(&qh, blk.qh, sizeof qh);
+    for (int j = 0; j < kQuantBlock / 2; ++j) {
+      r.q[j] = (blk.qs[j] & 0xf) | static_cast<int32_t>(((qh >> j) & 1u) << 4);
+      r.q[j + kQuantBlock / 2] =
+          (blk.qs[j] >> 4) | static_cast<int32_t>(((qh >> (j + kQuantBlock / 2)) & 1u) << 4);
+    }
+    r.dw = HalfToFloat(blk.d);
+    r.ow = HalfToFloat(blk.m);
+    r.offset = true;
     return r;
   }
   if (type == WeightType::kQ8_0) {
@@ -200,7 +214,7 @@ void MatMulRows8(WeightType type, const void* w, size_t w_row_bytes, int64_t k, 
                  int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin, int64_t row_end,
                  const void* packed) {
   STREAMD_CHECK_MSG(HasInt8Products(type),
-                    "8-bit activations need Q4_0, Q4_1, Q5_0, Q8_0 or Q6_K weights");
+                    "8-bit activations need Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 or Q6_K weights");
   STREAMD_CHECK_MSG(k > 0 && k % internal::StorageBlockValues(type) == 0,
                     "quantized k must be a multiple of the type's block (32; Q6_K 256)");
   STREAMD_CHECK_MSG(row_begin >= 0 && row_end >= row_begin && n_tokens >= 0,
@@ -281,6 +295,17 @@ void PackForVnni8(WeightType type, const void* w, size_t w_row_bytes, int64_t ro
           for (int i = 0; i < kQuantBlock / 4; ++i) {
             for (int e = 0; e < 4; ++e) {
               quants[64 * i + 4 * r + e] = static_cast<uint8_t>(qb.q[4 * i + e]);
+            }
+          }
+        } else if (type == WeightType::kQ5_1) {
+          // d, m and the values 0..31 as bytes (unsigned already: no shift).
+          const internal::RowBlock rb = internal::LoadBlock(type, row, b);
+          const auto& blk = reinterpret_cast<const BlockQ5_1*>(row)[b];
+          d[r] = blk.d;
+          m[r] = blk.m;
+          for (int i = 0; i < kQuantBlock / 4; ++i) {
+            for (int e = 0; e < 4; ++e) {
+              quants[64 * i + 4 * r + e] = static_cast<uint8_t>(rb.q[4 * i + e]);
             }
           }
         } else if (type == WeightType::kQ8_0 || type == WeightType::kQ5_0) {

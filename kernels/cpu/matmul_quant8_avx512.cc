@@ -1,4 +1,4 @@
-// Quantized weights (Q4_0, Q4_1, Q8_0, Q6_K) times 8-bit activations (BlockQ8A), AVX-512 VNNI
+// Quantized weights (Q4_0, Q4_1, Q8_0, Q5_1, Q6_K) times 8-bit activations (BlockQ8A), AVX-512 VNNI
 // level, from the PackForVnni8 copy (whole tiles of 16 rows; MatMulRows8 sends any other row, and a
 // matrix without a copy, to the portable reference).
 //
@@ -26,7 +26,8 @@ namespace {
 
 constexpr int kQuads = kQuantBlock / 4;  // 4-byte groups per block
 
-enum class Format { kQ4_0, kQ4_1, kQ8_0, kQ6_K };
+// kQ5_1: values 0..31 as bytes (Q8_0's loads, no shift) with Q4_1's offset term.
+enum class Format { kQ4_0, kQ4_1, kQ8_0, kQ6_K, kQ5_1 };
 
 template <Format F>
 inline float OffsetFactor() {
@@ -90,7 +91,7 @@ inline __m512i DpbusdBroadcast(__m512i sum, __m512i w, const int8_t* p) {
 template <Format F, int G>
 inline void PackedChunk(const uint8_t* tile, int64_t nb, const BlockQ8A* x, const int32_t* shifts,
                         int64_t kb0, int64_t kb1, __m512* acc) {
-  constexpr size_t kRecord = F == Format::kQ8_0 ? 576 : 320;
+  constexpr size_t kRecord = F == Format::kQ8_0 || F == Format::kQ5_1 ? 576 : 320;
   const float os_factor = OffsetFactor<F>();
   for (int t = 0; t < G; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = kb0; b < kb1; ++b) {
@@ -101,7 +102,7 @@ inline void PackedChunk(const uint8_t* tile, int64_t nb, const BlockQ8A* x, cons
     }
     const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(rec)));
     __m512i wv[kQuads];
-    if constexpr (F == Format::kQ8_0) {
+    if constexpr (F == Format::kQ8_0 || F == Format::kQ5_1) {
       for (int i = 0; i < kQuads; ++i) {
         wv[i] = _mm512_load_si512(rec + 64 + 64 * i);
       }
@@ -114,7 +115,7 @@ inline void PackedChunk(const uint8_t* tile, int64_t nb, const BlockQ8A* x, cons
       }
     }
     __m512 ow = _mm512_setzero_ps();
-    if constexpr (F == Format::kQ4_1) {
+    if constexpr (F == Format::kQ4_1 || F == Format::kQ5_1) {
       ow = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(rec + 32)));
     } else if constexpr (F == Format::kQ4_0) {
       ow = dw;
@@ -215,7 +216,8 @@ void PackedGroup(const uint8_t* tile, int64_t nb, const BlockQ8A* x, const int32
 template <Format F>
 void MatMul8Packed(const uint8_t* packed, int64_t k, const BlockQ8A* xq, int64_t n_tokens,
                    float* out, int64_t ldo, int64_t row_begin, int64_t row_end, int32_t* shifts) {
-  constexpr size_t kRecord = F == Format::kQ8_0 || F == Format::kQ6_K ? 576 : 320;
+  constexpr size_t kRecord =
+      F == Format::kQ8_0 || F == Format::kQ6_K || F == Format::kQ5_1 ? 576 : 320;
   const int64_t nb = k / kQuantBlock;
   // Q8_0's and Q6_K's shifts for up to kVnni8TokensPerPass tokens at a time, in the caller's
   // scratch.
@@ -275,6 +277,9 @@ void MatMulQuant8PackedAvx512Vnni(WeightType type, const uint8_t* packed, int64_
                                           shifts);
     case WeightType::kQ8_0:
       return MatMul8Packed<Format::kQ8_0>(packed, k, xq, n_tokens, out, ldo, row_begin, row_end,
+                                          shifts);
+    case WeightType::kQ5_1:
+      return MatMul8Packed<Format::kQ5_1>(packed, k, xq, n_tokens, out, ldo, row_begin, row_end,
                                           shifts);
     case WeightType::kQ6_K:
       return MatMul8Packed<Format::kQ6_K>(packed, k, xq, n_tokens, out, ldo, row_begin, row_end,

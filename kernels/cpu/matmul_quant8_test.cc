@@ -85,7 +85,8 @@ TEST(MatMul8Test, WithoutACopyEqualsReferenceAndStaysWithinTheQuantizationBound)
       {WeightType::kQ4_0, 12, 1088, 33}, {WeightType::kQ8_0, 25, 576, 16},
       {WeightType::kQ8_0, 7, 1056, 5},   {WeightType::kQ5_0, 29, 896, 16},
       {WeightType::kQ5_0, 11, 4864, 3},  {WeightType::kQ6_K, 21, 256, 9},
-      {WeightType::kQ6_K, 13, 1536, 17},
+      {WeightType::kQ6_K, 13, 1536, 17}, {WeightType::kQ5_1, 27, 576, 11},
+      {WeightType::kQ5_1, 9, 1536, 1},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "type " << static_cast<int>(c.type) << " rows " << c.rows
@@ -166,6 +167,10 @@ TEST(MatMul8Test, PackedCopyGivesTheSameBits) {
       {WeightType::kQ5_0, 48, 896, 16},
       {WeightType::kQ5_0, 32, 4864, 70},
       {WeightType::kQ5_0, 16, 896, 1},
+      // Q5_1: its values 0-31 as bytes with Q4_1's offset term.
+      {WeightType::kQ5_1, 48, 576, 16},
+      {WeightType::kQ5_1, 32, 1536, 70},
+      {WeightType::kQ5_1, 16, 576, 1},
       // Q6_K: its values unsigned, each 16-value group's sum scaled apart; two block chunks
       // (k 1536 is 48 blocks), partial groups of 8 tokens, a pass of 64 and the rest.
       {WeightType::kQ6_K, 48, 1536, 16},

@@ -1,4 +1,5 @@
-// Quantized weights (Q4_0, Q4_1, Q8_0, Q5_0, Q6_K) times Q16_1 activations, AVX-512 VNNI level.
+// Quantized weights (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q6_K) times Q16_1 activations, AVX-512 VNNI
+// level.
 //
 // Batches of many tokens (decode steps of many sessions, prefill chunks) are bound by the i16
 // multiply-accumulates. Measured on this project's Sapphire Rapids machine, vpdpwssd issues two
@@ -77,6 +78,28 @@ struct Q5_0FormatZmm : Q5_0Format {
     for (int r = 0; r < 4; ++r) {
       // vpmaddwd: the pair sums alone (a vpdpwssd would need a zeroed accumulator first).
       p[r] = _mm512_madd_epi16(Widen512(reinterpret_cast<const BlockQ5_0*>(blocks[r])), yv);
+    }
+    return Fold4Zmm(p);
+  }
+};
+
+// Q5_1 the same way: its values 0-31 (the fifth bit adds 16), its offset term as Q4_1's.
+struct Q5_1FormatZmm : Q5_1Format {
+  static __m512i Widen512(const BlockQ5_1* b) {
+    const __m256i qs =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs)));
+    const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    const __m512i nibbles = _mm512_and_si512(_mm512_srlv_epi16(_mm512_cvtepu8_epi16(qs), shift),
+                                             _mm512_set1_epi16(0x0f));
+    uint32_t qh;
+    std::memcpy(&qh, b->qh, sizeof qh);
+    return _mm512_mask_add_epi16(nibbles, _cvtu32_mask32(qh), nibbles, _mm512_set1_epi16(16));
+  }
+  static __m256i Dot4(const uint8_t* const* blocks, const int16_t* y) {
+    const __m512i yv = _mm512_loadu_si512(reinterpret_cast<const void*>(y));
+    __m512i p[4];
+    for (int r = 0; r < 4; ++r) {
+      p[r] = _mm512_madd_epi16(Widen512(reinterpret_cast<const BlockQ5_1*>(blocks[r])), yv);
     }
     return Fold4Zmm(p);
   }
@@ -374,6 +397,9 @@ void MatMulQuantAvx512Vnni(WeightType type, const uint8_t* w, size_t w_row_bytes
                                         row_end);
     case WeightType::kQ5_0:
       return MatMulFormat16<Q5_0FormatZmm>(w, w_row_bytes, k, xq, n_tokens, out, ldo, row_begin,
+                                           row_end);
+    case WeightType::kQ5_1:
+      return MatMulFormat16<Q5_1FormatZmm>(w, w_row_bytes, k, xq, n_tokens, out, ldo, row_begin,
                                            row_end);
     case WeightType::kQ6_K: {
       // Chunks of 16 tokens in the lanes, as the other formats; the 1-5 tokens left (decode

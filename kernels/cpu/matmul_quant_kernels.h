@@ -1,5 +1,5 @@
-// AVX2 kernels for quantized weights (Q4_0, Q4_1, Q8_0, Q5_0, Q6_K) times Q16_1 activations, shared
-// by the instruction-set levels that run them. They are templates on Mac, the i16
+// AVX2 kernels for quantized weights (Q4_0, Q4_1, Q8_0, Q5_0, Q5_1, Q6_K) times Q16_1 activations,
+// shared by the instruction-set levels that run them. They are templates on Mac, the i16
 // multiply-accumulate acc + sum of pair products (acc[l] += a[2l] b[2l] + a[2l+1] b[2l+1] per i32
 // lane l):
 //   matmul_quant_avx2.cc  MaddAvx2:   _mm256_madd_epi16, then an i32 add
@@ -236,6 +236,9 @@ void MatMulQuant(WeightType type, const uint8_t* w, size_t w_row_bytes, int64_t 
                                            row_end);
     case WeightType::kQ5_0:
       return MatMulFormat<Mac, Q5_0Format>(w, w_row_bytes, k, xq, n_tokens, out, ldo, row_begin,
+                                           row_end);
+    case WeightType::kQ5_1:
+      return MatMulFormat<Mac, Q5_1Format>(w, w_row_bytes, k, xq, n_tokens, out, ldo, row_begin,
                                            row_end);
     case WeightType::kQ6_K:
       return MatMulFormat<Mac, Q6_KFormat>(w, w_row_bytes, k, xq, n_tokens, out, ldo, row_begin,

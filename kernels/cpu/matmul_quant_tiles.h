@@ -103,6 +103,32 @@ struct Q5_0Format {
   static float Os(float) { return 0.0f; }
 };
 
+// Q5_1: the nibbles as Q4_1's, bit 4 from qh: values in [0, 31]; [dw, mw] and the offset term
+// as Q4_1 (its d and m are the block's first 4 bytes too).
+struct Q5_1Format {
+  using Block = BlockQ5_1;
+  static constexpr bool kOffset = true, kOffsetIsMin = true;
+  static WeightI16 Widen(const Block* b) {
+    const WeightI16 nibbles = UnpackNibbles(b->qs);
+    uint32_t qh;
+    std::memcpy(&qh, b->qh, sizeof qh);
+    // Lane j of a vector holds bit j (lo: values 0-15) or bit 16 + j (hi: values 16-31) of qh;
+    // 16 is added where that bit is set.
+    const __m256i bit = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096,
+                                          8192, 16384, static_cast<int16_t>(-32768));
+    const __m256i sixteen = _mm256_set1_epi16(16);
+    const __m256i lo_set = _mm256_cmpeq_epi16(
+        _mm256_and_si256(_mm256_set1_epi16(static_cast<int16_t>(qh & 0xffffu)), bit), bit);
+    const __m256i hi_set = _mm256_cmpeq_epi16(
+        _mm256_and_si256(_mm256_set1_epi16(static_cast<int16_t>(qh >> 16)), bit), bit);
+    return {_mm256_add_epi16(nibbles.lo, _mm256_and_si256(lo_set, sixteen)),
+            _mm256_add_epi16(nibbles.hi, _mm256_and_si256(hi_set, sixteen))};
+  }
+  static __m256 Scales(__m256 pairs) { return pairs; }  // [dw, mw]
+  static __m256 TokenFactors(__m256 ds) { return ds; }  // [dx, sx]
+  static float Os(float sx) { return sx; }
+};
+
 // Q6_K: block b is an eighth of the super-block b / 8 (kBlocksPerUnit), values sc (q - 32) in
 // [-4096, 4096] with sc the i8 scale of each 16 values (lo: values 0-15, hi: 16-31), d the
 // super-block's f16, no offset term. i32 sums of one block stay below 2^28 (matmul_portable.cc);

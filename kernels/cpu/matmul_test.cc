@@ -63,6 +63,8 @@ const char* TypeName(WeightType t) {
       return "Q8_0";
     case WeightType::kQ5_0:
       return "Q5_0";
+    case WeightType::kQ5_1:
+      return "Q5_1";
     case WeightType::kQ6_K:
       return "Q6_K";
   }
@@ -316,7 +318,7 @@ TEST_P(MatMulTest, DequantizeRowMatchesIndependentDecode) {
 INSTANTIATE_TEST_SUITE_P(AllTypes, MatMulTest,
                          ::testing::Values(WeightType::kF32, WeightType::kF16, WeightType::kBF16,
                                            WeightType::kQ4_0, WeightType::kQ4_1, WeightType::kQ8_0,
-                                           WeightType::kQ5_0, WeightType::kQ6_K),
+                                           WeightType::kQ5_0, WeightType::kQ5_1, WeightType::kQ6_K),
                          [](const ::testing::TestParamInfo<WeightType>& param) {
                            return std::string(TypeName(param.param));
                          });

@@ -6,6 +6,7 @@
 //   Q8_0: x = d * q,              q in [-128,127]; d f16.        34 bytes
 //   Q5_0: x = d * (q - 16),       q in [0,31]: the nibble as Q4_0's, bit 4 of value j at bit j
 //         of qh (little-endian); d f16.                          22 bytes
+//   Q5_1: x = d * q + m,          q in [0,31] as Q5_0's; d, m f16. 24 bytes
 //   Q6_K: super-blocks of 256 values (8 of the 32-value blocks), x = d * sc * (q - 32) with q in
 //         [0,63] and one i8 sc per 16 values; d f16.  210 bytes (BlockQ6_K, below)
 //   Q16_1: x = d * q, s = d*sum(q), q in [-2047,2047] stored as i16; d, s f32.  72 bytes
@@ -33,6 +34,12 @@ struct BlockQ4_1 {
 };
 struct BlockQ5_0 {
   uint16_t d;     // f16 scale
+  uint8_t qh[4];  // bit 4 of value j: bit j of the little-endian u32
+  uint8_t qs[kQuantBlock / 2];
+};
+struct BlockQ5_1 {
+  uint16_t d;     // f16 scale
+  uint16_t m;     // f16 minimum
   uint8_t qh[4];  // bit 4 of value j: bit j of the little-endian u32
   uint8_t qs[kQuantBlock / 2];
 };
@@ -72,6 +79,7 @@ static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ5_0) == 22);
+static_assert(sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ16_1) == 72);
 static_assert(sizeof(BlockQ8A) == 40);

@@ -52,6 +52,33 @@ bool Q4KRowToQ4_1(const uint8_t* src, int64_t n_blocks, BlockQ4_1* out) {
   return true;
 }
 
+// Q5_K: as Q4_K, each sub-block j of 32 values becomes one Q5_1 block; its fifth bits are bit j of
+// qh[l] for value l of the sub-block, which Q5_1 keeps at bit l of its own qh.
+bool Q5KRowToQ5_1(const uint8_t* src, int64_t n_blocks, BlockQ5_1* out) {
+  for (int64_t b = 0; b < n_blocks; ++b, src += 176) {
+    const float d = F16At(src), dmin = F16At(src + 2);
+    const uint8_t* sc = src + 4;
+    const uint8_t* qh = src + 16;
+    const uint8_t* qs = src + 48;
+    for (int j = 0; j < 8; ++j, ++out) {
+      const int scale = j < 4 ? sc[j] & 63 : (sc[j + 4] & 15) | ((sc[j - 4] >> 6) << 4);
+      const int min = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+      if (!ToHalfScale(d * static_cast<float>(scale), &out->d)) return false;
+      if (!ToHalfScale(-(dmin * static_cast<float>(min)), &out->m)) return false;
+      const uint8_t* q = qs + 32 * (j / 2);
+      const int shift = 4 * (j % 2);
+      uint32_t bits = 0;
+      for (int l = 0; l < 32; ++l) bits |= static_cast<uint32_t>((qh[l] >> j) & 1) << l;
+      std::memcpy(out->qh, &bits, sizeof bits);
+      for (int l = 0; l < 16; ++l) {
+        const int lo = (q[l] >> shift) & 15, hi = (q[l + 16] >> shift) & 15;
+        out->qs[l] = static_cast<uint8_t>(lo | (hi << 4));
+      }
+    }
+  }
+  return true;
+}
+
 // Q5_0 and IQ4_NL share the f16 scale and 32-value block of Q8_0: only the byte per value changes.
 bool Q5_0RowToQ8_0(const uint8_t* src, int64_t n_blocks, BlockQ8_0* out) {
   for (int64_t b = 0; b < n_blocks; ++b, src += 22, ++out) {
@@ -99,7 +126,15 @@ bool RequantizeRowToQ8_0(ConvertedQuant type, const uint8_t* src, int64_t k, flo
 }  // namespace
 
 cpu::WeightType RepackTarget(ConvertedQuant type) {
-  return type == ConvertedQuant::kQ4_K ? cpu::WeightType::kQ4_1 : cpu::WeightType::kQ8_0;
+  switch (type) {
+    case ConvertedQuant::kQ4_K:
+      return cpu::WeightType::kQ4_1;
+    case ConvertedQuant::kQ5_K:
+    case ConvertedQuant::kQ5_1:
+      return cpu::WeightType::kQ5_1;
+    default:
+      return cpu::WeightType::kQ8_0;
+  }
 }
 
 bool RepackRows(ConvertedQuant type, const uint8_t* src, size_t src_row_bytes, int64_t k,
@@ -115,6 +150,13 @@ bool RepackRows(ConvertedQuant type, const uint8_t* src, size_t src_row_bytes, i
     switch (type) {
       case ConvertedQuant::kQ4_K:
         ok = Q4KRowToQ4_1(in, n_blocks, reinterpret_cast<BlockQ4_1*>(row));
+        break;
+      case ConvertedQuant::kQ5_K:
+        ok = Q5KRowToQ5_1(in, n_blocks, reinterpret_cast<BlockQ5_1*>(row));
+        break;
+      case ConvertedQuant::kQ5_1:  // the products read it as stored: the same bytes
+        std::memcpy(row, in, dst_row_bytes);
+        ok = true;
         break;
       case ConvertedQuant::kQ5_0:
         ok = Q5_0RowToQ8_0(in, n_blocks, q8);

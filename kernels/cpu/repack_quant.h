@@ -6,6 +6,10 @@
 //                 which is Q4_1 with d' = f16(d*scale), m' = f16(-dmin*min) and the same nibbles.
 //                 The only error is those two roundings to f16 (relative 2^-11); 5.0 bits per
 //                 weight instead of 4.5.
+//   Q5_K -> Q5_1  near-exact in the same way (q in 0..31, the fifth bits moved into each block's
+//                 qh): 6.0 bits per weight instead of 5.5.
+//   Q5_1 -> Q5_1  the same bytes (the products read Q5_1 as stored; the loader does not call
+//                 this for it).
 //   Q5_0, IQ4_NL -> Q8_0  exact: the same f16 scale, q - 16 (or the code book's int8) as the byte.
 //   every other  -> Q8_0  re-quantized: the reference dequantization, then per 32 values
 //                 d' = f16(amax / 127), q = round(x / d'). Error <= d'/2 per value (amax/254 plus

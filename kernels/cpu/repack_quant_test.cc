@@ -27,14 +27,19 @@ using cpu::testing::SupportedIsas;
 using cpu::testing::TestSeed;
 
 // The per-value error repack_quant.h states, for a 32-value block whose largest |x| is amax.
-// Q4_1: d*scale and dmin*min each rounded to f16 (relative 2^-11, plus half an f16 subnormal
-// step); amax >= 15*d*scale/2 and >= dmin*min, so |error| <= 2^-11 * (2 amax + amax).
-// Q8_0 re-quantized: half the rounded scale, f16(amax/127) <= amax/127 * (1 + 2^-11).
-// Exact conversions: 0.
+// Q4_1 (from Q4_K) and Q5_1 (from Q5_K): d*scale and dmin*min each rounded to f16 (relative
+// 2^-11, plus half an f16 subnormal step); amax >= qmax*d*scale/2 and >= dmin*min, so |error| <=
+// 2^-11 * (2 amax + amax). Q8_0 re-quantized: half the rounded scale, f16(amax/127) <= amax/127 *
+// (1 + 2^-11). Exact conversions (Q5_0, IQ4_NL) and Q5_1's copy of itself: 0.
 double ValueErrorBound(ConvertedQuant type, double amax) {
   constexpr double kHalfSubnormalStep = 0x1p-24;
-  if (type == ConvertedQuant::kQ5_0 || type == ConvertedQuant::kIQ4_NL) return 0.0;
-  if (RepackTarget(type) == WeightType::kQ4_1) return 3 * 0x1p-11 * amax + 2 * kHalfSubnormalStep;
+  if (type == ConvertedQuant::kQ5_0 || type == ConvertedQuant::kIQ4_NL ||
+      type == ConvertedQuant::kQ5_1) {
+    return 0.0;
+  }
+  if (RepackTarget(type) == WeightType::kQ4_1 || RepackTarget(type) == WeightType::kQ5_1) {
+    return 3 * 0x1p-11 * amax + 2 * kHalfSubnormalStep;
+  }
   return amax / 254.0 * (1 + 0x1p-11) + kHalfSubnormalStep;
 }
 
@@ -96,8 +101,11 @@ TEST_P(RepackTest, ValuesWithinTheStatedError) {
   std::printf(
       "%s -> %s: max |error| %.3g (values up to 0.5), max |error| / block amax %.3g, "
       "rms error / rms value %.3g\n",
-      LayoutOf(type).name, RepackTarget(type) == WeightType::kQ4_1 ? "Q4_1" : "Q8_0", max_err,
-      max_rel, std::sqrt(sum_sq_err / sum_sq));
+      LayoutOf(type).name,
+      RepackTarget(type) == WeightType::kQ4_1   ? "Q4_1"
+      : RepackTarget(type) == WeightType::kQ5_1 ? "Q5_1"
+                                                : "Q8_0",
+      max_err, max_rel, std::sqrt(sum_sq_err / sum_sq));
 }
 
 TEST_P(RepackTest, ProductsMatchTheReferenceMatrixAtEveryLevel) {

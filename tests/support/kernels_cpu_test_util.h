@@ -173,6 +173,24 @@ inline Weights RandomWeights(WeightType type, int64_t rows, int64_t k, std::mt19
           }
         }
         break;
+      case WeightType::kQ5_1:
+        for (int64_t b = 0; b < nb; ++b) {
+          auto* blk = reinterpret_cast<BlockQ5_1*>(row) + b;
+          blk->d = RandomHalf(rng, 1e-3, 5e-2);
+          blk->m = RandomHalf(rng, 1e-3, 3e-1);
+          for (auto& q : blk->qh) q = static_cast<uint8_t>(rng());
+          for (auto& q : blk->qs) q = static_cast<uint8_t>(rng());
+          const double d = RefHalf(blk->d), m = RefHalf(blk->m);
+          wt.d_abs[r * nb + b] = std::fabs(d);
+          wt.m_abs[r * nb + b] = std::fabs(m);
+          // Value j: nibble j % 16 of qs (low for j < 16), bit j of the 4 qh bytes as bit 4.
+          for (int j = 0; j < kQuantBlock; ++j) {
+            const int nibble = j < 16 ? blk->qs[j] & 0xf : blk->qs[j - 16] >> 4;
+            const int high = (blk->qh[j / 8] >> (j % 8)) & 1;
+            w[b * kQuantBlock + j] = d * (nibble + 16 * high) + m;
+          }
+        }
+        break;
       case WeightType::kQ6_K: {
         // Random super-blocks (every quant, i8 scale and bit pattern reachable) decoded by the
         // plain reference dequantizer, which equals the gguf package's numpy.

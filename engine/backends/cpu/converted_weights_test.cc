@@ -100,7 +100,8 @@ TEST_P(ConvertedModelTest, LoadsAndMatchesTheDequantizedModel) {
   // rows of the types with a native kernel.
   const LlamaWeights& w = (*converted)->weights();
   const auto native = [](TensorType t) {
-    return t == TensorType::kQ8_0 || t == TensorType::kQ5_0 || t == TensorType::kQ6_K;
+    return t == TensorType::kQ8_0 || t == TensorType::kQ5_0 || t == TensorType::kQ5_1 ||
+           t == TensorType::kQ6_K;
   };
   EXPECT_EQ(w.converted_bytes > 0, !native(tc.weights) || !native(tc.embedding));
   const auto target = [](TensorType t) {
@@ -111,6 +112,8 @@ TEST_P(ConvertedModelTest, LoadsAndMatchesTheDequantizedModel) {
         return kernels::cpu::WeightType::kQ5_0;  // native kernels
       case TensorType::kQ6_K:
         return kernels::cpu::WeightType::kQ6_K;
+      case TensorType::kQ5_1:
+        return kernels::cpu::WeightType::kQ5_1;
       default:
         return kernels::RepackTarget(
             static_cast<kernels::ConvertedQuant>(static_cast<uint32_t>(t)));
@@ -168,8 +171,8 @@ TEST_P(ConvertedModelTest, LoadsAndMatchesTheDequantizedModel) {
 // must run the same bits, and the file's mapping must still read the file's bytes (the model
 // fingerprint and the tokenizer read it after load).
 TEST(ConvertedModelFileTest, ReleasedSourcePagesLeaveTheModelAndTheMappingIntact) {
-  // Q5_1 layers are converted (to Q8_0); the tied Q6_K table and head are read in place.
-  SyntheticModelSpec spec = Spec({TensorType::kQ5_1, TensorType::kQ6_K});
+  // Q5_K layers are converted (to Q5_1); the tied Q6_K table and head are read in place.
+  SyntheticModelSpec spec = Spec({TensorType::kQ5_K, TensorType::kQ6_K});
   spec.dim = 1024;  // tensors of several pages, so that whole pages are released
   spec.ffn_dim = 2048;
   auto bytes = BuildSyntheticModel(spec);
@@ -265,8 +268,9 @@ TEST(ConvertedModelFileTest, EightBitProductsNeedOnlyTheirPackedCopies) {
   if (!kernels::cpu::FastInt8Activations(kernels::cpu::WeightType::kQ8_0)) {
     GTEST_SKIP() << "this CPU has no fast 8-bit kernel (AVX-512 VNNI): the rows stay in use";
   }
-  // Q5_1 layers: converted to Q8_0 (Q5_0 and Q6_K ones would be read from the file's own rows).
-  auto bytes = BuildSyntheticModel(Spec({TensorType::kQ5_1, TensorType::kQ5_0}));
+  // Q5_K layers: converted to Q5_1 (Q5_0, Q5_1 and Q6_K ones would be read from the file's own
+  // rows).
+  auto bytes = BuildSyntheticModel(Spec({TensorType::kQ5_K, TensorType::kQ5_0}));
   ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
   auto model = LlamaModel::FromBytes(std::move(*bytes));
   ASSERT_TRUE(model.ok()) << model.status().ToString();
@@ -303,7 +307,7 @@ TEST(ConvertedModelFileTest, MatricesAPlanServesAloneAreNotConvertedAtLoad) {
     GTEST_SKIP() << "this CPU has no fast 8-bit kernel (AVX-512 VNNI): no plan serves the layers "
                     "from their 8-bit copies alone";
   }
-  auto bytes = BuildSyntheticModel(Spec({TensorType::kQ5_1, TensorType::kQ5_0}));
+  auto bytes = BuildSyntheticModel(Spec({TensorType::kQ5_K, TensorType::kQ5_0}));
   ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
   const std::vector<uint8_t> file_bytes = *bytes;
   auto converted = LlamaModel::FromBytes(std::move(*bytes));

@@ -85,7 +85,7 @@ Status ValidateCpuTuning(const CpuTuning& t) {
     const bool int8 =
         s.type == kernels::cpu::WeightType::kQ4_0 || s.type == kernels::cpu::WeightType::kQ4_1 ||
         s.type == kernels::cpu::WeightType::kQ8_0 || s.type == kernels::cpu::WeightType::kQ5_0 ||
-        s.type == kernels::cpu::WeightType::kQ6_K;
+        s.type == kernels::cpu::WeightType::kQ5_1 || s.type == kernels::cpu::WeightType::kQ6_K;
     if (s.activation_bits != kDefaultActivationBits && !(s.activation_bits == 8 && int8)) {
       return OutOfRange(at + "activation_bits", s.activation_bits,
                         int8 ? "must be 12 or 8"
@@ -116,6 +116,8 @@ const char* WeightTypeName(WeightType type) {
       return "q8_0";
     case WeightType::kQ5_0:
       return "q5_0";
+    case WeightType::kQ5_1:
+      return "q5_1";
     case WeightType::kQ6_K:
       return "q6_k";
   }
@@ -125,12 +127,12 @@ const char* WeightTypeName(WeightType type) {
 StatusOr<WeightType> ParseWeightType(const std::string& name) {
   for (WeightType t :
        {WeightType::kF32, WeightType::kF16, WeightType::kBF16, WeightType::kQ4_0, WeightType::kQ4_1,
-        WeightType::kQ8_0, WeightType::kQ5_0, WeightType::kQ6_K}) {
+        WeightType::kQ8_0, WeightType::kQ5_0, WeightType::kQ5_1, WeightType::kQ6_K}) {
     if (name == WeightTypeName(t)) return t;
   }
   return InvalidArgumentError("\"" + name +
                               "\" is not a weight type (f32, f16, bf16, q4_0, "
-                              "q4_1, q8_0, q5_0, q6_k)");
+                              "q4_1, q8_0, q5_0, q5_1, q6_k)");
 }
 
 StatusOr<Isa> ParseIsa(const std::string& name) {

@@ -71,8 +71,9 @@ void LlamaModel::ReserveWorkspace(int64_t n, int64_t max_keys) {
   // Each of the three activation slots holds n tokens of the widest row in any format.
   const int64_t widest = std::max({c.dim, c.ffn_dim, c.q_dim()});
   size_t per_token = kernels::cpu::ActivationBytes8(1, widest);
-  for (WeightType t : {WeightType::kF32, WeightType::kF16, WeightType::kBF16, WeightType::kQ4_0,
-                       WeightType::kQ4_1, WeightType::kQ8_0, WeightType::kQ5_0}) {
+  for (WeightType t :
+       {WeightType::kF32, WeightType::kF16, WeightType::kBF16, WeightType::kQ4_0, WeightType::kQ4_1,
+        WeightType::kQ8_0, WeightType::kQ5_0, WeightType::kQ5_1}) {
     per_token = std::max(per_token, kernels::cpu::ActivationBytes(t, 1, widest));
   }
   ws_.xq_token_bytes = per_token;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -42,8 +43,8 @@ ProductFormat FormatOf(gguf::TensorType type) {
       return {WeightType::kQ8_0, {}};
     case gguf::TensorType::kQ5_0:  // read as stored: the products have a native Q5_0 kernel
       return {WeightType::kQ5_0, {}};
-    case gguf::TensorType::kQ5_1:
-      return {{}, ConvertedQuant::kQ5_1};
+    case gguf::TensorType::kQ5_1:  // read as stored: the products have a native Q5_1 kernel
+      return {WeightType::kQ5_1, {}};
     case gguf::TensorType::kQ2_K:
       return {{}, ConvertedQuant::kQ2_K};
     case gguf::TensorType::kQ3_K:
@@ -84,11 +85,13 @@ Status ConvertTensor(const gguf::TensorInfo& t, ConvertedQuant type, int64_t row
   }
   for (std::thread& th : threads) th.join();
   if (std::find(ok.begin(), ok.end(), 0) != ok.end()) {
-    return InvalidArgumentError(
-        "tensor '" + t.name + "' of type " + layout.name +
-        " has a block scale whose converted value does not fit an f16 "
-        "(it is converted to " +
-        (kernels::RepackTarget(type) == WeightType::kQ4_1 ? "Q4_1" : "Q8_0") + " at load)");
+    std::string target = WeightTypeName(kernels::RepackTarget(type));  // "q4_1" -> "Q4_1"
+    std::transform(target.begin(), target.end(), target.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+    return InvalidArgumentError("tensor '" + t.name + "' of type " + layout.name +
+                                " has a block scale whose converted value does not fit an f16 "
+                                "(it is converted to " +
+                                target + " at load)");
   }
   return OkStatus();
 }
