@@ -366,6 +366,8 @@ void QwenShapes(benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMicrosecond);
 }
 BENCHMARK_CAPTURE(BM_MatMulRows, Q5_0_qwen, WeightType::kQ5_0)->Apply(QwenShapes);
+// Q5_1 read as stored against the Q8_0 it was re-quantized to before (and Q5_K's Q5_1 now).
+BENCHMARK_CAPTURE(BM_MatMulRows, Q5_1_qwen, WeightType::kQ5_1)->Apply(QwenShapes);
 BENCHMARK_CAPTURE(BM_MatMulRows, Q8_0_qwen, WeightType::kQ8_0)->Apply(QwenShapes);
 // Qwen2.5-Coder-0.5B's Q6_K matrices (half the layers' ffn_down, [896, 4864]; the other shapes
 // have k = 896, no whole super-blocks) read as stored against their Q8_0 conversion.
