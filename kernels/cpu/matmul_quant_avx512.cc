@@ -59,6 +59,17 @@ inline __m256i Fold4Zmm(const __m512i* p) {
 // the 1-token product of Qwen2.5-Coder-0.5B's Q5_0 matrices is compute-bound at AVX2's
 // (docs/PERFORMANCE.md).
 struct Q5_0FormatZmm : Q5_0Format {
+  // The 16-token lanes' and the tiles' widening: the fifth bits as mask registers (AVX-512 BW and
+  // VL) instead of AVX2's broadcast, and, compare and select per half; the same values.
+  static WeightI16 Widen(const BlockQ5_0* b) {
+    WeightI16 v = UnpackNibbles(b->qs);
+    uint32_t qh;
+    std::memcpy(&qh, b->qh, sizeof qh);
+    const __m256i sixteen = _mm256_set1_epi16(16);
+    v.lo = _mm256_mask_sub_epi16(v.lo, static_cast<__mmask16>(~qh & 0xffffu), v.lo, sixteen);
+    v.hi = _mm256_mask_sub_epi16(v.hi, static_cast<__mmask16>(~qh >> 16), v.hi, sixteen);
+    return v;
+  }
   static __m512i Widen512(const BlockQ5_0* b) {
     const __m256i qs =
         _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs)));
@@ -85,6 +96,15 @@ struct Q5_0FormatZmm : Q5_0Format {
 
 // Q5_1 the same way: its values 0-31 (the fifth bit adds 16), its offset term as Q4_1's.
 struct Q5_1FormatZmm : Q5_1Format {
+  static WeightI16 Widen(const BlockQ5_1* b) {  // as Q5_0FormatZmm's: 16 added where set
+    WeightI16 v = UnpackNibbles(b->qs);
+    uint32_t qh;
+    std::memcpy(&qh, b->qh, sizeof qh);
+    const __m256i sixteen = _mm256_set1_epi16(16);
+    v.lo = _mm256_mask_add_epi16(v.lo, static_cast<__mmask16>(qh & 0xffffu), v.lo, sixteen);
+    v.hi = _mm256_mask_add_epi16(v.hi, static_cast<__mmask16>(qh >> 16), v.hi, sixteen);
+    return v;
+  }
   static __m512i Widen512(const BlockQ5_1* b) {
     const __m256i qs =
         _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs)));
