@@ -9,15 +9,21 @@
 
 namespace streamd::testing {
 
-// $STREAMD_MODEL: the default model (scripts/fetch-model.sh prints its path).
-inline std::string ModelPathOrFail() {
-  const char* env = std::getenv("STREAMD_MODEL");
+// $`name`, or "" after recording a failure that says how to set it (`how`: the command whose
+// output it takes).
+inline std::string EnvOrFail(const char* name, const char* how) {
+  const char* env = std::getenv(name);
   if (env == nullptr || *env == '\0') {
-    ADD_FAILURE() << "STREAMD_MODEL is not set: run the tests with `make test`, or set "
-                     "STREAMD_MODEL=$(scripts/fetch-model.sh)";
+    ADD_FAILURE() << name << " is not set: run the tests with `make test`, or set " << name << "=$("
+                  << how << ")";
     return "";
   }
   return env;
+}
+
+// $STREAMD_MODEL: the default model (scripts/fetch-model.sh prints its path).
+inline std::string ModelPathOrFail() {
+  return EnvOrFail("STREAMD_MODEL", "scripts/fetch-model.sh");
 }
 
 }  // namespace streamd::testing

@@ -20,20 +20,6 @@ float F16At(const uint8_t* p) {
 // 16..31 (Q4_0's order, shared by Q5_x and IQ4_x).
 int NibbleOf32(const uint8_t* qs, int i) { return i < 16 ? qs[i] & 15 : qs[i - 16] >> 4; }
 
-// The 6-bit scale and min of sub-block j (0..7) of Q4_K/Q5_K from their 12 packed bytes:
-// sub-blocks 0..3 keep theirs in the low 6 bits of bytes j (scale) and j + 4 (min); 4..7 keep
-// their low 4 bits in byte j + 4 (scale low nibble, min high nibble) and their top 2 bits in the
-// spare top bits of bytes j - 4 (scale) and j (min).
-void KQuantScaleMin(const uint8_t* sc, int j, int* scale, int* min) {
-  if (j < 4) {
-    *scale = sc[j] & 63;
-    *min = sc[j + 4] & 63;
-  } else {
-    *scale = (sc[j + 4] & 15) | ((sc[j - 4] >> 6) << 4);
-    *min = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
-  }
-}
-
 void Q5Block(const uint8_t* b, bool with_min, float* out) {
   const float d = F16At(b);
   const float m = with_min ? F16At(b + 2) : 0.0f;

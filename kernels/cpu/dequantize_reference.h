@@ -60,6 +60,20 @@ struct QuantLayout {
 };
 QuantLayout LayoutOf(ConvertedQuant type);
 
+// The 6-bit scale and min of sub-block j (0..7) of Q4_K/Q5_K from their 12 packed bytes:
+// sub-blocks 0..3 keep theirs in the low 6 bits of bytes j (scale) and j + 4 (min); 4..7 keep
+// their low 4 bits in byte j + 4 (scale low nibble, min high nibble) and their top 2 bits in the
+// spare top bits of bytes j - 4 (scale) and j (min).
+inline void KQuantScaleMin(const uint8_t* sc, int j, int* scale, int* min) {
+  if (j < 4) {
+    *scale = sc[j] & 63;
+    *min = sc[j + 4] & 63;
+  } else {
+    *scale = (sc[j + 4] & 15) | ((sc[j - 4] >> 6) << 4);
+    *min = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+  }
+}
+
 // The non-linear 4-bit code book of IQ4_NL and IQ4_XS (int8 values).
 inline constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                           1,    13,   25,  38,  53,  69,  89,  113};

@@ -211,13 +211,8 @@ void DequantizeRow(WeightType type, const void* w_row, int64_t k, float* out) {
       for (int64_t b = 0; b < nb; ++b) {
         const auto& blk = reinterpret_cast<const BlockQ5_0*>(bytes)[b];
         const float d = HalfToFloat(blk.d);
-        uint32_t qh;
-        std::memcpy(&qh, blk.qh, sizeof qh);
         for (int j = 0; j < kQuantBlock; ++j) {
-          const int nibble =
-              j < kQuantBlock / 2 ? blk.qs[j] & 0xf : blk.qs[j - kQuantBlock / 2] >> 4;
-          const int q = nibble | static_cast<int>(((qh >> j) & 1u) << 4);
-          out[b * kQuantBlock + j] = d * static_cast<float>(q - 16);
+          out[b * kQuantBlock + j] = d * static_cast<float>(Q5Value(blk.qs, blk.qh, j) - 16);
         }
       }
       return;
@@ -225,13 +220,8 @@ void DequantizeRow(WeightType type, const void* w_row, int64_t k, float* out) {
       for (int64_t b = 0; b < nb; ++b) {
         const auto& blk = reinterpret_cast<const BlockQ5_1*>(bytes)[b];
         const float d = HalfToFloat(blk.d), m = HalfToFloat(blk.m);
-        uint32_t qh;
-        std::memcpy(&qh, blk.qh, sizeof qh);
         for (int j = 0; j < kQuantBlock; ++j) {
-          const int nibble =
-              j < kQuantBlock / 2 ? blk.qs[j] & 0xf : blk.qs[j - kQuantBlock / 2] >> 4;
-          const int q = nibble | static_cast<int>(((qh >> j) & 1u) << 4);
-          out[b * kQuantBlock + j] = d * static_cast<float>(q) + m;
+          out[b * kQuantBlock + j] = d * static_cast<float>(Q5Value(blk.qs, blk.qh, j)) + m;
         }
       }
       return;

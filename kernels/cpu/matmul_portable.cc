@@ -65,18 +65,18 @@ float DotRowQ8_0(const BlockQ8_0* w, const BlockQ16_1* x, int64_t nb) {
   return acc;
 }
 
+// sum_j (q_j + bias) y_j over one Q5_0 / Q5_1 block (bias -16 / 0).
+int32_t DotQ5(const uint8_t* qs, const uint8_t* qh, int32_t bias, const int16_t* y) {
+  int32_t sum = 0;
+  for (int j = 0; j < kQuantBlock; ++j) sum += (Q5Value(qs, qh, j) + bias) * y[j];
+  return sum;
+}
+
 float DotRowQ5_0(const BlockQ5_0* w, const BlockQ16_1* x, int64_t nb) {
   float acc = 0.0f;
   for (int64_t b = 0; b < nb; ++b) {
-    uint32_t qh;
-    std::memcpy(&qh, w[b].qh, sizeof qh);
-    int32_t sumi = 0;
-    for (int j = 0; j < kHalf; ++j) {
-      const int32_t lo = (w[b].qs[j] & 0xf) | static_cast<int32_t>(((qh >> j) & 1u) << 4);
-      const int32_t hi = (w[b].qs[j] >> 4) | static_cast<int32_t>(((qh >> (j + kHalf)) & 1u) << 4);
-      sumi += (lo - 16) * x[b].qs[j] + (hi - 16) * x[b].qs[j + kHalf];
-    }
-    acc += HalfToFloat(w[b].d) * x[b].d * static_cast<float>(sumi);
+    const float sumi = static_cast<float>(DotQ5(w[b].qs, w[b].qh, -16, x[b].qs));
+    acc += HalfToFloat(w[b].d) * x[b].d * sumi;
   }
   return acc;
 }
@@ -84,15 +84,8 @@ float DotRowQ5_0(const BlockQ5_0* w, const BlockQ16_1* x, int64_t nb) {
 float DotRowQ5_1(const BlockQ5_1* w, const BlockQ16_1* x, int64_t nb) {
   float acc = 0.0f;
   for (int64_t b = 0; b < nb; ++b) {
-    uint32_t qh;
-    std::memcpy(&qh, w[b].qh, sizeof qh);
-    int32_t sumi = 0;
-    for (int j = 0; j < kHalf; ++j) {
-      const int32_t lo = (w[b].qs[j] & 0xf) | static_cast<int32_t>(((qh >> j) & 1u) << 4);
-      const int32_t hi = (w[b].qs[j] >> 4) | static_cast<int32_t>(((qh >> (j + kHalf)) & 1u) << 4);
-      sumi += lo * x[b].qs[j] + hi * x[b].qs[j + kHalf];
-    }
-    acc += HalfToFloat(w[b].d) * x[b].d * static_cast<float>(sumi) + HalfToFloat(w[b].m) * x[b].s;
+    const float sumi = static_cast<float>(DotQ5(w[b].qs, w[b].qh, 0, x[b].qs));
+    acc += HalfToFloat(w[b].d) * x[b].d * sumi + HalfToFloat(w[b].m) * x[b].s;
   }
   return acc;
 }

@@ -48,25 +48,13 @@ RowBlock LoadBlock(WeightType type, const uint8_t* row, int64_t b) {
   RowBlock r;
   if (type == WeightType::kQ5_0) {  // as Q8_0: values q - 16, no offset term
     const auto& blk = reinterpret_cast<const BlockQ5_0*>(row)[b];
-    uint32_t qh;
-    std::memcpy(&qh, blk.qh, sizeof qh);
-    for (int j = 0; j < kQuantBlock / 2; ++j) {
-      r.q[j] = ((blk.qs[j] & 0xf) | static_cast<int32_t>(((qh >> j) & 1u) << 4)) - 16;
-      r.q[j + kQuantBlock / 2] =
-          ((blk.qs[j] >> 4) | static_cast<int32_t>(((qh >> (j + kQuantBlock / 2)) & 1u) << 4)) - 16;
-    }
+    for (int j = 0; j < kQuantBlock; ++j) r.q[j] = Q5Value(blk.qs, blk.qh, j) - 16;
     r.dw = HalfToFloat(blk.d);
     return r;
   }
   if (type == WeightType::kQ5_1) {  // values 0..31 and Q4_1's offset term
     const auto& blk = reinterpret_cast<const BlockQ5_1*>(row)[b];
-    uint32_t qh;
-    std::memcpy(&qh, blk.qh, sizeof qh);
-    for (int j = 0; j < kQuantBlock / 2; ++j) {
-      r.q[j] = (blk.qs[j] & 0xf) | static_cast<int32_t>(((qh >> j) & 1u) << 4);
-      r.q[j + kQuantBlock / 2] =
-          (blk.qs[j] >> 4) | static_cast<int32_t>(((qh >> (j + kQuantBlock / 2)) & 1u) << 4);
-    }
+    for (int j = 0; j < kQuantBlock; ++j) r.q[j] = Q5Value(blk.qs, blk.qh, j);
     r.dw = HalfToFloat(blk.d);
     r.ow = HalfToFloat(blk.m);
     r.offset = true;

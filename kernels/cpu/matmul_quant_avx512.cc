@@ -51,77 +51,79 @@ inline __m256i Fold4Zmm(const __m512i* p) {
   return _mm512_castsi512_si256(_mm512_add_epi32(w, _mm512_shuffle_i32x4(w, w, 0x4e)));
 }
 
-// Q5_0 with its 1-token dots in zmm registers: one block's 32 values widened to i16 at once
-// (nibbles by a variable shift, the fifth bit as a mask register straight from qh), one
-// vpmaddwd per row, and the four rows' 128-bit quarters folded (values 0-7 + 16-23, 8-15 +
-// 24-31) into the i32 lanes Fold4 of the AVX2 Dots gives, so the result stays the AVX2 level's
-// bit for bit. ~8 instructions per row and block where the AVX2 widening and hadds take ~20:
-// the 1-token product of Qwen2.5-Coder-0.5B's Q5_0 matrices is compute-bound at AVX2's
-// (docs/PERFORMANCE.md).
+// Q5_0 and Q5_1 blocks in zmm registers: the 32 nibbles widened to i16 at once (values 0-15 in
+// lanes 0-15, 16-31 in lanes 16-31, by a variable shift), and the fifth bits as a mask register
+// straight from qh.
+inline __m512i NibblesZmm(const uint8_t* qs) {
+  const __m256i bytes =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+  const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+  return _mm512_and_si512(_mm512_srlv_epi16(_mm512_cvtepu8_epi16(bytes), shift),
+                          _mm512_set1_epi16(0x0f));
+}
+inline __mmask32 FifthBits(const uint8_t* qh) {
+  uint32_t bits;
+  std::memcpy(&bits, qh, sizeof bits);
+  return _cvtu32_mask32(bits);
+}
+
+// Fold4(Dot(row 0), .., Dot(row 3)) of the AVX2 kernels for 4 blocks of F (F::Widen512: one
+// block's 32 values as i16): one vpmaddwd per row (the pair sums alone; a vpdpwssd would need a
+// zeroed accumulator first), the four rows' 128-bit quarters folded by Fold4Zmm.
+template <class F>
+inline __m256i Dot4Zmm(const uint8_t* const* blocks, const int16_t* y) {
+  const __m512i yv = _mm512_loadu_si512(reinterpret_cast<const void*>(y));
+  __m512i p[4];
+  for (int r = 0; r < 4; ++r) {
+    p[r] =
+        _mm512_madd_epi16(F::Widen512(reinterpret_cast<const typename F::Block*>(blocks[r])), yv);
+  }
+  return Fold4Zmm(p);
+}
+
+// Q5_0 with its 1-token dots in zmm registers (Dot4Zmm), so the result stays the AVX2 level's bit
+// for bit: ~8 instructions per row and block where the AVX2 widening and hadds take ~20; the
+// 1-token product of Qwen2.5-Coder-0.5B's Q5_0 matrices is compute-bound at AVX2's
+// (docs/PERFORMANCE.md). The 16-token lanes and the tiles take Widen: the fifth bits as mask
+// registers (AVX-512 BW and VL) instead of AVX2's broadcast, and, compare and select; the same
+// values.
 struct Q5_0FormatZmm : Q5_0Format {
-  // The 16-token lanes' and the tiles' widening: the fifth bits as mask registers (AVX-512 BW and
-  // VL) instead of AVX2's broadcast, and, compare and select per half; the same values.
   static WeightI16 Widen(const BlockQ5_0* b) {
+    const __mmask32 set = FifthBits(b->qh);
     WeightI16 v = UnpackNibbles(b->qs);
-    uint32_t qh;
-    std::memcpy(&qh, b->qh, sizeof qh);
     const __m256i sixteen = _mm256_set1_epi16(16);
-    v.lo = _mm256_mask_sub_epi16(v.lo, static_cast<__mmask16>(~qh & 0xffffu), v.lo, sixteen);
-    v.hi = _mm256_mask_sub_epi16(v.hi, static_cast<__mmask16>(~qh >> 16), v.hi, sixteen);
+    v.lo = _mm256_mask_sub_epi16(v.lo, static_cast<__mmask16>(~set & 0xffffu), v.lo, sixteen);
+    v.hi = _mm256_mask_sub_epi16(v.hi, static_cast<__mmask16>(~set >> 16), v.hi, sixteen);
     return v;
   }
+  // nibble - 16 where the fifth bit is clear, the nibble + 16 - 16 where it is set.
   static __m512i Widen512(const BlockQ5_0* b) {
-    const __m256i qs =
-        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs)));
-    const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-    const __m512i nibbles = _mm512_and_si512(_mm512_srlv_epi16(_mm512_cvtepu8_epi16(qs), shift),
-                                             _mm512_set1_epi16(0x0f));
-    uint32_t qh;
-    std::memcpy(&qh, b->qh, sizeof qh);
-    // nibble - 16 where the fifth bit is clear, the nibble + 16 - 16 where it is set.
-    return _mm512_mask_blend_epi16(_cvtu32_mask32(qh),
+    const __m512i nibbles = NibblesZmm(b->qs);
+    return _mm512_mask_blend_epi16(FifthBits(b->qh),
                                    _mm512_sub_epi16(nibbles, _mm512_set1_epi16(16)), nibbles);
   }
-  // Fold4(Dot(row 0), .., Dot(row 3)) of the AVX2 kernels, for these 4 blocks.
   static __m256i Dot4(const uint8_t* const* blocks, const int16_t* y) {
-    const __m512i yv = _mm512_loadu_si512(reinterpret_cast<const void*>(y));
-    __m512i p[4];
-    for (int r = 0; r < 4; ++r) {
-      // vpmaddwd: the pair sums alone (a vpdpwssd would need a zeroed accumulator first).
-      p[r] = _mm512_madd_epi16(Widen512(reinterpret_cast<const BlockQ5_0*>(blocks[r])), yv);
-    }
-    return Fold4Zmm(p);
+    return Dot4Zmm<Q5_0FormatZmm>(blocks, y);
   }
 };
 
-// Q5_1 the same way: its values 0-31 (the fifth bit adds 16), its offset term as Q4_1's.
+// Q5_1 the same way: its values 0-31 (16 added where the fifth bit is set), its offset term as
+// Q4_1's.
 struct Q5_1FormatZmm : Q5_1Format {
-  static WeightI16 Widen(const BlockQ5_1* b) {  // as Q5_0FormatZmm's: 16 added where set
+  static WeightI16 Widen(const BlockQ5_1* b) {
+    const __mmask32 set = FifthBits(b->qh);
     WeightI16 v = UnpackNibbles(b->qs);
-    uint32_t qh;
-    std::memcpy(&qh, b->qh, sizeof qh);
     const __m256i sixteen = _mm256_set1_epi16(16);
-    v.lo = _mm256_mask_add_epi16(v.lo, static_cast<__mmask16>(qh & 0xffffu), v.lo, sixteen);
-    v.hi = _mm256_mask_add_epi16(v.hi, static_cast<__mmask16>(qh >> 16), v.hi, sixteen);
+    v.lo = _mm256_mask_add_epi16(v.lo, static_cast<__mmask16>(set & 0xffffu), v.lo, sixteen);
+    v.hi = _mm256_mask_add_epi16(v.hi, static_cast<__mmask16>(set >> 16), v.hi, sixteen);
     return v;
   }
   static __m512i Widen512(const BlockQ5_1* b) {
-    const __m256i qs =
-        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b->qs)));
-    const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-    const __m512i nibbles = _mm512_and_si512(_mm512_srlv_epi16(_mm512_cvtepu8_epi16(qs), shift),
-                                             _mm512_set1_epi16(0x0f));
-    uint32_t qh;
-    std::memcpy(&qh, b->qh, sizeof qh);
-    return _mm512_mask_add_epi16(nibbles, _cvtu32_mask32(qh), nibbles, _mm512_set1_epi16(16));
+    const __m512i nibbles = NibblesZmm(b->qs);
+    return _mm512_mask_add_epi16(nibbles, FifthBits(b->qh), nibbles, _mm512_set1_epi16(16));
   }
   static __m256i Dot4(const uint8_t* const* blocks, const int16_t* y) {
-    const __m512i yv = _mm512_loadu_si512(reinterpret_cast<const void*>(y));
-    __m512i p[4];
-    for (int r = 0; r < 4; ++r) {
-      p[r] = _mm512_madd_epi16(Widen512(reinterpret_cast<const BlockQ5_1*>(blocks[r])), yv);
-    }
-    return Fold4Zmm(p);
+    return Dot4Zmm<Q5_1FormatZmm>(blocks, y);
   }
 };
 

@@ -75,26 +75,34 @@ struct Q8_0Format {
   static float Os(float) { return 0.0f; }
 };
 
-// Q5_0: the nibbles as Q4_0's, bit 4 from qh, minus 16: values in [-16, 15], no offset term (the
-// sums stay below Q8_0's overflow bound).
+// Q5_0 and Q5_1 blocks: their nibbles (UnpackNibbles) and, lane for lane, all ones where the
+// value's fifth bit in qh is set (lo: bit j for values 0-15, hi: bit 16 + j for 16-31).
+struct Q5Lanes {
+  WeightI16 nibbles;
+  __m256i lo_set, hi_set;
+};
+inline Q5Lanes UnpackQ5(const uint8_t* qs, const uint8_t* qh_bytes) {
+  uint32_t qh;
+  std::memcpy(&qh, qh_bytes, sizeof qh);
+  const __m256i bit = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096,
+                                        8192, 16384, static_cast<int16_t>(-32768));
+  return {UnpackNibbles(qs),
+          _mm256_cmpeq_epi16(
+              _mm256_and_si256(_mm256_set1_epi16(static_cast<int16_t>(qh & 0xffffu)), bit), bit),
+          _mm256_cmpeq_epi16(
+              _mm256_and_si256(_mm256_set1_epi16(static_cast<int16_t>(qh >> 16)), bit), bit)};
+}
+
+// Q5_0: the value is nibble - 16 where the fifth bit is clear, the nibble where it is set: values
+// in [-16, 15], no offset term (the sums stay below Q8_0's overflow bound).
 struct Q5_0Format {
   using Block = BlockQ5_0;
   static constexpr bool kOffset = false, kOffsetIsMin = false;
   static WeightI16 Widen(const Block* b) {
-    const WeightI16 nibbles = UnpackNibbles(b->qs);
-    uint32_t qh;
-    std::memcpy(&qh, b->qh, sizeof qh);
-    // Lane j of a vector holds bit j (lo: values 0-15) or bit 16 + j (hi: values 16-31) of qh;
-    // the value is nibble - 16 where that bit is clear, nibble where it is set.
-    const __m256i bit = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096,
-                                          8192, 16384, static_cast<int16_t>(-32768));
+    const Q5Lanes q = UnpackQ5(b->qs, b->qh);
     const __m256i sixteen = _mm256_set1_epi16(16);
-    const __m256i lo_set = _mm256_cmpeq_epi16(
-        _mm256_and_si256(_mm256_set1_epi16(static_cast<int16_t>(qh & 0xffffu)), bit), bit);
-    const __m256i hi_set = _mm256_cmpeq_epi16(
-        _mm256_and_si256(_mm256_set1_epi16(static_cast<int16_t>(qh >> 16)), bit), bit);
-    return {_mm256_sub_epi16(nibbles.lo, _mm256_andnot_si256(lo_set, sixteen)),
-            _mm256_sub_epi16(nibbles.hi, _mm256_andnot_si256(hi_set, sixteen))};
+    return {_mm256_sub_epi16(q.nibbles.lo, _mm256_andnot_si256(q.lo_set, sixteen)),
+            _mm256_sub_epi16(q.nibbles.hi, _mm256_andnot_si256(q.hi_set, sixteen))};
   }
   static __m256 Scales(__m256 pairs) { return _mm256_moveldup_ps(pairs); }  // [dw, dw]
   static __m256 TokenFactors(__m256 ds) {                                   // [dx, 0]
@@ -103,26 +111,16 @@ struct Q5_0Format {
   static float Os(float) { return 0.0f; }
 };
 
-// Q5_1: the nibbles as Q4_1's, bit 4 from qh: values in [0, 31]; [dw, mw] and the offset term
-// as Q4_1 (its d and m are the block's first 4 bytes too).
+// Q5_1: 16 added where the fifth bit is set: values in [0, 31]; [dw, mw] and the offset term as
+// Q4_1 (its d and m are the block's first 4 bytes too).
 struct Q5_1Format {
   using Block = BlockQ5_1;
   static constexpr bool kOffset = true, kOffsetIsMin = true;
   static WeightI16 Widen(const Block* b) {
-    const WeightI16 nibbles = UnpackNibbles(b->qs);
-    uint32_t qh;
-    std::memcpy(&qh, b->qh, sizeof qh);
-    // Lane j of a vector holds bit j (lo: values 0-15) or bit 16 + j (hi: values 16-31) of qh;
-    // 16 is added where that bit is set.
-    const __m256i bit = _mm256_setr_epi16(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096,
-                                          8192, 16384, static_cast<int16_t>(-32768));
+    const Q5Lanes q = UnpackQ5(b->qs, b->qh);
     const __m256i sixteen = _mm256_set1_epi16(16);
-    const __m256i lo_set = _mm256_cmpeq_epi16(
-        _mm256_and_si256(_mm256_set1_epi16(static_cast<int16_t>(qh & 0xffffu)), bit), bit);
-    const __m256i hi_set = _mm256_cmpeq_epi16(
-        _mm256_and_si256(_mm256_set1_epi16(static_cast<int16_t>(qh >> 16)), bit), bit);
-    return {_mm256_add_epi16(nibbles.lo, _mm256_and_si256(lo_set, sixteen)),
-            _mm256_add_epi16(nibbles.hi, _mm256_and_si256(hi_set, sixteen))};
+    return {_mm256_add_epi16(q.nibbles.lo, _mm256_and_si256(q.lo_set, sixteen)),
+            _mm256_add_epi16(q.nibbles.hi, _mm256_and_si256(q.hi_set, sixteen))};
   }
   static __m256 Scales(__m256 pairs) { return pairs; }  // [dw, mw]
   static __m256 TokenFactors(__m256 ds) { return ds; }  // [dx, sx]

@@ -84,6 +84,15 @@ static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ16_1) == 72);
 static_assert(sizeof(BlockQ8A) == 40);
 
+// Value j (0..31) of a Q5_0 or Q5_1 block, in [0, 31]: the nibble as the 4-bit blocks keep it,
+// with bit j of the little-endian qh as bit 4. Scalar code's decode (reference, packing).
+inline int32_t Q5Value(const uint8_t* qs, const uint8_t* qh, int j) {
+  uint32_t bits;
+  std::memcpy(&bits, qh, sizeof bits);
+  const int32_t nibble = j < kQuantBlock / 2 ? qs[j] & 0xf : qs[j - kQuantBlock / 2] >> 4;
+  return nibble | static_cast<int32_t>(((bits >> j) & 1u) << 4);
+}
+
 // IEEE half <-> float, exact for every half value (subnormals, inf, NaN included).
 inline float HalfToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;

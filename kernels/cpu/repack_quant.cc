@@ -27,53 +27,46 @@ float F16At(const uint8_t* p) {
   return HalfToFloat(h);
 }
 
-// Q4_K: each sub-block j of 32 values becomes one Q4_1 block. The scale/min unpacking is the one
-// of dequantize_reference.cc, on the same 12 bytes.
+// Sub-block j (0..7) of a Q4_K or Q5_K super-block (d and dmin at src, its 12 scale bytes at
+// src + 4, nibbles at qs) as one Q4_1 or Q5_1 block, which store d, m and the nibbles alike:
+// d' = f16(d*scale), m' = f16(-dmin*min); value l in the low nibble of qs[l], l + 16 in the high
+// one. False when a scale does not fit an f16.
+template <class Block>
+bool KSubBlockToLegacy(const uint8_t* src, const uint8_t* qs, int j, Block* out) {
+  int scale, min;
+  KQuantScaleMin(src + 4, j, &scale, &min);
+  if (!ToHalfScale(F16At(src) * static_cast<float>(scale), &out->d)) return false;
+  if (!ToHalfScale(-(F16At(src + 2) * static_cast<float>(min)), &out->m)) return false;
+  // Sub-block j's values are nibble (j % 2) of qs[32 * (j / 2) + l], l = 0..31.
+  const uint8_t* q = qs + 32 * (j / 2);
+  const int shift = 4 * (j % 2);
+  for (int l = 0; l < 16; ++l) {
+    const int lo = (q[l] >> shift) & 15, hi = (q[l + 16] >> shift) & 15;
+    out->qs[l] = static_cast<uint8_t>(lo | (hi << 4));
+  }
+  return true;
+}
+
+// Q4_K: each sub-block of 32 values becomes one Q4_1 block.
 bool Q4KRowToQ4_1(const uint8_t* src, int64_t n_blocks, BlockQ4_1* out) {
   for (int64_t b = 0; b < n_blocks; ++b, src += 144) {
-    const float d = F16At(src), dmin = F16At(src + 2);
-    const uint8_t* sc = src + 4;
-    const uint8_t* qs = src + 16;
     for (int j = 0; j < 8; ++j, ++out) {
-      const int scale = j < 4 ? sc[j] & 63 : (sc[j + 4] & 15) | ((sc[j - 4] >> 6) << 4);
-      const int min = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
-      if (!ToHalfScale(d * static_cast<float>(scale), &out->d)) return false;
-      if (!ToHalfScale(-(dmin * static_cast<float>(min)), &out->m)) return false;
-      // Sub-block j's values are nibble (j % 2) of qs[32 * (j / 2) + l], l = 0..31; Q4_1 keeps
-      // value l in the low nibble of qs[l] and value l + 16 in the high one.
-      const uint8_t* q = qs + 32 * (j / 2);
-      const int shift = 4 * (j % 2);
-      for (int l = 0; l < 16; ++l) {
-        const int lo = (q[l] >> shift) & 15, hi = (q[l + 16] >> shift) & 15;
-        out->qs[l] = static_cast<uint8_t>(lo | (hi << 4));
-      }
+      if (!KSubBlockToLegacy(src, src + 16, j, out)) return false;
     }
   }
   return true;
 }
 
-// Q5_K: as Q4_K, each sub-block j of 32 values becomes one Q5_1 block; its fifth bits are bit j of
-// qh[l] for value l of the sub-block, which Q5_1 keeps at bit l of its own qh.
+// Q5_K: as Q4_K, each sub-block j becomes one Q5_1 block; its fifth bits are bit j of qh[l] for
+// value l of the sub-block, which Q5_1 keeps at bit l of its own qh.
 bool Q5KRowToQ5_1(const uint8_t* src, int64_t n_blocks, BlockQ5_1* out) {
   for (int64_t b = 0; b < n_blocks; ++b, src += 176) {
-    const float d = F16At(src), dmin = F16At(src + 2);
-    const uint8_t* sc = src + 4;
     const uint8_t* qh = src + 16;
-    const uint8_t* qs = src + 48;
     for (int j = 0; j < 8; ++j, ++out) {
-      const int scale = j < 4 ? sc[j] & 63 : (sc[j + 4] & 15) | ((sc[j - 4] >> 6) << 4);
-      const int min = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
-      if (!ToHalfScale(d * static_cast<float>(scale), &out->d)) return false;
-      if (!ToHalfScale(-(dmin * static_cast<float>(min)), &out->m)) return false;
-      const uint8_t* q = qs + 32 * (j / 2);
-      const int shift = 4 * (j % 2);
+      if (!KSubBlockToLegacy(src, src + 48, j, out)) return false;
       uint32_t bits = 0;
       for (int l = 0; l < 32; ++l) bits |= static_cast<uint32_t>((qh[l] >> j) & 1) << l;
       std::memcpy(out->qh, &bits, sizeof bits);
-      for (int l = 0; l < 16; ++l) {
-        const int lo = (q[l] >> shift) & 15, hi = (q[l + 16] >> shift) & 15;
-        out->qs[l] = static_cast<uint8_t>(lo | (hi << 4));
-      }
     }
   }
   return true;

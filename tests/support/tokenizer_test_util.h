@@ -16,6 +16,7 @@
 
 #include "engine/gguf/gguf_file.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "tests/test_env.h"
 
 namespace streamd::tokenizer::testing {
 
@@ -26,13 +27,7 @@ struct LoadedVocab {
 
 // $STREAMD_VOCAB_DIR, or "" after recording a failure that says how to set it.
 inline std::string VocabDirOrFail() {
-  const char* dir = std::getenv("STREAMD_VOCAB_DIR");
-  if (dir == nullptr || *dir == '\0') {
-    ADD_FAILURE() << "STREAMD_VOCAB_DIR is not set: run the tests with `make test`, or export "
-                     "STREAMD_VOCAB_DIR=$(scripts/fetch-test-vocab.sh --golden)";
-    return "";
-  }
-  return dir;
+  return streamd::testing::EnvOrFail("STREAMD_VOCAB_DIR", "scripts/fetch-test-vocab.sh --golden");
 }
 
 // Opens the GGUF named by $`env` and builds its tokenizer, or says in `*error` why not.
