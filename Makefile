@@ -13,12 +13,15 @@ MODEL ?= $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
 # the held-out 1.5B (~1.1 GB).
 QWEN_MODEL ?= $(MODEL_DIR)/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
 QWEN15_MODEL ?= $(MODEL_DIR)/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+# The real Gemma 3 270M (base) Q4_K_M file of the gemma3 golden tests (~250 MB; Gemma Terms of Use,
+# fetched, never committed).
+GEMMA_MODEL ?= $(MODEL_DIR)/gemma-3-270m-q4_k_m.gguf
 CONFIG ?= config/streamd.yaml
 # The OpenAI-compatible HTTP API of `make run` (docs/HTTP.md); off by default in the config, so
 # that tests and deployments opt in. HTTP_ADDRESS= turns it off here too.
 HTTP_ADDRESS ?= 127.0.0.1:8080
 
-.PHONY: all deps configure build model qwen-model vocab quant-variants test fuzz-smoke sanitize lint format run clean
+.PHONY: all deps configure build model qwen-model gemma-model vocab quant-variants test fuzz-smoke sanitize lint format run clean
 
 all: build
 
@@ -39,6 +42,9 @@ model: deps
 qwen-model: deps
 	@STREAMD_MODEL_DIR=$(MODEL_DIR) scripts/fetch-qwen-model.sh 0.5b >/dev/null
 	@STREAMD_MODEL_DIR=$(MODEL_DIR) scripts/fetch-qwen-model.sh 1.5b >/dev/null
+
+gemma-model: deps
+	@STREAMD_MODEL_DIR=$(MODEL_DIR) scripts/fetch-gemma-model.sh >/dev/null
 
 # The SentencePiece vocabulary the llama-vocabulary tokenizer tests read, and llama.cpp's test
 # vocabularies with their test vectors for the golden tokenizer test (one ~75 MB download).
@@ -63,8 +69,9 @@ quant-variants: model
 	  STREAMD_GGUF_PYTHON=$$(tests/reference/gguf-venv.sh $(GGUF_VENV) | tail -n 1) \
 	  scripts/make-quant-variants.sh $(CI_QUANT_TYPES) >/dev/null
 
-test: build model qwen-model vocab quant-variants
+test: build model qwen-model gemma-model vocab quant-variants
 	STREAMD_MODEL=$(MODEL) STREAMD_QWEN_MODEL=$(QWEN_MODEL) STREAMD_QWEN15_MODEL=$(QWEN15_MODEL) \
+	  STREAMD_GEMMA_MODEL=$(GEMMA_MODEL) \
 	  STREAMD_QUANT_VARIANTS=$(QUANT_VARIANTS) \
 	  STREAMD_SPM_VOCAB=$$(scripts/fetch-test-vocab.sh) \
 	  STREAMD_VOCAB_DIR=$$(scripts/fetch-test-vocab.sh --golden) \

@@ -92,7 +92,7 @@ expect_error bench-plan-damaged "$tmp/cut.plan" -- bench --model "$model" --plan
 if [ -z "$make_gguf" ] || ! "$make_gguf" several-problems "$tmp/several.gguf"; then
   failed=$((failed + 1)); echo "FAIL: make_test_gguf could not write the broken model"
 else
-  for part in "$tmp/several.gguf: 3 problems: " 'architecture "gpt-neox" is not supported (supported: llama, qwen2, qwen3)' \
+  for part in "$tmp/several.gguf: 3 problems: " 'architecture "gpt-neox" is not supported (supported: llama, qwen2, qwen3, gemma3)' \
       "IQ2_XXS (3 tensors, first 'blk.0.attn_q.weight'), IQ1_S (1 tensor: 'blk.1.ffn_up.weight')" \
       "tokenizer.ggml.pre 'no-such-pre' is not supported"; do
     expect_error several-problems "$part" -- generate --model "$tmp/several.gguf" --prompt hi -n 4

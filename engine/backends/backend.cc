@@ -142,8 +142,8 @@ StatusOr<std::unique_ptr<ModelBackend>> MakeBackend(BackendKind kind,
                                                     std::unique_ptr<LlamaModel> model) {
   if (ResolveBackend(kind) == BackendKind::kCpu)
     return std::unique_ptr<ModelBackend>(std::move(model));
-  // auto: a family the CUDA kernels do not run yet (qwen2, qwen3) stays on the CPU; asking for
-  // cuda by name gets the CUDA backend's error, which says so.
+  // auto: a family the CUDA kernels do not run yet (qwen2, qwen3, gemma3) stays on the CPU; asking
+  // for cuda by name gets the CUDA backend's error, which says so.
   if (kind == BackendKind::kAuto && !UsesPlainLlamaLayer(model->config())) {
     return std::unique_ptr<ModelBackend>(std::move(model));
   }

@@ -74,7 +74,9 @@ bool IsSupportedArchitecture(std::string_view architecture) {
 std::string SupportedArchitectureNames() { return SupportedArchitectures(); }
 
 bool UsesPlainLlamaLayer(const LlamaConfig& c) {
-  return !c.family.qkv_bias && !c.family.qk_norm && c.family.rope_style == RopeStyle::kNormal &&
+  const ModelFamily& f = c.family;
+  return !f.qkv_bias && !f.qk_norm && f.rope_style == RopeStyle::kNormal && !f.sandwich_norms &&
+         !f.embedding_scaled && f.ffn_activation == FfnActivation::kSilu && f.local_period == 0 &&
          c.q_dim() == c.dim;
 }
 
@@ -133,6 +135,18 @@ StatusOr<LlamaConfig> ReadLlamaConfig(const gguf::GgufFile& file) {
   c.tied_output = file.FindTensor("output.weight") == nullptr;
 
   STREAMD_RETURN_IF_ERROR(ReadRope(file, a, c));
+
+  if (c.family.local_period > 0) {
+    STREAMD_ASSIGN_OR_RETURN(c.sliding_window,
+                             ReadDim(file, a, "attention.sliding_window", 1 << 24));
+  }
+  c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  // Gemma 3 scales scores by query_pre_attn_scalar^-1/2, which its GGUFs do not store: it is
+  // head_dim in every size but the 27B (62 layers), where it is dim / n_heads (llama.cpp tells the
+  // sizes apart by the same layer count).
+  if (c.architecture == "gemma3" && c.n_layers == 62) {
+    c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.dim / c.n_heads));
+  }
   return c;
 }
 

@@ -34,13 +34,24 @@ struct LlamaConfig {
   // Per-frequency divisors (Llama 3.x "rope_freqs" tensor); empty when the model has none.
   std::vector<float> rope_freq_factors;
   bool tied_output = false;  // output head shares token_embd.weight
+  // The local layers' native window (<arch>.attention.sliding_window) when the family has local
+  // layers (ModelFamily::local_period), else 0.
+  int32_t sliding_window = 0;
+  // The attention's score scale: 1 / sqrt(head_dim), except where a family says otherwise.
+  float attention_scale = 0.0f;
 
   int32_t q_dim() const { return n_heads * head_dim; }
   int32_t kv_dim() const { return n_kv_heads * head_dim; }
+  // Whether layer l is a local (sliding-window) layer: its keys are only the last
+  // sliding_window tokens, and it rotates with the family's local RoPE base.
+  bool IsLocalLayer(int32_t l) const {
+    const int32_t period = family.local_period;
+    return period > 0 && l % period != period - 1;
+  }
 };
 
 // Whether the model's layer is the plain Llama one (no biases, no q/k norms, RoPE over adjacent
-// pairs, q_dim == dim): the only layer the CUDA kernels run so far.
+// pairs, q_dim == dim, none of Gemma's extras): the only layer the CUDA kernels run so far.
 bool UsesPlainLlamaLayer(const LlamaConfig& config);
 
 // Reads and validates the config. Unsupported architectures are rejected by name.

@@ -7,15 +7,15 @@
 
 namespace streamd {
 
-RopeTable::RopeTable(const LlamaConfig& config) : style_(config.family.rope_style) {
+RopeTable::RopeTable(const LlamaConfig& config, bool local) : style_(config.family.rope_style) {
   const int32_t half = config.rope_dim / 2;
   inv_freq_.resize(half);
   const double linear =
-      config.rope_scaling == RopeScaling::kLinear ? config.rope_scaling_factor : 1.0;
+      !local && config.rope_scaling == RopeScaling::kLinear ? config.rope_scaling_factor : 1.0;
+  const double base = local ? config.family.local_rope_base : config.rope_base;
   for (int32_t i = 0; i < half; ++i) {
-    double theta = std::pow(static_cast<double>(config.rope_base),
-                            -2.0 * i / static_cast<double>(config.rope_dim));
-    if (!config.rope_freq_factors.empty()) theta /= config.rope_freq_factors[i];
+    double theta = std::pow(base, -2.0 * i / static_cast<double>(config.rope_dim));
+    if (!local && !config.rope_freq_factors.empty()) theta /= config.rope_freq_factors[i];
     inv_freq_[i] = theta / linear;
   }
 }

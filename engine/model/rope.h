@@ -17,7 +17,9 @@ namespace streamd {
 // The rotation itself is kernels::cpu::RotatePairs or RotateHalves (vec_ops.h) on the CPU.
 class RopeTable {
  public:
-  explicit RopeTable(const LlamaConfig& config);
+  // local: the table of the family's local (sliding-window) layers: local_rope_base, without
+  // the global layers' scaling (Gemma 3 scales only its global layers).
+  explicit RopeTable(const LlamaConfig& config, bool local = false);
 
   RopeStyle style() const { return style_; }
   // Rotates n_vectors consecutive heads of `dim` values in place by one position's angles

@@ -9,6 +9,10 @@ namespace {
 
 constexpr std::string_view kImStart = "<|im_start|>";
 constexpr std::string_view kImEnd = "<|im_end|>";
+constexpr std::string_view kStartOfTurn = "<start_of_turn>";
+constexpr std::string_view kEndOfTurn = "<end_of_turn>";
+// What Gemma 3's template puts between the system text and the first user message.
+constexpr std::string_view kGemmaSystemSeparator = "\n\n";
 
 // Python's str.isspace(), which Jinja's trim filter and str.strip() use.
 bool IsPythonSpace(char32_t c) {
@@ -37,6 +41,41 @@ std::string_view PythonStrip(std::string_view s) {
   return s.substr(begin, end - begin);
 }
 
+// Reads the Jinja (Python) string literal whose opening quote is at jinja[*i], unescaping it;
+// leaves *i on the closing quote (or at the end of an unterminated literal).
+std::string ReadJinjaLiteral(std::string_view jinja, size_t* i) {
+  const char quote = jinja[*i];
+  std::string literal;
+  for (++*i; *i < jinja.size() && jinja[*i] != quote; ++*i) {
+    if (jinja[*i] != '\\' || *i + 1 == jinja.size()) {
+      literal.push_back(jinja[*i]);
+      continue;
+    }
+    const char next = jinja[++*i];
+    switch (next) {
+      case 'n':
+        literal.push_back('\n');
+        break;
+      case 't':
+        literal.push_back('\t');
+        break;
+      case 'r':
+        literal.push_back('\r');
+        break;
+      case '\\':
+      case '\'':
+      case '"':
+        literal.push_back(next);
+        break;
+      default:
+        literal.push_back('\\');
+        literal.push_back(next);
+        break;
+    }
+  }
+  return literal;
+}
+
 // The string literals inside the {{ }} and {% %} tags of a Jinja template, unescaped the way
 // Jinja (Python) reads them. Enough to find fixed texts; not a Jinja parser.
 std::vector<std::string> JinjaStringLiterals(std::string_view jinja) {
@@ -56,37 +95,8 @@ std::vector<std::string> JinjaStringLiterals(std::string_view jinja) {
       ++i;
       continue;
     }
-    const char quote = jinja[i];
-    if (quote != '\'' && quote != '"') continue;
-    std::string literal;
-    for (++i; i < jinja.size() && jinja[i] != quote; ++i) {
-      if (jinja[i] != '\\' || i + 1 == jinja.size()) {
-        literal.push_back(jinja[i]);
-        continue;
-      }
-      const char next = jinja[++i];
-      switch (next) {
-        case 'n':
-          literal.push_back('\n');
-          break;
-        case 't':
-          literal.push_back('\t');
-          break;
-        case 'r':
-          literal.push_back('\r');
-          break;
-        case '\\':
-        case '\'':
-        case '"':
-          literal.push_back(next);
-          break;
-        default:
-          literal.push_back('\\');
-          literal.push_back(next);
-          break;
-      }
-    }
-    literals.push_back(std::move(literal));
+    if (jinja[i] != '\'' && jinja[i] != '"') continue;
+    literals.push_back(ReadJinjaLiteral(jinja, &i));
   }
   return literals;
 }
@@ -150,13 +160,43 @@ std::string Llama3SystemPreamble(std::string_view jinja) {
   return knowledge + "Today Date: " + date + "\n\n";
 }
 
+// Gemma 3 folds a leading system message into the first user turn, {%- set first_user_prefix =
+// messages[0]['content'] + '\n\n' -%}: the literal after the '+' is the separator. The default
+// (Gemma 3's) when the template has no such literal (Gemma 2's refuses a system message).
+std::string GemmaSystemSeparator(std::string_view jinja) {
+  constexpr std::string_view kSet = "first_user_prefix = messages[0]['content'] + ";
+  size_t at = jinja.find(kSet);
+  if (at == std::string_view::npos) return std::string(kGemmaSystemSeparator);
+  at += kSet.size();
+  if (at >= jinja.size() || (jinja[at] != '\'' && jinja[at] != '"')) {
+    return std::string(kGemmaSystemSeparator);
+  }
+  std::string separator = ReadJinjaLiteral(jinja, &at);
+  // An unterminated literal is a broken template, not a separator.
+  return at < jinja.size() ? separator : std::string(kGemmaSystemSeparator);
+}
+
 }  // namespace
 
 StatusOr<ChatTemplate> ChatTemplate::FromGguf(const gguf::GgufFile& file,
                                               const Tokenizer& tokenizer) {
   STREAMD_ASSIGN_OR_RETURN(std::string jinja, file.GetStringOr("tokenizer.chat_template", ""));
-  return FromTemplateText(jinja, std::string(tokenizer.TokenText(tokenizer.bos_id())),
-                          std::string(tokenizer.TokenText(tokenizer.eos_id())));
+  ChatTemplate t = FromTemplateText(jinja, std::string(tokenizer.TokenText(tokenizer.bos_id())),
+                                    std::string(tokenizer.TokenText(tokenizer.eos_id())));
+  // No template, but Gemma's turn markers as special tokens: a Gemma file without its template
+  // (the base models' GGUFs), whose prompts must use those markers rather than ChatML's.
+  auto special = [&tokenizer](std::string_view text) {
+    const std::optional<int32_t> id = tokenizer.FindToken(text);
+    return id.has_value() && tokenizer.IsSpecial(*id);
+  };
+  if (jinja.empty() && special(kStartOfTurn) && special(kEndOfTurn)) {
+    t.kind_ = ChatTemplateKind::kGemma;
+    t.gemma_system_separator_ = std::string(kGemmaSystemSeparator);
+    t.fallback_reason_ =
+        "the model has no tokenizer.chat_template; its vocabulary's <start_of_turn>/<end_of_turn> "
+        "tokens select Gemma's format";
+  }
+  return t;
 }
 
 ChatTemplate ChatTemplate::FromTemplateText(std::string_view jinja, std::string bos_text,
@@ -181,12 +221,15 @@ ChatTemplate ChatTemplate::FromTemplateText(std::string_view jinja, std::string 
   } else if (jinja.find("[INST]") != std::string_view::npos &&
              jinja.find("<<SYS>>") != std::string_view::npos) {
     t.kind_ = ChatTemplateKind::kLlama2;
+  } else if (jinja.find(kStartOfTurn) != std::string_view::npos) {
+    t.kind_ = ChatTemplateKind::kGemma;
+    t.gemma_system_separator_ = GemmaSystemSeparator(jinja);
   } else {
     t.kind_ = ChatTemplateKind::kChatMl;
     t.fallback_reason_ =
         jinja.empty() ? "the model has no tokenizer.chat_template; using ChatML"
                       : "tokenizer.chat_template is not a supported template (ChatML, Llama-2 "
-                        "[INST], Llama-3 headers): '" +
+                        "[INST], Llama-3 headers, Gemma <start_of_turn>): '" +
                             QuoteForLog(jinja, 60) + "'; using ChatML";
   }
   return t;
@@ -200,6 +243,8 @@ std::string_view ChatTemplate::kind_name() const {
       return "llama2";
     case ChatTemplateKind::kLlama3:
       return "llama3";
+    case ChatTemplateKind::kGemma:
+      return "gemma";
   }
   return "chatml";
 }
@@ -213,6 +258,8 @@ StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> messages
       return RenderLlama2(messages);
     case ChatTemplateKind::kLlama3:
       return RenderLlama3(messages, add_generation_prompt);
+    case ChatTemplateKind::kGemma:
+      return RenderGemma(messages, add_generation_prompt);
   }
   return InternalError("unknown chat template kind");
 }
@@ -288,6 +335,46 @@ std::string ChatTemplate::RenderLlama3(std::span<const ChatMessage> messages,
   }
   for (const ChatMessage& m : messages) append_turn(m.role, m.content);
   if (add_generation) out.append("<|start_header_id|>assistant<|end_header_id|>\n\n");
+  return out;
+}
+
+StatusOr<std::string> ChatTemplate::RenderGemma(std::span<const ChatMessage> messages,
+                                                bool add_generation) const {
+  std::string_view system;
+  bool has_system = false;
+  if (!messages.empty() && messages.front().role == "system") {
+    system = messages.front().content;
+    has_system = true;
+    messages = messages.subspan(1);
+  }
+  // Jinja renders a system message that no user message follows as nothing, losing its text.
+  // We refuse it: ChatFormatter (engine/sessions) learns a later user turn's framing from the
+  // first short conversation that renders, and {system} rendering as nothing would put that
+  // conversation's placeholder system text into the framing.
+  if (has_system && messages.empty()) {
+    return InvalidArgumentError(
+        "Gemma chat: a system message must be followed by a user message (Gemma has no system "
+        "turn; the system text opens the first user turn)");
+  }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string_view want = i % 2 == 0 ? "user" : "assistant";
+    if (messages[i].role != want) {
+      return InvalidArgumentError("Gemma chat: message " + std::to_string(i + has_system) +
+                                  " has role '" + messages[i].role +
+                                  "'; roles must alternate user/assistant after an "
+                                  "optional leading system message");
+    }
+  }
+  std::string out;
+  // As for Llama-3: an empty conversation without a generation prompt renders as nothing.
+  if (!messages.empty() || add_generation) out += bos_text_;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    out.append(kStartOfTurn).append(i % 2 == 0 ? "user\n" : "model\n");
+    // The template trims each message but not the system text before the first one.
+    if (i == 0 && has_system) out.append(system).append(gemma_system_separator_);
+    out.append(PythonStrip(messages[i].content)).append(kEndOfTurn).append("\n");
+  }
+  if (add_generation) out.append(kStartOfTurn).append("model\n");
   return out;
 }
 

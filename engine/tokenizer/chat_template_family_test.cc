@@ -1,10 +1,12 @@
-// Chat templates of the families users bring (Qwen2.5, Qwen3, Llama 3.1/3.2/3.3), rendered
-// from the real Jinja templates and encoded with the real vocabularies, compared token by
-// token with sequences written by hand from each template's definition.
+// Chat templates of the families users bring (Qwen2.5, Qwen3, Llama 3.1/3.2/3.3, Gemma 2/3),
+// rendered from the real Jinja templates and encoded with the real vocabularies, compared token
+// by token with sequences written by hand from each template's definition.
 //
 // The templates and vocabularies are llama.cpp's (models/templates/*.jinja and
 // models/ggml-vocab-*.gguf of the llama-cpp-python 0.3.36 sdist), read from
-// $STREAMD_VOCAB_DIR (`scripts/fetch-test-vocab.sh --golden`; `make test` sets it).
+// $STREAMD_VOCAB_DIR (`scripts/fetch-test-vocab.sh --golden`; `make test` sets it); Gemma 3's
+// vocabulary is the real Gemma 3 270M file's, $STREAMD_GEMMA_MODEL
+// (`scripts/fetch-gemma-model.sh`; `make test` sets it too).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -242,6 +244,69 @@ TEST(ChatTemplateFamilyTest, Llama30HasNoSystemPreamble) {
   const std::vector<ChatMessage> user = {{"user", "x"}};
   EXPECT_EQ(*t.Render(user, false),
             "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nx<|eot_id|>");
+}
+
+// Gemma 2's template (google/gemma-2-2b-it's): Gemma's format. The conversation's expected
+// string is jinja2's rendering of the template.
+TEST(ChatTemplateFamilyTest, Gemma2TemplateIsGemmasFormat) {
+  const std::string jinja = TemplateText("google-gemma-2-2b-it");
+  ASSERT_FALSE(jinja.empty());
+  const ChatTemplate t = ChatTemplate::FromTemplateText(jinja, "<bos>", "<eos>");
+  EXPECT_EQ(t.kind(), ChatTemplateKind::kGemma);
+  EXPECT_FALSE(t.is_fallback());
+  EXPECT_TRUE(t.renders_bos());
+  const std::vector<ChatMessage> conversation = {
+      {"user", " Hi there \n"}, {"assistant", "Hello!"}, {"user", "Bye"}};
+  EXPECT_EQ(*t.Render(conversation, true),
+            "<bos><start_of_turn>user\nHi there<end_of_turn>\n<start_of_turn>model\nHello!"
+            "<end_of_turn>\n<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
+  // This template raises on a system message; we fold it into the first user turn as Gemma
+  // 3's does.
+  const std::vector<ChatMessage> with_system = {{"system", "Be brief."}, {"user", "Hi"}};
+  EXPECT_EQ(*t.Render(with_system, false),
+            "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n");
+}
+
+// The real Gemma 3 270M base file: no tokenizer.chat_template, but Gemma's turn markers in its
+// vocabulary, which select Gemma's format. Ids are Gemma 3's: <eos> 1, <bos> 2,
+// <start_of_turn> 105, <end_of_turn> 106, "\n" 107, "user" 2364, "model" 4368, "Hi" 10979,
+// "!" 236888.
+TEST(ChatTemplateFamilyTest, Gemma3BaseFileGetsGemmasFormatFromItsVocabulary) {
+  const auto* vocab = testing::CachedFromEnv(
+      "STREAMD_GEMMA_MODEL", "export STREAMD_GEMMA_MODEL=$(scripts/fetch-gemma-model.sh)");
+  ASSERT_NE(vocab, nullptr);
+  const Tokenizer& tok = *vocab->tokenizer;
+  ASSERT_EQ(vocab->file->Find("tokenizer.chat_template"), nullptr);
+  auto t = ChatTemplate::FromGguf(*vocab->file, tok);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->kind(), ChatTemplateKind::kGemma);
+  EXPECT_TRUE(t->is_fallback());
+  EXPECT_NE(t->fallback_reason().find("<start_of_turn>/<end_of_turn>"), std::string::npos)
+      << t->fallback_reason();
+  // The file asks for BOS; the rendering writes it, so the encoder must not add another.
+  EXPECT_TRUE(tok.add_bos());
+  EXPECT_TRUE(t->renders_bos());
+
+  EXPECT_EQ(RenderAndEncode(*t, tok, {{"user", "Hi!"}}, true),
+            (Ids{2, 105, 2364, 107, 10979, 236888, 106, 107, 105, 4368, 107}));
+  EXPECT_EQ(RenderAndEncode(*t, tok, {{"system", "Be brief."}, {"user", "Hi!"}}, true),
+            Expect(tok)
+                .Special("<bos>")
+                .Special("<start_of_turn>")
+                .Text("user\nBe brief.\n\nHi!")
+                .Special("<end_of_turn>")
+                .Text("\n")
+                .Special("<start_of_turn>")
+                .Text("model\n")
+                .ids());
+
+  // Generation stops at <end_of_turn> and <eos>; the turn opener is no stop.
+  EXPECT_EQ(tok.eos_id(), 1);
+  EXPECT_EQ(tok.eot_id(), 106);
+  EXPECT_TRUE(tok.IsEndOfGeneration(106));
+  EXPECT_TRUE(tok.IsEndOfGeneration(1));
+  EXPECT_FALSE(tok.IsEndOfGeneration(105));
+  EXPECT_FALSE(tok.IsEndOfGeneration(10979));
 }
 
 // The tokens that end an answer: each family's end-of-turn and end-of-text tokens stop a

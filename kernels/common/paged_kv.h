@@ -14,7 +14,12 @@
 //   t >= S: window index i = t - S, logical window block k = i / B, held in
 //           window_blocks[k - first_window_block], slot i % B.
 // A query at text position p sees the sinks 0..min(S, p + 1) - 1 and the window
-// [WindowStart(p), p] (its own last W tokens, itself included). window_blocks lists the blocks
+// [WindowStart(p), p] (its own last W tokens, itself included). A layer trained with a native
+// sliding window of N tokens (Gemma 3's local layers, N = 512) sets span = N: its queries see
+// only text positions j > p - N, i.e. the sinks [SinkBegin(p), VisibleSinks(p)) and a window
+// that starts no earlier than p - N + 1. The blocks are the same for every layer (the engine
+// plans them for span 0, the widest key set); span only narrows which keys are read, and
+// CachePosition(p) ignores it (the rebuilt cache is the same). window_blocks lists the blocks
 // of the logical window blocks first_window_block .. first_window_block + n - 1, oldest first:
 // the engine appends a block when the window reaches a new one and drops the oldest once no
 // query can see any token in it, so eviction never copies K/V and a chunk of any length keeps
@@ -67,6 +72,9 @@ struct SinkWindowTable {
   int32_t sinks = 0;                       // S
   int32_t window = 0;                      // W >= 1
   int32_t block_size = 0;                  // B
+  // N > 0: a query at p sees only text positions j > p - N (the layer's native sliding window:
+  // Gemma 3's local layers); 0: no such limit (every other layer and model).
+  int32_t span = 0;
 
   // Block id and slot of text position t (t must be visible to some query of the step).
   STREAMD_HOST_DEVICE void Locate(int64_t t, int32_t* block, int32_t* slot) const {
@@ -79,21 +87,40 @@ struct SinkWindowTable {
     *block = window_blocks[i / block_size - first_window_block];
     *slot = static_cast<int32_t>(i % block_size);
   }
-  // Sinks a query at text position p sees: min(S, p + 1).
+  // End of the sinks a query at text position p sees: min(S, p + 1).
   STREAMD_HOST_DEVICE int64_t VisibleSinks(int64_t p) const {
     return p + 1 < sinks ? p + 1 : sinks;
   }
-  // First text position of p's window (the window is empty when p < S: then it returns p+1).
+  // First sink a query at text position p sees: 0 without a span, else the first position the
+  // span leaves, p - N + 1, clamped to [0, VisibleSinks(p)]. Its sinks are
+  // [SinkBegin(p), VisibleSinks(p)), empty when SinkBegin(p) == VisibleSinks(p).
+  STREAMD_HOST_DEVICE int64_t SinkBegin(int64_t p) const {
+    if (span <= 0) return 0;
+    const int64_t first = p - span + 1;
+    const int64_t end = VisibleSinks(p);
+    return first < 0 ? 0 : (first < end ? first : end);
+  }
+  // First text position of p's window: max(p - W + 1, p - N + 1 when N > 0, S). The window is
+  // empty when p < S: then it returns p + 1.
   STREAMD_HOST_DEVICE int64_t WindowStart(int64_t p) const {
-    if (p < sinks) return p + 1;
-    const int64_t start = p - window + 1;
-    return start > sinks ? start : sinks;
+    const int64_t start = UnspannedWindowStart(p);
+    if (span <= 0 || p < sinks) return start;
+    const int64_t first = p - span + 1;
+    return first > start ? first : start;
   }
   // Position of the query inside its rebuilt cache (sinks 0..S-1, then the window): the
   // position its RoPE rotation must use against sink keys. Equals p until eviction starts.
+  // Independent of span: every layer shares one cache, rebuilt with the sink + window only.
   STREAMD_HOST_DEVICE int64_t CachePosition(int64_t p) const {
     if (p < sinks) return p;
-    return sinks + (p - WindowStart(p));
+    return sinks + (p - UnspannedWindowStart(p));
+  }
+  // WindowStart(p) as if span were 0: max(p - W + 1, S), or p + 1 when p < S. The window the
+  // engine keeps blocks for, whatever the layer's span.
+  STREAMD_HOST_DEVICE int64_t UnspannedWindowStart(int64_t p) const {
+    if (p < sinks) return p + 1;
+    const int64_t start = p - window + 1;
+    return start > sinks ? start : sinks;
   }
 };
 

@@ -158,6 +158,7 @@ void AxpyRowsF16Avx2(const float* w, int64_t ldw, int64_t n_q, const uint16_t* v
 float MaxF32Avx2(const float* x, int64_t n);
 float ExpShiftedSumAvx2(float* x, int64_t n, float shift);
 void SiluMulAvx2(float* gate, const float* up, int64_t n);
+void GeluTanhMulAvx2(float* gate, const float* up, int64_t n);
 void FloatToHalfRowAvx2(const float* x, uint16_t* out, int64_t n);
 void HalfToFloatRowAvx2(const uint16_t* x, float* out, int64_t n);
 // vec_ops.h, AVX-512 versions of the attention rows and softmax helpers (vec_ops_avx512.cc).
@@ -173,6 +174,7 @@ void AxpyRowsI8Avx512(const float* w, int64_t ldw, int64_t n_q, const int8_t* v,
 float MaxF32Avx512(const float* x, int64_t n);
 float ExpShiftedSumAvx512(float* x, int64_t n, float shift);
 void SiluMulAvx512(float* gate, const float* up, int64_t n);
+void GeluTanhMulAvx512(float* gate, const float* up, int64_t n);
 void AddRmsNormRowAvx512(float* x, const float* delta, const float* weight, float eps, int64_t n,
                          float* out);
 void RotatePairsAvx512(float* x, int64_t n_vectors, int64_t dim, const float* cos,

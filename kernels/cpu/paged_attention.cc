@@ -20,9 +20,15 @@ struct Run {
   bool sink;  // scored with q_sink
 };
 
-// The visible keys of the query at position p in score order (the sinks 0 .. VisibleSinks(p) - 1,
-// then the window WindowStart(p) .. p), as runs: one per block touched, a run also stopping at
-// the sink/window boundary (a different table).
+// How many keys the query at position p sees: its sinks [SinkBegin(p), VisibleSinks(p)) and its
+// window [WindowStart(p), p] (both narrowed by the table's span, if any).
+int64_t VisibleKeys(const SinkWindowTable& table, int64_t p) {
+  return (table.VisibleSinks(p) - table.SinkBegin(p)) + (p - table.WindowStart(p) + 1);
+}
+
+// The visible keys of the query at position p in score order (the sinks SinkBegin(p) ..
+// VisibleSinks(p) - 1, then the window WindowStart(p) .. p), as runs: one per block touched, a
+// run also stopping at the sink/window boundary (a different table).
 template <class T>
 class KeyRuns {
  public:
@@ -35,7 +41,7 @@ class KeyRuns {
         n_sinks_(table.VisibleSinks(p)),
         w_start_(table.WindowStart(p)),
         p_(p),
-        t_(n_sinks_ > 0 ? 0 : w_start_) {}
+        t_(table.SinkBegin(p) < n_sinks_ ? table.SinkBegin(p) : w_start_) {}
 
   bool Next(Run<T>* run) {
     if (t_ > p_) return false;
@@ -56,8 +62,8 @@ class KeyRuns {
   const T* layer_kv_;
   const SinkWindowTable& table_;
   int32_t kv_head_;
-  int64_t n_sinks_, w_start_, p_;
-  int64_t t_;  // next text position
+  int64_t n_sinks_, w_start_, p_;  // n_sinks_: the end of the visible sinks
+  int64_t t_;                      // next text position
 };
 
 // The cache lines of `n` contiguous elements, asked for in `slices` about equal calls of Next()
@@ -113,7 +119,7 @@ void AttendGroup(const KvPoolLayout& layout, const T* layer_kv, const SinkWindow
                  const float* q_sink, float scale, float* scratch, float* out,
                  int32_t prefetch_runs) {
   const int32_t hd = layout.head_dim;
-  const int64_t n_keys = table.VisibleSinks(p) + (p - table.WindowStart(p) + 1);
+  const int64_t n_keys = VisibleKeys(table, p);
 
   // Pass 1: scores, scratch [n_q, n_keys]: per query the sinks first, then the window. A run's
   // keys are contiguous rows of a block; each block is a separate stretch of memory (2 KiB of K
@@ -193,7 +199,7 @@ void PagedAttentionGroupI8(const KvPoolLayout& layout, const int8_t* layer_kv, c
   // s_j = sum_c q_c * (k_scale_c * K8_jc) = sum_c (q_c * k_scale_c) * K8_jc: the scales go into
   // the queries once, not into every key; likewise out_c = v_scale_c * sum_j p_j V8_jc.
   const int32_t hd = layout.head_dim;
-  const int64_t n_keys = table.VisibleSinks(p) + (p - table.WindowStart(p) + 1);
+  const int64_t n_keys = VisibleKeys(table, p);
   const int64_t q_elems = static_cast<int64_t>(n_q) * hd;
   float* qw = scratch + static_cast<int64_t>(n_q) * n_keys;
   float* qs = q_sink == q_window ? qw : qw + q_elems;

@@ -3,7 +3,7 @@
 // prefill kernels are tested against, and the CPU backend's fast path (its dot products, axpys
 // and exps are the SIMD ones of vec_ops.h).
 //
-//   s_j = scale * q_sink . K_j     for the visible sinks j  (0 .. VisibleSinks(p) - 1)
+//   s_j = scale * q_sink . K_j     for the visible sinks j (SinkBegin(p) .. VisibleSinks(p) - 1)
 //   s_j = scale * q_window . K_j   for the window j        (WindowStart(p) .. p)
 //   out = sum_j softmax(s)_j V_j   (max-subtracted; probabilities normalised, then summed)
 //
@@ -20,6 +20,13 @@
 // the rebuilt cache; q_sink is the query rotated by CachePosition(p), the query's place in
 // the rebuilt cache, so sink scores see the distance the model would see had the cache been
 // rebuilt with positions 0 .. S + W - 1. No query ever sees a distance over S + W - 1.
+//
+// table.span: 0 for the layers of most models, where the key set is the one above with
+// SinkBegin(p) = 0. Gemma 3's local layers are trained with a native sliding window of N = 512
+// tokens and never saw a key at p - N or earlier, so they pass the same table with span = N:
+// SinkBegin(p) and WindowStart(p) then start no earlier than p - N + 1, which leaves fewer
+// window keys (when N < W) and fewer sinks, none once p >= S + N - 1. Its global layers pass
+// span 0. q_sink and q_window are the same for both kinds (CachePosition ignores span).
 #pragma once
 
 #include <cstdint>

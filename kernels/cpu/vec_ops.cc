@@ -119,6 +119,15 @@ void SiluMul(float* gate, const float* up, int64_t n) {
   for (int64_t i = 0; i < n; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+void GeluTanhMul(float* gate, const float* up, int64_t n) {
+  if (UseAvx512()) return internal::GeluTanhMulAvx512(gate, up, n);
+  if (UseAvx2()) return internal::GeluTanhMulAvx2(gate, up, n);
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = g / (1.0f + std::exp(-g * (kGeluC0 + kGeluC1 * g * g))) * up[i];
+  }
+}
+
 void AddRmsNormRow(float* x, const float* delta, const float* weight, float eps, int64_t n,
                    float* out) {
   if (UseAvx512()) return internal::AddRmsNormRowAvx512(x, delta, weight, eps, n, out);

@@ -55,6 +55,13 @@ float ExpShiftedSum(float* x, int64_t n, float shift);
 // ExpShiftedSum (std::exp at the portable level). A scalar std::exp per element was ~8% of a
 // 16-session decode step (16 x 1536 x 30 of them).
 void SiluMul(float* gate, const float* up, int64_t n);
+// GeGLU's gate (Gemma): gate[i] = gelu(gate[i]) * up[i] with the tanh approximation,
+// gelu(g) = g/2 * (1 + tanh(u)), u = sqrt(2/pi) * (g + 0.044715 g^3), computed as the equal
+// g / (1 + exp(-2u)), with SiluMul's exp.
+void GeluTanhMul(float* gate, const float* up, int64_t n);
+// 2 * sqrt(2 / pi) and 2 * sqrt(2 / pi) * 0.044715: -2u = -g * (kGeluC0 + kGeluC1 * g^2).
+inline constexpr float kGeluC0 = 1.5957691216057308f;
+inline constexpr float kGeluC1 = 0.0713548162726009f;
 // A Llama layer's residual step on one row: x[i] += delta[i] (no add when delta is null), then
 // out[i] = x[i] * scale * weight[i] with scale = 1 / sqrt(sum_i x[i]^2 / n + eps). The squares
 // are exact in f64 and summed there, in 4 lanes at the portable level and 32 at AVX-512: the

@@ -9,6 +9,7 @@
 #include "kernels/cpu/exp_poly.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/query_groups.h"
+#include "kernels/cpu/vec_ops.h"
 
 namespace streamd::kernels::cpu::internal {
 namespace {
@@ -371,6 +372,27 @@ void SiluMulAvx2(float* gate, const float* up, int64_t n) {
     LoadTail(gate + i, n - i, tg);
     LoadTail(up + i, n - i, tu);
     SiluMulAvx2(tg, tu, 8);
+    std::memcpy(gate + i, tg, static_cast<size_t>(n - i) * sizeof(float));
+  }
+}
+
+void GeluTanhMulAvx2(float* gate, const float* up, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 c0 = _mm256_set1_ps(kGeluC0);
+  const __m256 c1 = _mm256_set1_ps(kGeluC1);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 z = _mm256_mul_ps(g, _mm256_fmadd_ps(_mm256_mul_ps(g, g), c1, c0));
+    const __m256 e = Exp8(_mm256_sub_ps(_mm256_setzero_ps(), z));
+    const __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, e));
+    _mm256_storeu_ps(gate + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
+  }
+  if (i < n) {
+    float tg[8], tu[8];
+    LoadTail(gate + i, n - i, tg);
+    LoadTail(up + i, n - i, tu);
+    GeluTanhMulAvx2(tg, tu, 8);
     std::memcpy(gate + i, tg, static_cast<size_t>(n - i) * sizeof(float));
   }
 }

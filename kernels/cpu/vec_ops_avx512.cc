@@ -11,6 +11,7 @@
 #include "kernels/cpu/exp_poly.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/query_groups.h"
+#include "kernels/cpu/vec_ops.h"
 
 namespace streamd::kernels::cpu::internal {
 namespace {
@@ -303,6 +304,20 @@ void SiluMulAvx512(float* gate, const float* up, int64_t n) {
     const auto live = static_cast<__mmask16>(n - i >= 16 ? 0xffff : (1u << (n - i)) - 1);
     const __m512 g = _mm512_maskz_loadu_ps(live, gate + i);
     const __m512 e = Exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
+    const __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, e));
+    _mm512_mask_storeu_ps(gate + i, live, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(live, up + i)));
+  }
+}
+
+void GeluTanhMulAvx512(float* gate, const float* up, int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  const __m512 c0 = _mm512_set1_ps(kGeluC0);
+  const __m512 c1 = _mm512_set1_ps(kGeluC1);
+  for (int64_t i = 0; i < n; i += 16) {
+    const auto live = static_cast<__mmask16>(n - i >= 16 ? 0xffff : (1u << (n - i)) - 1);
+    const __m512 g = _mm512_maskz_loadu_ps(live, gate + i);
+    const __m512 z = _mm512_mul_ps(g, _mm512_fmadd_ps(_mm512_mul_ps(g, g), c1, c0));
+    const __m512 e = Exp16(_mm512_sub_ps(_mm512_setzero_ps(), z));
     const __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, e));
     _mm512_mask_storeu_ps(gate + i, live, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(live, up + i)));
   }

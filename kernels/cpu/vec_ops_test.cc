@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <numbers>
 #include <random>
 #include <vector>
 
@@ -330,6 +331,49 @@ TEST(VecOpsTest, SiluMulMatchesDouble) {
     std::vector<float> gate(20, 1.0f), up(20, 1.0f);
     gate[13] = std::numeric_limits<float>::quiet_NaN();
     SiluMul(gate.data(), up.data(), 20);
+    EXPECT_TRUE(std::isnan(gate[13]));
+    EXPECT_FALSE(std::isnan(gate[12]));
+  }
+}
+
+// GeGLU's gate against the tanh form computed in double (not the exp form the kernels use), on
+// random gates over GELU's whole range, its saturations and NaN.
+TEST(VecOpsTest, GeluTanhMulMatchesDouble) {
+  const uint64_t seed = TestSeed();
+  SCOPED_TRACE(SeedTrace(seed));
+  std::mt19937_64 rng(seed);
+  for (Isa isa : SupportedIsas()) {
+    SCOPED_TRACE(IsaName(isa));
+    ScopedIsa scoped(isa);
+    for (int64_t n : {1, 7, 8, 9, 15, 16, 17, 33, 640, 2048}) {
+      SCOPED_TRACE(n);
+      std::vector<float> gate = RandomFloats(n + 1, rng), up = RandomFloats(n, rng);
+      for (float& g : gate) g *= 6.0f;
+      if (n > 8) {
+        gate[0] = 40.0f;   // exp(-2u) flushes to 0: gelu(g) = g
+        gate[1] = -40.0f;  // exp(-2u) saturates: gelu(g) ~ 0
+        gate[2] = 0.0f;
+        gate[3] = 1e20f;   // g^3 overflows: still g
+        gate[4] = -1e20f;  // still ~0
+      }
+      gate[n] = 7.0f;
+      const std::vector<float> g0 = gate;
+      GeluTanhMul(gate.data(), up.data(), n);
+      ASSERT_EQ(gate[n], 7.0f);  // past n: untouched
+      for (int64_t i = 0; i < n; ++i) {
+        const double g = g0[i];
+        const double u = std::sqrt(2.0 / std::numbers::pi) * (g + 0.044715 * g * g * g);
+        const double want = 0.5 * g * (1.0 + std::tanh(u)) * up[i];
+        // The exp within 2 ulp of an argument rounded a few times (~|2u| * 2^-23 relative), then
+        // a division and a product. Where gelu(g) is tiny (g << 0) its relative error grows with
+        // |2u|; the absolute bound below covers it.
+        ASSERT_NEAR(gate[i], want, 2e-6 * std::fabs(want) + 2e-7 * std::fabs(g * up[i]))
+            << "g=" << g << " up=" << up[i];
+      }
+    }
+    std::vector<float> gate(20, 1.0f), up(20, 1.0f);
+    gate[13] = std::numeric_limits<float>::quiet_NaN();
+    GeluTanhMul(gate.data(), up.data(), 20);
     EXPECT_TRUE(std::isnan(gate[13]));
     EXPECT_FALSE(std::isnan(gate[12]));
   }

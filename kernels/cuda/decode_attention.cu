@@ -22,9 +22,9 @@
 //
 // Keys of token t (text position p), in order: index i < n_sinks is sink i (scored with the
 // query rotated by its cache position), index i >= n_sinks is window position
-// WindowStart(p) + (i - n_sinks) (scored with the query rotated by p). Split j owns indices
-// [j * keys_per_split, (j + 1) * keys_per_split); tiles start at the split's first index of
-// each kind, so a tile never mixes sinks and window keys.
+// WindowStart(p) + (i - n_sinks) (scored with the query rotated by p); tables with span 0 only
+// (kernels.h). Split j owns indices [j * keys_per_split, (j + 1) * keys_per_split); tiles start
+// at the split's first index of each kind, so a tile never mixes sinks and window keys.
 //
 // Fragment layouts: kernels/cuda/mma_util.cuh. The C tile of two score mmas (keys 0-7 and
 // 8-15) is, converted to f16, exactly the A tile of the P V mma.
@@ -83,6 +83,7 @@ __global__ void __launch_bounds__(DecodeConfig<kHeadDim>::kWarps * 32,
   const int64_t t = blockIdx.z;
 
   const SinkWindowTable table = batch.tables[batch.seq_of[t]];
+  TrapIfSpanned(table.span);  // sinks from 0: no native sliding window (kernels.h)
   const int64_t p = batch.positions[t];
   const int64_t n_sinks = table.VisibleSinks(p);
   const int64_t w_start = table.WindowStart(p);

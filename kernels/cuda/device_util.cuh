@@ -10,6 +10,13 @@ namespace streamd::kernels::cuda {
 
 inline constexpr unsigned kFullMask = 0xffffffffu;
 
+// The attention kernels' precondition on a table (kernels.h): no native sliding window. The
+// launchers cannot see the tables (device memory), so a kernel given span != 0 stops with a trap
+// (a sticky launch failure) instead of attending over a key set the layer was not trained on.
+__device__ __forceinline__ void TrapIfSpanned(int32_t span) {
+  if (span != 0) __trap();
+}
+
 __device__ __forceinline__ float WarpSum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);

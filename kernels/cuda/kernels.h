@@ -81,6 +81,13 @@ struct AttentionBatch {
 // reads kv head h / (n_heads / n_kv_heads) (GQA). Token t at position p attends to its
 // visible sinks [0, VisibleSinks(p)) with q_sink and its window [WindowStart(p), p] with q.
 // Output f16 [n_tokens, n_heads * head_dim], softmax(scale * q.K) V.
+// Precondition: every table's span is 0. These kernels have no native sliding window (the
+// SinkWindowTable::span of Gemma 3's local layers, which the CPU kernels honour); the tables are
+// in device memory, so the launchers cannot refuse one: a kernel that reads a table with
+// span != 0 traps (a sticky launch failure: the step fails and the device is unusable, like any
+// broken invariant) rather than attend over a key set the model was not trained on. The CUDA
+// backend refuses such models at load (CudaModel::Init runs the plain Llama layer only) and its
+// tables (PlannedSequence::Table) never set span.
 struct AttentionShape {
   int32_t n_heads = 0;
   int32_t head_dim = 0;  // 64 or 128

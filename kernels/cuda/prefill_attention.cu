@@ -1,8 +1,8 @@
 // Chunked-prefill attention over the paged sink + window cache, with each query's own mask.
 // A chunk's K/V are all written before this runs (DESIGN.md fact 5), so query p of the chunk
-// sees the sinks [0, VisibleSinks(p)) and its window [WindowStart(p), p]: keys the chunk
-// itself evicts for later queries are still visible to earlier ones, and later tokens of the
-// chunk are masked out (causality).
+// sees the sinks [0, VisibleSinks(p)) and its window [WindowStart(p), p] (tables with span 0
+// only, kernels.h): keys the chunk itself evicts for later queries are still visible to earlier
+// ones, and later tokens of the chunk are masked out (causality).
 //
 // One thread block per (tile, kv head): a tile is up to PrefillTileQueries(group) consecutive
 // queries of one session; its rows are the (query, head) pairs of that kv head's group, at
@@ -64,6 +64,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const PrefillTile tile = tiles[blockIdx.y];
   const int32_t n_rows = tile.n_tokens * n_local;
   const SinkWindowTable table = batch.tables[batch.seq_of[tile.first_token]];
+  TrapIfSpanned(table.span);  // sinks from 0: no native sliding window (kernels.h)
   const int64_t p_first = batch.positions[tile.first_token];
   const int64_t p_last = batch.positions[tile.first_token + tile.n_tokens - 1];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;

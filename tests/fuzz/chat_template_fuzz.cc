@@ -5,16 +5,18 @@
 // Besides crashes and sanitizer reports it traps on a broken promise of chat_template.h
 // (docs/TOKENIZER.md):
 //   - detection: ChatML iff the text holds "<|im_start|>", else Llama-3 iff
-//     "<|start_header_id|>", else Llama-2 iff "[INST]" and "<<SYS>>", else a ChatML fallback
-//     that says so; the fallback reason is one line of valid UTF-8 (it goes to the log);
+//     "<|start_header_id|>", else Llama-2 iff "[INST]" and "<<SYS>>", else Gemma iff
+//     "<start_of_turn>", else a ChatML fallback that says so; the fallback reason is one line
+//     of valid UTF-8 (it goes to the log);
 //   - a default system turn exists only for ChatML and is "<|im_start|>system\n...<|im_end|>\n";
 //   - Render() is deterministic and renders incrementally, as ChatFormatter (server/) relies
-//     on: the rendering of the first k messages is a prefix of that of all, and the generation
-//     prompt only appends;
+//     on: the rendering of the first k messages is a prefix of that of all (but for Gemma's
+//     lone leading system message, which it refuses), and the generation prompt only appends;
 //   - ChatML renders each message verbatim ("<|im_start|>" role "\n" content "<|im_end|>\n",
 //     after the default system turn when the first message is not a system one) and never
 //     fails; Llama-3 never fails; Llama-2 fails exactly when the roles do not alternate
-//     user/assistant after an optional system message, with INVALID_ARGUMENT;
+//     user/assistant after an optional system message, with INVALID_ARGUMENT; Gemma fails
+//     exactly then too, and when a system message is all there is;
 //   - valid UTF-8 in gives valid UTF-8 out, and that prompt encodes with the default model's
 //     byte-level BPE tokenizer (parse_special, as the server encodes framing) and decodes back
 //     to itself, but for the bytes the vocabulary has no token for (docs/TOKENIZER.md).
@@ -160,6 +162,8 @@ void CheckDetection(const ChatTemplate& t, std::string_view jinja) {
     want = ChatTemplateKind::kLlama3;
   } else if (Contains(jinja, "[INST]") && Contains(jinja, "<<SYS>>")) {
     want = ChatTemplateKind::kLlama2;
+  } else if (Contains(jinja, "<start_of_turn>")) {
+    want = ChatTemplateKind::kGemma;
   } else {
     fallback = true;
   }
@@ -189,6 +193,11 @@ bool Llama2Accepts(std::span<const ChatMessage> messages) {
   return true;
 }
 
+// Gemma: Llama-2's rule, and a leading system message needs a user message to open.
+bool GemmaAccepts(std::span<const ChatMessage> messages) {
+  return Llama2Accepts(messages) && !(messages.size() == 1 && messages.front().role == "system");
+}
+
 std::string ChatMlExpected(const ChatTemplate& t, std::span<const ChatMessage> messages,
                            bool add_generation) {
   std::string out;
@@ -205,7 +214,9 @@ std::string ChatMlExpected(const ChatTemplate& t, std::span<const ChatMessage> m
 void CheckRender(const ChatTemplate& t, std::span<const ChatMessage> messages, bool add_generation,
                  bool inputs_valid_utf8) {
   auto rendered = t.Render(messages, add_generation);
-  const bool accepted = t.kind() != ChatTemplateKind::kLlama2 || Llama2Accepts(messages);
+  bool accepted = true;
+  if (t.kind() == ChatTemplateKind::kLlama2) accepted = Llama2Accepts(messages);
+  if (t.kind() == ChatTemplateKind::kGemma) accepted = GemmaAccepts(messages);
   CHECK_PROPERTY(rendered.ok() == accepted);
   if (!rendered.ok()) {
     CHECK_PROPERTY(rendered.status().code() == streamd::StatusCode::kInvalidArgument);
@@ -221,6 +232,10 @@ void CheckRender(const ChatTemplate& t, std::span<const ChatMessage> messages, b
   CHECK_PROPERTY(without.ok() && rendered->starts_with(*without));
   for (size_t k = 0; k < messages.size(); ++k) {
     auto prefix = t.Render(messages.first(k), false);
+    if (!prefix.ok() && t.kind() == ChatTemplateKind::kGemma) {
+      CHECK_PROPERTY(!GemmaAccepts(messages.first(k)));
+      continue;
+    }
     CHECK_PROPERTY(prefix.ok() && without->starts_with(*prefix));
   }
   if (!inputs_valid_utf8) return;
@@ -351,6 +366,8 @@ int main(int argc, char** argv) {
       "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + "
       "message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}",
       "{{ '<start_of_turn>' + message }}",
+      "{%- set first_user_prefix = messages[0]['content'] + '\\n' -%}{{ '<start_of_turn>' }}",
+      "{{ '<|turn>' + message }}",
       "",
       "{{ \"<|im_start|>system\\nDefault \\\"quoted\\\" \\\\ prompt\\t<|im_end|>\\n\" }}"
       "{% '<|im_start|>system\\n' %}'unterminated"};

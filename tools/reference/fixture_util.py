@@ -1,7 +1,7 @@
 """What the fixture scripts share: the reference's setup, its dense and greedy passes, and the
 JSON pieces every fixture repeats.
 
-make_fixtures.py, make_exact_fixture.py, make_qwen_fixtures.py and
+make_fixtures.py, make_exact_fixture.py, make_qwen_fixtures.py, make_gemma_fixtures.py and
 make_quant_variant_fixtures.py import this (nothing in streamd does). The definitions here are
 the fixtures' definitions: a change here changes every fixture, so regenerate them all and check
 `git diff tests/fixtures` (docs/REFERENCE.md).
@@ -83,26 +83,38 @@ GREEDY_PROMPTS = [
 GREEDY_STEPS = 32
 
 PPL_TOKENS = 2048
-PPL_DEFINITION = (
-    "tokens = first 2048 ids of llama_tokenize(whole book file bytes as on disk, "
-    "BOM and CRLF kept, add_special=false, parse_special=false). One sequence, "
-    "positions 0..2047, evaluated in a single dense forward pass with full causal "
-    "attention over all previous tokens (no sliding window, no chunking, no BOS "
-    "prepended). Every token after the first is scored: for i in 0..2046, "
+# The dense pass's definition, in three parts: which tokens, how they attend, how they are scored.
+# {n}: the number of tokens; {last} = n - 1 (the last position, and the number of scored
+# positions); {n2} = n - 2 (the last scored position).
+PPL_TOKENS_CLAUSE = (
+    "tokens = first {n} ids of llama_tokenize(whole book file bytes as on disk, "
+    "BOM and CRLF kept, add_special=false, parse_special=false).")
+PPL_ATTENTION_CLAUSE = (
+    "with full causal attention over all previous tokens (no sliding window, no chunking, "
+    "no BOS prepended).")
+_PPL_TEMPLATE = (
+    "{tokens} One sequence, "
+    "positions 0..{last}, evaluated in a single dense forward pass {attention} "
+    "Every token after the first is scored: for i in 0..{n2}, "
     "logits[i] are the output logits at position i (predicting token i+1); "
     "log-softmax computed in float64 from the float32 logits; "
     "nll[i] = logsumexp(logits[i]) - logits[i][tokens[i+1]]; "
     "argmax[i] = index of the largest logits[i] (lowest index on ties); "
     "argmax_gap[i] = top1 - top2 logit (4 significant digits), useful for "
-    "skipping near-ties when comparing; ppl = exp(mean(nll)) over the 2047 values "
+    "skipping near-ties when comparing; ppl = exp(mean(nll)) over the {last} values "
     "(computed from unrounded nll). nll values rounded to 6 significant digits.")
 
 
-def ppl_definition(n_tokens):
-    """PPL_DEFINITION for a pass over `n_tokens` tokens instead of 2048."""
-    return (PPL_DEFINITION.replace("2048", str(n_tokens))
-            .replace("2047", str(n_tokens - 1))
-            .replace("2046", str(n_tokens - 2)))
+def ppl_definition(n_tokens, tokens=PPL_TOKENS_CLAUSE, attention=PPL_ATTENTION_CLAUSE):
+    """The definition of a dense pass over `n_tokens` tokens. `tokens` (which may use {n},
+    {last} and {n2}) and `attention` replace the default clauses for a model that wants a BOS
+    or has sliding-window layers (make_gemma_fixtures.py)."""
+    counts = {"n": n_tokens, "last": n_tokens - 1, "n2": n_tokens - 2}
+    return _PPL_TEMPLATE.format(tokens=tokens.format(**counts),
+                                attention=attention.format(**counts), **counts)
+
+
+PPL_DEFINITION = ppl_definition(PPL_TOKENS)
 
 
 def topk_definition(k, every):
@@ -110,10 +122,11 @@ def topk_definition(k, every):
             "(6 significant digits) and their ids, largest first")
 
 
-def greedy_definition(steps, eog_note=""):
-    """The greedy fixtures' definition (qwen's and the quant variants'); `eog_note` follows
-    "end-of-generation tokens"."""
-    return ("prompt_ids = llama_tokenize(prompt, add_special=false, "
+def greedy_definition(steps, eog_note="", add_special="false"):
+    """The greedy fixtures' definition (qwen's, gemma's and the quant variants'); `eog_note`
+    follows "end-of-generation tokens"; `add_special` is what llama_tokenize was given (with,
+    where it matters, what that did)."""
+    return (f"prompt_ids = llama_tokenize(prompt, add_special={add_special}, "
             "parse_special=<case.parse_special>), evaluated from an empty KV cache; then "
             f"{steps} steps of: next = argmax of the float32 logits at the last "
             "position (lowest index on ties), feed it back; no sampler, no stop at "
@@ -357,9 +370,10 @@ def top_rows(llm, n_tokens, k, every):
     return rows
 
 
-def greedy_cases(llm, prompts=None, steps=None):
+def greedy_cases(llm, prompts=None, steps=None, add_special=False):
     """Pure-argmax continuations of `prompts` (default GREEDY_PROMPTS) for `steps` steps
-    (default GREEDY_STEPS); see the greedy fixture's definition."""
+    (default GREEDY_STEPS), each prompt tokenized with `add_special`; see the greedy fixture's
+    definition."""
     prompts = GREEDY_PROMPTS if prompts is None else prompts
     steps = GREEDY_STEPS if steps is None else steps
     eog = set()
@@ -368,7 +382,7 @@ def greedy_cases(llm, prompts=None, steps=None):
             eog.add(t)
     cases = []
     for name, text, special in prompts:
-        prompt_ids = tok(llm, text.encode("utf-8"), False, special)
+        prompt_ids = tok(llm, text.encode("utf-8"), add_special, special)
         llm.reset()
         llm.eval(prompt_ids)
         gen, gaps = [], []

@@ -71,10 +71,13 @@ def write_f32_copy(src, dst):
     writer.close()
 
 
-def exact_pass(path, tokens, threads, f32_dir):
+def exact_pass(path, tokens, threads, f32_dir, **extra):
+    """The dense pass over `tokens` (n_ctx = len(tokens)) on an F32 copy of `path` with an f32
+    K/V cache; `extra` adds Llama() parameters (make_gemma_fixtures.py's swa_full)."""
     f32_path = os.path.join(f32_dir, os.path.basename(path) + ".f32.gguf")
     write_f32_copy(path, f32_path)
-    llm = fu.dense_llama(f32_path, PPL_TOKENS, threads, type_k=0, type_v=0)
+    n = len(tokens)
+    llm = fu.dense_llama(f32_path, n, threads, type_k=0, type_v=0, **extra)
     nll, argmax, gap, ppl = fu.dense_scores(llm, tokens)
     out = {
         "definition": ("the same dense pass, by llama.cpp on an F32 copy of the file "
@@ -82,7 +85,7 @@ def exact_pass(path, tokens, threads, f32_dir):
                        "type_v = 0): f32 matmuls, no activation quantization"),
         "f32_model_sha256": fu.sha256_file(f32_path),
         **fu.scores_fields(nll, argmax, gap, ppl, with_nll=False),
-        "topk": fu.top_rows(llm, PPL_TOKENS, TOPK, TOPK_EVERY),
+        "topk": fu.top_rows(llm, n, TOPK, TOPK_EVERY),
     }
     del llm
     os.remove(f32_path)

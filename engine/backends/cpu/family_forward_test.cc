@@ -39,6 +39,14 @@ SyntheticModelSpec FamilySpec(const std::string& family, gguf::TensorType weight
   spec.architecture = family;
   spec.rope_base = 1000000.0f;                // Qwen's
   if (family == "qwen3") spec.head_dim = 24;  // q_dim 96 != dim 64, as Qwen3 0.6B's 2048 != 1024
+  if (family == "gemma3") {
+    // Gemma 3's shape in small: a head wider than dim / n_heads, and 7 layers, so that layers
+    // 0-4 and 6 are local and layer 5 is global. A native window of 13 is cut by every cache
+    // window below, and cuts some of them.
+    spec.head_dim = 32;
+    spec.n_layers = 7;
+    spec.sliding_window = 13;
+  }
   return spec;
 }
 
@@ -131,24 +139,37 @@ INSTANTIATE_TEST_SUITE_P(
                       FamilyCase{"qwen3", CacheMode::kSink, 4, 37, 16, 23, kF32},
                       FamilyCase{"qwen3", CacheMode::kWindow, 0, 31, 3, 1, kF32},
                       FamilyCase{"qwen3", CacheMode::kSink, 4, 45, 16, 16, kQ4_1},
-                      FamilyCase{"llama3", CacheMode::kSink, 4, 37, 16, 23, kF32}),
+                      FamilyCase{"llama3", CacheMode::kSink, 4, 37, 16, 23, kF32},
+                      // Local layers' span under the cache window (37), over it (9: the sinks
+                      // stay in a local layer's view until p > S + 12), and dense.
+                      FamilyCase{"gemma3", CacheMode::kSink, 4, 37, 16, 23, kF32},
+                      FamilyCase{"gemma3", CacheMode::kSink, 4, 9, 4, 5, kF32},
+                      FamilyCase{"gemma3", CacheMode::kWindow, 0, 29, 7, 40, kF32},
+                      FamilyCase{"gemma3", CacheMode::kDense, 0, 0, 16, 64, kF32},
+                      FamilyCase{"gemma3", CacheMode::kSink, 4, 45, 16, 16, kQ4_1}),
     CaseName);
 
 TEST(ModelFamilyTest, DescribesEachSupportedArchitecture) {
-  EXPECT_EQ(SupportedArchitectures(), "llama, qwen2, qwen3");
+  EXPECT_EQ(SupportedArchitectures(), "llama, qwen2, qwen3, gemma3");
   ASSERT_NE(FindModelFamily("qwen2"), nullptr);
   EXPECT_EQ(FindModelFamily("qwen2")->rope_style, RopeStyle::kNeox);
   EXPECT_TRUE(FindModelFamily("qwen2")->qkv_bias);
   EXPECT_TRUE(FindModelFamily("qwen3")->qk_norm);
   EXPECT_EQ(FindModelFamily("llama")->rope_style, RopeStyle::kNormal);
-  EXPECT_EQ(FindModelFamily("gemma3"), nullptr);
+  const ModelFamily* gemma = FindModelFamily("gemma3");
+  ASSERT_NE(gemma, nullptr);
+  EXPECT_TRUE(gemma->qk_norm && gemma->sandwich_norms && gemma->embedding_scaled);
+  EXPECT_EQ(gemma->ffn_activation, FfnActivation::kGeluTanh);
+  EXPECT_EQ(gemma->local_period, 6);
+  EXPECT_EQ(FindModelFamily("gemma2"), nullptr);
 }
 
 // A qwen2 file without its biases, or a qwen3 one without its norms, fails by the tensor's name.
 TEST(ModelFamilyTest, LoaderAsksForTheFamilysTensors) {
   for (const auto& [family, missing] :
        {std::pair<std::string, std::string>{"qwen2", "blk.0.attn_q.bias"},
-        std::pair<std::string, std::string>{"qwen3", "blk.0.attn_q_norm.weight"}}) {
+        std::pair<std::string, std::string>{"qwen3", "blk.0.attn_q_norm.weight"},
+        std::pair<std::string, std::string>{"gemma3", "blk.0.post_ffw_norm.weight"}}) {
     auto bytes = BuildSyntheticModel(FamilySpec(family, gguf::TensorType::kF32, 1));
     ASSERT_TRUE(bytes.ok());
     auto file = gguf::GgufFile::FromBuffer(bytes->data(), bytes->size());
@@ -180,13 +201,13 @@ TEST(ModelFamilyTest, UnknownArchitectureListsTheSupportedOnes) {
   w.SetAlignment(static_cast<uint32_t>((*file)->alignment()));
   for (const auto& [key, value] : (*file)->metadata()) {
     if (key == "general.alignment") continue;
-    w.Add(key, key == "general.architecture" ? gguf::MakeString("gemma3") : value);
+    w.Add(key, key == "general.architecture" ? gguf::MakeString("gemma2") : value);
   }
   auto model = LlamaModel::FromBytes(w.Serialize());
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().code(), StatusCode::kUnimplemented);
   EXPECT_EQ(model.status().message(),
-            "architecture \"gemma3\" is not supported (supported: llama, qwen2, qwen3)");
+            "architecture \"gemma2\" is not supported (supported: llama, qwen2, qwen3, gemma3)");
 }
 
 }  // namespace

@@ -37,6 +37,9 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::FromFile(std::unique_ptr<gguf:
     }
   }
   model->rope_ = std::make_unique<RopeTable>(model->config_);
+  if (model->config_.family.local_period > 0) {
+    model->local_rope_ = std::make_unique<RopeTable>(model->config_, /*local=*/true);
+  }
   model->file_ = std::move(file);
   model->set_threads(static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency())));
   return model;
@@ -67,6 +70,10 @@ void LlamaModel::ReserveWorkspace(int64_t n, int64_t max_keys) {
     ws_.up.resize(n * c.ffn_dim);
     for (auto* v : {&ws_.rope_cos, &ws_.rope_sin, &ws_.sink_cos, &ws_.sink_sin})
       v->resize(n * half);
+    if (local_rope_ != nullptr) {
+      for (auto* v : {&ws_.local_cos, &ws_.local_sin, &ws_.local_sink_cos, &ws_.local_sink_sin})
+        v->resize(n * half);
+    }
   }
   // Each of the three activation slots holds n tokens of the widest row in any format.
   const int64_t widest = std::max({c.dim, c.ffn_dim, c.q_dim()});
@@ -89,12 +96,26 @@ void LlamaModel::PrepareTokens(const StepPlan& plan) {
   const int32_t half = rope_->half_dim();
   ws_.has_sink_rope.clear();
   ws_.tables.clear();
-  for (size_t s = 0; s < plan.seqs.size(); ++s) ws_.tables.push_back(plan.HostTable(s));
+  ws_.local_tables.clear();
+  for (size_t s = 0; s < plan.seqs.size(); ++s) {
+    ws_.tables.push_back(plan.HostTable(s));
+    if (local_rope_ != nullptr) {
+      ws_.local_tables.push_back(ws_.tables.back());
+      ws_.local_tables.back().span = config_.sliding_window;
+    }
+  }
   for (int32_t t = 0; t < plan.n_tokens(); ++t) {
     rope_->Angles(plan.position[t], &ws_.rope_cos[t * half], &ws_.rope_sin[t * half]);
     ws_.has_sink_rope.push_back(plan.NeedsSinkRotation(t));
     if (ws_.has_sink_rope.back()) {
       rope_->Angles(plan.cache_position[t], &ws_.sink_cos[t * half], &ws_.sink_sin[t * half]);
+    }
+    if (local_rope_ != nullptr) {
+      local_rope_->Angles(plan.position[t], &ws_.local_cos[t * half], &ws_.local_sin[t * half]);
+      if (ws_.has_sink_rope.back()) {
+        local_rope_->Angles(plan.cache_position[t], &ws_.local_sink_cos[t * half],
+                            &ws_.local_sink_sin[t * half]);
+      }
     }
   }
 }
@@ -299,7 +320,7 @@ Status LlamaModel::Execute(const StepPlan& plan, float* logits) {
                 [&](int64_t t) { NormForFfn(l, t); });
     const Product down[] = {{&w.w_down, ws.proj.data(), dim}};
     FusedMatMul(tp, tuning_, down, ws.gate.data(), n, ws.xq.data(), xq_stride,
-                [&](int64_t t) { SwiGlu(t); });
+                [&](int64_t t) { GatedActivation(t); });
     // The FFN output is added to x by the next layer's first step (or just below).
   }
 
@@ -315,11 +336,27 @@ Status LlamaModel::Execute(const StepPlan& plan, float* logits) {
 // then the attention's norm of it into xb.
 void LlamaModel::NormForAttention(const StepView& step, int32_t l, int64_t t) {
   const int32_t dim = config_.dim;
+  float* x = &ws_.x[t * dim];
   if (l == 0) {
-    weights_.token_embedding.DequantizeRow(step.plan->tokens[t], &ws_.x[t * dim]);
+    weights_.token_embedding.DequantizeRow(step.plan->tokens[t], x);
+    if (config_.family.embedding_scaled) {
+      const float scale = std::sqrt(static_cast<float>(dim));
+      for (int32_t i = 0; i < dim; ++i) x[i] *= scale;
+    }
+  } else {
+    PostNorm(weights_.layers[l - 1].post_ffn_norm, t);
   }
-  kernels::cpu::AddRmsNormRow(&ws_.x[t * dim], l == 0 ? nullptr : &ws_.proj[t * dim],
+  kernels::cpu::AddRmsNormRow(x, l == 0 ? nullptr : &ws_.proj[t * dim],
                               weights_.layers[l].attn_norm, config_.rms_eps, dim, &ws_.xb[t * dim]);
+}
+
+// Gemma's sandwich norm: a block's output (in proj) normed before it joins the residual stream.
+// Nothing for families without it (a null weight).
+void LlamaModel::PostNorm(const float* weight, int64_t t) {
+  if (weight == nullptr) return;
+  const int32_t dim = config_.dim;
+  float* proj = &ws_.proj[t * dim];
+  kernels::cpu::AddRmsNormRow(proj, nullptr, weight, config_.rms_eps, dim, proj);
 }
 
 // The family's steps between the projections and RoPE (model_family.h): q/k/v biases, then the
@@ -355,13 +392,15 @@ void LlamaModel::RopeAndWriteKv(const StepView& step, int32_t l, int64_t t) {
   const int32_t half = rope_->half_dim(), q_dim = c.q_dim(), kv_dim = c.kv_dim();
   const StepPlan& plan = *step.plan;
   FamilyExtras(l, t);
-  const float* cs = &ws_.rope_cos[t * half];
-  const float* sn = &ws_.rope_sin[t * half];
+  const bool local = c.IsLocalLayer(l);
+  const float* cs = local ? &ws_.local_cos[t * half] : &ws_.rope_cos[t * half];
+  const float* sn = local ? &ws_.local_sin[t * half] : &ws_.rope_sin[t * half];
   float* q = &ws_.q[t * q_dim];
   if (ws_.has_sink_rope[t]) {
     std::copy(q, q + q_dim, &ws_.q_sink[t * q_dim]);
-    rope_->Rotate(&ws_.q_sink[t * q_dim], c.n_heads, c.head_dim, &ws_.sink_cos[t * half],
-                  &ws_.sink_sin[t * half]);
+    rope_->Rotate(&ws_.q_sink[t * q_dim], c.n_heads, c.head_dim,
+                  local ? &ws_.local_sink_cos[t * half] : &ws_.sink_cos[t * half],
+                  local ? &ws_.local_sink_sin[t * half] : &ws_.sink_sin[t * half]);
   }
   rope_->Rotate(q, c.n_heads, c.head_dim, cs, sn);
   rope_->Rotate(&ws_.k[t * kv_dim], c.n_kv_heads, c.head_dim, cs, sn);
@@ -384,40 +423,49 @@ void LlamaModel::AttendKvHeads(const StepView& step, int32_t l, int64_t t, int32
   const LlamaConfig& c = config_;
   const StepPlan& plan = *step.plan;
   const int32_t hd = c.head_dim, group = c.n_heads / c.n_kv_heads;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = c.attention_scale;
+  // A local layer's table sees only its native window (SinkWindowTable::span).
+  const kernels::SinkWindowTable& table =
+      (c.IsLocalLayer(l) ? ws_.local_tables : ws_.tables)[plan.seq_of[t]];
   for (int32_t g = g0; g < g1; ++g) {
     const int64_t first = t * c.q_dim() + static_cast<int64_t>(g) * group * hd;
     const float* q = &ws_.q[first];
     const float* q_sink = ws_.has_sink_rope[t] ? &ws_.q_sink[first] : q;
     float* scores = &ws_.scores[static_cast<size_t>(thread) * group * (plan.max_keys + 2 * hd)];
     if (step.kv_scales == nullptr) {
-      kernels::cpu::PagedAttentionGroup(
-          *step.layout, plan.pool->layer_data(l), ws_.tables[plan.seq_of[t]], plan.position[t], g,
-          group, q, q_sink, scale, scores, &ws_.attn[first], tuning_.attention_prefetch_runs);
+      kernels::cpu::PagedAttentionGroup(*step.layout, plan.pool->layer_data(l), table,
+                                        plan.position[t], g, group, q, q_sink, scale, scores,
+                                        &ws_.attn[first], tuning_.attention_prefetch_runs);
     } else {
       kernels::cpu::PagedAttentionGroupI8(
           *step.layout, plan.pool->layer_data_i8(l), step.kv_scales->scales(l, 0),
-          step.kv_scales->scales(l, 1), ws_.tables[plan.seq_of[t]], plan.position[t], g, group, q,
-          q_sink, scale, scores, &ws_.attn[first], tuning_.attention_prefetch_runs);
+          step.kv_scales->scales(l, 1), table, plan.position[t], g, group, q, q_sink, scale, scores,
+          &ws_.attn[first], tuning_.attention_prefetch_runs);
     }
   }
 }
 
 void LlamaModel::NormForFfn(int32_t l, int64_t t) {
   const int32_t dim = config_.dim;
+  PostNorm(weights_.layers[l].post_attn_norm, t);
   kernels::cpu::AddRmsNormRow(&ws_.x[t * dim], &ws_.proj[t * dim], weights_.layers[l].ffn_norm,
                               config_.rms_eps, dim, &ws_.xb[t * dim]);
 }
 
-void LlamaModel::SwiGlu(int64_t t) {
+void LlamaModel::GatedActivation(int64_t t) {
   const int32_t ffn = config_.ffn_dim;
-  kernels::cpu::SiluMul(&ws_.gate[t * ffn], &ws_.up[t * ffn], ffn);
+  if (config_.family.ffn_activation == FfnActivation::kGeluTanh) {
+    kernels::cpu::GeluTanhMul(&ws_.gate[t * ffn], &ws_.up[t * ffn], ffn);
+  } else {
+    kernels::cpu::SiluMul(&ws_.gate[t * ffn], &ws_.up[t * ffn], ffn);
+  }
 }
 
 void LlamaModel::NormForHead(const StepView& step, int64_t t) {
   const int32_t row = step.plan->out_row[t];
   if (row < 0) return;
   const int32_t dim = config_.dim;
+  PostNorm(weights_.layers.back().post_ffn_norm, t);
   kernels::cpu::AddRmsNormRow(&ws_.x[t * dim], &ws_.proj[t * dim], weights_.output_norm,
                               config_.rms_eps, dim, &ws_.xb[static_cast<int64_t>(row) * dim]);
 }

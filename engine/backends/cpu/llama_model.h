@@ -124,7 +124,8 @@ class LlamaModel : public ModelBackend {
   void AttendKvHeads(const StepView& step, int32_t layer, int64_t t, int32_t g0, int32_t g1,
                      int thread);
   void NormForFfn(int32_t layer, int64_t t);
-  void SwiGlu(int64_t t);
+  void PostNorm(const float* weight, int64_t t);
+  void GatedActivation(int64_t t);
   void NormForHead(const StepView& step, int64_t t);
   // Token-parallel decode (llama_token_parallel.cc): whether this step runs it, the step, and
   // one thread's share of tokens [t0, t1) up to the output head's norm.
@@ -137,6 +138,8 @@ class LlamaModel : public ModelBackend {
   LlamaConfig config_;
   LlamaWeights weights_;
   std::unique_ptr<RopeTable> rope_;
+  // The local layers' table (ModelFamily::local_period), or null: every layer uses rope_.
+  std::unique_ptr<RopeTable> local_rope_;
   int32_t threads_ = 1;
   CpuTuning tuning_;
   std::shared_ptr<const KvInt8Scales> kv_int8_scales_;  // SetInt8KvCache
@@ -149,6 +152,8 @@ class LlamaModel : public ModelBackend {
     int64_t n_tokens = 0;
     std::vector<float> x, xb, q, q_sink, k, v, attn, proj, gate, up;
     std::vector<float> rope_cos, rope_sin, sink_cos, sink_sin;  // [n_tokens, head_dim / 2]
+    // The same angles from local_rope_, when the model has local layers.
+    std::vector<float> local_cos, local_sin, local_sink_cos, local_sink_sin;
     // Quantized activations: three slots (one per weight format a fused group uses), each
     // n_tokens * xq_token_bytes (the widest row's bytes per token in any format) or more.
     std::vector<uint8_t> xq;
@@ -160,6 +165,8 @@ class LlamaModel : public ModelBackend {
     // (only after eviction starts); per sequence its table over the plan's block ids.
     std::vector<uint8_t> has_sink_rope;
     std::vector<kernels::SinkWindowTable> tables;
+    // The same tables limited to the local layers' native window (SinkWindowTable::span).
+    std::vector<kernels::SinkWindowTable> local_tables;
   } ws_;
 };
 

@@ -80,7 +80,8 @@ void LlamaModel::RunTokens(const StepView& step, int64_t t0, int64_t t1, int thr
     ProductsForTokens(gate_up, ws.xb.data(), t0, t1, xq, stride,
                       [&](int64_t t) { NormForFfn(l, t); });
     const Product down[] = {{&w.w_down, ws.proj.data(), c.dim}};
-    ProductsForTokens(down, ws.gate.data(), t0, t1, xq, stride, [&](int64_t t) { SwiGlu(t); });
+    ProductsForTokens(down, ws.gate.data(), t0, t1, xq, stride,
+                      [&](int64_t t) { GatedActivation(t); });
   }
   for (int64_t t = t0; t < t1; ++t) NormForHead(step, t);
 }

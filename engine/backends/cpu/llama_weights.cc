@@ -470,6 +470,11 @@ StatusOr<LlamaWeights> BindLlamaWeights(const gguf::GgufFile& file, const LlamaC
       STREAMD_ASSIGN_OR_RETURN(l.k_norm, bind.Vector(p + "attn_k_norm.weight", c.head_dim));
     }
     STREAMD_ASSIGN_OR_RETURN(l.ffn_norm, bind.Vector(p + "ffn_norm.weight", c.dim));
+    if (c.family.sandwich_norms) {
+      STREAMD_ASSIGN_OR_RETURN(l.post_attn_norm,
+                               bind.Vector(p + "post_attention_norm.weight", c.dim));
+      STREAMD_ASSIGN_OR_RETURN(l.post_ffn_norm, bind.Vector(p + "post_ffw_norm.weight", c.dim));
+    }
     STREAMD_ASSIGN_OR_RETURN(l.w_gate,
                              bind.Matrix(p + "ffn_gate.weight", c.dim, c.ffn_dim, &served));
     STREAMD_ASSIGN_OR_RETURN(l.w_up, bind.Matrix(p + "ffn_up.weight", c.dim, c.ffn_dim, &served));

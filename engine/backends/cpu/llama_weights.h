@@ -68,17 +68,20 @@ struct LlamaLayerWeights {
   WeightMatrix wk;                   // [kv_dim, dim]
   WeightMatrix wv;                   // [kv_dim, dim]
   WeightMatrix wo;                   // [dim, q_dim]
-  // Family extras (model_family.h), null when the family has none: q/k/v biases (qwen2) and the
-  // per-head RMSNorm weights of q and k (qwen3).
-  const float* q_bias = nullptr;    // [q_dim]
-  const float* k_bias = nullptr;    // [kv_dim]
-  const float* v_bias = nullptr;    // [kv_dim]
-  const float* q_norm = nullptr;    // [head_dim]
-  const float* k_norm = nullptr;    // [head_dim]
-  const float* ffn_norm = nullptr;  // [dim]
-  WeightMatrix w_gate;              // [ffn_dim, dim]
-  WeightMatrix w_up;                // [ffn_dim, dim]
-  WeightMatrix w_down;              // [dim, ffn_dim]
+  // Family extras (model_family.h), null when the family has none: q/k/v biases (qwen2), the
+  // per-head RMSNorm weights of q and k (qwen3, gemma3) and the norms of the attention's and the
+  // FFN's outputs (gemma3).
+  const float* q_bias = nullptr;          // [q_dim]
+  const float* k_bias = nullptr;          // [kv_dim]
+  const float* v_bias = nullptr;          // [kv_dim]
+  const float* q_norm = nullptr;          // [head_dim]
+  const float* k_norm = nullptr;          // [head_dim]
+  const float* post_attn_norm = nullptr;  // [dim]
+  const float* post_ffn_norm = nullptr;   // [dim]
+  const float* ffn_norm = nullptr;        // [dim]
+  WeightMatrix w_gate;                    // [ffn_dim, dim]
+  WeightMatrix w_up;                      // [ffn_dim, dim]
+  WeightMatrix w_down;                    // [dim, ffn_dim]
 };
 
 struct LlamaWeights {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <numbers>
 
 #include "kernels/cpu/quant_blocks.h"
 
@@ -38,6 +40,9 @@ PlainReferenceLlama::PlainReferenceLlama(const LlamaModel& model, int64_t sinks,
     l.v_bias = lw.v_bias;
     l.q_norm = lw.q_norm;
     l.k_norm = lw.k_norm;
+    l.post_attn_norm = lw.post_attn_norm;
+    l.post_ffn_norm = lw.post_ffn_norm;
+    l.local = c_.IsLocalLayer(static_cast<int32_t>(layers_.size()));
     layers_.push_back(std::move(l));
   }
 }
@@ -72,14 +77,14 @@ std::vector<double> PlainReferenceLlama::RmsNorm(const std::vector<double>& x,
   return out;
 }
 
-void PlainReferenceLlama::Rope(double* v, int64_t position) const {
+void PlainReferenceLlama::Rope(double* v, int64_t position, bool local) const {
   const int32_t half = c_.head_dim / 2;
-  const double linear = c_.rope_scaling == RopeScaling::kLinear ? c_.rope_scaling_factor : 1.0;
+  const double linear =
+      !local && c_.rope_scaling == RopeScaling::kLinear ? c_.rope_scaling_factor : 1.0;
+  const double base = local ? c_.family.local_rope_base : c_.rope_base;
   for (int32_t i = 0; i < half; ++i) {
-    double freq =
-        std::pow(static_cast<double>(c_.rope_base), -2.0 * i / static_cast<double>(c_.head_dim)) /
-        linear;
-    if (!c_.rope_freq_factors.empty()) freq /= c_.rope_freq_factors[i];
+    double freq = std::pow(base, -2.0 * i / static_cast<double>(c_.head_dim)) / linear;
+    if (!local && !c_.rope_freq_factors.empty()) freq /= c_.rope_freq_factors[i];
     const double theta = static_cast<double>(position) * freq;
     // Which two dimensions form pair i: adjacent (Llama) or half a head apart (NEOX).
     const int32_t ia = c_.family.rope_style == RopeStyle::kNeox ? i : 2 * i;
@@ -88,6 +93,15 @@ void PlainReferenceLlama::Rope(double* v, int64_t position) const {
     v[ia] = a * std::cos(theta) - b * std::sin(theta);
     v[ib] = a * std::sin(theta) + b * std::cos(theta);
   }
+}
+
+double PlainReferenceLlama::Activation(double g) const {
+  if (c_.family.ffn_activation == FfnActivation::kGeluTanh) {
+    // GELU's tanh approximation, as defined (the kernels use an equal exp form).
+    const double u = std::sqrt(2.0 / std::numbers::pi) * (g + 0.044715 * g * g * g);
+    return 0.5 * g * (1.0 + std::tanh(u));
+  }
+  return g / (1.0 + std::exp(-g));  // SiLU
 }
 
 void PlainReferenceLlama::AddBias(std::vector<double>& x, const float* bias) {
@@ -110,13 +124,26 @@ std::vector<double> PlainReferenceLlama::Step(int32_t token) {
   const int64_t hd = c_.head_dim, group = c_.n_heads / c_.n_kv_heads;
   std::vector<double> x(embedding_.begin() + token * c_.dim,
                         embedding_.begin() + (token + 1) * c_.dim);
-  // The explicit cache of this query: visible sinks, then its window.
-  std::vector<int64_t> visible;
-  for (int64_t j = 0; j < std::min(sinks_, p + 1); ++j) visible.push_back(j);
-  for (int64_t j = std::max(sinks_, p - window_ + 1); j <= p; ++j) visible.push_back(j);
-  const int64_t len = static_cast<int64_t>(visible.size());
+  if (c_.family.embedding_scaled) {
+    for (double& e : x) e *= std::sqrt(static_cast<double>(c_.dim));
+  }
+  // The explicit cache of this query: visible sinks, then its window; a local layer's, the part
+  // of that within its native window.
+  std::vector<int64_t> global;
+  for (int64_t j = 0; j < std::min(sinks_, p + 1); ++j) global.push_back(j);
+  for (int64_t j = std::max(sinks_, p - window_ + 1); j <= p; ++j) global.push_back(j);
+  std::vector<int64_t> local;
+  std::copy_if(global.begin(), global.end(), std::back_inserter(local),
+               [&](int64_t j) { return j > p - c_.sliding_window; });
+  // Adds a block's output to the residual stream, after the family's sandwich norm if it has one.
+  const auto add_to_stream = [&](const std::vector<double>& out, const float* post_norm) {
+    const std::vector<double> o = post_norm != nullptr ? RmsNorm(out, post_norm) : out;
+    for (int32_t i = 0; i < c_.dim; ++i) x[i] += o[i];
+  };
 
   for (Layer& l : layers_) {
+    const std::vector<int64_t>& visible = l.local ? local : global;
+    const int64_t len = static_cast<int64_t>(visible.size());
     const std::vector<double> h = RmsNorm(x, l.attn_norm);
     std::vector<double> q = MatVec(l.wq, c_.q_dim(), h);
     std::vector<double> k = MatVec(l.wk, c_.kv_dim(), h);
@@ -135,15 +162,15 @@ std::vector<double> PlainReferenceLlama::Step(int32_t token) {
     for (int32_t head = 0; head < c_.n_heads; ++head) {
       const int64_t kvh = head / group;
       std::vector<double> qh(q.begin() + head * hd, q.begin() + (head + 1) * hd);
-      Rope(qh.data(), len - 1);
+      Rope(qh.data(), len - 1, l.local);
       std::vector<double> scores(len);
       for (int64_t c = 0; c < len; ++c) {
         std::vector<double> kc(l.keys[visible[c]].begin() + kvh * hd,
                                l.keys[visible[c]].begin() + (kvh + 1) * hd);
-        Rope(kc.data(), c);
+        Rope(kc.data(), c, l.local);
         double dot = 0.0;
         for (int64_t i = 0; i < hd; ++i) dot += qh[i] * kc[i];
-        scores[c] = dot / std::sqrt(static_cast<double>(hd));
+        scores[c] = dot * c_.attention_scale;
       }
       const double max = *std::max_element(scores.begin(), scores.end());
       double sum = 0.0;
@@ -154,14 +181,12 @@ std::vector<double> PlainReferenceLlama::Step(int32_t token) {
         }
       }
     }
-    const std::vector<double> o = MatVec(l.wo, c_.dim, attn);
-    for (int32_t i = 0; i < c_.dim; ++i) x[i] += o[i];
+    add_to_stream(MatVec(l.wo, c_.dim, attn), l.post_attn_norm);
     const std::vector<double> h2 = RmsNorm(x, l.ffn_norm);
     std::vector<double> g = MatVec(l.gate, c_.ffn_dim, h2);
     const std::vector<double> u = MatVec(l.up, c_.ffn_dim, h2);
-    for (int32_t i = 0; i < c_.ffn_dim; ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
-    const std::vector<double> d = MatVec(l.down, c_.dim, g);
-    for (int32_t i = 0; i < c_.dim; ++i) x[i] += d[i];
+    for (int32_t i = 0; i < c_.ffn_dim; ++i) g[i] = Activation(g[i]) * u[i];
+    add_to_stream(MatVec(l.down, c_.dim, g), l.post_ffn_norm);
   }
   return MatVec(output_, c_.vocab_size, RmsNorm(x, output_norm_));
 }

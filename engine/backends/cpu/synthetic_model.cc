@@ -105,13 +105,15 @@ struct FamilyFlags {
   bool known = false;
   bool qkv_bias = false;
   bool qk_norm = false;
+  bool sandwich_norms = false;
+  bool local_layers = false;
 };
 
 // The tensors a family adds (model_family.h is the loader's side of the same description).
 FamilyFlags FamilyOf(const std::string& architecture) {
   const ModelFamily* f = FindModelFamily(architecture);
   if (f == nullptr) return {};
-  return {true, f->qkv_bias, f->qk_norm};
+  return {true, f->qkv_bias, f->qk_norm, f->sandwich_norms, f->local_period > 0};
 }
 
 class Builder {
@@ -218,6 +220,9 @@ StatusOr<std::vector<uint8_t>> BuildSyntheticModel(const SyntheticModelSpec& s) 
   }
   w.Add(a + ".rope.freq_base", MakeValue<float>(s.rope_base));
   w.Add(a + ".attention.layer_norm_rms_epsilon", MakeValue<float>(1e-5f));
+  if (family.local_layers) {
+    w.Add(a + ".attention.sliding_window", MakeValue<uint32_t>(s.sliding_window));
+  }
 
   if (s.with_vocab) {
     if (s.vocab_size < 259)
@@ -281,6 +286,10 @@ StatusOr<std::vector<uint8_t>> BuildSyntheticModel(const SyntheticModelSpec& s) 
       STREAMD_RETURN_IF_ERROR(b.Uniform(w, p + "attn_k_norm.weight", hd, 0.5f, 1.5f));
     }
     STREAMD_RETURN_IF_ERROR(b.Ones(w, p + "ffn_norm.weight", s.dim));
+    if (family.sandwich_norms) {
+      STREAMD_RETURN_IF_ERROR(b.Uniform(w, p + "post_attention_norm.weight", s.dim, 0.5f, 1.5f));
+      STREAMD_RETURN_IF_ERROR(b.Uniform(w, p + "post_ffw_norm.weight", s.dim, 0.5f, 1.5f));
+    }
     STREAMD_RETURN_IF_ERROR(
         b.Matrix(w, p + "ffn_gate.weight", s.weight_type, s.dim, s.ffn_dim, bound(s.dim)));
     STREAMD_RETURN_IF_ERROR(

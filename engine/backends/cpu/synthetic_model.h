@@ -25,8 +25,10 @@ struct SyntheticModelSpec {
   int32_t context_length = 4096;
   float rope_base = 10000.0f;
   // general.architecture, a family of model_family.h: "qwen2" adds random q/k/v biases,
-  // "qwen3" random per-head q/k norm weights; both rotate NEOX-style.
+  // "qwen3" random per-head q/k norm weights; both rotate NEOX-style. "gemma3" adds qwen3's norms
+  // and random post-attention / post-FFN norms, and its local layers see sliding_window tokens.
   std::string architecture = "llama";
+  int32_t sliding_window = 16;  // gemma3's attention.sliding_window
   int32_t head_dim = 0;  // 0: dim / n_heads; else written as attention.key_length (Qwen3-style)
   // Llama 3.x frequency divisors written as rope_freqs.weight ([head_dim / 2]); empty: none.
   std::vector<float> rope_freq_factors;

@@ -89,6 +89,10 @@ void ExpectSameLogits(const Case& tc) {
   spec.seed = rng();
   spec.architecture = tc.architecture;
   if (tc.architecture == "qwen3") spec.head_dim = 48;  // q_dim 192 != dim 128
+  if (tc.architecture == "gemma3") {
+    spec.head_dim = 64;  // q_dim 256 != dim 128
+    spec.n_layers = 7;   // layers 0-4 and 6 local (sliding_window 16), layer 5 global
+  }
   auto made = MakeSyntheticModel(spec);
   ASSERT_TRUE(made.ok()) << made.status().ToString();
   LlamaModel& model = **made;
@@ -171,10 +175,10 @@ TEST(TokenParallelTest, SameLogitsAsTheRowSplitWithInt8CachesAnd8BitActivations)
   ExpectSameLogits({false, 8, 7});
 }
 
-// The families' extras (biases, q/k norms, NEOX RoPE) run in the per-token step both orders
-// share.
+// The families' extras (biases, q/k norms, NEOX RoPE, Gemma's norms, GELU and local layers) run
+// in the per-token steps both orders share.
 TEST(TokenParallelTest, SameLogitsAsTheRowSplitForEveryFamily) {
-  for (const char* family : {"qwen2", "qwen3"}) {
+  for (const char* family : {"qwen2", "qwen3", "gemma3"}) {
     ExpectSameLogits({false, 12, 5, family});
     ExpectSameLogits({true, 8, 3, family});
   }

@@ -150,10 +150,12 @@ Status CudaModel::Init(const LlamaConfig& config, const CudaModelOptions& option
   // The device kernels run the plain Llama layer only; other families are refused before any
   // device work (backend auto picks the CPU for them: engine/backends/backend.cc).
   if (!UsesPlainLlamaLayer(config)) {
-    return UnimplementedError("the CUDA backend does not run architecture \"" +
-                              config.architecture + "\" (" + config.name +
-                              ") yet: its kernels lack q/k/v biases, q/k norms and NEOX RoPE; "
-                              "the CPU backend serves it (engine.backend: cpu)");
+    return UnimplementedError(
+        "the CUDA backend does not run architecture \"" + config.architecture + "\" (" +
+        config.name +
+        ") yet: its kernels lack q/k/v biases, q/k norms, NEOX RoPE and Gemma's "
+        "norms, GELU and local layers; "
+        "the CPU backend serves it (engine.backend: cpu)");
   }
   STREAMD_ASSIGN_OR_RETURN(device_, QueryCudaDevice(options.device));
   if (device_.cc_major < 8) {

@@ -1,0 +1,222 @@
+// The gemma3 family on a real file, against llama.cpp's fixtures
+// (tools/reference/make_gemma_fixtures.py, docs/REFERENCE.md) and streamd's plain reference model:
+// Gemma 3 270M Q4_K_M ($STREAMD_GEMMA_MODEL, scripts/fetch-gemma-model.sh; `make test` fetches
+// it). What sets the family apart (model_family.h): the scaled embedding, sandwich norms, a GELU
+// FFN, per-head q/k norms, a 262144-token SentencePiece vocabulary, and five of every six layers
+// local, seeing only their last 512 tokens with their own RoPE base. The dense pass runs 1024
+// tokens so that its second half reaches past the local layers' window: a local layer that saw
+// the whole cache, or rotated with the global base, fails it.
+//  - tokenization: the same ids as llama.cpp for every case and the book's first 20000 bytes;
+//  - dense pass over the book's first 1024 tokens against llama.cpp, and against the exact
+//    weights (llama.cpp on an F32 dequantization with an f32 K/V cache: the fixture's `exact`);
+//  - greedy continuations as in qwen_golden_test.cc;
+//  - a sink + window cache past eviction against the plain reference model;
+//  - a build plan's 8-bit activations against the exact weights.
+// Without the variable every test skips, saying how to set it.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "engine/backends/cpu/llama_model.h"
+#include "engine/cache/session_cache.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "tests/support/golden_util.h"
+
+namespace streamd::testing {
+namespace {
+
+constexpr char kEnv[] = "STREAMD_GEMMA_MODEL";
+constexpr int64_t kDenseTokens = 1024;
+
+std::string ModelPath() {
+  const char* env = std::getenv(kEnv);
+  return env == nullptr ? "" : env;
+}
+
+class GemmaGoldenTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (ModelPath().empty()) {
+      GTEST_SKIP() << kEnv << " is not set: run `make test`, or set " << kEnv
+                   << "=$(scripts/fetch-gemma-model.sh)";
+    }
+    golden_ = Loaded(ModelPath());
+    ASSERT_NE(golden_, nullptr);
+    model_ = golden_->model.get();
+  }
+  // Dense for these texts: a window as long as the longest of them.
+  static CacheSpec Dense() { return {CacheMode::kWindow, 0, kDenseTokens, 256}; }
+  std::unique_ptr<SessionCache> Cache(CacheSpec spec) const { return golden_->Cache(spec); }
+
+  GoldenModel* golden_ = nullptr;
+  LlamaModel* model_ = nullptr;
+
+ private:
+  static GoldenModel* Loaded(const std::string& path) {
+    static std::unique_ptr<GoldenModel> loaded;
+    if (loaded == nullptr) {
+      auto g = GoldenModel::Load(path, 256 << 20);
+      EXPECT_TRUE(g.ok()) << path << ": " << g.status().ToString();
+      if (!g.ok()) return nullptr;
+      loaded = std::move(g).value();
+    }
+    return loaded.get();
+  }
+};
+
+TEST_F(GemmaGoldenTest, LoadsAsGemma3) {
+  const LlamaConfig& c = model_->config();
+  EXPECT_EQ(c.architecture, "gemma3");
+  EXPECT_EQ(c.n_layers, 18);
+  EXPECT_EQ(c.head_dim, 256);
+  EXPECT_EQ(c.q_dim(), 1024);  // wider than dim 640
+  EXPECT_EQ(c.sliding_window, 512);
+  EXPECT_FLOAT_EQ(c.attention_scale, 1.0f / 16.0f);
+  EXPECT_TRUE(c.tied_output);
+  for (int32_t l = 0; l < c.n_layers; ++l) {
+    EXPECT_EQ(c.IsLocalLayer(l), l % 6 != 5) << "layer " << l;
+  }
+  EXPECT_NE(model_->weights().layers[0].post_ffn_norm, nullptr);
+}
+
+TEST_F(GemmaGoldenTest, TokenizesAsLlamaCpp) {
+  auto file = gguf::GgufFile::Open(ModelPath());
+  ASSERT_TRUE(file.ok()) << file.status().ToString();
+  auto tok = tokenizer::Tokenizer::FromGguf(**file);
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  const nlohmann::json fx = ReadGoldenFixture("gemma3_270m_tokenize.json");
+  std::ifstream book(std::string(STREAMD_SHARED_DATA) + "/pride-and-prejudice.txt",
+                     std::ios::binary);
+  ASSERT_TRUE(book.good());
+  const std::string book_bytes((std::istreambuf_iterator<char>(book)), {});
+  int cases = 0;
+  for (const nlohmann::json& c : fx.at("cases")) {
+    const std::string text = c.contains("bytes") ? book_bytes.substr(0, c.at("bytes").get<size_t>())
+                                                 : c.at("text").get<std::string>();
+    auto ids = (*tok)->Encode(text, false, c.at("parse_special").get<bool>());
+    ASSERT_TRUE(ids.ok()) << ids.status().ToString();
+    EXPECT_EQ(*ids, c.at("ids").get<std::vector<int32_t>>()) << c.at("name");
+    ++cases;
+  }
+  EXPECT_GE(cases, 20);
+}
+
+DenseComparison Compare(const nlohmann::json& fx, const std::vector<int32_t>& tokens,
+                        const std::vector<float>& logits, int32_t vocab, const char* against) {
+  DenseScorer scorer(fx, tokens, vocab, /*clear_gap=*/0.5);
+  scorer.Add(logits.data(), 0, tokens.size());
+  const DenseComparison c = scorer.Result();
+  std::printf(
+      "%s: argmax agreement %.4f (%.4f where gap >= 0.5), perplexity %.4f vs %.4f (%.5f), "
+      "worst top-8 logit error %.3f\n",
+      against, c.agreement, c.clear_agreement, c.ppl, c.ref_ppl, c.ppl_ratio, c.worst_topk);
+  return c;
+}
+
+// The book's first 1024 tokens (BOS first, as llama.cpp adds it for Gemma) in one dense cache,
+// against llama.cpp on the file and against the exact weights (the fixture's `exact`).
+TEST_F(GemmaGoldenTest, DensePassMatchesLlamaCpp) {
+  const nlohmann::json fx = ReadGoldenFixture("gemma3_270m_pride_1024.json");
+  const std::vector<int32_t> tokens = fx.at("tokens").get<std::vector<int32_t>>();
+  ASSERT_EQ(tokens.size(), static_cast<size_t>(kDenseTokens));
+  std::unique_ptr<SessionCache> cache = Cache(Dense());
+  auto logits = RunChunkedAll(*model_, tokens, *cache, 256);
+  ASSERT_TRUE(logits.ok()) << logits.status().ToString();
+  const int32_t vocab = model_->config().vocab_size;
+  const DenseComparison r = Compare(fx, tokens, *logits, vocab, "llama.cpp Q4_K_M");
+  const DenseComparison exact = Compare(fx.at("exact"), tokens, *logits, vocab, "exact weights");
+  // llama.cpp's 8-bit activations put it 1.1% off the exact weights on this file, and its
+  // top-8 logits up to ~3 from theirs (Gemma's norm weights reach 300: a few large activations
+  // per block coarsen the 8-bit steps of the rest). Measured: 96.0%, 98.9%, 0.9886, 2.9.
+  EXPECT_GE(r.agreement, 0.94);
+  EXPECT_GE(r.clear_agreement, 0.98);
+  EXPECT_NEAR(r.ppl_ratio, 1.0, 0.015);
+  EXPECT_LT(r.worst_topk, 4.0);
+  // The exact weights decide, tightly. Measured: 99.7%, 100%, 0.9993, 0.17. A local layer that
+  // sees the whole cache takes llama.cpp's own perplexity from 9.29 to 46.7 (make_gemma_fixtures
+  // on a copy of the file with a 4096-token window).
+  EXPECT_GE(exact.agreement, 0.99);
+  EXPECT_GE(exact.clear_agreement, 0.995);
+  EXPECT_NEAR(exact.ppl_ratio, 1.0, 0.003);
+  EXPECT_LT(exact.worst_topk, 0.3);
+}
+
+// What a build plan's 8-bit activations do to this file: every product at 8 bits from its
+// PackForVnni8 copy, the same tokens against the exact weights; the model's tuning is put back.
+TEST_F(GemmaGoldenTest, EightBitActivationsStayCloseToTheExactWeights) {
+  if (!kernels::cpu::FastInt8Activations(kernels::cpu::WeightType::kQ6_K)) {
+    GTEST_SKIP() << "no fast 8-bit kernel on this CPU (AVX-512 VNNI): a plan keeps 12 bits";
+  }
+  const nlohmann::json fx = ReadGoldenFixture("gemma3_270m_pride_1024.json");
+  const std::vector<int32_t> tokens = fx.at("tokens").get<std::vector<int32_t>>();
+  const CpuTuning original = model_->tuning();
+  CpuTuning eight = original;
+  std::set<std::tuple<kernels::cpu::WeightType, int64_t, int64_t>> shapes;
+  for (const WeightMatrix* w : model_->ProductMatrices()) {
+    if (!shapes.insert({w->type, w->rows, w->cols}).second) continue;
+    for (int b = 0; b < kTokenBuckets; ++b) {
+      eight.isa.push_back({w->type, w->rows, w->cols, b, kernels::cpu::ActiveIsa(), 8});
+    }
+  }
+  ASSERT_TRUE(model_->ApplyTuning(eight).ok());
+  std::unique_ptr<SessionCache> cache = Cache(Dense());
+  auto logits = RunChunkedAll(*model_, tokens, *cache, 256);
+  ASSERT_TRUE(model_->ApplyTuning(original).ok());
+  ASSERT_TRUE(logits.ok()) << logits.status().ToString();
+  const DenseComparison c = Compare(fx.at("exact"), tokens, *logits, model_->config().vocab_size,
+                                    "8-bit activations against the exact weights");
+  // Gemma pays more than Qwen for 8 bits (+0.9% against +0.1%), for the reason above; llama.cpp
+  // pays about the same. A plan's eval gate measures the cut on its own text and refuses it past
+  // its limit (1% by default). Measured: 96.4%, 99.9% where clear, 1.0092, 3.0.
+  EXPECT_GE(c.agreement, 0.95);
+  EXPECT_GE(c.clear_agreement, 0.99);
+  EXPECT_NEAR(c.ppl_ratio, 1.0, 0.015);
+  EXPECT_LT(c.worst_topk, 4.0);
+}
+
+TEST_F(GemmaGoldenTest, GreedyContinuationsMatchLlamaCpp) {
+  constexpr double kClearGap = 0.5;
+  const nlohmann::json fx = ReadGoldenFixture("gemma3_270m_greedy.json");
+  int checked = 0;
+  for (const nlohmann::json& c : fx.at("cases")) {
+    const GreedyCase greedy(c);
+    size_t same = 0;
+    ASSERT_NO_FATAL_FAILURE(
+        FreeRunGreedy(*model_, *Cache(Dense()), greedy, kClearGap, greedy.name, &same));
+    ASSERT_NO_FATAL_FAILURE(
+        TeacherForceGreedy(*model_, *Cache(Dense()), greedy, kClearGap, greedy.name, &checked));
+  }
+  EXPECT_GE(checked, 30);  // of the fixture's 48 steps
+}
+
+// A sink + window cache past eviction against the plain reference, which rebuilds each token's
+// cache as StreamingLLM defines it (its 262144 x 640 head in double: ~0.3 s per token).
+TEST_F(GemmaGoldenTest, StreamingPerplexityMatchesPlainReference) {
+  const nlohmann::json fx = ReadGoldenFixture("gemma3_270m_pride_1024.json");
+  std::vector<int32_t> tokens = fx.at("tokens").get<std::vector<int32_t>>();
+  tokens.resize(32);
+  const CacheSpec spec{CacheMode::kSink, 4, 12, 8};  // evicting from token 16 on
+  auto r = CompareWithPlainReference(*golden_, tokens, spec);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::printf(
+      "sink S=%d W=%d over %lld tokens: perplexity %.4f vs plain reference %.4f "
+      "(%.5f), argmax agreement %lld/%lld\n",
+      r->effective.sinks, r->effective.window, static_cast<long long>(tokens.size()), r->ppl,
+      r->ref_ppl, r->ppl / r->ref_ppl, static_cast<long long>(r->agree),
+      static_cast<long long>(r->scored));
+  EXPECT_NEAR(r->ppl / r->ref_ppl, 1.0, 0.02);
+  EXPECT_GE(r->agree, r->scored * 9 / 10);
+}
+
+}  // namespace
+}  // namespace streamd::testing
