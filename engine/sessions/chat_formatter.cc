@@ -60,6 +60,24 @@ ChatFormatter::ChatFormatter(const tokenizer::ChatTemplate& chat,
       next_[r].error = next.status().message();
     }
   }
+  // No system turn of its own (Gemma): a system message may still open the user turn after it.
+  const size_t system = static_cast<size_t>(ChatRoleKind::kSystem);
+  const size_t user_role = static_cast<size_t>(ChatRoleKind::kUser);
+  if (!first_[system].ok && next_[user_role].ok) {
+    constexpr std::string_view kSecond = "STREAMD_SECOND_PLACEHOLDER_c41e";
+    auto folded = chat.Render(
+        std::vector<ChatMessage>{{"system", content}, {"user", std::string(kSecond)}}, false);
+    if (folded.ok()) {
+      const size_t a = folded->find(kPlaceholder);
+      const size_t b = folded->find(kSecond);
+      if (a != std::string::npos && b != std::string::npos && a < b) {
+        folds_system_ = true;
+        fold_first_prefix_ = folded->substr(0, a);
+        fold_join_ = folded->substr(a + kPlaceholder.size(), b - a - kPlaceholder.size());
+        fold_close_ = folded->substr(b + kSecond.size());
+      }
+    }
+  }
   const std::vector<ChatMessage> user = {{"user", "x"}};
   auto without = chat.Render(user, false);
   auto with = chat.Render(user, true);
@@ -87,19 +105,69 @@ std::vector<int32_t> ChatFormatter::EncodeSpecial(const std::string& text) const
   return tokens.ok() ? std::move(tokens).value() : std::vector<int32_t>{};
 }
 
+std::string ChatFormatter::CloseOpenTurn(ChatState state) const {
+  switch (state) {
+    case ChatState::kAssistantOpen:
+      return close_assistant_;
+    case ChatState::kAssistantClosed:
+      return close_after_eog_;
+    case ChatState::kSystemOpen:
+      return fold_close_;
+    default:
+      return "";
+  }
+}
+
+StatusOr<std::vector<int32_t>> ChatFormatter::FoldedSystem(const std::string& content,
+                                                           bool first_input,
+                                                           ChatState* state) const {
+  // A second system message joins the first in the same open turn; otherwise the turn opens as
+  // a user turn would, and the system text comes first in it.
+  std::string open;
+  if (*state == ChatState::kSystemOpen) {
+    open = "";
+  } else if (first_input) {
+    open = fold_first_prefix_;
+  } else {
+    open = CloseOpenTurn(*state) + next_[static_cast<size_t>(ChatRoleKind::kUser)].prefix;
+  }
+  std::vector<int32_t> tokens;
+  if (first_input && bos_first_) tokens.push_back(tokenizer_.bos_id());
+  const std::vector<int32_t> head = EncodeSpecial(open);
+  tokens.insert(tokens.end(), head.begin(), head.end());
+  STREAMD_ASSIGN_OR_RETURN(std::vector<int32_t> body,
+                           tokenizer_.Encode(content, /*add_bos=*/false, /*parse_special=*/false));
+  tokens.insert(tokens.end(), body.begin(), body.end());
+  const std::vector<int32_t> join = EncodeSpecial(fold_join_);
+  tokens.insert(tokens.end(), join.begin(), join.end());
+  *state = ChatState::kSystemOpen;
+  return tokens;
+}
+
 StatusOr<std::vector<int32_t>> ChatFormatter::Turn(ChatRoleKind role, const std::string& content,
                                                    bool first_input, ChatState* state) const {
   const size_t r = static_cast<size_t>(role);
+  if (role == ChatRoleKind::kSystem && folds_system_) {
+    return FoldedSystem(content, first_input, state);
+  }
+  // The user message that continues a folded system message's turn: no opening of its own.
+  const bool continues = *state == ChatState::kSystemOpen && role == ChatRoleKind::kUser;
   const Framing& f = first_input ? first_[r] : next_[r];
-  if (!f.ok) {
+  if (!f.ok && !continues) {
     return FailedPreconditionError("append.role " + std::string(kRoleNames[r]) +
                                    ": the model's chat template (" + template_name_ +
                                    ") cannot render this turn here: " + f.error);
   }
-  std::string open;
-  if (*state == ChatState::kAssistantOpen) open = close_assistant_;
-  if (*state == ChatState::kAssistantClosed) open = close_after_eog_;
-  open += f.prefix;
+  if (continues) {
+    STREAMD_ASSIGN_OR_RETURN(
+        std::vector<int32_t> body,
+        tokenizer_.Encode(content, /*add_bos=*/false, /*parse_special=*/false));
+    const std::vector<int32_t> tail = EncodeSpecial(fold_close_);
+    body.insert(body.end(), tail.begin(), tail.end());
+    *state = ChatState::kAwaitingAssistant;
+    return body;
+  }
+  const std::string open = CloseOpenTurn(*state) + f.prefix;
   std::vector<int32_t> tokens;
   if (first_input && bos_first_) tokens.push_back(tokenizer_.bos_id());
   const std::vector<int32_t> head = EncodeSpecial(open);
@@ -114,6 +182,12 @@ StatusOr<std::vector<int32_t>> ChatFormatter::Turn(ChatRoleKind role, const std:
 }
 
 std::vector<int32_t> ChatFormatter::GenerationPrompt(ChatState* state) const {
+  // A folded system message with no user message after it: its turn closes, then the answer's
+  // opens (what the template renders for a conversation of that system text alone as a user's).
+  if (*state == ChatState::kSystemOpen) {
+    *state = ChatState::kAssistantOpen;
+    return EncodeSpecial(fold_close_ + generation_prompt_);
+  }
   if (*state != ChatState::kAwaitingAssistant) return {};
   *state = ChatState::kAssistantOpen;
   return EncodeSpecial(generation_prompt_);

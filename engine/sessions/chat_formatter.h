@@ -14,6 +14,9 @@
 //   kAssistantOpen      the model is (or was) answering; the turn is not closed yet
 //   kAssistantClosed    the answer ended with an end-of-generation token (<|im_end|>), which
 //                       is in the context; the rest of the turn's closing ("\n") is not
+//   kSystemOpen         a template without a system turn (Gemma) folds a system message into
+//                       the user turn after it: the system text opened that turn, and the next
+//                       user message continues it (a Generate or an assistant turn closes it)
 // A following chat Append first closes what is open. Raw input resets the state to kNone.
 #pragma once
 
@@ -30,7 +33,8 @@ namespace streamd {
 
 enum class ChatRoleKind { kSystem = 0, kUser = 1, kAssistant = 2 };
 
-enum class ChatState { kNone, kAwaitingAssistant, kAssistantOpen, kAssistantClosed };
+// The values are stored in snapshots (their digit): append only.
+enum class ChatState { kNone, kAwaitingAssistant, kAssistantOpen, kAssistantClosed, kSystemOpen };
 
 class ChatFormatter {
  public:
@@ -62,6 +66,11 @@ class ChatFormatter {
     std::string suffix;  // after it
   };
   std::vector<int32_t> EncodeSpecial(const std::string& text) const;
+  // What closes whatever turn `state` has open before another turn starts ("" if none).
+  std::string CloseOpenTurn(ChatState state) const;
+  // A system message on a template that folds it into the next user turn (Gemma).
+  StatusOr<std::vector<int32_t>> FoldedSystem(const std::string& content, bool first_input,
+                                              ChatState* state) const;
 
   const tokenizer::Tokenizer& tokenizer_;
   std::string template_name_;
@@ -71,6 +80,14 @@ class ChatFormatter {
   std::string generation_prompt_;
   std::string close_assistant_;  // closes an open assistant turn
   std::string close_after_eog_;  // the rest of it after an end-of-generation token
+  // Templates without a system turn that fold a system message into the next user turn
+  // (learned from the rendering of [system, user]): what opens that turn before the system
+  // text, at a conversation's start (fold_first_prefix_) and later (next_ user's prefix), what
+  // joins the system text to the user's, and what closes the turn.
+  bool folds_system_ = false;
+  std::string fold_first_prefix_;
+  std::string fold_join_;
+  std::string fold_close_;
 };
 
 }  // namespace streamd

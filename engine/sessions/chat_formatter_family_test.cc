@@ -122,5 +122,95 @@ TEST(ChatFormatterFamilyTest, Llama31TurnsMatchTheTemplate) {
   ExpectTurnsMatchTemplate(*family, "<|eot_id|>");
 }
 
+// The framing around `contents` as the template renders `messages`, where message contents hold
+// the markers \x01, \x02, ... for contents[0], contents[1], ...: framing encoded with special
+// tokens, each content without.
+Ids TemplateIds(const tokenizer::ChatTemplate& chat, const tokenizer::Tokenizer& tok,
+                const std::vector<tokenizer::ChatMessage>& messages,
+                const std::vector<std::string>& contents, bool add_generation_prompt) {
+  auto rendered = chat.Render(messages, add_generation_prompt);
+  EXPECT_TRUE(rendered.ok()) << rendered.status().ToString();
+  if (!rendered.ok()) return {};
+  Ids want;
+  size_t pos = 0;
+  for (size_t i = 0; i < contents.size(); ++i) {
+    const size_t at = rendered->find(static_cast<char>(i + 1), pos);
+    EXPECT_NE(at, std::string::npos) << "marker " << i + 1;
+    if (at == std::string::npos) return {};
+    Append(&want, Encode(tok, rendered->substr(pos, at - pos), true));
+    Append(&want, Encode(tok, contents[i], false));
+    pos = at + 1;
+  }
+  Append(&want, Encode(tok, rendered->substr(pos), true));
+  return want;
+}
+
+// Gemma has no system turn: its template opens the first user turn with the system text and a
+// blank line. A session's system message is folded the same way into the user turn after it
+// (ChatState::kSystemOpen), at the start of a conversation, later in it, and when a Generate
+// follows it directly. The real Gemma 3 270M vocabulary, with the format its vocabulary selects.
+TEST(ChatFormatterFamilyTest, GemmaFoldsASystemMessageIntoTheNextUserTurn) {
+  const auto* vocab = tokenizer::testing::CachedFromEnv(
+      "STREAMD_GEMMA_MODEL", "export STREAMD_GEMMA_MODEL=$(scripts/fetch-gemma-model.sh)");
+  ASSERT_NE(vocab, nullptr);
+  const tokenizer::Tokenizer& tok = *vocab->tokenizer;
+  auto chat = tokenizer::ChatTemplate::FromGguf(*vocab->file, tok);
+  ASSERT_TRUE(chat.ok()) << chat.status().ToString();
+  ASSERT_EQ(chat->kind(), tokenizer::ChatTemplateKind::kGemma);
+  ChatFormatter formatter(*chat, tok);
+  const auto turn = [&](ChatRoleKind role, const std::string& text, bool first, ChatState* state,
+                        Ids* to) {
+    auto ids = formatter.Turn(role, text, first, state);
+    ASSERT_TRUE(ids.ok()) << ids.status().ToString();
+    Append(to, *ids);
+  };
+
+  // At the start: exactly the template's rendering of [system, user] and the generation prompt.
+  ChatState state = ChatState::kNone;
+  Ids got;
+  turn(ChatRoleKind::kSystem, "Be brief.", true, &state, &got);
+  EXPECT_EQ(state, ChatState::kSystemOpen);
+  turn(ChatRoleKind::kUser, "Hi!", false, &state, &got);
+  Append(&got, formatter.GenerationPrompt(&state));
+  Ids want =
+      TemplateIds(*chat, tok, {{"system", "\x01"}, {"user", "\x02"}}, {"Be brief.", "Hi!"}, true);
+  EXPECT_EQ(got, want) << "streamd: " << tok.Decode(got) << "\ntemplate: " << tok.Decode(want);
+
+  // Later (after an answer that ended with <end_of_turn>): the system text opens the next user
+  // turn, joined to the user's text as at the start.
+  Append(&got, Encode(tok, "Hello.", false));
+  got.push_back(*tok.FindToken("<end_of_turn>"));
+  ChatFormatter::OnGenerationEnd(true, &state);
+  turn(ChatRoleKind::kSystem, "Now in French.", false, &state, &got);
+  turn(ChatRoleKind::kUser, "Bye", false, &state, &got);
+  Append(&got, formatter.GenerationPrompt(&state));
+  want = TemplateIds(
+      *chat, tok,
+      {{"system", "\x01"}, {"user", "\x02"}, {"assistant", "\x03"}, {"user", "\x04\n\n\x05"}},
+      {"Be brief.", "Hi!", "Hello.", "Now in French.", "Bye"}, true);
+  EXPECT_EQ(got, want) << "streamd: " << tok.Decode(got) << "\ntemplate: " << tok.Decode(want);
+
+  // A Generate right after a system message: its turn is closed as a user turn, then answered
+  // (Google's template would drop a system text that no user message follows).
+  state = ChatState::kNone;
+  got.clear();
+  turn(ChatRoleKind::kSystem, "Tell a joke.", true, &state, &got);
+  Append(&got, formatter.GenerationPrompt(&state));
+  EXPECT_EQ(state, ChatState::kAssistantOpen);
+  want = Encode(tok, "<bos><start_of_turn>user\n", true);
+  Append(&want, Encode(tok, "Tell a joke.", false));
+  Append(&want, Encode(tok, "\n\n<end_of_turn>\n<start_of_turn>model\n", true));
+  EXPECT_EQ(got, want) << "streamd: " << tok.Decode(got) << "\ntemplate: " << tok.Decode(want);
+
+  // Two system messages in a row share the turn.
+  state = ChatState::kNone;
+  got.clear();
+  turn(ChatRoleKind::kSystem, "A.", true, &state, &got);
+  turn(ChatRoleKind::kSystem, "B.", false, &state, &got);
+  turn(ChatRoleKind::kUser, "C?", false, &state, &got);
+  want = TemplateIds(*chat, tok, {{"user", "\x01\n\n\x02\n\n\x03"}}, {"A.", "B.", "C?"}, false);
+  EXPECT_EQ(got, want) << "streamd: " << tok.Decode(got) << "\ntemplate: " << tok.Decode(want);
+}
+
 }  // namespace
 }  // namespace streamd

@@ -409,14 +409,14 @@ TEST(SessionRegistryTest, RestoredSessionsKnowWhereTheChatTurnIs) {
     auto persister = MakePersister(e, dir);
     SessionRegistry registry(*e.engine, Timeouts(1h, 1h), persister.get());
     auto owner = std::make_shared<FakeOwner>();
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < 3; ++i) {
       auto s = registry.Open(Small(), owner);
       ASSERT_TRUE(s.ok());
       ids.push_back((*s)->id);
-      // A user turn and the assistant header: the assistant's turn is open.
-      ASSERT_TRUE(
-          e.engine->Append((*s)->id, Bytes(12, i), ChatMetadata(ChatState::kAssistantOpen, true))
-              .ok());
+      // A user turn and the assistant header: the assistant's turn is open. The third: a system
+      // message folded into the user turn to come (Gemma), which stays open across a restart.
+      const ChatState chat = i < 2 ? ChatState::kAssistantOpen : ChatState::kSystemOpen;
+      ASSERT_TRUE(e.engine->Append((*s)->id, Bytes(12, i), ChatMetadata(chat, true)).ok());
     }
     ASSERT_TRUE(e.engine->tokenizer().IsEndOfGeneration(kSyntheticImEnd));
     // The second session's turn ended with <|im_end|>; its chat state was not saved yet.
@@ -427,10 +427,11 @@ TEST(SessionRegistryTest, RestoredSessionsKnowWhereTheChatTurnIs) {
   auto e = MakeEngine();
   auto persister = MakePersister(e, dir);
   SessionRegistry registry(*e.engine, Timeouts(1h, 1h), persister.get());
-  EXPECT_EQ(registry.RestoreFromStore(false), 2);
+  EXPECT_EQ(registry.RestoreFromStore(false), 3);
   auto owner = std::make_shared<FakeOwner>();
-  const ChatState want[] = {ChatState::kAssistantOpen, ChatState::kAssistantClosed};
-  for (int i = 0; i < 2; ++i) {
+  const ChatState want[] = {ChatState::kAssistantOpen, ChatState::kAssistantClosed,
+                            ChatState::kSystemOpen};
+  for (int i = 0; i < 3; ++i) {
     auto s = AttachNow(registry, ids[i], owner);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
     std::lock_guard<std::mutex> lock((*s)->mu);

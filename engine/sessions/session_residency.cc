@@ -20,7 +20,7 @@ void ForgetPartial(SessionRecord& s) {
 }
 
 ChatState ParseChatState(const std::string& text) {
-  if (text.size() == 1 && text[0] >= '0' && text[0] <= '3') {
+  if (text.size() == 1 && text[0] >= '0' && text[0] <= '4') {
     return static_cast<ChatState>(text[0] - '0');
   }
   return ChatState::kNone;  // unknown or absent: raw context, no open turn
