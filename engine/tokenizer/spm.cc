@@ -34,7 +34,8 @@ SpmModel SpmModel::Create(const Vocab& vocab) {
   // word is unchanged: splitting is exact. SentencePiece vocabularies trained with
   // split_by_whitespace (LLaMA's) qualify; others are merged whole.
   model.splits_words_ = true;
-  for (const std::string& text : vocab.texts) {
+  for (size_t i = 0; i < vocab.texts.size(); ++i) {
+    const std::string_view text = vocab.texts[i];
     for (size_t hit = text.find(kSpace, 1); hit != std::string::npos;
          hit = text.find(kSpace, hit + 1)) {
       if (hit < kSpace.size() || text.compare(hit - kSpace.size(), kSpace.size(), kSpace) != 0) {

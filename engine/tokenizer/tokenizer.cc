@@ -70,12 +70,12 @@ std::string ReplaceAll(std::string_view text, std::string_view from, std::string
 
 // What a token stands for in decoded text (llama.cpp's token_to_piece with special = true).
 std::string MakePiece(const Vocab& vocab, int32_t id) {
-  const std::string& text = vocab.texts[id];
+  const std::string_view text = vocab.texts[id];
   switch (vocab.types[id]) {
     case TokenType::kControl:
     case TokenType::kUserDefined:
     case TokenType::kUnknown:
-      return text;
+      return std::string(text);
     case TokenType::kNormal:
       return vocab.type == VocabType::kSpm ? ReplaceAll(text, kSpmSpace, " ")
                                            : DecodeByteLevel(text);
@@ -106,9 +106,10 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const gguf::GgufFile& f
     tok->spm_.emplace(SpmModel::Create(vocab));
   }
 
-  tok->pieces_.reserve(vocab.texts.size());
+  // Pieces are never longer than their texts (a space for a 3-byte "▁", one byte for "<0xXX>").
+  tok->pieces_.Reserve(vocab.texts.size(), vocab.texts.bytes());
   for (int32_t id = 0; id < vocab.size(); ++id) {
-    tok->pieces_.push_back(MakePiece(vocab, id));
+    tok->pieces_.Add(MakePiece(vocab, id));
     if (vocab.IsSpecial(id)) tok->special_tokens_.push_back(id);
   }
   // Longest first, so "<|im_start|>" is cut before a shorter special that it contains.
@@ -128,7 +129,7 @@ std::vector<Tokenizer::Fragment> Tokenizer::Partition(std::string_view text,
   // the result differs from a left-to-right scan only when special texts overlap.
   for (int32_t id : special_tokens_) {
     if (!parse_special && vocab_.types[id] != TokenType::kUserDefined) continue;
-    const std::string& special = vocab_.texts[id];
+    const std::string_view special = vocab_.texts[id];
     next.clear();
     for (const Fragment& fragment : fragments) {
       if (fragment.is_token) {
@@ -215,12 +216,12 @@ void Tokenizer::EncodeSpm(std::string_view text, bool after_special,
 }
 
 std::string Tokenizer::TokenToPiece(int32_t id) const {
-  return vocab_.IsValid(id) ? pieces_[id] : std::string();
+  return vocab_.IsValid(id) ? std::string(pieces_[id]) : std::string();
 }
 
 void Tokenizer::AppendDecoded(int32_t id, bool* at_boundary, std::string* out) const {
   if (!vocab_.IsValid(id)) return;
-  const std::string& piece = pieces_[id];
+  const std::string_view piece = pieces_[id];
   if (vocab_.IsSpecial(id)) {
     out->append(piece);
     *at_boundary = true;  // Encode() prefixes the fragment after a special token
@@ -228,7 +229,7 @@ void Tokenizer::AppendDecoded(int32_t id, bool* at_boundary, std::string* out) c
   }
   if (piece.empty()) return;
   const bool strip = vocab_.add_space_prefix && *at_boundary && piece.front() == ' ';
-  out->append(piece, strip ? 1 : 0);
+  out->append(piece.substr(strip ? 1 : 0));
   *at_boundary = false;
 }
 
@@ -248,7 +249,7 @@ bool Tokenizer::IsEndOfGeneration(int32_t id) const {
 }
 
 std::string_view Tokenizer::TokenText(int32_t id) const {
-  return vocab_.IsValid(id) ? std::string_view(vocab_.texts[id]) : std::string_view();
+  return vocab_.IsValid(id) ? vocab_.texts[id] : std::string_view();
 }
 
 }  // namespace streamd::tokenizer

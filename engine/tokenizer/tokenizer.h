@@ -110,7 +110,7 @@ class Tokenizer {
   void EncodeSpm(std::string_view text, bool after_special, std::vector<int32_t>* out) const;
 
   Vocab vocab_;
-  std::vector<std::string> pieces_;      // TokenToPiece() of every id, built once
+  StringTable pieces_;                   // TokenToPiece() of every id, built once
   std::vector<int32_t> special_tokens_;  // candidates for Partition(), longest text first
   std::unique_ptr<PreTokenizer> pre_;    // BPE only
   std::optional<BpeModel> bpe_;

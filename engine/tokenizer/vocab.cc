@@ -126,8 +126,9 @@ Status ReadOrDetect(const gguf::GgufFile& file, std::string_view key,
 }
 
 Status ReadTokens(const gguf::GgufFile& file, Vocab& vocab) {
-  STREAMD_ASSIGN_OR_RETURN(vocab.texts, file.GetStringArray("tokenizer.ggml.tokens"));
-  const size_t n = vocab.texts.size();
+  STREAMD_ASSIGN_OR_RETURN(std::vector<std::string> texts,
+                           file.GetStringArray("tokenizer.ggml.tokens"));
+  const size_t n = texts.size();
   if (n == 0 || n > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
     return InvalidArgumentError("tokenizer.ggml.tokens has " + std::to_string(n) +
                                 " entries; expected 1..2^31-1");
@@ -154,12 +155,20 @@ Status ReadTokens(const gguf::GgufFile& file, Vocab& vocab) {
     }
     std::copy_n(scores.begin(), n, vocab.scores.begin());
   }
-  vocab.ids.reserve(n);
+  size_t bytes = 0;
   for (size_t i = 0; i < n; ++i) {
     // An empty text could never be matched or told apart; llama.cpp renames it the same way.
-    if (vocab.texts[i].empty()) vocab.texts[i] = "[EMPTY_" + std::to_string(i) + "]";
-    vocab.ids[vocab.texts[i]] = static_cast<int32_t>(i);
+    if (texts[i].empty()) texts[i] = "[EMPTY_" + std::to_string(i) + "]";
+    bytes += texts[i].size();
   }
+  if (bytes > std::numeric_limits<uint32_t>::max()) {
+    return InvalidArgumentError("tokenizer.ggml.tokens holds " + std::to_string(bytes) +
+                                " bytes of text; at most 4 GiB");
+  }
+  vocab.texts.Reserve(n, bytes);  // no reallocation below: the map's keys view the table
+  for (const std::string& text : texts) vocab.texts.Add(text);
+  vocab.ids.reserve(n);
+  for (size_t i = 0; i < n; ++i) vocab.ids[vocab.texts[i]] = static_cast<int32_t>(i);
   return OkStatus();
 }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "engine/gguf/gguf_file.h"
+#include "engine/tokenizer/string_table.h"
 #include "engine/util/status.h"
 
 namespace streamd::tokenizer {
@@ -36,20 +37,15 @@ enum class TokenType : int32_t {
   kByte = 6,
 };
 
-// Hash that lets an unordered_map<std::string, ...> be probed with a string_view.
-struct StringViewHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-
 struct Vocab {
   VocabType type = VocabType::kBpe;
   std::string model_name;  // tokenizer.ggml.model
   std::string pre_name;    // tokenizer.ggml.pre ("" when absent)
-  std::vector<std::string> texts;
+  StringTable texts;
   std::vector<TokenType> types;
   std::vector<float> scores;  // SPM merge priority; 0 when the file has none
-  std::unordered_map<std::string, int32_t, StringViewHash, std::equal_to<>> ids;
+  // Keys are views into `texts` (so a Vocab moves but is never copied).
+  std::unordered_map<std::string_view, int32_t> ids;
 
   int32_t bos_id = -1;
   int32_t eos_id = -1;
