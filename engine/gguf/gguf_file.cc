@@ -101,6 +101,9 @@ class Parser {
   Parser(const uint8_t* data, size_t size) : base_(data), c_(data, size) {}
 
   Status Header(uint32_t* version, uint64_t* n_tensors, uint64_t* n_kv);
+  // Decodes `count` elements of `type` (not kArray) from the start, for ForEachElement.
+  bool Elements(ValueType type, uint64_t count,
+                const std::function<bool(uint64_t, const Value&)>& fn);
   Status Metadata(uint64_t n_kv, std::vector<std::pair<std::string, Value>>* out);
   Status TensorInfos(uint64_t n_tensors, std::vector<TensorInfo>* out);
   Status PlaceTensors(uint64_t alignment, std::vector<TensorInfo>* tensors, uint64_t* data_offset);
@@ -268,10 +271,32 @@ Status Parser::ReadArray(std::string_view key, int depth, Value* out) {
   }
   values_left_ -= count;
   out->array_type = type;
-  std::vector<Value> elems(count);
-  for (Value& e : elems) STREAMD_RETURN_IF_ERROR(ReadValue(elem_type, key, depth + 1, &e));
-  out->data = std::move(elems);
+  if (type == ValueType::kArray) {
+    std::vector<Value> elems(count);
+    for (Value& e : elems) STREAMD_RETURN_IF_ERROR(ReadValue(elem_type, key, depth + 1, &e));
+    out->data = std::move(elems);
+    return OkStatus();
+  }
+  // Scalars and strings: each element is read (so checked) now and decoded again when read
+  // (ForEachElement); only where they lie is kept.
+  const size_t start = c_.pos();
+  Value e;
+  for (uint64_t i = 0; i < count; ++i) {
+    STREAMD_RETURN_IF_ERROR(ReadValue(elem_type, key, depth + 1, &e));
+  }
+  out->data = RawArray{base_ + start, c_.pos() - start, count};
   return OkStatus();
+}
+
+bool Parser::Elements(ValueType type, uint64_t count,
+                      const std::function<bool(uint64_t, const Value&)>& fn) {
+  Value e;
+  for (uint64_t i = 0; i < count; ++i) {
+    // The array was read once already when the file was parsed: this cannot fail.
+    if (!ReadValue(static_cast<uint32_t>(type), "", 1, &e).ok()) return false;
+    if (!fn(i, e)) return false;
+  }
+  return true;
 }
 
 Status Parser::Metadata(uint64_t n_kv, std::vector<std::pair<std::string, Value>>* out) {
@@ -565,6 +590,37 @@ const Value* GgufFile::Find(std::string_view key) const {
 const TensorInfo* GgufFile::FindTensor(std::string_view name) const {
   auto it = tensor_index_.find(name);
   return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
+}
+
+uint64_t ArrayCount(const Value& v) {
+  if (v.type != ValueType::kArray) return 0;
+  if (const auto* raw = std::get_if<RawArray>(&v.data)) return raw->count;
+  const auto* elems = std::get_if<std::vector<Value>>(&v.data);
+  return elems == nullptr ? 0 : elems->size();
+}
+
+bool ForEachElement(const Value& v, const std::function<bool(uint64_t, const Value&)>& fn) {
+  if (v.type != ValueType::kArray) return true;
+  if (const auto* raw = std::get_if<RawArray>(&v.data)) {
+    Parser parser(raw->begin, raw->bytes);
+    return parser.Elements(v.array_type, raw->count, fn);
+  }
+  if (const auto* elems = std::get_if<std::vector<Value>>(&v.data)) {
+    for (size_t i = 0; i < elems->size(); ++i) {
+      if (!fn(i, (*elems)[i])) return false;
+    }
+  }
+  return true;
+}
+
+std::vector<Value> ArrayElements(const Value& v) {
+  std::vector<Value> out;
+  out.reserve(ArrayCount(v));
+  ForEachElement(v, [&out](uint64_t, const Value& e) {
+    out.push_back(e);
+    return true;
+  });
+  return out;
 }
 
 }  // namespace streamd::gguf

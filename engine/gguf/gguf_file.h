@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -72,13 +73,33 @@ std::string TensorTypeName(uint32_t type_id);
 // The supported types' names, comma-separated ("F32, F16, ..."): what errors list.
 std::string SupportedTensorTypeNames();
 
+// An array of scalars or strings as the file stores it, validated when the file was parsed and
+// decoded element by element when read (ForEachElement): a Value per element would cost ~48 bytes
+// each, 38 MiB for a 262144-token vocabulary's tokens, scores and types, held while the file is.
+// It points into the file's bytes: it is valid while its GgufFile is.
+struct RawArray {
+  const uint8_t* begin = nullptr;
+  uint64_t bytes = 0;
+  uint64_t count = 0;
+};
+
 // One metadata value. Integers keep their stored width in `type`; arrays hold their elements.
-// `data` holds unsigned integers as uint64_t, signed ones as int64_t, f32/f64 as double.
+// `data` holds unsigned integers as uint64_t, signed ones as int64_t, f32/f64 as double; an
+// array read from a file as a RawArray (unless its elements are arrays), one built in memory
+// (GgufWriter) as its elements.
 struct Value {
   ValueType type = ValueType::kUint8;
   ValueType array_type = ValueType::kUint8;  // element type when type == kArray
-  std::variant<uint64_t, int64_t, double, bool, std::string, std::vector<Value>> data;
+  std::variant<uint64_t, int64_t, double, bool, std::string, std::vector<Value>, RawArray> data;
 };
+
+// An array's length (0 for a non-array).
+uint64_t ArrayCount(const Value& v);
+// Calls fn(i, element) for each element of an array in order, until fn returns false; returns
+// whether every call returned true. A RawArray's elements are decoded one at a time.
+bool ForEachElement(const Value& v, const std::function<bool(uint64_t, const Value&)>& fn);
+// An array's elements as Values (a copy; decoded for a RawArray); empty for a non-array.
+std::vector<Value> ArrayElements(const Value& v);
 
 struct TensorInfo {
   std::string name;

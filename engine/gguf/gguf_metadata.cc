@@ -22,8 +22,7 @@ namespace {
 // "u32 7", "string", "array of 3 u8": what a key holds, for type errors.
 std::string Describe(const Value& v) {
   if (v.type == ValueType::kArray) {
-    const auto* elems = std::get_if<std::vector<Value>>(&v.data);
-    return Cat("array of ", elems ? elems->size() : 0, " ", ValueTypeName(v.array_type));
+    return Cat("array of ", ArrayCount(v), " ", ValueTypeName(v.array_type));
   }
   std::string out(ValueTypeName(v.type));
   if (const auto* u = std::get_if<uint64_t>(&v.data)) out += Cat(" ", *u);
@@ -63,17 +62,16 @@ bool FloatAs(const Value& v, float* out) {
 template <typename T, typename Convert>
 StatusOr<std::vector<T>> ConvertArray(std::string_view key, const Value& v,
                                       std::string_view expected, Convert convert) {
-  const auto* elems = std::get_if<std::vector<Value>>(&v.data);
-  if (v.type != ValueType::kArray || elems == nullptr) {
-    return TypeError(key, v, Cat("an array of ", expected));
-  }
-  std::vector<T> out(elems->size());
-  for (size_t i = 0; i < elems->size(); ++i) {
-    if (!convert((*elems)[i], &out[i])) {
-      return InvalidArgumentError(Cat("metadata key ", Quote(key), " element ", i, " holds ",
-                                      Describe((*elems)[i]), ", expected ", expected));
-    }
-  }
+  if (v.type != ValueType::kArray) return TypeError(key, v, Cat("an array of ", expected));
+  std::vector<T> out(ArrayCount(v));
+  Status error = OkStatus();
+  ForEachElement(v, [&](uint64_t i, const Value& e) {
+    if (convert(e, &out[i])) return true;
+    error = InvalidArgumentError(Cat("metadata key ", Quote(key), " element ", i, " holds ",
+                                     Describe(e), ", expected ", expected));
+    return false;
+  });
+  if (!error.ok()) return error;
   return out;
 }
 

@@ -67,11 +67,12 @@ void PutPayload(std::vector<uint8_t>& out, ValueType type, const Value& v) {
       return PutString(out, s ? *s : std::string());
     }
     case ValueType::kArray: {
-      const auto* elems = std::get_if<std::vector<Value>>(&v.data);
       Put<uint32_t>(out, static_cast<uint32_t>(v.array_type));
-      Put<uint64_t>(out, elems ? elems->size() : 0);
-      if (elems == nullptr) return;
-      for (const Value& e : *elems) PutPayload(out, v.array_type, e);
+      Put<uint64_t>(out, ArrayCount(v));
+      ForEachElement(v, [&](uint64_t, const Value& e) {
+        PutPayload(out, v.array_type, e);
+        return true;
+      });
       return;
     }
   }
@@ -94,6 +95,9 @@ void GgufWriter::SetAlignment(uint32_t alignment) {
 }
 
 void GgufWriter::Add(std::string key, Value value) {
+  // An array copied from a file's metadata points into that file: own its elements, so the
+  // writer does not depend on the file outliving it.
+  if (std::holds_alternative<RawArray>(value.data)) value.data = ArrayElements(value);
   metadata_.emplace_back(std::move(key), std::move(value));
 }
 

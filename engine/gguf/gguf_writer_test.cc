@@ -93,7 +93,8 @@ TEST(GgufWriterTest, RoundTripsArraysOfEveryTypeAndNesting) {
   EXPECT_EQ(file->GetI32Array("a.i32").value(), (std::vector<int32_t>{-5, 0, 5}));
   EXPECT_EQ(file->GetF32Array("a.f32").value(), (std::vector<float>{0.5f, -1.0f}));
   EXPECT_EQ(file->Find("a.bool")->array_type, ValueType::kBool);
-  EXPECT_EQ(std::get<bool>(std::get<std::vector<Value>>(file->Find("a.bool")->data)[0].data), true);
+  EXPECT_TRUE(std::holds_alternative<RawArray>(file->Find("a.bool")->data));
+  EXPECT_EQ(std::get<bool>(ArrayElements(*file->Find("a.bool"))[0].data), true);
   EXPECT_EQ(file->GetStringArray("a.string").value(), (std::vector<std::string>{"a", "", "ccc"}));
   EXPECT_FALSE(file->GetI32Array("a.u64").ok());  // 2^40 does not fit i32
   EXPECT_FALSE(file->GetI32Array("a.i64").ok());
@@ -102,10 +103,10 @@ TEST(GgufWriterTest, RoundTripsArraysOfEveryTypeAndNesting) {
   const Value* nested = file->Find("a.nested");
   ASSERT_NE(nested, nullptr);
   EXPECT_EQ(nested->array_type, ValueType::kArray);
-  const auto& outer = std::get<std::vector<Value>>(nested->data);
+  const auto& outer = std::get<std::vector<Value>>(nested->data);  // nested arrays stay Values
   ASSERT_EQ(outer.size(), 2u);
   EXPECT_EQ(outer[0].array_type, ValueType::kUint8);
-  EXPECT_EQ(std::get<std::string>(std::get<std::vector<Value>>(outer[1].data)[0].data), "x");
+  EXPECT_EQ(std::get<std::string>(ArrayElements(outer[1])[0].data), "x");
 }
 
 // "t3". (Not "t" + std::to_string(i): GCC 12 reports a false -Wrestrict on that at -O2.)

@@ -23,8 +23,12 @@ size_t Touch(const Value& v) {
   size_t sum = static_cast<size_t>(v.type);
   if (const auto* s = std::get_if<std::string>(&v.data)) {
     for (char c : *s) sum += static_cast<unsigned char>(c);
-  } else if (const auto* elems = std::get_if<std::vector<Value>>(&v.data)) {
-    for (const Value& e : *elems) sum += Touch(e);
+  } else if (v.type == ValueType::kArray) {
+    // Nested arrays as Values, the others decoded from the file's bytes one by one.
+    ForEachElement(v, [&sum](uint64_t, const Value& e) {
+      sum += Touch(e);
+      return true;
+    });
   }
   return sum;
 }
