@@ -101,8 +101,9 @@ lint: deps
 format: deps
 	@clang-format -i $(FORMAT_FILES)
 
-sanitize: deps model vocab
+sanitize: deps model gemma-model vocab
 	JOBS=$(JOBS) STREAMD_MODEL=$(MODEL) STREAMD_SPM_VOCAB=$$(scripts/fetch-test-vocab.sh) \
+	  STREAMD_GEMMA_MODEL=$(GEMMA_MODEL) \
 	  STREAMD_VOCAB_DIR=$$(scripts/fetch-test-vocab.sh --golden) \
 	  STREAMD_GGUF_PYTHON=$$(tests/reference/gguf-venv.sh $(GGUF_VENV) | tail -n 1) \
 	  scripts/sanitize-check.sh $(SANITIZERS)

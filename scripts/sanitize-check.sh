@@ -18,10 +18,10 @@
 # report fails the test that printed it (halt_on_error / -fno-sanitize-recover), a leak too.
 #
 # Usage: scripts/sanitize-check.sh [asan|tsan|all]   (default all)
-# Environment: JOBS (build and ctest parallelism, default nproc), STREAMD_MODEL and
-#   STREAMD_SPM_VOCAB (the real vocabularies the tokenizer, GGUF and fingerprint tests read),
-#   STREAMD_VOCAB_DIR (llama.cpp's test vocabularies and vectors, the golden tokenizer test;
-#   `make sanitize` sets all three), ASAN_BUILD_DIR, TSAN_BUILD_DIR, CMAKE_EXTRA (more cmake
+# Environment: JOBS (build and ctest parallelism, default nproc), STREAMD_MODEL,
+#   STREAMD_SPM_VOCAB and STREAMD_GEMMA_MODEL (the real vocabularies the tokenizer, chat format,
+#   GGUF and fingerprint tests read), STREAMD_VOCAB_DIR (llama.cpp's test vocabularies and
+#   vectors, the golden tokenizer test; `make sanitize` sets all four), ASAN_BUILD_DIR, TSAN_BUILD_DIR, CMAKE_EXTRA (more cmake
 #   flags, e.g. the ccache launchers).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -35,7 +35,7 @@ START=$(date +%s)
 log() { echo "[sanitize $(( $(date +%s) - START ))s] $*"; }
 
 case "$WHAT" in asan|tsan|all) ;; *) echo "usage: $0 [asan|tsan|all]" >&2; exit 2 ;; esac
-for var in STREAMD_MODEL STREAMD_SPM_VOCAB; do
+for var in STREAMD_MODEL STREAMD_SPM_VOCAB STREAMD_GEMMA_MODEL; do
   if [[ -z "${!var:-}" || ! -f "${!var}" ]]; then
     echo "sanitize-check: $var must name an existing file (make sanitize sets it)" >&2
     exit 1
@@ -138,7 +138,7 @@ PY
   ) || return 1
   local rc=0
   STREAMD_MODEL="$STREAMD_MODEL" STREAMD_SPM_VOCAB="$STREAMD_SPM_VOCAB" \
-    STREAMD_VOCAB_DIR="$STREAMD_VOCAB_DIR" \
+    STREAMD_GEMMA_MODEL="$STREAMD_GEMMA_MODEL" STREAMD_VOCAB_DIR="$STREAMD_VOCAB_DIR" \
     ctest --test-dir "$dir" --output-on-failure -j "$JOBS" --timeout 900 -I "$select" \
     > "$dir/sanitize-ctest.log" 2>&1 || rc=1
   log "  $(grep -E 'tests passed|tests failed' "$dir/sanitize-ctest.log" | tail -1)," \

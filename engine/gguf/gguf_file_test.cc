@@ -239,7 +239,8 @@ TEST(GgufFileTest, RejectsBadShapes) {
 TEST(GgufFileTest, NamesUnsupportedTensorTypes) {
   GgufWriter w;
   w.AddRawTensor("blk.0.attn_q.weight", 16, {256}, {});
-  auto file = Parse(w.Serialize());
+  const std::vector<uint8_t> bytes = w.Serialize();  // outlives the file: arrays view it
+  auto file = Parse(bytes);
   ASSERT_FALSE(file.ok());
   EXPECT_EQ(file.status().code(), StatusCode::kUnimplemented);
   EXPECT_EQ(file.status().message(),
@@ -262,7 +263,8 @@ TEST(GgufFileTest, NamesEveryUnsupportedTensorTypeWithCounts) {
   w.AddRawTensor("blk.0.attn_k.weight", 19, {256}, {});  // IQ1_S
   w.AddRawTensor("blk.1.attn_q.weight", 16, {256}, {});
   w.AddRawTensor("blk.2.attn_q.weight", 16, {256}, {});
-  auto file = Parse(w.Serialize());
+  const std::vector<uint8_t> bytes = w.Serialize();  // outlives the file: arrays view it
+  auto file = Parse(bytes);
   ASSERT_FALSE(file.ok());
   EXPECT_EQ(file.status().code(), StatusCode::kUnimplemented);
   EXPECT_EQ(file.status().message().find('\n'), std::string::npos);
@@ -341,7 +343,8 @@ TEST(GgufFileTest, GetterErrorsNameTheKey) {
   w.Add("f", MakeValue<double>(1e300));
   w.Add("ints", MakeArrayOf<int64_t>({1, int64_t{1} << 40}));
   w.Add("strs", MakeArrayOf<std::string>({"a"}));
-  auto parsed = Parse(w.Serialize());
+  const std::vector<uint8_t> bytes = w.Serialize();  // outlives the file: arrays view it
+  auto parsed = Parse(bytes);
   ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
   const GgufFile& f = **parsed;
   auto expect = [](const Status& s, StatusCode code, std::string_view text) {

@@ -83,7 +83,8 @@ TEST(GgufWriterTest, RoundTripsArraysOfEveryTypeAndNesting) {
   w.Add("a.empty", MakeArrayOf<int32_t>({}));
   w.Add("a.nested", MakeArray(ValueType::kArray,
                               {MakeArrayOf<uint8_t>({1, 2}), MakeArrayOf<std::string>({"x"})}));
-  auto file = MustParse(w.Serialize());
+  const std::vector<uint8_t> bytes = w.Serialize();  // outlives the file: arrays view it
+  auto file = MustParse(bytes);
   ASSERT_NE(file, nullptr);
   EXPECT_EQ(file->GetI32Array("a.u8").value(), (std::vector<int32_t>{1, 2, 255}));
   EXPECT_EQ(file->GetI32Array("a.i8").value(), (std::vector<int32_t>{-1, 2}));
@@ -160,7 +161,8 @@ TEST(GgufWriterTest, HonoursCustomAlignmentAndVersion2) {
   w.SetAlignment(256);
   ASSERT_TRUE(w.AddTensor("a", TensorType::kF32, {3}, Pattern(12, 1)).ok());
   ASSERT_TRUE(w.AddTensor("b", TensorType::kF32, {1}, Pattern(4, 2)).ok());
-  auto file = MustParse(w.Serialize());
+  const std::vector<uint8_t> bytes = w.Serialize();  // outlives the file: arrays view it
+  auto file = MustParse(bytes);
   ASSERT_NE(file, nullptr);
   EXPECT_EQ(file->version(), 2u);
   EXPECT_EQ(file->alignment(), 256u);
