@@ -105,6 +105,21 @@ std::vector<int32_t> ChatFormatter::EncodeSpecial(const std::string& text) const
   return tokens.ok() ? std::move(tokens).value() : std::vector<int32_t>{};
 }
 
+StatusOr<std::vector<int32_t>> ChatFormatter::Framed(bool bos, const std::string& open,
+                                                     const std::string& content,
+                                                     const std::string& close) const {
+  std::vector<int32_t> tokens;
+  if (bos) tokens.push_back(tokenizer_.bos_id());
+  const std::vector<int32_t> head = EncodeSpecial(open);
+  tokens.insert(tokens.end(), head.begin(), head.end());
+  STREAMD_ASSIGN_OR_RETURN(std::vector<int32_t> body,
+                           tokenizer_.Encode(content, /*add_bos=*/false, /*parse_special=*/false));
+  tokens.insert(tokens.end(), body.begin(), body.end());
+  const std::vector<int32_t> tail = EncodeSpecial(close);
+  tokens.insert(tokens.end(), tail.begin(), tail.end());
+  return tokens;
+}
+
 std::string ChatFormatter::CloseOpenTurn(ChatState state) const {
   switch (state) {
     case ChatState::kAssistantOpen:
@@ -123,23 +138,14 @@ StatusOr<std::vector<int32_t>> ChatFormatter::FoldedSystem(const std::string& co
                                                            ChatState* state) const {
   // A second system message joins the first in the same open turn; otherwise the turn opens as
   // a user turn would, and the system text comes first in it.
-  std::string open;
-  if (*state == ChatState::kSystemOpen) {
-    open = "";
-  } else if (first_input) {
-    open = fold_first_prefix_;
-  } else {
-    open = CloseOpenTurn(*state) + next_[static_cast<size_t>(ChatRoleKind::kUser)].prefix;
+  std::string open;  // nothing when a system message already opened the turn
+  if (*state != ChatState::kSystemOpen) {
+    open = first_input
+               ? fold_first_prefix_
+               : CloseOpenTurn(*state) + next_[static_cast<size_t>(ChatRoleKind::kUser)].prefix;
   }
-  std::vector<int32_t> tokens;
-  if (first_input && bos_first_) tokens.push_back(tokenizer_.bos_id());
-  const std::vector<int32_t> head = EncodeSpecial(open);
-  tokens.insert(tokens.end(), head.begin(), head.end());
-  STREAMD_ASSIGN_OR_RETURN(std::vector<int32_t> body,
-                           tokenizer_.Encode(content, /*add_bos=*/false, /*parse_special=*/false));
-  tokens.insert(tokens.end(), body.begin(), body.end());
-  const std::vector<int32_t> join = EncodeSpecial(fold_join_);
-  tokens.insert(tokens.end(), join.begin(), join.end());
+  STREAMD_ASSIGN_OR_RETURN(std::vector<int32_t> tokens,
+                           Framed(first_input && bos_first_, open, content, fold_join_));
   *state = ChatState::kSystemOpen;
   return tokens;
 }
@@ -159,24 +165,13 @@ StatusOr<std::vector<int32_t>> ChatFormatter::Turn(ChatRoleKind role, const std:
                                    ") cannot render this turn here: " + f.error);
   }
   if (continues) {
-    STREAMD_ASSIGN_OR_RETURN(
-        std::vector<int32_t> body,
-        tokenizer_.Encode(content, /*add_bos=*/false, /*parse_special=*/false));
-    const std::vector<int32_t> tail = EncodeSpecial(fold_close_);
-    body.insert(body.end(), tail.begin(), tail.end());
+    STREAMD_ASSIGN_OR_RETURN(std::vector<int32_t> tokens, Framed(false, "", content, fold_close_));
     *state = ChatState::kAwaitingAssistant;
-    return body;
+    return tokens;
   }
-  const std::string open = CloseOpenTurn(*state) + f.prefix;
-  std::vector<int32_t> tokens;
-  if (first_input && bos_first_) tokens.push_back(tokenizer_.bos_id());
-  const std::vector<int32_t> head = EncodeSpecial(open);
-  tokens.insert(tokens.end(), head.begin(), head.end());
-  STREAMD_ASSIGN_OR_RETURN(std::vector<int32_t> body,
-                           tokenizer_.Encode(content, /*add_bos=*/false, /*parse_special=*/false));
-  tokens.insert(tokens.end(), body.begin(), body.end());
-  const std::vector<int32_t> tail = EncodeSpecial(f.suffix);
-  tokens.insert(tokens.end(), tail.begin(), tail.end());
+  STREAMD_ASSIGN_OR_RETURN(
+      std::vector<int32_t> tokens,
+      Framed(first_input && bos_first_, CloseOpenTurn(*state) + f.prefix, content, f.suffix));
   *state = role == ChatRoleKind::kAssistant ? ChatState::kNone : ChatState::kAwaitingAssistant;
   return tokens;
 }

@@ -66,6 +66,10 @@ class ChatFormatter {
     std::string suffix;  // after it
   };
   std::vector<int32_t> EncodeSpecial(const std::string& text) const;
+  // One turn's tokens: BOS if asked, `open` and `close` encoded with special tokens, the content
+  // without (so user text cannot forge template markers).
+  StatusOr<std::vector<int32_t>> Framed(bool bos, const std::string& open,
+                                        const std::string& content, const std::string& close) const;
   // What closes whatever turn `state` has open before another turn starts ("" if none).
   std::string CloseOpenTurn(ChatState state) const;
   // A system message on a template that folds it into the next user turn (Gemma).

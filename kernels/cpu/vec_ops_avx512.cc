@@ -298,29 +298,34 @@ float ExpShiftedSumAvx512(float* x, int64_t n, float shift) {
   return _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1));
 }
 
-void SiluMulAvx512(float* gate, const float* up, int64_t n) {
+namespace {
+
+// gate[i] = gate[i] / (1 + exp(-z(gate[i]))) * up[i]: SiLU with z(g) = g, GELU (tanh) with
+// z(g) = 2u(g). `z` maps 16 gates at once.
+template <class Z>
+void GatedMulAvx512(float* gate, const float* up, int64_t n, Z z) {
   const __m512 one = _mm512_set1_ps(1.0f);
   for (int64_t i = 0; i < n; i += 16) {
     const auto live = static_cast<__mmask16>(n - i >= 16 ? 0xffff : (1u << (n - i)) - 1);
     const __m512 g = _mm512_maskz_loadu_ps(live, gate + i);
-    const __m512 e = Exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
+    const __m512 e = Exp16(_mm512_sub_ps(_mm512_setzero_ps(), z(g)));
     const __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, e));
     _mm512_mask_storeu_ps(gate + i, live, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(live, up + i)));
   }
 }
 
+}  // namespace
+
+void SiluMulAvx512(float* gate, const float* up, int64_t n) {
+  GatedMulAvx512(gate, up, n, [](__m512 g) { return g; });
+}
+
 void GeluTanhMulAvx512(float* gate, const float* up, int64_t n) {
-  const __m512 one = _mm512_set1_ps(1.0f);
   const __m512 c0 = _mm512_set1_ps(kGeluC0);
   const __m512 c1 = _mm512_set1_ps(kGeluC1);
-  for (int64_t i = 0; i < n; i += 16) {
-    const auto live = static_cast<__mmask16>(n - i >= 16 ? 0xffff : (1u << (n - i)) - 1);
-    const __m512 g = _mm512_maskz_loadu_ps(live, gate + i);
-    const __m512 z = _mm512_mul_ps(g, _mm512_fmadd_ps(_mm512_mul_ps(g, g), c1, c0));
-    const __m512 e = Exp16(_mm512_sub_ps(_mm512_setzero_ps(), z));
-    const __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, e));
-    _mm512_mask_storeu_ps(gate + i, live, _mm512_mul_ps(s, _mm512_maskz_loadu_ps(live, up + i)));
-  }
+  GatedMulAvx512(gate, up, n, [&](__m512 g) {
+    return _mm512_mul_ps(g, _mm512_fmadd_ps(_mm512_mul_ps(g, g), c1, c0));
+  });
 }
 
 void AddRmsNormRowAvx512(float* x, const float* delta, const float* weight, float eps, int64_t n,
