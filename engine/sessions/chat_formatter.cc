@@ -75,6 +75,13 @@ ChatFormatter::ChatFormatter(const tokenizer::ChatTemplate& chat,
         fold_first_prefix_ = folded->substr(0, a);
         fold_join_ = folded->substr(a + kPlaceholder.size(), b - a - kPlaceholder.size());
         fold_close_ = folded->substr(b + kSecond.size());
+        // The system text's own opening inside the user turn, after what opens a first user
+        // turn; later in a session it follows the later user turn's opening.
+        const Framing& first_user = first_[user_role];
+        if (first_user.ok &&
+            fold_first_prefix_.compare(0, first_user.prefix.size(), first_user.prefix) == 0) {
+          fold_open_ = fold_first_prefix_.substr(first_user.prefix.size());
+        }
       }
     }
   }
@@ -88,10 +95,15 @@ ChatFormatter::ChatFormatter(const tokenizer::ChatTemplate& chat,
   if (assistant.ok) {
     close_assistant_ = assistant.suffix;
     close_after_eog_ = assistant.suffix;
+    // The model ends its answer with the end-of-generation token itself; whitespace the
+    // template puts before it (Llama-2's " </s>") is formatting the model never writes.
+    const size_t eog_at = close_assistant_.find_first_not_of(" \n");
+    const std::string_view closing =
+        eog_at == std::string::npos ? "" : std::string_view(close_assistant_).substr(eog_at);
     for (int32_t id : tokenizer.end_of_generation_ids()) {
       const std::string piece = tokenizer.TokenToPiece(id);
-      if (!piece.empty() && close_assistant_.compare(0, piece.size(), piece) == 0) {
-        close_after_eog_ = close_assistant_.substr(piece.size());
+      if (!piece.empty() && closing.substr(0, piece.size()) == piece) {
+        close_after_eog_ = std::string(closing.substr(piece.size()));
         break;
       }
     }
@@ -140,9 +152,9 @@ StatusOr<std::vector<int32_t>> ChatFormatter::FoldedSystem(const std::string& co
   // a user turn would, and the system text comes first in it.
   std::string open;  // nothing when a system message already opened the turn
   if (*state != ChatState::kSystemOpen) {
-    open = first_input
-               ? fold_first_prefix_
-               : CloseOpenTurn(*state) + next_[static_cast<size_t>(ChatRoleKind::kUser)].prefix;
+    open = first_input ? fold_first_prefix_
+                       : CloseOpenTurn(*state) +
+                             next_[static_cast<size_t>(ChatRoleKind::kUser)].prefix + fold_open_;
   }
   STREAMD_ASSIGN_OR_RETURN(std::vector<int32_t> tokens,
                            Framed(first_input && bos_first_, open, content, fold_join_));

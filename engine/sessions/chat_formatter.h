@@ -14,9 +14,10 @@
 //   kAssistantOpen      the model is (or was) answering; the turn is not closed yet
 //   kAssistantClosed    the answer ended with an end-of-generation token (<|im_end|>), which
 //                       is in the context; the rest of the turn's closing ("\n") is not
-//   kSystemOpen         a template without a system turn (Gemma) folds a system message into
-//                       the user turn after it: the system text opened that turn, and the next
-//                       user message continues it (a Generate or an assistant turn closes it)
+//   kSystemOpen         a template without a system turn of its own (Gemma, Llama-2) folds a
+//                       system message into the user turn after it: the system text opened
+//                       that turn, and the next user message continues it (a Generate or an
+//                       assistant turn closes it)
 // A following chat Append first closes what is open. Raw input resets the state to kNone.
 #pragma once
 
@@ -86,10 +87,13 @@ class ChatFormatter {
   std::string close_after_eog_;  // the rest of it after an end-of-generation token
   // Templates without a system turn that fold a system message into the next user turn
   // (learned from the rendering of [system, user]): what opens that turn before the system
-  // text, at a conversation's start (fold_first_prefix_) and later (next_ user's prefix), what
-  // joins the system text to the user's, and what closes the turn.
+  // text, at a conversation's start (fold_first_prefix_) and later (next_ user's prefix and
+  // fold_open_), what joins the system text to the user's, and what closes the turn.
+  // fold_open_ is what the template puts before the system text inside the user turn: "" for
+  // Gemma, "<<SYS>>\n" for Llama-2.
   bool folds_system_ = false;
   std::string fold_first_prefix_;
+  std::string fold_open_;
   std::string fold_join_;
   std::string fold_close_;
 };

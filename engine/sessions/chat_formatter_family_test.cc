@@ -1,8 +1,8 @@
-// ChatFormatter on the families users bring: the real Qwen2.5 and Llama 3.1 templates with the
-// real Qwen2 and Llama-3 vocabularies (llama.cpp's, from $STREAMD_VOCAB_DIR:
-// `scripts/fetch-test-vocab.sh --golden`; `make test` sets it). Turn by turn, the tokens must be
-// the template's rendering of the same conversation, framing encoded with special tokens and
-// content without.
+// ChatFormatter on the families users bring: the real Qwen2.5, Llama 3.1 and Llama-2 templates
+// with the real Qwen2, Llama-3 and Llama (SentencePiece) vocabularies (llama.cpp's, from
+// $STREAMD_VOCAB_DIR: `scripts/fetch-test-vocab.sh --golden`; `make test` sets it). Turn by turn,
+// the tokens must be the template's rendering of the same conversation, framing encoded with
+// special tokens and content without.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -15,6 +15,7 @@
 #include "engine/sessions/chat_formatter.h"
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "tests/support/chat_template_texts.h"
 #include "tests/support/tokenizer_test_util.h"
 
 namespace streamd {
@@ -27,9 +28,10 @@ struct Family {
   std::unique_ptr<tokenizer::ChatTemplate> chat;
 };
 
-// The vocabulary ggml-vocab-`vocab`.gguf with the template templates/`jinja`.jinja, or null
-// after recording why not.
-std::unique_ptr<Family> LoadFamily(const std::string& vocab, const std::string& jinja) {
+// The vocabulary ggml-vocab-`vocab`.gguf with the template text `jinja_text`, or null after
+// recording why not.
+std::unique_ptr<Family> LoadFamilyWithTemplate(const std::string& vocab,
+                                               std::string_view jinja_text) {
   const std::string dir = tokenizer::testing::VocabDirOrFail();
   if (dir.empty()) return nullptr;
   auto file = gguf::GgufFile::Open(dir + "/ggml-vocab-" + vocab + ".gguf");
@@ -42,19 +44,26 @@ std::unique_ptr<Family> LoadFamily(const std::string& vocab, const std::string& 
     ADD_FAILURE() << tok.status().ToString();
     return nullptr;
   }
+  auto family = std::make_unique<Family>();
+  family->tokenizer = std::move(tok).value();
+  const tokenizer::Tokenizer& t = *family->tokenizer;
+  family->chat =
+      std::make_unique<tokenizer::ChatTemplate>(tokenizer::ChatTemplate::FromTemplateText(
+          jinja_text, std::string(t.TokenText(t.bos_id())), std::string(t.TokenText(t.eos_id()))));
+  return family;
+}
+
+// The vocabulary ggml-vocab-`vocab`.gguf with the template templates/`jinja`.jinja.
+std::unique_ptr<Family> LoadFamily(const std::string& vocab, const std::string& jinja) {
+  const std::string dir = tokenizer::testing::VocabDirOrFail();
+  if (dir.empty()) return nullptr;
   std::ifstream in(dir + "/templates/" + jinja + ".jinja", std::ios::binary);
   const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   if (text.empty()) {
     ADD_FAILURE() << "missing " << dir << "/templates/" << jinja << ".jinja";
     return nullptr;
   }
-  auto family = std::make_unique<Family>();
-  family->tokenizer = std::move(tok).value();
-  const tokenizer::Tokenizer& t = *family->tokenizer;
-  family->chat =
-      std::make_unique<tokenizer::ChatTemplate>(tokenizer::ChatTemplate::FromTemplateText(
-          text, std::string(t.TokenText(t.bos_id())), std::string(t.TokenText(t.eos_id()))));
-  return family;
+  return LoadFamilyWithTemplate(vocab, text);
 }
 
 Ids Encode(const tokenizer::Tokenizer& tok, const std::string& text, bool special) {
@@ -209,6 +218,64 @@ TEST(ChatFormatterFamilyTest, GemmaFoldsASystemMessageIntoTheNextUserTurn) {
   turn(ChatRoleKind::kSystem, "B.", false, &state, &got);
   turn(ChatRoleKind::kUser, "C?", false, &state, &got);
   want = TemplateIds(*chat, tok, {{"user", "\x01\n\n\x02\n\n\x03"}}, {"A.", "B.", "C?"}, false);
+  EXPECT_EQ(got, want) << "streamd: " << tok.Decode(got) << "\ntemplate: " << tok.Decode(want);
+}
+
+// Llama-2 has no system turn either: its template opens the first user turn with the system
+// text in <<SYS>> ... <</SYS>>, and every later user turn as "<s>[INST] ... [/INST]". Two bugs
+// lived here: a later user turn carried the placeholder system block its framing was learned
+// from, and after an answer the model ended with </s> the template's " </s>" was added again.
+// Each turn is compared with the template's rendering of the conversation that turn would start
+// (the answer's own framing is left out: SentencePiece encodes " " + content differently apart
+// and together, so no per-piece reference is exact there).
+TEST(ChatFormatterFamilyTest, Llama2LaterTurnsCarryNoSystemBlockAndFoldSystemMessages) {
+  auto family = LoadFamilyWithTemplate("llama-spm", tokenizer::testing::kLlama2Template);
+  ASSERT_NE(family, nullptr);
+  const tokenizer::Tokenizer& tok = *family->tokenizer;
+  const tokenizer::ChatTemplate& chat = *family->chat;
+  ASSERT_EQ(chat.kind(), tokenizer::ChatTemplateKind::kLlama2);
+  ChatFormatter formatter(chat, tok);
+  const auto turn = [&](ChatRoleKind role, const std::string& text, bool first, ChatState* state,
+                        Ids* to) {
+    auto ids = formatter.Turn(role, text, first, state);
+    ASSERT_TRUE(ids.ok()) << ids.status().ToString();
+    Append(to, *ids);
+  };
+  const auto answer = [&](ChatState* state) {  // the model says "Hello." and ends with </s>
+    Ids ids = formatter.GenerationPrompt(state);
+    Append(&ids, Encode(tok, "Hello.", false));
+    ids.push_back(tok.eos_id());
+    ChatFormatter::OnGenerationEnd(/*end_of_generation=*/true, state);
+    return ids;
+  };
+  ASSERT_TRUE(tok.IsEndOfGeneration(tok.eos_id()));
+
+  // The first turn: a system message folded into the user's, as the template renders them.
+  ChatState state = ChatState::kNone;
+  Ids got;
+  turn(ChatRoleKind::kSystem, "Be brief.", true, &state, &got);
+  EXPECT_EQ(state, ChatState::kSystemOpen);
+  turn(ChatRoleKind::kUser, "Hi!", false, &state, &got);
+  Append(&got, formatter.GenerationPrompt(&state));
+  Ids want =
+      TemplateIds(chat, tok, {{"system", "\x01"}, {"user", "\x02"}}, {"Be brief.", "Hi!"}, true);
+  EXPECT_EQ(got, want) << "streamd: " << tok.Decode(got) << "\ntemplate: " << tok.Decode(want);
+
+  // After the answer, a user turn is any user turn: no system block, no second </s>.
+  answer(&state);
+  got.clear();
+  turn(ChatRoleKind::kUser, "Bye", false, &state, &got);
+  want = TemplateIds(chat, tok, {{"user", "\x01"}}, {"Bye"}, true);
+  EXPECT_EQ(got, want) << "streamd: " << tok.Decode(got) << "\ntemplate: " << tok.Decode(want);
+
+  // A system message later in the session opens its user turn as at the start.
+  answer(&state);
+  got.clear();
+  turn(ChatRoleKind::kSystem, "Now in French.", false, &state, &got);
+  EXPECT_EQ(state, ChatState::kSystemOpen);
+  turn(ChatRoleKind::kUser, "Bye", false, &state, &got);
+  want = TemplateIds(chat, tok, {{"system", "\x01"}, {"user", "\x02"}}, {"Now in French.", "Bye"},
+                     true);
   EXPECT_EQ(got, want) << "streamd: " << tok.Decode(got) << "\ntemplate: " << tok.Decode(want);
 }
 

@@ -288,6 +288,14 @@ StatusOr<std::string> ChatTemplate::RenderLlama2(std::span<const ChatMessage> me
     has_system = true;
     messages = messages.subspan(1);
   }
+  // As for Gemma: Jinja renders a system message that no user message follows as nothing, and
+  // a later user turn's framing learned from it would carry ChatFormatter's placeholder system
+  // block. Refusing it makes ChatFormatter fold a system message into the next user turn.
+  if (has_system && messages.empty()) {
+    return InvalidArgumentError(
+        "Llama-2 chat: a system message must be followed by a user message (the system text "
+        "opens the first user turn in <<SYS>> ... <</SYS>>)");
+  }
   std::string out;
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];

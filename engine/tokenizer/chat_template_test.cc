@@ -12,11 +12,13 @@
 
 #include "engine/gguf/gguf_writer.h"
 #include "engine/tokenizer/utf8.h"
+#include "tests/support/chat_template_texts.h"
 #include "tests/support/tokenizer_test_util.h"
 
 namespace streamd::tokenizer {
 namespace {
 
+using testing::kLlama2Template;
 using testing::SmolLm2;
 
 std::string MustRender(const ChatTemplate& t, const std::vector<ChatMessage>& messages,
@@ -67,19 +69,6 @@ TEST(ChatTemplateTest, SmolLm2MatchesJinja) {
   EXPECT_EQ(std::count(ids.begin(), ids.end(), 2), 2);
 }
 
-// Hugging Face's Llama-2-chat template.
-constexpr std::string_view kLlama2Template =
-    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set "
-    "system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% "
-    "set system_message = false %}{% endif %}{% for message in loop_messages %}{% if "
-    "(message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation "
-    "roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if loop.index0 "
-    "== 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + "
-    "'\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] "
-    "%}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + "
-    "content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + "
-    "content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}";
-
 // Meta's Llama-3-Instruct template (3.0).
 constexpr std::string_view kLlama3Template =
     "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
@@ -104,6 +93,13 @@ TEST(ChatTemplateTest, Llama2MatchesJinja) {
   auto bad = t.Render(std::vector<ChatMessage>{{"user", "a"}, {"user", "b"}}, true);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  // A system message no user message follows: Jinja renders nothing, losing its text.
+  auto lone_system = t.Render(std::vector<ChatMessage>{{"system", "s"}}, true);
+  ASSERT_FALSE(lone_system.ok()) << *lone_system;
+  EXPECT_EQ(lone_system.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(lone_system.status().message().find("must be followed by a user message"),
+            std::string::npos)
+      << lone_system.status().ToString();
 }
 
 TEST(ChatTemplateTest, Llama3MatchesJinja) {

@@ -10,13 +10,14 @@
 //     of valid UTF-8 (it goes to the log);
 //   - a default system turn exists only for ChatML and is "<|im_start|>system\n...<|im_end|>\n";
 //   - Render() is deterministic and renders incrementally, as ChatFormatter (server/) relies
-//     on: the rendering of the first k messages is a prefix of that of all (but for Gemma's
-//     lone leading system message, which it refuses), and the generation prompt only appends;
+//     on: the rendering of the first k messages is a prefix of that of all (but for a lone
+//     leading system message, which Llama-2 and Gemma refuse), and the generation prompt only
+//     appends;
 //   - ChatML renders each message verbatim ("<|im_start|>" role "\n" content "<|im_end|>\n",
 //     after the default system turn when the first message is not a system one) and never
-//     fails; Llama-3 never fails; Llama-2 fails exactly when the roles do not alternate
-//     user/assistant after an optional system message, with INVALID_ARGUMENT; Gemma fails
-//     exactly then too, and when a system message is all there is;
+//     fails; Llama-3 never fails; Llama-2 and Gemma fail exactly when the roles do not
+//     alternate user/assistant after an optional system message, or a system message is all
+//     there is, with INVALID_ARGUMENT;
 //   - valid UTF-8 in gives valid UTF-8 out, and that prompt encodes with the default model's
 //     byte-level BPE tokenizer (parse_special, as the server encodes framing) and decodes back
 //     to itself, but for the bytes the vocabulary has no token for (docs/TOKENIZER.md).
@@ -184,18 +185,16 @@ void CheckDetection(const ChatTemplate& t, std::string_view jinja) {
   }
 }
 
-// Whether Llama-2 accepts the roles: alternating user/assistant after an optional system.
-bool Llama2Accepts(std::span<const ChatMessage> messages) {
+// Whether a template without a system turn of its own (Llama-2, Gemma) accepts the roles:
+// alternating user/assistant after an optional system message, which needs a user message to
+// open (alone, Jinja would render it as nothing).
+bool FoldingTemplateAccepts(std::span<const ChatMessage> messages) {
+  if (messages.size() == 1 && messages.front().role == "system") return false;
   if (!messages.empty() && messages.front().role == "system") messages = messages.subspan(1);
   for (size_t i = 0; i < messages.size(); ++i) {
     if (messages[i].role != (i % 2 == 0 ? "user" : "assistant")) return false;
   }
   return true;
-}
-
-// Gemma: Llama-2's rule, and a leading system message needs a user message to open.
-bool GemmaAccepts(std::span<const ChatMessage> messages) {
-  return Llama2Accepts(messages) && !(messages.size() == 1 && messages.front().role == "system");
 }
 
 std::string ChatMlExpected(const ChatTemplate& t, std::span<const ChatMessage> messages,
@@ -215,8 +214,9 @@ void CheckRender(const ChatTemplate& t, std::span<const ChatMessage> messages, b
                  bool inputs_valid_utf8) {
   auto rendered = t.Render(messages, add_generation);
   bool accepted = true;
-  if (t.kind() == ChatTemplateKind::kLlama2) accepted = Llama2Accepts(messages);
-  if (t.kind() == ChatTemplateKind::kGemma) accepted = GemmaAccepts(messages);
+  if (t.kind() == ChatTemplateKind::kLlama2 || t.kind() == ChatTemplateKind::kGemma) {
+    accepted = FoldingTemplateAccepts(messages);
+  }
   CHECK_PROPERTY(rendered.ok() == accepted);
   if (!rendered.ok()) {
     CHECK_PROPERTY(rendered.status().code() == streamd::StatusCode::kInvalidArgument);
@@ -232,8 +232,9 @@ void CheckRender(const ChatTemplate& t, std::span<const ChatMessage> messages, b
   CHECK_PROPERTY(without.ok() && rendered->starts_with(*without));
   for (size_t k = 0; k < messages.size(); ++k) {
     auto prefix = t.Render(messages.first(k), false);
-    if (!prefix.ok() && t.kind() == ChatTemplateKind::kGemma) {
-      CHECK_PROPERTY(!GemmaAccepts(messages.first(k)));
+    if (!prefix.ok() &&
+        (t.kind() == ChatTemplateKind::kGemma || t.kind() == ChatTemplateKind::kLlama2)) {
+      CHECK_PROPERTY(!FoldingTemplateAccepts(messages.first(k)));
       continue;
     }
     CHECK_PROPERTY(prefix.ok() && without->starts_with(*prefix));
