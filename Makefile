@@ -7,6 +7,9 @@ BUILD_DIR ?= build
 BUILD_TYPE ?= Release
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+# Unity builds (CMakeLists.txt, STREAMD_UNITY_BUILD): a clean build in well under half the time.
+# Read when the build directory is first configured; UNITY=OFF compiles file by file.
+UNITY ?= ON
 MODEL_DIR ?= $(HOME)/.cache/streamd/models
 MODEL ?= $(MODEL_DIR)/SmolLM2-135M-Instruct.Q4_1.gguf
 # The real Qwen2.5-Coder-Instruct Q4_K_M files of the qwen2 golden tests: the 0.5B (~480 MB) and
@@ -29,7 +32,8 @@ deps:
 	@scripts/install-deps.sh
 
 $(BUILD_DIR)/CMakeCache.txt: | deps
-	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DSTREAMD_UNITY_BUILD=$(UNITY) \
+	  $(CMAKE_FLAGS)
 
 configure: deps $(BUILD_DIR)/CMakeCache.txt
 

@@ -21,7 +21,8 @@
 # Environment: JOBS (build and ctest parallelism, default nproc), STREAMD_MODEL,
 #   STREAMD_SPM_VOCAB and STREAMD_GEMMA_MODEL (the real vocabularies the tokenizer, chat format,
 #   GGUF and fingerprint tests read), STREAMD_VOCAB_DIR (llama.cpp's test vocabularies and
-#   vectors, the golden tokenizer test; `make sanitize` sets all four), ASAN_BUILD_DIR, TSAN_BUILD_DIR, CMAKE_EXTRA (more cmake
+#   vectors, the golden tokenizer test; `make sanitize` sets all four), ASAN_BUILD_DIR,
+#   TSAN_BUILD_DIR, UNITY (ON by default: unity builds, CMakeLists.txt), CMAKE_EXTRA (more cmake
 #   flags, e.g. the ccache launchers).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -73,7 +74,9 @@ TSAN_EXCLUDE=(SessionRegistryTest.TenThousandSessionsWithAPoolForSixtyFour 'Stre
   'HealthServiceTest.*' 'ReflectionStreamTest.*')
 
 # configure DIR SANITIZER_FLAGS: a build at -O1 -g1 (line tables: symbolized stacks, a third
-# less to compile and link than -g) with the flags on every compile and link.
+# less to compile and link than -g) with the flags on every compile and link; the test programs'
+# own sources at -O0 (half their compile time; the code under test keeps -O1), and each target
+# compiled in batches (a unity build, CMakeLists.txt).
 configure() {
   local dir=$1 flags=$2
   mkdir -p "$dir"
@@ -84,6 +87,7 @@ configure() {
     "-DCMAKE_C_FLAGS=$flags" "-DCMAKE_CXX_FLAGS=$flags" \
     "-DCMAKE_EXE_LINKER_FLAGS=$flags" "-DCMAKE_SHARED_LINKER_FLAGS=$flags" \
     -DSTREAMD_CUDA=OFF -DSTREAMD_BENCHMARKS=OFF -DSTREAMD_FUZZ=OFF -DSTREAMD_SERVER=ON \
+    -DSTREAMD_UNITY_BUILD="${UNITY:-ON}" -DSTREAMD_TEST_COMPILE_OPTIONS=-O0 \
     ${CMAKE_EXTRA:-} > "$dir/sanitize-configure.log" 2>&1 ||
     { cat "$dir/sanitize-configure.log" >&2; return 1; }
 }

@@ -24,6 +24,7 @@
 #include "engine/core/engine_types.h"
 #include "engine/core/step_runner.h"
 #include "kernels/cpu/matmul.h"
+#include "tools/bench/load_metrics.h"
 #include "tools/bench_decode.h"
 #include "tools/bench_sessions.h"
 #include "tools/bench_snapshot.h"
@@ -36,12 +37,6 @@ namespace streamd::tools {
 namespace {
 
 constexpr int32_t kBlockSize = 16;
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
 
 // "1,4,16" -> {1, 4, 16}; every item in [min, max].
 StatusOr<std::vector<int64_t>> ParseCountList(const std::string& flag, const std::string& text,

@@ -41,7 +41,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+double ToMs(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 // Tenant A's sessions. Shared with their sinks, which may run after the run ends (a token event
 // a step collected before its generation was closed).
@@ -165,14 +165,14 @@ StatusOr<TenantsRun> RunOnce(Engine& engine, int64_t n_flood, const SessionOptio
                          " tokens, not " + std::to_string(gen_tokens));
   }
   std::vector<double> gaps;
-  for (size_t i = 1; i < t.size(); ++i) gaps.push_back(Ms(t[i] - t[i - 1]));
+  for (size_t i = 1; i < t.size(); ++i) gaps.push_back(ToMs(t[i] - t[i - 1]));
   TenantsRun r;
   r.itl_ms_p50 = Percentile(gaps, 50);
   r.itl_ms_p90 = Percentile(gaps, 90);
   r.itl_ms_p99 = Percentile(gaps, 99);
-  r.ttft_ms = Ms(t.front() - t0);
+  r.ttft_ms = ToMs(t.front() - t0);
   r.flood_tokens = static_cast<double>(single->flood_tokens.back() - single->flood_tokens.front());
-  const double window_s = Ms(t.back() - t.front()) / 1e3;
+  const double window_s = ToMs(t.back() - t.front()) / 1e3;
   r.tokens_per_s =
       window_s > 0 ? (r.flood_tokens + static_cast<double>(gen_tokens - 1)) / window_s : 0.0;
   return r;

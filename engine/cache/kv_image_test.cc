@@ -10,7 +10,7 @@
 namespace streamd {
 namespace {
 
-const KvShape kShape{3, 2, 4};
+const KvShape kImageShape{3, 2, 4};
 
 // The value stored at (layer, K/V, head, text position, dim): distinct everywhere that matters.
 uint16_t ValueAt(int32_t layer, int32_t kv, int32_t head, int64_t p, int32_t d) {
@@ -67,7 +67,7 @@ TEST(KvImageTest, RoundTripsInCacheOrderAcrossBlockSizes) {
         CacheSpec{CacheMode::kSink, 5, 1, 3}, CacheSpec{CacheMode::kDense, 0, 90, 13}}) {
     SCOPED_TRACE(::testing::Message()
                  << CacheModeName(spec.mode) << " S " << spec.sinks << " W " << spec.window);
-    auto pool = BlockPool::Create(kShape, 5, 1 << 20);
+    auto pool = BlockPool::Create(kImageShape, 5, 1 << 20);
     ASSERT_TRUE(pool.ok());
     auto cache = SessionCache::Create(pool->get(), spec, 90);
     ASSERT_TRUE(cache.ok());
@@ -86,13 +86,13 @@ TEST(KvImageTest, RoundTripsInCacheOrderAcrossBlockSizes) {
     const CachedSpan span = (*cache)->cached_span();
     ASSERT_EQ(image->n_tokens, span.size());
     for (int64_t i = 0; i < span.size(); ++i) {
-      for (int32_t d = 0; d < kShape.head_dim; ++d) {
+      for (int32_t d = 0; d < kImageShape.head_dim; ++d) {
         ASSERT_EQ(image->data[image->Offset(2, 1, 1, i) + d],
                   ValueAt(2, 1, 1, span.Position(i), d));
       }
     }
     for (int32_t block : {1, 3, 16}) {
-      auto other = BlockPool::Create(kShape, block, 1 << 20);
+      auto other = BlockPool::Create(kImageShape, block, 1 << 20);
       ASSERT_TRUE(other.ok());
       (void)(*other)->Allocate();  // other block numbers than the first pool's
       auto restored = SessionCache::Create(other->get(), spec, 90);
@@ -108,7 +108,7 @@ TEST(KvImageTest, RoundTripsInCacheOrderAcrossBlockSizes) {
 }
 
 TEST(KvImageTest, ShapesThatDoNotFitAreRefused) {
-  auto pool = BlockPool::Create(kShape, 4, 1 << 20);
+  auto pool = BlockPool::Create(kImageShape, 4, 1 << 20);
   ASSERT_TRUE(pool.ok());
   auto cache = SessionCache::Create(pool->get(), {CacheMode::kSink, 2, 10, 4}, 90);
   ASSERT_TRUE(cache.ok());

@@ -11,7 +11,7 @@
 namespace streamd {
 namespace {
 
-const KvShape kShape{2, 1, 4};
+const KvShape kRollbackShape{2, 1, 4};
 
 std::vector<int32_t> Ids(int32_t n, int32_t base) {
   std::vector<int32_t> v(n);
@@ -61,7 +61,7 @@ TEST(SessionCacheRollbackTest, RewindEqualsNeverHavingSeenTheTokens) {
   for (int32_t block : {1, 3, 4, 7}) {
     for (int32_t drop : {0, 1, 5, 9, 12}) {
       SCOPED_TRACE(::testing::Message() << "block " << block << " drop " << drop);
-      auto pool = std::move(BlockPool::Create(kShape, block, 1 << 20)).value();
+      auto pool = std::move(BlockPool::Create(kRollbackShape, block, 1 << 20)).value();
       const int32_t free0 = pool->free_blocks();
       const std::vector<int32_t> all = Ids(18, 100);  // 18 tokens: no eviction with W = 20
       {
@@ -86,7 +86,7 @@ TEST(SessionCacheRollbackTest, RewindEqualsNeverHavingSeenTheTokens) {
 }
 
 TEST(SessionCacheRollbackTest, AfterEvictionOnlyHeldRowsCanComeBack) {
-  auto pool = std::move(BlockPool::Create(kShape, 4, 1 << 20)).value();
+  auto pool = std::move(BlockPool::Create(kRollbackShape, 4, 1 << 20)).value();
   auto a = Make(pool.get(), 2, 8);
   Feed(*pool, *a, Ids(40, 1), 3);  // evicted long ago
   const int64_t max = a->MaxRewind();
@@ -115,7 +115,7 @@ TEST(SessionCacheRollbackTest, AfterEvictionOnlyHeldRowsCanComeBack) {
 }
 
 TEST(SessionCacheRollbackTest, ForkSharesBlocksAndCopiesOnlyWhatItWrites) {
-  auto pool = std::move(BlockPool::Create(kShape, 4, 1 << 20)).value();
+  auto pool = std::move(BlockPool::Create(kRollbackShape, 4, 1 << 20)).value();
   const int32_t free0 = pool->free_blocks();
   auto parent = Make(pool.get(), 2, 12);
   Feed(*pool, *parent, Ids(11, 10), 5);  // sinks 2 + 9 window tokens: last block partial
@@ -161,7 +161,7 @@ TEST(SessionCacheRollbackTest, ForkSharesBlocksAndCopiesOnlyWhatItWrites) {
 }
 
 TEST(SessionCacheRollbackTest, RewindOfAForkCopiesBeforeRewriting) {
-  auto pool = std::move(BlockPool::Create(kShape, 4, 1 << 20)).value();
+  auto pool = std::move(BlockPool::Create(kRollbackShape, 4, 1 << 20)).value();
   auto parent = Make(pool.get(), 2, 30);
   Feed(*pool, *parent, Ids(14, 10), 5);
   auto fork = std::move(parent->Fork()).value();

@@ -14,16 +14,6 @@ namespace {
 using namespace std::chrono_literals;
 using namespace streamd::testing;
 
-// Greedy tokens of one generation of n tokens.
-std::vector<int32_t> GenerateN(Engine& engine, Collector& events, SessionId id, int32_t n) {
-  const size_t before = events.Tokens(id).size();
-  EXPECT_TRUE(engine.Generate(id, UpTo(n), events.Sink()).ok());
-  const GenerationEvent done = events.WaitDone(id);
-  EXPECT_EQ(done.reason, FinishReason::kLength) << done.status.ToString();
-  const std::vector<int32_t> all = events.Tokens(id);
-  return {all.begin() + static_cast<std::ptrdiff_t>(before), all.end()};
-}
-
 void ExpectSameInfo(Engine& a, Engine& b, SessionId id) {
   auto ia = a.Get(id), ib = b.Get(id);
   ASSERT_TRUE(ia.ok() && ib.ok());

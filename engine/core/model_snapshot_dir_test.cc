@@ -23,7 +23,7 @@ namespace {
 
 using namespace streamd::testing;
 
-std::string TempDir() { return store_testing::TempDir("streamd-model-dir"); }
+std::string ModelDirRoot() { return store_testing::TempDir("streamd-model-dir"); }
 using store_testing::Files;
 
 std::vector<uint8_t> ReadAll(const std::string& path) {
@@ -76,12 +76,13 @@ TEST(ModelSnapshotDirTest, NameIsTheFingerprintsFirstSixteenHexDigits) {
   EXPECT_EQ(ModelSnapshotDirName(kFingerprintA), "a1b2c3d4e5f60718");
   ModelDirMigration m;
   auto engine = MakeEngine();
-  EXPECT_EQ(
-      OpenModelSnapshotStore(TempDir(), ModelContext(*engine, "tiny", "t"), &m).status().code(),
-      StatusCode::kInvalidArgument)
+  EXPECT_EQ(OpenModelSnapshotStore(ModelDirRoot(), ModelContext(*engine, "tiny", "t"), &m)
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument)
       << "a fingerprint that names no directory is refused, not used as a path";
   EXPECT_FALSE(
-      OpenModelSnapshotStore(TempDir(), ModelContext(*engine, "../../etc/passwd0000", "t"), &m)
+      OpenModelSnapshotStore(ModelDirRoot(), ModelContext(*engine, "../../etc/passwd0000", "t"), &m)
           .ok());
 }
 
@@ -89,7 +90,7 @@ TEST(ModelSnapshotDirTest, MigratesThisModelsFlatSnapshotsAndLeavesEveryOtherFil
   auto engine = MakeEngine();
   const SnapshotContext a = ModelContext(*engine, kFingerprintA, "model-a");
   const SnapshotContext b = ModelContext(*engine, kFingerprintB, "model-b");
-  const std::string root = TempDir();
+  const std::string root = ModelDirRoot();
   const SessionState a0 = SessionOf(*engine, 20, 1), a1 = SessionOf(*engine, 33, 2);
   const SessionState b0 = SessionOf(*engine, 17, 3);
   const std::vector<uint8_t> a0_bytes = EncodeSnapshot(a0, a), a1_bytes = EncodeSnapshot(a1, a);
@@ -169,7 +170,7 @@ TEST(ModelSnapshotDirTest, AnOlderFlatCopyNeverReplacesTheOneInTheModelDirectory
   const std::string sub = ModelSnapshotDirName(kFingerprintA);
 
   {  // The model's directory holds the newer one: the flat copy goes to rejected/, kept.
-    const std::string root = TempDir();
+    const std::string root = ModelDirRoot();
     ASSERT_EQ(::mkdir((root + "/" + sub).c_str(), 0700), 0);
     WriteAll(root + "/" + sub + "/" + name, new_bytes);
     WriteAll(root + "/" + name, old_bytes);
@@ -185,7 +186,7 @@ TEST(ModelSnapshotDirTest, AnOlderFlatCopyNeverReplacesTheOneInTheModelDirectory
     EXPECT_EQ(ReadAll(root + "/" + sub + "/rejected/" + rejected[0]), old_bytes);
   }
   {  // The flat one is newer (an old replica wrote it last): it takes the place.
-    const std::string root = TempDir();
+    const std::string root = ModelDirRoot();
     ASSERT_EQ(::mkdir((root + "/" + sub).c_str(), 0700), 0);
     WriteAll(root + "/" + sub + "/" + name, old_bytes);
     WriteAll(root + "/" + name, new_bytes);
@@ -196,7 +197,7 @@ TEST(ModelSnapshotDirTest, AnOlderFlatCopyNeverReplacesTheOneInTheModelDirectory
     EXPECT_FALSE(Exists(root + "/" + name));
   }
   {  // Another replica linked it in and has not unlinked the flat name yet: one file, no copy.
-    const std::string root = TempDir();
+    const std::string root = ModelDirRoot();
     ASSERT_EQ(::mkdir((root + "/" + sub).c_str(), 0700), 0);
     WriteAll(root + "/" + name, new_bytes);
     ASSERT_EQ(::link((root + "/" + name).c_str(), (root + "/" + sub + "/" + name).c_str()), 0);
@@ -214,7 +215,7 @@ TEST(ModelSnapshotDirTest, AnotherModelsSnapshotIsRefusedNamingBothModelsAndNeve
   auto engine = MakeEngine();
   const SnapshotContext a = ModelContext(*engine, kFingerprintA, "model-a");
   const SnapshotContext b = ModelContext(*engine, kFingerprintB, "model-b");
-  const std::string root = TempDir();
+  const std::string root = ModelDirRoot();
   ModelDirMigration m;
   auto store = OpenModelSnapshotStore(root, a, &m);
   ASSERT_TRUE(store.ok());

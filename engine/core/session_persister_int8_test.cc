@@ -17,7 +17,7 @@ namespace {
 using namespace std::chrono_literals;
 using namespace streamd::testing;
 
-std::string TempDir() {
+std::string PersisterDir() {
   char tmpl[] = "/tmp/streamd-persister-int8-XXXXXX";
   return ::mkdtemp(tmpl);
 }
@@ -30,7 +30,7 @@ std::unique_ptr<SessionPersister> MakePersister(Engine& engine, const std::strin
 }
 
 TEST(SessionPersisterInt8Test, Int8SessionsGoThroughTheStoreAndExportBitForBitOrDequantized) {
-  const std::string dir = TempDir(), other_dir = TempDir();
+  const std::string dir = PersisterDir(), other_dir = PersisterDir();
   const auto scales = CalibratedScales(1.2f);
   auto a = MakeCacheEngine(scales);
   auto pa = MakePersister(*a, dir);

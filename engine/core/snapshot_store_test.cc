@@ -31,7 +31,7 @@
 namespace streamd {
 namespace {
 
-std::string TempDir() { return store_testing::TempDir("streamd-store"); }
+std::string StoreDir() { return store_testing::TempDir("streamd-store"); }
 using store_testing::Files;
 
 std::vector<uint8_t> Bytes(size_t n, uint8_t seed) {
@@ -58,7 +58,7 @@ bool PrivateMounts() {
 }
 
 TEST(SnapshotStoreTest, WritesReadsListsAndRemoves) {
-  const std::string dir = TempDir() + "/nested/snapshots";
+  const std::string dir = StoreDir() + "/nested/snapshots";
   auto store = SnapshotStore::Open(dir);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   struct stat st;
@@ -90,7 +90,7 @@ TEST(SnapshotStoreTest, WritesReadsListsAndRemoves) {
 // The daemon's writes go around the page cache (direct I/O where the file system takes it);
 // WarmUp brings a snapshot back into it for a Resume. A missing one is NOT_FOUND.
 TEST(SnapshotStoreTest, WarmUpReadsADirectlyWrittenSnapshotIntoThePageCache) {
-  auto store = SnapshotStore::Open(TempDir());
+  auto store = SnapshotStore::Open(StoreDir());
   ASSERT_TRUE(store.ok());
   const SessionId id = SessionId::Random();
   PageAlignedBuffer buffer;
@@ -120,7 +120,7 @@ TEST(SnapshotStoreTest, WarmUpReadsADirectlyWrittenSnapshotIntoThePageCache) {
 
 // Touch moves a snapshot's mtime to now without changing its bytes; it never creates one.
 TEST(SnapshotStoreTest, TouchMarksASnapshotUsedWithoutWritingIt) {
-  auto store = SnapshotStore::Open(TempDir());
+  auto store = SnapshotStore::Open(StoreDir());
   ASSERT_TRUE(store.ok());
   const SessionId id = SessionId::Random();
   ASSERT_TRUE((*store)->Write(id, Bytes(1000, 7)).ok());
@@ -140,7 +140,7 @@ TEST(SnapshotStoreTest, TouchMarksASnapshotUsedWithoutWritingIt) {
 }
 
 TEST(SnapshotStoreTest, ConcurrentWritesOfOneIdLeaveOneWholeFile) {
-  auto store = SnapshotStore::Open(TempDir());
+  auto store = SnapshotStore::Open(StoreDir());
   ASSERT_TRUE(store.ok());
   const SessionId id = SessionId::Random();
   std::vector<std::thread> writers;
@@ -162,7 +162,7 @@ TEST(SnapshotStoreTest, ConcurrentWritesOfOneIdLeaveOneWholeFile) {
 }
 
 TEST(SnapshotStoreTest, AFailedWriteKeepsThePreviousSnapshotAndLeavesNoPartialFile) {
-  auto store = SnapshotStore::Open(TempDir());
+  auto store = SnapshotStore::Open(StoreDir());
   ASSERT_TRUE(store.ok());
   const SessionId id = SessionId::Random();
   ASSERT_TRUE((*store)->Write(id, Bytes(3000, 9)).ok());
@@ -181,13 +181,13 @@ TEST(SnapshotStoreTest, AFailedWriteKeepsThePreviousSnapshotAndLeavesNoPartialFi
 }
 
 TEST(SnapshotStoreTest, AFullFileSystemAndAReadOnlyDirectoryAreCleanErrors) {
-  const std::string dir = TempDir();
+  const std::string dir = StoreDir();
   auto store = SnapshotStore::Open(dir);
   ASSERT_TRUE(store.ok());
   const SessionId id = SessionId::Random();
   ASSERT_TRUE((*store)->Write(id, Bytes(5000, 1)).ok());
   // A 64 KiB tmpfs over a sibling directory: ENOSPC.
-  const std::string small = TempDir();
+  const std::string small = StoreDir();
   const int full = InChild([&] {
     if (!PrivateMounts() || ::mount("tmpfs", small.c_str(), "tmpfs", 0, "size=64k") != 0) {
       return kNoNamespace;
@@ -219,7 +219,7 @@ TEST(SnapshotStoreTest, AFullFileSystemAndAReadOnlyDirectoryAreCleanErrors) {
 }
 
 TEST(SnapshotStoreTest, RejectMovesAsideAndStaleTempFilesAreSwept) {
-  const std::string dir = TempDir();
+  const std::string dir = StoreDir();
   auto store = SnapshotStore::Open(dir);
   ASSERT_TRUE(store.ok());
   const SessionId id = SessionId::Random();

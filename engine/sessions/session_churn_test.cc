@@ -51,7 +51,7 @@ struct Context {
   bool operator==(const Context&) const = default;
 };
 
-struct Counts {
+struct ChurnCounts {
   std::atomic<int64_t> opens{0}, resumes{0}, refused_resumes{0}, forks{0}, closes{0};
   std::atomic<int64_t> generations{0}, truncates{0}, offloads{0}, loads{0};
   std::atomic<int64_t> resume_ms_max{0};
@@ -59,7 +59,8 @@ struct Counts {
 
 class ChurnClient {
  public:
-  ChurnClient(int index, SessionRegistry& registry, Engine& engine, Counts& counts, uint64_t seed)
+  ChurnClient(int index, SessionRegistry& registry, Engine& engine, ChurnCounts& counts,
+              uint64_t seed)
       : name_("client " + std::to_string(index)),
         registry_(registry),
         engine_(engine),
@@ -250,7 +251,7 @@ class ChurnClient {
   const std::string name_;
   SessionRegistry& registry_;
   Engine& engine_;
-  Counts& counts_;
+  ChurnCounts& counts_;
   std::mt19937_64 rng_;
   std::vector<Owned> owned_;
   std::string last_request_;  // of the attached session's last generation
@@ -270,7 +271,7 @@ TEST(ChurnTest, ResumesAlwaysAnswerAndBringBackTheWholeSession) {
   options.resume_wait = kResumeWait;
   options.max_detached_share = 1.0;  // the cap has tests of its own; here Opens make room
   SessionRegistry registry(*e.engine, options, persister.get());
-  Counts counts;
+  ChurnCounts counts;
   RegistryHooks hooks;
   hooks.on_offload = [&] { ++counts.offloads; };
   hooks.on_load = [&] { ++counts.loads; };

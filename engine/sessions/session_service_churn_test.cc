@@ -39,7 +39,7 @@ std::chrono::seconds RunLength() {
   return std::chrono::seconds(s != nullptr ? std::max(1, std::atoi(s)) : 8);
 }
 
-struct Counts {
+struct ServiceChurnCounts {
   std::atomic<int64_t> opens{0}, resumes{0}, retried{0}, forks{0}, closes{0}, generations{0};
   std::atomic<int64_t> truncates{0}, detaches{0};
 };
@@ -56,7 +56,7 @@ T Await(std::future<T> f, const char* what) {
 
 class ApiChurnClient {
  public:
-  ApiChurnClient(api::Engine& api, Counts& counts, uint64_t seed)
+  ApiChurnClient(api::Engine& api, ServiceChurnCounts& counts, uint64_t seed)
       : api_(api), counts_(counts), rng_(seed) {}
 
   void Run(Clock::time_point until) {
@@ -247,7 +247,7 @@ class ApiChurnClient {
   }
 
   api::Engine& api_;
-  Counts& counts_;
+  ServiceChurnCounts& counts_;
   std::mt19937_64 rng_;
   std::vector<Owned> owned_;
   std::shared_ptr<api::Session> session_;
@@ -281,7 +281,7 @@ TEST(SessionServiceChurnTest, ClientsOfTheApiGetEveryAnswerAndTheirWholeSessions
   parts.default_max_tokens = 4;
   std::unique_ptr<api::Engine> api = MakeSessionService(std::move(parts));
 
-  Counts counts;
+  ServiceChurnCounts counts;
   const uint64_t seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
   const Clock::time_point until = Clock::now() + RunLength();

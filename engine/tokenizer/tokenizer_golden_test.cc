@@ -62,7 +62,7 @@ std::string Printable(std::string_view text) {
   return out;
 }
 
-std::string Ids(const std::vector<int32_t>& ids) {
+std::string IdList(const std::vector<int32_t>& ids) {
   std::string out = "[";
   for (size_t i = 0; i < ids.size(); ++i) out.append(i ? " " : "").append(std::to_string(ids[i]));
   return out + "]";
@@ -103,7 +103,7 @@ TEST_P(TokenizerGoldenTest, MatchesLlamaCppTestVectors) {
     }
     if (*ids != c.ids) {
       ADD_FAILURE() << GetParam() << " case " << i << " \"" << Printable(c.text) << "\"\n"
-                    << "  llama.cpp: " << Ids(c.ids) << "\n  streamd:   " << Ids(*ids);
+                    << "  llama.cpp: " << IdList(c.ids) << "\n  streamd:   " << IdList(*ids);
       continue;
     }
     ++matched;

@@ -71,7 +71,7 @@ std::unique_ptr<Tokenizer> MustLoad(const Built& built) {
   return tok.ok() ? std::move(*tok) : nullptr;
 }
 
-std::vector<int32_t> Ids(const Tokenizer& tok, std::string_view text, bool parse_special) {
+std::vector<int32_t> EncodeIds(const Tokenizer& tok, std::string_view text, bool parse_special) {
   auto ids = tok.Encode(text, false, parse_special);
   EXPECT_TRUE(ids.ok()) << ids.status().ToString();
   return ids.ok() ? *ids : std::vector<int32_t>{};
@@ -81,13 +81,13 @@ TEST(TokenizerSyntheticTest, BpeMergesByRankLeftmostFirst) {
   auto built = Build(BpeWriter());
   auto tok = MustLoad(*built);
   ASSERT_NE(tok, nullptr);
-  EXPECT_EQ(Ids(*tok, "hello", false), (std::vector<int32_t>{259}));
-  EXPECT_EQ(Ids(*tok, "hellx", false), (std::vector<int32_t>{258, 'x'}));
+  EXPECT_EQ(EncodeIds(*tok, "hello", false), (std::vector<int32_t>{259}));
+  EXPECT_EQ(EncodeIds(*tok, "hellx", false), (std::vector<int32_t>{258, 'x'}));
   // Equal ranks: the leftmost pair merges first, so "aaa" is "aa" + "a".
-  EXPECT_EQ(Ids(*tok, "aaa", false), (std::vector<int32_t>{260, 'a'}));
+  EXPECT_EQ(EncodeIds(*tok, "aaa", false), (std::vector<int32_t>{260, 'a'}));
   // A space is byte 0x20, stored as "Ġ" (the 33rd remapped byte: id 0x20 here).
-  EXPECT_EQ(Ids(*tok, " he", false), (std::vector<int32_t>{0x20, 256}));
-  EXPECT_EQ(tok->Decode(Ids(*tok, "hello world\n", false)), "hello world\n");
+  EXPECT_EQ(EncodeIds(*tok, " he", false), (std::vector<int32_t>{0x20, 256}));
+  EXPECT_EQ(tok->Decode(EncodeIds(*tok, "hello world\n", false)), "hello world\n");
 }
 
 TEST(TokenizerSyntheticTest, SpecialTokenRules) {
@@ -95,9 +95,9 @@ TEST(TokenizerSyntheticTest, SpecialTokenRules) {
   auto tok = MustLoad(*built);
   ASSERT_NE(tok, nullptr);
   // User-defined tokens are cut out always; control tokens only with parse_special.
-  EXPECT_EQ(Ids(*tok, "a<tool>b", false), (std::vector<int32_t>{'a', 263, 'b'}));
-  EXPECT_EQ(Ids(*tok, "<|im_start|>he", true), (std::vector<int32_t>{261, 256}));
-  const std::vector<int32_t> plain = Ids(*tok, "<|im_start|>he", false);
+  EXPECT_EQ(EncodeIds(*tok, "a<tool>b", false), (std::vector<int32_t>{'a', 263, 'b'}));
+  EXPECT_EQ(EncodeIds(*tok, "<|im_start|>he", true), (std::vector<int32_t>{261, 256}));
+  const std::vector<int32_t> plain = EncodeIds(*tok, "<|im_start|>he", false);
   EXPECT_GT(plain.size(), 2u);
   EXPECT_EQ(tok->Decode(plain), "<|im_start|>he");
   // "<|eot_id|>" ends generation and became a control token, like eos.
@@ -106,7 +106,7 @@ TEST(TokenizerSyntheticTest, SpecialTokenRules) {
   EXPECT_FALSE(tok->IsEndOfGeneration(261));
   EXPECT_EQ(tok->token_type(264), TokenType::kControl);
   EXPECT_EQ(tok->eot_id(), 264);
-  EXPECT_EQ(Ids(*tok, "<|eot_id|>", true), (std::vector<int32_t>{264}));
+  EXPECT_EQ(EncodeIds(*tok, "<|eot_id|>", true), (std::vector<int32_t>{264}));
   // No BOS in this vocabulary: add_bos asks for nothing that exists.
   EXPECT_EQ(tok->bos_id(), -1);
   EXPECT_EQ(*tok->Encode("he", true, false), (std::vector<int32_t>{256}));
@@ -188,13 +188,13 @@ TEST(TokenizerSyntheticTest, SpmMergesByScoreAndFallsBackToBytes) {
   ASSERT_NE(tok, nullptr);
   EXPECT_TRUE(tok->add_bos());  // SentencePiece default
   // "▁hi": "hi" (-0.5) merges before "▁h" (-3), then "▁" + "hi" -> "▁hi".
-  EXPECT_EQ(Ids(*tok, "hi", false), (std::vector<int32_t>{264}));
+  EXPECT_EQ(EncodeIds(*tok, "hi", false), (std::vector<int32_t>{264}));
   EXPECT_EQ(*tok->Encode("hi", true, false), (std::vector<int32_t>{1, 264}));
   // "é" is not a piece: its two UTF-8 bytes become byte tokens.
-  EXPECT_EQ(Ids(*tok, "h\xC3\xA9", false), (std::vector<int32_t>{262, 3 + 0xC3, 3 + 0xA9}));
-  EXPECT_EQ(tok->Decode(Ids(*tok, "h\xC3\xA9 hi", false)), "h\xC3\xA9 hi");
+  EXPECT_EQ(EncodeIds(*tok, "h\xC3\xA9", false), (std::vector<int32_t>{262, 3 + 0xC3, 3 + 0xA9}));
+  EXPECT_EQ(tok->Decode(EncodeIds(*tok, "h\xC3\xA9 hi", false)), "h\xC3\xA9 hi");
   // After a special token the text gets the space prefix again, and Decode removes it.
-  const std::vector<int32_t> ids = Ids(*tok, "hi</s>hi", true);
+  const std::vector<int32_t> ids = EncodeIds(*tok, "hi</s>hi", true);
   EXPECT_EQ(ids, (std::vector<int32_t>{264, 2, 264}));
   EXPECT_EQ(tok->Decode(ids), "hi</s>hi");
   EXPECT_EQ(tok->TokenToPiece(264), " hi");

@@ -91,10 +91,11 @@ std::vector<int64_t> VisibleKeysByDefinition(int64_t p, int32_t sinks, int32_t w
 // Query i of the group at position p, straight from the definition, in float64, over the
 // values `value` reads (by default the f16 pool's). kernel_table: the table the kernel gets
 // (its shape and span; its blocks for Locate), by default c.At(p).
-std::vector<double> Reference(const Cache& c, int64_t p, int32_t kv_head, int32_t n_q,
-                              const std::vector<float>& q_window, const std::vector<float>& q_sink,
-                              float scale, ValueAt value = {},
-                              const SinkWindowTable* kernel_table = nullptr) {
+std::vector<double> ReferenceAttention(const Cache& c, int64_t p, int32_t kv_head, int32_t n_q,
+                                       const std::vector<float>& q_window,
+                                       const std::vector<float>& q_sink, float scale,
+                                       ValueAt value = {},
+                                       const SinkWindowTable* kernel_table = nullptr) {
   if (!value) {
     value = [&c](int32_t, int64_t offset, int32_t) { return double{HalfToFloat(c.pool[offset])}; };
   }
@@ -152,7 +153,8 @@ TEST(PagedAttentionTest, GroupMatchesReferenceAndPerHeadCalls) {
           std::vector<float> q_window(n_q * hd), q_sink(n_q * hd);
           for (float& x : q_window) x = 4 * u(rng);  // large enough for a peaked softmax
           for (float& x : q_sink) x = 4 * u(rng);
-          const std::vector<double> ref = Reference(c, p, kv_head, n_q, q_window, q_sink, scale);
+          const std::vector<double> ref =
+              ReferenceAttention(c, p, kv_head, n_q, q_window, q_sink, scale);
           // Per-head calls at the portable level.
           std::vector<float> heads(n_q * hd);
           std::vector<float> scratch(static_cast<size_t>(n_q) * full + 1);
@@ -204,7 +206,7 @@ TEST(PagedAttentionTest, SharedSinkQuery) {
     ScopedIsa scoped(isa);
     PagedAttentionGroup(c.layout, c.pool.data(), c.At(70), 70, 0, n_q, q.data(), q.data(), 0.125f,
                         scratch.data(), out.data());
-    const std::vector<double> ref = Reference(c, 70, 0, n_q, q, q, 0.125f);
+    const std::vector<double> ref = ReferenceAttention(c, 70, 0, n_q, q, q, 0.125f);
     for (size_t e = 0; e < out.size(); ++e) ASSERT_NEAR(out[e], ref[e], 1e-5) << e;
   }
 }
@@ -297,7 +299,7 @@ TEST(PagedAttentionTest, Int8GroupMatchesReferenceOverDequantizedValues) {
             for (float& x : q_sink) x = 4 * u(rng);
             if (shared_sink_query) q_sink = q_window;
             const std::vector<double> ref =
-                Reference(c, p, kv_head, n_q, q_window, q_sink, scale, value);
+                ReferenceAttention(c, p, kv_head, n_q, q_window, q_sink, scale, value);
             for (Isa isa : SupportedIsas()) {
               SCOPED_TRACE(IsaName(isa));
               ScopedIsa scoped(isa);
@@ -506,7 +508,7 @@ TEST(PagedAttentionTest, SpanGroupMatchesReference) {
             for (float& x : q_window) x = 4 * u(rng);
             for (float& x : q_sink) x = 4 * u(rng);
             const std::vector<double> ref =
-                Reference(c, p, kv_head, n_q, q_window, q_sink, scale, {}, &table);
+                ReferenceAttention(c, p, kv_head, n_q, q_window, q_sink, scale, {}, &table);
             std::vector<float> heads(n_q * hd);
             std::vector<float> scratch(static_cast<size_t>(n_q) * full + 1);
             {
@@ -591,7 +593,7 @@ TEST(PagedAttentionTest, SpanInt8GroupMatchesReference) {
             for (float& x : q_sink) x = 4 * u(rng);
             if (shared_sink_query) q_sink = q_window;
             const std::vector<double> ref =
-                Reference(c, p, kv_head, n_q, q_window, q_sink, scale, value, &table);
+                ReferenceAttention(c, p, kv_head, n_q, q_window, q_sink, scale, value, &table);
             for (Isa isa : SupportedIsas()) {
               SCOPED_TRACE(IsaName(isa));
               ScopedIsa scoped(isa);

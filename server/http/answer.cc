@@ -100,6 +100,11 @@ void Answer::Finish(const std::string& text) {
   (void)session_->SetMetadata(record_.Encode());
 }
 
+Status EndStatus(const GenerationEnd& end) {
+  if (!end.status.ok()) return end.status;
+  return UnavailableError("the generation was cancelled");
+}
+
 Usage Answer::UsageAfter(int64_t output_tokens) const {
   Usage u;
   u.completion_tokens = output_tokens;

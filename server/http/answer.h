@@ -76,4 +76,7 @@ class Answer {
   bool finished_ = false;
 };
 
+// The error a generation that did not finish ended with: its own, or "cancelled".
+Status EndStatus(const GenerationEnd& end);
+
 }  // namespace streamd::http

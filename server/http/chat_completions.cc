@@ -17,12 +17,6 @@
 namespace streamd::http {
 namespace {
 
-int64_t NowSeconds() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 // The session the request runs on and the messages it adds to it.
 struct Prepared {
   std::unique_ptr<Answer> answer;
@@ -61,11 +55,6 @@ StatusOr<Prepared> Prepare(const HttpContext& ctx, const HttpCaller& caller,
 // An error event in the stream (the status line went out with the first chunk).
 std::string ErrorEvent(const Status& status) { return SseEvent(ToHttpError(status).body); }
 
-Status EndStatus(const GenerationEnd& end) {
-  if (!end.status.ok()) return end.status;
-  return UnavailableError("the generation was cancelled");
-}
-
 }  // namespace
 
 void WriteError(httplib::Response& res, const Status& status) {
@@ -90,7 +79,7 @@ void HandleChatCompletions(const HttpContext& ctx, const HttpCaller& caller,
   const std::string session_id = answer->session().id();
   if (!req.get_header_value(kSessionHeader).empty()) res.set_header(kSessionHeader, session_id);
   AnswerHead head{"chatcmpl-" + session_id + "-" + std::to_string(answer->record().responses),
-                  NowSeconds(), r.model.empty() ? ctx.sessions.ModelName() : r.model};
+                  UnixSeconds(), r.model.empty() ? ctx.sessions.ModelName() : r.model};
   if (!r.stream) {
     // The answer is written only at its end: a client that left meanwhile is noticed by
     // looking at its connection, and its generation cancelled.

@@ -38,12 +38,6 @@ bool SplitHostPort(const std::string& address, std::string* host, int* port) {
   return true;
 }
 
-int64_t NowSeconds() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 }  // namespace
 
 std::string_view HttpRouteLabel(std::string_view path) {
@@ -60,7 +54,7 @@ struct HttpServer::Impl {
         server(o.cert_file.empty() ? std::make_unique<SocketAwareServer>()
                                    : std::unique_ptr<httplib::Server>(server::MakeHttpsServer(
                                          {o.cert_file, o.key_file, o.client_ca_file}, tls_error))),
-        ctx{sessions, o.limits, o.max_queued_tokens, NowSeconds(), &in_flight} {}
+        ctx{sessions, o.limits, o.max_queued_tokens, UnixSeconds(), &in_flight} {}
 
   // The caller of a request, or the 401 to send.
   StatusOr<HttpCaller> Authenticate(const httplib::Request& req) const {

@@ -1,5 +1,6 @@
 #include "server/http/openai_response.h"
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 
 namespace streamd::http {
@@ -27,6 +28,12 @@ json ResponseUsageJson(const Usage& u) {
 }
 
 }  // namespace
+
+int64_t UnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 const char* FinishReasonName(DoneReason reason) {
   return reason == DoneReason::kLength ? "length" : "stop";

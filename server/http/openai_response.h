@@ -21,6 +21,9 @@ struct Usage {
 // error instead).
 const char* FinishReasonName(DoneReason reason);
 
+// Now, in Unix seconds (an answer's "created", the model's).
+int64_t UnixSeconds();
+
 // What identifies one answer in all its pieces.
 struct AnswerHead {
   std::string id;       // "chatcmpl-..." or "resp_..."

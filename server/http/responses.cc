@@ -20,12 +20,6 @@
 namespace streamd::http {
 namespace {
 
-int64_t NowSeconds() {
-  return std::chrono::duration_cast<std::chrono::seconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 std::string ResponseId(const std::string& session_id, int64_t index) {
   return "resp_" + session_id + "_" + std::to_string(index);
 }
@@ -51,11 +45,6 @@ StatusOr<ResponseRef> ParseResponseId(const std::string& id) {
   }
   ref.index = std::stoll(n);
   return ref;
-}
-
-Status EndStatus(const GenerationEnd& end) {
-  if (!end.status.ok()) return end.status;
-  return UnavailableError("the generation was cancelled");
 }
 
 StatusOr<std::unique_ptr<Answer>> Prepare(const HttpContext& ctx, const HttpCaller& caller,
@@ -111,7 +100,7 @@ void HandleResponses(const HttpContext& ctx, const HttpCaller& caller, const htt
   }
   const std::string session_id = answer->session().id();
   res.set_header(kSessionHeader, session_id);
-  AnswerHead head{ResponseId(session_id, answer->record().responses + 1), NowSeconds(),
+  AnswerHead head{ResponseId(session_id, answer->record().responses + 1), UnixSeconds(),
                   r.model.empty() ? ctx.sessions.ModelName() : r.model};
   ResponseParts base;
   base.previous_response_id = r.previous_response_id;

@@ -35,7 +35,7 @@ using namespace std::chrono_literals;
 using grpc::health::v1::HealthCheckResponse;
 
 constexpr char kUserKey[] = "metrics-user-3a1f";
-constexpr char kAdminKey[] = "metrics-admin-77c0";
+constexpr char kMetricsAdminKey[] = "metrics-admin-77c0";
 
 template <typename F>
 bool WaitUntil(F done, std::chrono::milliseconds limit = 20s) {
@@ -103,8 +103,8 @@ class MetricsE2eTest : public ::testing::Test {
   std::string WriteKeys() {
     const std::string path = dir_ + "/keys.yaml";
     std::ofstream(path) << "keys:\n  - {tenant: acme, role: user, sha256: " << Sha256Hex(kUserKey)
-                        << "}\n  - {tenant: ops, role: admin, sha256: " << Sha256Hex(kAdminKey)
-                        << "}\n";
+                        << "}\n  - {tenant: ops, role: admin, sha256: "
+                        << Sha256Hex(kMetricsAdminKey) << "}\n";
     return path;
   }
   static void WithKey(grpc::ClientContext* c, const std::string& key) {

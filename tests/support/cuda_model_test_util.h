@@ -1,15 +1,20 @@
 // Helpers shared by the CUDA backend's whole-model tests (cuda_model_test.cc,
-// cuda_snapshot_test.cc, cuda_snapshot_graphs_test.cc): random token ids, the per-row logits
-// agreement measure and a small model shape.
+// cuda_snapshot_test.cc, cuda_snapshot_graphs_test.cc, cuda_int8_snapshot_test.cc): random token
+// ids, the per-row logits agreement measure, a small model shape and a chunked prefill.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "engine/backends/cpu/synthetic_model.h"
+#include "engine/cache/session_cache.h"
+#include "engine/core/step_runner.h"
 
 namespace streamd::cuda {
 
@@ -38,6 +43,17 @@ inline SyntheticModelSpec SmallSpec(int32_t n_layers) {
   spec.n_kv_heads = 1;
   spec.ffn_dim = 256;
   return spec;
+}
+
+// Prefills `tokens` into `cache` in chunks of at most 64 on the backend that made its pool.
+inline void Prefill(ModelBackend& model, SessionCache& cache, const std::vector<int32_t>& tokens) {
+  std::vector<float> logits(static_cast<size_t>(model.config().vocab_size));
+  for (size_t at = 0; at < tokens.size(); at += 64) {
+    const size_t n = std::min<size_t>(64, tokens.size() - at);
+    const Status s = StepRunner(model).Run(std::span<const int32_t>(tokens).subspan(at, n), cache,
+                                           LogitsMode::kLast, logits.data());
+    ASSERT_TRUE(s.ok()) << s.ToString();
+  }
 }
 
 }  // namespace streamd::cuda

@@ -17,16 +17,6 @@
 
 namespace streamd::testing {
 
-// Greedy tokens of one generation of n tokens.
-inline std::vector<int32_t> GenerateN(Engine& engine, Collector& events, SessionId id, int32_t n) {
-  const size_t before = events.Tokens(id).size();
-  EXPECT_TRUE(engine.Generate(id, UpTo(n), events.Sink()).ok());
-  const GenerationEvent done = events.WaitDone(id);
-  EXPECT_EQ(done.reason, FinishReason::kLength) << done.status.ToString();
-  const std::vector<int32_t> all = events.Tokens(id);
-  return {all.begin() + static_cast<std::ptrdiff_t>(before), all.end()};
-}
-
 // An engine of the tiny synthetic model whose cache is int8 with `scales` (null: f16).
 inline std::unique_ptr<Engine> MakeCacheEngine(std::shared_ptr<const KvInt8Scales> scales,
                                                int64_t pool_bytes = 32 << 20) {

@@ -21,9 +21,12 @@
 #include "engine/core/step_runner.h"
 #include "engine/gguf/gguf_writer.h"
 #include "engine/model/model_family.h"
+#include "tests/support/uniform_tokens.h"
 
 namespace streamd {
 namespace {
+
+using testing::UniformTokens;
 
 SyntheticModelSpec FamilySpec(const std::string& family, gguf::TensorType weights, uint64_t seed) {
   SyntheticModelSpec spec;
@@ -48,14 +51,6 @@ SyntheticModelSpec FamilySpec(const std::string& family, gguf::TensorType weight
     spec.sliding_window = 13;
   }
   return spec;
-}
-
-std::vector<int32_t> RandomTokens(int64_t n, int32_t vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int32_t> d(0, vocab - 1);
-  std::vector<int32_t> out(n);
-  for (int32_t& t : out) t = d(rng);
-  return out;
 }
 
 // max |a - b| / max |b|
@@ -104,7 +99,7 @@ TEST_P(FamilyForwardTest, StreamedForwardEqualsPlainReference) {
 
   // Dense caches see 200 tokens; the others 6 windows and more, so eviction runs for long.
   const int64_t n = fc.mode == CacheMode::kDense ? 200 : 6LL * fc.window + 13;
-  const std::vector<int32_t> tokens = RandomTokens(n, c.vocab_size, 5 + fc.window);
+  const std::vector<int32_t> tokens = UniformTokens(n, c.vocab_size, 5 + fc.window);
   std::vector<float> logits(n * c.vocab_size);
   std::mt19937 rng(fc.window);
   std::uniform_int_distribution<int32_t> chunk(1, fc.chunk);

@@ -18,9 +18,12 @@
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
 #include "engine/core/step_runner.h"
+#include "tests/support/uniform_tokens.h"
 
 namespace streamd {
 namespace {
+
+using testing::UniformTokens;
 
 struct Fixture {
   std::unique_ptr<LlamaModel> model;
@@ -41,14 +44,6 @@ Fixture MakeFixture(gguf::TensorType weights, int32_t block_size, uint64_t seed)
   EXPECT_TRUE(p.ok());
   f.pool = std::move(p).value();
   return f;
-}
-
-std::vector<int32_t> RandomTokens(int64_t n, int32_t vocab, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int32_t> d(0, vocab - 1);
-  std::vector<int32_t> out(n);
-  for (int32_t& t : out) t = d(rng);
-  return out;
 }
 
 // max |a - b| / max |b|
@@ -95,7 +90,7 @@ TEST_P(StreamingReferenceTest, MatchesExplicitlyRebuiltCache) {
   const CacheSpec spec{rc.mode, rc.sinks, rc.window, rc.chunk};
   const int32_t vocab = f.model->config().vocab_size;
   const int64_t n = 10LL * rc.window + 17;
-  const std::vector<int32_t> tokens = RandomTokens(n, vocab, 99 + rc.window);
+  const std::vector<int32_t> tokens = UniformTokens(n, vocab, 99 + rc.window);
   const std::vector<float> streamed = Stream(f, spec, tokens, /*chunk_seed=*/5);
   const CacheSpec eff = SessionCache::Effective(spec, f.model->config().context_length);
   PlainReferenceLlama reference(*f.model, eff.sinks, eff.window);
@@ -126,7 +121,7 @@ class ChunkedPrefillTest : public ::testing::TestWithParam<gguf::TensorType> {};
 TEST_P(ChunkedPrefillTest, EqualsTokenByTokenAcrossEviction) {
   Fixture f = MakeFixture(GetParam(), 16, 3);
   const int32_t vocab = f.model->config().vocab_size;
-  const std::vector<int32_t> tokens = RandomTokens(300, vocab, 11);
+  const std::vector<int32_t> tokens = UniformTokens(300, vocab, 11);
   const CacheSpec one{CacheMode::kSink, 4, 50, 1};
   const std::vector<float> reference = Stream(f, one, tokens, /*chunk_seed=*/0);
   for (int32_t max_chunk : {7, 64, 300}) {
@@ -162,7 +157,7 @@ TEST(StreamingTest, SessionsInOneBatchAreIndependent) {
   std::vector<std::vector<int32_t>> tokens;
   std::vector<std::vector<float>> alone;
   for (int i = 0; i < kSessions; ++i) {
-    tokens.push_back(RandomTokens(10 + 13 * i, vocab, 50 + i));
+    tokens.push_back(UniformTokens(10 + 13 * i, vocab, 50 + i));
     alone.push_back(Stream(f, {CacheMode::kSink, 4, 30, 1}, tokens.back(), 0));
   }
   std::vector<std::unique_ptr<SessionCache>> caches;

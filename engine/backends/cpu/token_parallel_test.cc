@@ -75,9 +75,9 @@ double RelativeError(const float* a, const float* b, size_t n) {
 }
 
 void ExpectSameLogits(const Case& tc) {
-  SCOPED_TRACE(testing::Message() << "int8 cache " << tc.int8_cache << ", activations "
-                                  << tc.activation_bits << " bits, " << tc.sessions << " sessions, "
-                                  << tc.architecture);
+  SCOPED_TRACE(::testing::Message()
+               << "int8 cache " << tc.int8_cache << ", activations " << tc.activation_bits
+               << " bits, " << tc.sessions << " sessions, " << tc.architecture);
   std::mt19937 rng(std::random_device{}());
   SyntheticModelSpec spec;
   spec.dim = 128;

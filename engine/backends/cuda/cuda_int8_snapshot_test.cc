@@ -24,16 +24,6 @@
 namespace streamd::cuda {
 namespace {
 
-void Prefill(ModelBackend& model, SessionCache& cache, const std::vector<int32_t>& tokens) {
-  std::vector<float> logits(static_cast<size_t>(model.config().vocab_size));
-  for (size_t at = 0; at < tokens.size(); at += 64) {
-    const size_t n = std::min<size_t>(64, tokens.size() - at);
-    const Status s = StepRunner(model).Run(std::span<const int32_t>(tokens).subspan(at, n), cache,
-                                           LogitsMode::kLast, logits.data());
-    ASSERT_TRUE(s.ok()) << s.ToString();
-  }
-}
-
 TEST(CudaInt8SnapshotTest, Int8ImagesGoIntoCudaPoolsDequantizedWithTheirScales) {
   STREAMD_SKIP_WITHOUT_CUDA_DEVICE();
   SyntheticModelSpec spec;

@@ -174,17 +174,6 @@ TEST(CudaSnapshotTest, DevicePoolBlockCopiesPastTheLargest2dPitch) {
   EXPECT_EQ(DeviceBlock(pool, 0, 1), zeros) << "the block after the first was written";
 }
 
-// Prefills `tokens` into `cache` in chunks of at most 64 on the backend that made its pool.
-void Prefill(ModelBackend& model, SessionCache& cache, const std::vector<int32_t>& tokens) {
-  std::vector<float> logits(static_cast<size_t>(model.config().vocab_size));
-  for (size_t at = 0; at < tokens.size(); at += 64) {
-    const size_t n = std::min<size_t>(64, tokens.size() - at);
-    const Status s = StepRunner(model).Run(std::span<const int32_t>(tokens).subspan(at, n), cache,
-                                           LogitsMode::kLast, logits.data());
-    ASSERT_TRUE(s.ok()) << s.ToString();
-  }
-}
-
 // A cache of `spec` in `pool` that has seen `tokens_seen` tokens and holds `ids` with the K/V
 // of `image` (SessionCache::Restore, then WriteCacheKv).
 StatusOr<std::unique_ptr<SessionCache>> RestoredCache(BlockPool* pool, const CacheSpec& spec,
