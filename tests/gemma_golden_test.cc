@@ -22,9 +22,7 @@
 #include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "engine/backends/cpu/llama_model.h"
@@ -90,25 +88,13 @@ TEST_F(GemmaGoldenTest, LoadsAsGemma3) {
 }
 
 TEST_F(GemmaGoldenTest, TokenizesAsLlamaCpp) {
-  auto file = gguf::GgufFile::Open(ModelPath());
-  ASSERT_TRUE(file.ok()) << file.status().ToString();
-  auto tok = tokenizer::Tokenizer::FromGguf(**file);
-  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
-  const nlohmann::json fx = ReadGoldenFixture("gemma3_270m_tokenize.json");
   std::ifstream book(std::string(STREAMD_SHARED_DATA) + "/pride-and-prejudice.txt",
                      std::ios::binary);
   ASSERT_TRUE(book.good());
   const std::string book_bytes((std::istreambuf_iterator<char>(book)), {});
-  int cases = 0;
-  for (const nlohmann::json& c : fx.at("cases")) {
-    const std::string text = c.contains("bytes") ? book_bytes.substr(0, c.at("bytes").get<size_t>())
-                                                 : c.at("text").get<std::string>();
-    auto ids = (*tok)->Encode(text, false, c.at("parse_special").get<bool>());
-    ASSERT_TRUE(ids.ok()) << ids.status().ToString();
-    EXPECT_EQ(*ids, c.at("ids").get<std::vector<int32_t>>()) << c.at("name");
-    ++cases;
-  }
-  EXPECT_GE(cases, 20);
+  EXPECT_GE(ExpectTokenizesAsFixture(ModelPath(), ReadGoldenFixture("gemma3_270m_tokenize.json"),
+                                     book_bytes),
+            20);
 }
 
 DenseComparison Compare(const nlohmann::json& fx, const std::vector<int32_t>& tokens,
@@ -116,10 +102,7 @@ DenseComparison Compare(const nlohmann::json& fx, const std::vector<int32_t>& to
   DenseScorer scorer(fx, tokens, vocab, /*clear_gap=*/0.5);
   scorer.Add(logits.data(), 0, tokens.size());
   const DenseComparison c = scorer.Result();
-  std::printf(
-      "%s: argmax agreement %.4f (%.4f where gap >= 0.5), perplexity %.4f vs %.4f (%.5f), "
-      "worst top-8 logit error %.3f\n",
-      against, c.agreement, c.clear_agreement, c.ppl, c.ref_ppl, c.ppl_ratio, c.worst_topk);
+  PrintDenseComparison(against, c);
   return c;
 }
 
@@ -160,15 +143,7 @@ TEST_F(GemmaGoldenTest, EightBitActivationsStayCloseToTheExactWeights) {
   const nlohmann::json fx = ReadGoldenFixture("gemma3_270m_pride_1024.json");
   const std::vector<int32_t> tokens = fx.at("tokens").get<std::vector<int32_t>>();
   const CpuTuning original = model_->tuning();
-  CpuTuning eight = original;
-  std::set<std::tuple<kernels::cpu::WeightType, int64_t, int64_t>> shapes;
-  for (const WeightMatrix* w : model_->ProductMatrices()) {
-    if (!shapes.insert({w->type, w->rows, w->cols}).second) continue;
-    for (int b = 0; b < kTokenBuckets; ++b) {
-      eight.isa.push_back({w->type, w->rows, w->cols, b, kernels::cpu::ActiveIsa(), 8});
-    }
-  }
-  ASSERT_TRUE(model_->ApplyTuning(eight).ok());
+  ASSERT_TRUE(model_->ApplyTuning(EightBitEverywhere(*model_, original)).ok());
   std::unique_ptr<SessionCache> cache = Cache(Dense());
   auto logits = RunChunkedAll(*model_, tokens, *cache, 256);
   ASSERT_TRUE(model_->ApplyTuning(original).ok());

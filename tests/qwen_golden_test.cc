@@ -37,9 +37,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <ostream>
-#include <set>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "engine/backends/cpu/llama_model.h"
@@ -146,25 +144,13 @@ TEST_P(QwenGoldenTest, TokenizesAsHuggingFace) {
 }
 
 TEST_P(QwenGoldenTest, TokenizesAsLlamaCpp) {
-  auto file = gguf::GgufFile::Open(PathOf(GetParam()));
-  ASSERT_TRUE(file.ok()) << file.status().ToString();
-  auto tok = tokenizer::Tokenizer::FromGguf(**file);
-  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
-  const nlohmann::json fx = ReadGoldenFixture(Fixture("tokenize"));
   std::ifstream book(std::string(STREAMD_SHARED_DATA) + "/pride-and-prejudice.txt",
                      std::ios::binary);
   ASSERT_TRUE(book.good());
   const std::string book_bytes((std::istreambuf_iterator<char>(book)), {});
-  int cases = 0;
-  for (const nlohmann::json& c : fx.at("cases")) {
-    const std::string text = c.contains("bytes") ? book_bytes.substr(0, c.at("bytes").get<size_t>())
-                                                 : c.at("text").get<std::string>();
-    auto ids = (*tok)->Encode(text, false, c.at("parse_special").get<bool>());
-    ASSERT_TRUE(ids.ok()) << ids.status().ToString();
-    EXPECT_EQ(*ids, c.at("ids").get<std::vector<int32_t>>()) << c.at("name");
-    ++cases;
-  }
-  EXPECT_GE(cases, 20);
+  EXPECT_GE(ExpectTokenizesAsFixture(PathOf(GetParam()), ReadGoldenFixture(Fixture("tokenize")),
+                                     book_bytes),
+            20);
 }
 
 // The book's first 512 tokens in one dense cache, against llama.cpp on the file (which rounds
@@ -186,12 +172,8 @@ TEST_P(QwenGoldenTest, DensePassMatchesLlamaCpp) {
   exact_scorer.Add(logits->data(), 0, tokens.size());
   const DenseComparison r = scorer.Result();
   const DenseComparison exact = exact_scorer.Result();
-  for (const auto& [against, c] : {std::pair{"llama.cpp Q4_K_M", r}, {"exact weights", exact}}) {
-    std::printf(
-        "%s: argmax agreement %.4f (%.4f where gap >= 0.5), perplexity %.4f vs %.4f (%.5f), "
-        "worst top-8 logit error %.3f\n",
-        against, c.agreement, c.clear_agreement, c.ppl, c.ref_ppl, c.ppl_ratio, c.worst_topk);
-  }
+  PrintDenseComparison("llama.cpp Q4_K_M", r);
+  PrintDenseComparison("exact weights", exact);
   EXPECT_GE(r.agreement, 0.95);
   EXPECT_GE(r.clear_agreement, 0.99);
   EXPECT_NEAR(r.ppl_ratio, 1.0, 0.015);
@@ -214,16 +196,8 @@ TEST_P(QwenGoldenTest, EightBitActivationsStayCloseToTheExactWeights) {
   const nlohmann::json fx = ReadGoldenFixture(Fixture("pride_512"));
   const std::vector<int32_t> tokens = fx.at("tokens").get<std::vector<int32_t>>();
   const CpuTuning original = model_->tuning();
-  CpuTuning eight = original;
-  std::set<std::tuple<kernels::cpu::WeightType, int64_t, int64_t>> shapes;
   int q6k = 0;
-  for (const WeightMatrix* w : model_->ProductMatrices()) {
-    if (!shapes.insert({w->type, w->rows, w->cols}).second) continue;
-    q6k += w->type == kernels::cpu::WeightType::kQ6_K;
-    for (int b = 0; b < kTokenBuckets; ++b) {
-      eight.isa.push_back({w->type, w->rows, w->cols, b, kernels::cpu::ActiveIsa(), 8});
-    }
-  }
+  const CpuTuning eight = EightBitEverywhere(*model_, original, &q6k);
   EXPECT_GT(q6k, 0);  // both files have Q6_K matrices: the new product runs
   ASSERT_TRUE(model_->ApplyTuning(eight).ok());
   std::unique_ptr<SessionCache> cache = Cache(Dense());
@@ -233,10 +207,7 @@ TEST_P(QwenGoldenTest, EightBitActivationsStayCloseToTheExactWeights) {
   DenseScorer exact_scorer(fx.at("exact"), tokens, model_->config().vocab_size, 0.5);
   exact_scorer.Add(logits->data(), 0, tokens.size());
   const DenseComparison c = exact_scorer.Result();
-  std::printf(
-      "8-bit activations against the exact weights: argmax agreement %.4f (%.4f where gap >= "
-      "0.5), perplexity %.4f vs %.4f (%.5f), worst top-8 logit error %.3f\n",
-      c.agreement, c.clear_agreement, c.ppl, c.ref_ppl, c.ppl_ratio, c.worst_topk);
+  PrintDenseComparison("8-bit activations against the exact weights", c);
   EXPECT_GE(c.agreement, 0.95);
   EXPECT_GE(c.clear_agreement, 0.99);
   EXPECT_NEAR(c.ppl_ratio, 1.0, 0.005);

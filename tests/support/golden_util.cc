@@ -4,11 +4,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
+#include <set>
 #include <span>
+#include <tuple>
 
 #include "engine/backends/cpu/plain_reference_llama.h"
 #include "engine/core/step_runner.h"
+#include "engine/gguf/gguf_file.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "tools/perplexity.h"
 
 namespace streamd::testing {
@@ -17,6 +22,47 @@ nlohmann::json ReadGoldenFixture(const std::string& name) {
   std::ifstream in(std::string(STREAMD_FIXTURES) + "/" + name);
   EXPECT_TRUE(in.good()) << "missing fixture " << name;
   return nlohmann::json::parse(in);
+}
+
+int ExpectTokenizesAsFixture(const std::string& model_path, const nlohmann::json& fixture,
+                             const std::string& book) {
+  auto file = gguf::GgufFile::Open(model_path);
+  EXPECT_TRUE(file.ok()) << file.status().ToString();
+  if (!file.ok()) return 0;
+  auto tok = tokenizer::Tokenizer::FromGguf(**file);
+  EXPECT_TRUE(tok.ok()) << tok.status().ToString();
+  if (!tok.ok()) return 0;
+  int cases = 0;
+  for (const nlohmann::json& c : fixture.at("cases")) {
+    const std::string text = c.contains("bytes") ? book.substr(0, c.at("bytes").get<size_t>())
+                                                 : c.at("text").get<std::string>();
+    auto ids = (*tok)->Encode(text, false, c.at("parse_special").get<bool>());
+    EXPECT_TRUE(ids.ok()) << ids.status().ToString();
+    if (!ids.ok()) continue;
+    EXPECT_EQ(*ids, c.at("ids").get<std::vector<int32_t>>()) << c.at("name");
+    ++cases;
+  }
+  return cases;
+}
+
+CpuTuning EightBitEverywhere(const LlamaModel& model, const CpuTuning& base, int* q6k_shapes) {
+  CpuTuning eight = base;
+  std::set<std::tuple<kernels::cpu::WeightType, int64_t, int64_t>> shapes;
+  for (const WeightMatrix* w : model.ProductMatrices()) {
+    if (!shapes.insert({w->type, w->rows, w->cols}).second) continue;
+    if (q6k_shapes != nullptr) *q6k_shapes += w->type == kernels::cpu::WeightType::kQ6_K;
+    for (int b = 0; b < kTokenBuckets; ++b) {
+      eight.isa.push_back({w->type, w->rows, w->cols, b, kernels::cpu::ActiveIsa(), 8});
+    }
+  }
+  return eight;
+}
+
+void PrintDenseComparison(const char* against, const DenseComparison& c) {
+  std::printf(
+      "%s: argmax agreement %.4f (%.4f where gap >= 0.5), perplexity %.4f vs %.4f (%.5f), "
+      "worst top-8 logit error %.3f\n",
+      against, c.agreement, c.clear_agreement, c.ppl, c.ref_ppl, c.ppl_ratio, c.worst_topk);
 }
 
 int32_t Argmax(const float* row, int64_t n) {

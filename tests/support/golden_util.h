@@ -1,8 +1,9 @@
-// What the golden numerics tests share (model_golden_test, qwen_golden_test,
+// What the golden numerics tests share (model_golden_test, qwen_golden_test, gemma_golden_test,
 // quant_variants_golden_test): reading llama.cpp's fixtures (tools/reference/, docs/REFERENCE.md),
 // running a real model over their tokens, and scoring our logits against them: argmax agreement,
 // perplexity, top-k logits, greedy continuations, and caches past eviction against the plain
-// reference model. The bounds stay in each test; these only measure.
+// reference model; tokenizing as llama.cpp did, and the all-8-bit tuning a plan may choose. The
+// bounds stay in each test; these only measure.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,12 @@ namespace streamd::testing {
 
 // tests/fixtures/<name> (EXPECTs it exists).
 nlohmann::json ReadGoldenFixture(const std::string& name);
+
+// Encodes each case of a tokenize fixture (make_*_fixtures.py: a `text`, or the first `bytes` of
+// `book`, with `parse_special`) with the vocabulary of the GGUF at `model_path`, EXPECTing
+// llama.cpp's `ids`; returns how many cases ran.
+int ExpectTokenizesAsFixture(const std::string& model_path, const nlohmann::json& fixture,
+                             const std::string& book);
 
 // The first index of the largest of `n` logits.
 int32_t Argmax(const float* row, int64_t n);
@@ -44,6 +51,12 @@ Status RunChunked(LlamaModel& model, const std::vector<int32_t>& tokens, Session
 StatusOr<std::vector<float>> RunChunkedAll(LlamaModel& model, const std::vector<int32_t>& tokens,
                                            SessionCache& cache, size_t chunk);
 
+// `base` with every product of `model` (one entry per weight shape and token bucket) at 8-bit
+// activations on the active ISA: what a plan's eval gate measures before it takes 8 bits.
+// `*q6k_shapes` (if given) counts the Q6_K shapes among them.
+CpuTuning EightBitEverywhere(const LlamaModel& model, const CpuTuning& base,
+                             int* q6k_shapes = nullptr);
+
 // One dense pass's comparison with a reference's pass over the same tokens (a fixture object
 // with argmax, argmax_gap, ppl and, when present, topk).
 struct DenseComparison {
@@ -53,6 +66,8 @@ struct DenseComparison {
   double worst_topk = 0;  // largest |our logit - its| over its top-k rows
   int64_t topk_sets_equal = 0, topk_rows = 0;
 };
+// Prints `c` on one line, labelled `against`.
+void PrintDenseComparison(const char* against, const DenseComparison& c);
 
 // Scores a pass's logit rows as they come (row i predicts tokens[i + 1]; the last token's row is
 // not scored), so that a long pass need not keep them all. `ref` and `tokens` must outlive it.
