@@ -131,6 +131,14 @@ TEST(ChatFormatterFamilyTest, Llama31TurnsMatchTheTemplate) {
   ExpectTurnsMatchTemplate(*family, "<|eot_id|>");
 }
 
+// Appends the tokens of one turn (ASSERTs the formatter makes them).
+void AppendTurn(const ChatFormatter& formatter, ChatRoleKind role, const std::string& text,
+                bool first, ChatState* state, Ids* to) {
+  auto ids = formatter.Turn(role, text, first, state);
+  ASSERT_TRUE(ids.ok()) << ids.status().ToString();
+  Append(to, *ids);
+}
+
 // The framing around `contents` as the template renders `messages`, where message contents hold
 // the markers \x01, \x02, ... for contents[0], contents[1], ...: framing encoded with special
 // tokens, each content without.
@@ -168,11 +176,7 @@ TEST(ChatFormatterFamilyTest, GemmaFoldsASystemMessageIntoTheNextUserTurn) {
   ASSERT_EQ(chat->kind(), tokenizer::ChatTemplateKind::kGemma);
   ChatFormatter formatter(*chat, tok);
   const auto turn = [&](ChatRoleKind role, const std::string& text, bool first, ChatState* state,
-                        Ids* to) {
-    auto ids = formatter.Turn(role, text, first, state);
-    ASSERT_TRUE(ids.ok()) << ids.status().ToString();
-    Append(to, *ids);
-  };
+                        Ids* to) { AppendTurn(formatter, role, text, first, state, to); };
 
   // At the start: exactly the template's rendering of [system, user] and the generation prompt.
   ChatState state = ChatState::kNone;
@@ -236,11 +240,7 @@ TEST(ChatFormatterFamilyTest, Llama2LaterTurnsCarryNoSystemBlockAndFoldSystemMes
   ASSERT_EQ(chat.kind(), tokenizer::ChatTemplateKind::kLlama2);
   ChatFormatter formatter(chat, tok);
   const auto turn = [&](ChatRoleKind role, const std::string& text, bool first, ChatState* state,
-                        Ids* to) {
-    auto ids = formatter.Turn(role, text, first, state);
-    ASSERT_TRUE(ids.ok()) << ids.status().ToString();
-    Append(to, *ids);
-  };
+                        Ids* to) { AppendTurn(formatter, role, text, first, state, to); };
   const auto answer = [&](ChatState* state) {  // the model says "Hello." and ends with </s>
     Ids ids = formatter.GenerationPrompt(state);
     Append(&ids, Encode(tok, "Hello.", false));

@@ -48,6 +48,7 @@
 #include "engine/tokenizer/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/tokenizer/utf8.h"
+#include "tests/support/chat_template_texts.h"
 
 namespace {
 
@@ -55,20 +56,11 @@ using streamd::tokenizer::ChatMessage;
 using streamd::tokenizer::ChatTemplate;
 using streamd::tokenizer::ChatTemplateKind;
 using streamd::tokenizer::Tokenizer;
+using streamd::tokenizer::testing::kLlama2Template;
 
-// Hugging Face's Llama-2-chat and Meta's Llama-3-Instruct (3.0) templates, as the unit tests
-// (engine/tokenizer/chat_template_test.cc) render them against jinja2.
-constexpr std::string_view kLlama2Template =
-    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set "
-    "system_message = messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% "
-    "set system_message = false %}{% endif %}{% for message in loop_messages %}{% if "
-    "(message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation "
-    "roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if loop.index0 "
-    "== 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + "
-    "'\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] "
-    "%}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + "
-    "content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + "
-    "content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}";
+// Hugging Face's Llama-2-chat (tests/support/chat_template_texts.h) and Meta's Llama-3-Instruct
+// (3.0) templates, as the unit tests (engine/tokenizer/chat_template_test.cc) render them against
+// jinja2.
 constexpr std::string_view kLlama3Template =
     "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
     "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | "
