@@ -162,6 +162,20 @@ Ids TemplateIds(const tokenizer::ChatTemplate& chat, const tokenizer::Tokenizer&
   return want;
 }
 
+// A session's first input: the system message "Be brief.", folded into the user turn "Hi!", and
+// the generation prompt, into *got: exactly the template's rendering of [system, user].
+void ExpectFoldedFirstTurn(const ChatFormatter& formatter, const tokenizer::ChatTemplate& chat,
+                           const tokenizer::Tokenizer& tok, ChatState* state, Ids* got) {
+  ASSERT_NO_FATAL_FAILURE(
+      AppendTurn(formatter, ChatRoleKind::kSystem, "Be brief.", true, state, got));
+  EXPECT_EQ(*state, ChatState::kSystemOpen);
+  ASSERT_NO_FATAL_FAILURE(AppendTurn(formatter, ChatRoleKind::kUser, "Hi!", false, state, got));
+  Append(got, formatter.GenerationPrompt(state));
+  const Ids want =
+      TemplateIds(chat, tok, {{"system", "\x01"}, {"user", "\x02"}}, {"Be brief.", "Hi!"}, true);
+  EXPECT_EQ(*got, want) << "streamd: " << tok.Decode(*got) << "\ntemplate: " << tok.Decode(want);
+}
+
 // Gemma has no system turn: its template opens the first user turn with the system text and a
 // blank line. A session's system message is folded the same way into the user turn after it
 // (ChatState::kSystemOpen), at the start of a conversation, later in it, and when a Generate
@@ -181,13 +195,7 @@ TEST(ChatFormatterFamilyTest, GemmaFoldsASystemMessageIntoTheNextUserTurn) {
   // At the start: exactly the template's rendering of [system, user] and the generation prompt.
   ChatState state = ChatState::kNone;
   Ids got;
-  turn(ChatRoleKind::kSystem, "Be brief.", true, &state, &got);
-  EXPECT_EQ(state, ChatState::kSystemOpen);
-  turn(ChatRoleKind::kUser, "Hi!", false, &state, &got);
-  Append(&got, formatter.GenerationPrompt(&state));
-  Ids want =
-      TemplateIds(*chat, tok, {{"system", "\x01"}, {"user", "\x02"}}, {"Be brief.", "Hi!"}, true);
-  EXPECT_EQ(got, want) << "streamd: " << tok.Decode(got) << "\ntemplate: " << tok.Decode(want);
+  ASSERT_NO_FATAL_FAILURE(ExpectFoldedFirstTurn(formatter, *chat, tok, &state, &got));
 
   // Later (after an answer that ended with <end_of_turn>): the system text opens the next user
   // turn, joined to the user's text as at the start.
@@ -197,7 +205,7 @@ TEST(ChatFormatterFamilyTest, GemmaFoldsASystemMessageIntoTheNextUserTurn) {
   turn(ChatRoleKind::kSystem, "Now in French.", false, &state, &got);
   turn(ChatRoleKind::kUser, "Bye", false, &state, &got);
   Append(&got, formatter.GenerationPrompt(&state));
-  want = TemplateIds(
+  Ids want = TemplateIds(
       *chat, tok,
       {{"system", "\x01"}, {"user", "\x02"}, {"assistant", "\x03"}, {"user", "\x04\n\n\x05"}},
       {"Be brief.", "Hi!", "Hello.", "Now in French.", "Bye"}, true);
@@ -253,19 +261,13 @@ TEST(ChatFormatterFamilyTest, Llama2LaterTurnsCarryNoSystemBlockAndFoldSystemMes
   // The first turn: a system message folded into the user's, as the template renders them.
   ChatState state = ChatState::kNone;
   Ids got;
-  turn(ChatRoleKind::kSystem, "Be brief.", true, &state, &got);
-  EXPECT_EQ(state, ChatState::kSystemOpen);
-  turn(ChatRoleKind::kUser, "Hi!", false, &state, &got);
-  Append(&got, formatter.GenerationPrompt(&state));
-  Ids want =
-      TemplateIds(chat, tok, {{"system", "\x01"}, {"user", "\x02"}}, {"Be brief.", "Hi!"}, true);
-  EXPECT_EQ(got, want) << "streamd: " << tok.Decode(got) << "\ntemplate: " << tok.Decode(want);
+  ASSERT_NO_FATAL_FAILURE(ExpectFoldedFirstTurn(formatter, chat, tok, &state, &got));
 
   // After the answer, a user turn is any user turn: no system block, no second </s>.
   answer(&state);
   got.clear();
   turn(ChatRoleKind::kUser, "Bye", false, &state, &got);
-  want = TemplateIds(chat, tok, {{"user", "\x01"}}, {"Bye"}, true);
+  Ids want = TemplateIds(chat, tok, {{"user", "\x01"}}, {"Bye"}, true);
   EXPECT_EQ(got, want) << "streamd: " << tok.Decode(got) << "\ntemplate: " << tok.Decode(want);
 
   // A system message later in the session opens its user turn as at the start.

@@ -176,6 +176,28 @@ std::string GemmaSystemSeparator(std::string_view jinja) {
   return at < jinja.size() ? separator : std::string(kGemmaSystemSeparator);
 }
 
+// For the templates without a system turn of their own (Llama-2, Gemma), which fold a leading
+// system message into the first user turn: takes that message off `*messages`. Jinja renders a
+// system message that no other message follows as nothing, losing its text; we refuse it.
+// ChatFormatter (engine/sessions) also relies on the refusal: it learns a later user turn's
+// framing from the first short conversation that renders, and [system] rendering as nothing
+// would put that conversation's placeholder system text into the framing.
+StatusOr<std::optional<std::string_view>> TakeLeadingSystem(std::span<const ChatMessage>* messages,
+                                                            std::string_view family,
+                                                            std::string_view how_it_folds) {
+  if (messages->empty() || messages->front().role != "system") {
+    return std::optional<std::string_view>();
+  }
+  const std::string_view system = messages->front().content;
+  *messages = messages->subspan(1);
+  if (messages->empty()) {
+    return InvalidArgumentError(std::string(family) +
+                                " chat: a system message must be followed by a user message (" +
+                                std::string(how_it_folds) + ")");
+  }
+  return std::optional<std::string_view>(system);
+}
+
 }  // namespace
 
 StatusOr<ChatTemplate> ChatTemplate::FromGguf(const gguf::GgufFile& file,
@@ -281,21 +303,12 @@ std::string ChatTemplate::RenderChatMl(std::span<const ChatMessage> messages,
 }
 
 StatusOr<std::string> ChatTemplate::RenderLlama2(std::span<const ChatMessage> messages) const {
-  std::string_view system;
-  bool has_system = false;
-  if (!messages.empty() && messages.front().role == "system") {
-    system = messages.front().content;
-    has_system = true;
-    messages = messages.subspan(1);
-  }
-  // As for Gemma: Jinja renders a system message that no user message follows as nothing, and
-  // a later user turn's framing learned from it would carry ChatFormatter's placeholder system
-  // block. Refusing it makes ChatFormatter fold a system message into the next user turn.
-  if (has_system && messages.empty()) {
-    return InvalidArgumentError(
-        "Llama-2 chat: a system message must be followed by a user message (the system text "
-        "opens the first user turn in <<SYS>> ... <</SYS>>)");
-  }
+  STREAMD_ASSIGN_OR_RETURN(
+      std::optional<std::string_view> leading,
+      TakeLeadingSystem(&messages, "Llama-2",
+                        "the system text opens the first user turn in <<SYS>> ... <</SYS>>"));
+  const bool has_system = leading.has_value();
+  const std::string_view system = leading.value_or("");
   std::string out;
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
@@ -348,22 +361,12 @@ std::string ChatTemplate::RenderLlama3(std::span<const ChatMessage> messages,
 
 StatusOr<std::string> ChatTemplate::RenderGemma(std::span<const ChatMessage> messages,
                                                 bool add_generation) const {
-  std::string_view system;
-  bool has_system = false;
-  if (!messages.empty() && messages.front().role == "system") {
-    system = messages.front().content;
-    has_system = true;
-    messages = messages.subspan(1);
-  }
-  // Jinja renders a system message that no user message follows as nothing, losing its text.
-  // We refuse it: ChatFormatter (engine/sessions) learns a later user turn's framing from the
-  // first short conversation that renders, and {system} rendering as nothing would put that
-  // conversation's placeholder system text into the framing.
-  if (has_system && messages.empty()) {
-    return InvalidArgumentError(
-        "Gemma chat: a system message must be followed by a user message (Gemma has no system "
-        "turn; the system text opens the first user turn)");
-  }
+  STREAMD_ASSIGN_OR_RETURN(
+      std::optional<std::string_view> leading,
+      TakeLeadingSystem(&messages, "Gemma",
+                        "Gemma has no system turn; the system text opens the first user turn"));
+  const bool has_system = leading.has_value();
+  const std::string_view system = leading.value_or("");
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string_view want = i % 2 == 0 ? "user" : "assistant";
     if (messages[i].role != want) {

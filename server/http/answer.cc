@@ -100,11 +100,6 @@ void Answer::Finish(const std::string& text) {
   (void)session_->SetMetadata(record_.Encode());
 }
 
-Status EndStatus(const GenerationEnd& end) {
-  if (!end.status.ok()) return end.status;
-  return UnavailableError("the generation was cancelled");
-}
-
 Usage Answer::UsageAfter(int64_t output_tokens) const {
   Usage u;
   u.completion_tokens = output_tokens;
@@ -112,6 +107,11 @@ Usage Answer::UsageAfter(int64_t output_tokens) const {
   // The context now is everything the answer was generated from, and the answer.
   u.prompt_tokens = std::max<int64_t>(session_->ContextTokens() - output_tokens, cached_tokens_);
   return u;
+}
+
+Status EndStatus(const GenerationEnd& end) {
+  if (!end.status.ok()) return end.status;
+  return UnavailableError("the generation was cancelled");
 }
 
 }  // namespace streamd::http

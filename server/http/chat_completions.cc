@@ -4,7 +4,6 @@
 // appended (conversation.h).
 #include <httplib.h>
 
-#include <chrono>
 #include <memory>
 
 #include "server/http/answer.h"

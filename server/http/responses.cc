@@ -7,7 +7,6 @@
 #include <httplib.h>
 
 #include <cctype>
-#include <chrono>
 #include <memory>
 
 #include "server/http/answer.h"
