@@ -1,10 +1,16 @@
 #include "server/metrics/metrics_endpoint.h"
 
 #include <CivetServer.h>
+#include <netdb.h>
 #include <prometheus/exposer.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <exception>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "server/metrics/https_scrape_server.h"
@@ -28,6 +34,26 @@ std::string HostPort(const std::string& host, int port) {
   return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
+// Opens and closes one TCP connection to host:port; a wildcard address is reached on loopback.
+void ConnectAndClose(const std::string& host, int port) {
+  const std::string to = host.empty() || host == "0.0.0.0" ? "127.0.0.1"
+                         : host == "::" || host == "[::]"  ? "::1"
+                                                           : host;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(to.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const bool connected = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+    close(fd);
+    if (connected) break;
+  }
+  freeaddrinfo(found);
+}
+
 }  // namespace
 
 std::unique_ptr<MetricsEndpoint> MetricsEndpoint::Start(const std::string& host, int port,
@@ -35,6 +61,7 @@ std::unique_ptr<MetricsEndpoint> MetricsEndpoint::Start(const std::string& host,
                                                         const MetricsTls& tls, std::string* error) {
   std::unique_ptr<MetricsEndpoint> e(new MetricsEndpoint());
   e->source_ = std::move(source);
+  e->host_ = host;
   if (tls.enabled()) {
     e->https_ = HttpsScrapeServer::Start(host, port, e->source_, tls, error);
     if (e->https_ == nullptr) return nullptr;
@@ -67,6 +94,22 @@ std::unique_ptr<MetricsEndpoint> MetricsEndpoint::Start(const std::string& host,
   return e;
 }
 
-MetricsEndpoint::~MetricsEndpoint() = default;
+MetricsEndpoint::~MetricsEndpoint() {
+  if (exposer_ == nullptr) return;
+  // civetweb's listening thread waits on its socket up to 2 s at a time and sees the stop only
+  // when that wait ends, so every daemon stop (and so every restart) took up to 2 s more. A
+  // connection to our own port ends the wait: one is made every few milliseconds until the
+  // Exposer has stopped.
+  std::atomic<bool> stopped = false;
+  std::thread wake([this, &stopped] {
+    while (!stopped.load()) {
+      ConnectAndClose(host_, port_);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+  exposer_.reset();
+  stopped = true;
+  wake.join();
+}
 
 }  // namespace streamd::metrics

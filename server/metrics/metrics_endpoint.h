@@ -58,6 +58,7 @@ class MetricsEndpoint {
   std::shared_ptr<ScrapeSource> source_;          // the Exposer holds it weakly
   std::unique_ptr<prometheus::Exposer> exposer_;  // plain HTTP
   std::unique_ptr<HttpsScrapeServer> https_;      // or TLS
+  std::string host_;                              // as bound: the stop's wake-up connects to it
   int port_ = 0;
 };
 
