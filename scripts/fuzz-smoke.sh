@@ -51,8 +51,12 @@ done
 
 mkdir -p "$BUILD"
 log "configure $BUILD"
+# A new directory is made for Ninja (scripts/sanitize-check.sh says why); one made before keeps
+# the generator it has.
+GENERATOR=()
+[[ -f "$BUILD/CMakeCache.txt" ]] || GENERATOR=(-G Ninja)
 # shellcheck disable=SC2086  # CMAKE_EXTRA is a list of flags
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release \
+cmake -S . -B "$BUILD" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DSTREAMD_FUZZ=ON -DSTREAMD_SERVER=ON -DSTREAMD_BENCHMARKS=OFF -DSTREAMD_CUDA=OFF \
   -DSTREAMD_UNITY_BUILD="${UNITY:-OFF}" \

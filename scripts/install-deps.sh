@@ -6,6 +6,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config git python3
+  ninja-build                                  # every build: Ninja schedules all targets' compiles at once
   python3-venv                                 # tests: the Python client's venv (clients/python)
   libgtest-dev libgmock-dev libbenchmark-dev   # tests and benchmarks
   libpcre2-dev                                 # Unicode classes for the BPE pre-tokenizer

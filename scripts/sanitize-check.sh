@@ -80,8 +80,13 @@ TSAN_EXCLUDE=(SessionRegistryTest.TenThousandSessionsWithAPoolForSixtyFour 'Stre
 configure() {
   local dir=$1 flags=$2
   mkdir -p "$dir"
+  # A new directory is made for Ninja, which compiles a target's sources without waiting for the
+  # libraries it links (the ASan build on 2 cores: 436 s with Unix Makefiles, 272 s); one made
+  # before keeps the generator it has.
+  local generator=()
+  [[ -f "$dir/CMakeCache.txt" ]] || generator=(-G Ninja)
   # shellcheck disable=SC2086  # CMAKE_EXTRA is a list of flags
-  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  cmake -S . -B "$dir" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_COMPILER=gcc -DCMAKE_CXX_COMPILER=g++ \
     "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1" "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" \
     "-DCMAKE_C_FLAGS=$flags" "-DCMAKE_CXX_FLAGS=$flags" \
