@@ -2,7 +2,8 @@
 """Proves that deploy/check.py's security checks can fail: each mutation below breaks one
 thing in a copy of deploy/ (the rest of the repository linked in), and check.py must then fail
 with a message naming it, while the unbroken copy passes. Run by ctest
-(deploy_check_mutations) and by hand: deploy/check_mutations.py. Exit 0 when every mutation
+(deploy_check_mutations) and by hand: deploy/check_mutations.py [--streamd B --streamctl C]
+(with the binaries, the image's run-time packages are broken too). Exit 0 when every mutation
 was caught, 1 otherwise, 77 without PyYAML.
 """
 import pathlib
@@ -146,6 +147,15 @@ MUTATIONS = [
      "sets auth.allow_insecure"),
 ]
 
+# Caught only with the binaries (--streamd, --streamctl): the image's run-time packages against
+# the libraries ldd lists.
+BINARY_MUTATIONS = [
+    ("container/Containerfile", "libpcre2-8-0 libxxhash0 \\", "libpcre2-8-0 \\",
+     "libxxhash.so.0 from libxxhash0, which the run-time stage does not install"),
+    ("container/Containerfile", "libpcre2-8-0 libxxhash0", "libpcre2-8-0 libxxhash0 libnosuch0",
+     "package libnosuch0 is unknown to apt-cache"),
+]
+
 
 def copy_of_repository(tmp):
     """tmp/root: deploy/ copied, everything else linked (check.py reads proto/ and scripts/)."""
@@ -159,9 +169,9 @@ def copy_of_repository(tmp):
     return root
 
 
-def run_check(root):
-    r = subprocess.run([sys.executable, str(root / "deploy" / "check.py")], capture_output=True,
-                       text=True, check=False)
+def run_check(root, args=()):
+    r = subprocess.run([sys.executable, str(root / "deploy" / "check.py"), *args],
+                       capture_output=True, text=True, check=False)
     return r.returncode, r.stdout + r.stderr
 
 
@@ -171,21 +181,26 @@ def main():
     except ImportError:
         print("SKIP: PyYAML is missing (apt-get install python3-yaml)")
         return 77
+    # --streamd B --streamctl C: passed on to check.py for BINARY_MUTATIONS.
+    binaries = sys.argv[1:]
+    mutations = [(m, ()) for m in MUTATIONS]
+    if binaries:
+        mutations += [(m, binaries) for m in BINARY_MUTATIONS]
     missed = []
     with tempfile.TemporaryDirectory() as tmp:
         root = copy_of_repository(tmp)
-        rc, out = run_check(root)
+        rc, out = run_check(root, binaries)
         if rc != 0:
             print(f"FAIL: the unbroken copy does not pass:\n{out}")
             return 1
-        for file, old, new, expected in MUTATIONS:
+        for (file, old, new, expected), args in mutations:
             path = root / "deploy" / file
             original = path.read_text(encoding="utf-8")
             if old not in original:
                 missed.append(f"{file}: the text to break is gone: {old!r}")
                 continue
             path.write_text(original.replace(old, new, 1), encoding="utf-8")
-            rc, out = run_check(root)
+            rc, out = run_check(root, args)
             path.write_text(original, encoding="utf-8")
             needs_haproxy = expected == "haproxy -c" and "skipped: haproxy -c" in out
             if needs_haproxy:
@@ -198,7 +213,7 @@ def main():
     for m in missed:
         print(f"FAIL: {m}")
     if not missed:
-        print(f"all {len(MUTATIONS)} mutations caught")
+        print(f"all {len(mutations)} mutations caught")
     return 1 if missed else 0
 
 
