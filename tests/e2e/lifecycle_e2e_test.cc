@@ -14,6 +14,7 @@
 
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "tests/e2e/daemon_process.h"
+#include "tests/e2e/durability_util.h"
 #include "tests/e2e/e2e_util.h"
 
 namespace streamd::e2e {
@@ -103,7 +104,8 @@ TEST(LifecycleE2eTest, ADaemonThatCrashesPrintsWhereBeforeItEnds) {
 }
 
 TEST(LifecycleE2eTest, MalformedConfigIsRejectedWithTheKey) {
-  const std::string path = ::testing::TempDir() + "/streamd_bad.yaml";
+  const TempDir tmp;
+  const std::string path = tmp.path() + "/streamd_bad.yaml";
   {
     std::ofstream out(path);
     out << "server:\n  listen_address: [unclosed\n";

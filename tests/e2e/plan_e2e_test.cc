@@ -23,8 +23,11 @@ class PlanE2eTest : public ::testing::Test {
  protected:
   // One plan for the whole suite: a quick build (one timing round, a short window).
   static void SetUpTestSuite() {
-    dir_ = new std::string(testing::TempDir() + "/plan_e2e");
-    std::filesystem::create_directories(*dir_);
+    // A directory of this process's own: ctest runs each test in a process of its own, two at
+    // a time, and another checkout's tests may run beside them (a shared /tmp/plan_e2e had
+    // them rebuild and overwrite each other's plan).
+    tmp_ = new TempDir();
+    dir_ = new std::string(tmp_->path());
     plan_ = new std::string(*dir_ + "/smollm2.plan");
     build_ = new RunResult(RunStreamd(
         {"build", "--model", ModelPath(), "--out", *plan_, "--rounds", "1", "--window", "60"}));
@@ -33,7 +36,9 @@ class PlanE2eTest : public ::testing::Test {
     delete build_;
     delete plan_;
     delete dir_;
+    delete tmp_;
   }
+  static TempDir* tmp_;
   static std::string* dir_;
   static std::string* plan_;
   static RunResult* build_;
@@ -55,6 +60,7 @@ class PlanE2eTest : public ::testing::Test {
 std::string* PlanE2eTest::dir_ = nullptr;
 std::string* PlanE2eTest::plan_ = nullptr;
 RunResult* PlanE2eTest::build_ = nullptr;
+TempDir* PlanE2eTest::tmp_ = nullptr;
 
 std::vector<int32_t> GreedyAfter(const DaemonProcess& d, const std::string& text, int32_t n) {
   RawStream s(d.Channel());
