@@ -2,13 +2,16 @@
 
 #include <CivetServer.h>
 #include <netdb.h>
+#include <poll.h>
 #include <prometheus/exposer.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <exception>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,8 +37,10 @@ std::string HostPort(const std::string& host, int port) {
   return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
-// Opens and closes one TCP connection to host:port; a wildcard address is reached on loopback.
-void ConnectAndClose(const std::string& host, int port) {
+using AddressList = std::unique_ptr<addrinfo, decltype(&freeaddrinfo)>;
+
+// The addresses of host:port, for connecting to it; a wildcard address is reached on loopback.
+AddressList ResolveForConnect(const std::string& host, int port) {
   const std::string to = host.empty() || host == "0.0.0.0" ? "127.0.0.1"
                          : host == "::" || host == "[::]"  ? "::1"
                                                            : host;
@@ -43,15 +48,30 @@ void ConnectAndClose(const std::string& host, int port) {
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV;
   addrinfo* found = nullptr;
-  if (getaddrinfo(to.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return;
-  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+  if (getaddrinfo(to.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) found = nullptr;
+  return AddressList(found, &freeaddrinfo);
+}
+
+// Opens and closes one TCP connection to the first of `addresses` that takes one. Never waits
+// more than kConnectWaitMs on one (a firewall that drops the packets would otherwise hold a
+// blocking connect, and so the daemon's stop, for minutes).
+constexpr int kConnectWaitMs = 50;
+void ConnectAndClose(const addrinfo* addresses) {
+  for (const addrinfo* a = addresses; a != nullptr; a = a->ai_next) {
+    const int fd =
+        socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
     if (fd < 0) continue;
-    const bool connected = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+    bool connected = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+    if (!connected && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int error = 0;
+      socklen_t size = sizeof error;
+      connected = poll(&p, 1, kConnectWaitMs) == 1 &&
+                  getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &size) == 0 && error == 0;
+    }
     close(fd);
-    if (connected) break;
+    if (connected) return;
   }
-  freeaddrinfo(found);
 }
 
 }  // namespace
@@ -100,10 +120,11 @@ MetricsEndpoint::~MetricsEndpoint() {
   // when that wait ends, so every daemon stop (and so every restart) took up to 2 s more. A
   // connection to our own port ends the wait: one is made every few milliseconds until the
   // Exposer has stopped.
+  const AddressList own = ResolveForConnect(host_, port_);
   std::atomic<bool> stopped = false;
-  std::thread wake([this, &stopped] {
+  std::thread wake([&own, &stopped] {
     while (!stopped.load()) {
-      ConnectAndClose(host_, port_);
+      ConnectAndClose(own.get());
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   });
