@@ -83,8 +83,12 @@ quant-variants: model
 	  STREAMD_GGUF_PYTHON=$$(tests/reference/gguf-venv.sh $(GGUF_VENV) | tail -n 1) \
 	  scripts/make-quant-variants.sh $(CI_QUANT_TYPES) >/dev/null
 
+# The tests' temporary files (gtest's TempDir(): TEST_TMPDIR) go into the build directory, so
+# that two checkouts or builds testing at once on one host never share a file name in /tmp.
 test: build model qwen-model gemma-model vocab quant-variants
-	STREAMD_MODEL=$(MODEL) STREAMD_QWEN_MODEL=$(QWEN_MODEL) STREAMD_QWEN15_MODEL=$(QWEN15_MODEL) \
+	@mkdir -p $(BUILD_DIR)/test-tmp
+	TEST_TMPDIR=$(abspath $(BUILD_DIR))/test-tmp \
+	  STREAMD_MODEL=$(MODEL) STREAMD_QWEN_MODEL=$(QWEN_MODEL) STREAMD_QWEN15_MODEL=$(QWEN15_MODEL) \
 	  STREAMD_GEMMA_MODEL=$(GEMMA_MODEL) \
 	  STREAMD_QUANT_VARIANTS=$(QUANT_VARIANTS) \
 	  STREAMD_SPM_VOCAB=$$(scripts/fetch-test-vocab.sh) \

@@ -146,7 +146,11 @@ print(",".join(["0", "0", "0"] + [str(n) for n in numbers]))
 PY
   ) || return 1
   local rc=0
-  STREAMD_MODEL="$STREAMD_MODEL" STREAMD_SPM_VOCAB="$STREAMD_SPM_VOCAB" \
+  # The tests' temporary files (gtest's TempDir()) in the build directory, not a /tmp every
+  # build and checkout on the host shares (the Makefile's test target does the same).
+  mkdir -p "$dir/test-tmp"
+  TEST_TMPDIR="$dir/test-tmp" \
+    STREAMD_MODEL="$STREAMD_MODEL" STREAMD_SPM_VOCAB="$STREAMD_SPM_VOCAB" \
     STREAMD_GEMMA_MODEL="$STREAMD_GEMMA_MODEL" STREAMD_VOCAB_DIR="$STREAMD_VOCAB_DIR" \
     ctest --test-dir "$dir" --output-on-failure -j "$JOBS" --timeout 900 -I "$select" \
     > "$dir/sanitize-ctest.log" 2>&1 || rc=1

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "tests/e2e/daemon_process.h"
+#include "tests/e2e/durability_util.h"
 #include "tests/e2e/e2e_util.h"
 
 namespace streamd::e2e {
@@ -254,8 +255,8 @@ class ChurnClient {
 };
 
 TEST(ChurnE2eTest, ResumesAtAnyMomentGetTheirContextAndEveryMessageItsAnswer) {
-  const std::string dir = ::testing::TempDir() + "churn-" + std::to_string(::getpid());
-  ASSERT_EQ(std::system(("rm -rf " + dir + " && mkdir -p " + dir).c_str()), 0);
+  const TempDir tmp;  // removed, with the daemon's snapshots, after the daemon has stopped
+  const std::string dir = tmp.Sub("sessions");
   auto d = DaemonProcess::Start({"--sessions.snapshot_dir=" + dir, "--sessions.offload_after=30ms",
                                  "--sessions.resume_wait=5s", "--sessions.max_detached_share=1",
                                  "--engine.kv_pool=40MiB", "--engine.max_chunk=64",
