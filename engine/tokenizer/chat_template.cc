@@ -307,8 +307,6 @@ StatusOr<std::string> ChatTemplate::RenderLlama2(std::span<const ChatMessage> me
       std::optional<std::string_view> leading,
       TakeLeadingSystem(&messages, "Llama-2",
                         "the system text opens the first user turn in <<SYS>> ... <</SYS>>"));
-  const bool has_system = leading.has_value();
-  const std::string_view system = leading.value_or("");
   std::string out;
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
@@ -320,8 +318,8 @@ StatusOr<std::string> ChatTemplate::RenderLlama2(std::span<const ChatMessage> me
                                   "optional leading system message");
     }
     std::string content = m.content;
-    if (i == 0 && has_system) {
-      content = "<<SYS>>\n" + std::string(system) + "\n<</SYS>>\n\n" + m.content;
+    if (i == 0 && leading) {
+      content = "<<SYS>>\n" + std::string(*leading) + "\n<</SYS>>\n\n" + m.content;
     }
     if (expect_user) {
       out.append(bos_text_).append("[INST] ").append(PythonStrip(content)).append(" [/INST]");
@@ -365,12 +363,10 @@ StatusOr<std::string> ChatTemplate::RenderGemma(std::span<const ChatMessage> mes
       std::optional<std::string_view> leading,
       TakeLeadingSystem(&messages, "Gemma",
                         "Gemma has no system turn; the system text opens the first user turn"));
-  const bool has_system = leading.has_value();
-  const std::string_view system = leading.value_or("");
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string_view want = i % 2 == 0 ? "user" : "assistant";
     if (messages[i].role != want) {
-      return InvalidArgumentError("Gemma chat: message " + std::to_string(i + has_system) +
+      return InvalidArgumentError("Gemma chat: message " + std::to_string(i + leading.has_value()) +
                                   " has role '" + messages[i].role +
                                   "'; roles must alternate user/assistant after an "
                                   "optional leading system message");
@@ -382,7 +378,7 @@ StatusOr<std::string> ChatTemplate::RenderGemma(std::span<const ChatMessage> mes
   for (size_t i = 0; i < messages.size(); ++i) {
     out.append(kStartOfTurn).append(i % 2 == 0 ? "user\n" : "model\n");
     // The template trims each message but not the system text before the first one.
-    if (i == 0 && has_system) out.append(system).append(gemma_system_separator_);
+    if (i == 0 && leading) out.append(*leading).append(gemma_system_separator_);
     out.append(PythonStrip(messages[i].content)).append(kEndOfTurn).append("\n");
   }
   if (add_generation) out.append(kStartOfTurn).append("model\n");

@@ -27,19 +27,17 @@ class PlanE2eTest : public ::testing::Test {
     // a time, and another checkout's tests may run beside them (a shared /tmp/plan_e2e had
     // them rebuild and overwrite each other's plan).
     tmp_ = new TempDir();
-    dir_ = new std::string(tmp_->path());
-    plan_ = new std::string(*dir_ + "/smollm2.plan");
+    plan_ = new std::string(dir() + "/smollm2.plan");
     build_ = new RunResult(RunStreamd(
         {"build", "--model", ModelPath(), "--out", *plan_, "--rounds", "1", "--window", "60"}));
   }
   static void TearDownTestSuite() {
     delete build_;
     delete plan_;
-    delete dir_;
     delete tmp_;
   }
+  static const std::string& dir() { return tmp_->path(); }
   static TempDir* tmp_;
-  static std::string* dir_;
   static std::string* plan_;
   static RunResult* build_;
 
@@ -57,7 +55,6 @@ class PlanE2eTest : public ::testing::Test {
     return RunProgram(argv);
   }
 };
-std::string* PlanE2eTest::dir_ = nullptr;
 std::string* PlanE2eTest::plan_ = nullptr;
 RunResult* PlanE2eTest::build_ = nullptr;
 TempDir* PlanE2eTest::tmp_ = nullptr;
@@ -105,7 +102,7 @@ TEST_F(PlanE2eTest, DamagedAndForeignPlansFailTheStartNamingFileAndReason) {
   const std::string bytes((std::istreambuf_iterator<char>(in)), {});
   ASSERT_GT(bytes.size(), 200u);
 
-  const std::string truncated = *dir_ + "/truncated.plan";
+  const std::string truncated = dir() + "/truncated.plan";
   std::ofstream(truncated, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
   RunResult r = ServeExpectingExit({"--plan", truncated});
   EXPECT_EQ(r.exit_code, 1) << r.err;
@@ -113,7 +110,7 @@ TEST_F(PlanE2eTest, DamagedAndForeignPlansFailTheStartNamingFileAndReason) {
 
   std::string flipped_bytes = bytes;
   flipped_bytes[100] = static_cast<char>(flipped_bytes[100] ^ 0x20);  // inside the manifest
-  const std::string flipped = *dir_ + "/flipped.plan";
+  const std::string flipped = dir() + "/flipped.plan";
   std::ofstream(flipped, std::ios::binary) << flipped_bytes;
   r = ServeExpectingExit({"--plan", flipped});
   EXPECT_EQ(r.exit_code, 1) << r.err;
@@ -124,7 +121,7 @@ TEST_F(PlanE2eTest, DamagedAndForeignPlansFailTheStartNamingFileAndReason) {
   ASSERT_TRUE(file.ok()) << file.status().message();
   BuildPlan elsewhere = (*file)->plan();
   elsewhere.hardware.model = "A CPU This Test Made Up";
-  const std::string foreign = *dir_ + "/foreign.plan";
+  const std::string foreign = dir() + "/foreign.plan";
   ASSERT_TRUE(WritePlanFile(foreign, elsewhere, (*file)->weights()).ok());
   r = ServeExpectingExit({"--plan", foreign});
   EXPECT_EQ(r.exit_code, 1) << r.err;
@@ -136,13 +133,13 @@ TEST_F(PlanE2eTest, DamagedAndForeignPlansFailTheStartNamingFileAndReason) {
 
   BuildPlan older = (*file)->plan();
   older.streamd_version = "0.0.1";
-  const std::string old_plan = *dir_ + "/old.plan";
+  const std::string old_plan = dir() + "/old.plan";
   ASSERT_TRUE(WritePlanFile(old_plan, older, (*file)->weights()).ok());
   r = ServeExpectingExit({"--plan", old_plan});
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_THAT(r.err, HasSubstr("built by streamd 0.0.1"));
 
-  r = ServeExpectingExit({"--plan", *dir_ + "/missing.plan"});
+  r = ServeExpectingExit({"--plan", dir() + "/missing.plan"});
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_THAT(r.err, HasSubstr("missing.plan"));
 }
@@ -152,7 +149,7 @@ TEST_F(PlanE2eTest, DamagedAndForeignPlansFailTheStartNamingFileAndReason) {
 // deployment sets before a plan was built on the machine it lands on.
 TEST_F(PlanE2eTest, AutoTakesACurrentPlanBesideTheModelAndServesWithoutAnyOther) {
   ASSERT_EQ(build_->exit_code, 0) << build_->err;
-  const std::string models = *dir_ + "/auto";
+  const std::string models = dir() + "/auto";
   std::filesystem::create_directories(models);
   const std::string model = models + "/m.gguf", beside = models + "/m.plan";
   std::filesystem::remove(model);
