@@ -47,12 +47,13 @@ std::vector<int32_t> BlockList(const SessionCache& cache) {
 template <class Image>
 Status CheckShape(const SessionCache& cache, const Image& image, int64_t have) {
   const kernels::KvPoolLayout& l = cache.pool()->layout();
-  if (image.n_layers != l.n_layers || image.n_kv_heads != l.n_kv_heads ||
+  const int32_t layers = KvImageLayers(cache);
+  if (image.n_layers != layers || image.n_kv_heads != l.n_kv_heads ||
       image.head_dim != l.head_dim) {
     return InvalidArgumentError("K/V image of " + std::to_string(image.n_layers) + " layers, " +
                                 std::to_string(image.n_kv_heads) + " KV heads of " +
                                 std::to_string(image.head_dim) + " does not fit a pool of " +
-                                std::to_string(l.n_layers) + ", " + std::to_string(l.n_kv_heads) +
+                                std::to_string(layers) + ", " + std::to_string(l.n_kv_heads) +
                                 " of " + std::to_string(l.head_dim));
   }
   if (image.n_tokens != cache.cached_span().size() || have != image.elements()) {
@@ -94,7 +95,80 @@ void GatherRuns(const SessionCache& cache, const KvView& layout, Source&& source
   }
 }
 
+// The runs of a cache as a list (ForEachRun's order).
+std::vector<Run> RunsOf(const SessionCache& cache) {
+  std::vector<Run> runs;
+  ForEachRun(cache, [&](int32_t block, int64_t listed, int32_t slot, int64_t index, int64_t run) {
+    runs.push_back({block, slot, listed, index, run});
+  });
+  return runs;
+}
+
+// The local layers' runs, their indices moved to where their positions are in the main cache's
+// span (the image's token order): the local span lies inside the main one, and consecutive
+// positions there have consecutive indices.
+std::vector<Run> LocalRunsOf(const SessionCache& cache) {
+  const CachedSpan main = cache.cached_span();
+  const CachedSpan local = cache.local()->cached_span();
+  std::vector<Run> runs = RunsOf(*cache.local());
+  for (Run& r : runs) {
+    const int64_t p = local.Position(r.index);
+    r.index = p < main.sinks ? p : main.sinks + (p - main.window_begin);
+  }
+  return runs;
+}
+
+// A session whose local layers keep a cache of their own (f16 host pools, SessionCache::Create
+// checks): each model layer moves between the image and its own pool, a local layer's rows at
+// the image indices of the positions its cache holds. Calls move(cached, image offset, elements)
+// for each (layer, K/V, head, run).
+template <class Move>
+void ForEachSplitRun(const SessionCache& cache, const KvView& layout, Move&& move) {
+  const LayerSplit& split = *cache.layer_split();
+  const kernels::KvPoolLayout& l = cache.pool()->layout();  // the per-block layout both share
+  const std::vector<Run> main_runs = RunsOf(cache);
+  const std::vector<Run> local_runs = LocalRunsOf(cache);
+  for (int32_t layer = 0; layer < split.n_layers(); ++layer) {
+    const bool local = split.local[layer] != 0;
+    BlockPool& pool = local ? *cache.local()->pool() : *cache.pool();
+    uint16_t* base = pool.layer_data(split.index[layer]);
+    for (int32_t kv = 0; kv < 2; ++kv) {
+      for (int32_t h = 0; h < l.n_kv_heads; ++h) {
+        for (const Run& r : local ? local_runs : main_runs) {
+          move(base + l.Offset(r.block, kv, h, r.slot), layout.Offset(layer, kv, h, r.index),
+               r.tokens * l.head_dim);
+        }
+      }
+    }
+  }
+}
+
+// The image of such a session: the local layers' rows that their cache no longer holds are
+// zeros (no local layer reads them again: its cache holds everything it will read).
+void ReadSplitKv(const SessionCache& cache, const KvView& layout, uint16_t* out) {
+  const LayerSplit& split = *cache.layer_split();
+  const int64_t section = layout.n_tokens * layout.head_dim;  // one (layer, K/V, head)
+  for (int32_t layer = 0; layer < split.n_layers(); ++layer) {
+    if (split.local[layer] == 0) continue;
+    std::fill_n(out + layout.Offset(layer, 0, 0, 0), 2 * layout.n_kv_heads * section, uint16_t{0});
+  }
+  ForEachSplitRun(cache, layout, [&](const uint16_t* cached, int64_t at, int64_t n) {
+    std::copy_n(cached, n, out + at);
+  });
+}
+
+void WriteSplitKv(const SessionCache& cache, const KvView& layout, const uint16_t* image) {
+  ForEachSplitRun(cache, layout, [&](uint16_t* cached, int64_t at, int64_t n) {
+    std::copy_n(image + at, n, cached);
+  });
+}
+
 }  // namespace
+
+int32_t KvImageLayers(const SessionCache& cache) {
+  return cache.layer_split() != nullptr ? cache.layer_split()->n_layers()
+                                        : cache.pool()->layout().n_layers;
+}
 
 bool SameScales(const KvInt8Scales* a, const KvInt8Scales* b) {
   if (a == b) return true;
@@ -141,10 +215,14 @@ Status ReadCacheKvTo(const SessionCache& cache, void* out) {
   BlockPool& pool = *cache.pool();
   const kernels::KvPoolLayout& l = pool.layout();
   KvView layout;  // where each (layer, K/V, head, index) goes in `out`
-  layout.n_layers = l.n_layers;
+  layout.n_layers = KvImageLayers(cache);
   layout.n_kv_heads = l.n_kv_heads;
   layout.head_dim = l.head_dim;
   layout.n_tokens = cache.cached_span().size();
+  if (cache.local() != nullptr) {
+    ReadSplitKv(cache, layout, static_cast<uint16_t*>(out));
+    return OkStatus();
+  }
   if (pool.dtype() == kernels::KvDtype::kInt8) {
     // An int8 pool: its bytes as they are, the scales travel beside them.
     if (!pool.host_accessible()) {
@@ -179,7 +257,7 @@ Status ReadCacheKvTo(const SessionCache& cache, void* out) {
 Status ReadCacheKvInto(const SessionCache& cache, KvImage* image) {
   const BlockPool& pool = *cache.pool();
   const kernels::KvPoolLayout& l = pool.layout();
-  image->n_layers = l.n_layers;
+  image->n_layers = KvImageLayers(cache);
   image->n_kv_heads = l.n_kv_heads;
   image->head_dim = l.head_dim;
   image->n_tokens = cache.cached_span().size();
@@ -208,6 +286,26 @@ Status WriteCacheKv(const SessionCache& cache, const KvView& kv) {
   BlockPool& pool = *cache.pool();
   const kernels::KvPoolLayout& l = pool.layout();
   const bool from_int8 = kv.dtype == kernels::KvDtype::kInt8;
+  if (cache.local() != nullptr) {
+    // f16 pools: an int8 image goes through f16 rows first.
+    std::vector<uint16_t> f16;
+    const uint16_t* rows = kv.data;
+    if (from_int8) {
+      f16.resize(static_cast<size_t>(kv.elements()));
+      for (int32_t layer = 0; layer < kv.n_layers; ++layer) {
+        for (int32_t k = 0; k < 2; ++k) {
+          for (int32_t h = 0; h < kv.n_kv_heads; ++h) {
+            const int64_t at = kv.Offset(layer, k, h, 0);
+            DequantizeRowsToF16(kv.data_i8 + at, kv.n_tokens, kv.head_dim,
+                                kv.scales->scales(layer, k) + h * kv.head_dim, f16.data() + at);
+          }
+        }
+      }
+      rows = f16.data();
+    }
+    WriteSplitKv(cache, kv, rows);
+    return OkStatus();
+  }
   if (const KvInt8Scales* scales = pool.int8_scales()) {
     // Into an int8 pool: the same scales copy the bytes (bit for bit the cache they came from);
     // other ones, or f16 values, are (re)quantized with the pool's.

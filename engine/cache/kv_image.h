@@ -61,6 +61,11 @@ struct KvImage {
   bool operator==(const KvImage& o) const;
 };
 
+// Layers of a cache's image: the pool's, or the model's when the local layers keep a cache of
+// their own (then the image still holds every layer: it reads and restores the same with or
+// without the split, the local layers' rows that their cache no longer holds as zeros).
+int32_t KvImageLayers(const SessionCache& cache);
+
 // Whether two sets of scales hold the same numbers (both null counts as equal).
 bool SameScales(const KvInt8Scales* a, const KvInt8Scales* b);
 

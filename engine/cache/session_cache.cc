@@ -58,8 +58,14 @@ int32_t SessionCache::PeakBlocks(const CacheSpec& spec, int32_t block_size) {
       SpanBlocks(static_cast<int64_t>(spec.window) + spec.max_chunk - 1, block_size));
 }
 
+CacheSpec SessionCache::LocalSpec(const CacheSpec& effective, int32_t span) {
+  if (effective.mode != CacheMode::kDense && effective.window < span) return effective;
+  return {CacheMode::kWindow, 0, std::min(effective.window, span), effective.max_chunk};
+}
+
 StatusOr<std::unique_ptr<SessionCache>> SessionCache::Create(BlockPool* pool, CacheSpec spec,
-                                                             int32_t model_context) {
+                                                             int32_t model_context,
+                                                             LocalLayers local) {
   spec = Effective(spec, model_context);
   if (spec.sinks < 0) {
     return InvalidArgumentError("sinks = " + std::to_string(spec.sinks) + " must be >= 0");
@@ -84,7 +90,38 @@ StatusOr<std::unique_ptr<SessionCache>> SessionCache::Create(BlockPool* pool, Ca
                                   std::to_string(need) + " blocks; the whole pool has " +
                                   std::to_string(pool->total_blocks()));
   }
-  return std::unique_ptr<SessionCache>(new SessionCache(pool, spec));
+  std::unique_ptr<SessionCache> cache(new SessionCache(pool, spec));
+  if (local.pool != nullptr) {
+    if (local.span < 1) {
+      return InvalidArgumentError("the local layers' span = " + std::to_string(local.span) +
+                                  " must be >= 1");
+    }
+    if (local.layers == nullptr || local.layers->n_local != local.pool->layout().n_layers ||
+        local.layers->n_main != pool->layout().n_layers) {
+      return InvalidArgumentError(
+          "the local layers' pool and the session's pool do not hold the model's local and "
+          "other layers");
+    }
+    if (local.pool->dtype() != kernels::KvDtype::kF16 || pool->dtype() != kernels::KvDtype::kF16 ||
+        !local.pool->host_accessible() || !pool->host_accessible()) {
+      return InvalidArgumentError(
+          "local layers keep caches of their own only in f16 pools in host memory");
+    }
+    if (local.pool->block_size() != pool->block_size()) {
+      return InvalidArgumentError(
+          "the local layers' pool has blocks of " + std::to_string(local.pool->block_size()) +
+          " tokens, the session's pool of " + std::to_string(pool->block_size()));
+    }
+    StatusOr<std::unique_ptr<SessionCache>> part =
+        Create(local.pool, LocalSpec(spec, local.span), model_context);
+    if (!part.ok()) {
+      return Status(part.status().code(), "the local layers' cache: " + part.status().message());
+    }
+    cache->local_ = std::move(*part);
+    cache->local_span_ = local.span;
+    cache->layer_split_ = std::move(local.layers);
+  }
+  return cache;
 }
 
 SessionCache::SessionCache(BlockPool* pool, CacheSpec spec)
@@ -111,7 +148,11 @@ CachedSpan CachedSpanOf(const CacheSpec& spec, int64_t seen) {
 
 CachedSpan SessionCache::CachedSpanAt(int64_t seen) const { return CachedSpanOf(spec_, seen); }
 
-int32_t CacheGeometry::BlocksForChunk(int32_t n) const {
+namespace {
+
+// Blocks a cache of these sinks and window holds with a chunk of n (>= 1) tokens placed at
+// `seen` (CacheGeometry::BlocksForChunk).
+int64_t BlocksHeld(int64_t sinks, int64_t window, int64_t block_size, int64_t seen, int64_t n) {
   const int64_t last = seen + n - 1;  // text position of the chunk's last token
   // Between steps a cache holds exactly the sink blocks of its committed sinks (Trim).
   const int64_t sink_blocks = CeilDiv(std::min<int64_t>(last + 1, sinks), block_size);
@@ -121,11 +162,22 @@ int32_t CacheGeometry::BlocksForChunk(int32_t n) const {
     const int64_t first = seen < sinks ? sinks : std::max<int64_t>(sinks, seen - window + 1);
     window_blocks = (last - sinks) / block_size - (first - sinks) / block_size + 1;
   }
-  return static_cast<int32_t>(sink_blocks + window_blocks);
+  return sink_blocks + window_blocks;
+}
+
+}  // namespace
+
+int32_t CacheGeometry::BlocksForChunk(int32_t n) const {
+  return static_cast<int32_t>(BlocksHeld(sinks, window, block_size, seen, n));
 }
 
 int32_t CacheGeometry::HeadroomForChunk(int32_t n) const {
-  return std::max(0, BlocksForChunk(n) - bound_blocks);
+  int32_t headroom = std::max(0, BlocksForChunk(n) - bound_blocks);
+  if (local_window > 0) {
+    const int64_t local = BlocksHeld(local_sinks, local_window, block_size, seen, n);
+    headroom = std::max(headroom, static_cast<int32_t>(local) - local_bound_blocks);
+  }
+  return headroom;
 }
 
 int32_t CacheGeometry::LongestChunkWithin(int32_t n, int32_t headroom) const {
@@ -140,7 +192,13 @@ int32_t CacheGeometry::LongestChunkWithin(int32_t n, int32_t headroom) const {
 }
 
 CacheGeometry SessionCache::geometry() const {
-  return {spec_.sinks, spec_.window, pool_->block_size(), bound_blocks_, seen_};
+  CacheGeometry g{spec_.sinks, spec_.window, pool_->block_size(), bound_blocks_, seen_};
+  if (local_ != nullptr) {
+    g.local_sinks = local_->spec_.sinks;
+    g.local_window = local_->spec_.window;
+    g.local_bound_blocks = local_->bound_blocks_;
+  }
+  return g;
 }
 
 Status SessionCache::BeginChunk(std::span<const int32_t> tokens) {
@@ -185,11 +243,18 @@ Status SessionCache::BeginChunk(std::span<const int32_t> tokens) {
     }
   }
   placed_.assign(tokens.begin(), tokens.end());
+  if (local_ != nullptr) {
+    if (Status placed = local_->BeginChunk(tokens); !placed.ok()) {
+      Abort();
+      return Status(placed.code(), "the local layers' cache: " + placed.message());
+    }
+  }
   return OkStatus();
 }
 
 void SessionCache::Commit(int32_t kept) {
   kept = std::clamp(kept, 0, placed());
+  if (local_ != nullptr && local_->placed() > 0) local_->Commit(kept);
   for (int32_t i = 0; i < kept; ++i) {
     const int64_t p = seen_ + i;
     if (p < spec_.sinks) {
@@ -263,16 +328,18 @@ Status SessionCache::CopySharedWrites(int64_t last) {
 
 bool SessionCache::CanRewind(int64_t n) const {
   if (n < 0 || n > seen_ || !placed_.empty()) return false;
+  if (local_ != nullptr && !local_->CanRewind(n)) return false;
   const CachedSpan span = CachedSpanAt(seen_ - n);
   // Only sinks left (always held), or a window whose every row is still held.
   return span.window_begin == span.window_end || span.window_begin >= held_from();
 }
 
 int64_t SessionCache::MaxRewind() const {
-  if (seen_ <= spec_.sinks || held_from() <= spec_.sinks) return seen_;  // nothing evicted
+  const int64_t local = local_ != nullptr ? local_->MaxRewind() : seen_;
+  if (seen_ <= spec_.sinks || held_from() <= spec_.sinks) return local;  // nothing evicted
   // The window of a context of s tokens starts at s - W + 1 (past the sinks): it must not
   // start before the oldest held row.
-  return std::clamp<int64_t>(seen_ - (held_from() + spec_.window - 1), 0, seen_);
+  return std::min(local, std::clamp<int64_t>(seen_ - (held_from() + spec_.window - 1), 0, seen_));
 }
 
 Status SessionCache::Rewind(int64_t n) {
@@ -283,6 +350,12 @@ Status SessionCache::Rewind(int64_t n) {
   if (n < 0 || n > seen_) {
     return InvalidArgumentError("rewind: " + std::to_string(n) + " tokens is outside [0, " +
                                 std::to_string(seen_) + "] (the tokens committed)");
+  }
+  if (local_ != nullptr && !local_->CanRewind(n)) {
+    return FailedPreconditionError("rewind: dropping " + std::to_string(n) +
+                                   " tokens needs rows that the local layers' window (" +
+                                   std::to_string(local_span_) + " tokens) has evicted; at most " +
+                                   std::to_string(MaxRewind()) + " tokens can be dropped now");
   }
   if (!CanRewind(n)) {
     return FailedPreconditionError(
@@ -300,7 +373,8 @@ Status SessionCache::Rewind(int64_t n) {
     window_ids_.resize(window_ids_.size() - static_cast<size_t>(n));
   }
   seen_ = new_seen;
-  Trim();  // blocks past the new end go back to the pool
+  Trim();                                           // blocks past the new end go back to the pool
+  if (local_ != nullptr) return local_->Rewind(n);  // CanRewind said it can
   return OkStatus();
 }
 
@@ -330,6 +404,11 @@ StatusOr<std::unique_ptr<SessionCache>> SessionCache::Fork() const {
   f->window_ids_ = window_ids_;
   for (int32_t block : sink_blocks_) pool_->AddRef(block);
   for (int32_t block : window_blocks_) pool_->AddRef(block);
+  if (local_ != nullptr) {
+    STREAMD_ASSIGN_OR_RETURN(f->local_, local_->Fork());
+    f->local_span_ = local_span_;
+    f->layer_split_ = layer_split_;
+  }
   return f;
 }
 
@@ -337,6 +416,7 @@ int32_t SessionCache::shared_blocks() const {
   int32_t shared = 0;
   for (int32_t block : sink_blocks_) shared += pool_->refs(block) > 1;
   for (int32_t block : window_blocks_) shared += pool_->refs(block) > 1;
+  if (local_ != nullptr) shared += local_->shared_blocks();
   return shared;
 }
 
@@ -405,7 +485,41 @@ Status SessionCache::Restore(int64_t tokens_seen, std::span<const int32_t> cache
   seen_ = tokens_seen;
   sink_ids_.assign(cached_ids.begin(), cached_ids.begin() + span.sinks);
   window_ids_.assign(cached_ids.begin() + span.sinks, cached_ids.end());
+  if (local_ != nullptr) {
+    if (Status restored = local_->Restore(tokens_seen, LocalIds(tokens_seen, cached_ids));
+        !restored.ok()) {
+      Clear();
+      return Status(restored.code(), "the local layers' cache: " + restored.message());
+    }
+  }
   return OkStatus();
+}
+
+std::vector<int32_t> SessionCache::LocalIds(int64_t tokens_seen,
+                                            std::span<const int32_t> cached_ids) const {
+  // The local span lies inside the main one (LocalSpec never keeps a position the main cache
+  // has evicted): find each of its positions there.
+  const CachedSpan main = CachedSpanAt(tokens_seen);
+  const CachedSpan local = local_->CachedSpanAt(tokens_seen);
+  std::vector<int32_t> ids;
+  ids.reserve(static_cast<size_t>(local.size()));
+  for (int64_t i = 0; i < local.size(); ++i) {
+    const int64_t p = local.Position(i);
+    ids.push_back(cached_ids[p < main.sinks ? p : main.sinks + (p - main.window_begin)]);
+  }
+  return ids;
+}
+
+void SessionCache::Clear() {
+  for (int32_t b : sink_blocks_) pool_->Free(b);
+  for (int32_t b : window_blocks_) pool_->Free(b);
+  sink_blocks_.clear();
+  window_blocks_.clear();
+  first_block_ = 0;
+  seen_ = 0;
+  placed_.clear();
+  sink_ids_.clear();
+  window_ids_.clear();
 }
 
 std::vector<int32_t> SessionCache::cached_ids() const {
@@ -431,6 +545,12 @@ kernels::SinkWindowTable SessionCache::table() const {
   t.sinks = spec_.sinks;
   t.window = spec_.window;
   t.block_size = pool_->block_size();
+  return t;
+}
+
+kernels::SinkWindowTable SessionCache::local_table() const {
+  kernels::SinkWindowTable t = local_->table();
+  t.span = local_span_;
   return t;
 }
 

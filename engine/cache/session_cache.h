@@ -35,6 +35,14 @@
 // copies it to a fresh block (copy-on-write): only the block being written is copied, and the
 // fork's count of held blocks does not change, so the bound and admission stay exact.
 //
+// Local layers (LocalLayers): a model whose local layers attend only to their last N tokens
+// (Gemma 3's native sliding window) reads nothing older in those layers. A session of such a
+// model may keep those layers' K/V in a second cache over a pool of only those layers: the local
+// cache (LocalSpec), which holds exactly the keys a local layer reads (its table with span N sees
+// the same positions as the shared cache's would). Every operation (chunks, commits, rewinds,
+// forks, restores) applies to both; the token ids live in the main cache. With W > N the local
+// layers then cost N / W of what they cost in the shared cache.
+//
 // Two-phase steps: BeginChunk(tokens) places the chunk (allocates the blocks it lands in; the
 // engine then builds the step plan from table()), and after the forward pass Commit(kept) makes
 // the first `kept` tokens part of the context, or Abort() undoes the placement. Nothing else
@@ -49,6 +57,7 @@
 #include <vector>
 
 #include "engine/cache/block_pool.h"
+#include "engine/cache/layer_split.h"
 #include "engine/util/status.h"
 #include "kernels/common/paged_kv.h"
 
@@ -90,6 +99,22 @@ struct CacheGeometry {
   int32_t HeadroomForChunk(int32_t n) const;
   // The longest chunk of at most `n` tokens that borrows at most `headroom` blocks (>= 1).
   int32_t LongestChunkWithin(int32_t n, int32_t headroom) const;
+
+  // The local layers' cache, when the session has one (local_window > 0): its sinks, window
+  // and bound, in the same block size. Each pool keeps the same prefill headroom, so a chunk
+  // borrows the larger of the two caches' needs (HeadroomForChunk).
+  int32_t local_sinks = 0;
+  int32_t local_window = 0;
+  int32_t local_bound_blocks = 0;
+};
+
+// The local layers of a model (their native window) and the pool that keeps their K/V apart
+// from the other layers' (see "Local layers" above).
+struct LocalLayers {
+  BlockPool* pool = nullptr;  // null: every layer reads the session's one cache
+  int32_t span = 0;           // N >= 1: a local layer's query at p sees only positions > p - N
+  // Which model layers are in `pool`, and where (the K/V images read and write them there).
+  std::shared_ptr<const LayerSplit> layers;
 };
 
 // What a cache of `spec` holds after `tokens_seen` tokens (SessionCache::cached_span), from the
@@ -100,8 +125,11 @@ class SessionCache {
  public:
   // Validates `spec` against the model context and the pool (errors name the field and the
   // limit: sinks < 0, window < 1, sinks + window over the context, a bound over the whole pool).
+  // With `local.pool`, the local layers keep a cache of their own in that pool (same block
+  // size; INVALID_ARGUMENT otherwise).
   static StatusOr<std::unique_ptr<SessionCache>> Create(BlockPool* pool, CacheSpec spec,
-                                                        int32_t model_context);
+                                                        int32_t model_context,
+                                                        LocalLayers local = {});
   // The spec after mode rules are applied (what Create would use).
   static CacheSpec Effective(CacheSpec spec, int32_t model_context);
   // Blocks a session with this (effective) spec holds at most between steps and in a decode
@@ -110,6 +138,11 @@ class SessionCache {
   // Blocks it holds at most during a step that appends spec.max_chunk tokens: the bound plus
   // the most headroom one chunk borrows. For tools that run a session alone in its own pool.
   static int32_t PeakBlocks(const CacheSpec& spec, int32_t block_size);
+  // The local layers' cache of a session with this effective spec: what a query with span N
+  // reads and nothing more. A window of at least N (or a dense cache) becomes a window of N
+  // without sinks (the sinks a query still sees then lie inside its last N positions); a
+  // smaller window keeps the spec, whose keys all stay within reach.
+  static CacheSpec LocalSpec(const CacheSpec& effective, int32_t span);
 
   ~SessionCache();
   SessionCache(const SessionCache&) = delete;
@@ -162,6 +195,13 @@ class SessionCache {
 
   // The block table the kernels read; valid until the next BeginChunk, Commit or Restore.
   kernels::SinkWindowTable table() const;
+  // The local layers' cache (null when the local layers share this one), and its table with
+  // their span.
+  const SessionCache* local() const { return local_.get(); }
+  int32_t local_span() const { return local_span_; }
+  // Which layers are in local()'s pool (null without a local cache).
+  const LayerSplit* layer_split() const { return layer_split_.get(); }
+  kernels::SinkWindowTable local_table() const;
   std::span<const int32_t> sink_block_ids() const { return sink_blocks_; }
   std::span<const int32_t> window_block_ids() const { return window_blocks_; }
 
@@ -188,6 +228,10 @@ class SessionCache {
   int64_t WindowBlock(int64_t i) const { return i / pool_->block_size(); }
   // Frees the sink and window blocks no query after `seen_` can see, and the placed ones.
   void Trim();
+  // Back to a fresh cache: every block freed, nothing seen (a restore that failed half way).
+  void Clear();
+  // The ids of the local cache's span at tokens_seen, picked out of the main cache's ids.
+  std::vector<int32_t> LocalIds(int64_t tokens_seen, std::span<const int32_t> cached_ids) const;
   // Text position of window_ids_[0].
   int64_t held_from() const { return seen_ - static_cast<int64_t>(window_ids_.size()); }
   // Before a chunk at seen_..last writes: copies every held block it writes into that another
@@ -208,6 +252,10 @@ class SessionCache {
   // the older tokens that share its oldest block (what Rewind can bring back into view).
   // A restored cache knows only its cached span.
   std::deque<int32_t> window_ids_;
+  // The local layers' cache (LocalLayers), or null.
+  std::unique_ptr<SessionCache> local_;
+  int32_t local_span_ = 0;
+  std::shared_ptr<const LayerSplit> layer_split_;
 };
 
 }  // namespace streamd

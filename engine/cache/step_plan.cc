@@ -15,7 +15,11 @@ Status CheckBatch(std::span<const int32_t> tokens, std::span<const SequenceInput
       return InvalidArgumentError("step: sequence " + std::to_string(s) +
                                   " has no cache or no tokens");
     }
-    if (seqs[s].cache->pool() != seqs[0].cache->pool()) {
+    const SessionCache* local = seqs[s].cache->local();
+    const SessionCache* local0 = seqs[0].cache->local();
+    if (seqs[s].cache->pool() != seqs[0].cache->pool() ||
+        (local == nullptr) != (local0 == nullptr) ||
+        (local != nullptr && local->pool() != local0->pool())) {
       return InvalidArgumentError("step: sequences from different KV pools in one batch");
     }
     for (size_t o = 0; o < s; ++o) {
@@ -53,6 +57,7 @@ StatusOr<StepPlan> PlanStep(std::span<const int32_t> tokens, std::span<const Seq
   STREAMD_RETURN_IF_ERROR(CheckBatch(tokens, seqs, vocab_size));
   StepPlan plan;
   plan.pool = seqs[0].cache->pool();
+  if (seqs[0].cache->local() != nullptr) plan.local_pool = seqs[0].cache->local()->pool();
   const size_t n = tokens.size();
   plan.tokens.assign(tokens.begin(), tokens.end());
   plan.seq_of.reserve(n);
@@ -85,6 +90,20 @@ StatusOr<StepPlan> PlanStep(std::span<const int32_t> tokens, std::span<const Seq
     ps.sinks = table.sinks;
     ps.window = table.window;
     ps.block_size = table.block_size;
+    if (const SessionCache* local = cache.local(); local != nullptr) {
+      ps.local.ids_at = static_cast<int32_t>(plan.block_ids.size());
+      ps.local.n_sink_ids = static_cast<int32_t>(local->sink_block_ids().size());
+      ps.local.n_window_ids = static_cast<int32_t>(local->window_block_ids().size());
+      plan.block_ids.insert(plan.block_ids.end(), local->sink_block_ids().begin(),
+                            local->sink_block_ids().end());
+      plan.block_ids.insert(plan.block_ids.end(), local->window_block_ids().begin(),
+                            local->window_block_ids().end());
+      const kernels::SinkWindowTable lt = cache.local_table();
+      ps.local.first_window_block = lt.first_window_block;
+      ps.local.sinks = lt.sinks;
+      ps.local.window = lt.window;
+      ps.local.span = lt.span;
+    }
     plan.max_keys = std::max(plan.max_keys, ps.max_keys());
     plan.decode = plan.decode && ps.n_tokens == 1;
     for (int32_t i = 0; i < ps.n_tokens; ++i, ++t) {

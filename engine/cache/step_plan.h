@@ -38,7 +38,9 @@ struct SequenceInput {
 };
 
 // One session of a plan. Its block ids are StepPlan::block_ids[ids_at, ids_at + n_sink_ids +
-// n_window_ids): the sink blocks, then the window blocks.
+// n_window_ids): the sink blocks, then the window blocks. A session whose local layers keep a
+// cache of their own (SessionCache::local()) lists that cache's blocks after them, from
+// local.ids_at, and its local layers read LocalTable.
 struct PlannedSequence {
   int32_t first_token = 0;  // index of its first token in the step
   int32_t n_tokens = 0;
@@ -64,10 +66,36 @@ struct PlannedSequence {
     return t;
   }
   int32_t max_keys() const { return sinks + window; }  // most keys one of its queries sees
+
+  // The local layers' cache (StepPlan::local_pool), in the same form; span == 0 when none.
+  struct LocalPart {
+    int32_t ids_at = 0;
+    int32_t n_sink_ids = 0;
+    int32_t n_window_ids = 0;
+    int64_t first_window_block = 0;
+    int32_t sinks = 0;
+    int32_t window = 0;
+    int32_t span = 0;
+  } local;
+  kernels::SinkWindowTable LocalTable(const int32_t* block_ids) const {
+    kernels::SinkWindowTable t;
+    t.sink_blocks = block_ids + local.ids_at;
+    t.window_blocks = block_ids + local.ids_at + local.n_sink_ids;
+    t.first_window_block = local.first_window_block;
+    t.sinks = local.sinks;
+    t.window = local.window;
+    t.block_size = block_size;
+    t.span = local.span;
+    return t;
+  }
 };
 
 struct StepPlan {
-  BlockPool* pool = nullptr;            // every sequence's cache lives here
+  BlockPool* pool = nullptr;  // every sequence's cache lives here
+  // Where the local layers' caches live when the sessions keep them apart (every sequence of a
+  // step does, or none): the layers of the model that are local are in this pool, the others
+  // in `pool` (engine/cache/layer_split.h). Null: every layer is in `pool`.
+  BlockPool* local_pool = nullptr;
   std::vector<int32_t> tokens;          // [n] token ids, sequence by sequence
   std::vector<int32_t> seq_of;          // [n] index into seqs
   std::vector<int64_t> position;        // [n] text position (K is rotated by it, and so is q
@@ -84,6 +112,9 @@ struct StepPlan {
 
   int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
   kernels::SinkWindowTable HostTable(size_t s) const { return seqs[s].Table(block_ids.data()); }
+  kernels::SinkWindowTable HostLocalTable(size_t s) const {
+    return seqs[s].LocalTable(block_ids.data());
+  }
   // Whether token t's query needs its own rotation for sink keys (eviction has begun and it
   // sees sinks).
   bool NeedsSinkRotation(int32_t t) const {

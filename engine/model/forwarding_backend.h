@@ -25,6 +25,7 @@ class ForwardingBackend : public ModelBackend {
     inner_->RunOnHostThreads(n, fn);
   }
   KvShape CacheShape() const override { return inner_->CacheShape(); }
+  LayerSplit LocalLayerSplit() const override { return inner_->LocalLayerSplit(); }
   StatusOr<std::unique_ptr<BlockPool>> CreatePool(const KvShape& shape, int32_t block_size,
                                                   int64_t budget_bytes) override {
     return inner_->CreatePool(shape, block_size, budget_bytes);

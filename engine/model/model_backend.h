@@ -52,6 +52,10 @@ class ModelBackend {
     const LlamaConfig& c = config();
     return {c.n_layers, c.n_kv_heads, c.head_dim};
   }
+  // Which layers may keep their K/V in a pool of their own (session_cache.h, "Local layers"):
+  // the local layers of a model with a native sliding window, where the backend reads such
+  // plans (StepPlan::local_pool). Empty (the default): every layer shares the one pool.
+  virtual LayerSplit LocalLayerSplit() const { return {}; }
   // The KV pool this backend's Execute reads and writes: host memory for the CPU, device
   // memory for CUDA. Errors name the budget and the memory available.
   virtual StatusOr<std::unique_ptr<BlockPool>> CreatePool(const KvShape& shape, int32_t block_size,

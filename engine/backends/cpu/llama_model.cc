@@ -39,6 +39,9 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::FromFile(std::unique_ptr<gguf:
   model->rope_ = std::make_unique<RopeTable>(model->config_);
   if (model->config_.family.local_period > 0) {
     model->local_rope_ = std::make_unique<RopeTable>(model->config_, /*local=*/true);
+    std::vector<uint8_t> local(static_cast<size_t>(model->config_.n_layers));
+    for (int32_t l = 0; l < model->config_.n_layers; ++l) local[l] = model->config_.IsLocalLayer(l);
+    model->layer_split_ = LayerSplit::Of(std::move(local));
   }
   model->file_ = std::move(file);
   model->set_threads(static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency())));
@@ -99,7 +102,9 @@ void LlamaModel::PrepareTokens(const StepPlan& plan) {
   ws_.local_tables.clear();
   for (size_t s = 0; s < plan.seqs.size(); ++s) {
     ws_.tables.push_back(plan.HostTable(s));
-    if (local_rope_ != nullptr) {
+    if (plan.local_pool != nullptr) {
+      ws_.local_tables.push_back(plan.HostLocalTable(s));
+    } else if (local_rope_ != nullptr) {
       ws_.local_tables.push_back(ws_.tables.back());
       ws_.local_tables.back().span = config_.sliding_window;
     }
@@ -261,6 +266,37 @@ StatusOr<std::unique_ptr<BlockPool>> LlamaModel::CreatePool(const KvShape& shape
   return BlockPool::Create(shape, block_size, budget_bytes);
 }
 
+LayerSplit LlamaModel::LocalLayerSplit() const {
+  return kv_int8_scales_ == nullptr ? layer_split_ : LayerSplit{};
+}
+
+Status LlamaModel::CheckPools(const StepPlan& plan) const {
+  const bool split = plan.local_pool != nullptr;
+  if (split && (layer_split_.empty() || !plan.local_pool->host_accessible() ||
+                plan.local_pool->dtype() != kernels::KvDtype::kF16 ||
+                plan.pool->dtype() != kernels::KvDtype::kF16)) {
+    return InvalidArgumentError("execute: " + config_.name +
+                                " cannot read its local layers from a pool of their own here");
+  }
+  const auto fits = [&](const BlockPool& pool, int32_t n_layers) {
+    const kernels::KvPoolLayout& pl = pool.layout();
+    return pl.n_layers == n_layers && pl.n_kv_heads == config_.n_kv_heads &&
+           pl.head_dim == config_.head_dim && pl.block_size == plan.pool->block_size();
+  };
+  if (!fits(*plan.pool, split ? layer_split_.n_main : config_.n_layers) ||
+      (split && !fits(*plan.local_pool, layer_split_.n_local))) {
+    return InvalidArgumentError("execute: the KV pool's shape does not match the model " +
+                                config_.name);
+  }
+  return OkStatus();
+}
+
+uint16_t* LlamaModel::LayerKv(const StepPlan& plan, int32_t l) const {
+  if (plan.local_pool == nullptr) return plan.pool->layer_data(l);
+  BlockPool* pool = layer_split_.local[l] ? plan.local_pool : plan.pool;
+  return pool->layer_data(layer_split_.index[l]);
+}
+
 Status LlamaModel::Execute(const StepPlan& plan, float* logits) {
   if (plan.pool == nullptr || plan.n_tokens() == 0 || plan.seqs.empty()) {
     return InvalidArgumentError("execute: the step plan is empty");
@@ -268,12 +304,7 @@ Status LlamaModel::Execute(const StepPlan& plan, float* logits) {
   if (!plan.pool->host_accessible()) {
     return InvalidArgumentError("execute: the CPU backend cannot use a KV pool in device memory");
   }
-  const kernels::KvPoolLayout& pl = plan.pool->layout();
-  if (pl.n_layers != config_.n_layers || pl.n_kv_heads != config_.n_kv_heads ||
-      pl.head_dim != config_.head_dim) {
-    return InvalidArgumentError("execute: the KV pool's shape does not match the model " +
-                                config_.name);
-  }
+  STREAMD_RETURN_IF_ERROR(CheckPools(plan));
   const int64_t n = plan.n_tokens();
   ReserveWorkspace(n, plan.max_keys);
   PrepareTokens(plan);
@@ -405,7 +436,7 @@ void LlamaModel::RopeAndWriteKv(const StepView& step, int32_t l, int64_t t) {
   rope_->Rotate(q, c.n_heads, c.head_dim, cs, sn);
   rope_->Rotate(&ws_.k[t * kv_dim], c.n_kv_heads, c.head_dim, cs, sn);
   if (step.kv_scales == nullptr) {
-    kernels::cpu::WriteKv(*step.layout, plan.pool->layer_data(l), ws_.tables[plan.seq_of[t]],
+    kernels::cpu::WriteKv(*step.layout, LayerKv(plan, l), LayerTable(l, plan.seq_of[t]),
                           plan.position[t], &ws_.k[t * kv_dim], &ws_.v[t * kv_dim]);
   } else {
     // An int8 pool: the same steps over int8 rows, with this layer's scales.
@@ -425,17 +456,16 @@ void LlamaModel::AttendKvHeads(const StepView& step, int32_t l, int64_t t, int32
   const int32_t hd = c.head_dim, group = c.n_heads / c.n_kv_heads;
   const float scale = c.attention_scale;
   // A local layer's table sees only its native window (SinkWindowTable::span).
-  const kernels::SinkWindowTable& table =
-      (c.IsLocalLayer(l) ? ws_.local_tables : ws_.tables)[plan.seq_of[t]];
+  const kernels::SinkWindowTable& table = LayerTable(l, plan.seq_of[t]);
   for (int32_t g = g0; g < g1; ++g) {
     const int64_t first = t * c.q_dim() + static_cast<int64_t>(g) * group * hd;
     const float* q = &ws_.q[first];
     const float* q_sink = ws_.has_sink_rope[t] ? &ws_.q_sink[first] : q;
     float* scores = &ws_.scores[static_cast<size_t>(thread) * group * (plan.max_keys + 2 * hd)];
     if (step.kv_scales == nullptr) {
-      kernels::cpu::PagedAttentionGroup(*step.layout, plan.pool->layer_data(l), table,
-                                        plan.position[t], g, group, q, q_sink, scale, scores,
-                                        &ws_.attn[first], tuning_.attention_prefetch_runs);
+      kernels::cpu::PagedAttentionGroup(*step.layout, LayerKv(plan, l), table, plan.position[t], g,
+                                        group, q, q_sink, scale, scores, &ws_.attn[first],
+                                        tuning_.attention_prefetch_runs);
     } else {
       kernels::cpu::PagedAttentionGroupI8(
           *step.layout, plan.pool->layer_data_i8(l), step.kv_scales->scales(l, 0),

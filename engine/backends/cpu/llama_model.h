@@ -57,6 +57,8 @@ class LlamaModel : public ModelBackend {
   uint64_t weight_bytes() const override { return DecodeReadBytes(weights_); }
   // f16 K/V, or int8 with the scales SetInt8KvCache gave (a plan's int8 KV cache).
   KvShape CacheShape() const override;
+  // The local layers of a model with a native sliding window (Gemma 3), while the cache is f16.
+  LayerSplit LocalLayerSplit() const override;
   // From now on CacheShape says int8 with these scales (they must fit the model); null goes
   // back to f16. Execute runs pools of either kind, whatever this says.
   Status SetInt8KvCache(std::shared_ptr<const KvInt8Scales> scales);
@@ -107,6 +109,14 @@ class LlamaModel : public ModelBackend {
   LlamaModel() = default;
   // The execution-side view of a plan: RoPE angles per token and the host block tables.
   void PrepareTokens(const StepPlan& plan);
+  // The plan's pools against this model: OK, or what does not fit.
+  Status CheckPools(const StepPlan& plan) const;
+  // Where layer l's f16 K/V are: the local layers' pool when the plan keeps them apart.
+  uint16_t* LayerKv(const StepPlan& plan, int32_t l) const;
+  // Layer l's table for sequence s of the step.
+  const kernels::SinkWindowTable& LayerTable(int32_t l, int32_t s) const {
+    return (config_.IsLocalLayer(l) ? ws_.local_tables : ws_.tables)[s];
+  }
   void ReserveWorkspace(int64_t n_tokens, int64_t max_keys);
 
   // What the per-token steps of one Execute read besides the workspace.
@@ -140,6 +150,7 @@ class LlamaModel : public ModelBackend {
   std::unique_ptr<RopeTable> rope_;
   // The local layers' table (ModelFamily::local_period), or null: every layer uses rope_.
   std::unique_ptr<RopeTable> local_rope_;
+  LayerSplit layer_split_;  // the local layers and their places in the two pools, or empty
   int32_t threads_ = 1;
   CpuTuning tuning_;
   std::shared_ptr<const KvInt8Scales> kv_int8_scales_;  // SetInt8KvCache
@@ -165,7 +176,8 @@ class LlamaModel : public ModelBackend {
     // (only after eviction starts); per sequence its table over the plan's block ids.
     std::vector<uint8_t> has_sink_rope;
     std::vector<kernels::SinkWindowTable> tables;
-    // The same tables limited to the local layers' native window (SinkWindowTable::span).
+    // The local layers' tables: their own caches' (StepPlan::local_pool), or the same tables
+    // limited to their native window (SinkWindowTable::span).
     std::vector<kernels::SinkWindowTable> local_tables;
   } ws_;
 };

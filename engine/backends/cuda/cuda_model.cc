@@ -260,6 +260,10 @@ Status CudaModel::ValidatePlan(const StepPlan& plan) const {
     return InvalidArgumentError("execute: the step plan is empty");
   }
   const BlockPool* pool = plan.pool;
+  if (plan.local_pool != nullptr) {
+    return InvalidArgumentError(
+        "execute: the CUDA backend reads every layer from one pool (no local layers' pool)");
+  }
   if (pool->host_accessible() || pool->layout().n_layers != config_.n_layers ||
       pool->layout().n_kv_heads != config_.n_kv_heads ||
       pool->layout().head_dim != config_.head_dim) {
