@@ -114,7 +114,8 @@ void AddScrapeHooks(metrics::StreamdMetrics& m, const api::EngineHost& host,
   m.AddScrapeHook([&m, &host, snapshots, last] {
     const api::HostStats st = host.Stats();
     m.SetSessions(st.generating, st.sessions - st.generating, st.waiting_opens);
-    m.SetKvBlocks(st.blocks_used, st.blocks_total - st.blocks_used, st.block_bytes);
+    m.SetKvBlocks(st.blocks_used, st.blocks_total - st.blocks_used, st.block_bytes,
+                  st.local_used_bytes, st.local_capacity_bytes);
     m.SetKvReservedBlocks(st.blocks_reserved);
     m.prompt_tokens.Increment(static_cast<double>(st.tokens_appended - last->tokens_appended));
     m.generation_tokens.Increment(static_cast<double>(st.tokens_out - last->tokens_out));

@@ -20,6 +20,7 @@ api::EngineSettings ToEngineSettings(const ServerConfig& config) {
   out.max_sinks = s.max_sinks;
   out.max_window = s.max_window;
   out.max_pending_tokens = s.max_pending_tokens;
+  out.local_layer_caches = e.local_layer_caches;
   return out;
 }
 

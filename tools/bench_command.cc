@@ -94,12 +94,13 @@ int BenchCommand(int argc, char** argv) {
   std::string kv_dtype_text = "f16";
   std::string backend = "cpu", synthetic, plan;
   std::string reference_gbps_text, isa_name;
-  bool json = false, snapshot = false, tenants = false;
+  bool json = false, snapshot = false, tenants = false, one_kv_pool = false;
   FlagParser flags(
       "streamd bench [--model PATH] [--threads 1,2] [--prompt-tokens P] [--gen-tokens G] "
       "[--reps R] [--json]\n"
       "streamd bench --sessions N[,N...] [--threads T] [--prompt-tokens P] [--gen-tokens G]\n"
-      "              [--sinks S] [--window W] [--max-batch-tokens B] [--reps R] [--json]\n"
+      "              [--sinks S] [--window W] [--max-batch-tokens B] [--reps R] [--one-kv-pool]\n"
+      "              [--json]\n"
       "  (with --sessions the defaults are P 128, G 64, R 1 and T = all cores)\n"
       "streamd bench --sessions N[,N...] --decode-steps K [--sinks S] [--window W]\n"
       "              [--reference-gbps G] [--json]\n"
@@ -108,7 +109,8 @@ int BenchCommand(int argc, char** argv) {
       "  (the closed loop while a SessionPersister writes N resting sessions, each once per MS;\n"
       "   0 = no writes; a list alternates the intervals within every repetition)\n"
       "streamd bench --snapshot [--sinks S] [--window 252,1020] [--tokens-seen 10000,1000000]\n"
-      "              [--kv-dtype f16,int8] [--plan P] [--reps R] [--dir DIR] [--json]\n"
+      "              [--kv-dtype f16,int8] [--plan P] [--reps R] [--dir DIR] [--one-kv-pool]\n"
+      "              [--json]\n"
       "  (session snapshot size, snapshot time = capture + encode + write with fsync, restore\n"
       "   time = read + decode + restore into another engine, cold read, median of R; and the\n"
       "   sessions a 1 GiB pool admits per window, against the bound formulas; per K/V dtype)\n"
@@ -149,6 +151,9 @@ int BenchCommand(int argc, char** argv) {
                "--decode-steps: bandwidth (GB/s) the step's bytes are compared with");
   flags.Bool("snapshot", &snapshot, "run the session snapshot benchmark (bench_snapshot.h)");
   flags.Bool("tenants", &tenants, "run the tenant fairness benchmark (bench_tenants.h)");
+  flags.Bool("one-kv-pool", &one_kv_pool,
+             "--snapshot, --sessions: keep a model's local layers in the one KV pool with the "
+             "others (EngineConfig::local_layer_caches = false), for comparisons");
   flags.Int("flood", &flood, 1, 4096, "--tenants: tenant A's busy sessions");
   flags.Int("max-batch-sessions", &max_batch_sessions, 1, 65536,
             "--tenants: the scheduler's session slots per step");
@@ -265,12 +270,18 @@ int BenchCommand(int argc, char** argv) {
     so.dir = dir;
     so.threads = flags.was_set("threads") ? threads->front() : 0;
     so.json = json;
+    so.local_layer_caches = !one_kv_pool;
     return RunSnapshotBench(so);
   }
   for (const char* name : {"tokens-seen", "kv-dtype"}) {
     if (flags.was_set(name)) {
       return Fail(InvalidArgumentError(std::string("--") + name + " needs --snapshot"));
     }
+  }
+  if (one_kv_pool && (!flags.was_set("sessions") || flags.was_set("decode-steps"))) {
+    return Fail(InvalidArgumentError(
+        "--one-kv-pool needs --snapshot or --sessions (without --decode-steps: that form keeps "
+        "every layer in one pool)"));
   }
   if (flags.was_set("sessions")) {
     if (flags.was_set("threads") && threads->size() != 1) {
@@ -312,6 +323,7 @@ int BenchCommand(int argc, char** argv) {
     o.snapshot_every_ms = *snapshot_every;
     o.snapshot_dir = dir;
     o.json = json;
+    o.local_layer_caches = !one_kv_pool;
     return RunSessionsBench(o);
   }
   for (const char* name :

@@ -445,6 +445,10 @@ int RunSessionsBench(const SessionsBenchOptions& o) {
        DefaultPrefillHeadroom(config.planner, config.max_chunk, config.block_size)) *
       BlockPool::BlockBytes(shape, config.block_size);
 
+  config.local_layer_caches = o.local_layer_caches;
+  config.default_mode = spec.mode;  // shares the budget between split pools (KvPools)
+  config.default_sinks = spec.sinks;
+  config.default_window = spec.window;
   auto engine_or = Engine::Create(std::move(model), std::move(vocab), config);
   if (!engine_or.ok()) return Fail(engine_or.status());
   Engine& engine = **engine_or;

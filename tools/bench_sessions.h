@@ -53,7 +53,8 @@ struct SessionsBenchOptions {
   int64_t max_batch_tokens = 512;  // the step planner's token budget per forward pass
   int64_t reps = 1;                // closed-loop runs after one warm-up; figures are medians
   std::vector<int64_t> snapshot_every_ms = {0};  // snapshot intervals; 0 = no snapshots
-  std::string snapshot_dir;  // "" = a fresh temporary directory (removed at the end)
+  std::string snapshot_dir;        // "" = a fresh temporary directory (removed at the end)
+  bool local_layer_caches = true;  // EngineConfig::local_layer_caches
   bool json = false;
 };
 

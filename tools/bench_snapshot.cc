@@ -119,6 +119,9 @@ struct CountResult {
   int32_t headroom_blocks = 0;
   int32_t bound_blocks = 0;
   int32_t old_bound_blocks = 0;
+  // The local layers' pool, when the model keeps them apart (KvPools); 0 otherwise.
+  int32_t local_pool_blocks = 0;
+  int32_t local_bound_blocks = 0;
   int64_t measured = 0;     // sessions Open admitted before RESOURCE_EXHAUSTED
   int64_t formula = 0;      // floor((pool - headroom) / bound)
   int64_t old_formula = 0;  // floor(pool / old bound)
@@ -218,9 +221,10 @@ StatusOr<CaseResult> RunCase(Engine& a, Engine& b, SnapshotStore& store, const S
   SessionState made = MakeIdleState(spec, c, tokens_seen, ids, rng);
   const SessionId id = made.id;
   STREAMD_RETURN_IF_ERROR(a.Restore(made));
-  if (a.model().CacheShape().dtype == kernels::KvDtype::kInt8) {
-    // An int8 cache (a plan's) holds the random f16 K/V quantized: every capture after this
-    // one gives back what it holds, and that is what the checks below compare with.
+  if (a.model().CacheShape().dtype == kernels::KvDtype::kInt8 || a.Stats().local_blocks_total > 0) {
+    // An int8 cache (a plan's) holds the random f16 K/V quantized, and local layers in caches
+    // of their own hold only their window's rows (the rest read back as zeros): every capture
+    // after this one gives back what it holds, and that is what the checks below compare with.
     STREAMD_ASSIGN_OR_RETURN(const SessionState held, a.Capture(id));
     made.kv = held.kv;
   }
@@ -338,6 +342,15 @@ StatusOr<CountResult> CountSessions(Engine& engine, const SnapshotBenchOptions& 
   r.bound_blocks = SessionCache::BoundBlocks(spec, engine.config().block_size);
   r.old_bound_blocks = OldBoundBlocks(spec, engine.config().block_size);
   r.formula = (r.pool_blocks - r.headroom_blocks) / r.bound_blocks;
+  if (before.local_blocks_total > 0) {
+    // The local layers' pool holds as many sessions of its bound: the fewer of the two.
+    r.local_pool_blocks = before.local_blocks_total;
+    r.local_bound_blocks = SessionCache::BoundBlocks(
+        SessionCache::LocalSpec(spec, engine.model().config().sliding_window),
+        engine.config().block_size);
+    r.formula = std::min<int64_t>(r.formula,
+                                  (r.local_pool_blocks - r.headroom_blocks) / r.local_bound_blocks);
+  }
   r.old_formula = r.pool_blocks / r.old_bound_blocks;
   std::vector<SessionId> opened;
   Status refused;
@@ -366,7 +379,8 @@ StatusOr<std::shared_ptr<const KvInt8Scales>> UnitRangeScales(const LlamaConfig&
 // An engine whose K/V cache has `dtype`: f16 sets a plan's int8 cache aside; int8 keeps the
 // plan's, or takes UnitRangeScales. Int8 caches are the CPU backend's.
 StatusOr<std::unique_ptr<Engine>> MakeEngine(const BenchModelSource& source, int64_t pool_bytes,
-                                             int64_t threads, kernels::KvDtype dtype) {
+                                             int64_t threads, kernels::KvDtype dtype,
+                                             bool local_layer_caches) {
   STREAMD_ASSIGN_OR_RETURN(BenchModel loaded, LoadBenchModel(source, /*with_tokenizer=*/true));
   if (auto* cpu = dynamic_cast<LlamaModel*>(loaded.model.get())) {
     if (dtype == kernels::KvDtype::kF16) {
@@ -385,6 +399,7 @@ StatusOr<std::unique_ptr<Engine>> MakeEngine(const BenchModelSource& source, int
                        ? static_cast<int32_t>(threads)
                        : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   config.max_chunk = std::min(config.max_chunk, loaded.model->config().context_length);
+  config.local_layer_caches = local_layer_caches;
   return Engine::Create(std::move(loaded.model), std::move(loaded.tokenizer), config);
 }
 
@@ -466,7 +481,7 @@ int RunSnapshotBench(const SnapshotBenchOptions& o) {
   std::vector<std::pair<kernels::KvDtype, int64_t>> bytes_per_token;
   int32_t block_size = 0, max_chunk = 0;
   for (kernels::KvDtype dtype : o.kv_dtypes) {
-    auto a = MakeEngine(o.source, a_pool, o.threads, dtype);
+    auto a = MakeEngine(o.source, a_pool, o.threads, dtype, o.local_layer_caches);
     if (!a.ok()) return Fail(a.status(), context);
     const LlamaConfig& c = (*a)->model().config();
     for (int64_t w : o.windows) {
@@ -477,7 +492,7 @@ int RunSnapshotBench(const SnapshotBenchOptions& o) {
                                          std::to_string(c.context_length)));
       }
     }
-    auto b = MakeEngine(o.source, o.count_pool_bytes, o.threads, dtype);
+    auto b = MakeEngine(o.source, o.count_pool_bytes, o.threads, dtype, o.local_layer_caches);
     if (!b.ok()) return Fail(b.status(), context);
     model_name = o.source.synthetic.empty() ? (*a)->model().config().name
                                             : "synthetic-" + o.source.synthetic;
@@ -594,13 +609,23 @@ int RunSnapshotBench(const SnapshotBenchOptions& o) {
   nlohmann::json count_rows = nlohmann::json::array();
   const double gib = static_cast<double>(o.count_pool_bytes) / static_cast<double>(1 << 30);
   for (const CountResult& r : counts) {
-    std::printf(
-        "  %s window %lld: %lld sessions (formula (%d - %d) / %d = %lld); the old bound of "
-        "%d blocks and no headroom: %d / %d = %lld\n",
-        DtypeName(r.dtype), static_cast<long long>(r.window), static_cast<long long>(r.measured),
-        r.pool_blocks, r.headroom_blocks, r.bound_blocks, static_cast<long long>(r.formula),
-        r.old_bound_blocks, r.pool_blocks, r.old_bound_blocks,
-        static_cast<long long>(r.old_formula));
+    if (r.local_pool_blocks > 0) {
+      // Two pools: the formula is the fewer of what each holds (the old bound knew one pool).
+      std::printf(
+          "  %s window %lld: %lld sessions (formula: the fewer of (%d - %d) / %d and the local "
+          "layers' pool's (%d - %d) / %d = %lld)\n",
+          DtypeName(r.dtype), static_cast<long long>(r.window), static_cast<long long>(r.measured),
+          r.pool_blocks, r.headroom_blocks, r.bound_blocks, r.local_pool_blocks, r.headroom_blocks,
+          r.local_bound_blocks, static_cast<long long>(r.formula));
+    } else {
+      std::printf(
+          "  %s window %lld: %lld sessions (formula (%d - %d) / %d = %lld); the old bound of "
+          "%d blocks and no headroom: %d / %d = %lld\n",
+          DtypeName(r.dtype), static_cast<long long>(r.window), static_cast<long long>(r.measured),
+          r.pool_blocks, r.headroom_blocks, r.bound_blocks, static_cast<long long>(r.formula),
+          r.old_bound_blocks, r.pool_blocks, r.old_bound_blocks,
+          static_cast<long long>(r.old_formula));
+    }
     count_rows.push_back({{"kv_dtype", DtypeName(r.dtype)},
                           {"window", r.window},
                           {"pool_bytes", o.count_pool_bytes},
@@ -608,6 +633,8 @@ int RunSnapshotBench(const SnapshotBenchOptions& o) {
                           {"headroom_blocks", r.headroom_blocks},
                           {"bound_blocks", r.bound_blocks},
                           {"old_bound_blocks", r.old_bound_blocks},
+                          {"local_pool_blocks", r.local_pool_blocks},
+                          {"local_bound_blocks", r.local_bound_blocks},
                           {"sessions", r.measured},
                           {"sessions_per_gib", static_cast<double>(r.measured) / gib},
                           {"formula_sessions", r.formula},

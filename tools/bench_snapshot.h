@@ -44,6 +44,7 @@ struct SnapshotBenchOptions {
   std::string dir;      // "" = a fresh directory under $TMPDIR (removed at the end)
   int64_t threads = 0;  // forward-pass threads of the engines (0 = all cores)
   int64_t count_pool_bytes = int64_t{1} << 30;  // the pool "sessions per GiB" fills
+  bool local_layer_caches = true;               // EngineConfig::local_layer_caches
   bool json = false;
 };
 

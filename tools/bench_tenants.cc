@@ -267,6 +267,9 @@ int RunTenantsBench(const TenantsBenchOptions& o) {
           ((o.flood + 1) * SessionCache::BoundBlocks(spec, config.block_size) +
            DefaultPrefillHeadroom(config.planner, config.max_chunk, config.block_size)) *
           BlockPool::BlockBytes(shape, config.block_size);
+      config.default_mode = spec.mode;  // shares the budget between split pools (KvPools)
+      config.default_sinks = spec.sinks;
+      config.default_window = spec.window;
     }
     EngineConfig this_config = config;
     this_config.planner.fair_tenants = k != 1;

@@ -203,6 +203,9 @@ int GenerateCommand(int argc, char** argv) {
   engine_config.pool_bytes =
       peak * BlockPool::BlockBytes(model->CacheShape(), engine_config.block_size);
   engine_config.max_sessions = 1;
+  engine_config.default_mode = spec.mode;  // shares the budget between split pools (KvPools)
+  engine_config.default_sinks = spec.sinks;
+  engine_config.default_window = spec.window;
   engine_config.max_sinks = config.context_length;  // the flags' limits are the model's
   engine_config.max_window = config.context_length;
   auto engine_or = Engine::Create(std::move(model), std::move(vocab_or).value(), engine_config);

@@ -36,6 +36,8 @@ struct EngineSettings {
   int32_t max_sinks = 64;
   int32_t max_window = 8192;
   int64_t max_pending_tokens = 1 << 20;
+  // Local layers (Gemma 3) in a KV pool of their own (EngineConfig::local_layer_caches).
+  bool local_layer_caches = true;
 };
 
 // How the host keeps sessions (the config's sessions.*): residency, admission, snapshots.
@@ -116,6 +118,9 @@ struct HostStats {
   int32_t blocks_total = 0, blocks_used = 0;
   int32_t blocks_reserved = 0;  // admitted sessions' bounds plus the prefill headroom
   int64_t block_bytes = 0;      // KV bytes of one block
+  // The local layers' pool of a model whose local layers keep caches of their own (its blocks
+  // hold those layers only; the counts above are of the others'): bytes held and in all.
+  int64_t local_used_bytes = 0, local_capacity_bytes = 0;
   int64_t tokens_appended = 0, tokens_out = 0, tokens_evicted = 0;  // totals since start
 };
 

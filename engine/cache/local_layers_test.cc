@@ -19,7 +19,9 @@ namespace {
 constexpr int32_t kLocalContext = 1 << 16;
 
 // A model of 3 layers, the first two local.
-std::shared_ptr<const LayerSplit> TwoLocalOne() { return std::make_shared<LayerSplit>(LayerSplit::Of({1, 1, 0})); }
+std::shared_ptr<const LayerSplit> TwoLocalOne() {
+  return std::make_shared<LayerSplit>(LayerSplit::Of({1, 1, 0}));
+}
 
 std::unique_ptr<BlockPool> LayersPool(int32_t layers, int32_t block, int64_t blocks = 4096) {
   const KvShape shape{layers, 1, 4};
@@ -49,8 +51,8 @@ TEST(LocalLayersTest, LocalSpecKeepsWhatASpanLimitedQueryReads) {
   EXPECT_EQ(local.sinks, 4);
   EXPECT_EQ(local.window, 100);
   // A dense cache (the whole context) slides with the span.
-  local = SessionCache::LocalSpec(
-      SessionCache::Effective({CacheMode::kDense, 0, 0, 64}, 8192), 512);
+  local =
+      SessionCache::LocalSpec(SessionCache::Effective({CacheMode::kDense, 0, 0, 64}, 8192), 512);
   EXPECT_EQ(local.mode, CacheMode::kWindow);
   EXPECT_EQ(local.window, 512);
 }
@@ -70,8 +72,8 @@ TEST_P(LocalLayersStreamTest, QueriesSeeTheSpanLimitedKeysAndNothingIsOverwritte
   const LocalCase c = GetParam();
   std::unique_ptr<BlockPool> main = LayersPool(1, c.block);
   std::unique_ptr<BlockPool> local_pool = LayersPool(2, c.block);
-  auto cache_or = SessionCache::Create(main.get(), {c.mode, c.sinks, c.window, c.chunk}, kLocalContext,
-                                       {local_pool.get(), c.span, TwoLocalOne()});
+  auto cache_or = SessionCache::Create(main.get(), {c.mode, c.sinks, c.window, c.chunk},
+                                       kLocalContext, {local_pool.get(), c.span, TwoLocalOne()});
   ASSERT_TRUE(cache_or.ok()) << cache_or.status().ToString();
   SessionCache& cache = **cache_or;
   const SessionCache& local = *cache.local();
@@ -186,8 +188,7 @@ TEST(LocalLayersTest, CreateRefusesPoolsThatDoNotFit) {
   EXPECT_NE(error({local4.get(), 0, TwoLocalOne()}).find("span = 0"), std::string::npos);
   // The split says one local layer; the pool holds two.
   const auto one_local = std::make_shared<LayerSplit>(LayerSplit::Of({1, 0}));
-  EXPECT_NE(error({local4.get(), 10, one_local}).find("local and other layers"),
-            std::string::npos);
+  EXPECT_NE(error({local4.get(), 10, one_local}).find("local and other layers"), std::string::npos);
   EXPECT_NE(error({local4.get(), 10, nullptr}).find("local and other layers"), std::string::npos);
 }
 

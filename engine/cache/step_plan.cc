@@ -52,6 +52,22 @@ Status CheckBatch(std::span<const int32_t> tokens, std::span<const SequenceInput
 
 }  // namespace
 
+PlannedTable PlannedTable::Append(const SessionCache& cache, const kernels::SinkWindowTable& table,
+                                  std::vector<int32_t>* block_ids) {
+  PlannedTable p;
+  p.ids_at = static_cast<int32_t>(block_ids->size());
+  p.n_sink_ids = static_cast<int32_t>(cache.sink_block_ids().size());
+  p.n_window_ids = static_cast<int32_t>(cache.window_block_ids().size());
+  block_ids->insert(block_ids->end(), cache.sink_block_ids().begin(), cache.sink_block_ids().end());
+  block_ids->insert(block_ids->end(), cache.window_block_ids().begin(),
+                    cache.window_block_ids().end());
+  p.first_window_block = table.first_window_block;
+  p.sinks = table.sinks;
+  p.window = table.window;
+  p.span = table.span;
+  return p;
+}
+
 StatusOr<StepPlan> PlanStep(std::span<const int32_t> tokens, std::span<const SequenceInput> seqs,
                             int32_t vocab_size) {
   STREAMD_RETURN_IF_ERROR(CheckBatch(tokens, seqs, vocab_size));
@@ -78,31 +94,11 @@ StatusOr<StepPlan> PlanStep(std::span<const int32_t> tokens, std::span<const Seq
     ps.first_token = t;
     ps.n_tokens = seqs[s].n_tokens;
     ps.first_position = cache.tokens_seen();
-    ps.ids_at = static_cast<int32_t>(plan.block_ids.size());
-    ps.n_sink_ids = static_cast<int32_t>(cache.sink_block_ids().size());
-    ps.n_window_ids = static_cast<int32_t>(cache.window_block_ids().size());
-    plan.block_ids.insert(plan.block_ids.end(), cache.sink_block_ids().begin(),
-                          cache.sink_block_ids().end());
-    plan.block_ids.insert(plan.block_ids.end(), cache.window_block_ids().begin(),
-                          cache.window_block_ids().end());
+    ps.block_size = cache.pool()->block_size();
     const kernels::SinkWindowTable table = cache.table();
-    ps.first_window_block = table.first_window_block;
-    ps.sinks = table.sinks;
-    ps.window = table.window;
-    ps.block_size = table.block_size;
+    ps.cache = PlannedTable::Append(cache, table, &plan.block_ids);
     if (const SessionCache* local = cache.local(); local != nullptr) {
-      ps.local.ids_at = static_cast<int32_t>(plan.block_ids.size());
-      ps.local.n_sink_ids = static_cast<int32_t>(local->sink_block_ids().size());
-      ps.local.n_window_ids = static_cast<int32_t>(local->window_block_ids().size());
-      plan.block_ids.insert(plan.block_ids.end(), local->sink_block_ids().begin(),
-                            local->sink_block_ids().end());
-      plan.block_ids.insert(plan.block_ids.end(), local->window_block_ids().begin(),
-                            local->window_block_ids().end());
-      const kernels::SinkWindowTable lt = cache.local_table();
-      ps.local.first_window_block = lt.first_window_block;
-      ps.local.sinks = lt.sinks;
-      ps.local.window = lt.window;
-      ps.local.span = lt.span;
+      ps.local = PlannedTable::Append(*local, cache.local_table(), &plan.block_ids);
     }
     plan.max_keys = std::max(plan.max_keys, ps.max_keys());
     plan.decode = plan.decode && ps.n_tokens == 1;

@@ -37,25 +37,23 @@ struct SequenceInput {
   LogitsMode logits = LogitsMode::kLast;
 };
 
-// One session of a plan. Its block ids are StepPlan::block_ids[ids_at, ids_at + n_sink_ids +
-// n_window_ids): the sink blocks, then the window blocks. A session whose local layers keep a
-// cache of their own (SessionCache::local()) lists that cache's blocks after them, from
-// local.ids_at, and its local layers read LocalTable.
-struct PlannedSequence {
-  int32_t first_token = 0;  // index of its first token in the step
-  int32_t n_tokens = 0;
-  int64_t first_position = 0;  // text position of its first token
+// Where one of a session's caches is in a plan: its block ids are StepPlan::block_ids[ids_at,
+// ids_at + n_sink_ids + n_window_ids), the sink blocks, then the window blocks.
+struct PlannedTable {
   int32_t ids_at = 0;
   int32_t n_sink_ids = 0;
   int32_t n_window_ids = 0;
   int64_t first_window_block = 0;
   int32_t sinks = 0;
   int32_t window = 0;
-  int32_t block_size = 0;
+  int32_t span = 0;  // SinkWindowTable::span: the local layers' native window, else 0
 
-  // Its table over a copy of the plan's block ids that starts at `block_ids` (the plan's own
+  // The planned ids of `cache`, appended to `block_ids`.
+  static PlannedTable Append(const SessionCache& cache, const kernels::SinkWindowTable& table,
+                             std::vector<int32_t>* block_ids);
+  // The table over a copy of the plan's block ids that starts at `block_ids` (the plan's own
   // vector on the host, or the backend's device copy).
-  kernels::SinkWindowTable Table(const int32_t* block_ids) const {
+  kernels::SinkWindowTable Table(const int32_t* block_ids, int32_t block_size) const {
     kernels::SinkWindowTable t;
     t.sink_blocks = block_ids + ids_at;
     t.window_blocks = block_ids + ids_at + n_sink_ids;
@@ -63,31 +61,30 @@ struct PlannedSequence {
     t.sinks = sinks;
     t.window = window;
     t.block_size = block_size;
+    t.span = span;
     return t;
   }
-  int32_t max_keys() const { return sinks + window; }  // most keys one of its queries sees
+};
 
-  // The local layers' cache (StepPlan::local_pool), in the same form; span == 0 when none.
-  struct LocalPart {
-    int32_t ids_at = 0;
-    int32_t n_sink_ids = 0;
-    int32_t n_window_ids = 0;
-    int64_t first_window_block = 0;
-    int32_t sinks = 0;
-    int32_t window = 0;
-    int32_t span = 0;
-  } local;
-  kernels::SinkWindowTable LocalTable(const int32_t* block_ids) const {
-    kernels::SinkWindowTable t;
-    t.sink_blocks = block_ids + local.ids_at;
-    t.window_blocks = block_ids + local.ids_at + local.n_sink_ids;
-    t.first_window_block = local.first_window_block;
-    t.sinks = local.sinks;
-    t.window = local.window;
-    t.block_size = block_size;
-    t.span = local.span;
-    return t;
+// One session of a plan: its tokens, and its cache's table. A session whose local layers keep a
+// cache of their own (SessionCache::local()) also has that cache's table, whose ids follow the
+// main one's: its local layers read LocalTable.
+struct PlannedSequence {
+  int32_t first_token = 0;  // index of its first token in the step
+  int32_t n_tokens = 0;
+  int64_t first_position = 0;  // text position of its first token
+  int32_t block_size = 0;
+  PlannedTable cache;  // the session's cache: every layer's, or the non-local layers'
+  PlannedTable local;  // the local layers' cache (StepPlan::local_pool), else empty
+
+  kernels::SinkWindowTable Table(const int32_t* block_ids) const {
+    return cache.Table(block_ids, block_size);
   }
+  kernels::SinkWindowTable LocalTable(const int32_t* block_ids) const {
+    return local.Table(block_ids, block_size);
+  }
+  // Most keys one of its queries sees (the local cache never holds more).
+  int32_t max_keys() const { return cache.sinks + cache.window; }
 };
 
 struct StepPlan {
@@ -119,7 +116,7 @@ struct StepPlan {
   // sees sinks).
   bool NeedsSinkRotation(int32_t t) const {
     const PlannedSequence& s = seqs[seq_of[t]];
-    return cache_position[t] != position[t] && s.sinks > 0;
+    return cache_position[t] != position[t] && s.cache.sinks > 0;
   }
 };
 

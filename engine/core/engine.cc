@@ -70,36 +70,31 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<ModelBackend> m
     STREAMD_ASSIGN_OR_RETURN(config.pool_bytes,
                              model->PoolBudgetFromFraction(config.pool_fraction));
   }
-  STREAMD_ASSIGN_OR_RETURN(
-      std::unique_ptr<BlockPool> pool,
-      model->CreatePool(model->CacheShape(), config.block_size, config.pool_bytes));
   if (config.prefill_headroom_blocks < 0) {
     config.prefill_headroom_blocks =
         DefaultPrefillHeadroom(config.planner, config.max_chunk, config.block_size);
   }
-  if (config.prefill_headroom_blocks >= pool->total_blocks()) {
-    return ResourceExhaustedError("the KV pool of " + std::to_string(pool->total_blocks()) +
-                                  " blocks cannot hold its prefill headroom of " +
-                                  std::to_string(config.prefill_headroom_blocks) +
-                                  " blocks and any session");
-  }
+  STREAMD_ASSIGN_OR_RETURN(std::unique_ptr<KvPools> pools, KvPools::Create(*model, config));
   if (config.threads > 0) model->set_threads(config.threads);
   return std::unique_ptr<Engine>(
-      new Engine(std::move(model), std::move(tokenizer), config, std::move(pool)));
+      new Engine(std::move(model), std::move(tokenizer), config, std::move(pools)));
 }
 
 Engine::Engine(std::unique_ptr<ModelBackend> model, std::unique_ptr<tokenizer::Tokenizer> tokenizer,
-               EngineConfig config, std::unique_ptr<BlockPool> pool)
+               EngineConfig config, std::unique_ptr<KvPools> pools)
     : model_(std::move(model)),
       tokenizer_(std::move(tokenizer)),
       config_(config),
-      pool_(std::move(pool)),
-      headroom_blocks_(config.prefill_headroom_blocks),
+      pools_(std::move(pools)),
       planner_(config.planner),
       runner_(*model_) {
-  stats_.blocks_total = pool_->total_blocks();
-  stats_.blocks_headroom = headroom_blocks_;
-  stats_.bytes_per_token = pool_->bytes_per_token();
+  stats_.blocks_total = pools_->total().main;
+  stats_.blocks_headroom = pools_->headroom();
+  stats_.bytes_per_token = pools_->main().bytes_per_token();
+  if (const BlockPool* local = pools_->local()) {
+    stats_.local_blocks_total = local->total_blocks();
+    stats_.local_bytes_per_token = local->bytes_per_token();
+  }
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -132,38 +127,30 @@ Status Engine::ValidateOptions(const SessionOptions& o) const {
   return ValidateSamplingParams(o.sampling, model_->config().vocab_size);
 }
 
-bool Engine::Fits(int32_t need) const {
-  return reserved_blocks_ + need + headroom_blocks_ <= pool_->total_blocks();
-}
-
 StatusOr<SessionId> Engine::Open(const SessionOptions& options) {
   STREAMD_RETURN_IF_ERROR(ValidateOptions(options));
   const CacheSpec spec =
       SessionCache::Effective({options.mode, options.sinks, options.window, config_.max_chunk},
                               model_->config().context_length);
-  const int32_t need = SessionCache::BoundBlocks(spec, pool_->block_size());
   std::unique_lock<std::mutex> lock(mu_);
+  const KvPools::Blocks need = pools_->BoundOf(spec);
   if (!backend_fault_.ok()) return UnavailableError(backend_fault_.message());
   if (static_cast<int32_t>(sessions_.size()) >= config_.max_sessions) {
     return ResourceExhaustedError("open sessions are at the limit of " +
                                   std::to_string(config_.max_sessions));
   }
-  const auto fits = [&] { return stopping_ || Fits(need); };
+  const auto fits = [&] { return stopping_ || pools_->Fits(need); };
   if (!fits()) {
     admission_cv_.wait_for(lock, options.admission_timeout, fits);
   }
   if (stopping_) return UnavailableError("the engine is shutting down");
   if (!fits()) {
-    return ResourceExhaustedError(
-        "the KV pool cannot admit this session: it needs up to " + std::to_string(need) +
-        " blocks (sinks " + std::to_string(spec.sinks) + ", window " + std::to_string(spec.window) +
-        "), " + std::to_string(reserved_blocks_) + " of " + std::to_string(pool_->total_blocks()) +
-        " are reserved by open sessions and " + std::to_string(headroom_blocks_) +
-        " by the prefill headroom");
+    return ResourceExhaustedError("the KV pool cannot admit this session (sinks " +
+                                  std::to_string(spec.sinks) + ", window " +
+                                  std::to_string(spec.window) + "): " + pools_->WhyNot(need));
   }
-  STREAMD_ASSIGN_OR_RETURN(
-      std::unique_ptr<SessionCache> cache,
-      SessionCache::Create(pool_.get(), spec, model_->config().context_length));
+  STREAMD_ASSIGN_OR_RETURN(std::unique_ptr<SessionCache> cache,
+                           pools_->NewCache(spec, model_->config().context_length));
   auto s = std::make_unique<Session>();
   do {
     s->id = SessionId::Random();
@@ -173,7 +160,7 @@ StatusOr<SessionId> Engine::Open(const SessionOptions& options) {
   s->options = options;
   s->cache = std::move(cache);
   s->created_unix_ms = UnixMillis();
-  reserved_blocks_ += s->cache->bound_blocks();
+  pools_->Reserve(KvPools::BoundOf(*s->cache));
   const SessionId id = s->id;
   sessions_.emplace(id, std::move(s));
   return id;
@@ -357,7 +344,7 @@ void Engine::DestroyClosed() {
   for (auto it = sessions_.begin(); it != sessions_.end();) {
     Session& s = *it->second;
     if (s.closing && !s.in_flight && !s.copying) {
-      reserved_blocks_ -= s.cache->bound_blocks();
+      pools_->Release(KvPools::BoundOf(*s.cache));
       RemoveTenantSession(s.options.tenant);
       it = sessions_.erase(it);  // the cache returns its blocks to the pool here
     } else {
@@ -418,8 +405,10 @@ EngineStats Engine::Stats() const {
     st.sessions += !s->closing;
     st.generating += s->gen != nullptr;
   }
-  st.blocks_used = pool_->used_blocks();
-  st.blocks_reserved = reserved_blocks_;
+  st.blocks_used = pools_->used().main;
+  st.blocks_reserved = pools_->reserved().main;
+  st.local_blocks_used = pools_->used().local;
+  st.local_blocks_reserved = pools_->reserved().local;
   return st;
 }
 
@@ -428,10 +417,9 @@ bool Engine::CanAdmit(const SessionOptions& options) const {
   const CacheSpec spec =
       SessionCache::Effective({options.mode, options.sinks, options.window, config_.max_chunk},
                               model_->config().context_length);
-  const int32_t need = SessionCache::BoundBlocks(spec, pool_->block_size());
   std::lock_guard<std::mutex> lock(mu_);
   return backend_fault_.ok() && static_cast<int32_t>(sessions_.size()) < config_.max_sessions &&
-         Fits(need);
+         pools_->Fits(pools_->BoundOf(spec));
 }
 
 Status Engine::BackendHealth() const {
@@ -475,7 +463,7 @@ void Engine::RunStep(std::unique_lock<std::mutex>& lock) {
                           s->cache->spec().max_chunk, s->cache->geometry(), s->tenant_key});
     step_sessions_.push_back(s.get());
   }
-  const std::vector<PlannedChunk> planned = planner_.Plan(step_work_, headroom_blocks_);
+  const std::vector<PlannedChunk> planned = planner_.Plan(step_work_, pools_->headroom());
   if (planned.empty()) return;
   std::vector<StepChunk> chunks;
   std::vector<int32_t> tokens;

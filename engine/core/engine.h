@@ -22,16 +22,17 @@
 // the scheduler commits it, all through its StepRunner (step_runner.h), the step driver the
 // tools share. Backends plan nothing.
 // Admission: Open reserves the session's block bound (SessionCache::BoundBlocks); the pool also
-// keeps a fixed prefill headroom that each step's chunks share. When the pool cannot hold the
-// bound, Open waits up to admission_timeout, then fails with RESOURCE_EXHAUSTED naming the
-// numbers. An admitted session can never run out of blocks and is never preempted.
-// State: Capture reads a session out as a SessionState (between generations), Restore creates
-// one from it (same id) in this engine's pool; the K/V copies run on the caller's thread while
-// the session sits out the steps, so neither holds up the scheduler.
-// Backend: any ModelBackend (CPU or CUDA); the pool is made by the backend, so it lives where
-// that backend's Execute reads it. A failed forward pass (bad input, or a device fault) ends
-// the generations of every session in that step with FinishReason::kError and its status; a
-// backend that cannot run any more is reported by BackendHealth (the server's health check).
+// keeps a fixed prefill headroom that each step's chunks share. A model whose local layers keep
+// caches of their own has a second pool for them, reserved and bounded the same way (KvPools). When
+// the pool cannot hold the bound, Open waits up to admission_timeout, then fails with
+// RESOURCE_EXHAUSTED naming the numbers. An admitted session can never run out of blocks and is
+// never preempted. State: Capture reads a session out as a SessionState (between generations),
+// Restore creates one from it (same id) in this engine's pool; the K/V copies run on the caller's
+// thread while the session sits out the steps, so neither holds up the scheduler. Backend: any
+// ModelBackend (CPU or CUDA); the pool is made by the backend, so it lives where that backend's
+// Execute reads it. A failed forward pass (bad input, or a device fault) ends the generations of
+// every session in that step with FinishReason::kError and its status; a backend that cannot run
+// any more is reported by BackendHealth (the server's health check).
 #pragma once
 
 #include <condition_variable>
@@ -47,6 +48,7 @@
 
 #include "engine/cache/block_pool.h"
 #include "engine/core/engine_types.h"
+#include "engine/core/kv_pools.h"
 #include "engine/core/step_planner.h"
 #include "engine/core/step_runner.h"
 #include "engine/model/model_backend.h"
@@ -152,10 +154,8 @@ class Engine {
   struct StepChunk;
 
   Engine(std::unique_ptr<ModelBackend> model, std::unique_ptr<tokenizer::Tokenizer> tokenizer,
-         EngineConfig config, std::unique_ptr<BlockPool> pool);
+         EngineConfig config, std::unique_ptr<KvPools> pools);
   Status ValidateOptions(const SessionOptions& options) const;
-  // Admission of a bound of `need` blocks (requires mu_).
-  bool Fits(int32_t need) const;
   StatusOr<Session*> Find(SessionId id) const;  // requires mu_
   // Waits until session `id` is in no step and not being copied (requires mu_ on entry, which
   // is released meanwhile), and returns it; null when it is gone: closed while it was in a
@@ -198,7 +198,7 @@ class Engine {
   std::unique_ptr<ModelBackend> model_;
   std::unique_ptr<tokenizer::Tokenizer> tokenizer_;
   EngineConfig config_;
-  std::unique_ptr<BlockPool> pool_;
+  std::unique_ptr<KvPools> pools_;  // guarded by mu_ (the pools' bookkeeping, and admission)
 
   mutable std::mutex mu_;
   uint64_t next_delivery_ticket_ = 0;  // guarded by mu_
@@ -216,8 +216,6 @@ class Engine {
   };
   std::unordered_map<std::string, TenantKey> tenant_keys_;  // tenants with open sessions
   uint32_t next_tenant_key_ = 0;  // the planner's name for a tenant (not reused while open)
-  int32_t reserved_blocks_ = 0;   // sum of admitted sessions' bounds
-  int32_t headroom_blocks_ = 0;   // the prefill headroom, reserved once
   StepPlanner planner_;
   StepRunner runner_;  // plans, runs and commits every step (only the scheduler thread uses it)
   EngineStats stats_;

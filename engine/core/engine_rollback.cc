@@ -112,13 +112,10 @@ StatusOr<SessionId> Engine::Fork(SessionId id) {
   }
   // The fork may come to hold a bound of blocks of its own (its window slides, every write
   // into a shared block copies it): reserved in full, so nothing is ever preempted.
-  const int32_t need = parent.cache->bound_blocks();
-  if (!Fits(need)) {
-    return ResourceExhaustedError(
-        "fork: the KV pool cannot admit the fork: it needs up to " + std::to_string(need) +
-        " blocks, " + std::to_string(reserved_blocks_) + " of " +
-        std::to_string(pool_->total_blocks()) + " are reserved by open sessions and " +
-        std::to_string(headroom_blocks_) + " by the prefill headroom");
+  const KvPools::Blocks need = KvPools::BoundOf(*parent.cache);
+  if (!pools_->Fits(need)) {
+    return ResourceExhaustedError("fork: the KV pool cannot admit the fork: " +
+                                  pools_->WhyNot(need));
   }
   STREAMD_ASSIGN_OR_RETURN(std::unique_ptr<SessionCache> cache, parent.cache->Fork());
   auto s = std::make_unique<Session>();
@@ -135,7 +132,7 @@ StatusOr<SessionId> Engine::Fork(SessionId id) {
   s->partial = parent.partial;
   s->revision = s->context_revision = 1;  // a new session: its first snapshot is due
   s->created_unix_ms = UnixMillis();
-  reserved_blocks_ += need;
+  pools_->Reserve(need);
   const SessionId fork_id = s->id;
   sessions_.emplace(fork_id, std::move(s));
   lock.unlock();

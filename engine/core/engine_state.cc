@@ -91,13 +91,13 @@ Status Engine::CaptureInto(SessionId id, SessionState* out, const KvDestination&
   // not change), and Close defers to the end of the copy.
   Status copied;
   if (kv_destination) {
-    const kernels::KvPoolLayout& l = pool_->layout();
-    st.kv.n_layers = l.n_layers;
+    const kernels::KvPoolLayout& l = pools_->main().layout();
+    st.kv.n_layers = KvImageLayers(cache);
     st.kv.n_kv_heads = l.n_kv_heads;
     st.kv.head_dim = l.head_dim;
     st.kv.n_tokens = cache.cached_span().size();
-    st.kv.dtype = pool_->dtype();
-    st.kv.scales = pool_->int8_scales_shared();
+    st.kv.dtype = pools_->main().dtype();
+    st.kv.scales = pools_->main().int8_scales_shared();
     st.kv.data.clear();
     st.kv.data_i8.clear();
     void* dest = kv_destination(st);
@@ -189,16 +189,13 @@ Status Engine::Restore(const SessionState& st, const KvView& kv) {
     return ResourceExhaustedError("open sessions are at the limit of " +
                                   std::to_string(config_.max_sessions));
   }
-  const int32_t need = SessionCache::BoundBlocks(spec, pool_->block_size());
-  if (!Fits(need)) {
-    return ResourceExhaustedError(
-        "the KV pool cannot admit this session now: it needs up to " + std::to_string(need) +
-        " blocks, " + std::to_string(reserved_blocks_) + " of " +
-        std::to_string(pool_->total_blocks()) + " are reserved by open sessions and " +
-        std::to_string(headroom_blocks_) + " by the prefill headroom");
+  const KvPools::Blocks need = pools_->BoundOf(spec);
+  if (!pools_->Fits(need)) {
+    return ResourceExhaustedError("the KV pool cannot admit this session now: " +
+                                  pools_->WhyNot(need));
   }
   STREAMD_ASSIGN_OR_RETURN(std::unique_ptr<SessionCache> cache,
-                           SessionCache::Create(pool_.get(), spec, c.context_length));
+                           pools_->NewCache(spec, c.context_length));
   STREAMD_RETURN_IF_ERROR(cache->Restore(st.tokens_seen, st.cached_tokens));
   auto owned = std::make_unique<Session>();
   Session& s = *owned;
@@ -213,7 +210,7 @@ Status Engine::Restore(const SessionState& st, const KvView& kv) {
   s.context_revision = st.revision;
   s.created_unix_ms = st.created_unix_ms;
   s.copying = true;  // sits out the steps until its K/V are in place
-  reserved_blocks_ += s.cache->bound_blocks();
+  pools_->Reserve(KvPools::BoundOf(*s.cache));
   sessions_.emplace(st.id, std::move(owned));
   lock.unlock();
 

@@ -45,6 +45,16 @@ struct EngineConfig {
   // Blocks of the pool set aside for the prefill chunks of a step beyond their sessions'
   // bounds (SessionCache: "prefill headroom"); -1 = DefaultPrefillHeadroom.
   int32_t prefill_headroom_blocks = -1;
+  // A model with local layers (a native sliding window: Gemma 3) keeps their K/V in a pool of
+  // their own, holding only that window (session_cache.h, "Local layers"), where the backend
+  // supports it (ModelBackend::LocalLayerSplit). false: every layer in one pool, as for other
+  // models (the same results, bit for bit; more memory per session).
+  bool local_layer_caches = true;
+  // The session that shares the budget between that pool and the main one (both hold as many
+  // such sessions): the shape of an Open that names none (the server's sessions.default_*).
+  CacheMode default_mode = CacheMode::kSink;
+  int32_t default_sinks = 4;
+  int32_t default_window = 1020;
   int32_t max_sessions = 4096;           // open sessions, admitted or queued
   int32_t max_sinks = 64;                // per-session limits
   int32_t max_window = 8192;             // also bounded by the model context minus sinks
@@ -122,6 +132,13 @@ struct EngineStats {
   int32_t blocks_reserved = 0;  // sum of admitted sessions' bounds
   int32_t blocks_headroom = 0;  // the pool's prefill headroom (reserved once)
   int64_t bytes_per_token = 0;
+  // The local layers' pool (KvPools), when the model's local layers keep caches of their own:
+  // the same counts there (its headroom is blocks_headroom too); all 0 without one. The main
+  // pool's counts above then cover the other layers only.
+  int32_t local_blocks_total = 0;
+  int32_t local_blocks_used = 0;
+  int32_t local_blocks_reserved = 0;
+  int64_t local_bytes_per_token = 0;
   int64_t steps = 0;
   int64_t tokens_appended = 0;  // input accepted by Append (the clients' prompt tokens)
   int64_t tokens_in = 0;        // run through the caches: prefill and fed-back sampled tokens

@@ -7,6 +7,7 @@
 
 #include "engine/cache/session_cache.h"
 #include "engine/host/load_engine.h"
+#include "engine/sessions/session_api_convert.h"
 #include "engine/sessions/session_host.h"
 #include "engine/sessions/session_service.h"
 
@@ -18,6 +19,10 @@ StatusOr<std::unique_ptr<EngineHost>> LoadEngineHost(const HostSetup& setup) {
   es.plan_path = setup.plan_path;
   es.backend = setup.backend;
   es.engine = ToEngineConfig(setup.engine, setup.hooks);
+  const SessionDefaults& defaults = setup.options.session_defaults;
+  es.engine.default_mode = FromApiCacheMode(defaults.mode);
+  es.engine.default_sinks = defaults.sinks;
+  es.engine.default_window = defaults.window;
   es.streamd_version = setup.streamd_version;
   auto loaded = LoadEngine(es);
   if (!loaded.ok()) return loaded.status();

@@ -145,6 +145,9 @@ class SessionHost final : public api::EngineHost {
     out.blocks_used = st.blocks_used;
     out.blocks_reserved = st.blocks_reserved + st.blocks_headroom;
     out.block_bytes = st.bytes_per_token * engine_.config().block_size;
+    const int64_t local_block_bytes = st.local_bytes_per_token * engine_.config().block_size;
+    out.local_used_bytes = st.local_blocks_used * local_block_bytes;
+    out.local_capacity_bytes = st.local_blocks_total * local_block_bytes;
     out.tokens_appended = st.tokens_appended;
     out.tokens_out = st.tokens_out;
     out.tokens_evicted = st.tokens_evicted;
@@ -267,6 +270,7 @@ EngineConfig ToEngineConfig(const api::EngineSettings& s, const api::HostHooks& 
   out.max_sinks = s.max_sinks;
   out.max_window = s.max_window;
   out.max_pending_tokens = s.max_pending_tokens;
+  out.local_layer_caches = s.local_layer_caches;
   if (hooks.on_step) {
     out.step_observer = [f = hooks.on_step](const StepReport& r) { f(r.seconds, r.tokens); };
   }

@@ -284,6 +284,7 @@ std::vector<ConfigKey> MakeKeys() {
   k.push_back(IntKey("engine.max_chunk", STREAMD_FIELD(engine.max_chunk), 1, 65536));
   k.push_back(
       IntKey("engine.shared_step_tokens", STREAMD_FIELD(engine.shared_step_tokens), 0, 65536));
+  k.push_back(BoolKey("engine.local_layer_caches", STREAMD_FIELD(engine.local_layer_caches)));
   // sessions; default_sinks and default_window are range-checked against max_* afterwards.
   k.push_back(ChoiceKey("sessions.default_mode", STREAMD_FIELD(sessions.default_mode),
                         {"sink", "window", "dense"}));

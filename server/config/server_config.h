@@ -126,6 +126,8 @@ struct ServerConfig {
     int32_t max_chunk = 256;  // prefill tokens of one session per step; [1, max_batch_tokens]
     // A step's token budget while more than one tenant has work; 0 = none; [0, max_batch_tokens]
     int32_t shared_step_tokens = 0;
+    // Local layers (a native sliding window: Gemma 3) keep only that window, in a pool of their own
+    bool local_layer_caches = true;
     bool operator==(const Engine&) const = default;
   } engine;
 

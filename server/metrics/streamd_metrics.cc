@@ -231,14 +231,15 @@ void StreamdMetrics::SetSessions(int64_t active, int64_t idle, int64_t queued) {
   sessions_queued.Set(static_cast<double>(queued));
 }
 
-void StreamdMetrics::SetKvBlocks(int64_t used, int64_t free_blocks, int64_t block_bytes) {
+void StreamdMetrics::SetKvBlocks(int64_t used, int64_t free_blocks, int64_t block_bytes,
+                                 int64_t local_used_bytes, int64_t local_capacity_bytes) {
   const double capacity = static_cast<double>(used + free_blocks);
   const double bytes = static_cast<double>(block_bytes);
   kv_used_blocks.Set(static_cast<double>(used));
   kv_free_blocks.Set(static_cast<double>(free_blocks));
   kv_capacity_blocks.Set(capacity);
-  kv_used_bytes.Set(static_cast<double>(used) * bytes);
-  kv_capacity_bytes.Set(capacity * bytes);
+  kv_used_bytes.Set(static_cast<double>(used) * bytes + static_cast<double>(local_used_bytes));
+  kv_capacity_bytes.Set(capacity * bytes + static_cast<double>(local_capacity_bytes));
   kv_usage_ratio.Set(capacity > 0 ? static_cast<double>(used) / capacity : 0.0);
 }
 

@@ -122,8 +122,11 @@ struct StreamdMetrics {
   // Sets streamd_sessions{state=...}.
   void SetSessions(int64_t active, int64_t idle, int64_t queued);
   // Sets the block, byte and usage gauges of the KV pool; `block_bytes`: one block, every
-  // layer's K and V. Capacity is used + free.
-  void SetKvBlocks(int64_t used, int64_t free_blocks, int64_t block_bytes);
+  // layer's K and V. Capacity is used + free. A model whose local layers keep caches of their
+  // own has a second pool for them: its bytes count in the byte gauges; the block gauges and
+  // the usage ratio are the main pool's.
+  void SetKvBlocks(int64_t used, int64_t free_blocks, int64_t block_bytes,
+                   int64_t local_used_bytes = 0, int64_t local_capacity_bytes = 0);
   void SetKvReservedBlocks(int64_t reserved) {
     kv_reserved_blocks.Set(static_cast<double>(reserved));
   }
