@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/cache/kv_image.h"
+#include "engine/cache/kv_scales.h"
 #include "engine/cache/session_cache.h"
 
 namespace streamd {
@@ -190,6 +192,69 @@ TEST(LocalLayersTest, CreateRefusesPoolsThatDoNotFit) {
   const auto one_local = std::make_shared<LayerSplit>(LayerSplit::Of({1, 0}));
   EXPECT_NE(error({local4.get(), 10, one_local}).find("local and other layers"), std::string::npos);
   EXPECT_NE(error({local4.get(), 10, nullptr}).find("local and other layers"), std::string::npos);
+}
+
+// K/V images of a split cache hold every model layer: written from an f16 or an int8 image, a
+// split cache reads back what a shared cache does, except the local layers' rows their window
+// no longer holds, which are zeros.
+TEST(LocalLayersTest, ImagesKeepEveryLayerAndTheLocalRowsTheWindowHolds) {
+  std::unique_ptr<BlockPool> shared_pool = LayersPool(3, 4);
+  std::unique_ptr<BlockPool> main = LayersPool(1, 4);
+  std::unique_ptr<BlockPool> local_pool = LayersPool(2, 4);
+  const CacheSpec spec{CacheMode::kSink, 2, 20, 8};
+  const int32_t span = 6;
+  const int64_t seen = 50;
+  std::vector<int32_t> ids(21);  // 2 sinks + the 19 window tokens the next query sees
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(100 + i);
+
+  std::mt19937 rng(std::random_device{}());
+  KvImage f16;
+  f16.n_layers = 3;
+  f16.n_kv_heads = 1;
+  f16.head_dim = 4;
+  f16.n_tokens = static_cast<int64_t>(ids.size());
+  f16.data.resize(static_cast<size_t>(f16.elements()));
+  for (uint16_t& x : f16.data) x = static_cast<uint16_t>(0x3000 + rng() % 0x0800);  // finite
+  KvImage int8 = f16;
+  int8.data.clear();
+  int8.dtype = kernels::KvDtype::kInt8;
+  int8.data_i8.resize(static_cast<size_t>(int8.elements()));
+  for (int8_t& x : int8.data_i8) x = static_cast<int8_t>(static_cast<int32_t>(rng() % 255) - 127);
+  std::vector<float> k(12), v(12);
+  for (float& x : k) x = 0.01f + 0.001f * static_cast<float>(rng() % 100);
+  for (float& x : v) x = 0.01f + 0.001f * static_cast<float>(rng() % 100);
+  auto scales = KvInt8Scales::Make(3, 1, 4, k, v);
+  ASSERT_TRUE(scales.ok());
+  int8.scales = *scales;
+
+  for (const KvImage* image : {&f16, &int8}) {
+    auto shared = SessionCache::Create(shared_pool.get(), spec, kLocalContext);
+    auto split = SessionCache::Create(main.get(), spec, kLocalContext,
+                                      {local_pool.get(), span, TwoLocalOne()});
+    ASSERT_TRUE(shared.ok() && split.ok());
+    ASSERT_TRUE((*shared)->Restore(seen, ids).ok());
+    ASSERT_TRUE((*split)->Restore(seen, ids).ok());
+    ASSERT_TRUE(WriteCacheKv(**shared, *image).ok());
+    const Status written = WriteCacheKv(**split, *image);
+    ASSERT_TRUE(written.ok()) << written.ToString();
+    auto expected = ReadCacheKv(**shared);
+    auto got = ReadCacheKv(**split);
+    ASSERT_TRUE(expected.ok() && got.ok());
+    ASSERT_EQ(got->n_layers, 3);
+    // The local cache holds positions 45..49: the last 5 of the 21 cached.
+    const CachedSpan cached = (*split)->cached_span();
+    for (int32_t layer = 0; layer < 2; ++layer) {
+      for (int32_t kv = 0; kv < 2; ++kv) {
+        for (int64_t i = 0; i < cached.size(); ++i) {
+          if (cached.Position(i) > seen - span) continue;
+          uint16_t* row = expected->data.data() + expected->Offset(layer, kv, 0, i);
+          std::fill(row, row + 4, uint16_t{0});
+        }
+      }
+    }
+    EXPECT_EQ(got->data, expected->data) << (image == &f16 ? "f16" : "int8");
+    EXPECT_NE(got->data, std::vector<uint16_t>(got->data.size(), 0));
+  }
 }
 
 }  // namespace
