@@ -3,6 +3,7 @@
 #include "engine/api/engine_host.h"
 
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "engine/cache/session_cache.h"
@@ -12,6 +13,23 @@
 #include "engine/sessions/session_service.h"
 
 namespace streamd::api {
+
+namespace {
+
+// What the log says about a local layers' pool (KvPools), or "" without one.
+std::string LocalLayersNote(const streamd::Engine& engine) {
+  const streamd::EngineStats st = engine.Stats();
+  if (st.local_blocks_total == 0) return "";
+  const int64_t block = engine.config().block_size;
+  const auto mib = [](int64_t bytes) { return std::to_string((bytes + (1 << 19)) >> 20); };
+  return "the model's local layers keep their last " +
+         std::to_string(engine.model().config().sliding_window) +
+         " tokens in a KV pool of their own: " +
+         mib(st.local_blocks_total * block * st.local_bytes_per_token) + " MiB beside " +
+         mib(st.blocks_total * block * st.bytes_per_token) + " MiB for the other layers";
+}
+
+}  // namespace
 
 StatusOr<std::unique_ptr<EngineHost>> LoadEngineHost(const HostSetup& setup) {
   EngineSetup es;
@@ -37,6 +55,7 @@ StatusOr<std::unique_ptr<EngineHost>> LoadEngineHost(const HostSetup& setup) {
   note(HostNote::Level::kInfo, "engine.backend ", owned->backend_note);
   note(HostNote::Level::kWarning, "chat template: ", owned->chat_warning);
   note(HostNote::Level::kWarning, "", owned->fault_injection);
+  note(HostNote::Level::kInfo, "engine.local_layer_caches: ", LocalLayersNote(*owned->engine));
   return MakeSessionHost(std::move(parts), setup.options, setup.hooks);
 }
 

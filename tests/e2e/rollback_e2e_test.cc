@@ -24,7 +24,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr char kQuestion[] = "Name three rivers of Europe.";
+constexpr char kRiversQuestion[] = "Name three rivers of Europe.";
 // Raw text the model continues for a long time without an end-of-generation token.
 constexpr char kCounting[] = "1, 2, 3, 4, 5, 6, 7, 8,";
 
@@ -130,7 +130,7 @@ TEST_F(RollbackE2eTest, TruncateOutsideWhatExistsIsAnErrorAndTheStreamGoesOn) {
     EXPECT_EQ(none.error->code(), static_cast<int>(grpc::StatusCode::NOT_FOUND));
     EXPECT_EQ(none.error->field(), "truncate.request_id") << none.error->message();
   }
-  ASSERT_FALSE(s.Append(TextMsg(kQuestion, v1::CHAT_ROLE_USER).append()));
+  ASSERT_FALSE(s.Append(TextMsg(kRiversQuestion, v1::CHAT_ROLE_USER).append()));
   const Generation g = GenerateExactly(s, 10, "g1");
   {
     const Answer over = Truncate(s, "g1", 11);
@@ -221,8 +221,8 @@ TEST_F(RollbackE2eTest, TruncateThenGenerateEqualsASessionThatNeverSawTheDropped
   RawStream b(Channel(), 60s);
   ASSERT_TRUE(a.Open());
   ASSERT_TRUE(b.Open());
-  ASSERT_FALSE(a.Append(TextMsg(kQuestion, v1::CHAT_ROLE_USER).append()));
-  ASSERT_FALSE(b.Append(TextMsg(kQuestion, v1::CHAT_ROLE_USER).append()));
+  ASSERT_FALSE(a.Append(TextMsg(kRiversQuestion, v1::CHAT_ROLE_USER).append()));
+  ASSERT_FALSE(b.Append(TextMsg(kRiversQuestion, v1::CHAT_ROLE_USER).append()));
   const Generation long_a = GenerateExactly(a, 12, "a1");
   const Answer cut = Truncate(a, "a1", 5);
   ASSERT_TRUE(cut.state) << (cut.error ? cut.error->message() : "");
@@ -244,7 +244,7 @@ TEST_F(RollbackE2eTest, TruncateThenGenerateEqualsASessionThatNeverSawTheDropped
 TEST_F(RollbackE2eTest, TruncateDuringAGenerationCancelsItFirst) {
   RawStream s(Channel(), 60s);
   ASSERT_TRUE(s.Open());
-  ASSERT_FALSE(s.Append(TextMsg(kQuestion, v1::CHAT_ROLE_USER).append()));
+  ASSERT_FALSE(s.Append(TextMsg(kRiversQuestion, v1::CHAT_ROLE_USER).append()));
   const Generation first = GenerateExactly(s, 8, "first");
   const Answer none = Truncate(s, "first", 0);
   ASSERT_TRUE(none.state) << (none.error ? none.error->message() : "");
@@ -290,7 +290,7 @@ TEST_F(RollbackE2eTest, TruncateDuringAGenerationCancelsItFirst) {
 TEST_F(RollbackE2eTest, ForkContinuesLikeItsParentAndBothGoOnIndependently) {
   RawStream control(Channel(), 60s);
   ASSERT_TRUE(control.Open());
-  ASSERT_FALSE(control.Append(TextMsg(kQuestion, v1::CHAT_ROLE_USER).append()));
+  ASSERT_FALSE(control.Append(TextMsg(kRiversQuestion, v1::CHAT_ROLE_USER).append()));
   const Generation control_first = GenerateExactly(control, 6, "c1");
   const Generation control_next = GenerateExactly(control, 16, "c2");
   CloseStream(control);
@@ -298,7 +298,7 @@ TEST_F(RollbackE2eTest, ForkContinuesLikeItsParentAndBothGoOnIndependently) {
   RawStream parent(Channel(), 60s);
   const auto opened = parent.Open();
   ASSERT_TRUE(opened);
-  ASSERT_FALSE(parent.Append(TextMsg(kQuestion, v1::CHAT_ROLE_USER).append()));
+  ASSERT_FALSE(parent.Append(TextMsg(kRiversQuestion, v1::CHAT_ROLE_USER).append()));
   const Generation parent_first = GenerateExactly(parent, 6, "p1");
   ASSERT_EQ(parent_first.ids, control_first.ids);
   ASSERT_TRUE(parent.Write(ForkMsg("fork-1")));
@@ -370,7 +370,7 @@ TEST_F(RollbackE2eTest, ForkWhileGeneratingIsRefusedAndTheGenerationGoesOn) {
 TEST_F(RollbackE2eTest, RequestIdsThatAreNotPrintableAsciiAreRefusedNamingTheField) {
   RawStream s(Channel(), 60s);
   ASSERT_TRUE(s.Open());
-  ASSERT_FALSE(s.Append(TextMsg(kQuestion, v1::CHAT_ROLE_USER).append()));
+  ASSERT_FALSE(s.Append(TextMsg(kRiversQuestion, v1::CHAT_ROLE_USER).append()));
   GenerateExactly(s, 4, "ok");
   struct Case {
     v1::ClientMessage message;
@@ -418,8 +418,8 @@ TEST_F(RollbackE2eTest, PartialAppendsAreReplacedByTheNextAppend) {
   ASSERT_FALSE(a.Append(PartialMsg("Name three rivers of As"), &first));
   ASSERT_FALSE(a.Append(PartialMsg("Name three rivers of Asia and Europe, please"), &second));
   EXPECT_GT(second.tokens_seen(), first.tokens_seen()) << "the longer partial replaced the first";
-  ASSERT_FALSE(a.Append(TextMsg(kQuestion, v1::CHAT_ROLE_USER).append(), &final_a));
-  ASSERT_FALSE(b.Append(TextMsg(kQuestion, v1::CHAT_ROLE_USER).append(), &final_b));
+  ASSERT_FALSE(a.Append(TextMsg(kRiversQuestion, v1::CHAT_ROLE_USER).append(), &final_a));
+  ASSERT_FALSE(b.Append(TextMsg(kRiversQuestion, v1::CHAT_ROLE_USER).append(), &final_b));
   ExpectSameState(final_a, final_b);
   const Generation ga = GenerateExactly(a, 10, "a");
   const Generation gb = GenerateExactly(b, 10, "b");
@@ -572,7 +572,7 @@ TEST_F(RollbackTenantE2eTest, AForkIsItsTenantsAndDoesNotExistForAnother) {
   RawStream acme(d_->Channel(), 60s, kAcme);
   const auto opened = acme.Open();
   ASSERT_TRUE(opened);
-  ASSERT_FALSE(acme.Append(TextMsg(kQuestion, v1::CHAT_ROLE_USER).append()));
+  ASSERT_FALSE(acme.Append(TextMsg(kRiversQuestion, v1::CHAT_ROLE_USER).append()));
   v1::Error error;
   const std::string fork = Fork(acme, "f", &error);
   ASSERT_TRUE(IsSessionId(fork)) << error.ShortDebugString();
@@ -602,7 +602,7 @@ TEST_F(RollbackTenantE2eTest, AForkIsItsTenantsAndDoesNotExistForAnother) {
 TEST_F(RollbackTenantE2eTest, AForkCountsAgainstItsTenantsSessionQuota) {
   RawStream globex(d_->Channel(), 60s, kGlobex);
   ASSERT_TRUE(globex.Open());
-  ASSERT_FALSE(globex.Append(TextMsg(kQuestion, v1::CHAT_ROLE_USER).append()));
+  ASSERT_FALSE(globex.Append(TextMsg(kRiversQuestion, v1::CHAT_ROLE_USER).append()));
   v1::Error error;
   const std::string first = Fork(globex, "f1", &error);
   ASSERT_TRUE(IsSessionId(first)) << error.ShortDebugString();
