@@ -17,9 +17,11 @@
 // [WindowStart(p), p] (its own last W tokens, itself included). A layer trained with a native
 // sliding window of N tokens (Gemma 3's local layers, N = 512) sets span = N: its queries see
 // only text positions j > p - N, i.e. the sinks [SinkBegin(p), VisibleSinks(p)) and a window
-// that starts no earlier than p - N + 1. The blocks are the same for every layer (the engine
-// plans them for span 0, the widest key set); span only narrows which keys are read, and
-// CachePosition(p) ignores it (the rebuilt cache is the same). window_blocks lists the blocks
+// that starts no earlier than p - N + 1. Span only narrows which keys are read, and
+// CachePosition(p) ignores it: the same table serves every layer (the engine plans its blocks
+// for span 0, the widest key set), or the local layers get a table of their own over a cache
+// that holds only what they read (the engine's "local layers" pool); either way a spanned
+// query reads the same positions. window_blocks lists the blocks
 // of the logical window blocks first_window_block .. first_window_block + n - 1, oldest first:
 // the engine appends a block when the window reaches a new one and drops the oldest once no
 // query can see any token in it, so eviction never copies K/V and a chunk of any length keeps

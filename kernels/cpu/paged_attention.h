@@ -23,7 +23,8 @@
 //
 // table.span: 0 for the layers of most models, where the key set is the one above with
 // SinkBegin(p) = 0. Gemma 3's local layers are trained with a native sliding window of N = 512
-// tokens and never saw a key at p - N or earlier, so they pass the same table with span = N:
+// tokens and never saw a key at p - N or earlier, so they pass a table with span = N (the same
+// one, or their own cache's when the engine keeps their K/V apart):
 // SinkBegin(p) and WindowStart(p) then start no earlier than p - N + 1, which leaves fewer
 // window keys (when N < W) and fewer sinks, none once p >= S + N - 1. Its global layers pass
 // span 0. q_sink and q_window are the same for both kinds (CachePosition ignores span).

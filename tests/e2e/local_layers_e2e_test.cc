@@ -46,8 +46,8 @@ std::vector<int32_t> BookTokens(const std::string& model, size_t n) {
   std::ifstream in(std::string(STREAMD_SHARED_DATA) + "/pride-and-prejudice.txt");
   std::stringstream text;
   text << in.rdbuf();
-  const RunResult r =
-      RunStreamd({"tokenize", "--model", model, "--no-bos", "--text", text.str().substr(2000, 4000)});
+  const RunResult r = RunStreamd(
+      {"tokenize", "--model", model, "--no-bos", "--text", text.str().substr(2000, 4000)});
   std::string out = r.out;
   for (char& c : out) {
     if (c == '[' || c == ']' || c == ',') c = ' ';
