@@ -12,6 +12,7 @@
 #include <future>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -380,7 +381,8 @@ StatusOr<std::shared_ptr<const KvInt8Scales>> UnitRangeScales(const LlamaConfig&
 // plan's, or takes UnitRangeScales. Int8 caches are the CPU backend's.
 StatusOr<std::unique_ptr<Engine>> MakeEngine(const BenchModelSource& source, int64_t pool_bytes,
                                              int64_t threads, kernels::KvDtype dtype,
-                                             bool local_layer_caches) {
+                                             bool local_layer_caches,
+                                             std::optional<int64_t> sized_for_window = {}) {
   STREAMD_ASSIGN_OR_RETURN(BenchModel loaded, LoadBenchModel(source, /*with_tokenizer=*/true));
   if (auto* cpu = dynamic_cast<LlamaModel*>(loaded.model.get())) {
     if (dtype == kernels::KvDtype::kF16) {
@@ -400,6 +402,9 @@ StatusOr<std::unique_ptr<Engine>> MakeEngine(const BenchModelSource& source, int
                        : static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   config.max_chunk = std::min(config.max_chunk, loaded.model->config().context_length);
   config.local_layer_caches = local_layer_caches;
+  if (sized_for_window) {  // a daemon whose sessions.default_window is this (KvPools' shares)
+    config.default_window = static_cast<int32_t>(*sized_for_window);
+  }
   return Engine::Create(std::move(loaded.model), std::move(loaded.tokenizer), config);
 }
 
@@ -522,8 +527,19 @@ int RunSnapshotBench(const SnapshotBenchOptions& o) {
       }
     }
     if (Status s = (*b)->Close(spacer.id); !s.ok()) return Fail(s);
+    // Local layers in a pool of their own: the two pools' shares follow the default window,
+    // so each window is counted in an engine whose default it is (as a daemon of such
+    // sessions would be configured); other models count in b.
+    const bool split = o.local_layer_caches && !(*b)->model().LocalLayerSplit().empty();
     for (int64_t w : o.windows) {
-      auto r = CountSessions(**b, o, w);
+      std::unique_ptr<Engine> sized;
+      if (split) {
+        b->reset();  // one model copy at a time
+        auto made = MakeEngine(o.source, o.count_pool_bytes, o.threads, dtype, true, w);
+        if (!made.ok()) return Fail(made.status(), context);
+        sized = std::move(made).value();
+      }
+      auto r = CountSessions(split ? *sized : **b, o, w);
       if (!r.ok()) return Fail(r.status());
       counts.push_back(*r);
     }
@@ -613,7 +629,7 @@ int RunSnapshotBench(const SnapshotBenchOptions& o) {
       // Two pools: the formula is the fewer of what each holds (the old bound knew one pool).
       std::printf(
           "  %s window %lld: %lld sessions (formula: the fewer of (%d - %d) / %d and the local "
-          "layers' pool's (%d - %d) / %d = %lld)\n",
+          "layers' pool's (%d - %d) / %d = %lld; the pools shared for sessions of this window)\n",
           DtypeName(r.dtype), static_cast<long long>(r.window), static_cast<long long>(r.measured),
           r.pool_blocks, r.headroom_blocks, r.bound_blocks, r.local_pool_blocks, r.headroom_blocks,
           r.local_bound_blocks, static_cast<long long>(r.formula));
