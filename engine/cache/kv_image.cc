@@ -112,16 +112,15 @@ std::vector<Run> LocalRunsOf(const SessionCache& cache) {
   const CachedSpan local = cache.local()->cached_span();
   std::vector<Run> runs = RunsOf(*cache.local());
   for (Run& r : runs) {
-    const int64_t p = local.Position(r.index);
-    r.index = p < main.sinks ? p : main.sinks + (p - main.window_begin);
+    r.index = main.Index(local.Position(r.index));
   }
   return runs;
 }
 
 // A session whose local layers keep a cache of their own (f16 host pools, SessionCache::Create
 // checks): each model layer moves between the image and its own pool, a local layer's rows at
-// the image indices of the positions its cache holds. Calls move(cached, image offset, elements)
-// for each (layer, K/V, head, run).
+// the image indices of the positions its cache holds. Calls move(layer, kv, head, cached, image
+// offset, elements) for each (layer, K/V, head, run).
 template <class Move>
 void ForEachSplitRun(const SessionCache& cache, const KvView& layout, Move&& move) {
   const LayerSplit& split = *cache.layer_split();
@@ -135,8 +134,8 @@ void ForEachSplitRun(const SessionCache& cache, const KvView& layout, Move&& mov
     for (int32_t kv = 0; kv < 2; ++kv) {
       for (int32_t h = 0; h < l.n_kv_heads; ++h) {
         for (const Run& r : local ? local_runs : main_runs) {
-          move(base + l.Offset(r.block, kv, h, r.slot), layout.Offset(layer, kv, h, r.index),
-               r.tokens * l.head_dim);
+          move(layer, kv, h, base + l.Offset(r.block, kv, h, r.slot),
+               layout.Offset(layer, kv, h, r.index), r.tokens * l.head_dim);
         }
       }
     }
@@ -152,15 +151,24 @@ void ReadSplitKv(const SessionCache& cache, const KvView& layout, uint16_t* out)
     if (split.local[layer] == 0) continue;
     std::fill_n(out + layout.Offset(layer, 0, 0, 0), 2 * layout.n_kv_heads * section, uint16_t{0});
   }
-  ForEachSplitRun(cache, layout, [&](const uint16_t* cached, int64_t at, int64_t n) {
-    std::copy_n(cached, n, out + at);
-  });
+  ForEachSplitRun(cache, layout,
+                  [&](int32_t, int32_t, int32_t, const uint16_t* cached, int64_t at, int64_t n) {
+                    std::copy_n(cached, n, out + at);
+                  });
 }
 
-void WriteSplitKv(const SessionCache& cache, const KvView& layout, const uint16_t* image) {
-  ForEachSplitRun(cache, layout, [&](uint16_t* cached, int64_t at, int64_t n) {
-    std::copy_n(image + at, n, cached);
-  });
+// Into such a session: f16 values copied, int8 ones dequantized with the view's scales, run by
+// run (as into a shared f16 pool).
+void WriteSplitKv(const SessionCache& cache, const KvView& kv) {
+  ForEachSplitRun(
+      cache, kv, [&](int32_t layer, int32_t k, int32_t h, uint16_t* cached, int64_t at, int64_t n) {
+        if (kv.dtype == kernels::KvDtype::kInt8) {
+          DequantizeRowsToF16(kv.data_i8 + at, n / kv.head_dim, kv.head_dim,
+                              kv.scales->scales(layer, k) + h * kv.head_dim, cached);
+        } else {
+          std::copy_n(kv.data + at, n, cached);
+        }
+      });
 }
 
 }  // namespace
@@ -287,23 +295,7 @@ Status WriteCacheKv(const SessionCache& cache, const KvView& kv) {
   const kernels::KvPoolLayout& l = pool.layout();
   const bool from_int8 = kv.dtype == kernels::KvDtype::kInt8;
   if (cache.local() != nullptr) {
-    // f16 pools: an int8 image goes through f16 rows first.
-    std::vector<uint16_t> f16;
-    const uint16_t* rows = kv.data;
-    if (from_int8) {
-      f16.resize(static_cast<size_t>(kv.elements()));
-      for (int32_t layer = 0; layer < kv.n_layers; ++layer) {
-        for (int32_t k = 0; k < 2; ++k) {
-          for (int32_t h = 0; h < kv.n_kv_heads; ++h) {
-            const int64_t at = kv.Offset(layer, k, h, 0);
-            DequantizeRowsToF16(kv.data_i8 + at, kv.n_tokens, kv.head_dim,
-                                kv.scales->scales(layer, k) + h * kv.head_dim, f16.data() + at);
-          }
-        }
-      }
-      rows = f16.data();
-    }
-    WriteSplitKv(cache, kv, rows);
+    WriteSplitKv(cache, kv);
     return OkStatus();
   }
   if (const KvInt8Scales* scales = pool.int8_scales()) {

@@ -127,10 +127,7 @@ StatusOr<std::unique_ptr<SessionCache>> SessionCache::Create(BlockPool* pool, Ca
 SessionCache::SessionCache(BlockPool* pool, CacheSpec spec)
     : pool_(pool), spec_(spec), bound_blocks_(BoundBlocks(spec, pool->block_size())) {}
 
-SessionCache::~SessionCache() {
-  for (int32_t b : sink_blocks_) pool_->Free(b);
-  for (int32_t b : window_blocks_) pool_->Free(b);
-}
+SessionCache::~SessionCache() { Clear(); }
 
 CachedSpan CachedSpanOf(const CacheSpec& spec, int64_t seen) {
   CachedSpan span;
@@ -504,8 +501,8 @@ std::vector<int32_t> SessionCache::LocalIds(int64_t tokens_seen,
   std::vector<int32_t> ids;
   ids.reserve(static_cast<size_t>(local.size()));
   for (int64_t i = 0; i < local.size(); ++i) {
-    const int64_t p = local.Position(i);
-    ids.push_back(cached_ids[p < main.sinks ? p : main.sinks + (p - main.window_begin)]);
+    const int64_t p = local.Position(i);  // held by the main cache too
+    ids.push_back(cached_ids[main.Index(p)]);
   }
   return ids;
 }

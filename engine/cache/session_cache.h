@@ -83,6 +83,8 @@ struct CachedSpan {
   int64_t size() const { return sinks + (window_end - window_begin); }
   // Text position of cache index i (0 <= i < size()).
   int64_t Position(int64_t i) const { return i < sinks ? i : window_begin + (i - sinks); }
+  // Cache index of text position p (the inverse of Position; p must be held).
+  int64_t Index(int64_t p) const { return p < sinks ? p : sinks + (p - window_begin); }
 };
 
 // Where a cache stands, as a value: enough to compute, without the cache, how many blocks a

@@ -13,15 +13,12 @@ namespace {
 
 using namespace streamd::testing;
 
-constexpr int32_t kSpan = 13;
+const int32_t kSpan = SmallGemma3Shape().sliding_window;
 
 SyntheticModelSpec GemmaWithVocab(uint64_t seed) {
-  SyntheticModelSpec spec = TinyModel();
-  spec.architecture = "gemma3";
-  spec.rope_base = 1000000.0f;
-  spec.head_dim = 32;
-  spec.n_layers = 7;  // six local layers, one global
-  spec.sliding_window = kSpan;
+  SyntheticModelSpec spec = SmallGemma3Shape();  // six local layers, one global
+  spec.with_vocab = TinyModel().with_vocab;
+  spec.vocab_size = TinyModel().vocab_size;
   spec.seed = seed;
   return spec;
 }

@@ -39,17 +39,16 @@ SyntheticModelSpec FamilySpec(const std::string& family, gguf::TensorType weight
     for (int32_t i = 0; i < half; ++i) spec.rope_freq_factors.push_back(1.0f + 7.0f * i / half);
     return spec;
   }
+  if (family == "gemma3") {
+    // A native window of 13 is cut by every cache window below, and cuts some of them.
+    SyntheticModelSpec gemma = SmallGemma3Shape();
+    gemma.weight_type = weights;
+    gemma.seed = seed;
+    return gemma;
+  }
   spec.architecture = family;
   spec.rope_base = 1000000.0f;                // Qwen's
   if (family == "qwen3") spec.head_dim = 24;  // q_dim 96 != dim 64, as Qwen3 0.6B's 2048 != 1024
-  if (family == "gemma3") {
-    // Gemma 3's shape in small: a head wider than dim / n_heads, and 7 layers, so that layers
-    // 0-4 and 6 are local and layer 5 is global. A native window of 13 is cut by every cache
-    // window below, and cuts some of them.
-    spec.head_dim = 32;
-    spec.n_layers = 7;
-    spec.sliding_window = 13;
-  }
   return spec;
 }
 

@@ -24,16 +24,11 @@ namespace streamd {
 namespace {
 
 constexpr int32_t kBlock = 4;
-constexpr int32_t kSpan = 13;  // the local layers' native window
+const int32_t kSpan = SmallGemma3Shape().sliding_window;  // the local layers' native window
 
 std::unique_ptr<LlamaModel> GemmaModel() {
-  SyntheticModelSpec spec;
-  spec.architecture = "gemma3";
-  spec.rope_base = 1000000.0f;
-  spec.head_dim = 32;
-  spec.n_layers = 7;  // layers 0-4 and 6 are local, layer 5 global
-  spec.sliding_window = kSpan;
-  spec.context_length = 256;  // a dense cache of 64 blocks
+  SyntheticModelSpec spec = SmallGemma3Shape();  // layers 0-4 and 6 local, a window of 13
+  spec.context_length = 256;                     // a dense cache of 64 blocks
   spec.weight_type = gguf::TensorType::kQ4_1;
   spec.seed = std::random_device{}();
   auto model = MakeSyntheticModel(spec);

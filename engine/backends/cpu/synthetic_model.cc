@@ -191,6 +191,16 @@ SyntheticModelSpec Llama3_8BShape() {
   return s;
 }
 
+SyntheticModelSpec SmallGemma3Shape() {
+  SyntheticModelSpec spec;
+  spec.architecture = "gemma3";
+  spec.rope_base = 1000000.0f;
+  spec.head_dim = 32;
+  spec.n_layers = 7;
+  spec.sliding_window = 13;
+  return spec;
+}
+
 StatusOr<std::vector<uint8_t>> BuildSyntheticModel(const SyntheticModelSpec& s) {
   for (TensorType t : {s.weight_type, s.embedding_type}) {
     if (t == TensorType::kBF16)

@@ -51,6 +51,9 @@ inline constexpr int32_t kSyntheticImEnd = 258;
 SyntheticModelSpec SmolLm2Shape();
 // Llama-3-8B's shape: 32 layers, dim 4096, 32 / 8 heads, ffn 14336, vocab 128256.
 SyntheticModelSpec Llama3_8BShape();
+// Gemma 3's shape in small: gemma3, Qwen's RoPE base, a head of 32 (wider than dim / n_heads),
+// 7 layers (0-4 and 6 local, 5 global) and a native window of 13 tokens.
+SyntheticModelSpec SmallGemma3Shape();
 
 // GGUF bytes of a model with uniform random weights scaled like a trained network's
 // (|w| <= sqrt(3 / fan_in)), unit norm weights and tied embeddings unless output_type is set.
