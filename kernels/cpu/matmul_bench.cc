@@ -386,6 +386,15 @@ BENCHMARK_CAPTURE(BM_MatMulRows, Q6_K_qwen15_down, WeightType::kQ6_K)
     ->Args({1536, 8960, 16, static_cast<int>(DetectIsa())})
     ->Args({1536, 8960, 64, static_cast<int>(DetectIsa())})
     ->Unit(benchmark::kMicrosecond);
+// The 1.5B's Q4_K matrices as the load leaves them (Q4_1 rows) at a 16-session decode step and a
+// prefill chunk: gate / up [8960, 1536], down [1536, 8960].
+BENCHMARK_CAPTURE(BM_MatMulRows, Q4_1_qwen15, WeightType::kQ4_1)->Apply([](auto* b) {
+  for (int n : {16, 64}) {
+    b->Args({8960, 1536, n, static_cast<int>(DetectIsa())});
+    b->Args({1536, 8960, n, static_cast<int>(DetectIsa())});
+  }
+  b->Unit(benchmark::kMicrosecond);
+});
 // The AVX2 level at the Q4_1 shapes, where the detected level is higher (AVX-VNNI).
 BENCHMARK_CAPTURE(BM_MatMulRows, Q4_1_avx2, WeightType::kQ4_1)->Apply([](auto* b) {
   if (DetectIsa() <= Isa::kAvx2) return;

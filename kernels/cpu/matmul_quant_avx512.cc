@@ -7,9 +7,9 @@
 // reach that rate; the AVX2 tokens-in-lanes kernel (OuterTile, matmul_quant_kernels.h) has only
 // 6 (16 vector registers) and runs latency-bound at half rate. Here OuterTile16 puts 16 tokens in
 // the lanes of one zmm register (twice the products per instruction), folds each weight pair into
-// the instruction as an embedded broadcast, and keeps two accumulators per row (even and odd
-// pairs of the block) for 2 * kRows16 independent chains in the 32 zmm registers, and prefetches
-// the next tile's weights (decode steps stream every weight from DRAM once).
+// the instruction as an embedded broadcast (DpwssdBroadcast), and keeps two accumulators per row
+// (even and odd pairs of the block) for 2 * kRows16 independent chains in the 32 zmm registers, and
+// prefetches the next tile's weights (decode steps stream every weight from DRAM once).
 //
 // Measured (kernels_cpu_bench BM_ModelMatmuls, or a whole-model loop of all 30 layers' products
 // and the head, single thread, CPU time): 16 tokens 1.8 ms/token against 2.8 for AVX-VNNI
@@ -25,6 +25,8 @@
 // Compiled with -mavx2 -mfma -mf16c -mavx512f -mavx512bw -mavx512vl -mavx512vnni; reached only
 // after the run-time check in isa.cc.
 #include <immintrin.h>
+
+#include <type_traits>
 
 #include "kernels/cpu/matmul_quant_kernels.h"
 
@@ -236,8 +238,11 @@ void MatMulSmallQ6_K(const uint8_t* w, size_t w_row_bytes, int64_t k, const Bloc
 
 constexpr int kLanes16 = 16;
 // Rows per tile: 2 * kRows16 i32 chains + kRows16 f32 accumulators + 2 activation vectors fit in
-// the 32 registers (measured: 6 best of 4, 6 and 8 rows).
-constexpr int kRows16 = 6;
+// the 32 registers. Measured (kernels_cpu_bench, the 1.5B's [8960, 1536] and [1536, 8960] at 16
+// tokens, Zen 4): 6 best for the formats of one block per row (4 and 8 no better, 4 up to 7%
+// slower); Q6_K, whose widening holds a half super-block per row, 4 (4% faster than 6).
+template <class F>
+constexpr int kRows16 = std::is_same_v<F, Q6_KFormat> ? 4 : 6;
 
 // Activations of 16 tokens over up to kBlockChunk blocks, tokens in lanes.
 struct PackedChunk16 {
@@ -298,6 +303,74 @@ inline void RowScales(const uint8_t* block, float* dw, float* ow) {
   }
 }
 
+// acc += the i16 pairs of y times the pair at w in every lane, as one vpdpwssd with an embedded
+// broadcast ({1to16}): GCC does not fold _mm512_set1_epi32 of a load into the instruction.
+[[gnu::always_inline]] inline void DpwssdBroadcast(__m512i& acc, __m512i y, const int32_t* w) {
+  asm("vpdpwssd %[w]%{1to16%}, %[y], %[acc]" : [acc] "+v"(acc) : [y] "v"(y), [w] "m"(*w));
+}
+
+// How many blocks of a row OuterTile16 widens at once: Q6_K a half super-block (WidenQ6_KHalf:
+// ~8 instructions per block where its block-by-block Widen takes ~17, as many as the block's 16
+// vpdpwssd per row; 1.5B's ffn_down at 16 tokens: see docs/PERFORMANCE.md), the others one.
+template <class F>
+constexpr int kWidenBlocks = std::is_same_v<F, Q6_KFormat> ? 4 : 1;
+
+// Blocks b .. b + kWidenBlocks<F> - 1 of a row (its unit at `unit`) as i16 pairs into wq, one
+// block of kQuantBlock / 2 pairs after another.
+template <class F>
+inline void WidenBlocks(const uint8_t* unit, int64_t b, int32_t (*wq)[kQuantBlock / 2]) {
+  if constexpr (kWidenBlocks<F> == 4) {
+    const Q6_KHalfZmm h = WidenQ6_KHalf(reinterpret_cast<const BlockQ6_K*>(unit),
+                                        static_cast<int>(b % BlocksPerUnit<F>()) / 4);
+    for (int j = 0; j < 4; ++j) _mm512_store_si512(wq[j], h.v[j]);
+  } else {
+    const WeightI16 q = WidenAt<F>(unit, b);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(wq[0]), q.lo);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(wq[0] + 8), q.hi);
+  }
+}
+
+// Streams the next tile's part of a block chunk (the same blocks of the next rows) into the cache
+// while a tile computes, a few lines per block step: the rows' chunk bytes one row after another,
+// spread evenly over the nbc steps. Prefetching the next rows whole, as this did before, fetched
+// every later chunk's blocks too, long before their turn (the 1.5B's [1536, 8960] matrices have 9
+// chunks). Same instruction count as that: a row's lines are a contiguous stretch.
+class NextTileLines {
+ public:
+  // first: the next tile's first row at the chunk's first block; rows `stride` bytes apart,
+  // `bytes` of each in the chunk.
+  NextTileLines(const uint8_t* first, size_t stride, size_t bytes, int rows, int64_t steps)
+      : base_(reinterpret_cast<const char*>(first)),
+        stride_(stride),
+        bytes_(bytes),
+        rows_left_(rows),
+        per_step_((rows * static_cast<int64_t>((bytes + 63) / 64 + 1) + steps - 1) / steps) {
+    StartRow();
+  }
+
+  void Step() {
+    for (int64_t i = 0; i < per_step_ && rows_left_ > 0; ++i) {
+      _mm_prefetch(line_, _MM_HINT_T0);
+      line_ += 64;
+      if (line_ >= base_ + bytes_) {
+        base_ += stride_;
+        if (--rows_left_ > 0) StartRow();
+      }
+    }
+  }
+
+ private:
+  void StartRow() {
+    line_ = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(base_) & ~uintptr_t{63});
+  }
+
+  const char* base_;  // the current row's first byte in the chunk
+  const char* line_;  // its next line
+  size_t stride_, bytes_;
+  int rows_left_;
+  int64_t per_step_;
+};
+
 // kR rows x 16 packed tokens over nbc blocks; tokens [0, n_valid) are written (or added to out
 // unless first: later block chunks of the same tile).
 template <class F, int kR>
@@ -305,28 +378,24 @@ void OuterTile16(const uint8_t* w, size_t w_stride, const PackedChunk16& p, int6
                  int n_valid, bool first, float* out, int64_t ldo) {
   __m512 acc[kR];
   for (int r = 0; r < kR; ++r) acc[r] = _mm512_setzero_ps();
-  alignas(64) int32_t wq[kR][kQuantBlock / 2];  // the rows' widened block, as i16 pairs
-  // The next tile's rows follow this tile's in memory (kR * w_stride bytes on); stream them
-  // into the cache while this tile computes: ~2 lines per block step cover it.
-  const uint8_t* next_tile = w + kR * w_stride;
-  const int64_t lines_per_step = (kR * static_cast<int64_t>(w_stride) / 64 + nbc - 1) / nbc;
+  // The rows' widened blocks, as i16 pairs: kWidenBlocks<F> of them per row, widened together.
+  constexpr int kWb = kWidenBlocks<F>;
+  alignas(64) int32_t wq[kR][kWb][kQuantBlock / 2];
+  NextTileLines ahead(w + kR * w_stride, w_stride, UnitOffset<F>(nbc), kR, nbc);
   for (int64_t b = 0; b < nbc; ++b) {
-    for (int64_t l = 0; l < lines_per_step; ++l) {
-      _mm_prefetch(reinterpret_cast<const char*>(next_tile + 64 * (b * lines_per_step + l)),
-                   _MM_HINT_T0);
-    }
+    ahead.Step();
     float dw[kR], ow[kR];
     for (int r = 0; r < kR; ++r) {
       const uint8_t* block = w + r * w_stride + UnitOffset<F>(b);
-      const WeightI16 q = WidenAt<F>(block, b);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(wq[r]), q.lo);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(wq[r] + 8), q.hi);
+      if (b % kWb == 0) WidenBlocks<F>(block, b, wq[r]);
       RowScales<F>(block, &dw[r], &ow[r]);
     }
-    // The weight pairs must be broadcast from memory (a load port, or folded into vpdpwssd as
-    // {1to16}); left to itself GCC forwards the stores through register shuffles, which compete
-    // with vpdpwssd for its ports and cost a third of the speed. Hiding the pointer stops that.
-    const int32_t* wp = &wq[0][0];
+    // The weight pairs are broadcast from memory, folded into vpdpwssd (DpwssdBroadcast). Left
+    // to itself GCC forwarded the stores through register shuffles, which compete with vpdpwssd
+    // for its ports and cost a third of the speed; hiding the pointer stops that. With the
+    // intrinsics it still loaded each pair with a vpbroadcastd of its own: one instruction more
+    // per vpdpwssd (the asm: 3-11% faster at 16 tokens on Zen 4, the 1.5B's shapes).
+    const int32_t* wp = &wq[0][b % kWb][0];
     asm volatile("" : "+r"(wp)::"memory");
     __m512i even[kR], odd[kR];
     for (int r = 0; r < kR; ++r) even[r] = odd[r] = _mm512_setzero_si512();
@@ -335,9 +404,9 @@ void OuterTile16(const uint8_t* w, size_t w_stride, const PackedChunk16& p, int6
       const __m512i y0 = _mm512_load_si512(p.y[b][i]);
       const __m512i y1 = _mm512_load_si512(p.y[b][i + 1]);
       for (int r = 0; r < kR; ++r) {
-        const int32_t* wr = wp + r * (kQuantBlock / 2);
-        even[r] = _mm512_dpwssd_epi32(even[r], _mm512_set1_epi32(wr[i]), y0);
-        odd[r] = _mm512_dpwssd_epi32(odd[r], _mm512_set1_epi32(wr[i + 1]), y1);
+        const int32_t* wr = wp + r * kWb * (kQuantBlock / 2);
+        DpwssdBroadcast(even[r], y0, wr + i);
+        DpwssdBroadcast(odd[r], y1, wr + i + 1);
       }
     }
     const __m512 dx = _mm512_load_ps(p.dx[b]);
@@ -360,11 +429,11 @@ void OuterTile16(const uint8_t* w, size_t w_stride, const PackedChunk16& p, int6
 }
 
 // Tokens [0, n_tokens) in chunks of 16 (the last one may be partial), blocks in chunks of
-// kBlockChunk, rows in tiles of kRows16 (then single rows).
+// kBlockChunk, rows in tiles of kRows16<F> (then single rows).
 template <class F>
 void MatMulOuter16(const uint8_t* w, size_t w_row_bytes, int64_t nb, const BlockQ16_1* xq,
                    int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin, int64_t row_end) {
-  constexpr int kR = kRows16;
+  constexpr int kR = kRows16<F>;
   PackedChunk16 p;
   for (int64_t t0 = 0; t0 < n_tokens; t0 += kLanes16) {
     const int nt = static_cast<int>(n_tokens - t0 < kLanes16 ? n_tokens - t0 : kLanes16);
