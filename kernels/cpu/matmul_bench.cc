@@ -389,7 +389,7 @@ BENCHMARK_CAPTURE(BM_MatMulRows, Q6_K_qwen15_down, WeightType::kQ6_K)
 // The 1.5B's Q4_K matrices as the load leaves them (Q4_1 rows) at a 16-session decode step and a
 // prefill chunk: gate / up [8960, 1536], down [1536, 8960].
 BENCHMARK_CAPTURE(BM_MatMulRows, Q4_1_qwen15, WeightType::kQ4_1)->Apply([](auto* b) {
-  for (int n : {16, 64}) {
+  for (int n : {1, 16, 64}) {
     b->Args({8960, 1536, n, static_cast<int>(DetectIsa())});
     b->Args({1536, 8960, n, static_cast<int>(DetectIsa())});
   }

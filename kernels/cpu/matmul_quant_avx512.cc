@@ -42,16 +42,20 @@ struct DpwssdEvex {
 // The 4 rows' vpmaddwd lanes of one 32-value block (lanes 0-7: values 0-15, 8-15: values 16-31)
 // as Fold4(Dot(row 0), .., Dot(row 3)) of the AVX2 kernels gives them: [r0 r1 r2 r3 | r0 r1 r2
 // r3], each half the sum of the same values' pairs (exact i32: the same bits).
-inline __m256i Fold4Zmm(const __m512i* p) {
-  // Per 128-bit quarter: [p0 p1 p2 p3], each the sum of that quarter's 4 lanes.
+// Per 128-bit quarter q of the 4 rows' lanes: [p0 p1 p2 p3], each the sum of that quarter's 4
+// lanes (values 8 q .. 8 q + 7 of a block).
+inline __m512i FoldQuarters(const __m512i* p) {
   const __m512i u =
       _mm512_add_epi32(_mm512_unpacklo_epi32(p[0], p[1]), _mm512_unpackhi_epi32(p[0], p[1]));
   const __m512i v =
       _mm512_add_epi32(_mm512_unpacklo_epi32(p[2], p[3]), _mm512_unpackhi_epi32(p[2], p[3]));
-  const __m512i w = _mm512_add_epi32(_mm512_unpacklo_epi64(u, v), _mm512_unpackhi_epi64(u, v));
-  // Quarters 0 + 2 (values 0-7 and 16-23) and 1 + 3: Fold4's two 128-bit halves.
+  return _mm512_add_epi32(_mm512_unpacklo_epi64(u, v), _mm512_unpackhi_epi64(u, v));
+}
+// Quarters 0 + 2 (values 0-7 and 16-23) and 1 + 3: Fold4's two 128-bit halves.
+inline __m256i AddQuarterPairs(__m512i w) {
   return _mm512_castsi512_si256(_mm512_add_epi32(w, _mm512_shuffle_i32x4(w, w, 0x4e)));
 }
+inline __m256i Fold4Zmm(const __m512i* p) { return AddQuarterPairs(FoldQuarters(p)); }
 
 // Q5_0 and Q5_1 blocks in zmm registers: the 32 nibbles widened to i16 at once (values 0-15 in
 // lanes 0-15, 16-31 in lanes 16-31, by a variable shift), and the fifth bits as a mask register
@@ -140,7 +144,8 @@ struct Q6_KHalfZmm {
   __m512i v[4];  // blocks j = 0..3 of the half: the i16 values sc (q - 32)
 };
 
-inline Q6_KHalfZmm WidenQ6_KHalf(const BlockQ6_K* s, int n) {
+// The half's values q - 32 as i16, not yet times their scales.
+inline Q6_KHalfZmm Q6_KHalfValues(const BlockQ6_K* s, int n) {
   const __m512i ql = _mm512_loadu_si512(s->ql + 64 * n);  // j = 0 | 1 low nibbles, 2 | 3 high
   const __m512i qh =
       _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s->qh + 32 * n)));
@@ -155,19 +160,44 @@ inline Q6_KHalfZmm WidenQ6_KHalf(const BlockQ6_K* s, int n) {
   const __m512i q01 = _mm512_sub_epi8(_mm512_or_si512(_mm512_and_si512(ql, m4), h01), thirty_two);
   const __m512i q23 = _mm512_sub_epi8(
       _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4), h23), thirty_two);
+  Q6_KHalfZmm h;
+  const __m256i q[4] = {_mm512_castsi512_si256(q01), _mm512_extracti64x4_epi64(q01, 1),
+                        _mm512_castsi512_si256(q23), _mm512_extracti64x4_epi64(q23, 1)};
+  for (int j = 0; j < 4; ++j) h.v[j] = _mm512_cvtepi8_epi16(q[j]);
+  return h;
+}
+
+// The half's values sc (q - 32) as i16 (each block's two 16-value scales multiplied in).
+inline Q6_KHalfZmm WidenQ6_KHalf(const BlockQ6_K* s, int n) {
+  Q6_KHalfZmm h = Q6_KHalfValues(s, n);
   // The half's 8 scales as i16; block j takes sc[2 j] for values 0-15 and sc[2 j + 1] for 16-31.
   int64_t sc8;
   std::memcpy(&sc8, s->sc + 8 * n, sizeof sc8);
   const __m512i sc = _mm512_castsi128_si512(_mm_cvtepi8_epi16(_mm_cvtsi64_si128(sc8)));
-  Q6_KHalfZmm h;
-  const __m256i q[4] = {_mm512_castsi512_si256(q01), _mm512_extracti64x4_epi64(q01, 1),
-                        _mm512_castsi512_si256(q23), _mm512_extracti64x4_epi64(q23, 1)};
   for (int j = 0; j < 4; ++j) {
     const __m512i idx = _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(2 * j)),
                                            _mm256_set1_epi16(static_cast<int16_t>(2 * j + 1)), 1);
-    h.v[j] = _mm512_mullo_epi16(_mm512_cvtepi8_epi16(q[j]), _mm512_permutexvar_epi16(idx, sc));
+    h.v[j] = _mm512_mullo_epi16(h.v[j], _mm512_permutexvar_epi16(idx, sc));
   }
   return h;
+}
+
+// The 16-value scales of 4 rows' half super-blocks as FoldQuarters lays out their sums: for block
+// j, [sc_r[2 j] for rows r = 0..3 | the same | sc_r[2 j + 1] for r = 0..3 | the same] as i32.
+inline void QuarterScales(const uint8_t* const* units, int n, __m512i* scales) {
+  int64_t sc8[4];
+  for (int r = 0; r < 4; ++r) {
+    std::memcpy(&sc8[r], reinterpret_cast<const BlockQ6_K*>(units[r])->sc + 8 * n, sizeof sc8[r]);
+  }
+  // i16 lane 8 r + k: row r's scale k of the half.
+  const __m512i all = _mm512_cvtepi8_epi16(_mm256_setr_epi64x(sc8[0], sc8[1], sc8[2], sc8[3]));
+  for (int j = 0; j < 4; ++j) {
+    const auto lo = static_cast<int16_t>(2 * j), hi = static_cast<int16_t>(2 * j + 1);
+    const __m512i idx = _mm512_zextsi256_si512(
+        _mm256_setr_epi16(lo, 8 + lo, 16 + lo, 24 + lo, lo, 8 + lo, 16 + lo, 24 + lo, hi, 8 + hi,
+                          16 + hi, 24 + hi, hi, 8 + hi, 16 + hi, 24 + hi));
+    scales[j] = _mm512_cvtepi16_epi32(_mm512_castsi512_si256(_mm512_permutexvar_epi16(idx, all)));
+  }
 }
 
 // GemvQuad<DpwssdEvex, Q6_KFormat> by half super-blocks, for kT tokens at once: 4 rows from w
@@ -186,10 +216,16 @@ void GemvQuadQ6_K(const uint8_t* w, size_t w_stride, const BlockQ16_1* x, int64_
     for (int r = 0; r < 4; ++r) units[r] = w + r * w_stride + s * sizeof(BlockQ6_K);
     const __m256 pairs = F::ScalePairs(units, 4);
     for (int n = 0; n < 2; ++n) {
+      // The values unscaled, and each quarter's sum times its scale after the fold (exact in
+      // i32, so the same sums): one vpmulld per block and token where scaling the values took
+      // a vpmullw and a vpermw per block and row (the 1.5B's output head and ffn_down at 1 token:
+      // docs/PERFORMANCE.md).
       Q6_KHalfZmm h[4];
       for (int r = 0; r < 4; ++r) {
-        h[r] = WidenQ6_KHalf(reinterpret_cast<const BlockQ6_K*>(units[r]), n);
+        h[r] = Q6_KHalfValues(reinterpret_cast<const BlockQ6_K*>(units[r]), n);
       }
+      __m512i quarter_scales[4];
+      QuarterScales(units, n, quarter_scales);
       for (int j = 0; j < 4; ++j) {
         const int64_t b = s * F::kBlocksPerUnit + 4 * n + j;
         PrefetchStep<F, 4>(w, b);
@@ -198,7 +234,8 @@ void GemvQuadQ6_K(const uint8_t* w, size_t w_stride, const BlockQ16_1* x, int64_
           const __m512i yv = _mm512_loadu_si512(reinterpret_cast<const void*>(xb.qs));
           __m512i p[4];
           for (int r = 0; r < 4; ++r) p[r] = _mm512_madd_epi16(h[r].v[j], yv);
-          const __m256 dot = _mm256_cvtepi32_ps(Fold4Zmm(p));
+          const __m256 dot = _mm256_cvtepi32_ps(
+              AddQuarterPairs(_mm512_mullo_epi32(FoldQuarters(p), quarter_scales[j])));
           const __m256 scales = _mm256_mul_ps(pairs, F::TokenFactors(BroadcastDs(&xb.d)));
           acc[t] = _mm256_fmadd_ps(dot, _mm256_permutevar8x32_ps(scales, even), acc[t]);
         }
