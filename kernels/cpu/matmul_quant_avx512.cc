@@ -39,11 +39,8 @@ struct DpwssdEvex {
   }
 };
 
-// The 4 rows' vpmaddwd lanes of one 32-value block (lanes 0-7: values 0-15, 8-15: values 16-31)
-// as Fold4(Dot(row 0), .., Dot(row 3)) of the AVX2 kernels gives them: [r0 r1 r2 r3 | r0 r1 r2
-// r3], each half the sum of the same values' pairs (exact i32: the same bits).
-// Per 128-bit quarter q of the 4 rows' lanes: [p0 p1 p2 p3], each the sum of that quarter's 4
-// lanes (values 8 q .. 8 q + 7 of a block).
+// Per 128-bit quarter q of the 4 rows' vpmaddwd lanes of one 32-value block: [p0 p1 p2 p3],
+// each the sum of that quarter's 4 lanes (values 8 q .. 8 q + 7 of the block).
 inline __m512i FoldQuarters(const __m512i* p) {
   const __m512i u =
       _mm512_add_epi32(_mm512_unpacklo_epi32(p[0], p[1]), _mm512_unpackhi_epi32(p[0], p[1]));
@@ -55,6 +52,9 @@ inline __m512i FoldQuarters(const __m512i* p) {
 inline __m256i AddQuarterPairs(__m512i w) {
   return _mm512_castsi512_si256(_mm512_add_epi32(w, _mm512_shuffle_i32x4(w, w, 0x4e)));
 }
+// The 4 rows' vpmaddwd lanes of one 32-value block (lanes 0-7: values 0-15, 8-15: values 16-31)
+// as Fold4(Dot(row 0), .., Dot(row 3)) of the AVX2 kernels gives them: [r0 r1 r2 r3 | r0 r1 r2
+// r3], each half the sum of the same values' pairs (exact i32: the same bits).
 inline __m256i Fold4Zmm(const __m512i* p) { return AddQuarterPairs(FoldQuarters(p)); }
 
 // Q5_0 and Q5_1 blocks in zmm registers: the 32 nibbles widened to i16 at once (values 0-15 in
@@ -137,11 +137,11 @@ struct Q5_1FormatZmm : Q5_1Format {
 // 32 values take ~18 instructions to widen, and the product ran 2.4x the Q8_0 copy's time in
 // cache. Here a row's half super-block (4 blocks, 128 values) is widened at once: its 64 ql and
 // 32 qh bytes are loaded once, the 6-bit values made in bytes (one mask or shift per 64), then
-// sign-extended to i16 and multiplied by their scales. The four rows' block sums are folded by
-// Fold4Zmm and scaled in f32 exactly as GemvQuad does, so the result is the AVX2 level's bit
-// for bit.
+// sign-extended to i16. The four rows' quarter sums are folded (FoldQuarters), multiplied by
+// their 16-value scales in i32, added as Fold4Zmm adds them and scaled in f32 exactly as
+// GemvQuad does: the same integers, so the result is the AVX2 level's bit for bit.
 struct Q6_KHalfZmm {
-  __m512i v[4];  // blocks j = 0..3 of the half: the i16 values sc (q - 32)
+  __m512i v[4];  // blocks j = 0..3 of the half: the i16 values q - 32, or sc (q - 32)
 };
 
 // The half's values q - 32 as i16, not yet times their scales.
