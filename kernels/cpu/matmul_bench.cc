@@ -380,9 +380,11 @@ void QwenDownShapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK_CAPTURE(BM_MatMulRows, Q6_K_qwen_down, WeightType::kQ6_K)->Apply(QwenDownShapes);
 BENCHMARK_CAPTURE(BM_MatMulRows, Q8_0_qwen_down, WeightType::kQ8_0)->Apply(QwenDownShapes);
-// Qwen2.5-Coder-1.5B's Q6_K ffn_down [1536, 8960] at 12 bits, against BM_MatMulRows8Packed's.
+// Qwen2.5-Coder-1.5B's Q6_K ffn_down [1536, 8960] at 12 bits, against BM_MatMulRows8Packed's:
+// decode steps of 1 and 4 sessions, 16 sessions, a prefill chunk.
 BENCHMARK_CAPTURE(BM_MatMulRows, Q6_K_qwen15_down, WeightType::kQ6_K)
     ->Args({1536, 8960, 1, static_cast<int>(DetectIsa())})
+    ->Args({1536, 8960, 4, static_cast<int>(DetectIsa())})
     ->Args({1536, 8960, 16, static_cast<int>(DetectIsa())})
     ->Args({1536, 8960, 64, static_cast<int>(DetectIsa())})
     ->Unit(benchmark::kMicrosecond);

@@ -214,7 +214,9 @@ void GemvQuadQ6_K(const uint8_t* w, size_t w_stride, const BlockQ16_1* x, int64_
   for (int64_t s = 0; s < nb / F::kBlocksPerUnit; ++s) {
     const uint8_t* units[4];
     for (int r = 0; r < 4; ++r) units[r] = w + r * w_stride + s * sizeof(BlockQ6_K);
-    const __m256 pairs = F::ScalePairs(units, 4);
+    // [d0 d1 d2 d3 | d0 d1 d2 d3]: GemvQuad's scale pairs permuted as its products take them
+    // (d_r dx: the same products), once per super-block rather than per block and token.
+    const __m256 d = _mm256_permutevar8x32_ps(F::ScalePairs(units, 4), even);
     for (int n = 0; n < 2; ++n) {
       // The values unscaled, and each quarter's sum times its scale after the fold (exact in
       // i32, so the same sums): one vpmulld per block and token where scaling the values took
@@ -236,8 +238,7 @@ void GemvQuadQ6_K(const uint8_t* w, size_t w_stride, const BlockQ16_1* x, int64_
           for (int r = 0; r < 4; ++r) p[r] = _mm512_madd_epi16(h[r].v[j], yv);
           const __m256 dot = _mm256_cvtepi32_ps(
               AddQuarterPairs(_mm512_mullo_epi32(FoldQuarters(p), quarter_scales[j])));
-          const __m256 scales = _mm256_mul_ps(pairs, F::TokenFactors(BroadcastDs(&xb.d)));
-          acc[t] = _mm256_fmadd_ps(dot, _mm256_permutevar8x32_ps(scales, even), acc[t]);
+          acc[t] = _mm256_fmadd_ps(dot, _mm256_mul_ps(d, _mm256_set1_ps(xb.d)), acc[t]);
         }
       }
     }
