@@ -18,8 +18,9 @@
 namespace streamd {
 
 // 2: the manifest gained kv_cache. 3: tuning.attention_prefetch_runs. 4:
-// tuning.decode_by_tokens_from.
-inline constexpr int32_t kPlanFormatVersion = 4;
+// tuning.decode_by_tokens_from. 5: Q4_K tensors' 8-bit copies in Q4_K's records
+// (kernels::cpu::PackForVnni8), no longer their Q4_1 conversion's.
+inline constexpr int32_t kPlanFormatVersion = 5;
 
 // One number the build measured: a candidate's time, a step time with and without the plan,
 // a perplexity. `what` says what was measured in words ("decode step, 16 sessions, tuned").

@@ -34,7 +34,13 @@ void CheckK(WeightType type, int64_t k) {
   STREAMD_CHECK_MSG(k > 0, "k must be positive");
   STREAMD_CHECK_MSG(!IsQuantized(type) || k % kQuantBlock == 0,
                     "quantized k must be a multiple of 32");
-  STREAMD_CHECK_MSG(k % StorageBlockValues(type) == 0, "Q6_K k must be a multiple of 256");
+  STREAMD_CHECK_MSG(k % StorageBlockValues(type) == 0, "Q6_K and Q4_K k must be multiples of 256");
+}
+
+// Q4_K has 8-bit products only (matmul.h).
+void CheckTwelveBitProducts(WeightType type) {
+  STREAMD_CHECK_MSG(type != WeightType::kQ4_K,
+                    "Q4_K weights have 8-bit products only (MatMulRows8); convert them to Q4_1");
 }
 
 }  // namespace
@@ -60,12 +66,15 @@ size_t WeightRowBytes(WeightType type, int64_t k) {
       return n / kQuantBlock * sizeof(BlockQ5_1);
     case WeightType::kQ6_K:
       return n / kQ6_KValues * sizeof(BlockQ6_K);
+    case WeightType::kQ4_K:
+      return n / kQ4_KValues * sizeof(BlockQ4_K);
   }
   STREAMD_CHECK_UNREACHABLE("unknown weight type");
 }
 
 size_t ActivationBytes(WeightType type, int64_t n_tokens, int64_t k) {
   CheckK(type, k);
+  CheckTwelveBitProducts(type);
   STREAMD_CHECK_MSG(n_tokens >= 0, "negative n_tokens");
   const auto rows = static_cast<size_t>(n_tokens);
   if (IsQuantized(type)) return rows * static_cast<size_t>(k / kQuantBlock) * sizeof(BlockQ16_1);
@@ -75,6 +84,7 @@ size_t ActivationBytes(WeightType type, int64_t n_tokens, int64_t k) {
 void PrepareActivations(WeightType type, const float* x, int64_t ldx, int64_t k,
                         int64_t token_begin, int64_t token_end, void* xq) {
   CheckK(type, k);
+  CheckTwelveBitProducts(type);
   STREAMD_CHECK_MSG(token_begin >= 0 && token_end >= token_begin && ldx >= k,
                     "bad activation range");
   if (IsQuantized(type)) {
@@ -114,6 +124,7 @@ void MatMulRowsAt(Isa level, WeightType type, const void* w, size_t w_row_bytes,
   // or one this CPU lacks, runs at the active one, never at something in between.
   const Isa isa = level <= ActiveIsa() && SupportedOnce(level) ? level : ActiveIsa();
   CheckK(type, k);
+  CheckTwelveBitProducts(type);
   STREAMD_CHECK_MSG(row_begin >= 0 && row_end >= row_begin && n_tokens >= 0,
                     "bad row or token range");
   STREAMD_CHECK_MSG(n_tokens <= 1 || ldo >= row_end, "ldo smaller than row_end");
@@ -229,6 +240,9 @@ void DequantizeRow(WeightType type, const void* w_row, int64_t k, float* out) {
       // The plain reference decode (the gguf package's numpy, bit for bit): this path serves
       // embedding lookups and tests, not the products.
       DequantizeReference(ConvertedQuant::kQ6_K, bytes, k / kQ6_KValues, out);
+      return;
+    case WeightType::kQ4_K:
+      DequantizeReference(ConvertedQuant::kQ4_K, bytes, k / kQ4_KValues, out);
       return;
   }
   STREAMD_CHECK_UNREACHABLE("unknown weight type");

@@ -37,7 +37,10 @@ namespace streamd::kernels::cpu {
 // by the products with 12-bit activations at every level (AMX: the AVX-512 VNNI level's). Its
 // values times their 16-value scales need 13 bits, so its 8-bit product scales each group's sum
 // apart (PackForVnni8).
-enum class WeightType { kF32, kF16, kBF16, kQ4_0, kQ4_1, kQ8_0, kQ5_0, kQ6_K, kQ5_1 };
+// kQ4_K (GGUF's 144-byte super-blocks of 256 values) only at 8 bits: MatMulRows8 and
+// PackForVnni8 read it as stored; the 12-bit products (MatMulRows, PrepareActivations) refuse it
+// and take its Q4_1 conversion (repack_quant.h).
+enum class WeightType { kF32, kF16, kBF16, kQ4_0, kQ4_1, kQ8_0, kQ5_0, kQ6_K, kQ5_1, kQ4_K };
 
 // Levels, ordered by preference. Each runs the kAvx2 code except for the quantized products:
 // kAvxVnni does their i16 multiply-accumulates with AVX-VNNI (vpdpwssd, VEX), kAvx512Vnni with
@@ -97,7 +100,8 @@ void PrepareActivations8(const float* x, int64_t ldx, int64_t k, int64_t token_b
                          int64_t token_end, void* xq8);
 // Whether MatMulRows8 has its fast kernel for `type` at the active level.
 bool FastInt8Activations(WeightType type);
-// Like MatMulRows, for Q4_0, Q4_1, Q5_0, Q8_0 and Q6_K weights and xq8 from PrepareActivations8.
+// Like MatMulRows, for Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q8_0 and Q6_K weights and xq8 from
+// PrepareActivations8.
 // packed: null, or w's PackForVnni8 copy. The fast kernel reads only the copy, for whole tiles of
 // 16 rows; other rows, and every row when packed is null, run the portable reference (the result
 // is the same, bit for bit, but that path is for odd shapes: give the copy).
@@ -114,9 +118,13 @@ void MatMulRows8(WeightType type, const void* w, size_t w_row_bytes, int64_t k, 
 // 1.64x the file's 352). Q6_K as its 6-bit values q (for q - 32) in bytes, the rows' f16
 // super-block scales d and their i8 scales of the block's two 16-value groups: 576 bytes per 16
 // rows and block, 1.37x the file's 420; its sums are scaled per group, exactly (d * scale is
-// exact in f32), so 8-bit activations are its only precision cut.
-// Whether a matrix can have one: Q4_0, Q4_1, Q5_0, Q8_0 or Q6_K, rows a multiple of 16, k of 32
-// (Q6_K: of 256).
+// exact in f32), so 8-bit activations are its only precision cut. Q4_K per tile of 16 rows and
+// super-block: the rows' f16 d and dmin, their 6-bit sub-block scales and mins as bytes, and each
+// block's nibbles as Q4_1's: 2368 bytes per 16 rows and 256 values, 1.03x the file's 2304 and
+// 0.93x the 2560 of its Q4_1 conversion's records; its block scales d sc and -dmin m are made in
+// f32 (exact), where that conversion rounds them to f16.
+// Whether a matrix can have one: Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q8_0 or Q6_K, rows a multiple of
+// 16, k of 32 (Q6_K, Q4_K: of 256).
 bool Vnni8Packable(WeightType type, int64_t rows, int64_t k);
 size_t Vnni8PackedBytes(WeightType type, int64_t rows, int64_t k);
 // Writes the copy of w ([rows, k], Vnni8Packable) to out (Vnni8PackedBytes, 64-byte aligned).

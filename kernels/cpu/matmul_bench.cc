@@ -57,6 +57,12 @@ std::vector<uint8_t> RandomWeights(WeightType type, int64_t rows, int64_t k) {
           set_half(base + s * sizeof(BlockQ6_K) + offsetof(BlockQ6_K, d));
         }
         break;
+      case WeightType::kQ4_K:
+        for (int64_t s = 0; s < k / kQ4_KValues; ++s) {
+          set_half(base + s * sizeof(BlockQ4_K));
+          set_half(base + s * sizeof(BlockQ4_K) + 2);
+        }
+        break;
       case WeightType::kF16:
         for (int64_t j = 0; j < k; ++j) set_half(base + 2 * j);
         break;
@@ -317,6 +323,72 @@ BENCHMARK_CAPTURE(BM_MatMulRows8Packed, Q6_K_qwen15_down, WeightType::kQ6_K)
     ->Args({1536, 8960, 16})
     ->Args({1536, 8960, 64})
     ->Unit(benchmark::kMicrosecond);
+// The 1.5B's Q4_K matrices (gate / up [8960, 1536], down [1536, 8960]) from Q4_K's records (4.625
+// bits per weight) against the Q4_1 records of their conversion (5).
+void Qwen15Q4Shapes(benchmark::internal::Benchmark* b) {
+  for (int n : {1, 4, 16, 64}) {
+    b->Args({8960, 1536, n});
+    b->Args({1536, 8960, n});
+  }
+  b->Unit(benchmark::kMicrosecond);
+}
+BENCHMARK_CAPTURE(BM_MatMulRows8Packed, Q4_K_qwen15, WeightType::kQ4_K)->Apply(Qwen15Q4Shapes);
+BENCHMARK_CAPTURE(BM_MatMulRows8Packed, Q4_1_qwen15, WeightType::kQ4_1)->Apply(Qwen15Q4Shapes);
+
+// The same records streamed from DRAM as a decode step streams them: half the 1.5B's Q4_K layer
+// matrices (14 gate-or-up and 14 down: ~250 MB of copies, past any L3), one product after
+// another at n tokens. Run with two threads, each streaming its own set, as both cores do in a
+// decode step. Counter: GB/s of copies read.
+void BM_MatMulRows8Stream(benchmark::State& state, WeightType type) {
+  const int64_t n = state.range(0);
+  if (!FastInt8Activations(type)) {
+    state.SkipWithError("no 8-bit kernel at this level (AVX-512 VNNI)");
+    return;
+  }
+  struct Copy {
+    int64_t rows, k;
+    std::vector<uint8_t> storage;
+    const uint8_t* at;
+  };
+  std::vector<Copy> copies;
+  double bytes = 0;
+  for (int i = 0; i < 14; ++i) {
+    for (const auto& [rows, k] : {std::pair<int64_t, int64_t>{8960, 1536}, {1536, 8960}}) {
+      const std::vector<uint8_t> w = RandomWeights(type, rows, k);
+      Copy c{rows, k, std::vector<uint8_t>(Vnni8PackedBytes(type, rows, k) + 64), nullptr};
+      c.at = c.storage.data() + (64 - reinterpret_cast<uintptr_t>(c.storage.data()) % 64) % 64;
+      PackForVnni8(type, w.data(), WeightRowBytes(type, k), rows, k, const_cast<uint8_t*>(c.at));
+      bytes += static_cast<double>(Vnni8PackedBytes(type, rows, k));
+      copies.push_back(std::move(c));
+    }
+  }
+  std::vector<float> x(n * 8960, 0.25f);
+  std::vector<uint8_t> xq(ActivationBytes8(n, 8960));
+  std::vector<float> out(n * 8960);
+  for (auto _ : state) {
+    for (const Copy& c : copies) {
+      PrepareActivations8(x.data(), c.k, c.k, 0, n, xq.data());
+      // Every row is in a whole tile of 16: the kernel reads the copy only.
+      MatMulRows8(type, nullptr, WeightRowBytes(type, c.k), c.k, xq.data(), n, out.data(), c.rows,
+                  0, c.rows, c.at);
+    }
+    benchmark::ClobberMemory();
+  }
+  state.counters["GB/s"] =
+      benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK_CAPTURE(BM_MatMulRows8Stream, Q4_K_qwen15, WeightType::kQ4_K)
+    ->Arg(1)
+    ->Arg(4)
+    ->Threads(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_MatMulRows8Stream, Q4_1_qwen15, WeightType::kQ4_1)
+    ->Arg(1)
+    ->Arg(4)
+    ->Threads(2)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 BENCHMARK_CAPTURE(BM_MatMulRows, Q4_1, WeightType::kQ4_1)->Apply([](auto* b) {
   ModelShapes(b, false);

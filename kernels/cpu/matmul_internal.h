@@ -34,10 +34,15 @@ static constexpr bool IsQuantized(WeightType type) {
 // The formats the 8-bit activation kernels read: all the quantized ones. Q6_K's values times their
 // scales (13 bits) fit no byte, so its 8-bit product multiplies the 6-bit values and applies each
 // 16-value group's scale to that group's i32 sum (matmul_quant8.cc).
-static constexpr bool HasInt8Products(WeightType type) { return IsQuantized(type); }
+// Q4_K too, read as stored (its record: PackForVnni8).
+static constexpr bool HasInt8Products(WeightType type) {
+  return IsQuantized(type) || type == WeightType::kQ4_K;
+}
 // Values per block of a quantized row's storage: k must be a multiple of it (Q6_K: a super-block).
 static constexpr int64_t StorageBlockValues(WeightType type) {
-  return type == WeightType::kQ6_K ? kQ6_KValues : kQuantBlock;
+  return type == WeightType::kQ6_K   ? kQ6_KValues
+         : type == WeightType::kQ4_K ? kQ4_KValues
+                                     : kQuantBlock;
 }
 // The format of a matrix's PackForVnni8 copy: Q5_0's is Q8_0's (its values as bytes).
 static constexpr WeightType Vnni8PackedFormat(WeightType type) {
@@ -103,14 +108,21 @@ static constexpr size_t Vnni8ShiftInts(WeightType type, int64_t k) {
                                                                           : 0;
   return per_block * static_cast<size_t>(kVnni8TokensPerPass * (k / kQuantBlock));
 }
-// PackForVnni8's record of one tile of 16 rows and one block: the 4-bit formats' 320 bytes; Q8_0's
+// PackForVnni8's Q4_K record, one per tile of 16 rows and super-block (8 blocks): the rows' f16 d
+// and dmin (2 x 32 bytes), their 6-bit sub-block scales and mins as bytes ([8][16] each, 256),
+// then per block the 4-bit formats' 256 bytes of nibbles: 4.625 bits per weight, where Q4_1's
+// records of the same values take 5.
+inline constexpr size_t kQ4_KRecordBytes = 64 + 256 + 8 * 256;
+// PackForVnni8's record of one tile of 16 rows and one block (Q4_K: per block, a super-block
+// record's eighth): the 4-bit formats' 320 bytes; Q8_0's
 // (and Q5_0's) 576; Q5_1's 576 too (16 f16 d, 16 f16 m, its values 0-31 as bytes); Q6_K's 576 as
 // well: 16 f16 super-block scales d, 16 + 16 i8 group scales, and 512 bytes of values (matmul.h).
 inline constexpr size_t Vnni8RecordBytes(WeightType type) {
   return Vnni8PackedFormat(type) == WeightType::kQ8_0 || type == WeightType::kQ6_K ||
                  type == WeightType::kQ5_1
              ? 576
-             : 320;
+         : type == WeightType::kQ4_K ? kQ4_KRecordBytes / (kQ4_KValues / kQuantBlock)
+                                     : 320;
 }
 
 // packed: the PackForAmx copy of w, or null. Q4_0, Q4_1 and Q8_0 only (Q5_0 and Q6_K run at the

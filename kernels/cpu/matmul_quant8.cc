@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/common/check.h"
+#include "kernels/cpu/dequantize_reference.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/matmul_internal.h"
 #include "kernels/cpu/quant_blocks.h"
@@ -36,7 +37,8 @@ void QuantizeRowQ8APortable(const float* x, int64_t k, BlockQ8A* out) {
 namespace {
 
 // Block b of one weight row as 32 values in element order, its scale dw and offset factor ow
-// (Q4_1 and Q5_1: m; Q4_0: dw, with os = -8 sx; Q8_0 and Q5_0: none).
+// (Q4_1 and Q5_1: m; Q4_0: dw, with os = -8 sx; Q8_0 and Q5_0: none; Q4_K: sub-block b % 8 of
+// super-block b / 8, dw = d sc and ow = -dmin m, both exact in f32: 11 by 6 significant bits).
 struct RowBlock {
   int32_t q[kQuantBlock];
   float dw = 0, ow = 0;
@@ -57,6 +59,20 @@ RowBlock LoadBlock(WeightType type, const uint8_t* row, int64_t b) {
     for (int j = 0; j < kQuantBlock; ++j) r.q[j] = Q5Value(blk.qs, blk.qh, j);
     r.dw = HalfToFloat(blk.d);
     r.ow = HalfToFloat(blk.m);
+    r.offset = true;
+    return r;
+  }
+  if (type == WeightType::kQ4_K) {
+    const auto& sb = reinterpret_cast<const BlockQ4_K*>(row)[b / 8];
+    const int j = static_cast<int>(b % 8);
+    int sc = 0, m = 0;
+    KQuantScaleMin(sb.sc, j, &sc, &m);
+    for (int l = 0; l < kQuantBlock; ++l) {
+      const uint8_t byte = sb.qs[kQuantBlock * (j / 2) + l];
+      r.q[l] = j % 2 == 0 ? byte & 0xf : byte >> 4;
+    }
+    r.dw = HalfToFloat(sb.d) * static_cast<float>(sc);
+    r.ow = -(HalfToFloat(sb.dmin) * static_cast<float>(m));
     r.offset = true;
     return r;
   }
@@ -202,9 +218,9 @@ void MatMulRows8(WeightType type, const void* w, size_t w_row_bytes, int64_t k, 
                  int64_t n_tokens, float* out, int64_t ldo, int64_t row_begin, int64_t row_end,
                  const void* packed) {
   STREAMD_CHECK_MSG(HasInt8Products(type),
-                    "8-bit activations need Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 or Q6_K weights");
+                    "8-bit activations need Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q8_0 or Q6_K weights");
   STREAMD_CHECK_MSG(k > 0 && k % internal::StorageBlockValues(type) == 0,
-                    "quantized k must be a multiple of the type's block (32; Q6_K 256)");
+                    "quantized k must be a multiple of the type's block (32; Q6_K, Q4_K 256)");
   STREAMD_CHECK_MSG(row_begin >= 0 && row_end >= row_begin && n_tokens >= 0,
                     "bad row or token range");
   STREAMD_CHECK_MSG(n_tokens <= 1 || ldo >= row_end, "ldo smaller than row_end");
@@ -257,9 +273,58 @@ size_t Vnni8PackedBytes(WeightType type, int64_t rows, int64_t k) {
          internal::Vnni8RecordBytes(type);
 }
 
+namespace {
+
+// Q4_K's records (kQ4_KRecordBytes per tile of 16 rows and super-block): the rows' d and dmin,
+// their sub-block scales and mins as bytes [block][row], then each block's nibbles laid out as
+// the 4-bit formats' (value i in the low nibble of byte i, value 16 + i in its high nibble),
+// so the kernel unpacks them as Q4_1's.
+void PackQ4_KForVnni8(const uint8_t* src, size_t w_row_bytes, int64_t rows, int64_t k,
+                      uint8_t* dst) {
+  const int64_t n_super = k / kQ4_KValues;
+  for (int64_t tile = 0; tile < rows / 16; ++tile) {
+    for (int64_t s = 0; s < n_super; ++s) {
+      uint8_t* rec = dst + static_cast<size_t>(tile * n_super + s) * internal::kQ4_KRecordBytes;
+      auto* d = reinterpret_cast<uint16_t*>(rec);
+      auto* dmin = reinterpret_cast<uint16_t*>(rec + 32);
+      uint8_t* scales = rec + 64;
+      uint8_t* mins = rec + 64 + 128;
+      for (int r = 0; r < 16; ++r) {
+        const auto& sb = reinterpret_cast<const BlockQ4_K*>(
+            src + static_cast<size_t>(tile * 16 + r) * w_row_bytes)[s];
+        d[r] = sb.d;
+        dmin[r] = sb.dmin;
+        for (int j = 0; j < 8; ++j) {
+          int sc = 0, m = 0;
+          KQuantScaleMin(sb.sc, j, &sc, &m);
+          scales[16 * j + r] = static_cast<uint8_t>(sc);
+          mins[16 * j + r] = static_cast<uint8_t>(m);
+          uint8_t qs[kQuantBlock / 2];
+          for (int i = 0; i < kQuantBlock / 2; ++i) {
+            const uint8_t* pair = sb.qs + kQuantBlock * (j / 2);
+            const int lo = j % 2 == 0 ? pair[i] & 0xf : pair[i] >> 4;
+            const int hi = j % 2 == 0 ? pair[i + 16] & 0xf : pair[i + 16] >> 4;
+            qs[i] = static_cast<uint8_t>(lo | hi << 4);
+          }
+          uint8_t* quants = rec + 320 + 256 * j;
+          for (int v = 0; v < 4; ++v) {
+            for (int e = 0; e < 4; ++e) quants[64 * v + 4 * r + e] = qs[4 * v + e];
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void PackForVnni8(WeightType type, const void* w, size_t w_row_bytes, int64_t rows, int64_t k,
                   void* out) {
   STREAMD_CHECK_MSG(Vnni8Packable(type, rows, k), "PackForVnni8: not a packable matrix");
+  if (type == WeightType::kQ4_K) {
+    return PackQ4_KForVnni8(static_cast<const uint8_t*>(w), w_row_bytes, rows, k,
+                            static_cast<uint8_t*>(out));
+  }
   const int64_t nb = k / kQuantBlock;
   const size_t record = internal::Vnni8RecordBytes(type);
   const auto* src = static_cast<const uint8_t*>(w);

@@ -1,6 +1,6 @@
-// Quantized weights (Q4_0, Q4_1, Q8_0, Q5_1, Q6_K) times 8-bit activations (BlockQ8A), AVX-512 VNNI
-// level, from the PackForVnni8 copy (whole tiles of 16 rows; MatMulRows8 sends any other row, and a
-// matrix without a copy, to the portable reference).
+// Quantized weights (Q4_0, Q4_1, Q4_K, Q8_0, Q5_1, Q6_K) times 8-bit activations (BlockQ8A),
+// AVX-512 VNNI level, from the PackForVnni8 copy (whole tiles of 16 rows; MatMulRows8 sends any
+// other row, and a matrix without a copy, to the portable reference).
 //
 // The 12-bit kernel (matmul_quant_avx512.cc) is bound by vpdpwssd, which sums 2 i16 products per
 // lane; vpdpbusd sums 4 byte products per lane, so 8-bit activations take half the instructions
@@ -16,6 +16,7 @@
 // after the run-time check in isa.cc.
 #include <immintrin.h>
 
+#include <cstdint>
 #include <cstring>
 
 #include "kernels/cpu/matmul_internal.h"
@@ -26,8 +27,18 @@ namespace {
 
 constexpr int kQuads = kQuantBlock / 4;  // 4-byte groups per block
 
-// kQ5_1: values 0..31 as bytes (Q8_0's loads, no shift) with Q4_1's offset term.
-enum class Format { kQ4_0, kQ4_1, kQ8_0, kQ6_K, kQ5_1 };
+// kQ5_1: values 0..31 as bytes (Q8_0's loads, no shift) with Q4_1's offset term. kQ4_K: Q4_1's
+// nibbles and offset term, its block scales and offsets made from the super-block record's
+// (PackQ4_KForVnni8).
+enum class Format { kQ4_0, kQ4_1, kQ8_0, kQ6_K, kQ5_1, kQ4_K };
+
+// Bytes of a block's record, and where block b's record starts in a tile: Q4_K's super-block
+// record holds its 8 blocks' nibbles after the super-block's scales (matmul_internal.h), which
+// keeps a tile's bytes in block order, kRecordBytes<kQ4_K> apart on average.
+template <Format F>
+constexpr size_t kRecordBytes = F == Format::kQ8_0 || F == Format::kQ6_K || F == Format::kQ5_1 ? 576
+                                : F == Format::kQ4_K ? kQ4_KRecordBytes / 8
+                                                     : 320;
 
 template <Format F>
 inline float OffsetFactor() {
@@ -99,31 +110,59 @@ inline __m512i DpbusdBroadcast(__m512i sum, __m512i w, const int8_t* p) {
 template <Format F, int G>
 inline void PackedChunk(const uint8_t* tile, int64_t nb, const BlockQ8A* x, const int32_t* shifts,
                         int64_t kb0, int64_t kb1, __m512* acc) {
-  constexpr size_t kRecord = F == Format::kQ8_0 || F == Format::kQ5_1 ? 576 : 320;
+  constexpr size_t kRecord = kRecordBytes<F>;
   const float os_factor = OffsetFactor<F>();
   for (int t = 0; t < G; ++t) acc[t] = _mm512_setzero_ps();
+  __m512 super_d = _mm512_setzero_ps(), super_ndmin = _mm512_setzero_ps();  // Q4_K's
   for (int64_t b = kb0; b < kb1; ++b) {
-    const uint8_t* rec = tile + static_cast<size_t>(b) * kRecord;
-    PrefetchRecord<kRecord>(rec + kPrefetchRecords * kRecord);
-    const __m512 dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(rec)));
+    // The tile's bytes are in block order for every format, Q4_K's too, so the prefetch runs
+    // kPrefetchRecords blocks' worth ahead of this block's bytes.
+    PrefetchRecord<kRecord>(tile + static_cast<size_t>(b + kPrefetchRecords) * kRecord);
+    __m512 dw, ow = _mm512_setzero_ps();
+    const uint8_t* quants;  // the block's 4 or 8 vectors of 64 bytes
+    if constexpr (F == Format::kQ4_K) {
+      // d sc and -dmin m of the 16 rows (exact in f32, as the portable reference's), the f16 d and
+      // dmin converted once per super-block (chunks start at one).
+      const uint8_t* rec = tile + static_cast<size_t>(b / 8) * kQ4_KRecordBytes;
+      const int64_t j = b % 8;
+      if (j == 0) {
+        super_d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(rec)));
+        // -dmin: its sign flipped in integer lanes (this file is built without AVX-512 DQ's
+        // float xor); (-dmin) m is -(dmin m) bit for bit, -0 where m is 0.
+        super_ndmin = _mm512_castsi512_ps(_mm512_xor_si512(
+            _mm512_castps_si512(
+                _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(rec + 32)))),
+            _mm512_set1_epi32(INT32_MIN)));
+      }
+      const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+          _mm_load_si128(reinterpret_cast<const __m128i*>(rec + 64 + 16 * j))));
+      const __m512 m = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
+          _mm_load_si128(reinterpret_cast<const __m128i*>(rec + 192 + 16 * j))));
+      dw = _mm512_mul_ps(super_d, sc);
+      ow = _mm512_mul_ps(super_ndmin, m);
+      quants = rec + 320 + 256 * j;
+    } else {
+      const uint8_t* rec = tile + static_cast<size_t>(b) * kRecord;
+      dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(rec)));
+      if constexpr (F == Format::kQ4_1 || F == Format::kQ5_1) {
+        ow = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(rec + 32)));
+      } else if constexpr (F == Format::kQ4_0) {
+        ow = dw;
+      }
+      quants = rec + 64;
+    }
     __m512i wv[kQuads];
     if constexpr (F == Format::kQ8_0 || F == Format::kQ5_1) {
       for (int i = 0; i < kQuads; ++i) {
-        wv[i] = _mm512_load_si512(rec + 64 + 64 * i);
+        wv[i] = _mm512_load_si512(quants + 64 * i);
       }
     } else {
       const __m512i mask = _mm512_set1_epi8(0x0f);
       for (int j = 0; j < 4; ++j) {
-        const __m512i v = _mm512_load_si512(rec + 64 + 64 * j);
+        const __m512i v = _mm512_load_si512(quants + 64 * j);
         wv[j] = _mm512_and_si512(v, mask);
         wv[j + 4] = _mm512_and_si512(_mm512_srli_epi16(v, 4), mask);
       }
-    }
-    __m512 ow = _mm512_setzero_ps();
-    if constexpr (F == Format::kQ4_1 || F == Format::kQ5_1) {
-      ow = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(rec + 32)));
-    } else if constexpr (F == Format::kQ4_0) {
-      ow = dw;
     }
     __m512i sum[G];
     for (int t = 0; t < G; ++t) sum[t] = _mm512_setzero_si512();
@@ -218,8 +257,7 @@ void PackedGroup(const uint8_t* tile, int64_t nb, const BlockQ8A* x, const int32
 template <Format F>
 void MatMul8Packed(const uint8_t* packed, int64_t k, const BlockQ8A* xq, int64_t n_tokens,
                    float* out, int64_t ldo, int64_t row_begin, int64_t row_end, int32_t* shifts) {
-  constexpr size_t kRecord =
-      F == Format::kQ8_0 || F == Format::kQ6_K || F == Format::kQ5_1 ? 576 : 320;
+  constexpr size_t kRecord = kRecordBytes<F>;
   const int64_t nb = k / kQuantBlock;
   // Q8_0's and Q6_K's shifts for up to kVnni8TokensPerPass tokens at a time, in the caller's
   // scratch.
@@ -285,6 +323,9 @@ void MatMulQuant8PackedAvx512Vnni(WeightType type, const uint8_t* packed, int64_
                                           shifts);
     case WeightType::kQ6_K:
       return MatMul8Packed<Format::kQ6_K>(packed, k, xq, n_tokens, out, ldo, row_begin, row_end,
+                                          shifts);
+    case WeightType::kQ4_K:
+      return MatMul8Packed<Format::kQ4_K>(packed, k, xq, n_tokens, out, ldo, row_begin, row_end,
                                           shifts);
     default:
       return;

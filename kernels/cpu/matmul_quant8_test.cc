@@ -86,7 +86,8 @@ TEST(MatMul8Test, WithoutACopyEqualsReferenceAndStaysWithinTheQuantizationBound)
       {WeightType::kQ8_0, 7, 1056, 5},   {WeightType::kQ5_0, 29, 896, 16},
       {WeightType::kQ5_0, 11, 4864, 3},  {WeightType::kQ6_K, 21, 256, 9},
       {WeightType::kQ6_K, 13, 1536, 17}, {WeightType::kQ5_1, 27, 576, 11},
-      {WeightType::kQ5_1, 9, 1536, 1},
+      {WeightType::kQ5_1, 9, 1536, 1},   {WeightType::kQ4_K, 23, 256, 9},
+      {WeightType::kQ4_K, 13, 1536, 17},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "type " << static_cast<int>(c.type) << " rows " << c.rows
@@ -151,6 +152,9 @@ TEST(MatMul8Test, PackedCopyGivesTheSameBits) {
   EXPECT_EQ(Vnni8PackedBytes(WeightType::kQ5_0, 16, 96), 3u * 576u);
   EXPECT_FALSE(Vnni8Packable(WeightType::kQ6_K, 16, 96));  // k not whole super-blocks
   EXPECT_EQ(Vnni8PackedBytes(WeightType::kQ6_K, 16, 512), 16u * 576u);
+  EXPECT_FALSE(Vnni8Packable(WeightType::kQ4_K, 16, 96));  // k not whole super-blocks
+  // Per tile and super-block: d, dmin, 8 scales and 8 mins per row, 8 blocks of nibbles.
+  EXPECT_EQ(Vnni8PackedBytes(WeightType::kQ4_K, 32, 512), 2u * 2u * (64u + 256u + 8u * 256u));
   const Case cases[] = {
       {WeightType::kQ4_1, 48, 576, 16},
       {WeightType::kQ4_1, 64, 1536, 20},
@@ -177,6 +181,12 @@ TEST(MatMul8Test, PackedCopyGivesTheSameBits) {
       {WeightType::kQ6_K, 32, 256, 70},
       {WeightType::kQ6_K, 16, 8960, 1},
       {WeightType::kQ6_K, 16, 512, 5},
+      // Q4_K: its super-block records (scales and mins made per block), two block chunks,
+      // partial groups of 8 tokens, a pass of 64 and the rest.
+      {WeightType::kQ4_K, 48, 1536, 16},
+      {WeightType::kQ4_K, 32, 256, 70},
+      {WeightType::kQ4_K, 16, 8960, 1},
+      {WeightType::kQ4_K, 16, 512, 5},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "type " << static_cast<int>(c.type) << " rows " << c.rows

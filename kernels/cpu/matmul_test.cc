@@ -67,6 +67,8 @@ const char* TypeName(WeightType t) {
       return "Q5_1";
     case WeightType::kQ6_K:
       return "Q6_K";
+    case WeightType::kQ4_K:  // 8-bit products only (matmul_quant8_test.cc)
+      return "Q4_K";
   }
   return "?";
 }

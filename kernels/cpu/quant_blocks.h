@@ -57,6 +57,18 @@ struct BlockQ6_K {
   int8_t sc[kQ6_KValues / 16];
   uint16_t d;  // f16 super-block scale
 };
+// GGUF's Q4_K super-block of kQ4_KValues values: 8 sub-blocks of 32, value l of sub-block j
+// d sc_j q - dmin m_j with q the nibble of qs[32 (j / 2) + l] (low for even j, high for odd) and
+// sc_j, m_j the 6-bit scale and min packed in sc (KQuantScaleMin, dequantize_reference.h).
+// Read as stored only by the 8-bit products (PackForVnni8); the 12-bit ones take its Q4_1
+// conversion (repack_quant.h).
+inline constexpr int kQ4_KValues = 256;
+struct BlockQ4_K {
+  uint16_t d;     // f16 scale of the sub-block scales
+  uint16_t dmin;  // f16 scale of the sub-block mins
+  uint8_t sc[12];
+  uint8_t qs[kQ4_KValues / 2];
+};
 // 12-bit activations in i16: 8-bit ones (ggml's Q8_1) flipped the argmax of SmolLM2-135M Q4_1 at
 // ~2.7% of positions versus exact arithmetic on the same weights; 12 bits at 0.1% (see matmul.h).
 inline constexpr int kQ16Max = 2047;
@@ -81,6 +93,7 @@ static_assert(sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ5_0) == 22);
 static_assert(sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ16_1) == 72);
 static_assert(sizeof(BlockQ8A) == 40);
 

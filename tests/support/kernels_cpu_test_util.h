@@ -210,6 +210,25 @@ inline Weights RandomWeights(WeightType type, int64_t rows, int64_t k, std::mt19
         }
         break;
       }
+      case WeightType::kQ4_K: {
+        // Random super-blocks decoded by the plain reference dequantizer, as Q6_K's.
+        const int64_t n_super = k / kQ4_KValues;
+        const std::vector<uint8_t> blocks =
+            RandomBlocks(ConvertedQuant::kQ4_K, n_super, rng, /*amax=*/0.5f);
+        std::memcpy(row, blocks.data(), blocks.size());
+        std::vector<float> decoded(static_cast<size_t>(k));
+        DequantizeReference(ConvertedQuant::kQ4_K, row, n_super, decoded.data());
+        for (int64_t j = 0; j < k; ++j) w[j] = decoded[j];
+        // A block's quantum |d sc| and offset |dmin m|.
+        for (int64_t b = 0; b < nb; ++b) {
+          const auto& s = reinterpret_cast<const BlockQ4_K*>(row)[b / 8];
+          int sc = 0, m = 0;
+          KQuantScaleMin(s.sc, static_cast<int>(b % 8), &sc, &m);
+          wt.d_abs[r * nb + b] = std::fabs(RefHalf(s.d)) * sc;
+          wt.m_abs[r * nb + b] = std::fabs(RefHalf(s.dmin)) * m;
+        }
+        break;
+      }
     }
   }
   return wt;

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <random>
 #include <set>
@@ -349,6 +350,45 @@ TEST(ConvertedModelFileTest, MatricesAPlanServesAloneAreNotConvertedAtLoad) {
   EXPECT_EQ(LogitsOf(b), logits);
 }
 
+// A synthetic model of one type, loaded, with its file's bytes and its twin: the same model with
+// every converted tensor replaced by its reference dequantization as F32.
+struct ModelAndTwin {
+  std::vector<uint8_t> file;
+  std::unique_ptr<LlamaModel> model, twin;
+};
+StatusOr<ModelAndTwin> LoadWithTwin(TensorType type) {
+  STREAMD_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, BuildSyntheticModel(Spec({type, type})));
+  ModelAndTwin m;
+  m.file = bytes;
+  STREAMD_ASSIGN_OR_RETURN(std::vector<uint8_t> twin_bytes, DequantizeConvertedTensors(m.file));
+  STREAMD_ASSIGN_OR_RETURN(m.twin, LlamaModel::FromBytes(std::move(twin_bytes)));
+  STREAMD_ASSIGN_OR_RETURN(m.model, LlamaModel::FromBytes(std::move(bytes)));
+  m.model->set_threads(2);
+  return m;
+}
+
+// The largest relative logit error of `model` against the plain double-precision reference on
+// `twin` over 40 single-token steps of random tokens (rng seed `seed`) into a dense cache.
+double WorstStepError(LlamaModel& model, const LlamaModel& twin, uint64_t seed) {
+  const LlamaConfig& c = model.config();
+  auto pool = BlockPool::Create(model.CacheShape(), 16, 16 << 20);
+  EXPECT_TRUE(pool.ok());
+  auto cache =
+      SessionCache::Create(pool->get(), CacheSpec{CacheMode::kDense, 0, 0, 8}, c.context_length);
+  EXPECT_TRUE(cache.ok()) << cache.status().ToString();
+  PlainReferenceLlama exact(twin, 0, c.context_length);
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> token(0, c.vocab_size - 1);
+  std::vector<float> logits(static_cast<size_t>(c.vocab_size));
+  double worst = 0.0;
+  for (int i = 0; i < 40; ++i) {
+    const int32_t t = token(rng);
+    EXPECT_TRUE(StepRunner(model).Run({&t, 1}, **cache, LogitsMode::kLast, logits.data()).ok());
+    worst = std::max(worst, RelativeError(logits, exact.Step(t)));
+  }
+  return worst;
+}
+
 // Q6_K products at 8-bit activations (a plan's choice, read from PackForVnni8 copies that keep
 // each 16-value group's scale): the forward pass stays close to the exact model, the plain
 // double-precision reference on the dequantized twin, the plan's blob of copies serves the
@@ -359,17 +399,10 @@ TEST(ConvertedModelFileTest, Q6_KAtEightBitsTracksTheExactModel) {
     GTEST_SKIP() << "this CPU has no fast 8-bit kernel (AVX-512 VNNI): a plan keeps Q6_K at 12 "
                     "bits";
   }
-  auto bytes = BuildSyntheticModel(Spec({TensorType::kQ6_K, TensorType::kQ6_K}));
-  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
-  const std::vector<uint8_t> file_bytes = *bytes;
-  auto twin_bytes = DequantizeConvertedTensors(file_bytes);
-  ASSERT_TRUE(twin_bytes.ok()) << twin_bytes.status().ToString();
-  auto twin = LlamaModel::FromBytes(std::move(*twin_bytes));
-  ASSERT_TRUE(twin.ok()) << twin.status().ToString();
-  auto loaded = LlamaModel::FromBytes(std::move(*bytes));
+  auto loaded = LoadWithTwin(TensorType::kQ6_K);
   ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
-  LlamaModel& model = **loaded;
-  model.set_threads(2);
+  const std::vector<uint8_t>& file_bytes = loaded->file;
+  LlamaModel& model = *loaded->model;
   for (const WeightMatrix* w : model.ProductMatrices()) {
     ASSERT_EQ(w->type, kernels::cpu::WeightType::kQ6_K);  // read as stored, head included
   }
@@ -387,22 +420,7 @@ TEST(ConvertedModelFileTest, Q6_KAtEightBitsTracksTheExactModel) {
   // The rest: the norms' weights, read as before.
   EXPECT_EQ(model.weight_bytes(), model.weights().total_bytes - rows_bytes + copies_bytes);
 
-  const LlamaConfig& c = model.config();
-  auto pool = BlockPool::Create(model.CacheShape(), 16, 16 << 20);
-  ASSERT_TRUE(pool.ok());
-  auto cache =
-      SessionCache::Create(pool->get(), CacheSpec{CacheMode::kDense, 0, 0, 8}, c.context_length);
-  ASSERT_TRUE(cache.ok()) << cache.status().ToString();
-  PlainReferenceLlama exact(**twin, 0, c.context_length);
-  std::mt19937_64 rng(7);
-  std::uniform_int_distribution<int32_t> token(0, c.vocab_size - 1);
-  std::vector<float> logits(static_cast<size_t>(c.vocab_size));
-  double worst = 0.0;
-  for (int i = 0; i < 40; ++i) {
-    const int32_t t = token(rng);
-    ASSERT_TRUE(StepRunner(model).Run({&t, 1}, **cache, LogitsMode::kLast, logits.data()).ok());
-    worst = std::max(worst, RelativeError(logits, exact.Step(t)));
-  }
+  const double worst = WorstStepError(model, *loaded->twin, 7);
   std::printf("Q6_K at 8-bit activations: worst relative logit error %.2e over 40 tokens\n", worst);
   // 8-bit activations move each product by up to 1/254 of a block's largest activation per weight
   // (kernels/cpu/matmul_quant8_test.cc): 5.0e-3 here, where the 12-bit forward pass of a Q6_K
@@ -419,6 +437,57 @@ TEST(ConvertedModelFileTest, Q6_KAtEightBitsTracksTheExactModel) {
   (*again)->set_threads(2);
   ASSERT_TRUE((*again)->ApplyTuning(eight, copies).ok());
   EXPECT_EQ(LogitsOf(**again), logits_packed_here);
+}
+
+// Q4_K tensors at 8-bit activations: their 12-bit products read the Q4_1 conversion, but their
+// 8-bit copies are packed from the file's own Q4_K rows (4.625 bits per weight where the Q4_1
+// conversion's records took 5; WeightMatrix::int8_source), which weight_bytes counts. The
+// forward pass stays close to the exact model, needs no converted row once the plan runs (the
+// logits stay bit for bit after they are freed), and a plan's blob of copies serves the same
+// logits.
+TEST(ConvertedModelFileTest, Q4_KAtEightBitsReadsItsOwnRecords) {
+  if (!kernels::cpu::FastInt8Activations(kernels::cpu::WeightType::kQ4_K)) {
+    GTEST_SKIP() << "this CPU has no fast 8-bit kernel (AVX-512 VNNI): a plan keeps Q4_K's "
+                    "conversion at 12 bits";
+  }
+  auto loaded = LoadWithTwin(TensorType::kQ4_K);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  const std::vector<uint8_t>& file_bytes = loaded->file;
+  LlamaModel& model = *loaded->model;
+  for (const WeightMatrix* w : model.ProductMatrices()) {
+    ASSERT_EQ(w->type, kernels::cpu::WeightType::kQ4_1);  // the conversion, head included
+    ASSERT_EQ(Int8RowsOf(*w).type, kernels::cpu::WeightType::kQ4_K);
+    ASSERT_NE(w->int8_source, nullptr);
+  }
+  const CpuTuning eight = AllEightBit(model);
+  ASSERT_TRUE(model.ApplyTuning(eight).ok());
+  // Per 16 rows and 256 values the copy holds 2368 bytes: 148 a row, where the Q4_1 rows hold
+  // 160 (and their records took as much).
+  uint64_t copies_bytes = 0, rows_bytes = 0;
+  for (const WeightMatrix* w : model.ProductMatrices()) {
+    copies_bytes += kernels::cpu::Vnni8PackedBytes(Int8RowsOf(*w).type, w->rows, w->cols);
+    rows_bytes += w->row_bytes * static_cast<uint64_t>(w->rows);
+  }
+  EXPECT_EQ(copies_bytes * 160, rows_bytes * 148);
+  EXPECT_EQ(model.weight_bytes(), model.weights().total_bytes - rows_bytes + copies_bytes);
+
+  const double worst = WorstStepError(model, *loaded->twin, 5);
+  std::printf("Q4_K at 8-bit activations: worst relative logit error %.2e over 40 tokens\n", worst);
+  // The 8-bit activations' bound, as for Q6_K above; the mins' sign flipped in both the kernel and
+  // its reference: 19.
+  EXPECT_LT(worst, 2e-2);
+
+  const std::vector<float> before = LogitsOf(model);
+  const std::vector<uint8_t> copies = Vnni8CopiesBlob(model.weights());
+  ASSERT_EQ(copies.size(), copies_bytes);
+  // The layers' converted rows are read by no product now.
+  EXPECT_GT(model.ReleaseUnreadConvertedRows(), 0u);
+  EXPECT_EQ(LogitsOf(model), before);
+  auto again = LlamaModel::FromBytes(std::vector<uint8_t>(file_bytes));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  (*again)->set_threads(2);
+  ASSERT_TRUE((*again)->ApplyTuning(eight, copies).ok());
+  EXPECT_EQ(LogitsOf(**again), before);
 }
 
 // Logits of a few single-token steps into a fresh dense cache.

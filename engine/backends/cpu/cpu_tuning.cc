@@ -120,6 +120,8 @@ const char* WeightTypeName(WeightType type) {
       return "q5_1";
     case WeightType::kQ6_K:
       return "q6_k";
+    case WeightType::kQ4_K:  // never a tuned shape's: those are the 12-bit products' types
+      return "q4_k";
   }
   return "?";
 }

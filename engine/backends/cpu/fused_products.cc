@@ -31,8 +31,9 @@ void RunProductRows(const Product& p, bool int8, int bucket, const uint8_t* x, f
   const WeightMatrix& w = *p.w;
   const int8_t isa = w.isa_by_bucket[bucket];
   if (int8) {
-    kernels::cpu::MatMulRows8(w.type, w.data, w.row_bytes, w.cols, x, n, out, p.ldo, r0, r1,
-                              w.vnni8_packed);
+    const Int8Rows rows = Int8RowsOf(w);
+    kernels::cpu::MatMulRows8(rows.type, rows.data, rows.row_bytes, w.cols, x, n, out, p.ldo, r0,
+                              r1, w.vnni8_packed);
   } else if (isa < 0) {
     kernels::cpu::MatMulRows(w.type, w.data, w.row_bytes, w.cols, x, n, out, p.ldo, r0, r1,
                              w.amx_packed);

@@ -150,9 +150,16 @@ class Binder {
     const WeightType target = kernels::RepackTarget(*format.convert);
     const size_t row_bytes = kernels::cpu::WeightRowBytes(target, cols);
     const size_t bytes = row_bytes * static_cast<size_t>(rows);
+    WeightMatrix m{target, nullptr, row_bytes, rows, cols};
+    if (*format.convert == ConvertedQuant::kQ4_K) {
+      // Its 8-bit copy is packed from the file's rows (Q4_K's records), not from these.
+      m.int8_source = t->data;
+      m.int8_source_row_bytes = static_cast<size_t>(t->row_bytes());
+      m.int8_source_type = WeightType::kQ4_K;
+    }
     if (served != nullptr && *served && (*served)(target, rows, cols)) {
-      total_ += bytes;  // what a step reads: the plan's copy, the same size as these rows
-      return WeightMatrix{target, nullptr, row_bytes, rows, cols};
+      total_ += bytes;  // what a step reads at 12 bits; DecodeReadBytes counts the plan's copy
+      return m;
     }
     std::unique_ptr<uint8_t, FreeDeleter> copy(
         static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
@@ -164,7 +171,7 @@ class Binder {
     if (file_.is_file_mapping()) ReleaseSourcePages(*t);  // never a caller's heap buffer
     total_ += bytes;
     weights_.converted_bytes += bytes;
-    WeightMatrix m{target, copy.get(), row_bytes, rows, cols};
+    m.data = copy.get();
     weights_.converted_storage.push_back(std::move(copy));
     return m;
   }
@@ -275,7 +282,7 @@ uint64_t DecodeReadBytes(const LlamaWeights& w) {
   for (const WeightMatrix* m : ProductMatrices(w)) {
     if (!m->int8_by_bucket[0] || m->vnni8_packed == nullptr) continue;
     bytes -= m->row_bytes * static_cast<uint64_t>(m->rows);
-    bytes += kernels::cpu::Vnni8PackedBytes(m->type, m->rows, m->cols);
+    bytes += kernels::cpu::Vnni8PackedBytes(Int8RowsOf(*m).type, m->rows, m->cols);
   }
   return bytes;
 }
@@ -310,14 +317,16 @@ void AddVnni8PackedCopies(LlamaWeights& w) {
   for (WeightMatrix* m : ProductMatrices(w)) {
     const bool wanted =
         std::any_of(m->int8_by_bucket.begin(), m->int8_by_bucket.end(), [](bool b) { return b; });
-    if (!wanted || m->vnni8_packed != nullptr || m->data == nullptr) continue;
-    const size_t bytes = kernels::cpu::Vnni8PackedBytes(m->type, m->rows, m->cols);
+    const Int8Rows source = Int8RowsOf(*m);
+    if (!wanted || m->vnni8_packed != nullptr || source.data == nullptr) continue;
+    const size_t bytes = kernels::cpu::Vnni8PackedBytes(source.type, m->rows, m->cols);
     if (bytes == 0) continue;
     // Tied embeddings: the output head and the embedding table are one matrix, packed once.
     std::unique_ptr<uint8_t, FreeDeleter> copy(
         static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
     if (!copy) continue;
-    kernels::cpu::PackForVnni8(m->type, m->data, m->row_bytes, m->rows, m->cols, copy.get());
+    kernels::cpu::PackForVnni8(source.type, source.data, source.row_bytes, m->rows, m->cols,
+                               copy.get());
     m->vnni8_packed = copy.get();
     w.vnni8_packed_bytes += bytes;
     w.vnni8_storage.push_back(std::move(copy));
@@ -338,7 +347,7 @@ bool Vnni8CopyCanServeAlone(kernels::cpu::WeightType type, int64_t rows, int64_t
 
 bool ServedByVnni8CopyAlone(const WeightMatrix& m) {
   return std::all_of(m.int8_by_bucket.begin(), m.int8_by_bucket.end(), [](bool b) { return b; }) &&
-         m.vnni8_packed != nullptr && Vnni8CopyCanServeAlone(m.type, m.rows, m.cols);
+         m.vnni8_packed != nullptr && Vnni8CopyCanServeAlone(Int8RowsOf(m).type, m.rows, m.cols);
 }
 
 uint64_t ReleaseConvertedRowsServedByVnni8Copies(LlamaWeights& w) {
@@ -363,7 +372,9 @@ uint64_t ReleaseConvertedRowsServedByVnni8Copies(LlamaWeights& w) {
 uint64_t Vnni8CopiesBytes(std::span<const WeightMatrix* const> matrices) {
   uint64_t total = 0;
   for (const WeightMatrix* m : matrices) {
-    if (RunsAtEightBits(*m)) total += kernels::cpu::Vnni8PackedBytes(m->type, m->rows, m->cols);
+    if (RunsAtEightBits(*m)) {
+      total += kernels::cpu::Vnni8PackedBytes(Int8RowsOf(*m).type, m->rows, m->cols);
+    }
   }
   return total;
 }
@@ -374,7 +385,7 @@ std::vector<uint8_t> Vnni8CopiesBlob(const LlamaWeights& w) {
   std::vector<uint8_t> blob;
   blob.reserve(Vnni8CopiesBytes(w));
   for (const WeightMatrix* m : ProductMatrices(w)) {
-    const size_t bytes = kernels::cpu::Vnni8PackedBytes(m->type, m->rows, m->cols);
+    const size_t bytes = kernels::cpu::Vnni8PackedBytes(Int8RowsOf(*m).type, m->rows, m->cols);
     if (!RunsAtEightBits(*m) || bytes == 0) continue;
     if (m->vnni8_packed == nullptr) return {};
     blob.insert(blob.end(), m->vnni8_packed, m->vnni8_packed + bytes);
@@ -403,7 +414,7 @@ Status UsePrepackedVnni8Copies(LlamaWeights& w, const uint8_t* bytes, uint64_t s
   }
   uint8_t* at = copy.get();
   for (WeightMatrix* m : ProductMatrices(w)) {
-    const size_t n = kernels::cpu::Vnni8PackedBytes(m->type, m->rows, m->cols);
+    const size_t n = kernels::cpu::Vnni8PackedBytes(Int8RowsOf(*m).type, m->rows, m->cols);
     if (!RunsAtEightBits(*m) || n == 0) continue;
     m->vnni8_packed = at;
     at += n;

@@ -38,7 +38,26 @@ struct WeightMatrix {
   // and the matrix's copy for that kernel (kernels::cpu::PackForVnni8), or null.
   std::array<bool, kTokenBuckets> int8_by_bucket = {};
   const uint8_t* vnni8_packed = nullptr;
+  // The file's own rows for the 8-bit products and their copy, where the products above read a
+  // conversion of them: a Q4_K tensor's (int8_source_type kQ4_K), whose 8-bit copy holds 4.625
+  // bits per weight where that of its Q4_1 conversion holds 5 (a decode step reads 8% fewer
+  // bytes of the Qwen2.5-Coder-1.5B). Null: the 8-bit products read `data` as `type` (Int8Rows).
+  const uint8_t* int8_source = nullptr;
+  size_t int8_source_row_bytes = 0;
+  kernels::cpu::WeightType int8_source_type = kernels::cpu::WeightType::kF32;
 };
+
+// The rows the 8-bit products of `m` read (kernels::cpu::MatMulRows8, PackForVnni8) and their
+// type: its int8_source where it has one, else its own.
+struct Int8Rows {
+  kernels::cpu::WeightType type;
+  const uint8_t* data;
+  size_t row_bytes;
+};
+inline Int8Rows Int8RowsOf(const WeightMatrix& m) {
+  if (m.int8_source != nullptr) return {m.int8_source_type, m.int8_source, m.int8_source_row_bytes};
+  return {m.type, m.data, m.row_bytes};
+}
 
 // The token embedding table: read one row per token, never by a product. Untied from the output
 // head, it stays in the file's own type, and each row is dequantized as it is looked up (a
