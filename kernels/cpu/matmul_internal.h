@@ -113,10 +113,10 @@ static constexpr size_t Vnni8ShiftInts(WeightType type, int64_t k) {
 // then per block the 4-bit formats' 256 bytes of nibbles: 4.625 bits per weight, where Q4_1's
 // records of the same values take 5.
 inline constexpr size_t kQ4_KRecordBytes = 64 + 256 + 8 * 256;
-// PackForVnni8's record of one tile of 16 rows and one block (Q4_K: per block, a super-block
-// record's eighth): the 4-bit formats' 320 bytes; Q8_0's
-// (and Q5_0's) 576; Q5_1's 576 too (16 f16 d, 16 f16 m, its values 0-31 as bytes); Q6_K's 576 as
-// well: 16 f16 super-block scales d, 16 + 16 i8 group scales, and 512 bytes of values (matmul.h).
+// PackForVnni8's record of one tile of 16 rows and one block: the 4-bit formats' 320 bytes;
+// Q8_0's (and Q5_0's) 576; Q5_1's 576 too (16 f16 d, 16 f16 m, its values 0-31 as bytes); Q6_K's
+// 576 as well: 16 f16 super-block scales d, 16 + 16 i8 group scales, and 512 bytes of values
+// (matmul.h); Q4_K's, per block, an eighth of its super-block record.
 inline constexpr size_t Vnni8RecordBytes(WeightType type) {
   return Vnni8PackedFormat(type) == WeightType::kQ8_0 || type == WeightType::kQ6_K ||
                  type == WeightType::kQ5_1

@@ -32,9 +32,9 @@ constexpr int kQuads = kQuantBlock / 4;  // 4-byte groups per block
 // (PackQ4_KForVnni8).
 enum class Format { kQ4_0, kQ4_1, kQ8_0, kQ6_K, kQ5_1, kQ4_K };
 
-// Bytes of a block's record, and where block b's record starts in a tile: Q4_K's super-block
-// record holds its 8 blocks' nibbles after the super-block's scales (matmul_internal.h), which
-// keeps a tile's bytes in block order, kRecordBytes<kQ4_K> apart on average.
+// Bytes per block of a tile's records (the tile's stride over its blocks, and the prefetch's
+// unit). Q4_K's super-block record holds its 8 blocks' nibbles after the super-block's scales
+// (matmul_internal.h): a tile's bytes stay in block order, kRecordBytes<kQ4_K> per block.
 template <Format F>
 constexpr size_t kRecordBytes = F == Format::kQ8_0 || F == Format::kQ6_K || F == Format::kQ5_1 ? 576
                                 : F == Format::kQ4_K ? kQ4_KRecordBytes / 8
@@ -123,6 +123,7 @@ inline void PackedChunk(const uint8_t* tile, int64_t nb, const BlockQ8A* x, cons
     if constexpr (F == Format::kQ4_K) {
       // d sc and -dmin m of the 16 rows (exact in f32, as the portable reference's), the f16 d and
       // dmin converted once per super-block (chunks start at one).
+      static_assert(kBlockChunk % (kQ4_KValues / kQuantBlock) == 0);
       const uint8_t* rec = tile + static_cast<size_t>(b / 8) * kQ4_KRecordBytes;
       const int64_t j = b % 8;
       if (j == 0) {
