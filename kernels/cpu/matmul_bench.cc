@@ -345,50 +345,36 @@ void BM_MatMulRows8Stream(benchmark::State& state, WeightType type) {
     state.SkipWithError("no 8-bit kernel at this level (AVX-512 VNNI)");
     return;
   }
-  struct Copy {
-    int64_t rows, k;
-    std::vector<uint8_t> storage;
-    const uint8_t* at;
-  };
-  std::vector<Copy> copies;
+  std::vector<ModelMatrix> mats;
   double bytes = 0;
   for (int i = 0; i < 14; ++i) {
     for (const auto& [rows, k] : {std::pair<int64_t, int64_t>{8960, 1536}, {1536, 8960}}) {
-      const std::vector<uint8_t> w = RandomWeights(type, rows, k);
-      Copy c{rows, k, std::vector<uint8_t>(Vnni8PackedBytes(type, rows, k) + 64), nullptr};
-      c.at = c.storage.data() + (64 - reinterpret_cast<uintptr_t>(c.storage.data()) % 64) % 64;
-      PackForVnni8(type, w.data(), WeightRowBytes(type, k), rows, k, const_cast<uint8_t*>(c.at));
+      mats.push_back({type, rows, k, RandomWeights(type, rows, k)});
+      mats.back().AddCopy(Vnni8PackedBytes(type, rows, k), PackForVnni8);
+      mats.back().w = {};  // the kernel reads the copy only
       bytes += static_cast<double>(Vnni8PackedBytes(type, rows, k));
-      copies.push_back(std::move(c));
     }
   }
   std::vector<float> x(n * 8960, 0.25f);
   std::vector<uint8_t> xq(ActivationBytes8(n, 8960));
   std::vector<float> out(n * 8960);
   for (auto _ : state) {
-    for (const Copy& c : copies) {
-      PrepareActivations8(x.data(), c.k, c.k, 0, n, xq.data());
+    for (const ModelMatrix& m : mats) {
+      PrepareActivations8(x.data(), m.k, m.k, 0, n, xq.data());
       // Every row is in a whole tile of 16: the kernel reads the copy only.
-      MatMulRows8(type, nullptr, WeightRowBytes(type, c.k), c.k, xq.data(), n, out.data(), c.rows,
-                  0, c.rows, c.at);
+      MatMulRows8(type, nullptr, WeightRowBytes(type, m.k), m.k, xq.data(), n, out.data(), m.rows,
+                  0, m.rows, m.packed_at);
     }
     benchmark::ClobberMemory();
   }
   state.counters["GB/s"] =
       benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK_CAPTURE(BM_MatMulRows8Stream, Q4_K_qwen15, WeightType::kQ4_K)
-    ->Arg(1)
-    ->Arg(4)
-    ->Threads(2)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_MatMulRows8Stream, Q4_1_qwen15, WeightType::kQ4_1)
-    ->Arg(1)
-    ->Arg(4)
-    ->Threads(2)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
+void StreamArgs(benchmark::internal::Benchmark* b) {
+  b->Arg(1)->Arg(4)->Threads(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+BENCHMARK_CAPTURE(BM_MatMulRows8Stream, Q4_K_qwen15, WeightType::kQ4_K)->Apply(StreamArgs);
+BENCHMARK_CAPTURE(BM_MatMulRows8Stream, Q4_1_qwen15, WeightType::kQ4_1)->Apply(StreamArgs);
 
 BENCHMARK_CAPTURE(BM_MatMulRows, Q4_1, WeightType::kQ4_1)->Apply([](auto* b) {
   ModelShapes(b, false);

@@ -46,6 +46,21 @@ struct RowBlock {
   float os_factor = 1;  // os = os_factor * sx
 };
 
+// Sub-block j (0-7) of a Q4_K super-block: its 32 nibbles in element order into q, and its 6-bit
+// scale and min.
+struct Q4_KSubBlock {
+  int scale = 0, min = 0;
+};
+Q4_KSubBlock LoadQ4_KSubBlock(const BlockQ4_K& sb, int j, int32_t* q) {
+  Q4_KSubBlock s;
+  KQuantScaleMin(sb.sc, j, &s.scale, &s.min);
+  for (int l = 0; l < kQuantBlock; ++l) {
+    const uint8_t byte = sb.qs[kQuantBlock * (j / 2) + l];
+    q[l] = j % 2 == 0 ? byte & 0xf : byte >> 4;
+  }
+  return s;
+}
+
 RowBlock LoadBlock(WeightType type, const uint8_t* row, int64_t b) {
   RowBlock r;
   if (type == WeightType::kQ5_0) {  // as Q8_0: values q - 16, no offset term
@@ -64,15 +79,9 @@ RowBlock LoadBlock(WeightType type, const uint8_t* row, int64_t b) {
   }
   if (type == WeightType::kQ4_K) {
     const auto& sb = reinterpret_cast<const BlockQ4_K*>(row)[b / 8];
-    const int j = static_cast<int>(b % 8);
-    int sc = 0, m = 0;
-    KQuantScaleMin(sb.sc, j, &sc, &m);
-    for (int l = 0; l < kQuantBlock; ++l) {
-      const uint8_t byte = sb.qs[kQuantBlock * (j / 2) + l];
-      r.q[l] = j % 2 == 0 ? byte & 0xf : byte >> 4;
-    }
-    r.dw = HalfToFloat(sb.d) * static_cast<float>(sc);
-    r.ow = -(HalfToFloat(sb.dmin) * static_cast<float>(m));
+    const Q4_KSubBlock s = LoadQ4_KSubBlock(sb, static_cast<int>(b % 8), r.q);
+    r.dw = HalfToFloat(sb.d) * static_cast<float>(s.scale);
+    r.ow = -(HalfToFloat(sb.dmin) * static_cast<float>(s.min));
     r.offset = true;
     return r;
   }
@@ -275,6 +284,17 @@ size_t Vnni8PackedBytes(WeightType type, int64_t rows, int64_t k) {
 
 namespace {
 
+using internal::Q4_KSubBlock;
+
+// Row r's 16 bytes of nibbles of one block (values i and 16 + i in byte i) into a 4-bit record's
+// 256 bytes of quants: vector v holds bytes 4v..4v+3 of every row (low nibbles: values 4v..,
+// high: 16 + 4v..).
+void PutNibbleBlock(const uint8_t* qs, int r, uint8_t* quants) {
+  for (int v = 0; v < 4; ++v) {
+    for (int e = 0; e < 4; ++e) quants[64 * v + 4 * r + e] = qs[4 * v + e];
+  }
+}
+
 // Q4_K's records (kQ4_KRecordBytes per tile of 16 rows and super-block): the rows' d and dmin,
 // their sub-block scales and mins as bytes [block][row], then each block's nibbles laid out as
 // the 4-bit formats' (value i in the low nibble of byte i, value 16 + i in its high nibble),
@@ -295,21 +315,15 @@ void PackQ4_KForVnni8(const uint8_t* src, size_t w_row_bytes, int64_t rows, int6
         d[r] = sb.d;
         dmin[r] = sb.dmin;
         for (int j = 0; j < 8; ++j) {
-          int sc = 0, m = 0;
-          KQuantScaleMin(sb.sc, j, &sc, &m);
-          scales[16 * j + r] = static_cast<uint8_t>(sc);
-          mins[16 * j + r] = static_cast<uint8_t>(m);
-          uint8_t qs[kQuantBlock / 2];
+          int32_t q[kQuantBlock];
+          const Q4_KSubBlock sub = internal::LoadQ4_KSubBlock(sb, j, q);
+          scales[16 * j + r] = static_cast<uint8_t>(sub.scale);
+          mins[16 * j + r] = static_cast<uint8_t>(sub.min);
+          uint8_t qs[kQuantBlock / 2];  // as Q4_1's: value i low, value 16 + i high
           for (int i = 0; i < kQuantBlock / 2; ++i) {
-            const uint8_t* pair = sb.qs + kQuantBlock * (j / 2);
-            const int lo = j % 2 == 0 ? pair[i] & 0xf : pair[i] >> 4;
-            const int hi = j % 2 == 0 ? pair[i + 16] & 0xf : pair[i + 16] >> 4;
-            qs[i] = static_cast<uint8_t>(lo | hi << 4);
+            qs[i] = static_cast<uint8_t>(q[i] | q[i + kQuantBlock / 2] << 4);
           }
-          uint8_t* quants = rec + 320 + 256 * j;
-          for (int v = 0; v < 4; ++v) {
-            for (int e = 0; e < 4; ++e) quants[64 * v + 4 * r + e] = qs[4 * v + e];
-          }
+          PutNibbleBlock(qs, r, rec + 320 + 256 * j);
         }
       }
     }
@@ -389,10 +403,7 @@ void PackForVnni8(WeightType type, const void* w, size_t w_row_bytes, int64_t ro
             d[r] = blk.d;
             qs = blk.qs;
           }
-          // Vector j: bytes 4j..4j+3 of each row (low nibbles: values 4j.., high: 16+4j..).
-          for (int j = 0; j < 4; ++j) {
-            for (int e = 0; e < 4; ++e) quants[64 * j + 4 * r + e] = qs[4 * j + e];
-          }
+          PutNibbleBlock(qs, r, quants);
         }
       }
     }

@@ -36,9 +36,12 @@ enum class Format { kQ4_0, kQ4_1, kQ8_0, kQ6_K, kQ5_1, kQ4_K };
 // unit). Q4_K's super-block record holds its 8 blocks' nibbles after the super-block's scales
 // (matmul_internal.h): a tile's bytes stay in block order, kRecordBytes<kQ4_K> per block.
 template <Format F>
-constexpr size_t kRecordBytes = F == Format::kQ8_0 || F == Format::kQ6_K || F == Format::kQ5_1 ? 576
-                                : F == Format::kQ4_K ? kQ4_KRecordBytes / 8
-                                                     : 320;
+constexpr size_t kRecordBytes = Vnni8RecordBytes(F == Format::kQ4_0   ? WeightType::kQ4_0
+                                                 : F == Format::kQ4_1 ? WeightType::kQ4_1
+                                                 : F == Format::kQ8_0 ? WeightType::kQ8_0
+                                                 : F == Format::kQ6_K ? WeightType::kQ6_K
+                                                 : F == Format::kQ5_1 ? WeightType::kQ5_1
+                                                                      : WeightType::kQ4_K);
 
 template <Format F>
 inline float OffsetFactor() {

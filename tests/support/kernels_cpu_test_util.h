@@ -83,6 +83,19 @@ inline uint16_t RandomHalf(std::mt19937_64& rng, double lo, double hi) {
   return FloatToHalf(static_cast<float>(v));
 }
 
+// A row of k values in random super-blocks of a K-quant read as stored (every quant, scale and
+// bit pattern reachable) at `row`, and their plain reference decode, which equals the gguf
+// package's numpy, in w.
+inline void RandomSuperBlocks(ConvertedQuant type, int64_t k, std::mt19937_64& rng, uint8_t* row,
+                              double* w) {
+  const int64_t n_super = k / LayoutOf(type).block_values;
+  const std::vector<uint8_t> blocks = RandomBlocks(type, n_super, rng, /*amax=*/0.5f);
+  std::memcpy(row, blocks.data(), blocks.size());
+  std::vector<float> decoded(static_cast<size_t>(k));
+  DequantizeReference(type, row, n_super, decoded.data());
+  for (int64_t j = 0; j < k; ++j) w[j] = decoded[j];
+}
+
 inline Weights RandomWeights(WeightType type, int64_t rows, int64_t k, std::mt19937_64& rng) {
   Weights wt;
   wt.type = type;
@@ -194,13 +207,7 @@ inline Weights RandomWeights(WeightType type, int64_t rows, int64_t k, std::mt19
       case WeightType::kQ6_K: {
         // Random super-blocks (every quant, i8 scale and bit pattern reachable) decoded by the
         // plain reference dequantizer, which equals the gguf package's numpy.
-        const int64_t n_super = k / kQ6_KValues;
-        const std::vector<uint8_t> blocks =
-            RandomBlocks(ConvertedQuant::kQ6_K, n_super, rng, /*amax=*/0.5f);
-        std::memcpy(row, blocks.data(), blocks.size());
-        std::vector<float> decoded(static_cast<size_t>(k));
-        DequantizeReference(ConvertedQuant::kQ6_K, row, n_super, decoded.data());
-        for (int64_t j = 0; j < k; ++j) w[j] = decoded[j];
+        RandomSuperBlocks(ConvertedQuant::kQ6_K, k, rng, row, w);
         // A block's quantum: |d| times its larger |scale|.
         for (int64_t b = 0; b < nb; ++b) {
           const auto& s = reinterpret_cast<const BlockQ6_K*>(row)[b / 8];
@@ -212,13 +219,7 @@ inline Weights RandomWeights(WeightType type, int64_t rows, int64_t k, std::mt19
       }
       case WeightType::kQ4_K: {
         // Random super-blocks decoded by the plain reference dequantizer, as Q6_K's.
-        const int64_t n_super = k / kQ4_KValues;
-        const std::vector<uint8_t> blocks =
-            RandomBlocks(ConvertedQuant::kQ4_K, n_super, rng, /*amax=*/0.5f);
-        std::memcpy(row, blocks.data(), blocks.size());
-        std::vector<float> decoded(static_cast<size_t>(k));
-        DequantizeReference(ConvertedQuant::kQ4_K, row, n_super, decoded.data());
-        for (int64_t j = 0; j < k; ++j) w[j] = decoded[j];
+        RandomSuperBlocks(ConvertedQuant::kQ4_K, k, rng, row, w);
         // A block's quantum |d sc| and offset |dmin m|.
         for (int64_t b = 0; b < nb; ++b) {
           const auto& s = reinterpret_cast<const BlockQ4_K*>(row)[b / 8];

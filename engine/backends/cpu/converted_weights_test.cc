@@ -367,6 +367,17 @@ StatusOr<ModelAndTwin> LoadWithTwin(TensorType type) {
   return m;
 }
 
+// The bytes of the product matrices' 8-bit copies and of their rows (what the 12-bit products
+// read).
+std::pair<uint64_t, uint64_t> CopiesAndRowsBytes(const LlamaModel& model) {
+  uint64_t copies = 0, rows = 0;
+  for (const WeightMatrix* w : model.ProductMatrices()) {
+    copies += kernels::cpu::Vnni8PackedBytes(Int8RowsOf(*w).type, w->rows, w->cols);
+    rows += w->row_bytes * static_cast<uint64_t>(w->rows);
+  }
+  return {copies, rows};
+}
+
 // The largest relative logit error of `model` against the plain double-precision reference on
 // `twin` over 40 single-token steps of random tokens (rng seed `seed`) into a dense cache.
 double WorstStepError(LlamaModel& model, const LlamaModel& twin, uint64_t seed) {
@@ -411,11 +422,7 @@ TEST(ConvertedModelFileTest, Q6_KAtEightBitsTracksTheExactModel) {
   ASSERT_TRUE(model.ApplyTuning(eight).ok());
   // A decode step now reads the copies (576 bytes per 16 rows and block, the rows' 420), and
   // weight_bytes, which rooflines divide by, says so.
-  uint64_t copies_bytes = 0, rows_bytes = 0;
-  for (const WeightMatrix* w : model.ProductMatrices()) {
-    copies_bytes += kernels::cpu::Vnni8PackedBytes(w->type, w->rows, w->cols);
-    rows_bytes += w->row_bytes * static_cast<uint64_t>(w->rows);
-  }
+  const auto [copies_bytes, rows_bytes] = CopiesAndRowsBytes(model);
   EXPECT_EQ(copies_bytes * 420, rows_bytes * 576);
   // The rest: the norms' weights, read as before.
   EXPECT_EQ(model.weight_bytes(), model.weights().total_bytes - rows_bytes + copies_bytes);
@@ -457,17 +464,13 @@ TEST(ConvertedModelFileTest, Q4_KAtEightBitsReadsItsOwnRecords) {
   for (const WeightMatrix* w : model.ProductMatrices()) {
     ASSERT_EQ(w->type, kernels::cpu::WeightType::kQ4_1);  // the conversion, head included
     ASSERT_EQ(Int8RowsOf(*w).type, kernels::cpu::WeightType::kQ4_K);
-    ASSERT_NE(w->int8_source, nullptr);
+    ASSERT_NE(w->int8_source.data, nullptr);
   }
   const CpuTuning eight = AllEightBit(model);
   ASSERT_TRUE(model.ApplyTuning(eight).ok());
   // Per 16 rows and 256 values the copy holds 2368 bytes: 148 a row, where the Q4_1 rows hold
   // 160 (and their records took as much).
-  uint64_t copies_bytes = 0, rows_bytes = 0;
-  for (const WeightMatrix* w : model.ProductMatrices()) {
-    copies_bytes += kernels::cpu::Vnni8PackedBytes(Int8RowsOf(*w).type, w->rows, w->cols);
-    rows_bytes += w->row_bytes * static_cast<uint64_t>(w->rows);
-  }
+  const auto [copies_bytes, rows_bytes] = CopiesAndRowsBytes(model);
   EXPECT_EQ(copies_bytes * 160, rows_bytes * 148);
   EXPECT_EQ(model.weight_bytes(), model.weights().total_bytes - rows_bytes + copies_bytes);
 

@@ -153,9 +153,7 @@ class Binder {
     WeightMatrix m{target, nullptr, row_bytes, rows, cols};
     if (*format.convert == ConvertedQuant::kQ4_K) {
       // Its 8-bit copy is packed from the file's rows (Q4_K's records), not from these.
-      m.int8_source = t->data;
-      m.int8_source_row_bytes = static_cast<size_t>(t->row_bytes());
-      m.int8_source_type = WeightType::kQ4_K;
+      m.int8_source = {WeightType::kQ4_K, t->data, static_cast<size_t>(t->row_bytes())};
     }
     if (served != nullptr && *served && (*served)(target, rows, cols)) {
       total_ += bytes;  // what a step reads at 12 bits; DecodeReadBytes counts the plan's copy

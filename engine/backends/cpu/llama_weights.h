@@ -22,6 +22,13 @@
 
 namespace streamd {
 
+// Rows of one type: row r at data + r * row_bytes.
+struct Int8Rows {
+  kernels::cpu::WeightType type = kernels::cpu::WeightType::kF32;
+  const uint8_t* data = nullptr;
+  size_t row_bytes = 0;
+};
+
 // A [rows, cols] matrix in GGUF block layout; row r starts at data + r * row_bytes.
 struct WeightMatrix {
   kernels::cpu::WeightType type = kernels::cpu::WeightType::kF32;
@@ -39,24 +46,17 @@ struct WeightMatrix {
   std::array<bool, kTokenBuckets> int8_by_bucket = {};
   const uint8_t* vnni8_packed = nullptr;
   // The file's own rows for the 8-bit products and their copy, where the products above read a
-  // conversion of them: a Q4_K tensor's (int8_source_type kQ4_K), whose 8-bit copy holds 4.625
-  // bits per weight where that of its Q4_1 conversion holds 5, with its block scales exact
+  // conversion of them: a Q4_K tensor's (type kQ4_K), whose 8-bit copy holds 4.625 bits per
+  // weight where that of its Q4_1 conversion holds 5, with its block scales exact
   // (docs/PERFORMANCE.md: the Qwen2.5-Coder-1.5B's plan 52 MB smaller, its 8-bit perplexity
-  // 0.12% lower). Null: the 8-bit products read `data` as `type` (Int8RowsOf).
-  const uint8_t* int8_source = nullptr;
-  size_t int8_source_row_bytes = 0;
-  kernels::cpu::WeightType int8_source_type = kernels::cpu::WeightType::kF32;
+  // 0.12% lower). data null: the 8-bit products read `data` as `type` (Int8RowsOf).
+  Int8Rows int8_source;
 };
 
 // The rows the 8-bit products of `m` read (kernels::cpu::MatMulRows8, PackForVnni8) and their
 // type: its int8_source where it has one, else its own.
-struct Int8Rows {
-  kernels::cpu::WeightType type;
-  const uint8_t* data;
-  size_t row_bytes;
-};
 inline Int8Rows Int8RowsOf(const WeightMatrix& m) {
-  if (m.int8_source != nullptr) return {m.int8_source_type, m.int8_source, m.int8_source_row_bytes};
+  if (m.int8_source.data != nullptr) return m.int8_source;
   return {m.type, m.data, m.row_bytes};
 }
 
