@@ -19,8 +19,9 @@ namespace streamd {
 
 // 2: the manifest gained kv_cache. 3: tuning.attention_prefetch_runs. 4:
 // tuning.decode_by_tokens_from. 5: Q4_K tensors' 8-bit copies in Q4_K's records
-// (kernels::cpu::PackForVnni8), no longer their Q4_1 conversion's.
-inline constexpr int32_t kPlanFormatVersion = 5;
+// (kernels::cpu::PackForVnni8), no longer their Q4_1 conversion's. 6: Q6_K's 8-bit copies in
+// 6-bit super-block records (6.625 bits per weight, where its byte records took 9).
+inline constexpr int32_t kPlanFormatVersion = 6;
 
 // One number the build measured: a candidate's time, a step time with and without the plan,
 // a perplexity. `what` says what was measured in words ("decode step, 16 sessions, tuned").

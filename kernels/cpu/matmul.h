@@ -115,10 +115,11 @@ void MatMulRows8(WeightType type, const void* w, size_t w_row_bytes, int64_t k, 
 // of the batch, where a kernel on the GGUF rows would unpack each row's block once per 16 tokens.
 // The same size as the GGUF rows (Q4_x: 320 bytes per 16 rows and block; Q8_0: 576).
 // Q5_0 is packed as the Q8_0 its values are (q - 16 as the byte; 576 bytes per 16 rows and block,
-// 1.64x the file's 352). Q6_K as its 6-bit values q (for q - 32) in bytes, the rows' f16
-// super-block scales d and their i8 scales of the block's two 16-value groups: 576 bytes per 16
-// rows and block, 1.37x the file's 420; its sums are scaled per group, exactly (d * scale is
-// exact in f32), so 8-bit activations are its only precision cut. Q4_K per tile of 16 rows and
+// 1.64x the file's 352). Q6_K per tile of 16 rows and super-block: the rows' f16 d, their i8
+// scales of each block's two 16-value groups, and each block's 6-bit values q (for q - 32) as
+// 4-bit nibbles laid out as Q4_1's and 2-bit high parts: 3392 bytes per 16 rows and 256 values,
+// 1.01x the file's 3360; its sums are scaled per group, exactly (d * scale is exact in f32), so
+// 8-bit activations are its only precision cut. Q4_K per tile of 16 rows and
 // super-block: the rows' f16 d and dmin, their 6-bit sub-block scales and mins as bytes, and each
 // block's nibbles as Q4_1's: 2368 bytes per 16 rows and 256 values, 1.03x the file's 2304 and
 // 0.93x the 2560 of its Q4_1 conversion's records; its block scales d sc and -dmin m are made in

@@ -375,6 +375,7 @@ void StreamArgs(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK_CAPTURE(BM_MatMulRows8Stream, Q4_K_qwen15, WeightType::kQ4_K)->Apply(StreamArgs);
 BENCHMARK_CAPTURE(BM_MatMulRows8Stream, Q4_1_qwen15, WeightType::kQ4_1)->Apply(StreamArgs);
+BENCHMARK_CAPTURE(BM_MatMulRows8Stream, Q6_K_qwen15, WeightType::kQ6_K)->Apply(StreamArgs);
 
 BENCHMARK_CAPTURE(BM_MatMulRows, Q4_1, WeightType::kQ4_1)->Apply([](auto* b) {
   ModelShapes(b, false);

@@ -113,17 +113,27 @@ static constexpr size_t Vnni8ShiftInts(WeightType type, int64_t k) {
 // then per block the 4-bit formats' 256 bytes of nibbles: 4.625 bits per weight, where Q4_1's
 // records of the same values take 5.
 inline constexpr size_t kQ4_KRecordBytes = 64 + 256 + 8 * 256;
+// PackForVnni8's Q6_K record, one per tile of 16 rows and super-block (8 blocks): the rows' f16 d
+// (32 bytes, then 32 unused: the vectors stay on cache lines), their 16-value group scales as
+// bytes ([8 blocks][2 groups][16 rows], 256), then per block the values' low 4 bits as the 4-bit
+// formats' 256 bytes of nibbles and their high 2 bits in 128 bytes (kQ6_KHighBitsShift): 6.625
+// bits per weight, where the file's rows take 6.5625 and Q6_K's 9-bit records took 9.
+inline constexpr size_t kQ6_KRecordBytes = 64 + 256 + 8 * (256 + 128);
 // PackForVnni8's record of one tile of 16 rows and one block: the 4-bit formats' 320 bytes;
-// Q8_0's (and Q5_0's) 576; Q5_1's 576 too (16 f16 d, 16 f16 m, its values 0-31 as bytes); Q6_K's
-// 576 as well: 16 f16 super-block scales d, 16 + 16 i8 group scales, and 512 bytes of values
-// (matmul.h); Q4_K's, per block, an eighth of its super-block record.
+// Q8_0's (and Q5_0's) 576; Q5_1's 576 too (16 f16 d, 16 f16 m, its values 0-31 as bytes); Q4_K's
+// and Q6_K's, per block, an eighth of their super-block records.
 inline constexpr size_t Vnni8RecordBytes(WeightType type) {
-  return Vnni8PackedFormat(type) == WeightType::kQ8_0 || type == WeightType::kQ6_K ||
-                 type == WeightType::kQ5_1
-             ? 576
+  return Vnni8PackedFormat(type) == WeightType::kQ8_0 || type == WeightType::kQ5_1 ? 576
          : type == WeightType::kQ4_K ? kQ4_KRecordBytes / (kQ4_KValues / kQuantBlock)
+         : type == WeightType::kQ6_K ? kQ6_KRecordBytes / (kQ6_KValues / kQuantBlock)
                                      : 320;
 }
+// Where a Q6_K record keeps a value's high 2 bits: the value in byte p of the block's weight
+// vector v (0-7; values 4v..4v+3 of every row, as the 4-bit formats' unpacked vectors) has them
+// in byte p of high-bit vector v / 4, at bits 2 * (v % 4); shifted left by kQ6_KHighBitsShift[v %
+// 4] (a right shift where negative) within 16-bit lanes they land at bits 4-5 of the byte, the
+// shifts' spill from the neighbouring byte falling outside them.
+inline constexpr int kQ6_KHighBitsShift[4] = {4, 2, 0, -2};
 
 // packed: the PackForAmx copy of w, or null. Q4_0, Q4_1 and Q8_0 only (Q5_0 and Q6_K run at the
 // AVX-512 VNNI level: matmul.cc).

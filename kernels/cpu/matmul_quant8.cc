@@ -330,6 +330,47 @@ void PackQ4_KForVnni8(const uint8_t* src, size_t w_row_bytes, int64_t rows, int6
   }
 }
 
+// Q6_K's records (kQ6_KRecordBytes per tile of 16 rows and super-block): the rows' d, 32 bytes
+// unused, their group scales as bytes [block][group][row], then per block the values' low 4 bits
+// laid out as the 4-bit formats' nibbles and their high 2 bits as kQ6_KHighBitsShift says, so the
+// kernel unpacks the low bits as Q4_1's and ORs the high ones in.
+void PackQ6_KForVnni8(const uint8_t* src, size_t w_row_bytes, int64_t rows, int64_t k,
+                      uint8_t* dst) {
+  const int64_t n_super = k / kQ6_KValues;
+  constexpr int kBlocks = kQ6_KValues / kQuantBlock;
+  for (int64_t tile = 0; tile < rows / 16; ++tile) {
+    for (int64_t s = 0; s < n_super; ++s) {
+      uint8_t* rec = dst + static_cast<size_t>(tile * n_super + s) * internal::kQ6_KRecordBytes;
+      std::memset(rec, 0, internal::kQ6_KRecordBytes);
+      auto* d = reinterpret_cast<uint16_t*>(rec);
+      uint8_t* scales = rec + 64;
+      for (int r = 0; r < 16; ++r) {
+        const uint8_t* row = src + static_cast<size_t>(tile * 16 + r) * w_row_bytes;
+        d[r] = reinterpret_cast<const BlockQ6_K*>(row)[s].d;
+        for (int j = 0; j < kBlocks; ++j) {
+          const internal::Q6_KRowBlock qb = internal::LoadQ6_KBlock(row, s * kBlocks + j);
+          scales[32 * j + r] = static_cast<uint8_t>(qb.sc[0]);
+          scales[32 * j + 16 + r] = static_cast<uint8_t>(qb.sc[1]);
+          uint8_t* quants = rec + 320 + 384 * j;
+          uint8_t qs[kQuantBlock / 2];  // as Q4_1's: value i low, value 16 + i high
+          for (int i = 0; i < kQuantBlock / 2; ++i) {
+            qs[i] = static_cast<uint8_t>((qb.q[i] & 15) | (qb.q[i + kQuantBlock / 2] & 15) << 4);
+          }
+          PutNibbleBlock(qs, r, quants);
+          uint8_t* high = quants + 256;
+          for (int v = 0; v < kQuantBlock / 4; ++v) {
+            for (int e = 0; e < 4; ++e) {
+              const int p = 4 * r + e;
+              high[64 * (v / 4) + p] |=
+                  static_cast<uint8_t>((qb.q[4 * v + e] >> 4) << (2 * (v % 4)));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void PackForVnni8(WeightType type, const void* w, size_t w_row_bytes, int64_t rows, int64_t k,
@@ -337,6 +378,10 @@ void PackForVnni8(WeightType type, const void* w, size_t w_row_bytes, int64_t ro
   STREAMD_CHECK_MSG(Vnni8Packable(type, rows, k), "PackForVnni8: not a packable matrix");
   if (type == WeightType::kQ4_K) {
     return PackQ4_KForVnni8(static_cast<const uint8_t*>(w), w_row_bytes, rows, k,
+                            static_cast<uint8_t*>(out));
+  }
+  if (type == WeightType::kQ6_K) {
+    return PackQ6_KForVnni8(static_cast<const uint8_t*>(w), w_row_bytes, rows, k,
                             static_cast<uint8_t*>(out));
   }
   const int64_t nb = k / kQuantBlock;
@@ -352,19 +397,7 @@ void PackForVnni8(WeightType type, const void* w, size_t w_row_bytes, int64_t ro
       uint8_t* quants = rec + 64;
       for (int r = 0; r < 16; ++r) {
         const uint8_t* row = src + static_cast<size_t>(tile * 16 + r) * w_row_bytes;
-        if (type == WeightType::kQ6_K) {
-          // d (f16, the super-block's), the two group scales, the values unsigned (q, not q - 32).
-          const internal::Q6_KRowBlock qb = internal::LoadQ6_KBlock(row, b);
-          const auto& sb = reinterpret_cast<const BlockQ6_K*>(row)[b / (kQ6_KValues / kQuantBlock)];
-          d[r] = sb.d;
-          rec[32 + r] = static_cast<uint8_t>(qb.sc[0]);
-          rec[48 + r] = static_cast<uint8_t>(qb.sc[1]);
-          for (int i = 0; i < kQuantBlock / 4; ++i) {
-            for (int e = 0; e < 4; ++e) {
-              quants[64 * i + 4 * r + e] = static_cast<uint8_t>(qb.q[4 * i + e]);
-            }
-          }
-        } else if (type == WeightType::kQ5_1) {
+        if (type == WeightType::kQ5_1) {
           // d, m and the values 0..31 as bytes (unsigned already: no shift).
           const internal::RowBlock rb = internal::LoadBlock(type, row, b);
           const auto& blk = reinterpret_cast<const BlockQ5_1*>(row)[b];

@@ -189,24 +189,65 @@ inline void PackedChunk(const uint8_t* tile, int64_t nb, const BlockQ8A* x, cons
   }
 }
 
-// Q6_K's chunk (the record: 16 f16 d, 16 + 16 i8 group scales, 8 vectors of values 0..63 as
-// bytes). Vectors 0-3 hold values 0-15 of the block (the first scale group), 4-7 values 16-31:
-// each group's i32 sums are scaled apart, in the portable reference's order (matmul_quant8.cc).
+// A value's high 2 bits from a Q6_K record's high-bit vector h, at bits 4-5 of its byte (the
+// packer's kQ6_KHighBitsShift; the rest of the byte still to be masked off).
+template <int kShift>
+inline __m512i Q6_KHighBits(__m512i h) {
+  if constexpr (kShift > 0) return _mm512_slli_epi16(h, kShift);
+  if constexpr (kShift < 0) return _mm512_srli_epi16(h, -kShift);
+  return h;
+}
+
+// Q6_K's chunk, from its super-block records (kQ6_KRecordBytes: 16 f16 d, the blocks' 16 + 16 i8
+// group scales, then per block 4 vectors of nibbles and 2 of high bits). The values 0..63 are
+// unpacked into the 8 vectors Q6_K's 9-bit records held as bytes, so the products and the f32
+// math are theirs: vectors 0-3 hold values 0-15 of the block (the first scale group), 4-7 values
+// 16-31, each group's i32 sums scaled apart, in the portable reference's order
+// (matmul_quant8.cc). The records are 6.625 bits per weight where the bytes were 9: a decode
+// step streams the Q6_K layers and the output head from memory, and the unpacking's 26 logic
+// instructions per block are shared by a group's tokens.
 template <int G>
 inline void PackedChunkQ6_K(const uint8_t* tile, int64_t nb, const BlockQ8A* x,
                             const int32_t* shifts, int64_t kb0, int64_t kb1, __m512* acc) {
-  constexpr size_t kRecord = 576;
+  constexpr size_t kRecord = kRecordBytes<Format::kQ6_K>;
+  static_assert(kBlockChunk % (kQ6_KValues / kQuantBlock) == 0);
   for (int t = 0; t < G; ++t) acc[t] = _mm512_setzero_ps();
+  __m512 d = _mm512_setzero_ps();
+  const __m512i low4 = _mm512_set1_epi8(0x0f), high2 = _mm512_set1_epi8(0x30);
   for (int64_t b = kb0; b < kb1; ++b) {
-    const uint8_t* rec = tile + static_cast<size_t>(b) * kRecord;
-    PrefetchRecord<kRecord>(rec + kPrefetchRecords * kRecord);
-    const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(rec)));
+    PrefetchRecord<kRecord>(tile + static_cast<size_t>(b + kPrefetchRecords) * kRecord);
+    const uint8_t* rec = tile + static_cast<size_t>(b / 8) * kQ6_KRecordBytes;
+    const int64_t j = b % 8;
+    if (j == 0) d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(rec)));
     const __m512 ws0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(
-                                            reinterpret_cast<const __m128i*>(rec + 32)))));
+                                            reinterpret_cast<const __m128i*>(rec + 64 + 32 * j)))));
     const __m512 ws1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(
-                                            reinterpret_cast<const __m128i*>(rec + 48)))));
+                                            reinterpret_cast<const __m128i*>(rec + 80 + 32 * j)))));
+    const uint8_t* quants = rec + 320 + 384 * j;
+    const __m512i h0 = _mm512_load_si512(quants + 256), h1 = _mm512_load_si512(quants + 320);
     __m512i wv[kQuads];
-    for (int i = 0; i < kQuads; ++i) wv[i] = _mm512_load_si512(rec + 64 + 64 * i);
+    {
+      // (low & 0x0f) | (high & 0x30): vpternlogd's A | (B & C) after the low bits' mask.
+      constexpr int kOrAnd = 0xf8;
+      __m512i l[4];
+      for (int i = 0; i < 4; ++i) l[i] = _mm512_load_si512(quants + 64 * i);
+      wv[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(l[0], low4),
+                                        Q6_KHighBits<kQ6_KHighBitsShift[0]>(h0), high2, kOrAnd);
+      wv[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(l[1], low4),
+                                        Q6_KHighBits<kQ6_KHighBitsShift[1]>(h0), high2, kOrAnd);
+      wv[2] = _mm512_ternarylogic_epi32(_mm512_and_si512(l[2], low4),
+                                        Q6_KHighBits<kQ6_KHighBitsShift[2]>(h0), high2, kOrAnd);
+      wv[3] = _mm512_ternarylogic_epi32(_mm512_and_si512(l[3], low4),
+                                        Q6_KHighBits<kQ6_KHighBitsShift[3]>(h0), high2, kOrAnd);
+      wv[4] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l[0], 4), low4),
+                                        Q6_KHighBits<kQ6_KHighBitsShift[0]>(h1), high2, kOrAnd);
+      wv[5] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l[1], 4), low4),
+                                        Q6_KHighBits<kQ6_KHighBitsShift[1]>(h1), high2, kOrAnd);
+      wv[6] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l[2], 4), low4),
+                                        Q6_KHighBits<kQ6_KHighBitsShift[2]>(h1), high2, kOrAnd);
+      wv[7] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l[3], 4), low4),
+                                        Q6_KHighBits<kQ6_KHighBitsShift[3]>(h1), high2, kOrAnd);
+    }
     __m512 v[G];
     {
       __m512i sum[G];

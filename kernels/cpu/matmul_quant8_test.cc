@@ -150,9 +150,9 @@ TEST(MatMul8Test, PackedCopyGivesTheSameBits) {
   EXPECT_EQ(Vnni8PackedBytes(WeightType::kQ4_1, 32, 64), 2u * 2u * 320u);
   EXPECT_EQ(Vnni8PackedBytes(WeightType::kQ8_0, 16, 96), 3u * 576u);
   EXPECT_EQ(Vnni8PackedBytes(WeightType::kQ5_0, 16, 96), 3u * 576u);
-  EXPECT_FALSE(Vnni8Packable(WeightType::kQ6_K, 16, 96));  // k not whole super-blocks
-  EXPECT_EQ(Vnni8PackedBytes(WeightType::kQ6_K, 16, 512), 16u * 576u);
-  EXPECT_FALSE(Vnni8Packable(WeightType::kQ4_K, 16, 96));  // k not whole super-blocks
+  EXPECT_FALSE(Vnni8Packable(WeightType::kQ6_K, 16, 96));               // k not whole super-blocks
+  EXPECT_EQ(Vnni8PackedBytes(WeightType::kQ6_K, 16, 512), 2u * 3392u);  // per super-block
+  EXPECT_FALSE(Vnni8Packable(WeightType::kQ4_K, 16, 96));               // k not whole super-blocks
   // Per tile and super-block: d, dmin, 8 scales and 8 mins per row, 8 blocks of nibbles.
   EXPECT_EQ(Vnni8PackedBytes(WeightType::kQ4_K, 32, 512), 2u * 2u * (64u + 256u + 8u * 256u));
   const Case cases[] = {

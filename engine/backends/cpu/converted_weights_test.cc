@@ -420,10 +420,10 @@ TEST(ConvertedModelFileTest, Q6_KAtEightBitsTracksTheExactModel) {
   const CpuTuning eight = AllEightBit(model);
   EXPECT_EQ(model.weight_bytes(), model.weights().total_bytes);
   ASSERT_TRUE(model.ApplyTuning(eight).ok());
-  // A decode step now reads the copies (576 bytes per 16 rows and block, the rows' 420), and
-  // weight_bytes, which rooflines divide by, says so.
+  // A decode step now reads the copies (3392 bytes per 16 rows and super-block, the rows' 3360),
+  // and weight_bytes, which rooflines divide by, says so.
   const auto [copies_bytes, rows_bytes] = CopiesAndRowsBytes(model);
-  EXPECT_EQ(copies_bytes * 420, rows_bytes * 576);
+  EXPECT_EQ(copies_bytes * 3360, rows_bytes * 3392);
   // The rest: the norms' weights, read as before.
   EXPECT_EQ(model.weight_bytes(), model.weights().total_bytes - rows_bytes + copies_bytes);
 
