@@ -111,14 +111,19 @@ static constexpr size_t Vnni8ShiftInts(WeightType type, int64_t k) {
 // PackForVnni8's Q4_K record, one per tile of 16 rows and super-block (8 blocks): the rows' f16 d
 // and dmin (2 x 32 bytes), their 6-bit sub-block scales and mins as bytes ([8][16] each, 256),
 // then per block the 4-bit formats' 256 bytes of nibbles: 4.625 bits per weight, where Q4_1's
-// records of the same values take 5.
-inline constexpr size_t kQ4_KRecordBytes = 64 + 256 + 8 * 256;
+// records of the same values take 5. Its parts' byte offsets, for the packer and the kernel:
+inline constexpr size_t kQ4_KDminAt = 32, kQ4_KScalesAt = 64, kQ4_KMinsAt = 192,
+                        kQ4_KQuantsAt = 320, kQ4_KBlockQuantBytes = 256;
+inline constexpr size_t kQ4_KRecordBytes = kQ4_KQuantsAt + 8 * kQ4_KBlockQuantBytes;
 // PackForVnni8's Q6_K record, one per tile of 16 rows and super-block (8 blocks): the rows' f16 d
 // (32 bytes, then 32 unused: the vectors stay on cache lines), their 16-value group scales as
 // bytes ([8 blocks][2 groups][16 rows], 256), then per block the values' low 4 bits as the 4-bit
 // formats' 256 bytes of nibbles and their high 2 bits in 128 bytes (kQ6_KHighBitsShift): 6.625
-// bits per weight, where the file's rows take 6.5625 and Q6_K's 9-bit records took 9.
-inline constexpr size_t kQ6_KRecordBytes = 64 + 256 + 8 * (256 + 128);
+// bits per weight, where the file's rows take 6.5625 and Q6_K's 9-bit records took 9. Its parts'
+// byte offsets (kQ6_KHighAt within a block's values):
+inline constexpr size_t kQ6_KScalesAt = 64, kQ6_KQuantsAt = 320, kQ6_KBlockQuantBytes = 384,
+                        kQ6_KHighAt = 256;
+inline constexpr size_t kQ6_KRecordBytes = kQ6_KQuantsAt + 8 * kQ6_KBlockQuantBytes;
 // PackForVnni8's record of one tile of 16 rows and one block: the 4-bit formats' 320 bytes;
 // Q8_0's (and Q5_0's) 576; Q5_1's 576 too (16 f16 d, 16 f16 m, its values 0-31 as bytes); Q4_K's
 // and Q6_K's, per block, an eighth of their super-block records.

@@ -295,6 +295,16 @@ void PutNibbleBlock(const uint8_t* qs, int r, uint8_t* quants) {
   }
 }
 
+// Row r's 32 values of one block, their low 4 bits, into a 4-bit record's quants as
+// PutNibbleBlock lays them out (value i in the low nibble of byte i, value 16 + i in its high).
+void PutLowNibbles(const int32_t* q, int r, uint8_t* quants) {
+  uint8_t qs[kQuantBlock / 2];
+  for (int i = 0; i < kQuantBlock / 2; ++i) {
+    qs[i] = static_cast<uint8_t>((q[i] & 15) | (q[i + kQuantBlock / 2] & 15) << 4);
+  }
+  PutNibbleBlock(qs, r, quants);
+}
+
 // Q4_K's records (kQ4_KRecordBytes per tile of 16 rows and super-block): the rows' d and dmin,
 // their sub-block scales and mins as bytes [block][row], then each block's nibbles laid out as
 // the 4-bit formats' (value i in the low nibble of byte i, value 16 + i in its high nibble),
@@ -306,9 +316,9 @@ void PackQ4_KForVnni8(const uint8_t* src, size_t w_row_bytes, int64_t rows, int6
     for (int64_t s = 0; s < n_super; ++s) {
       uint8_t* rec = dst + static_cast<size_t>(tile * n_super + s) * internal::kQ4_KRecordBytes;
       auto* d = reinterpret_cast<uint16_t*>(rec);
-      auto* dmin = reinterpret_cast<uint16_t*>(rec + 32);
-      uint8_t* scales = rec + 64;
-      uint8_t* mins = rec + 64 + 128;
+      auto* dmin = reinterpret_cast<uint16_t*>(rec + internal::kQ4_KDminAt);
+      uint8_t* scales = rec + internal::kQ4_KScalesAt;
+      uint8_t* mins = rec + internal::kQ4_KMinsAt;
       for (int r = 0; r < 16; ++r) {
         const auto& sb = reinterpret_cast<const BlockQ4_K*>(
             src + static_cast<size_t>(tile * 16 + r) * w_row_bytes)[s];
@@ -319,11 +329,7 @@ void PackQ4_KForVnni8(const uint8_t* src, size_t w_row_bytes, int64_t rows, int6
           const Q4_KSubBlock sub = internal::LoadQ4_KSubBlock(sb, j, q);
           scales[16 * j + r] = static_cast<uint8_t>(sub.scale);
           mins[16 * j + r] = static_cast<uint8_t>(sub.min);
-          uint8_t qs[kQuantBlock / 2];  // as Q4_1's: value i low, value 16 + i high
-          for (int i = 0; i < kQuantBlock / 2; ++i) {
-            qs[i] = static_cast<uint8_t>(q[i] | q[i + kQuantBlock / 2] << 4);
-          }
-          PutNibbleBlock(qs, r, rec + 320 + 256 * j);
+          PutLowNibbles(q, r, rec + internal::kQ4_KQuantsAt + internal::kQ4_KBlockQuantBytes * j);
         }
       }
     }
@@ -343,7 +349,7 @@ void PackQ6_KForVnni8(const uint8_t* src, size_t w_row_bytes, int64_t rows, int6
       uint8_t* rec = dst + static_cast<size_t>(tile * n_super + s) * internal::kQ6_KRecordBytes;
       std::memset(rec, 0, internal::kQ6_KRecordBytes);
       auto* d = reinterpret_cast<uint16_t*>(rec);
-      uint8_t* scales = rec + 64;
+      uint8_t* scales = rec + internal::kQ6_KScalesAt;
       for (int r = 0; r < 16; ++r) {
         const uint8_t* row = src + static_cast<size_t>(tile * 16 + r) * w_row_bytes;
         d[r] = reinterpret_cast<const BlockQ6_K*>(row)[s].d;
@@ -351,13 +357,9 @@ void PackQ6_KForVnni8(const uint8_t* src, size_t w_row_bytes, int64_t rows, int6
           const internal::Q6_KRowBlock qb = internal::LoadQ6_KBlock(row, s * kBlocks + j);
           scales[32 * j + r] = static_cast<uint8_t>(qb.sc[0]);
           scales[32 * j + 16 + r] = static_cast<uint8_t>(qb.sc[1]);
-          uint8_t* quants = rec + 320 + 384 * j;
-          uint8_t qs[kQuantBlock / 2];  // as Q4_1's: value i low, value 16 + i high
-          for (int i = 0; i < kQuantBlock / 2; ++i) {
-            qs[i] = static_cast<uint8_t>((qb.q[i] & 15) | (qb.q[i + kQuantBlock / 2] & 15) << 4);
-          }
-          PutNibbleBlock(qs, r, quants);
-          uint8_t* high = quants + 256;
+          uint8_t* quants = rec + internal::kQ6_KQuantsAt + internal::kQ6_KBlockQuantBytes * j;
+          PutLowNibbles(qb.q, r, quants);
+          uint8_t* high = quants + internal::kQ6_KHighAt;
           for (int v = 0; v < kQuantBlock / 4; ++v) {
             for (int e = 0; e < 4; ++e) {
               const int p = 4 * r + e;

@@ -27,25 +27,20 @@ namespace {
 
 constexpr int kQuads = kQuantBlock / 4;  // 4-byte groups per block
 
+// The kernel is instantiated per packed format (Vnni8PackedFormat: Q5_0's copy is Q8_0's).
 // kQ5_1: values 0..31 as bytes (Q8_0's loads, no shift) with Q4_1's offset term. kQ4_K: Q4_1's
 // nibbles and offset term, its block scales and offsets made from the super-block record's
-// (PackQ4_KForVnni8).
-enum class Format { kQ4_0, kQ4_1, kQ8_0, kQ6_K, kQ5_1, kQ4_K };
-
+// (PackQ4_KForVnni8). kQ6_K: PackedChunkQ6_K.
+//
 // Bytes per block of a tile's records (the tile's stride over its blocks, and the prefetch's
-// unit). Q4_K's super-block record holds its 8 blocks' nibbles after the super-block's scales
-// (matmul_internal.h): a tile's bytes stay in block order, kRecordBytes<kQ4_K> per block.
-template <Format F>
-constexpr size_t kRecordBytes = Vnni8RecordBytes(F == Format::kQ4_0   ? WeightType::kQ4_0
-                                                 : F == Format::kQ4_1 ? WeightType::kQ4_1
-                                                 : F == Format::kQ8_0 ? WeightType::kQ8_0
-                                                 : F == Format::kQ6_K ? WeightType::kQ6_K
-                                                 : F == Format::kQ5_1 ? WeightType::kQ5_1
-                                                                      : WeightType::kQ4_K);
+// unit). The K-quants' super-block records hold their 8 blocks' values after the super-block's
+// scales (matmul_internal.h): a tile's bytes stay in block order, kRecordBytes<F> per block.
+template <WeightType F>
+constexpr size_t kRecordBytes = Vnni8RecordBytes(F);
 
-template <Format F>
+template <WeightType F>
 inline float OffsetFactor() {
-  return F == Format::kQ4_0 ? -8.0f : 1.0f;
+  return F == WeightType::kQ4_0 ? -8.0f : 1.0f;
 }
 
 // Rows in lanes: one zmm holds the same 4 values of 16 rows; a token's 4 activation bytes are
@@ -127,7 +122,7 @@ inline __m512i DpbusdBroadcast(__m512i sum, __m512i w, const int8_t* p) {
 
 // Tokens [0, G) of a group (tokens nb blocks apart in x), one tile of 16 rows, blocks [kb0, kb1).
 // acc[t] holds the 16 rows' sums of token t over these blocks.
-template <Format F, int G>
+template <WeightType F, int G>
 inline void PackedChunk(const uint8_t* tile, int64_t nb, const BlockQ8A* x, const int32_t* shifts,
                         int64_t kb0, int64_t kb1, __m512* acc) {
   constexpr size_t kRecord = kRecordBytes<F>;
@@ -140,7 +135,7 @@ inline void PackedChunk(const uint8_t* tile, int64_t nb, const BlockQ8A* x, cons
     PrefetchAhead<kRecord, G>(tile, b);
     __m512 dw, ow = _mm512_setzero_ps();
     const uint8_t* quants;  // the block's 4 or 8 vectors of 64 bytes
-    if constexpr (F == Format::kQ4_K) {
+    if constexpr (F == WeightType::kQ4_K) {
       // d sc and -dmin m of the 16 rows (exact in f32, as the portable reference's), the f16 d and
       // dmin converted once per super-block (chunks start at one).
       static_assert(kBlockChunk % (kQ4_KValues / kQuantBlock) == 0);
@@ -151,29 +146,29 @@ inline void PackedChunk(const uint8_t* tile, int64_t nb, const BlockQ8A* x, cons
         // -dmin: its sign flipped in integer lanes (this file is built without AVX-512 DQ's
         // float xor); (-dmin) m is -(dmin m) bit for bit, -0 where m is 0.
         super_ndmin = _mm512_castsi512_ps(_mm512_xor_si512(
-            _mm512_castps_si512(
-                _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(rec + 32)))),
+            _mm512_castps_si512(_mm512_cvtph_ps(
+                _mm256_load_si256(reinterpret_cast<const __m256i*>(rec + kQ4_KDminAt)))),
             _mm512_set1_epi32(INT32_MIN)));
       }
       const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-          _mm_load_si128(reinterpret_cast<const __m128i*>(rec + 64 + 16 * j))));
+          _mm_load_si128(reinterpret_cast<const __m128i*>(rec + kQ4_KScalesAt + 16 * j))));
       const __m512 m = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(
-          _mm_load_si128(reinterpret_cast<const __m128i*>(rec + 192 + 16 * j))));
+          _mm_load_si128(reinterpret_cast<const __m128i*>(rec + kQ4_KMinsAt + 16 * j))));
       dw = _mm512_mul_ps(super_d, sc);
       ow = _mm512_mul_ps(super_ndmin, m);
-      quants = rec + 320 + 256 * j;
+      quants = rec + kQ4_KQuantsAt + kQ4_KBlockQuantBytes * j;
     } else {
       const uint8_t* rec = tile + static_cast<size_t>(b) * kRecord;
       dw = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(rec)));
-      if constexpr (F == Format::kQ4_1 || F == Format::kQ5_1) {
+      if constexpr (F == WeightType::kQ4_1 || F == WeightType::kQ5_1) {
         ow = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(rec + 32)));
-      } else if constexpr (F == Format::kQ4_0) {
+      } else if constexpr (F == WeightType::kQ4_0) {
         ow = dw;
       }
       quants = rec + 64;
     }
     __m512i wv[kQuads];
-    if constexpr (F == Format::kQ8_0 || F == Format::kQ5_1) {
+    if constexpr (F == WeightType::kQ8_0 || F == WeightType::kQ5_1) {
       for (int i = 0; i < kQuads; ++i) {
         wv[i] = _mm512_load_si512(quants + 64 * i);
       }
@@ -195,24 +190,27 @@ inline void PackedChunk(const uint8_t* tile, int64_t nb, const BlockQ8A* x, cons
     for (int t = 0; t < G; ++t) {
       const BlockQ8A& xb = x[t * nb + b];
       __m512i s = sum[t];
-      if constexpr (F == Format::kQ8_0)
+      if constexpr (F == WeightType::kQ8_0)
         s = _mm512_sub_epi32(s, _mm512_set1_epi32(shifts[t * nb + b]));
       acc[t] =
           _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(xb.d)), acc[t]);
-      if constexpr (F != Format::kQ8_0) {
+      if constexpr (F != WeightType::kQ8_0) {
         acc[t] = _mm512_fmadd_ps(ow, _mm512_set1_ps(os_factor * xb.s), acc[t]);
       }
     }
   }
 }
 
-// A value's high 2 bits from a Q6_K record's high-bit vector h, at bits 4-5 of its byte (the
-// packer's kQ6_KHighBitsShift; the rest of the byte still to be masked off).
-template <int kShift>
-inline __m512i Q6_KHighBits(__m512i h) {
-  if constexpr (kShift > 0) return _mm512_slli_epi16(h, kShift);
-  if constexpr (kShift < 0) return _mm512_srli_epi16(h, -kShift);
-  return h;
+// A Q6_K record's high-bit plane h shifted so that vector v's high 2 bits (v = 0-3 of the plane)
+// sit at bits 4-5 of each byte, in out[v] (the packer's kQ6_KHighBitsShift; the rest of each
+// byte still to be masked off).
+inline void Q6_KHighBits(__m512i h, __m512i* out) {
+  static_assert(kQ6_KHighBitsShift[0] == 4 && kQ6_KHighBitsShift[1] == 2 &&
+                kQ6_KHighBitsShift[2] == 0 && kQ6_KHighBitsShift[3] == -2);
+  out[0] = _mm512_slli_epi16(h, 4);
+  out[1] = _mm512_slli_epi16(h, 2);
+  out[2] = h;
+  out[3] = _mm512_srli_epi16(h, 2);
 }
 
 // Q6_K's chunk, from its super-block records (kQ6_KRecordBytes: 16 f16 d, the blocks' 16 + 16 i8
@@ -226,7 +224,7 @@ inline __m512i Q6_KHighBits(__m512i h) {
 template <int G>
 inline void PackedChunkQ6_K(const uint8_t* tile, int64_t nb, const BlockQ8A* x,
                             const int32_t* shifts, int64_t kb0, int64_t kb1, __m512* acc) {
-  constexpr size_t kRecord = kRecordBytes<Format::kQ6_K>;
+  constexpr size_t kRecord = kRecordBytes<WeightType::kQ6_K>;
   static_assert(kBlockChunk % (kQ6_KValues / kQuantBlock) == 0);
   for (int t = 0; t < G; ++t) acc[t] = _mm512_setzero_ps();
   __m512 d = _mm512_setzero_ps();
@@ -236,34 +234,27 @@ inline void PackedChunkQ6_K(const uint8_t* tile, int64_t nb, const BlockQ8A* x,
     const uint8_t* rec = tile + static_cast<size_t>(b / 8) * kQ6_KRecordBytes;
     const int64_t j = b % 8;
     if (j == 0) d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(rec)));
-    const __m512 ws0 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(
-                                            reinterpret_cast<const __m128i*>(rec + 64 + 32 * j)))));
-    const __m512 ws1 = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(
-                                            reinterpret_cast<const __m128i*>(rec + 80 + 32 * j)))));
-    const uint8_t* quants = rec + 320 + 384 * j;
-    const __m512i h0 = _mm512_load_si512(quants + 256), h1 = _mm512_load_si512(quants + 320);
+    const __m512 ws0 = _mm512_mul_ps(
+        d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+               _mm_load_si128(reinterpret_cast<const __m128i*>(rec + kQ6_KScalesAt + 32 * j)))));
+    const __m512 ws1 = _mm512_mul_ps(
+        d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_load_si128(
+               reinterpret_cast<const __m128i*>(rec + kQ6_KScalesAt + 32 * j + 16)))));
+    const uint8_t* quants = rec + kQ6_KQuantsAt + kQ6_KBlockQuantBytes * j;
     __m512i wv[kQuads];
     {
-      // (low & 0x0f) | (high & 0x30): vpternlogd's A | (B & C) after the low bits' mask.
+      // Each plane's 4 values' high bits at bits 4-5, then (low & 0x0f) | (high & 0x30):
+      // vpternlogd's A | (B & C) after the low bits' mask.
       constexpr int kOrAnd = 0xf8;
-      __m512i l[4];
-      for (int i = 0; i < 4; ++i) l[i] = _mm512_load_si512(quants + 64 * i);
-      wv[0] = _mm512_ternarylogic_epi32(_mm512_and_si512(l[0], low4),
-                                        Q6_KHighBits<kQ6_KHighBitsShift[0]>(h0), high2, kOrAnd);
-      wv[1] = _mm512_ternarylogic_epi32(_mm512_and_si512(l[1], low4),
-                                        Q6_KHighBits<kQ6_KHighBitsShift[1]>(h0), high2, kOrAnd);
-      wv[2] = _mm512_ternarylogic_epi32(_mm512_and_si512(l[2], low4),
-                                        Q6_KHighBits<kQ6_KHighBitsShift[2]>(h0), high2, kOrAnd);
-      wv[3] = _mm512_ternarylogic_epi32(_mm512_and_si512(l[3], low4),
-                                        Q6_KHighBits<kQ6_KHighBitsShift[3]>(h0), high2, kOrAnd);
-      wv[4] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l[0], 4), low4),
-                                        Q6_KHighBits<kQ6_KHighBitsShift[0]>(h1), high2, kOrAnd);
-      wv[5] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l[1], 4), low4),
-                                        Q6_KHighBits<kQ6_KHighBitsShift[1]>(h1), high2, kOrAnd);
-      wv[6] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l[2], 4), low4),
-                                        Q6_KHighBits<kQ6_KHighBitsShift[2]>(h1), high2, kOrAnd);
-      wv[7] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l[3], 4), low4),
-                                        Q6_KHighBits<kQ6_KHighBitsShift[3]>(h1), high2, kOrAnd);
+      __m512i high[2][4];
+      Q6_KHighBits(_mm512_load_si512(quants + kQ6_KHighAt), high[0]);
+      Q6_KHighBits(_mm512_load_si512(quants + kQ6_KHighAt + 64), high[1]);
+      for (int i = 0; i < 4; ++i) {
+        const __m512i l = _mm512_load_si512(quants + 64 * i);
+        wv[i] = _mm512_ternarylogic_epi32(_mm512_and_si512(l, low4), high[0][i], high2, kOrAnd);
+        wv[i + 4] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(l, 4), low4),
+                                              high[1][i], high2, kOrAnd);
+      }
     }
     __m512 v[G];
     {
@@ -294,13 +285,13 @@ inline void PackedChunkQ6_K(const uint8_t* tile, int64_t nb, const BlockQ8A* x,
   }
 }
 
-template <Format F, int G>
+template <WeightType F, int G>
 void PackedGroup(const uint8_t* tile, int64_t nb, const BlockQ8A* x, const int32_t* shifts,
                  float* out, int64_t ldo) {
   for (int64_t kb0 = 0; kb0 < nb; kb0 += kBlockChunk) {
     const int64_t kb1 = nb - kb0 < kBlockChunk ? nb : kb0 + kBlockChunk;
     __m512 acc[G];
-    if constexpr (F == Format::kQ6_K) {
+    if constexpr (F == WeightType::kQ6_K) {
       PackedChunkQ6_K<G>(tile, nb, x, shifts, kb0, kb1, acc);
     } else {
       PackedChunk<F, G>(tile, nb, x, shifts, kb0, kb1, acc);
@@ -316,18 +307,18 @@ void PackedGroup(const uint8_t* tile, int64_t nb, const BlockQ8A* x, const int32
   }
 }
 
-template <Format F>
+template <WeightType F>
 void MatMul8Packed(const uint8_t* packed, int64_t k, const BlockQ8A* xq, int64_t n_tokens,
                    float* out, int64_t ldo, int64_t row_begin, int64_t row_end, int32_t* shifts) {
   constexpr size_t kRecord = kRecordBytes<F>;
   const int64_t nb = k / kQuantBlock;
   // Q8_0's and Q6_K's shifts for up to kVnni8TokensPerPass tokens at a time, in the caller's
   // scratch.
-  constexpr int64_t kShiftsPerBlock = F == Format::kQ8_0 ? 1 : F == Format::kQ6_K ? 2 : 0;
+  constexpr int64_t kShiftsPerBlock = F == WeightType::kQ8_0 ? 1 : F == WeightType::kQ6_K ? 2 : 0;
   for (int64_t p0 = 0; p0 < n_tokens; p0 += kVnni8TokensPerPass) {
     const int64_t np = n_tokens - p0 < kVnni8TokensPerPass ? n_tokens - p0 : kVnni8TokensPerPass;
-    if (F == Format::kQ8_0) ActivationSums(xq + p0 * nb, np, nb, shifts);
-    if (F == Format::kQ6_K) ActivationHalfSums(xq + p0 * nb, np, nb, shifts);
+    if (F == WeightType::kQ8_0) ActivationSums(xq + p0 * nb, np, nb, shifts);
+    if (F == WeightType::kQ6_K) ActivationHalfSums(xq + p0 * nb, np, nb, shifts);
     for (int64_t r0 = row_begin; r0 < row_end; r0 += 16) {
       const uint8_t* tile = packed + static_cast<size_t>(r0 / 16 * nb) * kRecord;
       for (int64_t t0 = 0; t0 < np; t0 += kGroup) {
@@ -372,23 +363,23 @@ void MatMulQuant8PackedAvx512Vnni(WeightType type, const uint8_t* packed, int64_
                                   int64_t row_begin, int64_t row_end, int32_t* shifts) {
   switch (type) {
     case WeightType::kQ4_0:
-      return MatMul8Packed<Format::kQ4_0>(packed, k, xq, n_tokens, out, ldo, row_begin, row_end,
-                                          shifts);
+      return MatMul8Packed<WeightType::kQ4_0>(packed, k, xq, n_tokens, out, ldo, row_begin, row_end,
+                                              shifts);
     case WeightType::kQ4_1:
-      return MatMul8Packed<Format::kQ4_1>(packed, k, xq, n_tokens, out, ldo, row_begin, row_end,
-                                          shifts);
+      return MatMul8Packed<WeightType::kQ4_1>(packed, k, xq, n_tokens, out, ldo, row_begin, row_end,
+                                              shifts);
     case WeightType::kQ8_0:
-      return MatMul8Packed<Format::kQ8_0>(packed, k, xq, n_tokens, out, ldo, row_begin, row_end,
-                                          shifts);
+      return MatMul8Packed<WeightType::kQ8_0>(packed, k, xq, n_tokens, out, ldo, row_begin, row_end,
+                                              shifts);
     case WeightType::kQ5_1:
-      return MatMul8Packed<Format::kQ5_1>(packed, k, xq, n_tokens, out, ldo, row_begin, row_end,
-                                          shifts);
+      return MatMul8Packed<WeightType::kQ5_1>(packed, k, xq, n_tokens, out, ldo, row_begin, row_end,
+                                              shifts);
     case WeightType::kQ6_K:
-      return MatMul8Packed<Format::kQ6_K>(packed, k, xq, n_tokens, out, ldo, row_begin, row_end,
-                                          shifts);
+      return MatMul8Packed<WeightType::kQ6_K>(packed, k, xq, n_tokens, out, ldo, row_begin, row_end,
+                                              shifts);
     case WeightType::kQ4_K:
-      return MatMul8Packed<Format::kQ4_K>(packed, k, xq, n_tokens, out, ldo, row_begin, row_end,
-                                          shifts);
+      return MatMul8Packed<WeightType::kQ4_K>(packed, k, xq, n_tokens, out, ldo, row_begin, row_end,
+                                              shifts);
     default:
       return;
   }
