@@ -10,6 +10,8 @@
 # Env: P (512) G (128) R (5) ROUNDS (3) STREAMD (build/tools/streamd)
 #      PLAN: a build plan of MODEL (streamd build); streamd then also runs with it, in the same
 #      rounds, and both are compared with llama.cpp.
+#      TWELVE (off): "on" also runs streamd with --k-quant-activation-bits 12 (a K-quant file's
+#      12-bit products, as before they took 8-bit activations without a plan), in the same rounds.
 #      SPIN (on): "off" makes llama.cpp's idle threads sleep instead of spin (OMP_WAIT_POLICY=
 #      passive, --poll 0), which is what streamd's own thread pool does after a short spin; on
 #      a machine shared with other work spinning threads collapse (docs/PERFORMANCE.md).
@@ -35,6 +37,11 @@ for round in $(seq "$ROUNDS"); do
   for t in "${threads[@]}"; do
     "$streamd" bench --model "$model" --threads "$t" --prompt-tokens "$P" --gen-tokens "$G" \
       --reps "$R" --json | tail -n 1 >>"$out/streamd-$t.jsonl"
+    if [ "${TWELVE:-off}" = on ]; then
+      "$streamd" bench --model "$model" --k-quant-activation-bits 12 --threads "$t" \
+        --prompt-tokens "$P" --gen-tokens "$G" --reps "$R" --json | tail -n 1 \
+        >>"$out/streamd-12bit-$t.jsonl"
+    fi
     if [ -n "$PLAN" ]; then
       "$streamd" bench --model "$model" --plan "$PLAN" --threads "$t" --prompt-tokens "$P" \
         --gen-tokens "$G" --reps "$R" --json | tail -n 1 >>"$out/streamd+plan-$t.jsonl"
@@ -55,7 +62,7 @@ for t in threads:
     l = [json.loads(x) for x in open(f"{out}/llama-{t}.jsonl")]
     lp = [r["avg_ts"] for r in l if r["n_prompt"] > 0]
     ld = [r["avg_ts"] for r in l if r["n_gen"] > 0]
-    for engine in ("streamd", "streamd+plan"):
+    for engine in ("streamd", "streamd-12bit", "streamd+plan"):
         path = f"{out}/{engine}-{t}.jsonl"
         if not os.path.exists(path):
             continue

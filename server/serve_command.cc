@@ -171,6 +171,7 @@ int ServeCommand(int argc, char** argv) {
   api::HostSetup setup;
   setup.model_path = config->model.path;
   setup.plan_path = config->model.plan;
+  setup.k_quant_activation_bits = config->model.k_quant_activation_bits;
   setup.backend = config->engine.backend == Backend::kCuda  ? api::BackendChoice::kCuda
                   : config->engine.backend == Backend::kCpu ? api::BackendChoice::kCpu
                                                             : api::BackendChoice::kAuto;

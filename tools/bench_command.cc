@@ -89,7 +89,7 @@ int BenchCommand(int argc, char** argv) {
   int64_t prompt_tokens = 512, gen_tokens = 128, reps = 5;
   std::string sessions_text;
   int64_t sinks = 4, max_batch_tokens = 512, decode_steps = 0;
-  int64_t flood = 100, max_batch_sessions = 16, shared_step_tokens = 0;
+  int64_t flood = 100, max_batch_sessions = 16, shared_step_tokens = 0, k_quant_bits = 8;
   std::string window_text, tokens_seen_text = "10000,1000000", snapshot_every_text = "0", dir;
   std::string kv_dtype_text = "f16";
   std::string backend = "cpu", synthetic, plan;
@@ -142,6 +142,10 @@ int BenchCommand(int argc, char** argv) {
   flags.String("plan", &plan,
                "a build plan of the model (streamd build) to run with, cpu backend (--sessions, "
                "--snapshot: its KV cache too); not with --tenants");
+  flags.Int("k-quant-activation-bits", &k_quant_bits, 8, 12,
+            "without --plan, on the cpu backend: 8 (K-quant files' matrices take 8-bit "
+            "activations where that kernel is fast, as the daemon's model.k_quant_activation_bits) "
+            "or 12");
   flags.String(
       "synthetic", &synthetic,
       std::string("random-weight model of a known shape instead of --model: ") + kSyntheticShapes);
@@ -184,6 +188,10 @@ int BenchCommand(int argc, char** argv) {
   if (!isa_name.empty()) {
     if (Status s = ForceIsaByName(isa_name); !s.ok()) return Fail(s);
   }
+  if (k_quant_bits != 8 && k_quant_bits != 12) {
+    return Fail(InvalidArgumentError("--k-quant-activation-bits: " + std::to_string(k_quant_bits) +
+                                     " is not one of 8, 12"));
+  }
   double reference_gbps = 0.0;
   if (!reference_gbps_text.empty()) {
     char* end = nullptr;
@@ -217,7 +225,7 @@ int BenchCommand(int argc, char** argv) {
       return Fail(InvalidArgumentError("--threads takes one thread count with --tenants"));
     }
     TenantsBenchOptions t;
-    t.source = {model_path, synthetic, backend};
+    t.source = {model_path, synthetic, backend, "", static_cast<int>(k_quant_bits)};
     t.flood = flood;
     t.max_batch_sessions = max_batch_sessions;
     t.shared_step_tokens = shared_step_tokens;
@@ -253,7 +261,7 @@ int BenchCommand(int argc, char** argv) {
                                        "] (the engine's limit)"));
     }
     SnapshotBenchOptions so;
-    so.source = {model_path, synthetic, backend, plan};
+    so.source = {model_path, synthetic, backend, plan, static_cast<int>(k_quant_bits)};
     if (flags.was_set("window")) {
       auto windows = ParseCountList("window", window_text, EngineConfig{}.max_window);
       if (!windows.ok()) return Fail(windows.status());
@@ -289,7 +297,8 @@ int BenchCommand(int argc, char** argv) {
     }
     auto sessions = ParseCountList("sessions", sessions_text, 4096);
     if (!sessions.ok()) return Fail(sessions.status());
-    const BenchModelSource source{model_path, synthetic, backend, plan};
+    const BenchModelSource source{model_path, synthetic, backend, plan,
+                                  static_cast<int>(k_quant_bits)};
     auto snapshot_every = ParseCountList("snapshot-every", snapshot_every_text, 3600000, 0);
     if (!snapshot_every.ok()) return Fail(snapshot_every.status());
     if (flags.was_set("decode-steps")) {
@@ -334,7 +343,9 @@ int BenchCommand(int argc, char** argv) {
   }
 
   // With --plan: its tuning, pre-packed weights and KV cache; --threads still sets the threads.
-  auto loaded = LoadBenchModel({model_path, synthetic, backend, plan}, /*with_tokenizer=*/false);
+  auto loaded =
+      LoadBenchModel({model_path, synthetic, backend, plan, static_cast<int>(k_quant_bits)},
+                     /*with_tokenizer=*/false);
   if (!loaded.ok()) return Fail(loaded.status(), synthetic.empty() ? model_path : "");
   ModelBackend& model = *loaded->model;
   const LlamaConfig& c = model.config();

@@ -360,8 +360,11 @@ StatusOr<BenchModel> LoadBenchModel(const BenchModelSource& source, bool with_to
   if (!source.plan_path.empty() && kind != BackendKind::kCpu) {
     return InvalidArgumentError("--plan: build plans run on the cpu backend (--backend cpu)");
   }
-  STREAMD_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> cpu,
-                           LoadCpuModel(source.model_path, source.plan_path));
+  STREAMD_ASSIGN_OR_RETURN(
+      std::unique_ptr<LlamaModel> cpu,
+      LoadCpuModel(source.model_path, source.plan_path, nullptr, nullptr,
+                   kind == BackendKind::kCpu ? source.k_quant_activation_bits
+                                             : 12));  // cuda uploads the converted rows
   if (with_tokenizer) {
     STREAMD_ASSIGN_OR_RETURN(out.tokenizer, tokenizer::Tokenizer::FromGguf(cpu->file()));
   }

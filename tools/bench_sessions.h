@@ -30,9 +30,10 @@ namespace streamd::tools {
 // device), run on --backend auto | cpu | cuda.
 struct BenchModelSource {
   std::string model_path;
-  std::string synthetic;        // "" = the file
-  std::string backend = "cpu";  // the bench measures the CPU unless asked otherwise
-  std::string plan_path;        // a build plan of the model (cpu backend), or "": the defaults
+  std::string synthetic;            // "" = the file
+  std::string backend = "cpu";      // the bench measures the CPU unless asked otherwise
+  std::string plan_path;            // a build plan of the model (cpu backend), or "": the defaults
+  int k_quant_activation_bits = 8;  // without a plan (LoadCpuModel)
 };
 struct BenchModel {
   std::unique_ptr<ModelBackend> model;

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/backends/cpu/k_quant_defaults.h"
 #include "engine/backends/cpu/llama_model.h"
 #include "engine/build_plan/cpu_tuner.h"
 #include "engine/build_plan/kv_calibration.h"
@@ -396,6 +397,14 @@ int BuildCommand(int argc, char** argv) {
   if (max_seconds > 0) options.deadline = started + std::chrono::seconds(max_seconds);
   if (eval_ids.empty()) {
     say("no --eval-text: only choices that leave the logits bit for bit unchanged are tuned");
+    // Unchanged from what a daemon without a plan serves: a K-quant file's matrices at 8-bit
+    // activations where that is the default (k_quant_defaults.h).
+    const CpuTuning served = KQuantDefaultTuning(model.weights(), model.tuning());
+    if (served != model.tuning()) {
+      if (Status s = model.ApplyTuning(served); !s.ok()) return Fail(s, "tune");
+      say("K-quant matrices at 8-bit activations, as a daemon serves them without a plan "
+          "(model.k_quant_activation_bits)");
+    }
   }
   const MachineLoad load;
   stages.Begin("tune", std::string("timing kernel choices on this machine (") +
@@ -406,7 +415,9 @@ int BuildCommand(int argc, char** argv) {
   plan.tuning = tuned->tuning;
   plan.measurements = tuned->measurements;
 
-  if (!plan.tuning.isa.empty()) {  // only with an eval text (stage 1 of the tuner)
+  // Only with an eval text: without one the tuning's only level and bit choices are a K-quant
+  // file's 8-bit defaults, which change no logit of what a daemon serves without a plan.
+  if (!eval_ids.empty() && !plan.tuning.isa.empty()) {
     stages.Begin("eval gate", "streaming perplexity of each precision cut on " +
                                   std::to_string(eval_ids.size()) + " tokens of " + eval_text);
     auto gated = GateNumericsCuts(model, plan.tuning, eval_ids, eval_text, sinks, window,

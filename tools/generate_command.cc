@@ -14,6 +14,7 @@
 
 #include "engine/backends/cpu/llama_model.h"
 #include "engine/backends/cpu/model_check.h"
+#include "engine/build_plan/plan_binding.h"
 #include "engine/cache/block_pool.h"
 #include "engine/cache/session_cache.h"
 #include "engine/core/engine.h"
@@ -78,6 +79,7 @@ struct GenerateFlags {
   std::string system;
   int64_t n = 128;
   int64_t threads = 0;
+  int64_t k_quant_bits = 8;
   double temperature = 0.8, top_p = 0.95, min_p = 0.05, repeat_penalty = 1.0;
   double presence_penalty = 0.0, frequency_penalty = 0.0;
   int64_t top_k = 40, repeat_last_n = 64, seed = 0;
@@ -134,13 +136,20 @@ int GenerateCommand(int argc, char** argv) {
   flags.Int("window", &f.window, 1, 1 << 24, "most recent tokens kept (--cache sink|window)");
   flags.Int("block-size", &f.block_size, 1, kMaxBlockSize, "tokens per KV block");
   flags.Int("threads", &f.threads, 0, 256, "worker threads; 0 = all cores");
+  flags.Int("k-quant-activation-bits", &f.k_quant_bits, 8, 12,
+            "8: a K-quant file's matrices take 8-bit activations where that kernel is fast, as "
+            "the daemon serves them without a plan (model.k_quant_activation_bits); or 12");
   flags.Bool("json", &f.json, "print one JSON object with counts and speed as the last line");
   if (Status s = flags.Parse(argc, argv, 2); !s.ok()) return Fail(s);
   if (flags.help_requested()) return PrintHelp(flags);
   if (f.prompt.empty())
     return Fail(InvalidArgumentError("--prompt is required and must not be empty"));
 
-  auto model_or = LlamaModel::Load(f.model);
+  if (f.k_quant_bits != 8 && f.k_quant_bits != 12) {
+    return Fail(InvalidArgumentError(
+        "--k-quant-activation-bits: " + std::to_string(f.k_quant_bits) + " is not one of 8, 12"));
+  }
+  auto model_or = LoadCpuModel(f.model, "", nullptr, nullptr, static_cast<int>(f.k_quant_bits));
   // Every problem of the file at once, the path named once (engine/backends/cpu/model_check.h).
   if (!model_or.ok()) return Fail(ExplainModelLoadFailure(f.model, model_or.status()));
   std::unique_ptr<LlamaModel> model = std::move(model_or).value();

@@ -85,6 +85,9 @@ struct HostSetup {
   // with .plan) when one is there and current, else the defaults with a note saying why; only
   // the CPU backend runs plans.
   std::string plan_path;
+  // Without a plan, the bits of the activations that a K-quant file's matrices are multiplied
+  // with on the CPU backend: 8 (where that kernel is fast) or 12 (model.k_quant_activation_bits).
+  int k_quant_activation_bits = 8;
   BackendChoice backend = BackendChoice::kAuto;
   EngineSettings engine;
   std::string streamd_version;  // stamped into snapshots

@@ -11,6 +11,7 @@
 #include <thread>
 #include <utility>
 
+#include "engine/backends/cpu/k_quant_defaults.h"
 #include "engine/build_plan/machine_load.h"
 #include "engine/build_plan/step_timer.h"
 
@@ -424,7 +425,9 @@ StatusOr<std::vector<PlanMeasurement>> CompareWithDefaults(LlamaModel& model,
                                                            const CpuTuning& tuned,
                                                            const CpuTunerOptions& options) {
   STREAMD_RETURN_IF_ERROR(CheckOptions(options));
-  CpuTuning defaults;
+  // What a daemon without a plan runs: the built-in defaults, with a K-quant file's matrices at
+  // 8-bit activations where that is the default (k_quant_defaults.h).
+  CpuTuning defaults = KQuantDefaultTuning(model.weights(), CpuTuning{});
   defaults.threads = static_cast<int32_t>(std::max(1u, std::thread::hardware_concurrency()));
   // The defaults run on an f16 cache, as a daemon without a plan does; the tuned knobs on the
   // cache the model holds (the plan's: f16, or int8 with its scales).

@@ -3,6 +3,7 @@
 #include <map>
 #include <tuple>
 
+#include "engine/backends/cpu/k_quant_defaults.h"
 #include "engine/snapshot/model_fingerprint.h"
 #include "engine/util/version.h"
 
@@ -63,7 +64,8 @@ Status ApplyKvCache(const PlanKvCache& kv, LlamaModel& model) {
 StatusOr<std::unique_ptr<LlamaModel>> LoadCpuModel(const std::string& model_path,
                                                    const std::string& plan_path,
                                                    std::string* plan_note,
-                                                   std::string* plan_rejected) {
+                                                   std::string* plan_rejected,
+                                                   int k_quant_activation_bits) {
   // A problem of the plan: the load's error, or (plan_rejected) why the defaults serve instead.
   // The model is loaded again without the plan: one loaded for it may lack rows it skipped.
   const auto plan_problem = [&](StatusCode code,
@@ -71,7 +73,7 @@ StatusOr<std::unique_ptr<LlamaModel>> LoadCpuModel(const std::string& model_path
     if (plan_rejected == nullptr) return Status(code, "model.plan: " + why);
     *plan_rejected = why;
     if (plan_note != nullptr) plan_note->clear();
-    return LoadCpuModel(model_path, "");
+    return LoadCpuModel(model_path, "", nullptr, nullptr, k_quant_activation_bits);
   };
   auto file = gguf::GgufFile::Open(model_path);
   if (!file.ok()) return file.status();  // Open's errors name the path
@@ -82,9 +84,10 @@ StatusOr<std::unique_ptr<LlamaModel>> LoadCpuModel(const std::string& model_path
     if (!opened.ok()) return plan_problem(opened.status().code(), opened.status().message());
     plan = std::move(opened).value();
     prepacked = PrepackedWeights(*plan);
+  } else if (k_quant_activation_bits == 8) {
+    prepacked.packed_from_file = KQuantCopyServesAlone;  // ApplyKQuantDefaults below packs them
   }
-  auto model =
-      LlamaModel::FromFile(std::move(file).value(), plan != nullptr ? &prepacked : nullptr);
+  auto model = LlamaModel::FromFile(std::move(file).value(), &prepacked);
   if (!model.ok())
     return Status(model.status().code(), model_path + ": " + model.status().message());
   if (plan != nullptr) {
@@ -103,6 +106,16 @@ StatusOr<std::unique_ptr<LlamaModel>> LoadCpuModel(const std::string& model_path
     // The plan is applied for good: the converted rows its 8-bit products never read go.
     (*model)->ReleaseUnreadConvertedRows();
     if (plan_note != nullptr) *plan_note = DescribePlan(*plan);
+  } else if (k_quant_activation_bits == 8) {
+    auto packed = ApplyKQuantDefaults(**model);
+    if (!packed.ok()) {
+      return Status(packed.status().code(), model_path + ": " + packed.status().message());
+    }
+    if (plan_note != nullptr && *packed > 0) {
+      *plan_note = "none: the built-in defaults, a K-quant file's matrices at 8-bit activations (" +
+                   std::to_string((*packed + (1 << 19)) >> 20) +
+                   " MiB of copies packed at load; model.k_quant_activation_bits: 12 for 12 bits)";
+    }
   }
   return model;
 }

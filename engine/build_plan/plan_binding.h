@@ -40,11 +40,15 @@ Status ApplyKvCache(const PlanKvCache& kv, LlamaModel& model);
 // Errors: "<model path>: ..." for the model, "model.plan: <plan path>: ..." for the plan. With
 // `plan_rejected`, a plan that cannot be used (missing, damaged, for another model, version or
 // machine, or refused when applied) is no error: it gets "<plan path>: <why>" and the model is
-// loaded with the built-in defaults (model.plan: auto).
+// loaded with the built-in defaults (model.plan: auto). Without a plan, a K-quant file's matrices
+// take 8-bit activations where that kernel is fast (ApplyKQuantDefaults, k_quant_defaults.h)
+// unless k_quant_activation_bits is 12 (model.k_quant_activation_bits), and `plan_note` says so;
+// a plan makes its own choices.
 StatusOr<std::unique_ptr<LlamaModel>> LoadCpuModel(const std::string& model_path,
                                                    const std::string& plan_path,
                                                    std::string* plan_note = nullptr,
-                                                   std::string* plan_rejected = nullptr);
+                                                   std::string* plan_rejected = nullptr,
+                                                   int k_quant_activation_bits = 8);
 
 // One line for the log: "plan P: built 2026-12-03T10:00:00Z in 41 s; 2 threads, 3 level
 // choices, split ..., weights amx-packed 94 MiB".

@@ -35,6 +35,7 @@ StatusOr<std::unique_ptr<EngineHost>> LoadEngineHost(const HostSetup& setup) {
   EngineSetup es;
   es.model_path = setup.model_path;
   es.plan_path = setup.plan_path;
+  es.k_quant_activation_bits = setup.k_quant_activation_bits;
   es.backend = setup.backend;
   es.engine = ToEngineConfig(setup.engine, setup.hooks);
   const SessionDefaults& defaults = setup.options.session_defaults;

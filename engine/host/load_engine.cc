@@ -19,19 +19,22 @@ namespace {
 // named by path, a missing, damaged or foreign one never fails the start: `auto` is what a
 // deployment sets before anyone has built a plan on the machine it lands on.
 StatusOr<std::unique_ptr<LlamaModel>> LoadWithPlanBeside(const std::string& model_path,
-                                                         std::string* plan_path,
+                                                         std::string* plan_path, int k_quant_bits,
                                                          LoadedEngine& out) {
   const std::string beside = PlanBesideModel(model_path);
   std::error_code ec;
   if (!std::filesystem::exists(beside, ec)) {
+    std::string k_quant_note;
+    auto model = LoadCpuModel(model_path, "", &k_quant_note, nullptr, k_quant_bits);
     out.plan_note = "auto: no plan at " + beside +
                     "; the built-in defaults (streamd build --model " + model_path +
-                    " makes one, timed on this machine)";
+                    " makes one, timed on this machine)" +
+                    (k_quant_note.empty() ? "" : "; " + k_quant_note);
     plan_path->clear();
-    return LoadCpuModel(model_path, "", nullptr);
+    return model;
   }
   std::string rejected;
-  auto model = LoadCpuModel(model_path, beside, &out.plan_note, &rejected);
+  auto model = LoadCpuModel(model_path, beside, &out.plan_note, &rejected, k_quant_bits);
   if (!model.ok() || rejected.empty()) {
     *plan_path = beside;
     if (model.ok()) out.plan_note = "auto: " + out.plan_note;
@@ -48,10 +51,19 @@ StatusOr<std::unique_ptr<LlamaModel>> LoadWithPlanBeside(const std::string& mode
 
 StatusOr<LoadedEngine> LoadEngine(const EngineSetup& setup) {
   LoadedEngine out;
+  const BackendKind kind =
+      ResolveBackend(setup.backend == BackendChoice::kCuda  ? BackendKind::kCuda
+                     : setup.backend == BackendChoice::kCpu ? BackendKind::kCpu
+                                                            : BackendKind::kAuto,
+                     &out.backend_note);
+  // The CUDA backend uploads the host model's converted rows: they must stay, so K-quant files
+  // keep the 12-bit host products there (the GPU runs its own kernels anyway).
+  const int k_quant_bits = kind == BackendKind::kCpu ? setup.k_quant_activation_bits : 12;
   std::string plan_path = setup.plan_path;
-  auto model = plan_path == kPlanBesideModel
-                   ? LoadWithPlanBeside(setup.model_path, &plan_path, out)
-                   : LoadCpuModel(setup.model_path, plan_path, &out.plan_note);
+  auto model =
+      plan_path == kPlanBesideModel
+          ? LoadWithPlanBeside(setup.model_path, &plan_path, k_quant_bits, out)
+          : LoadCpuModel(setup.model_path, plan_path, &out.plan_note, nullptr, k_quant_bits);
   if (!model.ok()) {
     // Every problem of the file at once (architecture, tensor types, tokenizer), not only the
     // first the loader met; a failure that is not the file's (a plan) stays as it was.
@@ -78,11 +90,6 @@ StatusOr<LoadedEngine> LoadEngine(const EngineSetup& setup) {
   }
   if (chat->is_fallback()) out.chat_warning = chat->fallback_reason();
   out.chat = std::make_unique<tokenizer::ChatTemplate>(std::move(chat).value());
-  const BackendKind kind =
-      ResolveBackend(setup.backend == BackendChoice::kCuda  ? BackendKind::kCuda
-                     : setup.backend == BackendChoice::kCpu ? BackendKind::kCpu
-                                                            : BackendKind::kAuto,
-                     &out.backend_note);
   if (planned && kind != BackendKind::kCpu) {
     if (setup.backend == BackendChoice::kCuda) {
       return FailedPreconditionError("model.plan: " + plan_path +

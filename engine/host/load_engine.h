@@ -38,6 +38,9 @@ struct EngineSetup {
   // so).
   std::string plan_path;
   BackendChoice backend = BackendChoice::kAuto;
+  // Without a plan, on the CPU backend: 8, K-quant files' matrices take 8-bit activations where
+  // that kernel is fast (engine/backends/cpu/k_quant_defaults.h); 12, the 12-bit products.
+  int k_quant_activation_bits = 8;
   EngineConfig engine;
   std::string streamd_version;  // stamped into snapshots
 };

@@ -266,6 +266,16 @@ std::vector<ConfigKey> MakeKeys() {
                },
                [](const ServerConfig& c) { return c.model.path; }});
   k.push_back(PathKey("model.plan", STREAMD_FIELD(model.plan)));
+  k.push_back(
+      {"model.k_quant_activation_bits",
+       [](std::string_view v, ServerConfig& c) -> Status {
+         auto x = ParseInteger(v);
+         if (!x.ok()) return x.status();
+         if (*x != 8 && *x != 12) return InvalidArgumentError("is not one of 8, 12");
+         c.model.k_quant_activation_bits = static_cast<int32_t>(*x);
+         return OkStatus();
+       },
+       [](const ServerConfig& c) { return std::to_string(c.model.k_quant_activation_bits); }});
   // engine
   k.push_back(EnumKey("engine.backend", STREAMD_FIELD(engine.backend), ParseBackend, BackendName));
   k.push_back(IntKey("engine.threads", STREAMD_FIELD(engine.threads), 0, 1024));

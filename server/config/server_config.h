@@ -113,6 +113,8 @@ struct ServerConfig {
     std::string path = "~/.cache/streamd/models/SmolLM2-135M-Instruct.Q4_1.gguf";
     // A build plan for this model and machine (`streamd build`), or empty: the defaults.
     std::string plan;
+    // Without a plan: the activations' bits of a K-quant file's products on the CPU; 8 or 12.
+    int32_t k_quant_activation_bits = 8;
     bool operator==(const Model&) const = default;
   } model;
 

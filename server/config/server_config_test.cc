@@ -238,6 +238,10 @@ TEST(ServerConfigTest, BadValuesNameTheKeyAndTheLimit) {
               StartsWith("config: server.listen_address = localhost is not host:port"));
   EXPECT_THAT(OverrideError({"--sessions.default_mode=full"}),
               StartsWith("config: sessions.default_mode = full is not one of sink, window, dense"));
+  EXPECT_THAT(OverrideError({"--model.k_quant_activation_bits=16"}),
+              StartsWith("config: model.k_quant_activation_bits = 16 is not one of 8, 12"));
+  EXPECT_THAT(OverrideError({"--model.k_quant_activation_bits=eight"}),
+              StartsWith("config: model.k_quant_activation_bits = eight is not an integer"));
   EXPECT_THAT(OverrideError({"--logging.level=verbose"}),
               StartsWith("config: logging.level = verbose is not one of trace, debug, info, "
                          "warn, error"));

@@ -109,6 +109,27 @@ StatusOr<std::vector<float>> RunChunkedAll(LlamaModel& model, const std::vector<
   return all;
 }
 
+StatusOr<DensePair> DensePassUnder(LlamaModel& model, const CpuTuning& tuning, SessionCache& cache,
+                                   const nlohmann::json& fx, const std::string& label) {
+  const std::vector<int32_t> tokens = fx.at("tokens").get<std::vector<int32_t>>();
+  const CpuTuning original = model.tuning();
+  STREAMD_RETURN_IF_ERROR(model.ApplyTuning(tuning));
+  auto logits = RunChunkedAll(model, tokens, cache, 256);
+  STREAMD_RETURN_IF_ERROR(model.ApplyTuning(original));
+  if (!logits.ok()) return logits.status();
+  DensePair out;
+  const int32_t vocab = model.config().vocab_size;
+  for (auto [ref, c, against] :
+       {std::tuple{&fx, &out.llama, "against llama.cpp Q4_K_M"},
+        std::tuple{&fx.at("exact"), &out.exact, "against the exact weights"}}) {
+    DenseScorer scorer(*ref, tokens, vocab, /*clear_gap=*/0.5);
+    scorer.Add(logits->data(), 0, tokens.size());
+    *c = scorer.Result();
+    PrintDenseComparison((label + against).c_str(), *c);
+  }
+  return out;
+}
+
 DenseScorer::DenseScorer(const nlohmann::json& ref, const std::vector<int32_t>& tokens,
                          int32_t vocab, double clear_gap)
     : ref_(ref),

@@ -91,6 +91,16 @@ class DenseScorer {
   DenseComparison topk_;  // its topk fields
 };
 
+// A dense pass over the fixture's `tokens` in `cache` (chunks of 256) with `tuning` applied to
+// `model`, whose own tuning is put back afterwards, scored against the fixture (llama.cpp on the
+// file: `llama`) and its `exact` object (the exact weights: `exact`), each comparison printed with
+// `label` in front.
+struct DensePair {
+  DenseComparison llama, exact;
+};
+StatusOr<DensePair> DensePassUnder(LlamaModel& model, const CpuTuning& tuning, SessionCache& cache,
+                                   const nlohmann::json& fx, const std::string& label);
+
 // The reference's greedy continuation of one prompt (a fixture case).
 struct GreedyCase {
   explicit GreedyCase(const nlohmann::json& c);

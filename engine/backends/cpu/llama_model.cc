@@ -27,7 +27,8 @@ StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::FromFile(std::unique_ptr<gguf:
   STREAMD_ASSIGN_OR_RETURN(
       model->weights_,
       BindLlamaWeights(*file, model->config_,
-                       prepacked != nullptr ? prepacked->served_by_vnni8 : nullptr));
+                       prepacked != nullptr ? prepacked->served_by_vnni8 : nullptr,
+                       prepacked != nullptr ? prepacked->packed_from_file : nullptr));
   if (kernels::cpu::IsaSupported(kernels::cpu::Isa::kAmx)) {
     if (prepacked != nullptr && prepacked->amx_size > 0) {
       STREAMD_RETURN_IF_ERROR(
@@ -143,7 +144,7 @@ void LlamaModel::RunProduct(const WeightMatrix& w, const float* x, int64_t n, fl
 }
 
 Status LlamaModel::ApplyTuning(const CpuTuning& tuning, std::span<const uint8_t> vnni8_copies,
-                               const SourceCopied& copied) {
+                               const SourceCopied& copied, const MatrixPacked& packed) {
   STREAMD_RETURN_IF_ERROR(ValidateCpuTuning(tuning));
   const std::vector<WeightMatrix*> matrices = streamd::ProductMatrices(weights_);
   // Checked in full before anything changes: a tuning is applied whole or not at all.
@@ -181,9 +182,13 @@ Status LlamaModel::ApplyTuning(const CpuTuning& tuning, std::span<const uint8_t>
     if (matrices[i]->data != nullptr) continue;
     WeightMatrix check = tuned[i];
     check.vnni8_packed = matrices[i]->vnni8_packed;
-    // Not converted at load (Prepacked::served_by_vnni8): the copies given here will serve it.
+    // Not converted at load: the copies given here will serve it (Prepacked::served_by_vnni8),
+    // or one packed below from the file's own rows (Prepacked::packed_from_file; any non-null
+    // pointer stands for it in the check).
     if (check.vnni8_packed == nullptr && !vnni8_copies.empty()) {
       check.vnni8_packed = vnni8_copies.data();
+    } else if (check.vnni8_packed == nullptr && vnni8_copies.empty()) {
+      check.vnni8_packed = Int8RowsOf(check).data;
     }
     if (!ServedByVnni8CopyAlone(check)) {
       return FailedPreconditionError(
@@ -216,7 +221,14 @@ Status LlamaModel::ApplyTuning(const CpuTuning& tuning, std::span<const uint8_t>
                                      [](const WeightMatrix* m) { return m->data == nullptr; });
     if (!used.ok() && rowless) return used;
   }
-  AddVnni8PackedCopies(weights_);
+  AddVnni8PackedCopies(weights_, packed);
+  for (const WeightMatrix* m : matrices) {
+    if (m->data == nullptr && m->vnni8_packed == nullptr) {  // AddVnni8PackedCopies's allocation
+      return ResourceExhaustedError("no memory for the 8-bit copy of a " + std::to_string(m->rows) +
+                                    "x" + std::to_string(m->cols) + " " + WeightTypeName(m->type) +
+                                    " matrix (packed at load from the file's rows)");
+    }
+  }
   tuning_ = tuning;
   if (tuning.threads > 0 && tuning.threads != threads_) set_threads(tuning.threads);
   tuning_.threads = threads_;

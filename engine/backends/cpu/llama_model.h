@@ -41,6 +41,9 @@ class LlamaModel : public ModelBackend {
     // The layer matrices the plan's 8-bit copies will serve alone: not converted at load
     // (BindLlamaWeights); ApplyTuning must then be given the plan's copies.
     ServedByPlanCopies served_by_vnni8;
+    // Without a plan: the layer matrices whose 8-bit copy ApplyTuning will pack from the file's
+    // own rows and that it serves alone (ApplyKQuantDefaults): not converted at load either.
+    ServedByPlanCopies packed_from_file;
   };
   static StatusOr<std::unique_ptr<LlamaModel>> Load(const std::string& path,
                                                     const Prepacked* prepacked = nullptr);
@@ -81,9 +84,10 @@ class LlamaModel : public ModelBackend {
   // keeps the current thread count. The matrices it runs at 8 bits get their rows-in-lanes
   // copies: `vnni8_copies` (a plan's, Vnni8CopiesBlob's layout; checked to be the size this
   // tuning needs) or packed here. Not thread-safe with Execute.
-  // `copied`: told of each range of vnni8_copies once it is copied (UsePrepackedVnni8Copies).
+  // `copied`: told of each range of vnni8_copies once it is copied (UsePrepackedVnni8Copies);
+  // `packed`: of each matrix once its copy is packed here (AddVnni8PackedCopies).
   Status ApplyTuning(const CpuTuning& tuning, std::span<const uint8_t> vnni8_copies = {},
-                     const SourceCopied& copied = nullptr);
+                     const SourceCopied& copied = nullptr, const MatrixPacked& packed = nullptr);
   const CpuTuning& tuning() const { return tuning_; }
   // Once a plan's tuning is applied for good (serving): frees the converted rows that no product
   // reads any more (ReleaseConvertedRowsServedByVnni8Copies). Returns the bytes freed.

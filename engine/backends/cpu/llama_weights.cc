@@ -98,17 +98,9 @@ Status ConvertTensor(const gguf::TensorInfo& t, ConvertedQuant type, int64_t row
 
 // Unmaps the file pages of a tensor that was converted at load: the products read only the copy,
 // so keeping the source mapped would count the tensor twice in the process's RSS (a Q4_K_M
-// 0.5B model: ~390 MB of mapped source beside its copies). The mapping is read-only and private,
-// so a later read (a fingerprint, a test) faults the same bytes back in from the file. Only the
-// pages wholly inside the tensor are dropped: a neighbour read directly keeps its pages. Only
-// for a file mapping: on anonymous memory (GgufFile::FromBuffer) MADV_DONTNEED zeroes the pages.
+// 0.5B model: ~390 MB of mapped source beside its copies).
 void ReleaseSourcePages(const gguf::TensorInfo& t) {
-  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto begin = reinterpret_cast<uintptr_t>(t.data);
-  const uintptr_t first = (begin + page - 1) / page * page;
-  const uintptr_t last = (begin + static_cast<uintptr_t>(t.size_bytes)) / page * page;
-  // Advice only: on failure the pages simply stay mapped.
-  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  ReleaseMappedPages(t.data, static_cast<size_t>(t.size_bytes));
 }
 
 std::string ShapeString(int64_t cols, int64_t rows) {
@@ -117,8 +109,8 @@ std::string ShapeString(int64_t cols, int64_t rows) {
 
 class Binder {
  public:
-  Binder(const gguf::GgufFile& file, LlamaWeights& w)
-      : file_(file), total_(w.total_bytes), weights_(w) {}
+  Binder(const gguf::GgufFile& file, LlamaWeights& w, const ServedByPlanCopies& packed_from_file)
+      : file_(file), packed_from_file_(packed_from_file), total_(w.total_bytes), weights_(w) {}
 
   // Tensor `name`, present with shape [cols, rows].
   StatusOr<const gguf::TensorInfo*> Find2d(const std::string& name, int64_t cols, int64_t rows) {
@@ -131,15 +123,17 @@ class Binder {
     return t;
   }
 
-  // `served`: a layer matrix that a plan's 8-bit copies serve alone is not converted (see
-  // BindLlamaWeights).
+  // `served`: a layer matrix that a plan's 8-bit copies serve alone is not converted, nor one
+  // that an 8-bit copy packed from the file's own rows will serve alone (see BindLlamaWeights).
   StatusOr<WeightMatrix> Matrix(const std::string& name, int64_t cols, int64_t rows,
                                 const ServedByPlanCopies* served = nullptr) {
     STREAMD_ASSIGN_OR_RETURN(const gguf::TensorInfo* t, Find2d(name, cols, rows));
     const ProductFormat format = FormatOf(t->type);
     if (format.direct) {
       total_ += t->size_bytes;
-      return WeightMatrix{*format.direct, t->data, static_cast<size_t>(t->row_bytes()), rows, cols};
+      WeightMatrix m{*format.direct, t->data, static_cast<size_t>(t->row_bytes()), rows, cols};
+      m.k_quant_file = t->type == gguf::TensorType::kQ6_K;
+      return m;
     }
     if (!format.convert) {  // the reader accepts no other type
       return UnimplementedError("tensor '" + name + "' has type " +
@@ -151,12 +145,17 @@ class Binder {
     const size_t row_bytes = kernels::cpu::WeightRowBytes(target, cols);
     const size_t bytes = row_bytes * static_cast<size_t>(rows);
     WeightMatrix m{target, nullptr, row_bytes, rows, cols};
+    m.k_quant_file = true;  // every converted type is a K-quant or IQ4 (FormatOf)
     if (*format.convert == ConvertedQuant::kQ4_K) {
       // Its 8-bit copy is packed from the file's rows (Q4_K's records), not from these.
       m.int8_source = {WeightType::kQ4_K, t->data, static_cast<size_t>(t->row_bytes())};
     }
-    if (served != nullptr && *served && (*served)(target, rows, cols)) {
-      total_ += bytes;  // what a step reads at 12 bits; DecodeReadBytes counts the plan's copy
+    const bool by_plan = served != nullptr && *served && (*served)(target, rows, cols);
+    const bool by_file_rows = served != nullptr && m.int8_source.data != nullptr &&
+                              packed_from_file_ &&
+                              packed_from_file_(m.int8_source.type, rows, cols);
+    if (by_plan || by_file_rows) {
+      total_ += bytes;  // what a step reads at 12 bits; DecodeReadBytes counts the 8-bit copy
       return m;
     }
     std::unique_ptr<uint8_t, FreeDeleter> copy(
@@ -215,6 +214,7 @@ class Binder {
 
  private:
   const gguf::GgufFile& file_;
+  const ServedByPlanCopies& packed_from_file_;
   uint64_t& total_;
   LlamaWeights& weights_;
 };
@@ -275,6 +275,15 @@ void EmbeddingTable::DequantizeRow(int64_t r, float* out) const {
 std::vector<WeightMatrix*> ProductMatrices(LlamaWeights& w) { return MatricesOf(w); }
 std::vector<const WeightMatrix*> ProductMatrices(const LlamaWeights& w) { return MatricesOf(w); }
 
+void ReleaseMappedPages(const uint8_t* data, size_t bytes) {
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t first = (begin + page - 1) / page * page;
+  const uintptr_t last = (begin + bytes) / page * page;
+  // Advice only: on failure the pages simply stay mapped.
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 uint64_t DecodeReadBytes(const LlamaWeights& w) {
   uint64_t bytes = w.total_bytes;
   for (const WeightMatrix* m : ProductMatrices(w)) {
@@ -311,7 +320,7 @@ void AddAmxPackedCopies(LlamaWeights& w) {
   AssignPackedCopies(matrices, w.amx_storage.get());
 }
 
-void AddVnni8PackedCopies(LlamaWeights& w) {
+void AddVnni8PackedCopies(LlamaWeights& w, const MatrixPacked& packed) {
   for (WeightMatrix* m : ProductMatrices(w)) {
     const bool wanted =
         std::any_of(m->int8_by_bucket.begin(), m->int8_by_bucket.end(), [](bool b) { return b; });
@@ -328,6 +337,7 @@ void AddVnni8PackedCopies(LlamaWeights& w) {
     m->vnni8_packed = copy.get();
     w.vnni8_packed_bytes += bytes;
     w.vnni8_storage.push_back(std::move(copy));
+    if (packed) packed(*m);
   }
 }
 
@@ -442,15 +452,20 @@ Status UsePrepackedAmxCopies(LlamaWeights& w, const uint8_t* bytes, uint64_t siz
 }
 
 StatusOr<LlamaWeights> BindLlamaWeights(const gguf::GgufFile& file, const LlamaConfig& c,
-                                        const ServedByPlanCopies& served) {
+                                        const ServedByPlanCopies& served,
+                                        const ServedByPlanCopies& packed_from_file) {
   LlamaWeights w;
-  Binder bind(file, w);
+  Binder bind(file, w, packed_from_file);
   STREAMD_ASSIGN_OR_RETURN(w.output_norm, bind.Vector("output_norm.weight", c.dim));
   if (c.tied_output) {
     // One matrix for both: the lookup reads the head's rows, in the head's product format.
     STREAMD_ASSIGN_OR_RETURN(w.output, bind.Matrix("token_embd.weight", c.dim, c.vocab_size));
     w.token_embedding = {w.output.type, w.output.data, w.output.row_bytes, w.output.rows,
                          w.output.cols};
+    // Looked up with pread like an untied table where the rows are the file's: once an 8-bit
+    // copy serves the head's products, its pages may leave memory (ApplyKQuantDefaults), and
+    // lookups through the mapping would bring most of them back.
+    if (file.is_file_mapping()) w.token_embedding.file = &file;
   } else {
     // An untied table is read one row per token, not whole per step: it is not in total_bytes
     // (the roofline's bytes per step; a 0.5B Qwen's table is 94 MB of its ~490).

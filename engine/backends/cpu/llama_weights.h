@@ -51,6 +51,10 @@ struct WeightMatrix {
   // (docs/PERFORMANCE.md: the Qwen2.5-Coder-1.5B's plan 52 MB smaller, its 8-bit perplexity
   // 0.12% lower). data null: the 8-bit products read `data` as `type` (Int8RowsOf).
   Int8Rows int8_source;
+  // The file stores it as a K-quant or IQ4 type, which llama.cpp multiplies by 8-bit activations
+  // (its Q8_K and Q8_0 blocks): without a plan such a matrix takes them too where the 8-bit
+  // kernel is fast (K_QUANT_DEFAULTS, engine/backends/cpu/k_quant_defaults.h).
+  bool k_quant_file = false;
 };
 
 // The rows the 8-bit products of `m` read (kernels::cpu::MatMulRows8, PackForVnni8) and their
@@ -138,9 +142,12 @@ using ServedByPlanCopies =
 // says a plan's 8-bit copies serve alone: its converted rows would be freed unread once the plan
 // is applied (ReleaseConvertedRowsServedByVnni8Copies), so it is not converted at all and its
 // `data` is null from the start. That keeps the converted rows and the plan's copies from
-// being held together while the model loads.
+// being held together while the model loads. Likewise a layer matrix whose 8-bit copy is packed
+// from the file's own rows (a Q4_K tensor's: WeightMatrix::int8_source) when `packed_from_file`,
+// asked with that type, says the copy will serve it alone (ApplyKQuantDefaults, without a plan).
 StatusOr<LlamaWeights> BindLlamaWeights(const gguf::GgufFile& file, const LlamaConfig& config,
-                                        const ServedByPlanCopies& served = nullptr);
+                                        const ServedByPlanCopies& served = nullptr,
+                                        const ServedByPlanCopies& packed_from_file = nullptr);
 
 // Whether every product of `m` reads only its 8-bit packed copy: every token bucket at 8 bits,
 // the copy made, and this CPU's fast 8-bit kernel, which reads whole 16-row tiles of the copy
@@ -169,8 +176,10 @@ void AddAmxPackedCopies(LlamaWeights& weights);
 // Gives every matrix that some token bucket runs with 8-bit activations (int8_by_bucket) and
 // that kernels::cpu::Vnni8Packable accepts its PackForVnni8 copy, unless it has one: the 8-bit
 // kernel then reads 16 rows per vector (same bits). Memory: those matrices once more. Without
-// memory for a copy that matrix runs on its GGUF rows, as before.
-void AddVnni8PackedCopies(LlamaWeights& weights);
+// memory for a copy that matrix runs on its GGUF rows, as before. `packed` (optional) is told of
+// each matrix once its copy is made: its source rows may then leave memory (ApplyKQuantDefaults).
+using MatrixPacked = std::function<void(const WeightMatrix& m)>;
+void AddVnni8PackedCopies(LlamaWeights& weights, const MatrixPacked& packed = nullptr);
 
 // What a build plan stores of those copies: the ones of the matrices some bucket runs at 8 bits
 // (and Vnni8Packable), concatenated in ProductMatrices order. Vnni8CopiesBlob is empty when one
@@ -198,6 +207,12 @@ std::vector<const WeightMatrix*> ProductMatrices(const LlamaWeights& weights);
 // bucket runs at 8 bits counted as its PackForVnni8 copy, which is what the product reads (Q6_K's
 // is 1.37x its rows; the 4-bit formats' the same size). Rooflines divide by it.
 uint64_t DecodeReadBytes(const LlamaWeights& weights);
+
+// Drops the pages wholly inside [data, data + bytes) of a read-only private file mapping from the
+// process (MADV_DONTNEED): a later read faults the same bytes back in from the file. Only the
+// pages wholly inside the range, so a neighbour read in place keeps its pages. Never for
+// anonymous memory (GgufFile::FromBuffer), where it would zero them. Advice only.
+void ReleaseMappedPages(const uint8_t* data, size_t bytes);
 
 // Bytes AddAmxPackedCopies allocates for these weights (0: nothing to pack).
 uint64_t AmxPackedCopiesBytes(const LlamaWeights& weights);
