@@ -129,6 +129,9 @@ void MatMulRows8(WeightType type, const void* w, size_t w_row_bytes, int64_t k, 
 bool Vnni8Packable(WeightType type, int64_t rows, int64_t k);
 size_t Vnni8PackedBytes(WeightType type, int64_t rows, int64_t k);
 // Writes the copy of w ([rows, k], Vnni8Packable) to out (Vnni8PackedBytes, 64-byte aligned).
+// The copy holds its tiles one after another, Vnni8PackedBytes(type, 16, k) bytes each: rows
+// [16 t, 16 u) packed apart to out + t * that give the same bytes, so that threads can pack a
+// matrix's tiles side by side.
 void PackForVnni8(WeightType type, const void* w, size_t w_row_bytes, int64_t rows, int64_t k,
                   void* out);
 

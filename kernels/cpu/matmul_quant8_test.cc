@@ -197,6 +197,18 @@ TEST(MatMul8Test, PackedCopyGivesTheSameBits) {
     std::vector<uint8_t> storage(Vnni8PackedBytes(c.type, c.rows, c.k) + 64);
     uint8_t* packed = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64;
     PackForVnni8(c.type, w.data(), row_bytes, c.rows, c.k, packed);
+    // Tile after tile: each tile's rows packed apart at its offset give the same bytes (what a
+    // load that packs a matrix on several threads relies on).
+    const size_t tile_bytes = Vnni8PackedBytes(c.type, 16, c.k);
+    ASSERT_EQ(tile_bytes * static_cast<size_t>(c.rows / 16), Vnni8PackedBytes(c.type, c.rows, c.k));
+    std::vector<uint8_t> apart_storage(storage.size());
+    uint8_t* apart =
+        apart_storage.data() + (64 - reinterpret_cast<uintptr_t>(apart_storage.data()) % 64) % 64;
+    for (int64_t tile = 0; tile < c.rows / 16; ++tile) {
+      PackForVnni8(c.type, w.data() + static_cast<size_t>(16 * tile) * row_bytes, row_bytes, 16,
+                   c.k, apart + static_cast<size_t>(tile) * tile_bytes);
+    }
+    EXPECT_TRUE(std::equal(packed, packed + Vnni8PackedBytes(c.type, c.rows, c.k), apart));
     const std::vector<float> x = ActivationsWithEdges(c.tokens, c.k, rng);
     std::vector<uint8_t> xq(ActivationBytes8(c.tokens, c.k));
     PrepareActivations8(x.data(), c.k, c.k, 0, c.tokens, xq.data());
