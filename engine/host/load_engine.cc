@@ -60,6 +60,21 @@ StatusOr<LoadedEngine> LoadEngine(const EngineSetup& setup) {
   // keep the 12-bit host products there (the GPU runs its own kernels anyway).
   const int k_quant_bits = kind == BackendKind::kCpu ? setup.k_quant_activation_bits : 12;
   std::string plan_path = setup.plan_path;
+  // Only the CPU backend runs plans, and a model loaded under one may lack the converted rows the
+  // GPU uploads (freed where the plan's 8-bit copies serve): decided before anything is loaded.
+  if (kind != BackendKind::kCpu && !plan_path.empty()) {
+    if (setup.backend == BackendChoice::kCuda && plan_path != kPlanBesideModel) {
+      return FailedPreconditionError("model.plan: " + plan_path +
+                                     " is a cpu plan, and engine.backend is cuda; set "
+                                     "engine.backend: cpu to use it");
+    }
+    // auto picked the GPU, or the plan is only "the one beside the model, if any": the best
+    // backend here wins over a plan for the other one.
+    out.plan_note = "ignored: " + plan_path + " (cpu plans), engine.backend " +
+                    (setup.backend == BackendChoice::kCuda ? "cuda" : "auto picked cuda") + " (" +
+                    out.backend_note + ")";
+    plan_path.clear();
+  }
   auto model =
       plan_path == kPlanBesideModel
           ? LoadWithPlanBeside(setup.model_path, &plan_path, k_quant_bits, out)
@@ -70,7 +85,6 @@ StatusOr<LoadedEngine> LoadEngine(const EngineSetup& setup) {
     if (Status found = CheckModelFile(setup.model_path); !found.ok()) return found;
     return model.status();
   }
-  const bool planned = !plan_path.empty();
   const LlamaConfig config = (*model)->config();
   SnapshotContext& ctx = out.snapshot_context;
   ctx.model_fingerprint = ModelFingerprint((*model)->file());
@@ -90,16 +104,6 @@ StatusOr<LoadedEngine> LoadEngine(const EngineSetup& setup) {
   }
   if (chat->is_fallback()) out.chat_warning = chat->fallback_reason();
   out.chat = std::make_unique<tokenizer::ChatTemplate>(std::move(chat).value());
-  if (planned && kind != BackendKind::kCpu) {
-    if (setup.backend == BackendChoice::kCuda) {
-      return FailedPreconditionError("model.plan: " + plan_path +
-                                     " is a cpu plan, and engine.backend is cuda; set "
-                                     "engine.backend: cpu to use it");
-    }
-    // auto picked the GPU: the best backend here wins over a plan for the other one.
-    out.plan_note = "ignored: " + plan_path + " is a cpu plan, and engine.backend auto " +
-                    "picked cuda (" + out.backend_note + ")";
-  }
   auto backend = MakeBackend(kind, std::move(model).value());
   if (!backend.ok()) {
     return Status(backend.status().code(), "engine.backend: " + backend.status().message());

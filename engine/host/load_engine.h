@@ -34,8 +34,8 @@ struct EngineSetup {
   // A build plan for this model and machine (`streamd build`, docs/BUILD.md), or empty: the
   // defaults, or kPlanBesideModel: the plan beside the model when it is current, else the
   // defaults (plan_note or plan_warning says which and why). Only the CPU backend runs plans:
-  // with backend cuda a plan is an error, with auto picking cuda it is ignored (plan_note says
-  // so).
+  // with backend cuda a plan named by path is an error; with auto picking cuda, or
+  // kPlanBesideModel, it is ignored and the model loads without it (plan_note says so).
   std::string plan_path;
   BackendChoice backend = BackendChoice::kAuto;
   // Without a plan, on the CPU backend: 8, K-quant files' matrices take 8-bit activations where
